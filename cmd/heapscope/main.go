@@ -1,0 +1,125 @@
+// Command heapscope traces the heap of Linux processes: every allocation,
+// reallocation and free, with the call stack that made it, for running
+// processes (attach) or a program it launches (run); and it turns the trace
+// into reports.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+)
+
+// command is one subcommand. Each lives in its own file and registers itself.
+type command struct {
+	name    string
+	args    string // the usage line after the name
+	summary string // one line for the command list
+	help    string // further text for `heapscope NAME --help`
+	// setup declares the flags; run does the work with the arguments left.
+	setup func(fs *flag.FlagSet) func(args []string) error
+}
+
+var commands = map[string]*command{}
+
+func register(c *command) { commands[c.name] = c }
+
+// exitError carries an exit status out of a command without printing more.
+type exitError struct{ code int }
+
+func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
+// usageError is a mistake in the command line: printed with a hint, exit 2.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
+
+func main() {
+	os.Exit(mainArgs(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func mainArgs(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		printUsage(stderr)
+		return 2
+	}
+	name := args[0]
+	switch name {
+	case "-h", "-help", "--help", "help":
+		if len(args) > 1 {
+			if c, ok := commands[args[1]]; ok {
+				fs := newFlagSet(c, stdout)
+				c.setup(fs)
+				fs.Usage()
+				return 0
+			}
+		}
+		printUsage(stdout)
+		return 0
+	}
+	c, ok := commands[name]
+	if !ok {
+		fmt.Fprintf(stderr, "heapscope: unknown command %q; run 'heapscope --help'\n", name)
+		return 2
+	}
+	fs := newFlagSet(c, stderr)
+	run := c.setup(fs)
+	if err := fs.Parse(args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	err := run(fs.Args())
+	var ee exitError
+	var ue usageError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ee):
+		return ee.code
+	case errors.As(err, &ue):
+		fmt.Fprintf(stderr, "heapscope %s: %v (see 'heapscope %s --help')\n", name, err, name)
+		return 2
+	default:
+		fmt.Fprintf(stderr, "heapscope %s: %v\n", name, err)
+		return 1
+	}
+}
+
+func newFlagSet(c *command, out io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("heapscope "+c.name, flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.Usage = func() {
+		fmt.Fprintf(out, "usage: heapscope %s %s\n\n%s\n", c.name, c.args, c.summary)
+		if c.help != "" {
+			fmt.Fprintf(out, "\n%s\n", strings.TrimSpace(c.help))
+		}
+		hasFlags := false
+		fs.VisitAll(func(*flag.Flag) { hasFlags = true })
+		if hasFlags {
+			fmt.Fprintf(out, "\nflags:\n")
+			fs.PrintDefaults()
+		}
+	}
+	return fs
+}
+
+func printUsage(w io.Writer) {
+	fmt.Fprintf(w, "heapscope traces the heap of Linux processes.\n\nusage: heapscope COMMAND [flags] [args]\n\ncommands:\n")
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
+	}
+	fmt.Fprintf(w, "\nRun 'heapscope COMMAND --help' for a command's flags.\n")
+}
