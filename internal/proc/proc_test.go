@@ -1,0 +1,122 @@
+package proc
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/heapscope/heapscope/internal/errs"
+)
+
+func TestSelf(t *testing.T) {
+	pid := os.Getpid()
+	st, err := ReadStat(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.PPID != os.Getppid() || st.State == 'Z' {
+		t.Errorf("stat %+v", st)
+	}
+	exe, err := Exe(pid)
+	if err != nil || !strings.HasSuffix(exe, ".test") {
+		t.Errorf("Exe = %q, %v", exe, err)
+	}
+	argv, err := Cmdline(pid)
+	if err != nil || len(argv) == 0 {
+		t.Errorf("Cmdline = %q, %v", argv, err)
+	}
+}
+
+func TestNoSuchProcess(t *testing.T) {
+	_, err := ReadStat(1 << 30)
+	if !errors.Is(err, errs.ErrNoSuchProcess) {
+		t.Errorf("err = %v", err)
+	}
+	if Alive(1 << 30) {
+		t.Error("Alive for a missing pid")
+	}
+}
+
+func TestZombieIsNotAlive(t *testing.T) {
+	cmd := exec.Command("true")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	// Not yet reaped: a zombie once it exits.
+	for i := 0; i < 1000; i++ {
+		st, err := ReadStat(cmd.Process.Pid)
+		if err == nil && st.State == 'Z' {
+			if Alive(cmd.Process.Pid) {
+				t.Error("zombie reported alive")
+			}
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Fatal("child never became a zombie")
+}
+
+func TestModulesOfACProgram(t *testing.T) {
+	cmd := exec.Command("sleep", "10")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	var mods []string
+	for i := 0; i < 1000; i++ {
+		ms, err := Modules(cmd.Process.Pid, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mods = mods[:0]
+		libc := false
+		for _, m := range ms {
+			mods = append(mods, m.Path)
+			if strings.Contains(m.Path, "libc.so") {
+				libc = true
+				if len(m.BuildID) != 40 {
+					t.Errorf("libc build-id %q", m.BuildID)
+				}
+				if m.End <= m.Start {
+					t.Errorf("bad range %+v", m)
+				}
+			}
+		}
+		if libc {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Fatalf("no libc among %q", mods)
+}
+
+func TestParseMaps(t *testing.T) {
+	in := "7f00-7f10 r-xp 00001000 fd:01 1234   /usr/lib/my lib.so (deleted)\n" +
+		"7f10-7f20 rw-p 00000000 00:00 0 \n" +
+		"7ffd-7ffe rw-p 00000000 00:00 0                          [stack]\n"
+	ms, err := ParseMaps([]byte(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ms) != 3 || ms[0].Path != "/usr/lib/my lib.so" || !ms[0].Exec() || !ms[0].File() ||
+		ms[0].Offset != 0x1000 || ms[1].File() || ms[2].Path != "[stack]" {
+		t.Errorf("%+v", ms)
+	}
+	if _, err := ParseMaps([]byte("garbage\n")); err == nil {
+		t.Error("garbage accepted")
+	}
+}
+
+func FuzzParseStat(f *testing.F) {
+	f.Add([]byte("1 (a b)) S 0 1 1 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 5 0 0"))
+	f.Fuzz(func(t *testing.T, b []byte) { parseStat(1, b) })
+}
+
+func FuzzParseMaps(f *testing.F) {
+	f.Add([]byte("7f00-7f10 r-xp 00001000 fd:01 1234 /lib/x.so\n"))
+	f.Fuzz(func(t *testing.T, b []byte) { ParseMaps(b) })
+}
