@@ -1,0 +1,112 @@
+// Package launch starts a program held before its first instruction, so that
+// tracing can be turned on before it runs (the seeds' CREATE_SUSPENDED, then
+// enable, then resume), and turns its end into an exit status.
+package launch
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// StartHeld starts cmd stopped at its exec (only the executable and the
+// dynamic loader are mapped; no instruction of the program has run), calls
+// ready with its pid, then lets it run. If ready fails, the child is killed
+// and reaped and the error returned.
+func StartHeld(cmd *exec.Cmd, ready func(pid int) error) error {
+	// ptrace requests must come from the thread that is the tracer: the one
+	// that forked the child.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Ptrace = true
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	pid := cmd.Process.Pid
+	var ws unix.WaitStatus
+	for {
+		_, err := unix.Wait4(pid, &ws, unix.WALL, nil)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			cmd.Process.Kill()
+			return fmt.Errorf("waiting for %s to stop at exec: %w", cmd.Path, err)
+		}
+		break
+	}
+	if !ws.Stopped() || ws.StopSignal() != unix.SIGTRAP {
+		// It died before reaching its first instruction.
+		return fmt.Errorf("%s did not stop at exec (status %v)", cmd.Path, ws)
+	}
+	if err := ready(pid); err != nil {
+		unix.Kill(pid, unix.SIGKILL)
+		unix.PtraceDetach(pid)
+		cmd.Wait()
+		return err
+	}
+	if err := unix.PtraceDetach(pid); err != nil {
+		cmd.Process.Kill()
+		cmd.Wait()
+		return fmt.Errorf("releasing %s: %w", cmd.Path, err)
+	}
+	return nil
+}
+
+// Status returns the shell's view of how a process ended: its exit code, or
+// 128+N when signal N killed it, and that signal (else 0).
+func Status(ps *os.ProcessState) (status, sig int) {
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal()), int(ws.Signal())
+	}
+	return ps.ExitCode(), 0
+}
+
+// ForwardSignals relays SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to this
+// process to p until stop is called. A SIGINT or SIGQUIT typed at the
+// terminal already reached p when both are in the terminal's foreground
+// process group; it is not sent a second time.
+func ForwardSignals(p *os.Process) (stop func()) {
+	ch := make(chan os.Signal, 4)
+	signal.Notify(ch, unix.SIGINT, unix.SIGTERM, unix.SIGHUP, unix.SIGQUIT)
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case s := <-ch:
+				if (s == unix.SIGINT || s == unix.SIGQUIT) && inForeground() {
+					continue
+				}
+				p.Signal(s)
+			case <-done:
+				return
+			}
+		}
+	}()
+	return func() {
+		signal.Stop(ch)
+		close(done)
+	}
+}
+
+// inForeground reports whether this process is in its controlling terminal's
+// foreground process group, where the terminal's signals go to all of it.
+func inForeground() bool {
+	tty, err := os.Open("/dev/tty")
+	if err != nil {
+		return false
+	}
+	defer tty.Close()
+	fg, err := unix.IoctlGetInt(int(tty.Fd()), unix.TIOCGPGRP)
+	return err == nil && fg == unix.Getpgrp()
+}
