@@ -49,6 +49,72 @@ var modes = []mode{
 		defer removeGlob(out + "*")
 		return exec.Command("heaptrack", append([]string{"-o", out, e.churn}, args...)...).Output()
 	}},
+	{"heapscope run (preload, fp)", func(e *benchEnv, args []string) ([]byte, error) {
+		return e.run(args, "--unwind", "fp")
+	}},
+	{"heapscope run (preload, dwarf)", func(e *benchEnv, args []string) ([]byte, error) {
+		return e.run(args, "--unwind", "dwarf")
+	}},
+	{"heapscope attach (ebpf, stream)", func(e *benchEnv, args []string) ([]byte, error) {
+		return e.attach(args, "--mode", "stream")
+	}},
+	{"heapscope attach (ebpf, aggregate)", func(e *benchEnv, args []string) ([]byte, error) {
+		return e.attach(args, "--mode", "aggregate")
+	}},
+}
+
+// run traces the workload with `heapscope run`.
+func (e *benchEnv) run(args []string, flags ...string) ([]byte, error) {
+	out := filepath.Join(e.tmp, "run.hst")
+	defer os.Remove(out)
+	argv := append([]string{"run", "-q", "-o", out}, flags...)
+	argv = append(append(argv, "--", e.churn), args...)
+	return exec.Command(e.heapscope, argv...).Output()
+}
+
+// attach starts the workload waiting on its stdin, attaches `heapscope
+// attach` to it, waits until the session is live, then lets the workload run.
+func (e *benchEnv) attach(args []string, flags ...string) ([]byte, error) {
+	out := filepath.Join(e.tmp, "attach.hst")
+	defer os.Remove(out)
+	w := exec.Command(e.churn, append(args, "wait")...)
+	stdin, err := w.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	var stdout bytes.Buffer
+	w.Stdout = &stdout
+	if err := w.Start(); err != nil {
+		return nil, err
+	}
+	defer w.Process.Kill()
+	name := fmt.Sprintf("bench-%d", w.Process.Pid)
+	argv := append([]string{"attach", "-q", "--name", name, "-o", out, "-p", strconv.Itoa(w.Process.Pid)}, flags...)
+	tracer := exec.Command(e.heapscope, argv...)
+	var tracerErr bytes.Buffer
+	tracer.Stderr = &tracerErr
+	if err := tracer.Start(); err != nil {
+		return nil, err
+	}
+	defer tracer.Process.Kill()
+	for i := 0; ; i++ {
+		if exec.Command(e.heapscope, "query", name).Run() == nil {
+			break
+		}
+		if i == 300 {
+			return nil, fmt.Errorf("session never came up: %s", tracerErr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	stdin.Write([]byte{'\n'})
+	stdin.Close()
+	if err := w.Wait(); err != nil {
+		return nil, err
+	}
+	if err := tracer.Wait(); err != nil {
+		return nil, fmt.Errorf("heapscope attach: %v: %s", err, tracerErr.String())
+	}
+	return stdout.Bytes(), nil
 }
 
 func main() {
