@@ -1,0 +1,360 @@
+package symbolize
+
+import (
+	"bytes"
+	"debug/elf"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/heapscope/heapscope/event"
+	"github.com/heapscope/heapscope/internal/proc"
+)
+
+// loc is an address resolved within an object: one per frame, innermost
+// first, before the mapping's module, offset and address are added.
+type loc struct {
+	Function string
+	File     string
+	Line     int
+}
+
+// object is one ELF file as the symbolizer sees it: the file that was mapped,
+// or its separate debug file, or both; its symbols, its DWARF (decoded
+// lazily), and the addresses resolved in it so far, by virtual address.
+type object struct {
+	name  string // the module path, for warnings
+	warn  func(format string, args ...any)
+	loads []segment // from the mapped file: file offset to virtual address
+	// execs are the executable segments of a debug file, used when only it
+	// could be read (its segment offsets are zeroed by objcopy).
+	execs      []segment
+	syms       symtab
+	dw         *dwarfInfo
+	demangle   bool
+	closers    []io.Closer // the files read lazily (DWARF)
+	cache      map[uint64][]loc
+	dwarfOpen  func() (*dwarfInfo, error)
+	dwarfTried bool
+}
+
+// segment is a PT_LOAD program header.
+type segment struct {
+	off, vaddr, filesz, memsz uint64
+}
+
+func (o *object) close() error {
+	var first error
+	for _, c := range o.closers {
+		if err := c.Close(); err != nil && first == nil {
+			first = err
+		}
+	}
+	o.closers = nil
+	return first
+}
+
+// vaddr converts an address in a mapping of o to o's virtual address.
+func (o *object) vaddr(m event.Module, pc uint64) (uint64, bool) {
+	off := pc - m.Start + m.Offset
+	for _, s := range o.loads {
+		if off >= s.off && off-s.off < s.filesz {
+			return off - s.off + s.vaddr, true
+		}
+	}
+	if len(o.loads) > 0 || len(o.execs) == 0 {
+		return 0, false
+	}
+	// Only a debug file: assume the mapping starts at the page where its
+	// executable segment starts, which is how ld.so maps it. With several
+	// executable segments, prefer the one whose page offset the mapping's
+	// offset equals (offsets equal to addresses, the GNU ld layout).
+	const page = 4096
+	s := o.execs[0]
+	for _, e := range o.execs {
+		if e.vaddr&^(page-1) == m.Offset {
+			s = e
+		}
+	}
+	va := s.vaddr&^(page-1) + (pc - m.Start)
+	if va >= s.vaddr+s.memsz {
+		return 0, false
+	}
+	return va, true
+}
+
+// lookup resolves a virtual address of o, innermost frame first; nil when o
+// knows nothing of it. The result is cached and shared.
+func (o *object) lookup(va uint64) []loc {
+	if l, ok := o.cache[va]; ok {
+		return l
+	}
+	var locs []loc
+	if dw := o.dwarf(); dw != nil {
+		locs = dw.lookup(va, o.demangle)
+	}
+	if len(locs) == 0 || locs[len(locs)-1].Function == "" {
+		if name, ok := o.syms.lookup(va); ok {
+			if o.demangle {
+				name = demangleName(name)
+			}
+			if len(locs) == 0 {
+				locs = []loc{{}}
+			}
+			locs[len(locs)-1].Function = name
+		}
+	}
+	if o.cache == nil {
+		o.cache = map[uint64][]loc{}
+	}
+	o.cache[va] = locs
+	return locs
+}
+
+// dwarf returns o's DWARF, reading its sections on first use; nil when it has
+// none or it cannot be read.
+func (o *object) dwarf() *dwarfInfo {
+	if o.dwarfTried {
+		return o.dw
+	}
+	o.dwarfTried = true
+	if o.dwarfOpen == nil {
+		return nil
+	}
+	dw, err := o.dwarfOpen()
+	if err != nil {
+		o.warn("%s: DWARF: %v", o.name, err)
+		return nil
+	}
+	o.dw = dw
+	return dw
+}
+
+func newELF(r io.ReaderAt) (f *elf.File, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			f, err = nil, fmt.Errorf("corrupt ELF: %v", p)
+		}
+	}()
+	return elf.NewFile(r)
+}
+
+func buildID(f *elf.File) (id string) {
+	defer func() {
+		if recover() != nil {
+			id = ""
+		}
+	}()
+	id, _ = proc.ELFBuildID(f)
+	return id
+}
+
+// load reads what there is to read for module m, whose file is at path
+// (m.Path under the sysroot). It never fails: what cannot be read becomes a
+// warning, and the object resolves what it can.
+func (s *Symbolizer) load(m event.Module, path string) *object {
+	// elf.NewFile does not own its reader: track the files to close them.
+	files := map[*elf.File]io.Closer{}
+	open := func(p string) (*elf.File, error) {
+		r, err := os.Open(p)
+		if err != nil {
+			return nil, err
+		}
+		f, err := newELF(r)
+		if err != nil {
+			r.Close()
+			return nil, fmt.Errorf("%s: %w", p, err)
+		}
+		files[f] = r
+		return f, nil
+	}
+	reject := func(f *elf.File) {
+		files[f].Close()
+		delete(files, f)
+	}
+
+	var main *elf.File
+	id := m.BuildID
+	if f, err := open(path); err != nil {
+		s.warnf("%s: %v", m.Path, err)
+	} else if got := buildID(f); m.BuildID != "" && got != m.BuildID {
+		s.warnf("%s: build-id %s, not the traced file's %s: not used", path, orNone(got), m.BuildID)
+		reject(f)
+	} else {
+		main, id = f, got
+	}
+
+	debug := s.findDebug(open, reject, id, main, path, m.Path)
+	if main == nil && debug == nil && m.BuildID != "" {
+		s.warnf("%s: no file with build-id %s found", m.Path, m.BuildID)
+	}
+	o := newObject(m.Path, main, debug, !s.opts.NoDemangle, s.warnf)
+	for _, c := range files {
+		o.closers = append(o.closers, c)
+	}
+	return o
+}
+
+func orNone(id string) string {
+	if id == "" {
+		return "(none)"
+	}
+	return id
+}
+
+// findDebug looks for the separate debug file of a module: by build-id under
+// each debug root, then by the main file's .gnu_debuglink next to it, in its
+// .debug directory and under each debug root.
+func (s *Symbolizer) findDebug(open func(string) (*elf.File, error), reject func(*elf.File), id string, main *elf.File, path, modPath string) *elf.File {
+	if len(id) > 2 {
+		for _, root := range s.debugDirs {
+			p := filepath.Join(root, ".build-id", id[:2], id[2:]+".debug")
+			f, err := open(p)
+			if err != nil {
+				if !errors.Is(err, os.ErrNotExist) {
+					s.warnf("%s: %v", modPath, err)
+				}
+				continue
+			}
+			if got := buildID(f); got != id {
+				s.warnf("%s: build-id %s, not %s: not used", p, orNone(got), id)
+				reject(f)
+				continue
+			}
+			return f
+		}
+	}
+	if main == nil {
+		return nil
+	}
+	name, crc, ok := debugLink(main)
+	if !ok {
+		return nil
+	}
+	var cands []string
+	for _, dir := range []string{filepath.Dir(path)} {
+		cands = append(cands, filepath.Join(dir, name), filepath.Join(dir, ".debug", name))
+	}
+	for _, root := range s.debugDirs {
+		cands = append(cands, filepath.Join(root, filepath.Dir(modPath), name))
+	}
+	for _, p := range cands {
+		if p == path {
+			continue
+		}
+		f, err := open(p)
+		if err != nil {
+			continue
+		}
+		// With build-ids both sides, they must match; without, the CRC the
+		// link records must.
+		if id != "" {
+			if got := buildID(f); got == id {
+				return f
+			}
+			s.warnf("%s: build-id does not match %s: not used", p, modPath)
+			reject(f)
+			continue
+		}
+		if fileCRC(p) == crc {
+			return f
+		}
+		s.warnf("%s: CRC does not match the debug link of %s: not used", p, modPath)
+		reject(f)
+	}
+	return nil
+}
+
+// debugLink reads .gnu_debuglink: a file name, padding, and a CRC-32.
+func debugLink(f *elf.File) (name string, crc uint32, ok bool) {
+	defer func() {
+		if recover() != nil {
+			ok = false
+		}
+	}()
+	sec := f.Section(".gnu_debuglink")
+	if sec == nil {
+		return "", 0, false
+	}
+	b, err := sec.Data()
+	if err != nil {
+		return "", 0, false
+	}
+	i := bytes.IndexByte(b, 0)
+	if i <= 0 {
+		return "", 0, false
+	}
+	name = string(b[:i])
+	at := (i + 4) &^ 3
+	if at+4 > len(b) || strings.ContainsRune(name, '/') {
+		return "", 0, false
+	}
+	return name, f.ByteOrder.Uint32(b[at:]), true
+}
+
+func fileCRC(path string) uint32 {
+	r, err := os.Open(path)
+	if err != nil {
+		return 0
+	}
+	defer r.Close()
+	h := crc32.NewIEEE()
+	if _, err := io.Copy(h, r); err != nil {
+		return 0
+	}
+	return h.Sum32()
+}
+
+// newObject builds an object from the mapped file main and its debug file;
+// either may be nil. Symbols are read now, DWARF when first needed.
+func newObject(name string, main, debug *elf.File, demangle bool, warn func(string, ...any)) *object {
+	o := &object{name: name, warn: warn, demangle: demangle}
+	if main != nil {
+		o.loads = segments(main, false)
+	} else if debug != nil {
+		o.execs = segments(debug, true)
+	}
+	var b symtabBuilder
+	for _, f := range []*elf.File{main, debug} {
+		if f == nil {
+			continue
+		}
+		if err := b.add(f); err != nil {
+			warn("%s: symbols: %v", name, err)
+		}
+	}
+	o.syms = b.build()
+	// DWARF from the debug file when it has some, else from the file itself.
+	for _, f := range []*elf.File{debug, main} {
+		if f != nil && hasDWARF(f) {
+			o.dwarfOpen = func() (*dwarfInfo, error) { return openDWARF(f, name, warn) }
+			break
+		}
+	}
+	return o
+}
+
+// segments returns the PT_LOAD segments of f, or only the executable ones.
+func segments(f *elf.File, execOnly bool) []segment {
+	var segs []segment
+	for _, p := range f.Progs {
+		if p.Type != elf.PT_LOAD || execOnly && p.Flags&elf.PF_X == 0 {
+			continue
+		}
+		segs = append(segs, segment{off: p.Off, vaddr: p.Vaddr, filesz: p.Filesz, memsz: p.Memsz})
+	}
+	return segs
+}
+
+func hasDWARF(f *elf.File) bool {
+	for _, name := range []string{".debug_info", ".zdebug_info"} {
+		if s := f.Section(name); s != nil && s.Type != elf.SHT_NOBITS && s.Size > 0 {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,228 @@
+package symbolize
+
+import (
+	"fmt"
+	"path/filepath"
+	"sort"
+	"sync"
+
+	"github.com/heapscope/heapscope/event"
+)
+
+// DefaultDebugDir is where distributions install separate debug files
+// (Debian's *-dbg and *-dbgsym packages): it is searched after
+// Options.DebugDirs.
+const DefaultDebugDir = "/usr/lib/debug"
+
+// Options configure a Symbolizer. The zero Options symbolize on the machine
+// that made the trace, with demangled names and inlined frames.
+type Options struct {
+	// DebugDirs are further roots searched for separate debug files, before
+	// DefaultDebugDir: ROOT/.build-id/xx/yyyy.debug by build-id, and
+	// ROOT/DIR/NAME for a .gnu_debuglink NAME of a file in DIR.
+	DebugDirs []string
+	// Sysroot is prepended to every module path, and its
+	// usr/lib/debug is searched for debug files: it symbolizes a trace taken
+	// on another machine from a copy of that machine's files.
+	Sysroot string
+	// NoDemangle keeps C++ and Rust names as the linker sees them.
+	NoDemangle bool
+	// NoInlines gives one frame per address, the function the code was
+	// compiled into, with the line of the innermost inlined code.
+	NoInlines bool
+}
+
+// A Symbolizer resolves addresses in traced processes to frames, from module
+// records (event.Module) alone: it reads the files they name, or their copies
+// under a sysroot, and their separate debug files.
+//
+// Each file is loaded once per build-id however many processes map it, its
+// DWARF is decoded one compilation unit at a time as addresses need it, and
+// each distinct address is resolved once. A Symbolizer is safe for
+// concurrent use.
+type Symbolizer struct {
+	opts      Options
+	debugDirs []string
+
+	mu       sync.Mutex
+	procs    map[uint32]*process
+	objs     map[string]*object // by build-id, or by "path:" and the path when a file has none
+	warnings []string
+	warned   map[string]bool
+}
+
+// process is what the Symbolizer knows of one traced process.
+type process struct {
+	mods  []mapping // sorted by start, not overlapping
+	cache map[uint64][]Frame
+}
+
+// mapping is a module record and the object it maps.
+type mapping struct {
+	event.Module
+	obj *object
+}
+
+// New returns a Symbolizer with options o.
+func New(o Options) *Symbolizer {
+	s := &Symbolizer{
+		opts:   o,
+		procs:  map[uint32]*process{},
+		objs:   map[string]*object{},
+		warned: map[string]bool{},
+	}
+	s.debugDirs = append(s.debugDirs, o.DebugDirs...)
+	if o.Sysroot != "" {
+		s.debugDirs = append(s.debugDirs, filepath.Join(o.Sysroot, DefaultDebugDir))
+	}
+	s.debugDirs = append(s.debugDirs, DefaultDebugDir)
+	return s
+}
+
+// AddModule records that m.Path is mapped executable at m.Start..m.End in
+// process m.PID. A process has one record per mapping, usually several. A
+// mapping that overlaps earlier ones of the same process replaces them, as
+// mmap does. The file is read when an address in it is first resolved.
+func (s *Symbolizer) AddModule(m event.Module) {
+	if m.End <= m.Start {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.procs[m.PID]
+	if p == nil {
+		p = &process{}
+		s.procs[m.PID] = p
+	}
+	mods := p.mods[:0:0]
+	for _, old := range p.mods {
+		if old.End <= m.Start || old.Start >= m.End {
+			mods = append(mods, old)
+		}
+	}
+	i := sort.Search(len(mods), func(i int) bool { return mods[i].Start > m.Start })
+	mods = append(mods, mapping{})
+	copy(mods[i+1:], mods[i:])
+	mods[i] = mapping{Module: m}
+	p.mods = mods
+	p.cache = nil // an address may now be in a module it was not in
+}
+
+// Frames resolves addr, a return address in process pid, to its frames,
+// innermost first: several when functions were inlined into one another.
+// Being a return address, addr is looked up as addr-1, the last byte of the
+// call instruction, so that the line is that of the call.
+//
+// Frames never returns an empty slice: an address in no known module gives
+// one Frame with only Address set, and one in a module whose file cannot be
+// read, or that has no symbols for it, gives a Frame with Module and Offset
+// but no Function. The slice is shared by later calls for the same address:
+// callers must not modify it.
+func (s *Symbolizer) Frames(pid uint32, addr uint64) []Frame {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.procs[pid]
+	if p == nil {
+		return []Frame{{Address: addr}}
+	}
+	if fr, ok := p.cache[addr]; ok {
+		return fr
+	}
+	fr := s.resolve(p, addr)
+	if p.cache == nil {
+		p.cache = map[uint64][]Frame{}
+	}
+	p.cache[addr] = fr
+	return fr
+}
+
+func (s *Symbolizer) resolve(p *process, addr uint64) []Frame {
+	pc := addr
+	if pc > 0 {
+		pc--
+	}
+	i := sort.Search(len(p.mods), func(i int) bool { return p.mods[i].End > pc })
+	if i == len(p.mods) || p.mods[i].Start > pc {
+		return []Frame{{Address: addr}}
+	}
+	m := &p.mods[i]
+	base := Frame{Module: m.Path, Offset: addr - m.Start + m.Offset, Address: addr}
+	if m.obj == nil {
+		m.obj = s.object(m.Module)
+	}
+	vaddr, ok := m.obj.vaddr(m.Module, pc)
+	if !ok {
+		return []Frame{base}
+	}
+	locs := m.obj.lookup(vaddr)
+	if len(locs) == 0 {
+		return []Frame{base}
+	}
+	if s.opts.NoInlines && len(locs) > 1 {
+		// The function the code is in, at the line of the innermost code.
+		locs = []loc{{Function: locs[len(locs)-1].Function, File: locs[0].File, Line: locs[0].Line}}
+	}
+	frames := make([]Frame, len(locs))
+	for i, l := range locs {
+		f := base
+		f.Function, f.File, f.Line = l.Function, l.File, l.Line
+		f.Inlined = i < len(locs)-1
+		frames[i] = f
+	}
+	return frames
+}
+
+// object returns the loaded object for m, loading it on first use.
+func (s *Symbolizer) object(m event.Module) *object {
+	path := m.Path
+	if s.opts.Sysroot != "" {
+		path = filepath.Join(s.opts.Sysroot, m.Path)
+	}
+	key := m.BuildID
+	if key == "" {
+		key = "path:" + path
+	}
+	if o, ok := s.objs[key]; ok {
+		return o
+	}
+	o := s.load(m, path)
+	s.objs[key] = o
+	return o
+}
+
+// Warnings returns what went wrong while reading files so far, one line each,
+// oldest first: files that could not be read, build-ids that did not match
+// the trace's records, corrupt symbols or DWARF. A warning is given once.
+func (s *Symbolizer) Warnings() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.warnings...)
+}
+
+func (s *Symbolizer) warnf(format string, args ...any) {
+	w := fmt.Sprintf(format, args...)
+	if !s.warned[w] {
+		s.warned[w] = true
+		s.warnings = append(s.warnings, w)
+	}
+}
+
+// Close releases the files the Symbolizer holds open. Frames may still be
+// called after it; files are then opened again as needed.
+func (s *Symbolizer) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var first error
+	for _, o := range s.objs {
+		if err := o.close(); err != nil && first == nil {
+			first = err
+		}
+	}
+	s.objs = map[string]*object{}
+	for _, p := range s.procs {
+		for i := range p.mods {
+			p.mods[i].obj = nil
+		}
+	}
+	return first
+}
