@@ -1,0 +1,71 @@
+package analyze
+
+import (
+	"math/rand"
+	"testing"
+
+	"github.com/heapscope/heapscope/event"
+)
+
+// churnEvents is the churn workload's stream: malloc+free pairs of random
+// sizes from one stack in two threads.
+func churnEvents(n int) []event.Event {
+	evs := make([]event.Event, 0, n)
+	x := uint64(0x9E3779B97F4A7C15)
+	for i := 0; len(evs) < n; i++ {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		tid := uint32(2 + i%2)
+		addr := 0x5555_0000_0000 + uint64(tid)<<20 + (x%64)*32
+		t := int64(i) * 100
+		evs = append(evs,
+			event.Event{Time: t, PID: 1, TID: tid, Kind: event.KindAlloc, Func: event.FuncMalloc, Stack: 1, Addr: addr, Size: 16 + x%512},
+			event.Event{Time: t + 50, PID: 1, TID: tid, Kind: event.KindFree, Func: event.FuncFree, Addr: addr})
+	}
+	return evs
+}
+
+// mixedEvents is a program-like stream: thousands of stacks, a live set of
+// about 100k blocks, a quarter of the frees long after the allocation.
+func mixedEvents(n int) []event.Event {
+	rng := rand.New(rand.NewSource(1))
+	evs := make([]event.Event, 0, n)
+	var live []uint64
+	next := uint64(0x5555_0000_0000)
+	for i := 0; len(evs) < n; i++ {
+		e := event.Event{Time: int64(i) * 100, PID: 1, TID: 1 + uint32(rng.Intn(4))}
+		if len(live) > 100000 || (len(live) > 0 && rng.Intn(2) == 0) {
+			j := rng.Intn(len(live))
+			if rng.Intn(4) > 0 {
+				j = len(live) - 1
+			}
+			e.Kind, e.Addr = event.KindFree, live[j]
+			live[j] = live[len(live)-1]
+			live = live[:len(live)-1]
+		} else {
+			next += 16 * uint64(1+rng.Intn(64))
+			e.Kind, e.Addr, e.Size, e.Stack = event.KindAlloc, next, uint64(rng.Intn(1024)), event.StackID(1+rng.Intn(5000))
+			live = append(live, e.Addr)
+		}
+		evs = append(evs, e)
+	}
+	return evs
+}
+
+func benchModel(b *testing.B, evs []event.Event) {
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		m := New(Options{})
+		for j := 0; j < len(evs); j += 4096 {
+			m.Events(evs[j:min(j+4096, len(evs))])
+		}
+		m.Profile()
+	}
+	b.ReportMetric(float64(b.N)*float64(len(evs))/b.Elapsed().Seconds(), "events/s")
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(len(evs)), "ns/event")
+}
+
+func BenchmarkModelChurn(b *testing.B) { benchModel(b, churnEvents(1_000_000)) }
+func BenchmarkModelMixed(b *testing.B) { benchModel(b, mixedEvents(1_000_000)) }

@@ -1,0 +1,492 @@
+package analyze
+
+import (
+	"math"
+	"math/bits"
+	"sort"
+
+	"github.com/heapscope/heapscope/event"
+)
+
+// Options tune a Model. The zero value analyses the whole trace.
+type Options struct {
+	// From and To bound the window analysed, [From, To), in the trace's
+	// clock (CLOCK_MONOTONIC ns); 0 leaves that side open. See the package
+	// documentation for what a window means.
+	From, To int64
+	// TimelinePoints bounds the timeline (default 512).
+	TimelinePoints int
+}
+
+// DefaultTimelinePoints is the timeline's bound when Options leave it 0.
+const DefaultTimelinePoints = 512
+
+// Model is the heap model. It implements event.Sink; feed it a trace's
+// records in order and call Profile when they end. A Model is not safe for
+// concurrent use.
+type Model struct {
+	from, to int64
+
+	procs    map[uint32]*proc
+	procList []*proc
+	lastPID  uint32
+	lastProc *proc
+
+	threads map[uint64]*thread
+	thrHot  [16]*thread // direct-mapped by thread id: most streams use few threads
+
+	sites  []site
+	frames frameArena
+	blocks blockTable
+
+	// Totals over every process, for the peak and the timeline.
+	liveBytes, liveBlocks uint64
+	peak                  Peak
+	epoch                 uint64 // number of the latest peak
+	timeline              timeline
+	hist                  [65]uint64
+
+	events, unmatched, missed uint64
+	start, end                int64
+
+	modules  []event.Module
+	stats    event.Stats
+	hasStats bool
+
+	snaps        map[uint32]*snapProc
+	snapPeak     Peak
+	snapPeakSet  map[uint32]*event.Snapshot // each process's latest snapshot at the snapshot peak
+	snapLiveSums map[uint32][2]uint64       // live bytes and blocks of each process's latest snapshot
+}
+
+// proc is the model's state for one process.
+type proc struct {
+	pid   uint32
+	key   uint64 // dense index << addrBits, for block keys
+	info  Process
+	known bool    // a Process record was seen
+	ids   []int32 // StackID → site index + 1, for small IDs
+	idm   map[event.StackID]int32
+}
+
+// thread is a thread's last heap event, for temporaries: the address it
+// allocated, or 0 when its last event was not a successful allocation.
+type thread struct {
+	key  uint64 // pid << 32 | tid
+	tid  uint32
+	last uint64
+}
+
+// site is a Stack with the peak bookkeeping.
+type site struct {
+	Stack
+	stamp uint64 // the peak number at which PeakBytes/PeakBlocks were saved
+}
+
+// New returns an empty Model.
+func New(o Options) *Model {
+	m := &Model{
+		from:     o.From,
+		to:       o.To,
+		procs:    map[uint32]*proc{},
+		threads:  map[uint64]*thread{},
+		blocks:   newBlockTable(),
+		timeline: newTimeline(o.TimelinePoints),
+	}
+	if o.TimelinePoints <= 0 {
+		m.timeline = newTimeline(DefaultTimelinePoints)
+	}
+	if m.to <= 0 {
+		m.to = math.MaxInt64
+	}
+	return m
+}
+
+var _ event.Sink = (*Model)(nil)
+
+func (m *Model) inWindow(t int64) bool { return t >= m.from && t < m.to }
+
+func (m *Model) seen(t int64) {
+	if m.start == 0 || t < m.start {
+		m.start = t
+	}
+	if t > m.end {
+		m.end = t
+	}
+}
+
+func (m *Model) proc(pid uint32) *proc {
+	if m.lastProc != nil && m.lastPID == pid {
+		return m.lastProc
+	}
+	p := m.procs[pid]
+	if p == nil {
+		p = &proc{pid: pid, key: m.blocks.procKey(len(m.procList) + 1)}
+		p.info.PID = pid
+		m.procs[pid] = p
+		m.procList = append(m.procList, p)
+	}
+	m.lastPID, m.lastProc = pid, p
+	return p
+}
+
+func (m *Model) thread(pid, tid uint32) *thread {
+	k := uint64(pid)<<32 | uint64(tid)
+	h := &m.thrHot[(tid^pid)%uint32(len(m.thrHot))]
+	if *h != nil && (*h).key == k {
+		return *h
+	}
+	t := m.threads[k]
+	if t == nil {
+		t = &thread{key: k, tid: tid}
+		m.threads[k] = t
+	}
+	*h = t
+	return t
+}
+
+// maxDenseID bounds the stack IDs kept in a slice; larger ones go to a map.
+const maxDenseID = 1 << 22
+
+// siteOf returns the index of the site of stack id in p, creating it.
+func (m *Model) siteOf(p *proc, id event.StackID) int32 {
+	if int(id) < len(p.ids) {
+		if s := p.ids[id]; s != 0 {
+			return s - 1
+		}
+	} else if id >= maxDenseID {
+		if s, ok := p.idm[id]; ok {
+			return s - 1
+		}
+	}
+	m.sites = append(m.sites, site{Stack: Stack{PID: p.pid, ID: id}})
+	s := int32(len(m.sites))
+	if id < maxDenseID {
+		if int(id) >= len(p.ids) {
+			n := max(2*len(p.ids), int(id)+1, 64)
+			p.ids = append(p.ids, make([]int32, n-len(p.ids))...)
+		}
+		p.ids[id] = s
+	} else {
+		if p.idm == nil {
+			p.idm = map[event.StackID]int32{}
+		}
+		p.idm[id] = s
+	}
+	return s - 1
+}
+
+// lookupSite is siteOf without creating: -1 when p has no such site.
+func (m *Model) lookupSite(p *proc, id event.StackID) int32 {
+	if int(id) < len(p.ids) {
+		return p.ids[id] - 1
+	}
+	if s, ok := p.idm[id]; ok {
+		return s - 1
+	}
+	return -1
+}
+
+// touch saves s's live values as its values at the peak, the first time they
+// change after the latest peak.
+func (m *Model) touch(s *site) {
+	if s.stamp != m.epoch {
+		s.PeakBytes, s.PeakBlocks, s.stamp = s.LiveBytes, s.LiveBlocks, m.epoch
+	}
+}
+
+// Process records a process.
+func (m *Model) Process(ev event.Process) error {
+	p := m.proc(ev.PID)
+	p.info.Process = ev
+	p.info.Cmdline = append([]string(nil), ev.Cmdline...)
+	p.known = true
+	if m.inWindow(ev.Time) {
+		m.seen(ev.Time)
+	}
+	return nil
+}
+
+// Exit records the end of a process.
+func (m *Model) Exit(ev event.Exit) error {
+	p := m.proc(ev.PID)
+	p.info.Exited, p.info.Exit = true, ev
+	if m.inWindow(ev.Time) {
+		m.seen(ev.Time)
+	}
+	return nil
+}
+
+// Module records a module.
+func (m *Model) Module(mod event.Module) error {
+	m.modules = append(m.modules, mod)
+	return nil
+}
+
+// Stack records a stack's frames.
+func (m *Model) Stack(st event.Stack) error {
+	p := m.proc(st.PID)
+	si := m.siteOf(p, st.ID)
+	m.sites[si].Frames = m.frames.store(st.Frames)
+	return nil
+}
+
+// Stats keeps the latest statistics.
+func (m *Model) Stats(st event.Stats) error {
+	m.stats, m.hasStats = st, true
+	return nil
+}
+
+// Events applies a batch of heap events.
+func (m *Model) Events(evs []event.Event) error {
+	for i := range evs {
+		e := &evs[i]
+		if e.Time < m.from || e.Time >= m.to {
+			continue
+		}
+		m.event(e)
+	}
+	return nil
+}
+
+func (m *Model) event(e *event.Event) {
+	p := m.proc(e.PID)
+	t := m.thread(e.PID, e.TID)
+	m.events++
+	if m.start == 0 || e.Time < m.start {
+		m.start = e.Time
+	}
+	if e.Time > m.end {
+		m.end = e.Time
+	}
+	switch e.Kind {
+	case event.KindAlloc, event.KindMmap:
+		si := m.siteOf(p, e.Stack)
+		m.sites[si].Allocations++
+		if e.Addr == 0 {
+			m.sites[si].Failed++
+			t.last = 0
+			break
+		}
+		m.alloc(p, si, t.tid, e.Addr, e.Size)
+		t.last = e.Addr
+	case event.KindRealloc:
+		si := m.siteOf(p, e.Stack)
+		m.sites[si].Reallocations++
+		if e.Addr == 0 && (e.Size != 0 || e.OldAddr == 0) {
+			// Failed: the old block is untouched.
+			m.sites[si].Failed++
+			t.last = 0
+			break
+		}
+		if e.OldAddr != 0 {
+			m.free(p, t, e.OldAddr)
+		}
+		if e.Addr != 0 {
+			m.alloc(p, si, t.tid, e.Addr, e.Size)
+		}
+		t.last = e.Addr
+	case event.KindFree:
+		if e.Addr == 0 {
+			return // free(NULL) does nothing
+		}
+		m.free(p, t, e.Addr)
+		t.last = 0
+	case event.KindMunmap:
+		m.unmap(p, t, e.Addr, e.Size)
+		t.last = 0
+	default:
+		m.events--
+		return
+	}
+	m.timeline.add(e.Time, m.liveBytes, m.liveBlocks)
+	if m.liveBytes > m.peak.Bytes {
+		m.peak = Peak{Time: e.Time, Bytes: m.liveBytes, Blocks: m.liveBlocks}
+		m.epoch++
+	}
+}
+
+func sizeBucket(size uint64) int {
+	if size == 0 {
+		return 0
+	}
+	return bits.Len64(size - 1)
+}
+
+func (m *Model) alloc(p *proc, si int32, tid uint32, addr, size uint64) {
+	if old, ok := m.blocks.put(p, addr, block{size: size, site: si, tid: tid}); ok {
+		// A live block at the same address: its free was lost.
+		m.missed++
+		m.release(old, false)
+	}
+	s := &m.sites[si]
+	m.touch(s)
+	s.LiveBytes += size
+	s.LiveBlocks++
+	s.Bytes += size
+	m.liveBytes += size
+	m.liveBlocks++
+	m.hist[sizeBucket(size)]++
+}
+
+// release takes block b out of the live set.
+func (m *Model) release(b block, counted bool) {
+	s := &m.sites[b.site]
+	m.touch(s)
+	s.LiveBytes -= b.size
+	s.LiveBlocks--
+	if counted {
+		s.Frees++
+		s.FreedBytes += b.size
+	}
+	m.liveBytes -= b.size
+	m.liveBlocks--
+}
+
+func (m *Model) free(p *proc, t *thread, addr uint64) {
+	b, ok := m.blocks.take(p, addr)
+	if !ok {
+		m.unmatched++
+		return
+	}
+	m.release(b, true)
+	if t.last == addr && b.tid == t.tid {
+		m.sites[b.site].Temporary++
+	}
+}
+
+// unmap removes [addr, addr+size) from the mapping that starts at addr. A
+// partial unmap from the start shrinks the block; one that starts inside a
+// mapping is not tracked and counts as unmatched.
+func (m *Model) unmap(p *proc, t *thread, addr, size uint64) {
+	b, ok := m.blocks.take(p, addr)
+	if !ok {
+		m.unmatched++
+		return
+	}
+	if size == 0 || size >= b.size {
+		m.release(b, true)
+		if t.last == addr && b.tid == t.tid {
+			m.sites[b.site].Temporary++
+		}
+		return
+	}
+	s := &m.sites[b.site]
+	m.touch(s)
+	s.LiveBytes -= size
+	s.FreedBytes += size
+	m.liveBytes -= size
+	b.size -= size
+	m.blocks.put(p, addr+size, b)
+}
+
+// frameArena stores stack frames in large shared chunks, so that many small
+// stacks cost no allocation each.
+type frameArena struct{ chunk []uint64 }
+
+const arenaChunk = 1 << 16
+
+func (a *frameArena) store(f []uint64) []uint64 {
+	if len(f) == 0 {
+		return nil
+	}
+	if len(f) > arenaChunk/8 {
+		return append([]uint64(nil), f...)
+	}
+	if cap(a.chunk)-len(a.chunk) < len(f) {
+		a.chunk = make([]uint64, 0, arenaChunk)
+	}
+	n := len(a.chunk)
+	a.chunk = append(a.chunk, f...)
+	return a.chunk[n : n+len(f) : n+len(f)]
+}
+
+// Profile returns what the model has computed so far. It may be called more
+// than once, and more records may follow it.
+func (m *Model) Profile() *Profile {
+	pr := &Profile{
+		From:      m.from,
+		Start:     m.start,
+		End:       m.end,
+		Modules:   append([]event.Module(nil), m.modules...),
+		Stats:     m.stats,
+		HasStats:  m.hasStats,
+		Peak:      m.peak,
+		Aggregate: len(m.snaps) > 0,
+	}
+	if m.to != math.MaxInt64 {
+		pr.To = m.to
+	}
+	for _, p := range m.procList {
+		pr.Processes = append(pr.Processes, p.info)
+	}
+	sort.Slice(pr.Processes, func(i, j int) bool { return pr.Processes[i].PID < pr.Processes[j].PID })
+
+	for i := range m.sites {
+		s := &m.sites[i]
+		if m.snaps[s.PID] != nil {
+			continue // reported from its snapshots below
+		}
+		if s.Allocations == 0 && s.Reallocations == 0 && s.Frees == 0 && s.LiveBlocks == 0 {
+			continue
+		}
+		st := s.Stack
+		if s.stamp != m.epoch {
+			st.PeakBytes, st.PeakBlocks = s.LiveBytes, s.LiveBlocks
+		}
+		pr.Stacks = append(pr.Stacks, st)
+	}
+	if len(m.snaps) > 0 {
+		m.snapshotStacks(pr)
+	}
+
+	sum := &pr.Summary
+	sum.Events = m.events
+	sum.UnmatchedFrees = m.unmatched
+	sum.MissedFrees = m.missed
+	for i := range pr.Stacks {
+		s := &pr.Stacks[i]
+		sum.Allocations += s.Allocations
+		sum.Reallocations += s.Reallocations
+		sum.Failed += s.Failed
+		sum.Frees += s.Frees
+		sum.BytesAllocated += s.Bytes
+		sum.Temporary += s.Temporary
+		sum.LeakedBytes += s.LiveBytes
+		sum.LeakedBlocks += s.LiveBlocks
+	}
+
+	last := 0
+	for i, n := range m.hist {
+		if n != 0 {
+			last = i + 1
+		}
+	}
+	for i := 0; i < last; i++ {
+		le := uint64(math.MaxUint64)
+		if i < 64 {
+			le = 1 << i
+		}
+		pr.Histogram = append(pr.Histogram, Bucket{Le: le, Count: m.hist[i]})
+	}
+
+	if pr.Aggregate {
+		pr.Missing |= NoTemporaries | NoHistogram | NoReallocSplit | NoFailed
+		sum.UnmatchedFrees += m.stats.Unmatched
+		if m.events == 0 {
+			pr.Missing |= NoPeakInstant | NoTimeline
+			pr.Peak = m.snapPeak
+		}
+	}
+	var liveBytes, liveBlocks uint64
+	if pr.Aggregate && m.events == 0 {
+		for _, v := range m.snapLiveSums {
+			liveBytes += v[0]
+			liveBlocks += v[1]
+		}
+	} else {
+		liveBytes, liveBlocks = m.liveBytes, m.liveBlocks
+	}
+	pr.Timeline = m.timeline.points(Point{Time: m.end, Bytes: liveBytes, Blocks: liveBlocks})
+	return pr
+}

@@ -1,0 +1,233 @@
+// Package analyze is heapscope's heap model: it consumes the records of a
+// trace in one streaming pass and answers what leaked, what was live at the
+// peak and who allocated it, which sites make temporaries, and how the heap
+// grew over time.
+//
+// A Model is an event.Sink: replay a trace into it (or tee a live session
+// into it) and call Profile when the records end. Its memory is proportional
+// to the blocks live at any one time and to the distinct stacks, never to the
+// number of events, so a multi-gigabyte trace is read as easily as a small
+// one.
+//
+// # Definitions
+//
+// Allocations are the calls that returned a new block: malloc, calloc, the
+// aligned family, operator new, and mmap when that family is traced.
+// Reallocations are the realloc and reallocarray calls. A realloc is the
+// block moving: the old block is freed (its bytes leave the stack that
+// allocated it) and the new block is allocated and attributed to the
+// realloc's stack, with its full new size counted as bytes allocated, as
+// heaptrack does. realloc(NULL, n) allocates; realloc(p, 0) returning NULL
+// frees p; a realloc that failed leaves p live.
+//
+// Frees are counted on the stack that allocated the block, whatever stack
+// the free itself had, so that for every stack
+//
+//	Bytes - FreedBytes == LiveBytes
+//
+// when no events were lost. A free of an address that is not live (a block
+// allocated before tracing, or before the window) is an unmatched free:
+// counted, never an error. free(NULL) does nothing and is not counted. An
+// allocation that returned NULL (Addr 0) is counted as Failed and is never
+// live.
+//
+// A temporary allocation is, as in heaptrack, one that is freed directly
+// after it was made: the next heap event of the same thread (an allocation,
+// a reallocation or a free) is its free. heaptrack writes all threads into
+// one serialised stream and so requires that no other thread touched the
+// heap in between either; heapscope looks at the allocating thread only,
+// because the interleaving of other threads is scheduling noise: for a
+// single-threaded program the two definitions agree. A realloc that moves
+// the block made by the thread's previous event counts that block as
+// temporary, as in heaptrack, where a realloc is a free followed by an
+// allocation.
+//
+// The peak is the first instant at which the bytes live across all traced
+// processes reached their maximum. For each stack the model keeps the bytes
+// and blocks it had live at that instant, in constant time per event: the
+// model numbers each new peak, and a stack saves its live values the first
+// time they change after the latest peak.
+//
+// The timeline holds at most Options.TimelinePoints points. Time is divided
+// into buckets that double in width whenever the points would exceed that
+// bound; each point is the sample of largest live bytes in its bucket (so
+// the timeline's maximum is the peak), and the last point is the state at
+// the end.
+//
+// # Windows
+//
+// Options.From and Options.To give the report that tracing only during
+// [From, To) would have given: events before From and at or after To are
+// ignored, so blocks allocated before From are unknown and their frees
+// inside the window are unmatched frees, the peak is the peak of the blocks
+// allocated in the window, and the live set at To is what the window
+// allocated and did not free (its "leaks"). Stats records are not windowed:
+// the last one of the trace is kept, and describes the whole session.
+//
+// # Aggregate traces
+//
+// A provider in aggregate mode records Snapshots (the live blocks and the
+// per-stack totals of a process) instead of every event. For a process that
+// has snapshots, the last snapshot taken before To gives its live set (the
+// leaks), and its per-stack totals, minus those of the last snapshot before
+// From, give the allocations, bytes and frees per stack. The timeline has a
+// point per snapshot, and the peak is the largest live total seen at a
+// snapshot: a lower bound, at a snapshot's time, not the instant of the true
+// peak. Temporaries, the size histogram, failed allocations and the split
+// of allocations from reallocations are not recorded in that mode; the
+// Profile's Missing field says so, and reports print it.
+package analyze
+
+import (
+	"strings"
+
+	"github.com/heapscope/heapscope/event"
+)
+
+// Profile is what a Model computed: the answers of one pass over a trace.
+// Times are in the trace's clock (CLOCK_MONOTONIC nanoseconds).
+type Profile struct {
+	From, To int64 // the window applied; 0 when open on that side
+
+	// Start and End are the times of the first and last records seen in
+	// the window (events, snapshots, process starts and exits); 0 when
+	// there were none.
+	Start, End int64
+
+	Processes []Process
+	Modules   []event.Module // every module record, in the order received
+	Stacks    []Stack        // every (process, stack) that allocated in the window
+
+	Summary   Summary
+	Peak      Peak
+	Timeline  []Point
+	Histogram []Bucket // allocation sizes; empty when Missing has NoHistogram
+
+	// Stats is the last Stats record of the trace: what the session
+	// delivered and lost. HasStats is false when the trace had none.
+	Stats    event.Stats
+	HasStats bool
+
+	// Aggregate is true when some process was reported by snapshots.
+	Aggregate bool
+	// Missing says which parts this profile cannot give.
+	Missing Missing
+}
+
+// Summary holds the totals of a profile, over every process and stack.
+type Summary struct {
+	Events         uint64 // heap events read in the window, free(NULL) included
+	Allocations    uint64 // calls that returned a new block (failed ones included)
+	Reallocations  uint64 // realloc and reallocarray calls
+	Failed         uint64 // allocations and reallocations that returned NULL
+	Frees          uint64 // blocks freed (by free or by a realloc moving them)
+	BytesAllocated uint64
+	Temporary      uint64
+	LeakedBytes    uint64 // live at the end of the window
+	LeakedBlocks   uint64
+	// UnmatchedFrees counts frees of addresses that were not live: blocks
+	// allocated before tracing or before the window.
+	UnmatchedFrees uint64
+	// MissedFrees counts blocks replaced by a new allocation at the same
+	// address without a free in between: their free was lost. Zero when
+	// no events were lost.
+	MissedFrees uint64
+}
+
+// Peak is the instant the live heap was largest.
+type Peak struct {
+	Time   int64 // 0 when nothing was ever live
+	Bytes  uint64
+	Blocks uint64
+}
+
+// Point is one sample of the timeline.
+type Point struct {
+	Time   int64
+	Bytes  uint64 // live bytes
+	Blocks uint64 // live blocks
+}
+
+// Bucket is one bucket of the allocation size histogram: Count allocations
+// of more than the previous bucket's Le and at most Le bytes. Buckets are
+// powers of two; Count is not cumulative.
+type Bucket struct {
+	Le    uint64
+	Count uint64
+}
+
+// Process is a traced process: what its Process record said and, when it
+// ended while traced, its Exit record.
+type Process struct {
+	event.Process
+	Exited bool
+	Exit   event.Exit
+}
+
+// Stack is what one stack of one process did. Frames are the stack's return
+// addresses, innermost first, as the provider recorded them; nil for the
+// events that carried no stack (ID 0) or whose Stack record is missing.
+type Stack struct {
+	PID    uint32
+	ID     event.StackID
+	Frames []uint64
+
+	Allocations   uint64 // calls that returned a new block, failed ones included
+	Reallocations uint64 // realloc calls
+	Failed        uint64 // calls that returned NULL
+	Bytes         uint64 // bytes allocated: sizes of the blocks returned
+	Frees         uint64 // blocks of this stack freed
+	FreedBytes    uint64
+	Temporary     uint64 // blocks of this stack freed right after they were made
+
+	LiveBytes  uint64 // live at the end of the window: leaked
+	LiveBlocks uint64
+	PeakBytes  uint64 // live at the peak instant
+	PeakBlocks uint64
+}
+
+// Missing is a set of the parts of a profile that its trace could not give.
+type Missing uint8
+
+// The parts a profile may lack.
+const (
+	NoPeakInstant  Missing = 1 << iota // the peak is the largest total seen at a snapshot, a lower bound
+	NoTemporaries                      // temporaries are not known
+	NoTimeline                         // the timeline has only the snapshot instants
+	NoHistogram                        // allocation sizes are not known
+	NoReallocSplit                     // reallocations are counted among allocations
+	NoFailed                           // failed allocations are not known
+)
+
+var missingText = []struct {
+	m    Missing
+	text string
+}{
+	{NoPeakInstant, "no peak instant: the peak shown is the largest live total at a snapshot (a lower bound)"},
+	{NoTemporaries, "no temporary allocations: the trace holds snapshots, not every event"},
+	{NoTimeline, "no full timeline: only the snapshot instants"},
+	{NoHistogram, "no allocation size histogram"},
+	{NoReallocSplit, "reallocations are counted among allocations"},
+	{NoFailed, "failed allocations are not known"},
+}
+
+// Has reports whether every part in x is missing.
+func (m Missing) Has(x Missing) bool { return m&x == x }
+
+// Describe returns one sentence per missing part.
+func (m Missing) Describe() []string {
+	var out []string
+	for _, t := range missingText {
+		if m&t.m != 0 {
+			out = append(out, t.text)
+		}
+	}
+	return out
+}
+
+func (m Missing) String() string {
+	if m == 0 {
+		return "none"
+	}
+	return strings.Join(m.Describe(), "; ")
+}
