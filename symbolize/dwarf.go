@@ -2,7 +2,6 @@ package symbolize
 
 import (
 	"debug/dwarf"
-	"debug/elf"
 	"encoding/binary"
 	"fmt"
 	"sort"
@@ -31,13 +30,15 @@ type cuRange struct {
 	cu     dwarf.Offset // offset of the unit's compile_unit entry
 }
 
-// unit is the decoded part of one compilation unit that symbolizing needs.
+// unit is the decoded part of one compilation unit that symbolizing needs:
+// its line table, and the address ranges of its functions. The calls inlined
+// into a function are decoded when an address first falls in it.
 type unit struct {
-	files  []string  // the line table's file names, by index
-	rows   []lineRow // sorted by address
-	funcs  []funcRange
-	maxHi  []uint64 // maxHi[i] is the largest hi of funcs[:i+1]
-	scopes []scope
+	files []string  // the line table's file names, by index
+	rows  []lineRow // sorted by address
+	funcs []funcRange
+	maxHi []uint64 // maxHi[i] is the largest hi of funcs[:i+1]
+	fns   []function
 }
 
 type lineRow struct {
@@ -47,12 +48,17 @@ type lineRow struct {
 	end  bool // end of a sequence: no line from here on
 }
 
-// funcRange is one address range of a function (a concrete
-// DW_TAG_subprogram); scopes[first:first+n] are that function's ranges and
-// those of the calls inlined into it.
+// funcRange is one address range of fns[fn].
 type funcRange struct {
-	lo, hi   uint64
-	first, n int32
+	lo, hi uint64
+	fn     int32
+}
+
+// function is a concrete DW_TAG_subprogram.
+type function struct {
+	off     dwarf.Offset // of its entry
+	decoded bool
+	scopes  []scope // its own ranges and those of the calls inlined into it
 }
 
 // scope is one address range of a function (depth 0) or of a call inlined
@@ -70,23 +76,18 @@ type scope struct {
 
 // openDWARF reads f's DWARF sections. Decoding happens in lookups, which
 // report bad DWARF through warn, naming the module name.
-func openDWARF(f *elf.File, name string, warn func(string, ...any)) (dw *dwarfInfo, err error) {
+func openDWARF(f *elfFile, name string, warn func(string, ...any)) (dw *dwarfInfo, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			dw, err = nil, fmt.Errorf("corrupt DWARF: %v", p)
 		}
 	}()
-	d, err := f.DWARF()
+	d, aranges, err := readDWARF(f.File, f.r)
 	if err != nil {
 		return nil, err
 	}
-	dw = &dwarfInfo{d: d, units: map[dwarf.Offset]*unit{}, names: map[dwarf.Offset]string{}, warn: warn, name: name}
-	if s := f.Section(".debug_aranges"); s != nil {
-		if b, err := s.Data(); err == nil {
-			dw.aranges = b
-		}
-	}
-	return dw, nil
+	return &dwarfInfo{d: d, aranges: aranges, units: map[dwarf.Offset]*unit{}, names: map[dwarf.Offset]string{},
+		warn: warn, name: name}, nil
 }
 
 // lookup resolves va, innermost frame first; nil when no unit covers it.
@@ -317,26 +318,81 @@ func (dw *dwarfInfo) decodeLines(u *unit, cu *dwarf.Entry) {
 	}
 }
 
-// decodeFuncs walks the entries of a unit, r positioned after its
-// compile_unit entry, collecting the ranges of concrete functions and of the
-// calls inlined into them.
+// decodeFuncs reads the functions of a unit, r positioned after its
+// compile_unit entry: their entries and ranges only, skipping their children
+// (the sibling attribute makes that cheap), and descending only into
+// namespaces, where C++ and Rust put functions.
 func (dw *dwarfInfo) decodeFuncs(u *unit, r *dwarf.Reader) {
-	type open struct {
-		depth int // tree depth of the entry
-		fn    *[]scope
-		inl   int32 // inline depth: 0 for the function itself
-	}
-	var stack []open
-	var fns []*[]scope
-	finish := func(fn *[]scope) {
-		first := int32(len(u.scopes))
-		u.scopes = append(u.scopes, *fn...)
-		for _, s := range *fn {
-			if s.depth == 0 {
-				u.funcs = append(u.funcs, funcRange{s.lo, s.hi, first, int32(len(*fn))})
+	depth := 1
+	for depth > 0 {
+		e, err := r.Next()
+		if err != nil {
+			dw.warn("%s: DWARF entries: %v", dw.name, err)
+			break
+		}
+		if e == nil {
+			break
+		}
+		switch e.Tag {
+		case 0:
+			depth--
+			continue
+		case dwarf.TagSubprogram:
+			if ranges, _ := dw.d.Ranges(e); len(ranges) > 0 {
+				fn := int32(len(u.fns))
+				u.fns = append(u.fns, function{off: e.Offset})
+				for _, rg := range ranges {
+					if rg[0] < rg[1] {
+						u.funcs = append(u.funcs, funcRange{rg[0], rg[1], fn})
+					}
+				}
+			}
+		case dwarf.TagNamespace, dwarf.TagModule:
+			if e.Children {
+				depth++
+				continue
 			}
 		}
+		if e.Children {
+			r.SkipChildren()
+		}
 	}
+	sort.Slice(u.funcs, func(i, j int) bool { return u.funcs[i].lo < u.funcs[j].lo })
+	u.maxHi = make([]uint64, len(u.funcs))
+	var hi uint64
+	for i, f := range u.funcs {
+		hi = max(hi, f.hi)
+		u.maxHi[i] = hi
+	}
+}
+
+// decodeFunction reads the tree of a function's entry: its ranges and the
+// calls inlined into it, at any depth of lexical blocks and inlining.
+func (dw *dwarfInfo) decodeFunction(fn *function) {
+	fn.decoded = true
+	r := dw.d.Reader()
+	r.Seek(fn.off)
+	e, err := r.Next()
+	if err != nil || e == nil {
+		dw.warn("%s: DWARF function at %#x: %v", dw.name, fn.off, err)
+		return
+	}
+	ranges, _ := dw.d.Ranges(e)
+	s := newScope(e)
+	for _, rg := range ranges {
+		if rg[0] < rg[1] {
+			s.lo, s.hi = rg[0], rg[1]
+			fn.scopes = append(fn.scopes, s)
+		}
+	}
+	if !e.Children {
+		return
+	}
+	type open struct {
+		depth int   // tree depth of the inlined call's entry
+		inl   int32 // its inline depth
+	}
+	var stack []open
 	depth := 1
 	for depth > 0 {
 		e, err := r.Next()
@@ -352,44 +408,31 @@ func (dw *dwarfInfo) decodeFuncs(u *unit, r *dwarf.Reader) {
 			continue
 		}
 		for len(stack) > 0 && stack[len(stack)-1].depth >= depth {
-			if stack[len(stack)-1].inl == 0 {
-				finish(stack[len(stack)-1].fn)
-			}
 			stack = stack[:len(stack)-1]
 		}
 		descend := false
 		switch e.Tag {
-		case dwarf.TagSubprogram, dwarf.TagInlinedSubroutine:
+		case dwarf.TagInlinedSubroutine:
 			ranges, _ := dw.d.Ranges(e)
 			if len(ranges) == 0 {
 				break
 			}
 			s := newScope(e)
-			var top open
-			if e.Tag == dwarf.TagSubprogram {
-				fn := &[]scope{}
-				fns = append(fns, fn)
-				top = open{depth, fn, 0}
-			} else {
-				if len(stack) == 0 {
-					break // an inlined call outside any function
-				}
-				parent := stack[len(stack)-1]
-				top = open{depth, parent.fn, parent.inl + 1}
-				s.callFile = int32(intAttr(e, dwarf.AttrCallFile))
-				s.callLine = int32(intAttr(e, dwarf.AttrCallLine))
+			s.depth = 1
+			if len(stack) > 0 {
+				s.depth = stack[len(stack)-1].inl + 1
 			}
-			s.depth = top.inl
+			s.callFile = int32(intAttr(e, dwarf.AttrCallFile))
+			s.callLine = int32(intAttr(e, dwarf.AttrCallLine))
 			for _, rg := range ranges {
 				if rg[0] < rg[1] {
 					s.lo, s.hi = rg[0], rg[1]
-					*top.fn = append(*top.fn, s)
+					fn.scopes = append(fn.scopes, s)
 				}
 			}
-			stack = append(stack, top)
+			stack = append(stack, open{depth, s.depth})
 			descend = true
-		case dwarf.TagLexDwarfBlock, dwarf.TagNamespace, dwarf.TagModule:
-			// May hold functions or inlined calls.
+		case dwarf.TagLexDwarfBlock:
 			descend = true
 		}
 		if e.Children {
@@ -399,19 +442,6 @@ func (dw *dwarfInfo) decodeFuncs(u *unit, r *dwarf.Reader) {
 				r.SkipChildren()
 			}
 		}
-	}
-	for len(stack) > 0 {
-		if stack[len(stack)-1].inl == 0 {
-			finish(stack[len(stack)-1].fn)
-		}
-		stack = stack[:len(stack)-1]
-	}
-	sort.Slice(u.funcs, func(i, j int) bool { return u.funcs[i].lo < u.funcs[j].lo })
-	u.maxHi = make([]uint64, len(u.funcs))
-	var hi uint64
-	for i, f := range u.funcs {
-		hi = max(hi, f.hi)
-		u.maxHi[i] = hi
 	}
 }
 
@@ -467,12 +497,15 @@ func (dw *dwarfInfo) resolve(u *unit, va uint64, demangle bool) []loc {
 		}
 		return []loc{{File: file, Line: line}}
 	}
-	fr := u.funcs[i]
+	fn := &u.fns[u.funcs[i].fn]
+	if !fn.decoded {
+		dw.decodeFunction(fn)
+	}
 	// The chain of scopes holding va, by depth. Well-formed DWARF nests them,
 	// one per depth.
 	var chain []*scope
-	for j := fr.first; j < fr.first+fr.n; j++ {
-		s := &u.scopes[j]
+	for j := range fn.scopes {
+		s := &fn.scopes[j]
 		if s.lo <= va && va < s.hi {
 			for int(s.depth) >= len(chain) {
 				chain = append(chain, nil)

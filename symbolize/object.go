@@ -153,13 +153,19 @@ func buildID(f *elf.File) (id string) {
 	return id
 }
 
+// elfFile is an ELF file and the reader of its raw bytes.
+type elfFile struct {
+	*elf.File
+	r io.ReaderAt
+}
+
 // load reads what there is to read for module m, whose file is at path
 // (m.Path under the sysroot). It never fails: what cannot be read becomes a
 // warning, and the object resolves what it can.
 func (s *Symbolizer) load(m event.Module, path string) *object {
-	// elf.NewFile does not own its reader: track the files to close them.
-	files := map[*elf.File]io.Closer{}
-	open := func(p string) (*elf.File, error) {
+	// Files stay open for the lazy reading of DWARF, until Close.
+	files := map[*os.File]bool{}
+	open := func(p string) (*elfFile, error) {
 		r, err := os.Open(p)
 		if err != nil {
 			return nil, err
@@ -169,19 +175,20 @@ func (s *Symbolizer) load(m event.Module, path string) *object {
 			r.Close()
 			return nil, fmt.Errorf("%s: %w", p, err)
 		}
-		files[f] = r
-		return f, nil
+		files[r] = true
+		return &elfFile{f, r}, nil
 	}
-	reject := func(f *elf.File) {
-		files[f].Close()
-		delete(files, f)
+	reject := func(f *elfFile) {
+		r := f.r.(*os.File)
+		r.Close()
+		delete(files, r)
 	}
 
-	var main *elf.File
+	var main *elfFile
 	id := m.BuildID
 	if f, err := open(path); err != nil {
 		s.warnf("%s: %v", m.Path, err)
-	} else if got := buildID(f); m.BuildID != "" && got != m.BuildID {
+	} else if got := buildID(f.File); m.BuildID != "" && got != m.BuildID {
 		s.warnf("%s: build-id %s, not the traced file's %s: not used", path, orNone(got), m.BuildID)
 		reject(f)
 	} else {
@@ -193,8 +200,8 @@ func (s *Symbolizer) load(m event.Module, path string) *object {
 		s.warnf("%s: no file with build-id %s found", m.Path, m.BuildID)
 	}
 	o := newObject(m.Path, main, debug, !s.opts.NoDemangle, s.warnf)
-	for _, c := range files {
-		o.closers = append(o.closers, c)
+	for f := range files {
+		o.closers = append(o.closers, f)
 	}
 	return o
 }
@@ -209,7 +216,7 @@ func orNone(id string) string {
 // findDebug looks for the separate debug file of a module: by build-id under
 // each debug root, then by the main file's .gnu_debuglink next to it, in its
 // .debug directory and under each debug root.
-func (s *Symbolizer) findDebug(open func(string) (*elf.File, error), reject func(*elf.File), id string, main *elf.File, path, modPath string) *elf.File {
+func (s *Symbolizer) findDebug(open func(string) (*elfFile, error), reject func(*elfFile), id string, main *elfFile, path, modPath string) *elfFile {
 	if len(id) > 2 {
 		for _, root := range s.debugDirs {
 			p := filepath.Join(root, ".build-id", id[:2], id[2:]+".debug")
@@ -220,7 +227,7 @@ func (s *Symbolizer) findDebug(open func(string) (*elf.File, error), reject func
 				}
 				continue
 			}
-			if got := buildID(f); got != id {
+			if got := buildID(f.File); got != id {
 				s.warnf("%s: build-id %s, not %s: not used", p, orNone(got), id)
 				reject(f)
 				continue
@@ -231,7 +238,7 @@ func (s *Symbolizer) findDebug(open func(string) (*elf.File, error), reject func
 	if main == nil {
 		return nil
 	}
-	name, crc, ok := debugLink(main)
+	name, crc, ok := debugLink(main.File)
 	if !ok {
 		return nil
 	}
@@ -253,7 +260,7 @@ func (s *Symbolizer) findDebug(open func(string) (*elf.File, error), reject func
 		// With build-ids both sides, they must match; without, the CRC the
 		// link records must.
 		if id != "" {
-			if got := buildID(f); got == id {
+			if got := buildID(f.File); got == id {
 				return f
 			}
 			s.warnf("%s: build-id does not match %s: not used", p, modPath)
@@ -311,26 +318,26 @@ func fileCRC(path string) uint32 {
 
 // newObject builds an object from the mapped file main and its debug file;
 // either may be nil. Symbols are read now, DWARF when first needed.
-func newObject(name string, main, debug *elf.File, demangle bool, warn func(string, ...any)) *object {
+func newObject(name string, main, debug *elfFile, demangle bool, warn func(string, ...any)) *object {
 	o := &object{name: name, warn: warn, demangle: demangle}
 	if main != nil {
-		o.loads = segments(main, false)
+		o.loads = segments(main.File, false)
 	} else if debug != nil {
-		o.execs = segments(debug, true)
+		o.execs = segments(debug.File, true)
 	}
 	var b symtabBuilder
-	for _, f := range []*elf.File{main, debug} {
+	for _, f := range []*elfFile{main, debug} {
 		if f == nil {
 			continue
 		}
-		if err := b.add(f); err != nil {
+		if err := b.add(f.File); err != nil {
 			warn("%s: symbols: %v", name, err)
 		}
 	}
 	o.syms = b.build()
 	// DWARF from the debug file when it has some, else from the file itself.
-	for _, f := range []*elf.File{debug, main} {
-		if f != nil && hasDWARF(f) {
+	for _, f := range []*elfFile{debug, main} {
+		if f != nil && hasDWARF(f.File) {
 			o.dwarfOpen = func() (*dwarfInfo, error) { return openDWARF(f, name, warn) }
 			break
 		}
