@@ -1,0 +1,253 @@
+package report
+
+import (
+	"fmt"
+	"io"
+	"sort"
+
+	"github.com/google/pprof/profile"
+
+	"github.com/heapscope/heapscope/analyze"
+	"github.com/heapscope/heapscope/event"
+	"github.com/heapscope/heapscope/symbolize"
+)
+
+// Pprof returns the report as a pprof profile with the sample types of Go's
+// heap profiles: alloc_objects/count, alloc_space/bytes, inuse_objects/count
+// and inuse_space/bytes, where "in use" means live at the end of the trace
+// (or window): the leaks. Each stack of each process is one sample, labelled
+// with its pid, with the allocator's frames dropped. Inlined frames are
+// Lines of one Location, innermost first; Mappings come from the trace's
+// module records. Frames that could not be symbolized get a function named
+// after their module and offset, so that viewers show them as such.
+func (r *Report) Pprof() (*profile.Profile, error) {
+	b := newPprofBuilder(r.Profile.Modules)
+	p := b.p
+	p.SampleType = []*profile.ValueType{
+		{Type: "alloc_objects", Unit: "count"},
+		{Type: "alloc_space", Unit: "bytes"},
+		{Type: "inuse_objects", Unit: "count"},
+		{Type: "inuse_space", Unit: "bytes"},
+	}
+	p.PeriodType = &profile.ValueType{Type: "space", Unit: "bytes"}
+	p.Period = 1
+	if !r.Trace.WallStart.IsZero() {
+		p.TimeNanos = r.Trace.WallStart.UnixNano()
+	}
+	p.DurationNanos = int64(r.Duration())
+	p.Comments = r.pprofComments()
+
+	for _, s := range r.Sites {
+		for _, m := range s.members {
+			st := m.stack
+			objs := st.Allocations + st.Reallocations - min(st.Failed, st.Allocations+st.Reallocations)
+			if objs == 0 && st.LiveBlocks == 0 {
+				continue
+			}
+			p.Sample = append(p.Sample, &profile.Sample{
+				Location: b.locations(st.PID, m.frames),
+				Value:    []int64{int64(objs), int64(st.Bytes), int64(st.LiveBlocks), int64(st.LiveBytes)},
+				NumLabel: map[string][]int64{"pid": {int64(st.PID)}},
+			})
+		}
+	}
+	if err := p.CheckValid(); err != nil {
+		return nil, fmt.Errorf("building pprof profile: %w", err)
+	}
+	return p, nil
+}
+
+// WritePprof writes the pprof profile, gzipped, as pprof tools read it.
+func (r *Report) WritePprof(w io.Writer) error {
+	p, err := r.Pprof()
+	if err != nil {
+		return err
+	}
+	return p.Write(w)
+}
+
+func (r *Report) pprofComments() []string {
+	pr := r.Profile
+	s := pr.Summary
+	c := []string{
+		fmt.Sprintf("heapscope: %s", r.Trace.File),
+		fmt.Sprintf("peak %d bytes in %d blocks at %s", pr.Peak.Bytes, pr.Peak.Blocks, fmtDur(r.rel(pr.Peak.Time))),
+		fmt.Sprintf("leaked %d bytes in %d blocks", s.LeakedBytes, s.LeakedBlocks),
+		fmt.Sprintf("%d allocations, %d reallocations, %d frees, %d temporary, %d unmatched frees",
+			s.Allocations, s.Reallocations, s.Frees, s.Temporary, s.UnmatchedFrees),
+	}
+	if pr.HasStats {
+		c = append(c, "lost events: "+lostText(&pr.Stats))
+	}
+	return append(c, pr.Missing.Describe()...)
+}
+
+// pprofBuilder interns mappings, functions and locations.
+type pprofBuilder struct {
+	p     *profile.Profile
+	mods  map[uint32][]event.Module // by pid, sorted by start
+	maps  map[mapKey]*profile.Mapping
+	funcs map[funcKey]*profile.Function
+	locs  map[locKey]*profile.Location
+}
+
+type mapKey struct {
+	pid   uint32
+	start uint64
+}
+
+type funcKey struct{ name, file string }
+
+type locKey struct {
+	pid   uint32
+	addr  uint64
+	lines int
+	first string
+}
+
+func newPprofBuilder(mods []event.Module) *pprofBuilder {
+	b := &pprofBuilder{
+		p:     &profile.Profile{},
+		mods:  map[uint32][]event.Module{},
+		maps:  map[mapKey]*profile.Mapping{},
+		funcs: map[funcKey]*profile.Function{},
+		locs:  map[locKey]*profile.Location{},
+	}
+	for _, m := range mods {
+		b.mods[m.PID] = append(b.mods[m.PID], m)
+	}
+	for _, ms := range b.mods {
+		sort.SliceStable(ms, func(i, j int) bool { return ms[i].Start < ms[j].Start })
+	}
+	return b
+}
+
+func (b *pprofBuilder) mapping(pid uint32, addr uint64) *profile.Mapping {
+	ms := b.mods[pid]
+	i := sort.Search(len(ms), func(i int) bool { return ms[i].Start > addr }) - 1
+	if i < 0 || addr >= ms[i].End {
+		return nil
+	}
+	m := ms[i]
+	k := mapKey{pid, m.Start}
+	if pm := b.maps[k]; pm != nil {
+		return pm
+	}
+	pm := &profile.Mapping{
+		ID:              uint64(len(b.p.Mapping) + 1),
+		Start:           m.Start,
+		Limit:           m.End,
+		Offset:          m.Offset,
+		File:            m.Path,
+		BuildID:         m.BuildID,
+		HasFunctions:    true,
+		HasFilenames:    true,
+		HasLineNumbers:  true,
+		HasInlineFrames: true,
+	}
+	b.maps[k] = pm
+	b.p.Mapping = append(b.p.Mapping, pm)
+	return pm
+}
+
+func (b *pprofBuilder) function(f symbolize.Frame) *profile.Function {
+	name := frameName(f)
+	k := funcKey{name, f.File}
+	if pf := b.funcs[k]; pf != nil {
+		return pf
+	}
+	pf := &profile.Function{ID: uint64(len(b.p.Function) + 1), Name: name, SystemName: name, Filename: f.File}
+	b.funcs[k] = pf
+	b.p.Function = append(b.p.Function, pf)
+	return pf
+}
+
+// locations groups frames into Locations: an address and the frames inlined
+// at it, innermost first. A stack without frames gets one location named
+// "[no stack]".
+func (b *pprofBuilder) locations(pid uint32, frames []symbolize.Frame) []*profile.Location {
+	if len(frames) == 0 {
+		return []*profile.Location{b.location(locKey{first: "[no stack]"}, nil, []symbolize.Frame{{Function: "[no stack]"}})}
+	}
+	var out []*profile.Location
+	for i := 0; i < len(frames); {
+		j := i
+		for j < len(frames)-1 && frames[j].Inlined && frames[j+1].Address == frames[i].Address {
+			j++
+		}
+		group := frames[i : j+1]
+		k := locKey{pid, frames[i].Address, len(group), frameName(frames[i])}
+		out = append(out, b.location(k, b.mapping(pid, frames[i].Address), group))
+		i = j + 1
+	}
+	return out
+}
+
+func (b *pprofBuilder) location(k locKey, m *profile.Mapping, group []symbolize.Frame) *profile.Location {
+	if l := b.locs[k]; l != nil {
+		return l
+	}
+	l := &profile.Location{ID: uint64(len(b.p.Location) + 1), Mapping: m, Address: k.addr}
+	for _, f := range group {
+		l.Line = append(l.Line, profile.Line{Function: b.function(f), Line: int64(f.Line)})
+	}
+	b.locs[k] = l
+	b.p.Location = append(b.p.Location, l)
+	return l
+}
+
+// Metric is a value of a site that collapsed stacks can weigh by.
+type Metric uint8
+
+// The metrics.
+const (
+	AllocSpace   Metric = iota // bytes allocated
+	AllocObjects               // allocation calls
+	InuseSpace                 // bytes live at the end (leaked)
+	InuseObjects               // blocks live at the end
+	Temporary                  // temporary allocations
+	PeakSpace                  // bytes live at the peak
+)
+
+var metricNames = []string{"alloc_space", "alloc_objects", "inuse_space", "inuse_objects", "temporary", "peak_space"}
+
+func (m Metric) String() string {
+	if int(m) < len(metricNames) {
+		return metricNames[m]
+	}
+	return fmt.Sprintf("metric(%d)", uint8(m))
+}
+
+// ParseMetric returns the metric named s ("alloc_space", "alloc_objects",
+// "inuse_space", "inuse_objects", "temporary", "peak_space").
+func ParseMetric(s string) (Metric, error) {
+	for i, n := range metricNames {
+		if n == s {
+			return Metric(i), nil
+		}
+	}
+	return 0, fmt.Errorf("unknown metric %q (want one of %v)", s, metricNames)
+}
+
+func (m Metric) of(s *Site) uint64 {
+	switch m {
+	case AllocSpace:
+		return s.Bytes
+	case AllocObjects:
+		return s.Allocations + s.Reallocations
+	case InuseSpace:
+		return s.LeakedBytes
+	case InuseObjects:
+		return s.LeakedBlocks
+	case Temporary:
+		return s.Temporary
+	case PeakSpace:
+		return s.PeakBytes
+	}
+	return 0
+}
+
+// Missing reports whether the profile lacks the data for m.
+func (m Metric) missing(p *analyze.Profile) bool {
+	return m == Temporary && p.Missing.Has(analyze.NoTemporaries)
+}
