@@ -1,0 +1,146 @@
+// SPDX-License-Identifier: (MIT OR GPL-2.0)
+//
+// Types and constants shared by heapscope.bpf.c and the Go loader. The Go
+// side gets the structs from bpf2go (-type) and mirrors the constants in
+// consts.go; a test checks they agree.
+
+#ifndef HEAPSCOPE_H
+#define HEAPSCOPE_H
+
+#define MAX_FRAMES 127 // kernel.perf_event_max_stack's default
+
+// event.Kind
+#define KIND_ALLOC 1
+#define KIND_REALLOC 2
+#define KIND_FREE 3
+#define KIND_MMAP 4
+#define KIND_MUNMAP 5
+
+// event.Func
+#define FUNC_MALLOC 1
+#define FUNC_CALLOC 2
+#define FUNC_REALLOC 3
+#define FUNC_REALLOCARRAY 4
+#define FUNC_FREE 5
+#define FUNC_POSIX_MEMALIGN 6
+#define FUNC_ALIGNED_ALLOC 7
+#define FUNC_MEMALIGN 8
+#define FUNC_VALLOC 9
+#define FUNC_PVALLOC 10
+#define FUNC_NEW 11
+#define FUNC_NEW_ARRAY 12
+#define FUNC_DELETE 13
+#define FUNC_DELETE_ARRAY 14
+#define FUNC_MMAP 15
+#define FUNC_MUNMAP 16
+#define FUNC_MREMAP 17
+
+// event.Family
+#define FAMILY_MALLOC (1 << 0)
+#define FAMILY_CALLOC (1 << 1)
+#define FAMILY_REALLOC (1 << 2)
+#define FAMILY_FREE (1 << 3)
+#define FAMILY_ALIGNED (1 << 4)
+#define FAMILY_CXX (1 << 5)
+#define FAMILY_MMAP (1 << 6)
+
+// event.Heap
+#define HEAP_LIBC 0
+#define HEAP_EXE 1
+#define HEAP_MMAP 2
+
+// Indexes of the per-CPU counters. The first six are event.LostReason.
+#define CTR_LOST_RING_FULL 0
+#define CTR_LOST_MAP_FULL 1
+#define CTR_LOST_OTHER 5
+#define CTR_STACKS_LOST 6
+#define CTR_DELIVERED 7 // aggregate mode: calls accounted in the maps
+#define CTR_UNMATCHED 8 // aggregate mode: frees of blocks never seen
+#define NUM_COUNTERS 9
+
+// A probe's cookie: the function it is on, the heap, and how far the stack
+// pointer has moved between the function's entry and the probed instruction.
+#define COOKIE_FUNC(c) ((__u8)(c))
+#define COOKIE_HEAP(c) ((__u8)((c) >> 8))
+#define COOKIE_SP(c) ((__u64)(__u16)((c) >> 16))
+#define COOKIE_FLAGS(c) ((__u8)((c) >> 32))
+
+// Event flags (from the cookie): the probed instruction is `push %rbp` or
+// endbr64, which perf's stack walk (Linux 6.11+) takes for a function entry
+// and then adds the word at the stack pointer as the second frame. With
+// SP_AT_ENTRY that word is the caller, else it is a saved register.
+#define EF_ENTRY_LIKE 1
+#define EF_SP_MOVED 2
+
+#define NO_STACK (-1)
+#define STACK_UNSET (-2)
+
+#define MAP_ANONYMOUS_ 0x20
+
+// What a thread is in the middle of.
+#define STATE_IDLE 0
+#define STATE_ALLOC 1  // between an allocation's entry and its return
+#define STATE_NEW 2    // in operator new, before its malloc
+#define STATE_DELETE 3 // in operator delete, before its free
+
+struct thread {
+	__u64 a0;     // size asked; operator delete: the block
+	__u64 a1;     // realloc: the old block; posix_memalign: where to store
+	__u64 sp;     // stack pointer at the entry of the outermost call
+	__u64 caller; // return address into the caller, when the stack walk misses it
+	__s32 stack;  // stack taken at operator new/delete's entry
+	__u8 state;
+	__u8 func;  // the function to report
+	__u8 inner; // the function whose return is probed
+	__u8 heap;
+	__u32 depth;  // nested traced allocations inside the outermost
+	__u8 sys;     // syscall in progress (FUNC_MMAP, ...), else 0
+	__u8 sflags;  // EF_* of the probe that took stack
+	__u8 pad[2];
+	__u64 s_addr, s_len, s_old_len;
+};
+
+struct event {
+	__u64 time;
+	__u64 addr;
+	__u64 size;
+	__u64 old_addr;
+	__u64 old_size;
+	__u64 caller; // when non-zero, replaces the stack's first frame
+	__u32 pid;
+	__u32 tid;
+	__s32 stack; // BPF stack id, or NO_STACK
+	__u8 kind;
+	__u8 func;
+	__u8 heap;
+	__u8 flags; // EF_*
+};
+
+struct live_key {
+	__u32 tgid;
+	__u32 pad;
+	__u64 addr;
+};
+
+struct live_val {
+	__u64 size;
+	__u64 time;
+	__u64 caller;
+	__s32 stack;
+	__u32 pad;
+};
+
+struct total_key {
+	__u32 tgid;
+	__s32 stack;
+	__u64 caller;
+};
+
+struct total_val {
+	__u64 allocs;
+	__u64 alloc_bytes;
+	__u64 frees;
+	__u64 free_bytes;
+};
+
+#endif
