@@ -1,0 +1,196 @@
+// ebpf_cxx: an exact, logged set of C++ operator new and delete calls, each
+// variant from its own call site, for the eBPF provider's tests. The
+// protocol is ebpf_calls.c's:
+//
+//   ebpf_cxx N
+//
+// prints "ready", waits for a line, makes the calls, prints "site NAME
+// ADDR", "call SITE FUNC ADDR SIZE 0" lines and "done", waits for a line.
+// FUNC is "operator new", "operator new[]", "operator delete" or
+// "operator delete[]" (spaces written as '_').
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <unistd.h>
+
+#define NOINLINE __attribute__((noinline))
+
+void *volatile sink;
+
+struct rec {
+	const char *site, *func;
+	void *addr;
+	size_t size;
+};
+static rec calls[1 << 15];
+static int ncalls;
+
+static void note(const char *site, const char *func, void *addr, size_t size) {
+	if (ncalls < (int)(sizeof calls / sizeof calls[0]))
+		calls[ncalls++] = rec{site, func, addr, size};
+}
+
+// A type whose new[] stores no cookie, so new char[n] asks for n bytes.
+NOINLINE void *site_new(size_t n) {
+	void *p = ::operator new(n);
+	note("site_new", "operator_new", p, n);
+	sink = p;
+	return p;
+}
+
+NOINLINE void *site_new_array(size_t n) {
+	char *p = new char[n];
+	note("site_new_array", "operator_new[]", p, n);
+	sink = p;
+	return p;
+}
+
+NOINLINE void *site_new_nothrow(size_t n) {
+	void *p = ::operator new(n, std::nothrow);
+	note("site_new_nothrow", "operator_new", p, n);
+	sink = p;
+	return p;
+}
+
+NOINLINE void *site_new_aligned(size_t n) {
+	void *p = ::operator new(n, std::align_val_t(64));
+	note("site_new_aligned", "operator_new", p, n);
+	sink = p;
+	return p;
+}
+
+NOINLINE void site_delete(void *p) {
+	::operator delete(p);
+	note("site_delete", "operator_delete", p, 0);
+	sink = 0;
+}
+
+NOINLINE void site_delete_sized(void *p, size_t n) {
+	::operator delete(p, n);
+	note("site_delete_sized", "operator_delete", p, 0);
+	sink = 0;
+}
+
+NOINLINE void site_delete_array(char *p) {
+	delete[] p;
+	note("site_delete_array", "operator_delete[]", p, 0);
+	sink = 0;
+}
+
+NOINLINE void site_delete_aligned(void *p) {
+	::operator delete(p, std::align_val_t(64));
+	note("site_delete_aligned", "operator_delete", p, 0);
+	sink = 0;
+}
+
+NOINLINE void site_delete_null() {
+	::operator delete(static_cast<void *>(nullptr)); // not an event
+	sink = 0;
+}
+
+NOINLINE void *site_malloc(size_t n) {
+	void *p = malloc(n);
+	note("site_malloc", "malloc", p, n);
+	sink = p;
+	return p;
+}
+
+NOINLINE void site_free(void *p) {
+	free(p);
+	note("site_free", "free", p, 0);
+	sink = 0;
+}
+
+static char out[1 << 21];
+static size_t outn;
+
+static void puts_(const char *s) {
+	size_t n = strlen(s);
+	if (outn + n < sizeof out) {
+		memcpy(out + outn, s, n);
+		outn += n;
+	}
+}
+
+static void hex(uintptr_t v) {
+	char b[20];
+	int i = sizeof b;
+	b[--i] = 0;
+	do {
+		b[--i] = "0123456789abcdef"[v & 15];
+		v >>= 4;
+	} while (v);
+	puts_(" ");
+	puts_(b + i);
+}
+
+static void flush() {
+	size_t off = 0;
+	while (off < outn) {
+		ssize_t n = write(1, out + off, outn - off);
+		if (n <= 0)
+			_exit(4);
+		off += n;
+	}
+	outn = 0;
+}
+
+static void wait_line() {
+	char c;
+	while (read(0, &c, 1) == 1 && c != '\n')
+		;
+}
+
+static void site(const char *name, void *addr) {
+	puts_("site ");
+	puts_(name);
+	hex((uintptr_t)addr);
+	puts_("\n");
+}
+
+int main(int argc, char **argv) {
+	int n = argc > 1 ? atoi(argv[1]) : 10;
+	puts_("ready\n");
+	flush();
+	wait_line();
+	for (int i = 0; i < n; i++) {
+		void *a = site_new(40 + i);
+		void *b = site_new_array(100 + i);
+		void *c = site_new_nothrow(24);
+		void *d = site_new_aligned(256);
+		void *e = site_malloc(33);
+		site_delete(a);
+		site_delete_array(static_cast<char *>(b));
+		site_delete_sized(c, 24);
+		site_delete_aligned(d);
+		site_delete_null();
+		site_free(e);
+	}
+	site("site_new", (void *)site_new);
+	site("site_new_array", (void *)site_new_array);
+	site("site_new_nothrow", (void *)site_new_nothrow);
+	site("site_new_aligned", (void *)site_new_aligned);
+	site("site_delete", (void *)site_delete);
+	site("site_delete_sized", (void *)site_delete_sized);
+	site("site_delete_array", (void *)site_delete_array);
+	site("site_delete_aligned", (void *)site_delete_aligned);
+	site("site_malloc", (void *)site_malloc);
+	site("site_free", (void *)site_free);
+	for (int i = 0; i < ncalls; i++) {
+		puts_("call ");
+		puts_(calls[i].site);
+		puts_(" ");
+		puts_(calls[i].func);
+		hex((uintptr_t)calls[i].addr);
+		hex(calls[i].size);
+		hex(0);
+		puts_("\n");
+		if (outn > sizeof out / 2)
+			flush();
+	}
+	puts_("done\n");
+	flush();
+	wait_line();
+	return 0;
+}

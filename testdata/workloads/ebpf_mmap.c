@@ -1,0 +1,101 @@
+// ebpf_mmap: an exact, logged set of anonymous mmap, mremap and munmap
+// calls, and one file mapping (not an anonymous one: not an event).
+//
+//   ebpf_mmap N
+//
+// Same protocol as ebpf_calls.c: "ready", a line, the calls, then
+// "call SITE FUNC ADDR SIZE OLDADDR OLDSIZE" lines, "done", a line.
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+struct rec {
+	const char *func;
+	void *addr, *old;
+	size_t size, old_size;
+};
+static struct rec calls[4096];
+static int ncalls;
+
+static void note(const char *func, void *addr, size_t size, void *old, size_t old_size) {
+	if (ncalls < 4096)
+		calls[ncalls++] = (struct rec){func, addr, old, size, old_size};
+}
+
+static char out[1 << 20];
+static size_t outn;
+
+static void puts_(const char *s) {
+	size_t n = strlen(s);
+	if (outn + n < sizeof out) {
+		memcpy(out + outn, s, n);
+		outn += n;
+	}
+}
+
+static void hex(uintptr_t v) {
+	char b[20];
+	int i = sizeof b;
+	b[--i] = 0;
+	do {
+		b[--i] = "0123456789abcdef"[v & 15];
+		v >>= 4;
+	} while (v);
+	puts_(" ");
+	puts_(b + i);
+}
+
+static void flush(void) {
+	size_t off = 0;
+	while (off < outn) {
+		ssize_t n = write(1, out + off, outn - off);
+		if (n <= 0)
+			_exit(4);
+		off += n;
+	}
+	outn = 0;
+}
+
+static void wait_line(void) {
+	char c;
+	while (read(0, &c, 1) == 1 && c != '\n')
+		;
+}
+
+int main(int argc, char **argv) {
+	int n = argc > 1 ? atoi(argv[1]) : 4;
+	long page = sysconf(_SC_PAGESIZE);
+	int fd = open("/proc/self/exe", O_RDONLY);
+	puts_("ready\n");
+	flush();
+	wait_line();
+	for (int i = 0; i < n; i++) {
+		size_t len = (i + 1) * page;
+		void *p = mmap(0, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		note("mmap", p == MAP_FAILED ? 0 : p, len, 0, 0);
+		void *q = mremap(p, len, 2 * len, MREMAP_MAYMOVE);
+		note("mremap", q == MAP_FAILED ? 0 : q, 2 * len, p, len);
+		if (munmap(q, 2 * len) == 0)
+			note("munmap", q, 2 * len, 0, 0);
+		void *f = mmap(0, page, PROT_READ, MAP_PRIVATE, fd, 0); // a file: not an event
+		if (f != MAP_FAILED && munmap(f, page) == 0)
+			note("munmap", f, page, 0, 0);
+	}
+	for (int i = 0; i < ncalls; i++) {
+		puts_("call mmap_site ");
+		puts_(calls[i].func);
+		hex((uintptr_t)calls[i].addr);
+		hex(calls[i].size);
+		hex((uintptr_t)calls[i].old);
+		hex(calls[i].old_size);
+		puts_("\n");
+	}
+	puts_("done\n");
+	flush();
+	wait_line();
+	return 0;
+}
