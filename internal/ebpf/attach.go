@@ -1,0 +1,371 @@
+package ebpf
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
+
+	"github.com/heapscope/heapscope/event"
+	"github.com/heapscope/heapscope/internal/ebpf/sites"
+	"github.com/heapscope/heapscope/internal/errs"
+	"github.com/heapscope/heapscope/internal/proc"
+)
+
+// AttachOption modifies how Attach traces a process.
+type AttachOption func(*attachOptions)
+
+type attachOptions struct {
+	launched bool
+}
+
+// Launched says the caller started the process and will reap it: instead of
+// an Exit with status -1, the tracer waits for the status the caller gives
+// ReportExit before sending the process's Exit (or until Close).
+//
+// A process held at its exec stop (ptrace) needs no option: Attach sees
+// that its libraries are not mapped yet and probes the ones its dynamic
+// loader will map, by path, so that the first allocation (in a constructor
+// before main) is seen.
+func Launched() AttachOption { return func(o *attachOptions) { o.launched = true } }
+
+// Attach starts tracing pid: it probes the allocator functions of the files
+// the process maps, sends an event.Process and the event.Module records of
+// its executable mappings, and from then on its calls. Attaching a process
+// already traced does nothing. The error wraps errs.ErrNoSuchProcess when
+// pid does not exist (or has exited) and errs.ErrAccessDenied when it cannot
+// be probed.
+func (t *Tracer) Attach(pid int, opts ...AttachOption) error {
+	var o attachOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	t.attachMu.Lock()
+	defer t.attachMu.Unlock()
+	t.mu.Lock()
+	closed, _ := t.closed, 0
+	_, traced := t.procs[pid]
+	t.mu.Unlock()
+	if closed {
+		return errClosed
+	}
+	if traced {
+		return nil
+	}
+	if pid <= 0 {
+		return fmt.Errorf("ebpf: pid %d: %w", pid, errs.ErrNoSuchProcess)
+	}
+
+	// The pidfd pins the process's identity: everything below is about the
+	// process it names, or fails.
+	pidfd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		if errors.Is(err, unix.ESRCH) {
+			return fmt.Errorf("ebpf: pid %d: %w", pid, errs.ErrNoSuchProcess)
+		}
+		return fmt.Errorf("ebpf: pid %d: pidfd_open: %w", pid, err)
+	}
+	p := &tracee{pid: pid, pidfd: pidfd, launched: o.launched, report: make(chan exitStatus, 1)}
+	if err := t.attach(p); err != nil {
+		unix.Close(pidfd)
+		return err
+	}
+	t.mu.Lock()
+	t.procs[pid] = p
+	t.mu.Unlock()
+	if err := t.watch.add(p); err != nil {
+		// Without a watch its exit would go unnoticed: undo.
+		t.end(p, false)
+		return err
+	}
+	return nil
+}
+
+func (t *Tracer) attach(p *tracee) error {
+	pid := p.pid
+	st, err := proc.ReadStat(pid)
+	if err != nil {
+		return fmt.Errorf("ebpf: %w", err)
+	}
+	if st.State == 'Z' || st.State == 'X' {
+		return fmt.Errorf("ebpf: pid %d has exited: %w", pid, errs.ErrNoSuchProcess)
+	}
+	exe, _ := proc.Exe(pid)
+	cmdline, _ := proc.Cmdline(pid)
+	targets, err := findTargets(pid)
+	if err != nil {
+		return fmt.Errorf("ebpf: %w", err)
+	}
+	if len(targets) == 0 && t.cfg.Families&event.FamilyMmap == 0 {
+		return fmt.Errorf("ebpf: pid %d (%s) maps no allocator heapscope can probe: %w", pid, exe, errs.ErrUnavailable)
+	}
+
+	// Hold the output while probes go in, so that no event of the process
+	// is sent before its Process record.
+	t.out.Lock()
+	defer t.out.Unlock()
+	for _, tg := range targets {
+		ls, err := t.attachTarget(pid, tg)
+		p.links = append(p.links, ls...)
+		if err != nil {
+			closeLinks(p.links)
+			p.links = nil
+			return err
+		}
+	}
+	if t.cfg.Families&event.FamilyMmap != 0 {
+		if err := t.objs.traced.Put(uint32(pid), uint8(1)); err != nil {
+			closeLinks(p.links)
+			p.links = nil
+			return fmt.Errorf("ebpf: pid %d: tracing its mmap calls: %w", pid, err)
+		}
+	}
+
+	now := monotonic()
+	mods, _ := proc.Modules(pid, now)
+	t.known[uint32(pid)] = true
+	ms := &moduleSet{}
+	t.modules[uint32(pid)] = ms
+	t.send(t.sink.Process(event.Process{PID: uint32(pid), PPID: uint32(st.PPID), Time: now, Exe: exe, Cmdline: cmdline}))
+	t.sendModules(ms, mods)
+	return nil
+}
+
+// wanted reports whether a site is probed: its family is traced, or it is
+// one operator new and delete call.
+func (t *Tracer) wanted(s sites.Site) bool {
+	fams := t.cfg.Families
+	if fams&s.Func.Family() != 0 {
+		return true
+	}
+	if fams&event.FamilyCXX == 0 {
+		return false
+	}
+	switch s.Func {
+	case event.FuncMalloc, event.FuncFree, event.FuncAlignedAlloc, event.FuncMemalign, event.FuncPosixMemalign:
+		return true
+	}
+	return false
+}
+
+func cookie(s sites.Site, heap event.Heap) uint64 {
+	sp := s.Placement.SPDelta
+	if sp > cookieSPMax {
+		sp = cookieSPMax
+	}
+	var flags uint64
+	if s.Placement.EntryLike {
+		flags = efEntryLike
+		if s.Placement.SPDelta != 0 {
+			flags |= efSPMoved
+		}
+	}
+	return uint64(s.Func) | uint64(heap)<<cookieHeapShift | sp<<cookieSPShift | flags<<cookieFlagsShift
+}
+
+// attachTarget probes the wanted sites of one file for pid. It returns the
+// links made even when it fails, for the caller to close.
+func (t *Tracer) attachTarget(pid int, tg target) ([]link.Link, error) {
+	ex, err := link.OpenExecutable(tg.open)
+	if err != nil {
+		return nil, fmt.Errorf("ebpf: pid %d: %s: %w", pid, tg.path, err)
+	}
+	type group struct {
+		progs         []*ebpf.Program
+		ret           []bool
+		addrs, cookie []uint64
+	}
+	var alloc, free, wrap group
+	alloc.progs = []*ebpf.Program{t.prog("alloc_enter"), t.prog("alloc_exit")}
+	free.progs = []*ebpf.Program{t.prog("free_enter")}
+	wrap.progs = []*ebpf.Program{t.prog("wrap_enter")}
+	alloc.ret = []bool{false, true}
+	free.ret = []bool{false}
+	wrap.ret = []bool{false}
+	for _, s := range tg.sites {
+		if !t.wanted(s) {
+			continue
+		}
+		g := &alloc
+		switch s.Role {
+		case sites.RoleFree:
+			g = &free
+		case sites.RoleWrapAlloc, sites.RoleWrapFree:
+			g = &wrap
+		}
+		g.addrs = append(g.addrs, s.ProbeOffset())
+		g.cookie = append(g.cookie, cookie(s, tg.heap))
+	}
+
+	var links []link.Link
+	for _, g := range []group{alloc, free, wrap} {
+		if len(g.addrs) == 0 {
+			continue
+		}
+		for i, prog := range g.progs {
+			ls, err := t.attachProgram(ex, prog, g.ret[i], pid, g.addrs, g.cookie)
+			links = append(links, ls...)
+			if err != nil {
+				return links, attachError(pid, tg.path, err)
+			}
+		}
+	}
+	return links, nil
+}
+
+func (t *Tracer) attachProgram(ex *link.Executable, prog *ebpf.Program, ret bool, pid int, addrs, cookies []uint64) ([]link.Link, error) {
+	if t.multi {
+		opts := &link.UprobeMultiOptions{Addresses: addrs, Cookies: cookies, PID: uint32(pid)}
+		var l link.Link
+		var err error
+		if ret {
+			l, err = ex.UretprobeMulti(nil, prog, opts)
+		} else {
+			l, err = ex.UprobeMulti(nil, prog, opts)
+		}
+		if err != nil {
+			return nil, err
+		}
+		return []link.Link{l}, nil
+	}
+	var links []link.Link
+	for i, a := range addrs {
+		opts := &link.UprobeOptions{Address: a, PID: pid, Cookie: cookies[i]}
+		var l link.Link
+		var err error
+		if ret {
+			l, err = ex.Uretprobe("", prog, opts)
+		} else {
+			l, err = ex.Uprobe("", prog, opts)
+		}
+		if err != nil {
+			return links, err
+		}
+		links = append(links, l)
+	}
+	return links, nil
+}
+
+func attachError(pid int, path string, err error) error {
+	switch {
+	case isNotExist(err):
+		return fmt.Errorf("ebpf: pid %d: %w (while probing %s: %v)", pid, errs.ErrNoSuchProcess, path, err)
+	case errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES):
+		return fmt.Errorf("ebpf: pid %d: probing %s: %w: %v", pid, path, errs.ErrAccessDenied, err)
+	}
+	return fmt.Errorf("ebpf: pid %d: probing %s: %w", pid, path, err)
+}
+
+// attachSyscalls attaches the mmap, munmap and mremap tracepoints. BPF on a
+// tracepoint runs for every process; the programs return at once for
+// processes not in the traced map.
+func (t *Tracer) attachSyscalls() error {
+	for _, tp := range []struct {
+		name string
+		prog *ebpf.Program
+	}{
+		{"sys_enter_mmap", t.coll.Programs["mmap_enter"]}, {"sys_exit_mmap", t.coll.Programs["mmap_exit"]},
+		{"sys_enter_munmap", t.coll.Programs["munmap_enter"]}, {"sys_exit_munmap", t.coll.Programs["munmap_exit"]},
+		{"sys_enter_mremap", t.coll.Programs["mremap_enter"]}, {"sys_exit_mremap", t.coll.Programs["mremap_exit"]},
+	} {
+		l, err := link.Tracepoint("syscalls", tp.name, tp.prog, nil)
+		if err != nil {
+			closeLinks(t.sys)
+			t.sys = nil
+			return fmt.Errorf("ebpf: tracepoint syscalls/%s (is tracefs mounted on /sys/kernel/tracing?): %w", tp.name, err)
+		}
+		t.sys = append(t.sys, l)
+	}
+	return nil
+}
+
+// Detach stops tracing pid: its probes are removed, what it produced is
+// delivered (in aggregate mode, a final Snapshot), and an Exit with status
+// -1 is sent. The error wraps errs.ErrNoSuchProcess if pid is not traced.
+func (t *Tracer) Detach(pid int) error {
+	t.attachMu.Lock()
+	defer t.attachMu.Unlock()
+	t.mu.Lock()
+	p := t.procs[pid]
+	closed := t.closed
+	t.mu.Unlock()
+	if closed {
+		return errClosed
+	}
+	if p == nil {
+		return fmt.Errorf("ebpf: pid %d is not traced: %w", pid, errs.ErrNoSuchProcess)
+	}
+	t.end(p, false)
+	return t.sinkError()
+}
+
+func (t *Tracer) sinkError() error {
+	t.out.Lock()
+	defer t.out.Unlock()
+	return t.sinkErr
+}
+
+// ReportExit gives the exit status of a process attached with Launched,
+// which the caller reaped: status is the exit code, or 128+signal when
+// signal killed it. The process's Exit record carries them.
+func (t *Tracer) ReportExit(pid, status, signal int) error {
+	t.mu.Lock()
+	p := t.procs[pid]
+	t.mu.Unlock()
+	if p == nil || !p.launched {
+		return fmt.Errorf("ebpf: pid %d is not a traced launched process: %w", pid, errs.ErrNoSuchProcess)
+	}
+	select {
+	case p.report <- exitStatus{int32(status), int32(signal)}:
+	default: // reported already
+	}
+	return nil
+}
+
+// end stops tracing p, once: its probes go, what it produced is delivered,
+// then its final snapshot (aggregate mode) and its Exit. exited says the
+// process has ended (rather than being detached).
+func (t *Tracer) end(p *tracee, exited bool) {
+	p.endOnce.Do(func() {
+		t.watch.remove(p)
+		closeLinks(p.links)
+		if t.cfg.Families&event.FamilyMmap != 0 {
+			t.objs.traced.Delete(uint32(p.pid))
+		}
+		// Every thread of an exited process has left its probes: what
+		// it produced is in the ring, and the drain delivers it.
+		if t.cfg.Mode == Stream {
+			t.drain()
+		} else {
+			t.snapshot([]int{p.pid}, true)
+			t.purge(uint32(p.pid))
+		}
+
+		ex := exitStatus{status: -1}
+		if exited {
+			if p.launched {
+				select {
+				case ex = <-p.report:
+				case <-t.closing:
+				}
+			} else if s, ok := childStatus(p.pidfd); ok {
+				ex = s
+			}
+		}
+		t.out.Lock()
+		t.send(t.sink.Exit(event.Exit{PID: uint32(p.pid), Time: monotonic(), Status: ex.status, Signal: ex.signal}))
+		delete(t.known, uint32(p.pid))
+		t.out.Unlock()
+		unix.Close(p.pidfd)
+
+		t.mu.Lock()
+		delete(t.procs, p.pid)
+		last := len(t.procs) == 0
+		t.mu.Unlock()
+		if exited && last {
+			t.closeDone()
+		}
+	})
+}

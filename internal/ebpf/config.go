@@ -1,0 +1,152 @@
+package ebpf
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/heapscope/heapscope/event"
+	"github.com/heapscope/heapscope/internal/errs"
+)
+
+// Mode is how the tracer hands what it sees to user space.
+type Mode uint8
+
+const (
+	// Stream sends every call through a BPF ring buffer as an event.Event.
+	Stream Mode = iota
+	// Aggregate keeps the live blocks and per-stack totals in BPF maps and
+	// sends event.Snapshot records at Flush and Close (and every
+	// FlushInterval, when set): for long-running servers, where every event
+	// would be too many.
+	Aggregate
+)
+
+func (m Mode) String() string {
+	switch m {
+	case Stream:
+		return "stream"
+	case Aggregate:
+		return "aggregate"
+	}
+	return fmt.Sprintf("mode(%d)", uint8(m))
+}
+
+// ParseMode parses "stream" or "aggregate".
+func ParseMode(s string) (Mode, error) {
+	switch s {
+	case "stream":
+		return Stream, nil
+	case "aggregate":
+		return Aggregate, nil
+	}
+	return 0, fmt.Errorf("unknown mode %q: %w", s, errs.ErrInvalidFlags)
+}
+
+// Defaults for the zero fields of Config.
+const (
+	DefaultRingSize      = 4 << 20
+	DefaultMaxLive       = 1 << 18
+	DefaultStackMapSize  = 1 << 14
+	DefaultFlushInterval = time.Second
+	// DefaultStacks are the kinds that carry a stack when Config.Stacks is 0.
+	DefaultStacks = event.KindSet(1<<event.KindAlloc | 1<<event.KindRealloc)
+
+	minRingSize = 4096
+	maxMapSize  = 1 << 24
+)
+
+// NoStacks is a Config.Stacks value that takes no stacks at all (the zero
+// value means DefaultStacks).
+const NoStacks = event.KindSet(1)
+
+// Config configures a Tracer. The zero value is a stream tracer of the whole
+// malloc heap with allocation stacks.
+type Config struct {
+	Mode Mode
+	// Families are the allocation families traced; 0 means
+	// event.FamilyHeap. event.FamilyMmap adds mmap, munmap and mremap
+	// (stream mode only) through the syscall tracepoints.
+	Families event.Family
+	// Stacks are the kinds whose events carry a stack; 0 means
+	// DefaultStacks and NoStacks none.
+	Stacks event.KindSet
+	// RingSize is the size in bytes of the BPF ring buffer (stream mode),
+	// rounded up to a power of two of at least a page.
+	RingSize int
+	// MaxLive is how many live blocks aggregate mode can hold; an
+	// allocation beyond it is lost (counted as event.LostMapFull).
+	MaxLive int
+	// StackMapSize is how many distinct stacks the stack map holds. Stacks
+	// beyond it, or that collide in its hash, are counted in
+	// Stats.StacksLost and their events delivered without a stack.
+	StackMapSize int
+	// FlushInterval bounds, in stream mode, how long an event waits in the
+	// ring before it is delivered (0: DefaultFlushInterval). In aggregate
+	// mode it is the period of snapshots; 0 means snapshots only at Flush
+	// and Close.
+	FlushInterval time.Duration
+
+	// noMulti forces classic uprobes even where uprobe_multi links work
+	// (tests of the fallback).
+	noMulti bool
+}
+
+// withDefaults fills in the zero fields and checks the rest.
+func (c Config) withDefaults() (Config, error) {
+	if c.Mode != Stream && c.Mode != Aggregate {
+		return c, fmt.Errorf("mode %d: %w", c.Mode, errs.ErrInvalidFlags)
+	}
+	if c.Families == 0 {
+		c.Families = event.FamilyHeap
+	}
+	if c.Families&^event.FamilyAll != 0 {
+		return c, fmt.Errorf("unknown allocation families %#x: %w", uint32(c.Families&^event.FamilyAll), errs.ErrInvalidFlags)
+	}
+	if c.Mode == Aggregate && c.Families&event.FamilyMmap != 0 {
+		return c, fmt.Errorf("mmap tracing is stream-only (mappings are ranges, not blocks): %w", errs.ErrInvalidFlags)
+	}
+	if c.Stacks == 0 {
+		c.Stacks = DefaultStacks
+	}
+	if err := checkStacks(c.Stacks); err != nil {
+		return c, err
+	}
+	if c.RingSize < 0 || c.MaxLive < 0 || c.StackMapSize < 0 || c.FlushInterval < 0 {
+		return c, fmt.Errorf("negative size or interval: %w", errs.ErrInvalidFlags)
+	}
+	if c.RingSize == 0 {
+		c.RingSize = DefaultRingSize
+	}
+	if c.RingSize > 1<<30 {
+		return c, fmt.Errorf("ring of %d bytes is over 1 GiB: %w", c.RingSize, errs.ErrInvalidFlags)
+	}
+	size := minRingSize
+	for size < c.RingSize {
+		size <<= 1
+	}
+	c.RingSize = size
+	if c.MaxLive == 0 {
+		c.MaxLive = DefaultMaxLive
+	}
+	if c.StackMapSize == 0 {
+		c.StackMapSize = DefaultStackMapSize
+	}
+	if c.MaxLive > maxMapSize || c.StackMapSize > maxMapSize {
+		return c, fmt.Errorf("map of over %d entries: %w", maxMapSize, errs.ErrInvalidFlags)
+	}
+	if c.FlushInterval == 0 && c.Mode == Stream {
+		c.FlushInterval = DefaultFlushInterval
+	}
+	return c, nil
+}
+
+func checkStacks(s event.KindSet) error {
+	if s&^(NoStacks|event.KindsOf(event.KindAlloc, event.KindRealloc, event.KindFree, event.KindMmap, event.KindMunmap)) != 0 {
+		return fmt.Errorf("stack kinds %#x: %w", uint8(s), errs.ErrInvalidFlags)
+	}
+	return nil
+}
+
+// stackMask is the BPF program's stack_kinds: bit k set when kind k
+// carries a stack.
+func stackMask(s event.KindSet) uint8 { return uint8(s &^ NoStacks) }

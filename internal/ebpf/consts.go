@@ -1,0 +1,21 @@
+package ebpf
+
+// Mirrors of bpf/heapscope.h. TestHeaderConstants checks they agree with
+// the header and with package event.
+const (
+	maxFrames = 127
+
+	ctrLostRingFull = 0
+	ctrLostMapFull  = 1
+	ctrLostOther    = 5
+	ctrStacksLost   = 6
+	ctrDelivered    = 7
+	ctrUnmatched    = 8
+	numCounters     = 9
+
+	// Cookie layout.
+	cookieHeapShift  = 8
+	cookieSPShift    = 16
+	cookieSPMax      = 1<<16 - 1
+	cookieFlagsShift = 32
+)

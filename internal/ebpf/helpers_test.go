@@ -1,0 +1,245 @@
+package ebpf
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/heapscope/heapscope/event"
+	"github.com/heapscope/heapscope/internal/testutil"
+)
+
+func TestMain(m *testing.M) { testutil.Main(m) }
+
+// recorder is a Sink that keeps everything, and checks the ordering rules
+// of event.Sink as records arrive.
+type recorder struct {
+	mu        sync.Mutex
+	t         testing.TB
+	processes []event.Process
+	exits     []event.Exit
+	modules   []event.Module
+	stacks    map[uint32]map[event.StackID][]uint64
+	events    []event.Event
+	snapshots []event.Snapshot
+	stats     []event.Stats
+	calls     int // Sink calls in flight, to catch concurrent use
+}
+
+func newRecorder(t testing.TB) *recorder {
+	return &recorder{t: t, stacks: map[uint32]map[event.StackID][]uint64{}}
+}
+
+func (r *recorder) enter() func() {
+	r.mu.Lock()
+	r.calls++
+	if r.calls > 1 {
+		r.t.Errorf("sink called concurrently")
+	}
+	r.mu.Unlock()
+	return func() {
+		r.mu.Lock()
+		r.calls--
+		r.mu.Unlock()
+	}
+}
+
+func (r *recorder) Process(p event.Process) error {
+	defer r.enter()()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.processes = append(r.processes, p)
+	return nil
+}
+
+func (r *recorder) Exit(e event.Exit) error {
+	defer r.enter()()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.exits = append(r.exits, e)
+	return nil
+}
+
+func (r *recorder) Module(m event.Module) error {
+	defer r.enter()()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.modules = append(r.modules, m)
+	return nil
+}
+
+func (r *recorder) Stack(s event.Stack) error {
+	defer r.enter()()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if s.ID == 0 {
+		r.t.Errorf("stack with id 0")
+	}
+	m := r.stacks[s.PID]
+	if m == nil {
+		m = map[event.StackID][]uint64{}
+		r.stacks[s.PID] = m
+	}
+	if _, dup := m[s.ID]; dup {
+		r.t.Errorf("stack %d of pid %d sent twice", s.ID, s.PID)
+	}
+	m[s.ID] = append([]uint64(nil), s.Frames...)
+	return nil
+}
+
+func (r *recorder) Events(evs []event.Event) error {
+	defer r.enter()()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, e := range evs {
+		if e.Stack != 0 && r.stacks[e.PID][e.Stack] == nil {
+			r.t.Errorf("event refers to stack %d of pid %d before it was sent", e.Stack, e.PID)
+		}
+		known := false
+		for _, p := range r.processes {
+			known = known || p.PID == e.PID
+		}
+		if !known {
+			r.t.Errorf("event of pid %d before its Process", e.PID)
+		}
+	}
+	r.events = append(r.events, evs...)
+	return nil
+}
+
+func (r *recorder) Snapshot(s event.Snapshot) error {
+	defer r.enter()()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, l := range s.Live {
+		if l.Stack != 0 && r.stacks[s.PID][l.Stack] == nil {
+			r.t.Errorf("snapshot refers to stack %d before it was sent", l.Stack)
+		}
+	}
+	r.snapshots = append(r.snapshots, s)
+	return nil
+}
+
+func (r *recorder) Stats(s event.Stats) error {
+	defer r.enter()()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stats = append(r.stats, s)
+	return nil
+}
+
+// eventsOf returns a copy of the events of pid.
+func (r *recorder) eventsOf(pid int) []event.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []event.Event
+	for _, e := range r.events {
+		if e.PID == uint32(pid) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func (r *recorder) frames(pid int, id event.StackID) []uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.stacks[uint32(pid)][id]
+}
+
+// workload is a running test program that talks over stdin and stdout.
+type workload struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	out   *bufio.Scanner
+}
+
+func startWorkload(t testing.TB, bin string, args ...string) *workload {
+	t.Helper()
+	w := startWorkloadNoReady(t, bin, args...)
+	w.expect(t, "ready")
+	return w
+}
+
+// startWorkloadNoReady starts a workload that prints no "ready" line.
+func startWorkloadNoReady(t testing.TB, bin string, args ...string) *workload {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w := &workload{cmd: cmd, stdin: stdin, out: bufio.NewScanner(stdout)}
+	w.out.Buffer(make([]byte, 1<<16), 1<<20)
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	return w
+}
+
+func (w *workload) pid() int { return w.cmd.Process.Pid }
+
+// expect reads lines until one starts with prefix, and returns it.
+func (w *workload) expect(t testing.TB, prefix string) string {
+	t.Helper()
+	for w.out.Scan() {
+		if strings.HasPrefix(w.out.Text(), prefix) {
+			return w.out.Text()
+		}
+	}
+	t.Fatalf("workload ended before %q: %v", prefix, w.out.Err())
+	return ""
+}
+
+// lines reads lines until one equal to end, returning those before it.
+func (w *workload) lines(t testing.TB, end string) []string {
+	t.Helper()
+	var ls []string
+	for w.out.Scan() {
+		if w.out.Text() == end {
+			return ls
+		}
+		ls = append(ls, w.out.Text())
+	}
+	t.Fatalf("workload ended before %q: %v", end, w.out.Err())
+	return nil
+}
+
+func (w *workload) release(t testing.TB) {
+	t.Helper()
+	if _, err := fmt.Fprintln(w.stdin, "go"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (w *workload) wait(t testing.TB) {
+	t.Helper()
+	if err := w.cmd.Wait(); err != nil {
+		t.Fatalf("workload: %v", err)
+	}
+}
+
+// newTracer makes a tracer for a test, or skips it where eBPF is not
+// available (fails when testutil.RequireEBPFEnv is set).
+func newTracer(t testing.TB, cfg Config, sink event.Sink) *Tracer {
+	t.Helper()
+	testutil.SkipWithoutEBPF(t, Available())
+	tr, err := New(cfg, sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tr.Close() })
+	return tr
+}

@@ -1,0 +1,402 @@
+package ebpf
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/features"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/ringbuf"
+	"golang.org/x/sys/unix"
+
+	"github.com/heapscope/heapscope/event"
+	"github.com/heapscope/heapscope/internal/errs"
+)
+
+// Tracer traces the heap of a set of processes. Its methods may be called
+// from any goroutine. The sink it writes into is called from one goroutine
+// at a time.
+type Tracer struct {
+	cfg   Config
+	sink  event.Sink
+	coll  *ebpf.Collection
+	objs  objects
+	multi bool // uprobe_multi links
+	rd    *ringbuf.Reader
+	sys   []link.Link // mmap syscall tracepoints
+
+	attachMu sync.Mutex // one Attach, Detach or Close at a time
+
+	mu       sync.Mutex // guards procs and closed
+	procs    map[int]*tracee
+	closed   bool
+	done     chan struct{}
+	doneOnce sync.Once
+	closing  chan struct{} // closed when Close begins
+
+	// out serializes what is sent to the sink, and guards the tables that
+	// decide what has been sent.
+	out       sync.Mutex
+	known     map[uint32]bool // processes whose events are accepted
+	stacks    map[stackKey]event.StackID
+	nextStack map[uint32]event.StackID
+	modules   map[uint32]*moduleSet
+	batch     []event.Event
+	sinkErr   error
+	delivered atomic.Uint64
+	userLost  atomic.Uint64 // stacks unreadable from user space
+
+	flushMu    sync.Mutex // one drain at a time
+	flushed    chan struct{}
+	readerDone chan struct{}
+	readerErr  error
+
+	watch  *watcher
+	wg     sync.WaitGroup // the snapshot ticker
+	ending sync.WaitGroup // ends of exited processes in progress
+}
+
+// tracee is one traced process.
+type tracee struct {
+	pid      int
+	links    []link.Link
+	pidfd    int
+	launched bool
+	report   chan exitStatus
+	endOnce  sync.Once
+}
+
+type exitStatus struct{ status, signal int32 }
+
+// New loads the BPF objects for cfg and returns a tracer tracing nothing
+// yet. The error wraps errs.ErrInvalidFlags for a bad cfg,
+// errs.ErrOutOfMemory when the kernel cannot give the maps their size, and
+// what Available returns when eBPF cannot be used.
+func New(cfg Config, sink event.Sink) (*Tracer, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if sink == nil {
+		return nil, fmt.Errorf("ebpf: nil sink: %w", errs.ErrInvalidFlags)
+	}
+	if err := Available(); err != nil {
+		return nil, err
+	}
+	t := &Tracer{
+		cfg:       cfg,
+		sink:      sink,
+		procs:     map[int]*tracee{},
+		done:      make(chan struct{}),
+		closing:   make(chan struct{}),
+		known:     map[uint32]bool{},
+		stacks:    map[stackKey]event.StackID{},
+		nextStack: map[uint32]event.StackID{},
+		modules:   map[uint32]*moduleSet{},
+		flushed:   make(chan struct{}),
+	}
+	t.multi = !cfg.noMulti && features.HaveBPFLinkUprobeMulti() == nil
+	if err := t.load(); err != nil {
+		return nil, err
+	}
+	if t.watch, err = newWatcher(t); err != nil {
+		t.coll.Close()
+		return nil, err
+	}
+	if cfg.Families&event.FamilyMmap != 0 {
+		if err := t.attachSyscalls(); err != nil {
+			t.watch.close()
+			t.coll.Close()
+			return nil, err
+		}
+	}
+	if cfg.Mode == Stream {
+		if t.rd, err = ringbuf.NewReader(t.objs.events); err != nil {
+			t.closeKernelObjects()
+			return nil, fmt.Errorf("ebpf: ring buffer reader: %w", err)
+		}
+		t.readerDone = make(chan struct{})
+		go t.read()
+	} else if cfg.FlushInterval > 0 {
+		t.wg.Add(1)
+		go t.tick()
+	}
+	return t, nil
+}
+
+// load sets the BPF objects' constants and sizes and loads them.
+func (t *Tracer) load() error {
+	spec, err := loadHeapscope()
+	if err != nil {
+		return fmt.Errorf("ebpf: %w", err)
+	}
+	set := func(name string, v any) error {
+		if err := spec.Variables[name].Set(v); err != nil {
+			return fmt.Errorf("ebpf: setting %s: %w", name, err)
+		}
+		return nil
+	}
+	wakeup := uint64(t.cfg.RingSize / 4)
+	if err := errors.Join(
+		set("aggregate", boolByte(t.cfg.Mode == Aggregate)),
+		set("families", uint32(t.cfg.Families)),
+		set("wakeup_bytes", wakeup),
+		set("stack_kinds", stackMask(t.cfg.Stacks)),
+	); err != nil {
+		return err
+	}
+
+	spec.Maps["stacks"].MaxEntries = uint32(t.cfg.StackMapSize)
+	if t.cfg.Mode == Stream {
+		spec.Maps["events"].MaxEntries = uint32(t.cfg.RingSize)
+		spec.Maps["live"].MaxEntries = 1
+		spec.Maps["totals"].MaxEntries = 1
+	} else {
+		spec.Maps["events"].MaxEntries = minRingSize
+		spec.Maps["live"].MaxEntries = uint32(t.cfg.MaxLive)
+		spec.Maps["totals"].MaxEntries = uint32(t.cfg.StackMapSize)
+	}
+
+	// Load only the programs this tracer attaches: uprobe_multi or classic,
+	// and the syscall tracepoints when mmap is traced.
+	for name := range spec.Programs {
+		multi := len(name) > 6 && name[len(name)-6:] == "_multi"
+		switch name {
+		case "mmap_enter", "mmap_exit", "munmap_enter", "munmap_exit", "mremap_enter", "mremap_exit":
+			if t.cfg.Families&event.FamilyMmap == 0 {
+				delete(spec.Programs, name)
+			}
+			continue
+		}
+		if multi != t.multi {
+			delete(spec.Programs, name)
+		}
+	}
+
+	coll, err := ebpf.NewCollection(spec)
+	if err != nil {
+		if errors.Is(err, unix.ENOMEM) || errors.Is(err, unix.E2BIG) {
+			return fmt.Errorf("ebpf: creating maps (ring %d bytes, %d live blocks, %d stacks): %w: %v",
+				t.cfg.RingSize, t.cfg.MaxLive, t.cfg.StackMapSize, errs.ErrOutOfMemory, err)
+		}
+		if errors.Is(err, unix.EPERM) {
+			return fmt.Errorf("ebpf: loading: %w: %v", errs.ErrAccessDenied, err)
+		}
+		return fmt.Errorf("ebpf: loading: %w", err)
+	}
+	t.coll = coll
+	t.objs = objects{
+		events:     coll.Maps["events"],
+		stacks:     coll.Maps["stacks"],
+		counters:   coll.Maps["counters"],
+		traced:     coll.Maps["traced"],
+		live:       coll.Maps["live"],
+		totals:     coll.Maps["totals"],
+		stackKinds: coll.Variables["stack_kinds"],
+	}
+	return nil
+}
+
+// objects are the loaded maps and variables the Go side uses.
+type objects struct {
+	events, stacks, counters, traced, live, totals *ebpf.Map
+	stackKinds                                     *ebpf.Variable
+}
+
+// prog returns a loaded program: name, or name_multi with uprobe_multi.
+func (t *Tracer) prog(name string) *ebpf.Program {
+	if p := t.coll.Programs[name+"_multi"]; p != nil {
+		return p
+	}
+	return t.coll.Programs[name]
+}
+
+func boolByte(b bool) uint8 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func (t *Tracer) closeKernelObjects() {
+	for _, l := range t.sys {
+		l.Close()
+	}
+	t.sys = nil
+	if t.watch != nil {
+		t.watch.close()
+	}
+	t.coll.Close()
+}
+
+// Config returns the tracer's configuration, with defaults filled in.
+func (t *Tracer) Config() Config { return t.cfg }
+
+// PIDs returns the processes traced, in order.
+func (t *Tracer) PIDs() []int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	pids := make([]int, 0, len(t.procs))
+	for pid := range t.procs {
+		pids = append(pids, pid)
+	}
+	sort.Ints(pids)
+	return pids
+}
+
+// SetStacks changes which kinds of event carry a stack, for events from now
+// on. 0 and NoStacks both mean none.
+func (t *Tracer) SetStacks(kinds event.KindSet) error {
+	if err := checkStacks(kinds); err != nil {
+		return err
+	}
+	if err := t.objs.stackKinds.Set(stackMask(kinds)); err != nil {
+		return fmt.Errorf("ebpf: setting stack kinds: %w", err)
+	}
+	return nil
+}
+
+// Done returns a channel closed when the last traced process has exited (a
+// process detached with Detach does not count), and by Close.
+func (t *Tracer) Done() <-chan struct{} { return t.done }
+
+func (t *Tracer) closeDone() { t.doneOnce.Do(func() { close(t.done) }) }
+
+// Stats returns what the tracer has delivered and lost so far. Lost counts
+// are summed over CPUs.
+func (t *Tracer) Stats() event.Stats {
+	var st event.Stats
+	st.Time = monotonic()
+	var c [numCounters]uint64
+	for i := range c {
+		var perCPU []uint64
+		if err := t.objs.counters.Lookup(uint32(i), &perCPU); err == nil {
+			for _, v := range perCPU {
+				c[i] += v
+			}
+		}
+	}
+	st.Lost[event.LostRingFull] = c[ctrLostRingFull]
+	st.Lost[event.LostMapFull] = c[ctrLostMapFull]
+	st.Lost[event.LostOther] = c[ctrLostOther]
+	st.StacksLost = c[ctrStacksLost] + t.userLost.Load()
+	st.Unmatched = c[ctrUnmatched]
+	if t.cfg.Mode == Stream {
+		st.Delivered = t.delivered.Load()
+	} else {
+		st.Delivered = c[ctrDelivered]
+	}
+	return st
+}
+
+// Flush delivers what has been captured so far: in stream mode everything
+// in the ring buffer reaches the sink before Flush returns; in aggregate
+// mode a Snapshot of each traced process is sent. Either way a Stats
+// record follows. It returns the first error the sink returned, if any.
+func (t *Tracer) Flush() error {
+	if t.cfg.Mode == Stream {
+		t.drain()
+	} else {
+		t.snapshot(t.PIDs(), false)
+	}
+	t.out.Lock()
+	defer t.out.Unlock()
+	t.send(t.sink.Stats(t.Stats()))
+	return t.sinkErr
+}
+
+// send records the first error the sink returns. Called with out held.
+func (t *Tracer) send(err error) {
+	if err != nil && t.sinkErr == nil {
+		t.sinkErr = fmt.Errorf("ebpf: sink: %w", err)
+	}
+}
+
+// Close detaches every process, delivers everything captured (in aggregate
+// mode a final Snapshot of each process), sends an Exit for each process
+// still traced and a last Stats, and frees the kernel objects. It returns
+// the first error the sink returned, if any.
+func (t *Tracer) Close() error {
+	t.attachMu.Lock()
+	defer t.attachMu.Unlock()
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return t.sinkErr
+	}
+	t.closed = true
+	close(t.closing)
+	procs := make([]*tracee, 0, len(t.procs))
+	for _, p := range t.procs {
+		procs = append(procs, p)
+	}
+	t.mu.Unlock()
+	sort.Slice(procs, func(i, j int) bool { return procs[i].pid < procs[j].pid })
+
+	// No exit is noticed from here on; those noticed already finish.
+	t.watch.close()
+	for _, l := range t.sys {
+		l.Close()
+	}
+	t.sys = nil
+	for _, p := range procs {
+		t.end(p, false)
+	}
+	t.ending.Wait()
+	if t.rd != nil {
+		t.drain()
+		t.rd.Close()
+		<-t.readerDone
+	}
+	t.wg.Wait()
+
+	t.out.Lock()
+	t.send(t.sink.Stats(t.Stats()))
+	err := t.sinkErr
+	if t.readerErr != nil && err == nil {
+		err = t.readerErr
+	}
+	t.out.Unlock()
+	t.coll.Close()
+	t.closeDone()
+	return err
+}
+
+func closeLinks(ls []link.Link) {
+	for _, l := range ls {
+		l.Close()
+	}
+}
+
+func monotonic() int64 {
+	var ts unix.Timespec
+	unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return ts.Nano()
+}
+
+// tick takes aggregate snapshots every FlushInterval.
+func (t *Tracer) tick() {
+	defer t.wg.Done()
+	tk := time.NewTicker(t.cfg.FlushInterval)
+	defer tk.Stop()
+	for {
+		select {
+		case <-t.closing:
+			return
+		case <-tk.C:
+			t.Flush()
+		}
+	}
+}
+
+var errClosed = fmt.Errorf("ebpf: tracer closed: %w", errs.ErrNotRunning)
+
+func isNotExist(err error) bool {
+	return errors.Is(err, os.ErrNotExist) || errors.Is(err, unix.ESRCH)
+}
