@@ -1,0 +1,1676 @@
+/*
+ * heapscope_preload.c: the in-process half of heapscope's preload provider.
+ *
+ * Loaded with LD_PRELOAD, it wraps the allocation functions, records each
+ * call (with a de-duplicated call stack for the kinds the session asks for)
+ * into a ring of shared memory owned by the calling thread, and lets the Go
+ * collector (package preload) read the rings. See protocol.h for the format
+ * and ../README.md for what happens to children.
+ *
+ * Rules this file keeps:
+ *  - Nothing here allocates with malloc. Memory comes from mmap; the few libc
+ *    calls that may allocate (dlsym, pthread_getattr_np, realpath, dlopen)
+ *    run with the thread's in_hook flag set, so that their allocations pass
+ *    straight to the real allocator untraced.
+ *  - The hot path takes no lock shared between threads: a thread writes only
+ *    its own ring. Locks are taken only to attach a thread, to define a new
+ *    stack or to connect.
+ *  - Every call either reaches the ring or, in drop mode, is counted lost.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <elf.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <link.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+#include <x86intrin.h>
+
+#include "protocol.h"
+
+#define HS_EXPORT __attribute__((visibility("default")))
+#define HS_LIKELY(x) __builtin_expect(!!(x), 1)
+#define HS_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define HS_NOINLINE __attribute__((noinline))
+#define HS_INLINE inline __attribute__((always_inline))
+#define HS_FRAME() ((uintptr_t)__builtin_frame_address(0))
+
+extern char **environ;
+extern void *__libc_stack_end;
+
+/* ---- the real functions ------------------------------------------------ */
+
+static struct {
+	void (*free)(void *);
+	void *(*malloc)(size_t);
+	void *(*calloc)(size_t, size_t);
+	void *(*realloc)(void *, size_t);
+	void *(*reallocarray)(void *, size_t, size_t);
+	int (*posix_memalign)(void **, size_t, size_t);
+	void *(*aligned_alloc)(size_t, size_t);
+	void *(*memalign)(size_t, size_t);
+	void *(*valloc)(size_t);
+	void *(*pvalloc)(size_t);
+	void *(*mmap)(void *, size_t, int, int, int, off_t);
+	void *(*mmap64)(void *, size_t, int, int, int, off_t);
+	int (*munmap)(void *, size_t);
+	void *(*mremap)(void *, size_t, size_t, int, ...);
+	int (*dlclose)(void *);
+} real;
+
+/* Per-thread state. Initial-exec TLS: one %fs-relative access. */
+struct hs_slot;
+struct hs_tls {
+	uint32_t in_hook;   /* inside our bookkeeping: nested calls pass through */
+	uint32_t gen;       /* g_gen when slot was attached */
+	uint32_t resolving; /* this thread is resolving the real functions */
+	uint32_t pad;
+	struct hs_slot *slot;
+	uintptr_t stack_lo, stack_hi;
+};
+static __thread struct hs_tls tls __attribute__((tls_model("initial-exec")));
+
+/*
+ * A bootstrap arena for the allocations dlsym makes before the real
+ * functions are known. Its blocks are never freed or traced.
+ */
+static char boot_arena[64 * 1024] __attribute__((aligned(64)));
+static size_t boot_used;
+static int boot_lock;
+
+static int is_boot(const void *p)
+{
+	return (const char *)p >= boot_arena && (const char *)p < boot_arena + sizeof boot_arena;
+}
+
+static void *boot_alloc(size_t n, size_t align)
+{
+	if (align < 16)
+		align = 16;
+	while (__atomic_exchange_n(&boot_lock, 1, __ATOMIC_ACQUIRE))
+		_mm_pause();
+	size_t off = (boot_used + 16 + align - 1) & ~(align - 1);
+	void *p = NULL;
+	if (n <= sizeof boot_arena && off <= sizeof boot_arena - n) {
+		p = boot_arena + off;
+		((size_t *)p)[-1] = n;
+		boot_used = off + n;
+	}
+	__atomic_store_n(&boot_lock, 0, __ATOMIC_RELEASE);
+	return p;
+}
+
+static int reals_state; /* 0: unresolved, 1: resolving, 2: resolved */
+
+static void resolve_reals(void)
+{
+	int expect = 0;
+	if (__atomic_compare_exchange_n(&reals_state, &expect, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+		tls.resolving = 1;
+		/* free first: dlsym may free what it allocated while resolving the rest. */
+		real.free = dlsym(RTLD_NEXT, "free");
+		real.malloc = dlsym(RTLD_NEXT, "malloc");
+		real.calloc = dlsym(RTLD_NEXT, "calloc");
+		real.realloc = dlsym(RTLD_NEXT, "realloc");
+		real.reallocarray = dlsym(RTLD_NEXT, "reallocarray");
+		real.posix_memalign = dlsym(RTLD_NEXT, "posix_memalign");
+		real.aligned_alloc = dlsym(RTLD_NEXT, "aligned_alloc");
+		real.memalign = dlsym(RTLD_NEXT, "memalign");
+		real.valloc = dlsym(RTLD_NEXT, "valloc");
+		real.pvalloc = dlsym(RTLD_NEXT, "pvalloc");
+		real.mmap = dlsym(RTLD_NEXT, "mmap");
+		real.mmap64 = dlsym(RTLD_NEXT, "mmap64");
+		real.munmap = dlsym(RTLD_NEXT, "munmap");
+		real.mremap = dlsym(RTLD_NEXT, "mremap");
+		real.dlclose = dlsym(RTLD_NEXT, "dlclose");
+		tls.resolving = 0;
+		__atomic_store_n(&reals_state, 2, __ATOMIC_RELEASE);
+		return;
+	}
+	if (tls.resolving)
+		return; /* dlsym calling back into us: the caller uses the arena */
+	while (__atomic_load_n(&reals_state, __ATOMIC_ACQUIRE) != 2)
+		sched_yield();
+}
+
+/* ---- session state ------------------------------------------------------ */
+
+enum { MODE_UNKNOWN, MODE_ON, MODE_OFF };
+
+static int g_mode;              /* MODE_* */
+static uint32_t g_families = ~0u; /* traced families; all until known, 0 when off */
+static uint32_t g_gen = 1;      /* bumped in a forked child: every slot is stale */
+static uint32_t g_conn_gen;     /* g_gen of the current connection */
+static uint8_t *g_ctl;          /* the control block */
+static volatile uint32_t *g_state; /* HS_CTL_STATE in it */
+static uint32_t g_clock = HS_CLOCK_TSC, g_unwind, g_max_frames = 64, g_on_full, g_ring_size;
+static int g_sock = -1;
+static ino_t g_sock_ino;
+static pid_t g_pid;
+static int g_atfork_done;
+static pthread_key_t g_key;
+static uint64_t g_heartbeat_seen;
+static int64_t g_heartbeat_at;
+static char g_exe[PATH_MAX];
+static uint32_t g_dl_epoch; /* bumped by dlclose: cached stacks may name unloaded code */
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;       /* connection, slots */
+static pthread_mutex_t g_stack_lock = PTHREAD_MUTEX_INITIALIZER; /* stack table, modules */
+
+/* the collector's clock */
+static inline uint64_t hs_now(void)
+{
+	if (HS_LIKELY(g_clock == HS_CLOCK_TSC)) {
+		/* lfence: the timestamp is taken after every earlier load completed,
+		 * so a free seen after the malloc it frees is stamped later. */
+		_mm_lfence();
+		return __rdtsc();
+	}
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static int64_t mono_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static long futex(volatile uint32_t *addr, int op, uint32_t val, const struct timespec *ts)
+{
+	return syscall(SYS_futex, addr, op, val, ts, NULL, 0);
+}
+
+static inline volatile uint32_t *ctl32(int off) { return (volatile uint32_t *)(g_ctl + off); }
+static inline volatile uint64_t *ctl64(int off) { return (volatile uint64_t *)(g_ctl + off); }
+
+/* ---- environment -------------------------------------------------------- */
+
+/*
+ * Remove our variables, and this library from LD_PRELOAD, from environ, so
+ * that programs this process starts are not traced once the session is gone.
+ * Done in place, without allocating, like unsetenv.
+ */
+static char g_preload_env[8192];
+
+static int token_is(const char *tok, size_t n, const char *lib)
+{
+	if (!lib || !*lib)
+		return 0;
+	if (strlen(lib) == n && memcmp(tok, lib, n) == 0)
+		return 1;
+	/* a bare file name also names us */
+	const char *base = strrchr(lib, '/');
+	return base && strlen(base + 1) == n && memcmp(tok, base + 1, n) == 0;
+}
+
+static void scrub_env(void)
+{
+	static char lib[PATH_MAX];
+	const char *l = getenv(HS_ENV_LIB);
+	if (l && strlen(l) < sizeof lib)
+		strcpy(lib, l);
+	else {
+		Dl_info di;
+		if (dladdr((void *)scrub_env, &di) && di.dli_fname && strlen(di.dli_fname) < sizeof lib)
+			strcpy(lib, di.dli_fname);
+	}
+	char **env = environ;
+	if (!env)
+		return;
+	size_t j = 0;
+	for (size_t i = 0; env[i]; i++) {
+		char *e = env[i];
+		if (strncmp(e, HS_ENV_PREFIX, sizeof HS_ENV_PREFIX - 1) == 0)
+			continue;
+		if (strncmp(e, "LD_PRELOAD=", 11) == 0) {
+			const char *v = e + 11;
+			size_t out = 0;
+			int dropped = 0;
+			memcpy(g_preload_env, "LD_PRELOAD=", 11);
+			out = 11;
+			while (*v) {
+				size_t n = strcspn(v, " :");
+				if (n > 0) {
+					if (token_is(v, n, lib)) {
+						dropped = 1;
+					} else if (out + n + 2 < sizeof g_preload_env) {
+						if (out > 11)
+							g_preload_env[out++] = ' ';
+						memcpy(g_preload_env + out, v, n);
+						out += n;
+					}
+				}
+				v += n;
+				if (*v)
+					v++;
+			}
+			g_preload_env[out] = 0;
+			if (dropped) {
+				if (out == 11)
+					continue;
+				e = g_preload_env;
+			}
+		}
+		env[j++] = e;
+	}
+	env[j] = NULL;
+}
+
+static void turn_off(void)
+{
+	if (__atomic_exchange_n(&g_mode, MODE_OFF, __ATOMIC_ACQ_REL) == MODE_OFF)
+		return;
+	__atomic_store_n(&g_families, 0, __ATOMIC_RELEASE);
+	scrub_env();
+}
+
+/* ---- connection --------------------------------------------------------- */
+
+static char g_msg[HS_HELLO_MAX] __attribute__((aligned(8)));
+
+static ssize_t read_file(const char *path, char *buf, size_t n)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	size_t got = 0;
+	while (got < n) {
+		ssize_t r = read(fd, buf + got, n - got);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			break;
+		got += (size_t)r;
+	}
+	close(fd);
+	return (ssize_t)got;
+}
+
+static int sock_ok(void)
+{
+	struct stat st;
+	return g_sock >= 0 && fstat(g_sock, &st) == 0 && S_ISSOCK(st.st_mode) && st.st_ino == g_sock_ino;
+}
+
+static int send_fd(uint32_t type, uint32_t index, int fd)
+{
+	struct hs_ring_msg m = {HS_MAGIC, HS_VERSION, type, index};
+	struct iovec iov = {&m, sizeof m};
+	union {
+		struct cmsghdr h;
+		char buf[CMSG_SPACE(sizeof(int))];
+	} c;
+	memset(&c, 0, sizeof c);
+	struct msghdr mh = {0};
+	mh.msg_iov = &iov;
+	mh.msg_iovlen = 1;
+	mh.msg_control = c.buf;
+	mh.msg_controllen = sizeof c.buf;
+	struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+	cm->cmsg_level = SOL_SOCKET;
+	cm->cmsg_type = SCM_RIGHTS;
+	cm->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(cm), &fd, sizeof fd);
+	for (;;) {
+		ssize_t r = sendmsg(g_sock, &mh, MSG_NOSIGNAL);
+		if (r == (ssize_t)sizeof m)
+			return 1;
+		if (r < 0 && errno == EINTR)
+			continue;
+		return 0;
+	}
+}
+
+static void atfork_prepare(void);
+static void atfork_parent(void);
+static void atfork_child(void);
+static void slot_exit(void *);
+
+/*
+ * Connect to the collector and say hello. cont says this image was already
+ * traced (the program closed our socket). Called with g_lock held and
+ * in_hook set. Returns 1 when tracing.
+ */
+static int connect_locked(int cont)
+{
+	const char *path = getenv(HS_ENV_SOCKET);
+	if (!path || !*path)
+		return 0;
+	struct sockaddr_un sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sun_family = AF_UNIX;
+	if (strlen(path) >= sizeof sa.sun_path)
+		return 0;
+	strcpy(sa.sun_path, path);
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return 0;
+	if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
+		close(fd);
+		return 0;
+	}
+	/* Keep out of the way of programs that dup2 onto low descriptors. */
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur >= 256) {
+		int hi = fcntl(fd, F_DUPFD_CLOEXEC, (int)(rl.rlim_cur / 2));
+		if (hi >= 0) {
+			close(fd);
+			fd = hi;
+		}
+	}
+	struct timeval tv = {10, 0};
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+
+	struct hs_hello *h = (struct hs_hello *)g_msg;
+	memset(h, 0, sizeof *h);
+	h->magic = HS_MAGIC;
+	h->version = HS_VERSION;
+	h->type = HS_MSG_HELLO;
+	h->flags = cont ? HS_HELLO_CONTINUE : 0;
+	h->pid = (uint32_t)getpid();
+	h->ppid = (uint32_t)getppid();
+	h->mono_ns = mono_ns();
+	size_t off = HS_HELLO_SIZE;
+	ssize_t n = readlink("/proc/self/exe", g_exe, sizeof g_exe - 1);
+	g_exe[n > 0 ? n : 0] = 0;
+	size_t el = strlen(g_exe);
+	memcpy(g_msg + off, g_exe, el);
+	h->exe_len = (uint32_t)el;
+	off += el;
+	size_t room = sizeof g_msg - off;
+	ssize_t cl = read_file("/proc/self/cmdline", g_msg + off, room);
+	if (cl < 0)
+		cl = 0;
+	if ((size_t)cl == room)
+		h->flags |= HS_HELLO_TRUNCATED;
+	h->cmdline_len = (uint32_t)cl;
+	off += (size_t)cl;
+	if (send(fd, g_msg, off, MSG_NOSIGNAL) != (ssize_t)off) {
+		close(fd);
+		return 0;
+	}
+
+	struct hs_welcome w;
+	struct iovec iov = {&w, sizeof w};
+	union {
+		struct cmsghdr h;
+		char buf[CMSG_SPACE(sizeof(int))];
+	} c;
+	struct msghdr mh = {0};
+	mh.msg_iov = &iov;
+	mh.msg_iovlen = 1;
+	mh.msg_control = c.buf;
+	mh.msg_controllen = sizeof c.buf;
+	ssize_t r;
+	do
+		r = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
+	while (r < 0 && errno == EINTR);
+	int cfd = -1;
+	struct cmsghdr *cm = r > 0 ? CMSG_FIRSTHDR(&mh) : NULL;
+	if (cm && cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS)
+		memcpy(&cfd, CMSG_DATA(cm), sizeof cfd);
+	if (r != (ssize_t)sizeof w || w.magic != HS_MAGIC || w.version != HS_VERSION ||
+	    w.type != HS_MSG_WELCOME || w.status != 0 || cfd < 0) {
+		if (cfd >= 0)
+			close(cfd);
+		close(fd);
+		return 0;
+	}
+	if (!g_ctl) {
+		void *m = mmap(NULL, HS_CTL_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, cfd, 0);
+		if (m == MAP_FAILED) {
+			close(cfd);
+			close(fd);
+			return 0;
+		}
+		uint8_t *ctl = m;
+		uint32_t ring = *(uint32_t *)(ctl + HS_CTL_RING_SIZE);
+		uint32_t mf = *(uint32_t *)(ctl + HS_CTL_MAX_FRAMES);
+		if (*(uint32_t *)(ctl + HS_CTL_MAGIC) != HS_MAGIC || ring < HS_RING_MIN || ring > HS_RING_MAX ||
+		    (ring & (ring - 1)) || mf < 1 || mf > HS_MAX_FRAMES) {
+			munmap(m, HS_CTL_SIZE);
+			close(cfd);
+			close(fd);
+			return 0;
+		}
+		g_clock = *(uint32_t *)(ctl + HS_CTL_CLOCK);
+		g_unwind = *(uint32_t *)(ctl + HS_CTL_UNWIND);
+		g_max_frames = mf;
+		g_on_full = *(uint32_t *)(ctl + HS_CTL_ON_FULL);
+		g_ring_size = ring;
+		g_state = (volatile uint32_t *)(ctl + HS_CTL_STATE);
+		__atomic_store_n(&g_families, *(uint32_t *)(ctl + HS_CTL_FAMILIES), __ATOMIC_RELEASE);
+		__atomic_store_n(&g_ctl, ctl, __ATOMIC_RELEASE);
+	}
+	close(cfd);
+	struct stat st;
+	fstat(fd, &st);
+	g_sock = fd;
+	g_sock_ino = st.st_ino;
+	g_pid = getpid();
+	g_heartbeat_seen = *ctl64(HS_CTL_HEARTBEAT);
+	g_heartbeat_at = mono_ns();
+	if (!g_atfork_done) {
+		g_atfork_done = 1;
+		pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+		pthread_key_create(&g_key, slot_exit);
+	}
+	return 1;
+}
+
+/* Make sure this image is connected. Called with g_lock held, in_hook set. */
+static int ensure_connected_locked(void)
+{
+	if (g_mode == MODE_OFF)
+		return 0;
+	if (g_mode == MODE_ON && g_conn_gen == g_gen)
+		return 1;
+	if (!connect_locked(0)) {
+		turn_off();
+		return 0;
+	}
+	g_conn_gen = g_gen;
+	__atomic_store_n(&g_mode, MODE_ON, __ATOMIC_RELEASE);
+	return 1;
+}
+
+/* The collector is gone when our socket reads EOF or, if the program closed
+ * the socket, when its heartbeat stopped for five seconds. */
+static int collector_gone(void)
+{
+	if (sock_ok()) {
+		char b;
+		ssize_t r = recv(g_sock, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+		if (r == 0)
+			return 1;
+		if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+			return 1;
+		return 0;
+	}
+	uint64_t hb = *ctl64(HS_CTL_HEARTBEAT);
+	int64_t now = mono_ns();
+	if (hb != g_heartbeat_seen) {
+		g_heartbeat_seen = hb;
+		g_heartbeat_at = now;
+		return 0;
+	}
+	return now - g_heartbeat_at > 5000000000LL;
+}
+
+/* ---- rings -------------------------------------------------------------- */
+
+#define CACHE_SIZE 4096 /* per-slot stack cache entries, a power of two */
+
+struct hs_cache_ent {
+	uint64_t hash;
+	uint32_t id;
+	uint32_t pad;
+};
+
+struct hs_slot {
+	uint8_t *map;  /* header page + data, shared with the collector */
+	uint8_t *data;
+	volatile uint64_t *head_p, *seq_p, *last_ts_p, *lost_p, *tail_p;
+	volatile uint32_t *waiting_p;
+	uint64_t size, mask, half;
+	uint64_t head;        /* published bytes (our copy) */
+	uint64_t seq;
+	uint64_t lost;
+	uint64_t cached_tail; /* the collector's tail as last read */
+	uint64_t nudged;      /* head when we last rang the doorbell */
+	uint32_t index;
+	pid_t tid;
+	uint32_t exiting;     /* the owner ran its thread-exit destructor */
+	uint32_t cache_epoch;
+	struct hs_slot *next;
+	struct hs_cache_ent cache[CACHE_SIZE];
+};
+
+static struct hs_slot *g_slots;
+static uint32_t g_nslots;
+
+static void ring_doorbell(void)
+{
+	if (__atomic_load_n(ctl32(HS_CTL_SLEEPING), __ATOMIC_SEQ_CST)) {
+		__atomic_add_fetch(ctl32(HS_CTL_DOORBELL), 1, __ATOMIC_SEQ_CST);
+		futex(ctl32(HS_CTL_DOORBELL), FUTEX_WAKE, 1, NULL);
+	}
+}
+
+/* The ring is over half full: wake the collector if it sleeps. */
+static HS_NOINLINE void nudge(struct hs_slot *s)
+{
+	s->cached_tail = __atomic_load_n(s->tail_p, __ATOMIC_ACQUIRE);
+	if (s->head - s->cached_tail <= s->half || s->head - s->nudged < s->size / 8)
+		return;
+	s->nudged = s->head;
+	ring_doorbell();
+}
+
+static inline int closed(void)
+{
+	return (__atomic_load_n(g_state, __ATOMIC_RELAXED) & HS_STATE_CLOSED) != 0;
+}
+
+/*
+ * Wait until need bytes are free. Returns 0 when the record cannot be
+ * written: the ring is full in drop mode, or the session is over.
+ */
+static HS_NOINLINE int make_room(struct hs_slot *s, uint64_t need, int must)
+{
+	unsigned spins = 0, waits = 0;
+	for (;;) {
+		s->cached_tail = __atomic_load_n(s->tail_p, __ATOMIC_ACQUIRE);
+		if (s->head + need - s->cached_tail <= s->size)
+			return 1;
+		ring_doorbell();
+		if (g_on_full == HS_ON_FULL_DROP && !must)
+			return 0;
+		if (closed()) {
+			turn_off();
+			return 0;
+		}
+		if (spins < 16) {
+			spins++;
+			sched_yield();
+			continue;
+		}
+		__atomic_store_n(s->waiting_p, 1, __ATOMIC_SEQ_CST);
+		uint64_t t = __atomic_load_n(s->tail_p, __ATOMIC_SEQ_CST);
+		if (s->head + need - t > s->size) {
+			struct timespec ts = {0, 50 * 1000 * 1000};
+			/* the futex word is the tail's low half (little-endian) */
+			futex((volatile uint32_t *)s->tail_p, FUTEX_WAIT, (uint32_t)t, &ts);
+		}
+		__atomic_store_n(s->waiting_p, 0, __ATOMIC_RELAXED);
+		if (++waits % 4 == 0 && collector_gone()) {
+			turn_off();
+			return 0;
+		}
+	}
+}
+
+static inline void section_begin(struct hs_slot *s)
+{
+	s->seq++;
+	__atomic_store_n(s->seq_p, s->seq, __ATOMIC_RELAXED);
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+}
+
+static inline void section_end(struct hs_slot *s)
+{
+	s->seq++;
+	__atomic_store_n(s->seq_p, s->seq, __ATOMIC_RELEASE);
+}
+
+/*
+ * Reserve words*8 bytes inside a section. Returns where to write them, or
+ * NULL. A PAD record fills the end of the ring when the record would wrap.
+ */
+static inline uint64_t *reserve(struct hs_slot *s, uint32_t words, uint64_t *newhead, int must)
+{
+	uint64_t bytes = (uint64_t)words * 8;
+	uint64_t head = s->head;
+	uint64_t off = head & s->mask;
+	uint64_t pad = off + bytes > s->size ? s->size - off : 0;
+	if (HS_UNLIKELY(head + pad + bytes - s->cached_tail > s->size) && !make_room(s, pad + bytes, must))
+		return NULL;
+	if (pad) {
+		*(uint64_t *)(s->data + off) = HS_REC_PAD | ((pad / 8) << 8);
+		head += pad;
+		off = 0;
+	}
+	*newhead = head + bytes;
+	return (uint64_t *)(s->data + off);
+}
+
+static inline void publish(struct hs_slot *s, uint64_t newhead, uint64_t ts)
+{
+	__atomic_store_n(s->last_ts_p, ts, __ATOMIC_RELAXED);
+	__atomic_store_n(s->head_p, newhead, __ATOMIC_RELEASE);
+	s->head = newhead;
+	if (HS_UNLIKELY(newhead - s->cached_tail > s->half))
+		nudge(s);
+}
+
+static inline uint64_t hdr(uint32_t type, uint32_t words, uint32_t arg)
+{
+	return (uint64_t)type | ((uint64_t)words << 8) | ((uint64_t)arg << 32);
+}
+
+static void count_lost(struct hs_slot *s)
+{
+	if (g_on_full == HS_ON_FULL_DROP && g_mode == MODE_ON) {
+		s->lost++;
+		__atomic_store_n(s->lost_p, s->lost, __ATOMIC_RELEASE);
+	}
+}
+
+/* Write one whole record (header and timestamp filled in here) in a section
+ * of its own. Returns 0 if it could not be written. must waits for room even
+ * in drop mode. */
+static int write_record(struct hs_slot *s, uint32_t type, uint32_t arg, const uint64_t *body, uint32_t nbody,
+                        int must)
+{
+	uint64_t nh;
+	section_begin(s);
+	uint64_t *w = reserve(s, nbody + 2, &nh, must);
+	if (!w) {
+		section_end(s);
+		return 0;
+	}
+	uint64_t ts = hs_now();
+	w[0] = hdr(type, nbody + 2, arg);
+	w[1] = ts;
+	memcpy(w + 2, body, (size_t)nbody * 8);
+	publish(s, nh, ts);
+	section_end(s);
+	return 1;
+}
+
+static void slot_exit(void *arg)
+{
+	struct hs_slot *s = arg;
+	if (s)
+		__atomic_store_n(&s->exiting, 1, __ATOMIC_RELEASE);
+}
+
+/* A new ring for this process. g_lock held. */
+static struct hs_slot *new_slot(void)
+{
+	size_t total = HS_RING_DATA + (size_t)g_ring_size;
+	int fd = memfd_create("heapscope-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (fd < 0)
+		return NULL;
+	/* sealed at its size: the collector maps it only if it cannot shrink
+	 * under it (a read past the end would be a SIGBUS there) */
+	if (ftruncate(fd, (off_t)total) < 0 || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) {
+		close(fd);
+		return NULL;
+	}
+	uint8_t *map = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (map == MAP_FAILED) {
+		close(fd);
+		return NULL;
+	}
+	struct hs_slot *s = mmap(NULL, sizeof *s, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (s == MAP_FAILED) {
+		munmap(map, total);
+		close(fd);
+		return NULL;
+	}
+	*(uint32_t *)(map + HS_RING_MAGIC) = HS_MAGIC;
+	*(uint32_t *)(map + HS_RING_SIZE) = g_ring_size;
+	s->map = map;
+	s->data = map + HS_RING_DATA;
+	s->head_p = (volatile uint64_t *)(map + HS_RING_HEAD);
+	s->seq_p = (volatile uint64_t *)(map + HS_RING_SEQ);
+	s->last_ts_p = (volatile uint64_t *)(map + HS_RING_LAST_TS);
+	s->lost_p = (volatile uint64_t *)(map + HS_RING_LOST);
+	s->tail_p = (volatile uint64_t *)(map + HS_RING_TAIL);
+	s->waiting_p = (volatile uint32_t *)(map + HS_RING_WAITING);
+	s->size = g_ring_size;
+	s->mask = g_ring_size - 1;
+	s->half = g_ring_size / 2;
+	s->index = g_nslots;
+	s->cache_epoch = __atomic_load_n(&g_dl_epoch, __ATOMIC_RELAXED);
+
+	int ok = sock_ok() && send_fd(HS_MSG_RING, s->index, fd);
+	if (!ok) {
+		/* The program closed our socket: reconnect as the same image. */
+		if (g_sock >= 0 && !sock_ok())
+			g_sock = -1; /* not ours any more; never close it */
+		else if (g_sock >= 0)
+			close(g_sock), g_sock = -1;
+		ok = connect_locked(1) && send_fd(HS_MSG_RING, s->index, fd);
+	}
+	close(fd);
+	if (!ok) {
+		munmap(map, total);
+		munmap(s, sizeof *s);
+		return NULL;
+	}
+	g_nslots++;
+	s->next = g_slots;
+	g_slots = s;
+	return s;
+}
+
+static void stack_bounds(struct hs_tls *t)
+{
+	pid_t tid = gettid();
+	t->stack_lo = t->stack_hi = 0;
+	if (tid == getpid()) {
+		uintptr_t end = (uintptr_t)__libc_stack_end;
+		uintptr_t hi = (end + 4095) & ~(uintptr_t)4095;
+		struct rlimit rl;
+		uintptr_t lim = 8u << 20;
+		if (getrlimit(RLIMIT_STACK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < (1u << 30))
+			lim = rl.rlim_cur;
+		else if (getrlimit(RLIMIT_STACK, &rl) == 0)
+			lim = 1u << 30;
+		t->stack_hi = hi;
+		t->stack_lo = hi > lim ? hi - lim : 0;
+		return;
+	}
+	pthread_attr_t a;
+	if (pthread_getattr_np(pthread_self(), &a) == 0) {
+		void *addr;
+		size_t size;
+		if (pthread_attr_getstack(&a, &addr, &size) == 0) {
+			t->stack_lo = (uintptr_t)addr;
+			t->stack_hi = (uintptr_t)addr + size;
+		}
+		pthread_attr_destroy(&a);
+	}
+}
+
+/* Give this thread a ring: a dead thread's, or a new one. in_hook set. */
+static HS_NOINLINE struct hs_slot *attach(struct hs_tls *t)
+{
+	if (__atomic_load_n(&g_mode, __ATOMIC_ACQUIRE) == MODE_OFF)
+		return NULL;
+	pthread_mutex_lock(&g_lock);
+	struct hs_slot *s = NULL;
+	if (ensure_connected_locked()) {
+		for (struct hs_slot *c = g_slots; c; c = c->next) {
+			if (__atomic_load_n(&c->exiting, __ATOMIC_ACQUIRE) && syscall(SYS_tgkill, g_pid, c->tid, 0) < 0 &&
+			    errno == ESRCH) {
+				s = c;
+				break;
+			}
+		}
+		if (!s)
+			s = new_slot();
+		if (s) {
+			s->tid = gettid();
+			s->exiting = 0;
+		}
+	}
+	pthread_mutex_unlock(&g_lock);
+	if (!s)
+		return NULL;
+	stack_bounds(t);
+	t->slot = s;
+	t->gen = g_gen;
+	if (g_atfork_done)
+		pthread_setspecific(g_key, s);
+	/* must: in drop mode too, or the collector would credit this thread's
+	 * events to the ring's previous owner */
+	if (!write_record(s, HS_REC_THREAD, (uint32_t)s->tid, NULL, 0, 1))
+		return NULL;
+	return s;
+}
+
+/* ---- stacks ------------------------------------------------------------- */
+
+static int (*p_unw_backtrace)(void **, int);
+static uintptr_t g_self_lo, g_self_hi; /* this library's text */
+
+/* Frame-pointer walk from the wrapper's frame fp, bounded by the thread's
+ * stack so that it never reads outside it, whatever rbp holds. */
+static inline int fp_walk(uint64_t *out, int max, uintptr_t fp, uintptr_t lo, uintptr_t hi)
+{
+	int n = 0;
+	uintptr_t *f = (uintptr_t *)fp;
+	out[n++] = f[1]; /* our own frame: always readable */
+	if (fp < lo || fp >= hi)
+		return n; /* on a stack we do not know (coroutine, signal stack) */
+	uintptr_t next = f[0];
+	while (n < max) {
+		if (next <= fp || next > hi - 16 || (next & 7))
+			break;
+		fp = next;
+		f = (uintptr_t *)fp;
+		uintptr_t ret = f[1];
+		if (ret < 4096)
+			break;
+		out[n++] = ret;
+		next = f[0];
+	}
+	return n;
+}
+
+static HS_NOINLINE int dwarf_walk(uint64_t *out, int max)
+{
+	void *buf[HS_MAX_FRAMES + 16];
+	int n = p_unw_backtrace(buf, max + 16);
+	int i = 0, k = 0;
+	while (i < n && (uintptr_t)buf[i] >= g_self_lo && (uintptr_t)buf[i] < g_self_hi)
+		i++;
+	for (; i < n && k < max; i++)
+		out[k++] = (uint64_t)(uintptr_t)buf[i];
+	return k;
+}
+
+static inline uint64_t hash_frames(const uint64_t *f, int n)
+{
+	uint64_t h = 0x9E3779B97F4A7C15ull ^ (uint64_t)n;
+	for (int i = 0; i < n; i++) {
+		h ^= f[i];
+		h *= 0xff51afd7ed558ccdull;
+		h ^= h >> 32;
+	}
+	h ^= h >> 29;
+	h *= 0xc4ceb9fe1a85ec53ull;
+	h ^= h >> 32;
+	return h ? h : 1;
+}
+
+/* The process-wide stack table and module set. g_stack_lock guards both. */
+struct hs_stab_ent {
+	uint64_t hash;
+	uint64_t off; /* into g_frames */
+	uint32_t n;
+	uint32_t id;
+};
+static struct hs_stab_ent *g_stab;
+static size_t g_stab_cap, g_stab_len;
+static uint64_t *g_frames;
+static size_t g_frames_len, g_frames_cap;
+static uint32_t g_next_stack_id = 1;
+static uint32_t g_stab_epoch;
+
+struct hs_mod {
+	uint64_t start, end, path_hash;
+};
+static struct hs_mod *g_mods;
+static size_t g_mods_len, g_mods_cap;
+static int g_mods_valid;
+
+static void *map_anon(size_t n)
+{
+	void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	return p == MAP_FAILED ? NULL : p;
+}
+
+static void stab_reset(void)
+{
+	if (g_stab)
+		munmap(g_stab, g_stab_cap * sizeof *g_stab);
+	if (g_frames)
+		munmap(g_frames, g_frames_cap * 8);
+	g_stab = NULL;
+	g_frames = NULL;
+	g_stab_cap = g_stab_len = g_frames_len = g_frames_cap = 0;
+}
+
+static int stab_grow(void)
+{
+	size_t cap = g_stab_cap ? g_stab_cap * 2 : 4096;
+	struct hs_stab_ent *t = map_anon(cap * sizeof *t);
+	if (!t)
+		return 0;
+	for (size_t i = 0; i < g_stab_cap; i++) {
+		struct hs_stab_ent *e = &g_stab[i];
+		if (!e->hash)
+			continue;
+		size_t j = e->hash & (cap - 1);
+		while (t[j].hash)
+			j = (j + 1) & (cap - 1);
+		t[j] = *e;
+	}
+	if (g_stab)
+		munmap(g_stab, g_stab_cap * sizeof *g_stab);
+	g_stab = t;
+	g_stab_cap = cap;
+	return 1;
+}
+
+static uint32_t stab_find(uint64_t h, const uint64_t *f, int n)
+{
+	if (!g_stab)
+		return 0;
+	for (size_t j = h & (g_stab_cap - 1);; j = (j + 1) & (g_stab_cap - 1)) {
+		struct hs_stab_ent *e = &g_stab[j];
+		if (!e->hash)
+			return 0;
+		if (e->hash == h && e->n == (uint32_t)n && memcmp(g_frames + e->off, f, (size_t)n * 8) == 0)
+			return e->id;
+	}
+}
+
+static int stab_add(uint64_t h, const uint64_t *f, int n, uint32_t id)
+{
+	if ((g_stab_len + 1) * 2 > g_stab_cap && !stab_grow())
+		return 0;
+	if (g_frames_len + (size_t)n > g_frames_cap) {
+		size_t cap = g_frames_cap ? g_frames_cap * 2 : 65536;
+		while (cap < g_frames_len + (size_t)n)
+			cap *= 2;
+		uint64_t *nf = g_frames ? mremap(g_frames, g_frames_cap * 8, cap * 8, MREMAP_MAYMOVE) : map_anon(cap * 8);
+		if (nf == MAP_FAILED || !nf)
+			return 0;
+		g_frames = nf;
+		g_frames_cap = cap;
+	}
+	memcpy(g_frames + g_frames_len, f, (size_t)n * 8);
+	size_t j = h & (g_stab_cap - 1);
+	while (g_stab[j].hash)
+		j = (j + 1) & (g_stab_cap - 1);
+	g_stab[j] = (struct hs_stab_ent){h, g_frames_len, (uint32_t)n, id};
+	g_frames_len += (size_t)n;
+	g_stab_len++;
+	return 1;
+}
+
+static int mod_covers(uint64_t a)
+{
+	size_t lo = 0, hi = g_mods_len;
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		if (g_mods[mid].end <= a)
+			lo = mid + 1;
+		else if (g_mods[mid].start > a)
+			hi = mid;
+		else
+			return 1;
+	}
+	return 0;
+}
+
+static uint64_t hash_str(const char *s)
+{
+	uint64_t h = 1469598103934665603ull;
+	for (; *s; s++)
+		h = (h ^ (uint8_t)*s) * 1099511628211ull;
+	return h;
+}
+
+/* in-memory GNU build-id of a loaded object */
+static size_t build_id(const struct dl_phdr_info *info, uint8_t *out)
+{
+	for (int i = 0; i < info->dlpi_phnum; i++) {
+		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+		if (ph->p_type != PT_NOTE)
+			continue;
+		const uint8_t *p = (const uint8_t *)(info->dlpi_addr + ph->p_vaddr);
+		size_t left = ph->p_memsz;
+		while (left >= sizeof(ElfW(Nhdr))) {
+			const ElfW(Nhdr) *nh = (const ElfW(Nhdr) *)p;
+			size_t name = (nh->n_namesz + 3) & ~3u, desc = (nh->n_descsz + 3) & ~3u;
+			size_t sz = sizeof *nh + name + desc;
+			if (sz > left)
+				break;
+			if (nh->n_type == NT_GNU_BUILD_ID && nh->n_namesz == 4 && memcmp(p + sizeof *nh, "GNU", 4) == 0 &&
+			    nh->n_descsz <= HS_BUILD_ID_MAX) {
+				memcpy(out, p + sizeof *nh + name, nh->n_descsz);
+				return nh->n_descsz;
+			}
+			p += sz;
+			left -= sz;
+		}
+	}
+	return 0;
+}
+
+struct mod_scan {
+	struct hs_slot *slot;
+	struct hs_mod *next; /* the new module set */
+	size_t len, cap;
+	int failed;
+};
+
+static uint64_t g_modrec[(48 + HS_MODULE_PATH_MAX + HS_BUILD_ID_MAX) / 8 + 2];
+static char g_path[PATH_MAX];
+
+static int mod_known(uint64_t start, uint64_t end, uint64_t ph)
+{
+	for (size_t i = 0; i < g_mods_len; i++)
+		if (g_mods[i].start == start && g_mods[i].end == end && g_mods[i].path_hash == ph)
+			return 1;
+	return 0;
+}
+
+static int mod_cb(struct dl_phdr_info *info, size_t size, void *arg)
+{
+	(void)size;
+	struct mod_scan *sc = arg;
+	const char *name = info->dlpi_name;
+	if (!name || !*name)
+		name = g_exe;
+	else if (name[0] != '/' && strchr(name, '/') && realpath(name, g_path))
+		name = g_path;
+	size_t plen = strlen(name);
+	if (plen > HS_MODULE_PATH_MAX)
+		plen = HS_MODULE_PATH_MAX;
+	uint64_t ph = hash_str(name);
+	uint8_t id[HS_BUILD_ID_MAX];
+	size_t idlen = (size_t)-1;
+	for (int i = 0; i < info->dlpi_phnum; i++) {
+		const ElfW(Phdr) *p = &info->dlpi_phdr[i];
+		if (p->p_type != PT_LOAD || !(p->p_flags & PF_X) || p->p_memsz == 0)
+			continue;
+		uint64_t start = info->dlpi_addr + p->p_vaddr, end = start + p->p_memsz;
+		if (sc->len == sc->cap) {
+			size_t cap = sc->cap ? sc->cap * 2 : 256;
+			struct hs_mod *n = map_anon(cap * sizeof *n);
+			if (!n) {
+				sc->failed = 1;
+				return 1;
+			}
+			if (sc->next) {
+				memcpy(n, sc->next, sc->len * sizeof *n);
+				munmap(sc->next, sc->cap * sizeof *n);
+			}
+			sc->next = n;
+			sc->cap = cap;
+		}
+		sc->next[sc->len++] = (struct hs_mod){start, end, ph};
+		if (mod_known(start, end, ph))
+			continue;
+		if (idlen == (size_t)-1)
+			idlen = build_id(info, id);
+		uint64_t *w = g_modrec;
+		w[0] = start;
+		w[1] = end;
+		w[2] = p->p_offset;
+		w[3] = (uint64_t)plen | ((uint64_t)idlen << 32);
+		size_t bytes = plen + idlen;
+		memset(w + 4, 0, (bytes + 7) & ~(size_t)7);
+		memcpy((char *)(w + 4), name, plen);
+		memcpy((char *)(w + 4) + plen, id, idlen);
+		if (!write_record(sc->slot, HS_REC_MODULE, 0, w, 4 + (uint32_t)((bytes + 7) / 8), 0)) {
+			sc->failed = 1;
+			return 1;
+		}
+	}
+	return 0;
+}
+
+static int cmp_mod(const void *a, const void *b)
+{
+	const struct hs_mod *x = a, *y = b;
+	return x->start < y->start ? -1 : x->start > y->start;
+}
+
+/* Report the executable segments of every loaded object not yet reported,
+ * and make them the module set. g_stack_lock held. */
+static int refresh_modules(struct hs_slot *s)
+{
+	struct mod_scan sc = {s, NULL, 0, 0, 0};
+	dl_iterate_phdr(mod_cb, &sc);
+	if (sc.failed) {
+		if (sc.next)
+			munmap(sc.next, sc.cap * sizeof *sc.next);
+		g_mods_valid = 0;
+		return 0;
+	}
+	/* insertion order is load order: sort by address for lookups */
+	for (size_t i = 1; i < sc.len; i++)
+		for (size_t j = i; j > 0 && cmp_mod(&sc.next[j - 1], &sc.next[j]) > 0; j--) {
+			struct hs_mod t = sc.next[j];
+			sc.next[j] = sc.next[j - 1];
+			sc.next[j - 1] = t;
+		}
+	if (g_mods)
+		munmap(g_mods, g_mods_cap * sizeof *g_mods);
+	g_mods = sc.next;
+	g_mods_len = sc.len;
+	g_mods_cap = sc.cap;
+	g_mods_valid = 1;
+	return 1;
+}
+
+/*
+ * A stack this thread has not seen lately: look it up in the process-wide
+ * table, defining it (and the modules its frames are in) in the ring on
+ * first sight.
+ */
+static HS_NOINLINE int define_stack(struct hs_slot *s, uint64_t *f, int n, uint64_t h, uint32_t epoch,
+                                    struct hs_cache_ent *ce, uint32_t *id)
+{
+	pthread_mutex_lock(&g_stack_lock);
+	int ok = 1;
+	if (g_stab_epoch != epoch) {
+		/* code was unloaded: addresses may now mean other code */
+		stab_reset();
+		g_mods_valid = 0;
+		g_stab_epoch = epoch;
+	}
+	int m = 0;
+	while (m < n && g_mods_valid && mod_covers(f[m]))
+		m++;
+	if (m < n) {
+		ok = refresh_modules(s);
+		m = 0;
+		while (m < n && mod_covers(f[m]))
+			m++;
+	}
+	/* Frames outside every loaded object are garbage from a walk through
+	 * code without frame pointers (or JIT code): the stack ends there. */
+	uint32_t sid = 0;
+	if (ok && m > 0) {
+		uint64_t h2 = m == n ? h : hash_frames(f, m);
+		sid = stab_find(h2, f, m);
+		if (!sid) {
+			sid = g_next_stack_id;
+			if (write_record(s, HS_REC_STACK, sid, f, (uint32_t)m, 0)) {
+				g_next_stack_id++;
+				/* if the table cannot grow, the stack is sent again
+				 * under a new id next time: wasteful, not wrong */
+				stab_add(h2, f, m, sid);
+			} else {
+				ok = 0;
+				sid = 0;
+			}
+		}
+	}
+	pthread_mutex_unlock(&g_stack_lock);
+	if (ok) {
+		ce->hash = h;
+		ce->id = sid;
+	}
+	*id = sid;
+	return ok;
+}
+
+/*
+ * The id of the stack of this call. *id is 0 when no frame was found.
+ * Returns 0 when a record could not be written.
+ */
+static HS_INLINE int capture(struct hs_tls *t, struct hs_slot *s, uintptr_t fp, uint32_t *id)
+{
+	uint64_t f[HS_MAX_FRAMES + 1];
+	int n;
+	if (HS_UNLIKELY(g_unwind == HS_UNWIND_DWARF) && __atomic_load_n(&p_unw_backtrace, __ATOMIC_ACQUIRE))
+		n = dwarf_walk(f, (int)g_max_frames);
+	else
+		n = fp_walk(f, (int)g_max_frames, fp, t->stack_lo, t->stack_hi);
+	*id = 0;
+	if (n == 0)
+		return 1;
+	uint32_t epoch = __atomic_load_n(&g_dl_epoch, __ATOMIC_ACQUIRE);
+	if (HS_UNLIKELY(s->cache_epoch != epoch)) {
+		memset(s->cache, 0, sizeof s->cache);
+		s->cache_epoch = epoch;
+	}
+	uint64_t h = hash_frames(f, n);
+	struct hs_cache_ent *ce = &s->cache[h & (CACHE_SIZE - 1)];
+	if (HS_LIKELY(ce->hash == h)) {
+		*id = ce->id;
+		return 1;
+	}
+	return define_stack(s, f, n, h, epoch, ce, id);
+}
+
+/* ---- recording ---------------------------------------------------------- */
+
+/* Enter our bookkeeping. Returns the thread's slot, or NULL to pass through. */
+static inline struct hs_slot *enter(struct hs_tls *t)
+{
+	if (t->in_hook)
+		return NULL;
+	t->in_hook = 1;
+	struct hs_slot *s = t->slot;
+	if (HS_UNLIKELY(!s || t->gen != g_gen)) {
+		t->slot = NULL;
+		s = attach(t);
+		if (!s) {
+			t->in_hook = 0;
+			return NULL;
+		}
+	}
+	return s;
+}
+
+static inline int leave_if_closed(uint32_t st)
+{
+	if (HS_UNLIKELY(st & HS_STATE_CLOSED)) {
+		turn_off();
+		return 1;
+	}
+	return 0;
+}
+
+/* An event of 2..4 body words: [addr][size][old][oldsize]. */
+static HS_INLINE void record(uint32_t func, uint32_t fam, uint32_t kind, uint32_t nbody, uint64_t a, uint64_t b,
+                          uint64_t c, uint64_t d, uintptr_t fp)
+{
+	struct hs_tls *t = &tls;
+	struct hs_slot *s = enter(t);
+	if (!s)
+		return;
+	uint32_t st = __atomic_load_n(g_state, __ATOMIC_RELAXED);
+	if (leave_if_closed(st) || HS_UNLIKELY(!(g_families & fam)))
+		goto out;
+	uint32_t sid = 0;
+	if ((st >> kind) & 1) {
+		if (!capture(t, s, fp, &sid)) {
+			count_lost(s);
+			goto out;
+		}
+	}
+	uint64_t nh;
+	section_begin(s);
+	uint64_t *w = reserve(s, nbody + 2, &nh, 0);
+	if (HS_LIKELY(w != NULL)) {
+		uint64_t ts = hs_now();
+		w[0] = hdr(func, nbody + 2, sid);
+		w[1] = ts;
+		w[2] = a;
+		if (nbody > 1)
+			w[3] = b;
+		if (nbody > 2)
+			w[4] = c;
+		if (nbody > 3)
+			w[5] = d;
+		publish(s, nh, ts);
+	} else {
+		count_lost(s);
+	}
+	section_end(s);
+out:
+	t->in_hook = 0;
+}
+
+#define TRACED(fam) (__atomic_load_n(&g_families, __ATOMIC_RELAXED) & (fam))
+
+static HS_INLINE void rec_alloc(uint32_t func, uint32_t fam, void *p, uint64_t size, uintptr_t fp)
+{
+	if (TRACED(fam))
+		record(func, fam, HS_KIND_ALLOC, 2, (uint64_t)(uintptr_t)p, size, 0, 0, fp);
+}
+
+/* ---- the wrappers ------------------------------------------------------- */
+
+static inline void ensure_reals(void)
+{
+	if (HS_UNLIKELY(__atomic_load_n(&reals_state, __ATOMIC_ACQUIRE) != 2))
+		resolve_reals();
+}
+
+/* run a real function with nested allocations untraced */
+#define UNTRACED(expr)                                                                                                 \
+	({                                                                                                             \
+		uint32_t _saved = tls.in_hook;                                                                         \
+		tls.in_hook = 1;                                                                                       \
+		__typeof__(expr) _r = (expr);                                                                          \
+		tls.in_hook = _saved;                                                                                  \
+		_r;                                                                                                    \
+	})
+
+HS_EXPORT void *malloc(size_t n)
+{
+	uintptr_t fp = HS_FRAME();
+	ensure_reals();
+	if (HS_UNLIKELY(!real.malloc))
+		return boot_alloc(n, 16);
+	void *p = real.malloc(n);
+	rec_alloc(HS_FUNC_MALLOC, HS_FAM_MALLOC, p, n, fp);
+	return p;
+}
+
+HS_EXPORT void *calloc(size_t n, size_t size)
+{
+	uintptr_t fp = HS_FRAME();
+	ensure_reals();
+	size_t total;
+	if (__builtin_mul_overflow(n, size, &total))
+		total = SIZE_MAX;
+	if (HS_UNLIKELY(!real.calloc))
+		return total == SIZE_MAX ? NULL : boot_alloc(total, 16); /* the arena is zeroed and never reused */
+	void *p = real.calloc(n, size);
+	rec_alloc(HS_FUNC_CALLOC, HS_FAM_CALLOC, p, total, fp);
+	return p;
+}
+
+HS_EXPORT void free(void *p)
+{
+	uintptr_t fp = HS_FRAME();
+	if (!p || is_boot(p))
+		return;
+	ensure_reals();
+	/* recorded before the block is released, so that whoever gets it next
+	 * is stamped later */
+	if (TRACED(HS_FAM_FREE))
+		record(HS_FUNC_FREE, HS_FAM_FREE, HS_KIND_FREE, 1, (uint64_t)(uintptr_t)p, 0, 0, 0, fp);
+	if (HS_LIKELY(real.free != NULL))
+		real.free(p);
+}
+
+static void *boot_realloc(void *p, size_t n)
+{
+	size_t old = ((size_t *)p)[-1];
+	void *q = real.malloc ? real.malloc(n) : boot_alloc(n, 16);
+	if (q)
+		memcpy(q, p, old < n ? old : n);
+	return q;
+}
+
+HS_EXPORT void *realloc(void *p, size_t n)
+{
+	uintptr_t fp = HS_FRAME();
+	ensure_reals();
+	if (HS_UNLIKELY(is_boot(p) || !real.realloc))
+		return p ? boot_realloc(p, n) : malloc(n);
+	void *q = real.realloc(p, n);
+	if (TRACED(HS_FAM_REALLOC))
+		record(HS_FUNC_REALLOC, HS_FAM_REALLOC, HS_KIND_REALLOC, 3, (uint64_t)(uintptr_t)q, n, (uint64_t)(uintptr_t)p, 0, fp);
+	return q;
+}
+
+HS_EXPORT void *reallocarray(void *p, size_t n, size_t size)
+{
+	uintptr_t fp = HS_FRAME();
+	ensure_reals();
+	size_t total;
+	if (__builtin_mul_overflow(n, size, &total))
+		total = SIZE_MAX;
+	if (HS_UNLIKELY(is_boot(p) || !real.reallocarray)) {
+		if (total == SIZE_MAX) {
+			errno = ENOMEM;
+			return NULL;
+		}
+		return p ? boot_realloc(p, total) : malloc(total);
+	}
+	/* glibc's reallocarray calls realloc: that one is not the program's call */
+	void *q = UNTRACED(real.reallocarray(p, n, size));
+	if (TRACED(HS_FAM_REALLOC))
+		record(HS_FUNC_REALLOCARRAY, HS_FAM_REALLOC, HS_KIND_REALLOC, 3, (uint64_t)(uintptr_t)q, total, (uint64_t)(uintptr_t)p, 0,
+		       fp);
+	return q;
+}
+
+HS_EXPORT int posix_memalign(void **out, size_t align, size_t n)
+{
+	uintptr_t fp = HS_FRAME();
+	ensure_reals();
+	if (HS_UNLIKELY(!real.posix_memalign)) {
+		void *p = boot_alloc(n, align);
+		if (!p)
+			return ENOMEM;
+		*out = p;
+		return 0;
+	}
+	int r = UNTRACED(real.posix_memalign(out, align, n));
+	rec_alloc(HS_FUNC_POSIX_MEMALIGN, HS_FAM_ALIGNED, r == 0 ? *out : NULL, n, fp);
+	return r;
+}
+
+#define ALIGNED_WRAPPER(name, FUNC, params, args, bootexpr)                                                            \
+	HS_EXPORT void *name params                                                                                    \
+	{                                                                                                              \
+		uintptr_t fp = HS_FRAME();                                                                             \
+		ensure_reals();                                                                                        \
+		if (HS_UNLIKELY(!real.name))                                                                           \
+			return bootexpr;                                                                               \
+		void *p = UNTRACED(real.name args);                                                                    \
+		rec_alloc(FUNC, HS_FAM_ALIGNED, p, n, fp);                                                             \
+		return p;                                                                                              \
+	}
+
+ALIGNED_WRAPPER(aligned_alloc, HS_FUNC_ALIGNED_ALLOC, (size_t align, size_t n), (align, n), boot_alloc(n, align))
+ALIGNED_WRAPPER(memalign, HS_FUNC_MEMALIGN, (size_t align, size_t n), (align, n), boot_alloc(n, align))
+ALIGNED_WRAPPER(valloc, HS_FUNC_VALLOC, (size_t n), (n), boot_alloc(n, 4096))
+ALIGNED_WRAPPER(pvalloc, HS_FUNC_PVALLOC, (size_t n), (n), boot_alloc(n, 4096))
+
+/* The mmap family: anonymous mappings only, and only when asked for. */
+static void *do_mmap(void *(*fn)(void *, size_t, int, int, int, off_t), void *addr, size_t len, int prot, int flags,
+                     int fd, off_t off, uintptr_t fp)
+{
+	void *r = fn ? fn(addr, len, prot, flags, fd, off) : (void *)syscall(SYS_mmap, addr, len, prot, flags, fd, off);
+	if (r != MAP_FAILED && (flags & MAP_ANONYMOUS) && TRACED(HS_FAM_MMAP))
+		record(HS_FUNC_MMAP, HS_FAM_MMAP, HS_KIND_MMAP, 2, (uint64_t)(uintptr_t)r, len, 0, 0, fp);
+	return r;
+}
+
+HS_EXPORT void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+	uintptr_t fp = HS_FRAME();
+	ensure_reals();
+	return do_mmap(real.mmap, addr, len, prot, flags, fd, off, fp);
+}
+
+HS_EXPORT void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+	uintptr_t fp = HS_FRAME();
+	ensure_reals();
+	return do_mmap(real.mmap64, addr, len, prot, flags, fd, off, fp);
+}
+
+HS_EXPORT int munmap(void *addr, size_t len)
+{
+	uintptr_t fp = HS_FRAME();
+	ensure_reals();
+	if (TRACED(HS_FAM_MMAP))
+		record(HS_FUNC_MUNMAP, HS_FAM_MMAP, HS_KIND_MUNMAP, 2, (uint64_t)(uintptr_t)addr, len, 0, 0, fp);
+	return real.munmap ? real.munmap(addr, len) : (int)syscall(SYS_munmap, addr, len);
+}
+
+HS_EXPORT void *mremap(void *old, size_t old_len, size_t len, int flags, ...)
+{
+	uintptr_t fp = HS_FRAME();
+	void *want = NULL;
+	if (flags & MREMAP_FIXED) {
+		__builtin_va_list ap;
+		__builtin_va_start(ap, flags);
+		want = __builtin_va_arg(ap, void *);
+		__builtin_va_end(ap);
+	}
+	ensure_reals();
+	void *r = real.mremap ? real.mremap(old, old_len, len, flags, want)
+	                      : (void *)syscall(SYS_mremap, old, old_len, len, flags, want);
+	if (TRACED(HS_FAM_MMAP))
+		record(HS_FUNC_MREMAP, HS_FAM_MMAP, HS_KIND_REALLOC, 4, r == MAP_FAILED ? 0 : (uint64_t)(uintptr_t)r, len,
+		       (uint64_t)(uintptr_t)old, old_len, fp);
+	return r;
+}
+
+HS_EXPORT int dlclose(void *h)
+{
+	ensure_reals();
+	int r = real.dlclose(h);
+	if (r == 0)
+		__atomic_add_fetch(&g_dl_epoch, 1, __ATOMIC_RELEASE);
+	return r;
+}
+
+/*
+ * C++ operator new and delete. The real operators (libstdc++'s) call malloc
+ * and free: run them untraced and record the operator instead, so that each
+ * call is seen once and as what the program called. Every variant takes at
+ * most three integer-class arguments; passing three is harmless.
+ */
+static void restore_hook(uint32_t *saved) { tls.in_hook = *saved; }
+
+typedef uintptr_t (*cxx_fn)(uintptr_t, uintptr_t, uintptr_t);
+
+static cxx_fn cxx_real(cxx_fn *slot, const char *name)
+{
+	cxx_fn f = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
+	if (!f) {
+		uint32_t saved __attribute__((cleanup(restore_hook))) = tls.in_hook;
+		tls.in_hook = 1;
+		f = (cxx_fn)dlsym(RTLD_NEXT, name);
+		__atomic_store_n(slot, f, __ATOMIC_RELEASE);
+	}
+	return f;
+}
+
+#define CXX_NEW(sym, FUNC)                                                                                             \
+	HS_EXPORT uintptr_t sym(uintptr_t a, uintptr_t b, uintptr_t c)                                                 \
+	{                                                                                                              \
+		uintptr_t fp = HS_FRAME();                                                                             \
+		static cxx_fn fn;                                                                                      \
+		ensure_reals();                                                                                        \
+		cxx_fn f = cxx_real(&fn, #sym);                                                                        \
+		if (!f)                                                                                                \
+			abort();                                                                                       \
+		if (!TRACED(HS_FAM_CXX))                                                                               \
+			return f(a, b, c);                                                                             \
+		uintptr_t p;                                                                                           \
+		{                                                                                                      \
+			uint32_t saved __attribute__((cleanup(restore_hook))) = tls.in_hook;                           \
+			tls.in_hook = 1;                                                                               \
+			p = f(a, b, c);                                                                                \
+		}                                                                                                      \
+		rec_alloc(FUNC, HS_FAM_CXX, (void *)p, a, fp);                                                         \
+		return p;                                                                                              \
+	}
+
+#define CXX_DELETE(sym, FUNC)                                                                                          \
+	HS_EXPORT void sym(uintptr_t a, uintptr_t b, uintptr_t c)                                                      \
+	{                                                                                                              \
+		uintptr_t fp = HS_FRAME();                                                                             \
+		static cxx_fn fn;                                                                                      \
+		ensure_reals();                                                                                        \
+		cxx_fn f = cxx_real(&fn, #sym);                                                                        \
+		if (!f)                                                                                                \
+			abort();                                                                                       \
+		if (!a || !TRACED(HS_FAM_CXX)) {                                                                       \
+			f(a, b, c);                                                                                    \
+			return;                                                                                        \
+		}                                                                                                      \
+		record(FUNC, HS_FAM_CXX, HS_KIND_FREE, 1, a, 0, 0, 0, fp);                                                         \
+		uint32_t saved __attribute__((cleanup(restore_hook))) = tls.in_hook;                                   \
+		tls.in_hook = 1;                                                                                       \
+		f(a, b, c);                                                                                            \
+	}
+
+CXX_NEW(_Znwm, HS_FUNC_NEW)
+CXX_NEW(_Znam, HS_FUNC_NEW_ARRAY)
+CXX_NEW(_ZnwmRKSt9nothrow_t, HS_FUNC_NEW)
+CXX_NEW(_ZnamRKSt9nothrow_t, HS_FUNC_NEW_ARRAY)
+CXX_NEW(_ZnwmSt11align_val_t, HS_FUNC_NEW)
+CXX_NEW(_ZnamSt11align_val_t, HS_FUNC_NEW_ARRAY)
+CXX_NEW(_ZnwmSt11align_val_tRKSt9nothrow_t, HS_FUNC_NEW)
+CXX_NEW(_ZnamSt11align_val_tRKSt9nothrow_t, HS_FUNC_NEW_ARRAY)
+CXX_DELETE(_ZdlPv, HS_FUNC_DELETE)
+CXX_DELETE(_ZdaPv, HS_FUNC_DELETE_ARRAY)
+CXX_DELETE(_ZdlPvm, HS_FUNC_DELETE)
+CXX_DELETE(_ZdaPvm, HS_FUNC_DELETE_ARRAY)
+CXX_DELETE(_ZdlPvRKSt9nothrow_t, HS_FUNC_DELETE)
+CXX_DELETE(_ZdaPvRKSt9nothrow_t, HS_FUNC_DELETE_ARRAY)
+CXX_DELETE(_ZdlPvSt11align_val_t, HS_FUNC_DELETE)
+CXX_DELETE(_ZdaPvSt11align_val_t, HS_FUNC_DELETE_ARRAY)
+CXX_DELETE(_ZdlPvmSt11align_val_t, HS_FUNC_DELETE)
+CXX_DELETE(_ZdaPvmSt11align_val_t, HS_FUNC_DELETE_ARRAY)
+CXX_DELETE(_ZdlPvSt11align_val_tRKSt9nothrow_t, HS_FUNC_DELETE)
+CXX_DELETE(_ZdaPvSt11align_val_tRKSt9nothrow_t, HS_FUNC_DELETE_ARRAY)
+
+/* ---- fork --------------------------------------------------------------- */
+
+static void atfork_prepare(void)
+{
+	pthread_mutex_lock(&g_lock);
+	pthread_mutex_lock(&g_stack_lock);
+}
+
+static void atfork_parent(void)
+{
+	pthread_mutex_unlock(&g_stack_lock);
+	pthread_mutex_unlock(&g_lock);
+}
+
+/*
+ * The child gets a stream of its own: it forgets the parent's rings (which
+ * it must never write: they are shared with the parent), stack ids and
+ * modules, and connects again on its next call.
+ */
+static void atfork_child(void)
+{
+	pthread_mutex_init(&g_lock, NULL);
+	pthread_mutex_init(&g_stack_lock, NULL);
+	for (struct hs_slot *s = g_slots, *next; s; s = next) {
+		next = s->next;
+		munmap(s->map, HS_RING_DATA + (size_t)s->size);
+		munmap(s, sizeof *s);
+	}
+	g_slots = NULL;
+	g_nslots = 0;
+	stab_reset();
+	if (g_mods)
+		munmap(g_mods, g_mods_cap * sizeof *g_mods);
+	g_mods = NULL;
+	g_mods_len = g_mods_cap = 0;
+	g_mods_valid = 0;
+	g_next_stack_id = 1;
+	if (g_sock >= 0 && sock_ok())
+		close(g_sock);
+	g_sock = -1;
+	g_gen++;
+	tls.slot = NULL;
+	if (g_mode == MODE_ON)
+		g_mode = MODE_UNKNOWN;
+}
+
+/* ---- start-up ----------------------------------------------------------- */
+
+static int self_cb(struct dl_phdr_info *info, size_t size, void *arg)
+{
+	(void)size;
+	uintptr_t me = (uintptr_t)arg;
+	for (int i = 0; i < info->dlpi_phnum; i++) {
+		const ElfW(Phdr) *p = &info->dlpi_phdr[i];
+		if (p->p_type != PT_LOAD || !(p->p_flags & PF_X))
+			continue;
+		uintptr_t lo = info->dlpi_addr + p->p_vaddr, hi = lo + p->p_memsz;
+		if (me >= lo && me < hi) {
+			g_self_lo = lo;
+			g_self_hi = hi;
+			return 1;
+		}
+	}
+	return 0;
+}
+
+/*
+ * libunwind is loaded with dlopen, privately (RTLD_LOCAL: its _Unwind_* and
+ * backtrace must not replace the program's), from our constructor: a
+ * constructor may call dlopen, an allocation inside the dynamic loader may
+ * not. Allocations before this point are unwound with frame pointers.
+ */
+static void load_libunwind(void)
+{
+	void *h = dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
+	if (!h)
+		return;
+	int (*set_policy)(void *, int) = (int (*)(void *, int))dlsym(h, "_ULx86_64_set_caching_policy");
+	void **as = (void **)dlsym(h, "_ULx86_64_local_addr_space");
+	int (*bt)(void **, int) = (int (*)(void **, int))dlsym(h, "unw_backtrace");
+	if (!bt)
+		return;
+	if (set_policy && as)
+		set_policy(*as, 2 /* UNW_CACHE_PER_THREAD */);
+	dl_iterate_phdr(self_cb, (void *)(uintptr_t)dwarf_walk);
+	__atomic_store_n(&p_unw_backtrace, bt, __ATOMIC_RELEASE);
+}
+
+__attribute__((constructor(101))) static void hs_init(void)
+{
+	ensure_reals();
+	if (!getenv(HS_ENV_SOCKET)) {
+		/* preloaded without a session (an environment that leaked): run
+		 * untraced, and stop the leak here */
+		turn_off();
+		return;
+	}
+	uint32_t saved = tls.in_hook;
+	tls.in_hook = 1;
+	pthread_mutex_lock(&g_lock);
+	int on = ensure_connected_locked();
+	pthread_mutex_unlock(&g_lock);
+	if (on && g_unwind == HS_UNWIND_DWARF && !p_unw_backtrace)
+		load_libunwind();
+	tls.in_hook = saved;
+}

@@ -1,0 +1,172 @@
+/*
+ * protocol.h: what the interposer (heapscope_preload.c) and the Go collector
+ * (package preload) share: the socket messages, the session's control block
+ * and the layout of a per-thread ring and its records.
+ *
+ * protocol.go mirrors every constant here; TestProtocolMatchesHeader checks
+ * that the two agree. Change both together and bump HS_VERSION.
+ *
+ * Everything is little-endian x86-64; offsets are fixed, not left to the
+ * compiler, so that Go can read them without cgo.
+ */
+#ifndef HEAPSCOPE_PROTOCOL_H
+#define HEAPSCOPE_PROTOCOL_H
+
+#include <stdint.h>
+
+#define HS_MAGIC 0x31505348u /* "HSP1" */
+#define HS_VERSION 1u
+
+/* Environment of a traced process. */
+#define HS_ENV_SOCKET "HEAPSCOPE_PRELOAD_SOCKET" /* the collector's socket */
+#define HS_ENV_LIB "HEAPSCOPE_PRELOAD_LIB"       /* this library's path, as put in LD_PRELOAD */
+#define HS_ENV_PREFIX "HEAPSCOPE_PRELOAD_"
+
+/*
+ * Socket messages (AF_UNIX, SOCK_SEQPACKET). A process sends HELLO when it
+ * starts being traced and gets WELCOME with the control block's fd; then one
+ * RING message, with the ring's memfd, for each ring it creates.
+ */
+#define HS_MSG_HELLO 1u
+#define HS_MSG_WELCOME 2u
+#define HS_MSG_RING 3u
+
+#define HS_HELLO_CONTINUE 1u /* flags: another connection of an image already traced */
+#define HS_HELLO_TRUNCATED 2u /* flags: exe or cmdline was cut to fit */
+
+struct hs_hello {        /* followed by exe_len bytes of exe, then cmdline_len bytes of cmdline */
+	uint32_t magic;       /* 0 */
+	uint32_t version;     /* 4 */
+	uint32_t type;        /* 8: HS_MSG_HELLO */
+	uint32_t flags;       /* 12 */
+	uint32_t pid;         /* 16 */
+	uint32_t ppid;        /* 20 */
+	int64_t mono_ns;      /* 24: CLOCK_MONOTONIC when tracing began */
+	uint32_t exe_len;     /* 32 */
+	uint32_t cmdline_len; /* 36: NUL-separated argv, as /proc/PID/cmdline */
+};
+#define HS_HELLO_SIZE 40
+#define HS_HELLO_MAX (64 * 1024) /* whole message */
+
+struct hs_welcome {  /* with the control block's memfd as SCM_RIGHTS */
+	uint32_t magic;   /* 0 */
+	uint32_t version; /* 4 */
+	uint32_t type;    /* 8: HS_MSG_WELCOME */
+	uint32_t status;  /* 12: 0 = trace; otherwise run untraced */
+};
+#define HS_WELCOME_SIZE 16
+
+struct hs_ring_msg { /* with the ring's memfd as SCM_RIGHTS */
+	uint32_t magic;   /* 0 */
+	uint32_t version; /* 4 */
+	uint32_t type;    /* 8: HS_MSG_RING */
+	uint32_t index;   /* 12: the ring's number within the process */
+};
+#define HS_RING_MSG_SIZE 16
+
+/*
+ * The control block: one page, shared by the collector and every traced
+ * process of the session. The configuration is written before any process
+ * connects; state changes live.
+ */
+#define HS_CTL_MAGIC 0      /* u32 */
+#define HS_CTL_VERSION 4    /* u32 */
+#define HS_CTL_FAMILIES 8   /* u32: event.Family bits */
+#define HS_CTL_UNWIND 12    /* u32: HS_UNWIND_* */
+#define HS_CTL_MAX_FRAMES 16 /* u32: 1..HS_MAX_FRAMES */
+#define HS_CTL_RING_SIZE 20 /* u32: data bytes per ring, a power of two */
+#define HS_CTL_ON_FULL 24   /* u32: HS_ON_FULL_* */
+#define HS_CTL_CLOCK 28     /* u32: HS_CLOCK_* */
+#define HS_CTL_STATE 64     /* u32, own cache line: read on every event */
+#define HS_CTL_DOORBELL 128 /* u32 futex: bumped to wake a sleeping collector */
+#define HS_CTL_SLEEPING 132 /* u32: the collector is (about to be) waiting on the doorbell */
+#define HS_CTL_HEARTBEAT 192 /* u64: bumped by the collector while it runs */
+#define HS_CTL_SIZE 4096
+
+#define HS_STATE_STACKS 0xffu     /* event.KindSet: kinds that carry a stack */
+#define HS_STATE_CLOSED 0x80000000u /* the session ended: stop tracing */
+
+#define HS_UNWIND_FP 0u
+#define HS_UNWIND_DWARF 1u
+#define HS_ON_FULL_BLOCK 0u
+#define HS_ON_FULL_DROP 1u
+#define HS_CLOCK_TSC 0u       /* timestamps are rdtsc */
+#define HS_CLOCK_MONOTONIC 1u /* timestamps are CLOCK_MONOTONIC ns */
+
+#define HS_MAX_FRAMES 127
+
+/* event.Family bits (package event). */
+#define HS_FAM_MALLOC 0x01u
+#define HS_FAM_CALLOC 0x02u
+#define HS_FAM_REALLOC 0x04u
+#define HS_FAM_FREE 0x08u
+#define HS_FAM_ALIGNED 0x10u
+#define HS_FAM_CXX 0x20u
+#define HS_FAM_MMAP 0x40u
+
+/* event.Kind values, as bits of HS_STATE_STACKS. */
+#define HS_KIND_ALLOC 1
+#define HS_KIND_REALLOC 2
+#define HS_KIND_FREE 3
+#define HS_KIND_MMAP 4
+#define HS_KIND_MUNMAP 5
+
+/*
+ * A ring: one memfd per thread (reused by a later thread once its owner
+ * died). The header page holds the indices, the data follows. The producer
+ * owns the first cache line, the collector the second.
+ */
+#define HS_RING_HEAD 0      /* u64: bytes published, ever */
+#define HS_RING_SEQ 8       /* u64: odd while a record is being written */
+#define HS_RING_LAST_TS 16  /* u64: timestamp of the last record published */
+#define HS_RING_LOST 24     /* u64: events dropped because the ring was full */
+#define HS_RING_WAITING 32  /* u32: the producer waits for space (futex on TAIL) */
+#define HS_RING_TAIL 64     /* u64: bytes consumed, ever; futex on its low half */
+#define HS_RING_MAGIC 128   /* u32 */
+#define HS_RING_SIZE 132    /* u32: data bytes */
+#define HS_RING_DATA 4096   /* data offset */
+
+#define HS_RING_MIN (16 * 1024)
+#define HS_RING_MAX (1u << 30)
+
+/*
+ * Records: a sequence of 8-byte words. Word 0 is the header: type in bits
+ * 0-7, the record's length in words in bits 8-31, an argument in bits 32-63
+ * (the stack id of an event, the id of a stack, the tid of a thread). Word 1
+ * is the timestamp, except in PAD. A record never wraps: PAD fills the end of
+ * the ring when the next record does not fit there.
+ *
+ * Event types are event.Func values:
+ *   alloc-like (malloc, calloc, aligned family, new): [hdr][ts][addr][size]
+ *   realloc, reallocarray:                            [hdr][ts][addr][size][old]
+ *   mremap:                                           [hdr][ts][addr][size][old][oldsize]
+ *   free, delete:                                     [hdr][ts][addr]
+ *   mmap, munmap:                                     [hdr][ts][addr][size]
+ */
+#define HS_FUNC_MALLOC 1
+#define HS_FUNC_CALLOC 2
+#define HS_FUNC_REALLOC 3
+#define HS_FUNC_REALLOCARRAY 4
+#define HS_FUNC_FREE 5
+#define HS_FUNC_POSIX_MEMALIGN 6
+#define HS_FUNC_ALIGNED_ALLOC 7
+#define HS_FUNC_MEMALIGN 8
+#define HS_FUNC_VALLOC 9
+#define HS_FUNC_PVALLOC 10
+#define HS_FUNC_NEW 11
+#define HS_FUNC_NEW_ARRAY 12
+#define HS_FUNC_DELETE 13
+#define HS_FUNC_DELETE_ARRAY 14
+#define HS_FUNC_MMAP 15
+#define HS_FUNC_MUNMAP 16
+#define HS_FUNC_MREMAP 17
+
+#define HS_REC_PAD 0x80    /* [hdr]: skip the record's words */
+#define HS_REC_STACK 0x81  /* [hdr: id][ts][frame]...: innermost first */
+#define HS_REC_MODULE 0x82 /* [hdr][ts][start][end][offset][path_len | id_len<<32][path, build-id bytes, zero padded] */
+#define HS_REC_THREAD 0x83 /* [hdr: tid][ts]: the ring now belongs to thread tid */
+
+#define HS_MODULE_PATH_MAX 4096
+#define HS_BUILD_ID_MAX 64
+
+#endif

@@ -1,0 +1,6 @@
+package preload
+
+// The interposer is built from csrc/ and committed, so that `go build` needs
+// no C compiler. CI runs `go generate ./...` and requires the result to be
+// byte-identical to what is committed.
+//go:generate sh csrc/build.sh
