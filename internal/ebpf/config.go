@@ -52,7 +52,7 @@ const (
 	DefaultStacks = event.KindSet(1<<event.KindAlloc | 1<<event.KindRealloc)
 
 	minRingSize = 4096
-	maxMapSize  = 1 << 24
+	maxMapSize  = 1 << 28
 )
 
 // NoStacks is a Config.Stacks value that takes no stacks at all (the zero

@@ -31,7 +31,10 @@ static void note(const char *site, const char *func, void *addr, size_t size) {
 		calls[ncalls++] = rec{site, func, addr, size};
 }
 
-// A type whose new[] stores no cookie, so new char[n] asks for n bytes.
+// The call sites have C names, for the test to find their symbols.
+extern "C" {
+
+// new char[n] asks operator new[] for n bytes (char needs no array cookie).
 NOINLINE void *site_new(size_t n) {
 	void *p = ::operator new(n);
 	note("site_new", "operator_new", p, n);
@@ -101,6 +104,8 @@ NOINLINE void site_free(void *p) {
 	note("site_free", "free", p, 0);
 	sink = 0;
 }
+
+} // extern "C"
 
 static char out[1 << 21];
 static size_t outn;

@@ -1,0 +1,82 @@
+package ebpf
+
+import (
+	"bufio"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"unsafe"
+
+	"github.com/heapscope/heapscope/event"
+)
+
+// TestHeaderConstants checks that bpf/heapscope.h, the Go mirrors of its
+// constants and package event agree.
+func TestHeaderConstants(t *testing.T) {
+	f, err := os.Open("bpf/heapscope.h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	defs := map[string]int64{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fs := strings.Fields(sc.Text())
+		if len(fs) < 3 || fs[0] != "#define" {
+			continue
+		}
+		v := strings.Trim(strings.Join(fs[2:], ""), "()")
+		if strings.HasPrefix(v, "1<<") {
+			n, err := strconv.Atoi(strings.TrimPrefix(v, "1<<"))
+			if err == nil {
+				defs[fs[1]] = 1 << n
+			}
+			continue
+		}
+		if i := strings.Index(v, "//"); i >= 0 {
+			v = v[:i]
+		}
+		if n, err := strconv.ParseInt(v, 0, 64); err == nil {
+			defs[fs[1]] = n
+		}
+	}
+	want := map[string]int64{
+		"MAX_FRAMES":         maxFrames,
+		"CTR_LOST_RING_FULL": int64(event.LostRingFull),
+		"CTR_LOST_MAP_FULL":  int64(event.LostMapFull),
+		"CTR_LOST_OTHER":     int64(event.LostOther),
+		"CTR_STACKS_LOST":    ctrStacksLost,
+		"CTR_DELIVERED":      ctrDelivered,
+		"CTR_UNMATCHED":      ctrUnmatched,
+		"NUM_COUNTERS":       numCounters,
+		"EF_ENTRY_LIKE":      efEntryLike,
+		"EF_SP_MOVED":        efSPMoved,
+		"HEAP_LIBC":          int64(event.HeapLibc),
+		"HEAP_EXE":           int64(event.HeapExe),
+		"HEAP_MMAP":          int64(event.HeapMmap),
+	}
+	for k := event.KindAlloc; k.Valid(); k++ {
+		want["KIND_"+strings.ToUpper(k.String())] = int64(k)
+	}
+	for f := event.FuncMalloc; f <= event.FuncMremap; f++ {
+		name := strings.ToUpper(strings.ReplaceAll(strings.TrimPrefix(f.String(), "operator "), " ", "_"))
+		name = strings.ReplaceAll(name, "[]", "_ARRAY")
+		want["FUNC_"+name] = int64(f)
+	}
+	for _, fam := range []event.Family{event.FamilyMalloc, event.FamilyCalloc, event.FamilyRealloc,
+		event.FamilyFree, event.FamilyAligned, event.FamilyCXX, event.FamilyMmap} {
+		want["FAMILY_"+strings.ToUpper(fam.String())] = int64(fam)
+	}
+	for name, v := range want {
+		got, ok := defs[name]
+		if !ok {
+			t.Errorf("%s not defined in heapscope.h", name)
+		} else if got != v {
+			t.Errorf("%s = %d in heapscope.h, %d in Go", name, got, v)
+		}
+	}
+	if unsafe.Sizeof(heapscopeEvent{}) != eventSize {
+		t.Errorf("struct event is %d bytes, decodeEvent reads %d", unsafe.Sizeof(heapscopeEvent{}), eventSize)
+	}
+}
