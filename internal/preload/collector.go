@@ -1,0 +1,509 @@
+//go:build linux && amd64
+
+package preload
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/heapscope/heapscope/event"
+	"github.com/heapscope/heapscope/internal/errs"
+)
+
+// A Collector is one preload session: the socket traced processes connect
+// to, the control block they share, and the goroutine that drains their
+// rings into the sink. The sink is called from one goroutine at a time.
+type Collector struct {
+	cfg  Config
+	sink event.Sink
+	lib  string
+	dir  string
+	sock string
+	self uint32
+
+	ln    *net.UnixListener
+	ctlFD int
+	ctl   []byte
+	state *uint32
+	bell  *uint32
+	sleep *uint32
+	beat  *uint64
+	clk   *clock
+
+	mu      sync.Mutex
+	reqs    []request
+	closing bool
+	conns   map[*net.UnixConn]struct{}
+
+	statsMu sync.Mutex
+	stats   event.Stats
+
+	wg       sync.WaitGroup // acceptor and connection goroutines
+	done     chan struct{}  // the pump returned
+	closeErr error
+
+	// pump state
+	procs     []*proc
+	byConn    map[*conn]*proc
+	nextID    map[uint32]uint32 // per PID: the next free stack id, across images
+	batch     []event.Event
+	heap      []*ring
+	flushes   []*flushReq
+	sinkErr   error
+	delivered uint64
+	lost      uint64
+	broken    uint64
+	lastStats event.Stats
+	statsAt   time.Time
+}
+
+// New starts a collector. Nothing is traced until a command prepared with
+// it runs.
+func New(cfg Config, sink event.Sink) (*Collector, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if sink == nil {
+		return nil, fmt.Errorf("preload: nil sink: %w", errs.ErrInvalidFlags)
+	}
+	if cfg.Unwind == UnwindDWARF && !haveLibunwind() {
+		return nil, fmt.Errorf("preload: --unwind dwarf needs libunwind.so.8 (Debian: libunwind8): %w", errs.ErrUnavailable)
+	}
+	lib, err := LibraryPath()
+	if err != nil {
+		return nil, fmt.Errorf("%v: %w", err, errs.ErrUnavailable)
+	}
+	c := &Collector{
+		cfg:    cfg,
+		sink:   sink,
+		lib:    lib,
+		self:   uint32(os.Getpid()),
+		ctlFD:  -1,
+		conns:  map[*net.UnixConn]struct{}{},
+		done:   make(chan struct{}),
+		byConn: map[*conn]*proc{},
+		nextID: map[uint32]uint32{},
+		batch:  make([]event.Event, 0, batchSize),
+	}
+	if err := c.setup(); err != nil {
+		c.release()
+		return nil, err
+	}
+	c.statsAt = time.Now()
+	c.wg.Add(1)
+	go c.accept()
+	go c.pump()
+	return c, nil
+}
+
+func (c *Collector) setup() error {
+	dir, err := os.MkdirTemp("", "heapscope-preload-")
+	if err != nil {
+		return fmt.Errorf("preload: %w", err)
+	}
+	c.dir = dir
+	c.sock = filepath.Join(dir, "sock")
+	c.ln, err = net.ListenUnix("unixpacket", &net.UnixAddr{Name: c.sock, Net: "unixpacket"})
+	if err != nil {
+		return fmt.Errorf("preload: listen: %w", err)
+	}
+	fd, err := unix.MemfdCreate("heapscope-control", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		return fmt.Errorf("preload: control block: %w: %v", errs.ErrOutOfMemory, err)
+	}
+	c.ctlFD = fd
+	if err := unix.Ftruncate(fd, ctlSize); err != nil {
+		return fmt.Errorf("preload: control block: %w: %v", errs.ErrOutOfMemory, err)
+	}
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_SEAL); err != nil {
+		return fmt.Errorf("preload: sealing the control block: %w", err)
+	}
+	c.ctl, err = unix.Mmap(fd, 0, ctlSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return fmt.Errorf("preload: control block: %w: %v", errs.ErrOutOfMemory, err)
+	}
+	c.state = (*uint32)(unsafe.Pointer(&c.ctl[ctlState]))
+	c.bell = (*uint32)(unsafe.Pointer(&c.ctl[ctlDoorbell]))
+	c.sleep = (*uint32)(unsafe.Pointer(&c.ctl[ctlSleeping]))
+	c.beat = (*uint64)(unsafe.Pointer(&c.ctl[ctlHeartbeat]))
+
+	useTSC := tscUsable() && !forceMonotonic
+	c.clk = newClock(useTSC)
+	le := binary.LittleEndian
+	le.PutUint32(c.ctl[ctlMagic:], hsMagic)
+	le.PutUint32(c.ctl[ctlVersion:], hsVersion)
+	le.PutUint32(c.ctl[ctlFamilies:], uint32(c.cfg.Families))
+	le.PutUint32(c.ctl[ctlUnwind:], uint32(c.cfg.Unwind))
+	le.PutUint32(c.ctl[ctlMaxFrames:], uint32(c.cfg.MaxFrames))
+	le.PutUint32(c.ctl[ctlRingSize:], uint32(c.cfg.BufferSize))
+	le.PutUint32(c.ctl[ctlOnFull:], uint32(c.cfg.OnFull))
+	le.PutUint32(c.ctl[ctlClock:], c.clk.mode)
+	atomic.StoreUint32(c.state, stackBits(c.cfg.Stacks))
+	return nil
+}
+
+// forceMonotonic makes sessions use CLOCK_MONOTONIC timestamps even where the
+// TSC is usable (tests of the fallback set it).
+var forceMonotonic bool
+
+func stackBits(s event.KindSet) uint32 { return uint32(s&^NoStacks) & stateStacks }
+
+func haveLibunwind() bool {
+	for _, d := range []string{"/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu", "/usr/lib64", "/lib64", "/usr/lib", "/lib", "/usr/local/lib"} {
+		if _, err := os.Stat(filepath.Join(d, "libunwind.so.8")); err == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// release frees what setup acquired.
+func (c *Collector) release() {
+	if c.ln != nil {
+		c.ln.Close()
+	}
+	if c.ctl != nil {
+		unix.Munmap(c.ctl)
+		c.ctl = nil
+	}
+	if c.ctlFD >= 0 {
+		unix.Close(c.ctlFD)
+		c.ctlFD = -1
+	}
+	if c.dir != "" {
+		os.RemoveAll(c.dir)
+	}
+}
+
+// Library returns the path of the interposer the collector injects.
+func (c *Collector) Library() string { return c.lib }
+
+// Prepare makes cmd traced: it sets cmd.Env (from os.Environ() when nil) so
+// that the program loads the interposer and reaches this collector. The
+// caller starts cmd, waits for it, and reports its end with Exited.
+func (c *Collector) Prepare(cmd *exec.Cmd) error {
+	c.mu.Lock()
+	closing := c.closing
+	c.mu.Unlock()
+	if closing {
+		return fmt.Errorf("preload: collector closed: %w", errs.ErrNotRunning)
+	}
+	env := cmd.Env
+	if env == nil {
+		env = os.Environ()
+	}
+	out := make([]string, 0, len(env)+3)
+	preload := c.lib
+	for _, kv := range env {
+		switch {
+		case strings.HasPrefix(kv, envPrefix):
+			continue
+		case strings.HasPrefix(kv, "LD_PRELOAD="):
+			if v := strings.TrimPrefix(kv, "LD_PRELOAD="); v != "" {
+				preload += " " + v
+			}
+			continue
+		}
+		out = append(out, kv)
+	}
+	cmd.Env = append(out, "LD_PRELOAD="+preload, envSocket+"="+c.sock, envLib+"="+c.lib)
+	return nil
+}
+
+// Exited reports that the process pid, started by the caller, ended with
+// exit status status, or was killed by signal (then status is ignored). Its
+// Exit record carries them; without this call it carries -1.
+func (c *Collector) Exited(pid int, status, signal int) {
+	c.enqueue(request{kind: reqExited, pid: uint32(pid), status: status, signal: signal})
+}
+
+// SetStacks changes, live, which kinds carry a stack: running processes see
+// it at their next allocation call.
+func (c *Collector) SetStacks(s event.KindSet) error {
+	if err := checkStacks(s); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closing {
+		return fmt.Errorf("preload: collector closed: %w", errs.ErrNotRunning)
+	}
+	for {
+		old := atomic.LoadUint32(c.state)
+		if atomic.CompareAndSwapUint32(c.state, old, old&^stateStacks|stackBits(s)) {
+			return nil
+		}
+	}
+}
+
+// Stacks returns the kinds that currently carry a stack.
+func (c *Collector) Stacks() event.KindSet {
+	return event.KindSet(atomic.LoadUint32(c.state) & stateStacks)
+}
+
+// Flush returns once every event published before the call has reached the
+// sink (a thread stopped in the middle of writing one delays it by at most
+// a second), and reports the sink's first error.
+func (c *Collector) Flush() error {
+	done := make(chan error, 1)
+	if !c.enqueue(request{kind: reqFlush, done: done}) {
+		return fmt.Errorf("preload: collector closed: %w", errs.ErrNotRunning)
+	}
+	return <-done
+}
+
+// Stats returns what the session delivered and lost so far.
+func (c *Collector) Stats() event.Stats {
+	c.statsMu.Lock()
+	defer c.statsMu.Unlock()
+	return c.stats
+}
+
+// Close ends the session: processes still running stop tracing at their
+// next call (and stop passing LD_PRELOAD on); everything they published is
+// drained into the sink, followed by an Exit for every process and a final
+// Stats. It returns the sink's first error. Call it after the direct child
+// exited, or to stop.
+func (c *Collector) Close() error {
+	c.mu.Lock()
+	if c.closing {
+		c.mu.Unlock()
+		<-c.done
+		return c.closeErr
+	}
+	c.closing = true
+	for {
+		old := atomic.LoadUint32(c.state)
+		if atomic.CompareAndSwapUint32(c.state, old, old|stateClosed) {
+			break
+		}
+	}
+	done := make(chan error, 1)
+	c.reqs = append(c.reqs, request{kind: reqClose, done: done})
+	c.mu.Unlock()
+	c.kick()
+	c.closeErr = <-done
+	<-c.done
+	// Stop accepting, then end every connection: processes that connect
+	// now find no one and run untraced.
+	c.ln.Close()
+	c.mu.Lock()
+	for uc := range c.conns {
+		uc.Close()
+	}
+	c.mu.Unlock()
+	c.wg.Wait()
+	c.release()
+	return c.closeErr
+}
+
+// ---- requests from the API and the connection goroutines ----
+
+type reqKind uint8
+
+const (
+	reqHello reqKind = iota
+	reqRing
+	reqEOF
+	reqExited
+	reqFlush
+	reqClose
+)
+
+type request struct {
+	kind   reqKind
+	conn   *conn
+	hello  *hello
+	ring   *ring
+	pid    uint32
+	status int
+	signal int
+	done   chan error
+}
+
+// enqueue hands a request to the pump; false once the collector is closing
+// (the request is then dropped, and a ring in it unmapped).
+func (c *Collector) enqueue(r request) bool {
+	c.mu.Lock()
+	if c.closing {
+		c.mu.Unlock()
+		if r.ring != nil {
+			r.ring.unmap()
+		}
+		return false
+	}
+	c.reqs = append(c.reqs, r)
+	c.mu.Unlock()
+	c.kick()
+	return true
+}
+
+// kick wakes the pump.
+func (c *Collector) kick() {
+	atomic.AddUint32(c.bell, 1)
+	futexWake(c.bell, 1)
+}
+
+func (c *Collector) takeRequests(into []request) []request {
+	c.mu.Lock()
+	into = append(into[:0], c.reqs...)
+	c.reqs = c.reqs[:0]
+	c.mu.Unlock()
+	return into
+}
+
+func (c *Collector) hasRequests() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.reqs) > 0
+}
+
+// ---- connections ----
+
+// A conn is one connection of a traced process image.
+type conn struct{ uc *net.UnixConn }
+
+// hello is a parsed HELLO message.
+type hello struct {
+	flags     uint32
+	pid, ppid uint32
+	mono      int64
+	exe       string
+	argv      []string
+}
+
+func parseHello(b []byte) (*hello, error) {
+	le := binary.LittleEndian
+	if len(b) < helloSize || le.Uint32(b) != hsMagic || le.Uint32(b[4:]) != hsVersion || le.Uint32(b[8:]) != msgHello {
+		return nil, errors.New("preload: bad hello")
+	}
+	h := &hello{
+		flags: le.Uint32(b[12:]),
+		pid:   le.Uint32(b[16:]),
+		ppid:  le.Uint32(b[20:]),
+		mono:  int64(le.Uint64(b[24:])),
+	}
+	el, cl := uint64(le.Uint32(b[32:])), uint64(le.Uint32(b[36:]))
+	if helloSize+el+cl > uint64(len(b)) || h.pid == 0 {
+		return nil, errors.New("preload: bad hello")
+	}
+	h.exe = string(b[helloSize : helloSize+el])
+	if cmd := strings.TrimSuffix(string(b[helloSize+el:helloSize+el+cl]), "\x00"); cmd != "" {
+		h.argv = strings.Split(cmd, "\x00")
+	}
+	return h, nil
+}
+
+func (c *Collector) accept() {
+	defer c.wg.Done()
+	for {
+		uc, err := c.ln.AcceptUnix()
+		if err != nil {
+			return
+		}
+		c.mu.Lock()
+		if c.closing {
+			c.mu.Unlock()
+			uc.Close()
+			continue
+		}
+		c.conns[uc] = struct{}{}
+		c.wg.Add(1)
+		c.mu.Unlock()
+		go c.serve(uc)
+	}
+}
+
+// rights returns the descriptors passed in a control message.
+func rights(oob []byte) []int {
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil
+	}
+	var fds []int
+	for _, m := range msgs {
+		if f, err := unix.ParseUnixRights(&m); err == nil {
+			fds = append(fds, f...)
+		}
+	}
+	return fds
+}
+
+func closeAll(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+}
+
+// serve reads one connection: the hello, then ring descriptors, then EOF.
+func (c *Collector) serve(uc *net.UnixConn) {
+	defer c.wg.Done()
+	defer func() {
+		c.mu.Lock()
+		delete(c.conns, uc)
+		c.mu.Unlock()
+		uc.Close()
+	}()
+	buf := make([]byte, helloMax+1)
+	oob := make([]byte, unix.CmsgSpace(16*4))
+	n, oobn, _, _, err := uc.ReadMsgUnix(buf, oob)
+	closeAll(rights(oob[:oobn]))
+	if err != nil {
+		return
+	}
+	h, err := parseHello(buf[:n])
+	if err != nil {
+		return
+	}
+	cn := &conn{uc: uc}
+	status := uint32(0)
+	if !c.enqueue(request{kind: reqHello, conn: cn, hello: h}) {
+		status = 1
+	}
+	w := make([]byte, welcomeSize)
+	le := binary.LittleEndian
+	le.PutUint32(w, hsMagic)
+	le.PutUint32(w[4:], hsVersion)
+	le.PutUint32(w[8:], msgWelcome)
+	le.PutUint32(w[12:], status)
+	if _, _, err := uc.WriteMsgUnix(w, unix.UnixRights(c.ctlFD), nil); err != nil || status != 0 {
+		if status == 0 {
+			c.enqueue(request{kind: reqEOF, conn: cn})
+		}
+		return
+	}
+	for {
+		n, oobn, _, _, err := uc.ReadMsgUnix(buf, oob)
+		fds := rights(oob[:oobn])
+		if err != nil || n == 0 {
+			closeAll(fds)
+			c.enqueue(request{kind: reqEOF, conn: cn})
+			return
+		}
+		b := buf[:n]
+		if len(b) != ringMsgSize || le.Uint32(b) != hsMagic || le.Uint32(b[4:]) != hsVersion ||
+			le.Uint32(b[8:]) != msgRing || len(fds) != 1 {
+			closeAll(fds)
+			continue
+		}
+		r, err := mapRing(fds[0], uint32(c.cfg.BufferSize))
+		closeAll(fds)
+		if err != nil {
+			continue
+		}
+		c.enqueue(request{kind: reqRing, conn: cn, ring: r})
+	}
+}
