@@ -3,6 +3,8 @@ package ebpf
 import (
 	"errors"
 	"fmt"
+	"os"
+	"strconv"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -101,6 +103,10 @@ func (t *Tracer) attach(p *tracee) error {
 	if len(targets) == 0 && t.cfg.Families&event.FamilyMmap == 0 {
 		return fmt.Errorf("ebpf: pid %d (%s) maps no allocator heapscope can probe: %w", pid, exe, errs.ErrUnavailable)
 	}
+	ld, err := findLoader(pid)
+	if err != nil {
+		return fmt.Errorf("ebpf: %w", err)
+	}
 
 	// Hold the output while probes go in, so that no event of the process
 	// is sent before its Process record.
@@ -113,6 +119,15 @@ func (t *Tracer) attach(p *tracee) error {
 			closeLinks(p.links)
 			p.links = nil
 			return err
+		}
+	}
+	if ld != nil {
+		ls, err := t.attachProgram(ld.ex, t.prog("dl_state"), false, pid, []uint64{ld.probe}, []uint64{ld.rDebug})
+		p.links = append(p.links, ls...)
+		if err != nil {
+			closeLinks(p.links)
+			p.links = nil
+			return attachError(pid, ld.path, err)
 		}
 	}
 	if t.cfg.Families&event.FamilyMmap != 0 {
@@ -334,11 +349,13 @@ func (t *Tracer) end(p *tracee, exited bool) {
 		if t.cfg.Families&event.FamilyMmap != 0 {
 			t.objs.traced.Delete(uint32(p.pid))
 		}
+		if !exited {
+			t.clearThreads(p.pid)
+		}
 		// Every thread of an exited process has left its probes: what
 		// it produced is in the ring, and the drain delivers it.
-		if t.cfg.Mode == Stream {
-			t.drain()
-		} else {
+		t.drain()
+		if t.cfg.Mode == Aggregate {
 			t.snapshot([]int{p.pid}, true)
 			t.purge(uint32(p.pid))
 		}
@@ -368,4 +385,29 @@ func (t *Tracer) end(p *tracee, exited bool) {
 			t.closeDone()
 		}
 	})
+}
+
+// clearThreads deletes the BPF state of a detached process's threads. A
+// thread inside malloc when its probes went would otherwise keep a call in
+// flight that never returns, and take its next calls, should the process
+// be attached again, for calls nested in it. (An exited thread's state
+// goes with it.)
+func (t *Tracer) clearThreads(pid int) {
+	m := t.coll.Maps["threads"]
+	tids, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return
+	}
+	for _, d := range tids {
+		tid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		fd, err := unix.PidfdOpen(tid, unix.PIDFD_THREAD)
+		if err != nil {
+			continue // gone, or a kernel before 6.9 (no thread pidfds)
+		}
+		m.Delete(int32(fd))
+		unix.Close(fd)
+	}
 }

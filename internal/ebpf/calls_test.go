@@ -241,6 +241,7 @@ func TestCalls(t *testing.T) {
 			if st.StacksLost != 0 {
 				t.Errorf("%d stacks lost", st.StacksLost)
 			}
+			rec.checkModules(t, w.pid())
 		})
 	}
 }

@@ -52,6 +52,9 @@ const (
 	DefaultStacks = event.KindSet(1<<event.KindAlloc | 1<<event.KindRealloc)
 
 	minRingSize = 4096
+	// aggregateRingSize is the ring of aggregate mode, which carries only
+	// the loader's lists of libraries.
+	aggregateRingSize = 64 << 10
 	maxMapSize  = 1 << 28
 )
 

@@ -11,7 +11,8 @@ const (
 	ctrStacksLost   = 6
 	ctrDelivered    = 7
 	ctrUnmatched    = 8
-	numCounters     = 9
+	ctrLibsLost     = 9
+	numCounters     = 10
 
 	// Cookie layout.
 	cookieHeapShift  = 8

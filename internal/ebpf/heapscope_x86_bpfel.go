@@ -30,6 +30,14 @@ type heapscopeEvent struct {
 	Flags   uint8
 }
 
+type heapscopeLib struct {
+	_     structs.HostLayout
+	Base  uint64
+	Pid   uint32
+	Index uint32
+	Name  [256]int8
+}
+
 type heapscopeLiveKey struct {
 	_    structs.HostLayout
 	Tgid uint32
@@ -96,6 +104,8 @@ const (
 	heapscopeProgAllocEnterMulti = "alloc_enter_multi"
 	heapscopeProgAllocExit       = "alloc_exit"
 	heapscopeProgAllocExitMulti  = "alloc_exit_multi"
+	heapscopeProgDlState         = "dl_state"
+	heapscopeProgDlStateMulti    = "dl_state_multi"
 	heapscopeProgFreeEnter       = "free_enter"
 	heapscopeProgFreeEnterMulti  = "free_enter_multi"
 	heapscopeProgMmapEnter       = "mmap_enter"
@@ -110,6 +120,7 @@ const (
 	heapscopeVarFamilies         = "families"
 	heapscopeVarStackKinds       = "stack_kinds"
 	heapscopeVarUnusedEvent      = "unused_event"
+	heapscopeVarUnusedLib        = "unused_lib"
 	heapscopeVarWakeupBytes      = "wakeup_bytes"
 )
 
@@ -159,6 +170,8 @@ type heapscopeProgramSpecs struct {
 	AllocEnterMulti *ebpf.ProgramSpec `ebpf:"alloc_enter_multi"`
 	AllocExit       *ebpf.ProgramSpec `ebpf:"alloc_exit"`
 	AllocExitMulti  *ebpf.ProgramSpec `ebpf:"alloc_exit_multi"`
+	DlState         *ebpf.ProgramSpec `ebpf:"dl_state"`
+	DlStateMulti    *ebpf.ProgramSpec `ebpf:"dl_state_multi"`
 	FreeEnter       *ebpf.ProgramSpec `ebpf:"free_enter"`
 	FreeEnterMulti  *ebpf.ProgramSpec `ebpf:"free_enter_multi"`
 	MmapEnter       *ebpf.ProgramSpec `ebpf:"mmap_enter"`
@@ -192,6 +205,7 @@ type heapscopeVariableSpecs struct {
 	Families    *ebpf.VariableSpec `ebpf:"families"`
 	StackKinds  *ebpf.VariableSpec `ebpf:"stack_kinds"`
 	UnusedEvent *ebpf.VariableSpec `ebpf:"unused_event"`
+	UnusedLib   *ebpf.VariableSpec `ebpf:"unused_lib"`
 	WakeupBytes *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
 }
 
@@ -244,6 +258,7 @@ type heapscopeVariables struct {
 	Families    *ebpf.Variable `ebpf:"families"`
 	StackKinds  *ebpf.Variable `ebpf:"stack_kinds"`
 	UnusedEvent *ebpf.Variable `ebpf:"unused_event"`
+	UnusedLib   *ebpf.Variable `ebpf:"unused_lib"`
 	WakeupBytes *ebpf.Variable `ebpf:"wakeup_bytes"`
 }
 
@@ -255,6 +270,8 @@ type heapscopePrograms struct {
 	AllocEnterMulti *ebpf.Program `ebpf:"alloc_enter_multi"`
 	AllocExit       *ebpf.Program `ebpf:"alloc_exit"`
 	AllocExitMulti  *ebpf.Program `ebpf:"alloc_exit_multi"`
+	DlState         *ebpf.Program `ebpf:"dl_state"`
+	DlStateMulti    *ebpf.Program `ebpf:"dl_state_multi"`
 	FreeEnter       *ebpf.Program `ebpf:"free_enter"`
 	FreeEnterMulti  *ebpf.Program `ebpf:"free_enter_multi"`
 	MmapEnter       *ebpf.Program `ebpf:"mmap_enter"`
@@ -273,6 +290,8 @@ func (p *heapscopePrograms) Close() error {
 		p.AllocEnterMulti,
 		p.AllocExit,
 		p.AllocExitMulti,
+		p.DlState,
+		p.DlStateMulti,
 		p.FreeEnter,
 		p.FreeEnterMulti,
 		p.MmapEnter,

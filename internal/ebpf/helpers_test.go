@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/heapscope/heapscope/event"
+	"github.com/heapscope/heapscope/internal/proc"
 	"github.com/heapscope/heapscope/internal/testutil"
 )
 
@@ -28,6 +29,9 @@ type recorder struct {
 	snapshots []event.Snapshot
 	stats     []event.Stats
 	calls     int // Sink calls in flight, to catch concurrent use
+	// uncovered are frames of stacks that lay in no Module sent before
+	// the stack.
+	uncovered []uint64
 }
 
 func newRecorder(t testing.TB) *recorder {
@@ -88,6 +92,15 @@ func (r *recorder) Stack(s event.Stack) error {
 		r.t.Errorf("stack %d of pid %d sent twice", s.ID, s.PID)
 	}
 	m[s.ID] = append([]uint64(nil), s.Frames...)
+	for _, f := range s.Frames {
+		in := false
+		for _, mod := range r.modules {
+			in = in || mod.PID == s.PID && f > mod.Start && f <= mod.End
+		}
+		if !in {
+			r.uncovered = append(r.uncovered, f)
+		}
+	}
 	return nil
 }
 
@@ -130,6 +143,30 @@ func (r *recorder) Stats(s event.Stats) error {
 	defer r.mu.Unlock()
 	r.stats = append(r.stats, s)
 	return nil
+}
+
+// checkModules fails the test if a stack had a frame in no Module sent
+// before it. When pid is still alive, only frames in its executable file
+// mappings count: the last frame of a frame-pointer walk through code built
+// without frame pointers (a static libc's start-up) can be any number.
+func (r *recorder) checkModules(t testing.TB, pid int) {
+	t.Helper()
+	maps, _ := proc.ReadMaps(pid)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var bad []uint64
+	for _, f := range r.uncovered {
+		mapped := len(maps) == 0
+		for _, m := range maps {
+			mapped = mapped || m.Exec() && m.File() && f > m.Start && f <= m.End
+		}
+		if mapped {
+			bad = append(bad, f)
+		}
+	}
+	if len(bad) > 0 {
+		t.Errorf("%d frames in no module sent before their stack: %x", len(bad), bad)
+	}
 }
 
 // eventsOf returns a copy of the events of pid.

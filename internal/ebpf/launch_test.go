@@ -100,6 +100,9 @@ func TestLaunchHeld(t *testing.T) {
 	if seen != calls {
 		t.Errorf("saw %d of the constructor's %d allocations", seen, calls)
 	}
+	// libc and the rest were mapped after the attach: Module records
+	// for them came when stacks first pointed into them.
+	rec.checkModules(t, pid) // exited: every frame counts
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	if len(rec.exits) != 1 || rec.exits[0].PID != uint32(pid) || rec.exits[0].Status != 7 {

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/heapscope/heapscope/event"
 	"github.com/heapscope/heapscope/internal/errs"
 	"github.com/heapscope/heapscope/internal/testutil"
@@ -335,5 +337,47 @@ func TestOutOfMemory(t *testing.T) {
 	}
 	if !errors.Is(err, errs.ErrOutOfMemory) {
 		t.Errorf("New(%d stacks) = %v, want ErrOutOfMemory", entries, err)
+	}
+}
+
+// TestDetachClearsThreads checks that Detach deletes the per-thread BPF
+// state of the process's threads, which otherwise outlives the probes.
+func TestDetachClearsThreads(t *testing.T) {
+	bin := testutil.MustBuild(t, "ebpf_count", testutil.Options{})
+	tr := newTracer(t, Config{}, event.Discard)
+	w := startWorkload(t, bin, "100", "2")
+	if err := tr.Attach(w.pid()); err != nil {
+		t.Fatal(err)
+	}
+	w.release(t)
+	countCalls(t, w) // the workers are alive, parked
+	states := func() int {
+		n := 0
+		tids, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", w.pid()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range tids {
+			tid, _ := strconv.Atoi(d.Name())
+			fd, err := unix.PidfdOpen(tid, unix.PIDFD_THREAD)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var th heapscopeThread
+			if tr.coll.Maps["threads"].Lookup(int32(fd), &th) == nil {
+				n++
+			}
+			unix.Close(fd)
+		}
+		return n
+	}
+	if n := states(); n < 2 {
+		t.Fatalf("%d threads with state after their calls, want the 2 workers", n)
+	}
+	if err := tr.Detach(w.pid()); err != nil {
+		t.Fatal(err)
+	}
+	if n := states(); n != 0 {
+		t.Errorf("%d threads with state after Detach", n)
 	}
 }

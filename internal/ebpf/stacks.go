@@ -100,7 +100,9 @@ func (t *Tracer) sendModules(ms *moduleSet, mods []event.Module) {
 	for _, m := range mods {
 		dup := false
 		for _, o := range ms.mods {
-			if o.Start == m.Start && o.End == m.End && o.Path == m.Path && o.Offset == m.Offset {
+			// The same mapping may come from the maps and from the
+			// loader, under two names of one file.
+			if o.Start == m.Start && o.End == m.End && o.Offset == m.Offset {
 				dup = true
 				break
 			}

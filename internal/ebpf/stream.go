@@ -27,6 +27,7 @@ func (t *Tracer) read() {
 	defer close(t.readerDone)
 	var rec ringbuf.Record
 	var pending []heapscopeEvent
+	var lib heapscopeLib
 	deliver := func() {
 		if len(pending) > 0 {
 			t.deliver(pending)
@@ -40,6 +41,11 @@ func (t *Tracer) read() {
 		case err == nil:
 			if e, ok := decodeEvent(rec.RawSample); ok {
 				pending = append(pending, e)
+			} else if decodeLib(rec.RawSample, &lib) {
+				// Events before it may need its modules less than
+				// events after it need them: keep the order.
+				deliver()
+				t.library(&lib)
 			}
 			if rec.Remaining == 0 || len(pending) >= maxBatch {
 				deliver()
@@ -64,9 +70,6 @@ func (t *Tracer) read() {
 
 // drain delivers everything the ring holds now.
 func (t *Tracer) drain() {
-	if t.rd == nil {
-		return
-	}
 	t.flushMu.Lock()
 	defer t.flushMu.Unlock()
 	if err := t.rd.Flush(); err != nil {
@@ -79,7 +82,7 @@ func (t *Tracer) drain() {
 }
 
 func decodeEvent(b []byte) (heapscopeEvent, bool) {
-	if len(b) < eventSize {
+	if len(b) != eventSize {
 		return heapscopeEvent{}, false
 	}
 	le := binary.LittleEndian
@@ -129,4 +132,21 @@ func (t *Tracer) deliver(raw []heapscopeEvent) {
 		t.delivered.Add(uint64(len(batch)))
 	}
 	t.batch = batch
+}
+
+// libSize is sizeof(struct lib).
+const libSize = 16 + 256
+
+func decodeLib(b []byte, l *heapscopeLib) bool {
+	if len(b) != libSize {
+		return false
+	}
+	le := binary.LittleEndian
+	l.Base = le.Uint64(b[0:])
+	l.Pid = le.Uint32(b[8:])
+	l.Index = le.Uint32(b[12:])
+	for i := range l.Name {
+		l.Name[i] = int8(b[16+i])
+	}
+	return true
 }

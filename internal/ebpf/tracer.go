@@ -116,14 +116,15 @@ func New(cfg Config, sink event.Sink) (*Tracer, error) {
 			return nil, err
 		}
 	}
-	if cfg.Mode == Stream {
-		if t.rd, err = ringbuf.NewReader(t.objs.events); err != nil {
-			t.closeKernelObjects()
-			return nil, fmt.Errorf("ebpf: ring buffer reader: %w", err)
-		}
-		t.readerDone = make(chan struct{})
-		go t.read()
-	} else if cfg.FlushInterval > 0 {
+	// The ring carries the events in stream mode, and in both modes the
+	// loader's lists of libraries.
+	if t.rd, err = ringbuf.NewReader(t.objs.events); err != nil {
+		t.closeKernelObjects()
+		return nil, fmt.Errorf("ebpf: ring buffer reader: %w", err)
+	}
+	t.readerDone = make(chan struct{})
+	go t.read()
+	if cfg.Mode == Aggregate && cfg.FlushInterval > 0 {
 		t.wg.Add(1)
 		go t.tick()
 	}
@@ -158,7 +159,7 @@ func (t *Tracer) load() error {
 		spec.Maps["live"].MaxEntries = 1
 		spec.Maps["totals"].MaxEntries = 1
 	} else {
-		spec.Maps["events"].MaxEntries = minRingSize
+		spec.Maps["events"].MaxEntries = aggregateRingSize
 		spec.Maps["live"].MaxEntries = uint32(t.cfg.MaxLive)
 		spec.Maps["totals"].MaxEntries = uint32(t.cfg.StackMapSize)
 	}
@@ -300,9 +301,8 @@ func (t *Tracer) Stats() event.Stats {
 // mode a Snapshot of each traced process is sent. Either way a Stats
 // record follows. It returns the first error the sink returned, if any.
 func (t *Tracer) Flush() error {
-	if t.cfg.Mode == Stream {
-		t.drain()
-	} else {
+	t.drain()
+	if t.cfg.Mode == Aggregate {
 		t.snapshot(t.PIDs(), false)
 	}
 	t.out.Lock()

@@ -470,6 +470,44 @@ int wrap_enter_multi(struct pt_regs *ctx) { return do_wrap(ctx); }
 SEC("uprobe")
 int wrap_enter(struct pt_regs *ctx) { return do_wrap(ctx); }
 
+// --- the dynamic loader ---
+//
+// ld.so calls _dl_debug_state whenever its list of loaded objects changes
+// (at start-up, before any constructor runs, and at dlopen and dlclose),
+// for debuggers. A probe there sends the list, read from _r_debug (whose
+// address is the cookie), so that user space learns where libraries are
+// mapped even when the process is gone by the time it reads the events
+// that need them.
+
+static __always_inline int do_dl_state(struct pt_regs *ctx)
+{
+	__u64 r_debug = bpf_get_attach_cookie(ctx);
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	__u64 lm = read_user_u64(r_debug + 8); // r_map
+	for (__u32 i = 0; i < MAX_LIBS && lm; i++) {
+		struct lib *l = bpf_ringbuf_reserve(&events, sizeof(*l), 0);
+		if (!l) {
+			count(CTR_LIBS_LOST);
+			return 0;
+		}
+		l->base = read_user_u64(lm); // l_addr
+		l->pid = tgid;
+		l->index = i;
+		__u64 name = read_user_u64(lm + 8); // l_name
+		if (bpf_probe_read_user_str(l->name, sizeof(l->name), (void *)name) < 0)
+			l->name[0] = 0;
+		bpf_ringbuf_submit(l, 0);
+		lm = read_user_u64(lm + 24); // l_next
+	}
+	return 0;
+}
+
+SEC("uprobe.multi")
+int dl_state_multi(struct pt_regs *ctx) { return do_dl_state(ctx); }
+
+SEC("uprobe")
+int dl_state(struct pt_regs *ctx) { return do_dl_state(ctx); }
+
 // --- mmap, munmap, mremap ---
 
 struct sys_enter_ctx {
@@ -572,3 +610,4 @@ int mremap_exit(struct sys_exit_ctx *ctx) { return do_sys_exit(ctx, FUNC_MREMAP)
 
 // Keep the record types in BTF for bpf2go.
 const struct event *unused_event __attribute__((unused));
+const struct lib *unused_lib __attribute__((unused));

@@ -56,7 +56,8 @@
 #define CTR_STACKS_LOST 6
 #define CTR_DELIVERED 7 // aggregate mode: calls accounted in the maps
 #define CTR_UNMATCHED 8 // aggregate mode: frees of blocks never seen
-#define NUM_COUNTERS 9
+#define CTR_LIBS_LOST 9 // library records the ring had no room for
+#define NUM_COUNTERS 10
 
 // A probe's cookie: the function it is on, the heap, and how far the stack
 // pointer has moved between the function's entry and the probed instruction.
@@ -114,6 +115,18 @@ struct event {
 	__u8 func;
 	__u8 heap;
 	__u8 flags; // EF_*
+};
+
+// A loaded object, from the dynamic loader's list (struct link_map), sent
+// through the ring when the loader says its list changed. Told from a struct
+// event by its size.
+#define MAX_LIBS 64
+#define LIB_NAME_MAX 256
+struct lib {
+	__u64 base; // l_addr: what the object's addresses are relative to
+	__u32 pid;
+	__u32 index; // position in the loader's list
+	char name[LIB_NAME_MAX];
 };
 
 struct live_key {
