@@ -429,3 +429,43 @@ func TestNoResolver(t *testing.T) {
 	must(t, r.WriteText(&buf, TextOptions{}))
 	must(t, r.WritePprof(&buf))
 }
+
+func TestAggregateSaysWhatItLacks(t *testing.T) {
+	m := analyze.New(analyze.Options{})
+	must(t, m.Stack(event.Stack{PID: 4, ID: 1, Frames: []uint64{0x1010, 0x1020}}))
+	must(t, m.Snapshot(event.Snapshot{PID: 4, Time: 2e9, Final: true,
+		Live:   []event.LiveBlock{{Addr: 0x10, Size: 64, Stack: 1, Time: 1e9}},
+		Totals: []event.StackTotal{{Stack: 1, Allocs: 5, AllocBytes: 320, Frees: 4, FreeBytes: 256}}}))
+	r := New(m.Profile(), Trace{File: "agg.hst", Start: 1e9}, frames)
+
+	var buf bytes.Buffer
+	must(t, r.WriteText(&buf, TextOptions{}))
+	out := buf.String()
+	for _, want := range []string{
+		"This trace holds snapshots (aggregate mode), not every event, so this report has:",
+		"no peak instant",
+		"peak heap              at least 64 B in 1 block at 1.000s (largest at a snapshot)",
+		"temporary              unknown (aggregate trace)",
+		"ALLOCATION SIZES: not recorded in an aggregate trace",
+		"64 B leaked in 1 block from:\n      make_node",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("text lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "MOST TEMPORARY") {
+		t.Errorf("aggregate text has a temporaries section:\n%s", out)
+	}
+
+	buf.Reset()
+	must(t, r.WriteJSON(&buf, 0))
+	var d JSON
+	must(t, json.Unmarshal(buf.Bytes(), &d))
+	if !d.Trace.Aggregate || len(d.Limitations) == 0 || len(d.Histogram) != 0 || d.Summary.LeakedBytes != 64 ||
+		d.Summary.Allocations != 5 || d.Summary.Frees != 4 || len(d.Leaks) != 1 {
+		t.Errorf("aggregate JSON %+v", d)
+	}
+	if err := r.WriteCollapsed(&buf, Temporary); err == nil {
+		t.Error("collapsed temporaries of an aggregate trace: no error")
+	}
+}
