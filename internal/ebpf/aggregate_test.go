@@ -129,6 +129,9 @@ func TestAggregate(t *testing.T) {
 	if last.Delivered+last.TotalLost() != uint64(len(log.calls)) || last.Unmatched != 0 {
 		t.Errorf("stats %+v for %d calls", last, len(log.calls))
 	}
+	if after := tr.Stats(); after != last {
+		t.Errorf("Stats() after Close = %+v, the last sent was %+v", after, last)
+	}
 }
 
 func sortedBlocks(m map[uint64]block) []string {

@@ -289,6 +289,15 @@ func TestAttachErrors(t *testing.T) {
 	if err := tr.Attach(os.Getpid()); !errors.Is(err, errs.ErrNotRunning) {
 		t.Errorf("Attach after Close = %v", err)
 	}
+	if err := tr.Flush(); !errors.Is(err, errs.ErrNotRunning) {
+		t.Errorf("Flush after Close = %v", err)
+	}
+	if err := tr.SetStacks(NoStacks); !errors.Is(err, errs.ErrNotRunning) {
+		t.Errorf("SetStacks after Close = %v", err)
+	}
+	if err := tr.Close(); err != nil {
+		t.Errorf("Close twice = %v", err)
+	}
 }
 
 func TestConfigErrors(t *testing.T) {

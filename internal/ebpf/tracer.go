@@ -52,6 +52,11 @@ type Tracer struct {
 	delivered atomic.Uint64
 	userLost  atomic.Uint64 // stacks unreadable from user space
 
+	// life guards the kernel objects' lifetime: methods that use them
+	// hold it for reading; Close takes it to free them.
+	life  sync.RWMutex
+	final *event.Stats // the last Stats, once the objects are freed
+
 	flushMu    sync.Mutex // one drain at a time
 	flushed    chan struct{}
 	readerDone chan struct{}
@@ -257,6 +262,11 @@ func (t *Tracer) SetStacks(kinds event.KindSet) error {
 	if err := checkStacks(kinds); err != nil {
 		return err
 	}
+	t.life.RLock()
+	defer t.life.RUnlock()
+	if t.final != nil {
+		return errClosed
+	}
 	if err := t.objs.stackKinds.Set(stackMask(kinds)); err != nil {
 		return fmt.Errorf("ebpf: setting stack kinds: %w", err)
 	}
@@ -272,6 +282,15 @@ func (t *Tracer) closeDone() { t.doneOnce.Do(func() { close(t.done) }) }
 // Stats returns what the tracer has delivered and lost so far. Lost counts
 // are summed over CPUs.
 func (t *Tracer) Stats() event.Stats {
+	t.life.RLock()
+	defer t.life.RUnlock()
+	if t.final != nil {
+		return *t.final
+	}
+	return t.stats()
+}
+
+func (t *Tracer) stats() event.Stats {
 	var st event.Stats
 	st.Time = monotonic()
 	var c [numCounters]uint64
@@ -301,13 +320,18 @@ func (t *Tracer) Stats() event.Stats {
 // mode a Snapshot of each traced process is sent. Either way a Stats
 // record follows. It returns the first error the sink returned, if any.
 func (t *Tracer) Flush() error {
+	t.life.RLock()
+	defer t.life.RUnlock()
+	if t.final != nil {
+		return errClosed
+	}
 	t.drain()
 	if t.cfg.Mode == Aggregate {
 		t.snapshot(t.PIDs(), false)
 	}
 	t.out.Lock()
 	defer t.out.Unlock()
-	t.send(t.sink.Stats(t.Stats()))
+	t.send(t.sink.Stats(t.stats()))
 	return t.sinkErr
 }
 
@@ -328,7 +352,7 @@ func (t *Tracer) Close() error {
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
-		return t.sinkErr
+		return t.sinkError()
 	}
 	t.closed = true
 	close(t.closing)
@@ -338,6 +362,7 @@ func (t *Tracer) Close() error {
 	}
 	t.mu.Unlock()
 	sort.Slice(procs, func(i, j int) bool { return procs[i].pid < procs[j].pid })
+	t.wg.Wait() // the snapshot ticker
 
 	// No exit is noticed from here on; those noticed already finish.
 	t.watch.close()
@@ -349,21 +374,22 @@ func (t *Tracer) Close() error {
 		t.end(p, false)
 	}
 	t.ending.Wait()
-	if t.rd != nil {
-		t.drain()
-		t.rd.Close()
-		<-t.readerDone
-	}
-	t.wg.Wait()
+	t.drain()
+	t.rd.Close()
+	<-t.readerDone
 
+	t.life.Lock()
+	st := t.stats()
+	t.final = &st
 	t.out.Lock()
-	t.send(t.sink.Stats(t.Stats()))
+	t.send(t.sink.Stats(st))
 	err := t.sinkErr
 	if t.readerErr != nil && err == nil {
 		err = t.readerErr
 	}
 	t.out.Unlock()
 	t.coll.Close()
+	t.life.Unlock()
 	t.closeDone()
 	return err
 }
