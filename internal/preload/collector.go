@@ -44,7 +44,8 @@ type Collector struct {
 
 	mu      sync.Mutex
 	reqs    []request
-	closing bool
+	closing bool // Close was called: no new processes
+	stopped bool // the pump is done: no requests at all
 	conns   map[*net.UnixConn]struct{}
 
 	statsMu sync.Mutex
@@ -334,11 +335,13 @@ type request struct {
 	done   chan error
 }
 
-// enqueue hands a request to the pump; false once the collector is closing
-// (the request is then dropped, and a ring in it unmapped).
+// enqueue hands a request to the pump; false when it is refused (then a
+// ring in it is unmapped): new processes once Close was called, anything
+// once the pump stopped. Until then, rings and ends of connections already
+// known still count: Close waits for them.
 func (c *Collector) enqueue(r request) bool {
 	c.mu.Lock()
-	if c.closing {
+	if c.stopped || (c.closing && (r.kind == reqHello || r.kind == reqFlush)) {
 		c.mu.Unlock()
 		if r.ring != nil {
 			r.ring.unmap()

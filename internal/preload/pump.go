@@ -22,8 +22,9 @@ type proc struct {
 	direct    bool // our child: wait for Exited to learn its status
 	conns     int  // connections still open
 	pidfd     int  // -1 when unavailable
-	dead      bool // the process has exited
-	final     bool // nothing more will be written to its rings
+	dead      bool // the image ended: exited, or exec'd into another
+	deadAt    time.Time
+	final     bool // dead, and every ring it made is known: drain it all
 	replaced  bool // it exec'd: a newer image of the PID exists
 	started   bool // its Process record was sent
 	status    int32
@@ -48,6 +49,10 @@ const (
 	statsInterval = time.Second
 	flushPatience = time.Second
 	closeWait     = time.Second
+	// An image's connection ends after every message it sent, so a dead
+	// image is final at its EOF; a descriptor leaked into a process that
+	// lives on (a child made without fork's handlers) could hold it open.
+	eofPatience = 100 * time.Millisecond
 )
 
 // pump is the one goroutine that reads rings and calls the sink.
@@ -104,7 +109,8 @@ func (c *Collector) handle(r *request) {
 		// the latest image of the PID is the one that exited
 		for i := len(c.procs) - 1; i >= 0; i-- {
 			if p := c.procs[i]; p.pid == r.pid {
-				p.known, p.dead, p.final = true, true, true
+				p.known = true
+				p.markDead()
 				p.status, p.signal = int32(r.status), int32(r.signal)
 				if r.signal != 0 {
 					p.status = 128 + int32(r.signal)
@@ -146,33 +152,45 @@ func (c *Collector) hello(cn *conn, h *hello) {
 	if fd, err := unix.PidfdOpen(int(h.pid), 0); err == nil {
 		p.pidfd = fd
 	} else if err == unix.ESRCH {
-		p.dead = true
+		p.markDead()
 	}
 	if prev != nil {
 		// A PID runs one image at a time: the earlier one exec'd into
 		// this one, so it will write nothing more.
-		prev.replaced, prev.final = true, true
+		prev.replaced = true
+		prev.markDead()
 		p.older = prev
 	}
 	c.byConn[cn] = p
 	c.procs = append(c.procs, p)
 }
 
-// checkExits notices images whose process is gone.
+func (p *proc) markDead() {
+	if !p.dead {
+		p.dead, p.deadAt = true, time.Now()
+	}
+}
+
+// checkExits notices images that ended, and makes final those whose every
+// ring is known.
 func (c *Collector) checkExits() {
 	for _, p := range c.procs {
-		if p.final || p.conns > 0 {
+		if p.final {
 			continue
 		}
 		// Every connection closed: the image exited, exec'd, or closed our
 		// socket. Only its exit (or a new image) ends its stream.
-		if !p.dead && p.pidfd >= 0 {
-			fds := []unix.PollFd{{Fd: int32(p.pidfd), Events: unix.POLLIN}}
-			if n, err := unix.Poll(fds, 0); err == nil && n > 0 {
-				p.dead = true
+		if !p.dead && p.conns == 0 {
+			if p.pidfd < 0 {
+				p.markDead()
+			} else {
+				fds := []unix.PollFd{{Fd: int32(p.pidfd), Events: unix.POLLIN}}
+				if n, err := unix.Poll(fds, 0); err == nil && n > 0 {
+					p.markDead()
+				}
 			}
 		}
-		if p.dead || p.pidfd < 0 {
+		if p.dead && (p.conns == 0 || time.Since(p.deadAt) > eofPatience) {
 			p.final = true
 		}
 	}
@@ -612,7 +630,7 @@ func (c *Collector) idle(pending bool) {
 		d = time.Second
 	}
 	for _, p := range c.procs {
-		if p.conns == 0 && !p.final {
+		if (p.conns == 0 || p.dead) && !p.final {
 			d = min(d, time.Millisecond)
 		}
 	}
@@ -642,13 +660,25 @@ func (c *Collector) anyHalfFull() bool {
 }
 
 // shutdown runs in the pump when Close is called: the closed bit is set, so
-// producers stop at their next call; wait (a bounded time) for records being
-// written, drain everything, end every stream.
+// producers stop at their next call. It waits, a bounded time, for records
+// being written and for the rings and ends of connections of images that
+// ended, then drains everything and ends every stream.
 func (c *Collector) shutdown() {
 	deadline := time.Now().Add(closeWait)
+	var reqs []request
 	for {
+		reqs = c.takeRequests(reqs)
+		for i := range reqs {
+			if reqs[i].kind != reqClose {
+				c.handle(&reqs[i])
+			}
+		}
+		c.checkExits()
 		busy := false
 		for _, p := range c.procs {
+			if p.dead && !p.final {
+				busy = true
+			}
 			for _, r := range p.rings {
 				futexWake(r.tailWord, 1<<30)
 				if !r.broken && !p.dead && atomic.LoadUint64(r.seq)&1 != 0 {
@@ -661,10 +691,20 @@ func (c *Collector) shutdown() {
 				c.drain(p, false)
 			}
 		}
+		c.finish(false)
 		if !busy || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(time.Millisecond)
+	}
+	c.mu.Lock()
+	c.stopped = true
+	c.mu.Unlock()
+	reqs = c.takeRequests(reqs)
+	for i := range reqs {
+		if reqs[i].kind != reqClose {
+			c.handle(&reqs[i])
+		}
 	}
 	for len(c.procs) > 0 {
 		for _, p := range c.procs {
