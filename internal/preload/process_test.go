@@ -1,0 +1,449 @@
+//go:build linux && amd64
+
+package preload
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/heapscope/heapscope/event"
+	"github.com/heapscope/heapscope/internal/testutil"
+)
+
+// ctorLib builds preload_ctorlib as a shared library.
+func ctorLib(t *testing.T) string {
+	t.Helper()
+	return testutil.MustBuild(t, "preload_ctorlib", testutil.Options{Flags: []string{"-shared", "-fPIC"}})
+}
+
+// TestConstructors sees the allocations made before main: in a linked
+// library's constructor, then in the executable's, then main's.
+func TestConstructors(t *testing.T) {
+	lib := ctorLib(t)
+	bin := testutil.MustBuild(t, "preload_ctor", testutil.Options{Flags: []string{"-Wl,--no-as-needed", lib}})
+	r := trace(t, Config{}, bin)
+	if !r.state.Success() {
+		t.Fatalf("workload failed: %v", r.state)
+	}
+	var order []string
+	for _, e := range r.of(r.pid) {
+		if e.Func != event.FuncMalloc {
+			continue
+		}
+		switch c := r.chain(e); {
+		case e.Size == 2222 && slices.Contains(c, "lib_ctor"):
+			order = append(order, "lib_ctor")
+		case e.Size == 1111 && slices.Contains(c, "exe_ctor"):
+			order = append(order, "exe_ctor")
+		case e.Size == 3333 && slices.Equal(c[:2], []string{"exe_site", "main"}):
+			order = append(order, "main")
+		case e.Size == 4444 && slices.Equal(c[:3], []string{"lib_site", "lib_work", "main"}):
+			order = append(order, "lib_work")
+		}
+	}
+	if want := []string{"lib_ctor", "exe_ctor", "main", "lib_work"}; !slices.Equal(order, want) {
+		t.Errorf("allocations seen %v, want %v", order, want)
+	}
+	var libMod bool
+	for _, m := range r.modules {
+		if m.Path == lib && m.BuildID != "" {
+			libMod = true
+		}
+	}
+	if !libMod {
+		t.Errorf("no module with a build-id for %s", lib)
+	}
+}
+
+// TestDlopen covers frames in a library loaded after main started.
+func TestDlopen(t *testing.T) {
+	lib := ctorLib(t)
+	bin := testutil.MustBuild(t, "preload_dlopen", testutil.Options{Flags: []string{"-ldl"}})
+	r := trace(t, Config{}, bin, lib)
+	if !r.state.Success() {
+		t.Fatalf("workload failed: %v", r.state)
+	}
+	var seen []string
+	for _, e := range r.of(r.pid) {
+		if e.Size == 2222 || e.Size == 5555 {
+			seen = append(seen, fmt.Sprintf("%d %v", e.Size, r.chain(e)[:2]))
+		}
+	}
+	want := []string{"2222 [lib_site lib_ctor]", "5555 [lib_site lib_work]"}
+	if !slices.Equal(seen, want) {
+		t.Errorf("allocations from the dlopen'd library: %v, want %v", seen, want)
+	}
+}
+
+// TestDWARF gets the whole chain main→site_a→site_b on an -O2 build
+// without frame pointers with UnwindDWARF; with frame pointers the chain is
+// cut short, which is what makes the first half of the test mean something.
+func TestDWARF(t *testing.T) {
+	bin := testutil.MustBuild(t, "preload_dwarf", testutil.Options{NoFramePointers: true, Opt: "2"})
+	want := []string{"site_b", "site_a", "main"}
+	chains := func(u Unwind) [][]string {
+		r := trace(t, Config{Unwind: u}, bin)
+		var out [][]string
+		for _, e := range r.of(r.pid) {
+			if e.Func == event.FuncMalloc && e.Size == 4098 {
+				out = append(out, r.chain(e))
+			}
+		}
+		if len(out) != 3 {
+			t.Fatalf("unwind %v: %d allocations of 4098 bytes, want 3", u, len(out))
+		}
+		return out
+	}
+	for _, c := range chains(UnwindDWARF) {
+		if len(c) < 3 || !slices.Equal(c[:3], want) {
+			t.Errorf("dwarf: chain %v, want it to start %v", c, want)
+		}
+	}
+	full := 0
+	for _, c := range chains(UnwindFP) {
+		if len(c) >= 3 && slices.Equal(c[:3], want) {
+			full++
+		}
+	}
+	if full == 3 {
+		t.Error("frame pointers found the whole chain in code built without them: the workload tests nothing")
+	}
+}
+
+// TestForkExec follows a process that forks and a child that execs, each
+// image in its own stream.
+func TestForkExec(t *testing.T) {
+	bin := testutil.MustBuild(t, "preload_fork", testutil.Options{})
+	const k = 500
+	r := trace(t, Config{}, bin, strconv.Itoa(k))
+	if !r.state.Success() {
+		t.Fatalf("workload failed: %v", r.state)
+	}
+	if len(r.procs) != 3 {
+		t.Fatalf("%d Process records, want 3 (parent, child, exec'd child): %+v", len(r.procs), r.procs)
+	}
+	parent, child, execd := r.procs[0], r.procs[1], r.procs[2]
+	if int(parent.PID) != r.pid || child.PPID != parent.PID || execd.PID != child.PID || child.PID == parent.PID {
+		t.Fatalf("processes %+v", r.procs)
+	}
+	if !slices.Equal(execd.Cmdline[1:], []string{"exec", strconv.Itoa(k)}) || execd.Exe != bin {
+		t.Errorf("exec'd image: exe %q argv %q", execd.Exe, execd.Cmdline)
+	}
+	// The child's PID has two images: before and after its exec.
+	var childEvents, execEvents []event.Event
+	for i, e := range r.events {
+		switch {
+		case e.PID == child.PID && r.image[i] == 1:
+			childEvents = append(childEvents, e)
+		case e.PID == child.PID && r.image[i] == 2:
+			execEvents = append(execEvents, e)
+		}
+	}
+	count := func(evs []event.Event, pid uint32) map[string]int {
+		m := map[string]int{}
+		for _, e := range evs {
+			if e.Kind == event.KindAlloc {
+				m[r.site(e)]++
+			}
+		}
+		return m
+	}
+	p := count(r.of(r.pid), parent.PID)
+	c := count(childEvents, child.PID)
+	x := count(execEvents, child.PID)
+	if p["site_parent"] != k || p["site_child"] != 0 || p["site_exec"] != 0 {
+		t.Errorf("parent stream: %v", p)
+	}
+	if c["site_child"] != k || c["site_parent"] != 0 || c["site_exec"] != 0 {
+		t.Errorf("child stream before exec: %v", c)
+	}
+	if x["site_exec"] != k || x["site_child"] != 0 || x["site_parent"] != 0 {
+		t.Errorf("exec'd stream: %v", x)
+	}
+	// the child freed its parent's first block: a free its stream never saw
+	// allocated
+	var first uint64
+	for _, e := range r.of(r.pid) {
+		if r.site(e) == "site_parent" {
+			first = e.Addr
+			break
+		}
+	}
+	freedParent := false
+	for _, e := range childEvents {
+		if e.Kind == event.KindFree && e.Addr == first {
+			freedParent = true
+		}
+	}
+	if first == 0 || !freedParent {
+		t.Errorf("the child's free of its parent's block %#x is missing", first)
+	}
+	// Exits: the parent's status; -1 for the exec'd-over image and for the
+	// child, which is not ours.
+	status := map[uint32][]int32{}
+	for _, e := range r.exits {
+		status[e.PID] = append(status[e.PID], e.Status)
+	}
+	if !slices.Equal(status[parent.PID], []int32{0}) || !slices.Equal(status[child.PID], []int32{-1, -1}) {
+		t.Errorf("exit statuses %v", status)
+	}
+}
+
+// started is a traced workload still running, driven through its stdin.
+type started struct {
+	c      *Collector
+	rec    *recorder
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	stdout *bufio.Reader
+}
+
+func start(t *testing.T, cfg Config, bin string, args ...string) *started {
+	t.Helper()
+	s := &started{rec: newRecorder(), cmd: exec.Command(bin, args...)}
+	var err error
+	if s.c, err = New(cfg, s.rec); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.c.Prepare(s.cmd); err != nil {
+		t.Fatal(err)
+	}
+	if s.stdin, err = s.cmd.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	out, err := s.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.stdout = bufio.NewReader(out)
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		s.cmd.Process.Kill()
+		s.cmd.Wait()
+		s.c.Close()
+	})
+	return s
+}
+
+// expect reads the workload's next line and checks it.
+func (s *started) expect(t *testing.T, want string) {
+	t.Helper()
+	l, err := s.stdout.ReadString('\n')
+	if err != nil || strings.TrimSpace(l) != want {
+		t.Fatalf("workload said %q (%v), want %q", l, err, want)
+	}
+}
+
+// siteEvents counts events of the workload's site_phase with and without a
+// stack.
+func siteEvents(rec *recorder, pid int) (with, without int) {
+	for _, e := range rec.events {
+		if int(e.PID) != pid || e.Size != 48 || e.Func != event.FuncMalloc {
+			continue
+		}
+		if e.Stack == 0 {
+			without++
+		} else if rec.site(e) == "site_phase" {
+			with++
+		}
+	}
+	return with, without
+}
+
+// TestKilled keeps what a process published before it was SIGKILLed.
+func TestKilled(t *testing.T) {
+	bin := testutil.MustBuild(t, "preload_wait", testutil.Options{})
+	const n = 30000
+	s := start(t, Config{}, bin, strconv.Itoa(n))
+	s.expect(t, "phase 1")
+	s.cmd.Process.Signal(syscall.SIGKILL)
+	s.cmd.Wait()
+	reportExit(s.c, s.cmd)
+	if err := s.c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s.rec.check(t)
+	if with, _ := siteEvents(s.rec, s.cmd.Process.Pid); with != n {
+		t.Errorf("%d allocations kept, want %d", with, n)
+	}
+	if len(s.rec.exits) != 1 || s.rec.exits[0].Status != 128+9 || s.rec.exits[0].Signal != 9 {
+		t.Errorf("exits %+v, want status 137, signal 9", s.rec.exits)
+	}
+}
+
+// TestSetStacks changes the stack kinds of a running process.
+func TestSetStacks(t *testing.T) {
+	bin := testutil.MustBuild(t, "preload_wait", testutil.Options{})
+	const n = 1000
+	s := start(t, Config{Stacks: NoStacks}, bin, strconv.Itoa(n))
+	if s.c.Stacks() != 0 {
+		t.Fatalf("Stacks() = %v with NoStacks", s.c.Stacks())
+	}
+	s.expect(t, "phase 1")
+	if err := s.c.SetStacks(event.KindsOf(event.KindAlloc)); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintln(s.stdin)
+	s.expect(t, "phase 2")
+	if err := s.c.SetStacks(0); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintln(s.stdin)
+	s.expect(t, "phase 3")
+	s.stdin.Close()
+	s.cmd.Wait()
+	reportExit(s.c, s.cmd)
+	if err := s.c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s.rec.check(t)
+	with, without := siteEvents(s.rec, s.cmd.Process.Pid)
+	if with != n || without != 2*n {
+		t.Errorf("%d allocations with a stack and %d without, want %d and %d", with, without, n, 2*n)
+	}
+}
+
+// TestFlush delivers what a running process published, before it ends.
+func TestFlush(t *testing.T) {
+	bin := testutil.MustBuild(t, "preload_wait", testutil.Options{})
+	const n = 5000
+	s := start(t, Config{FlushInterval: time.Hour}, bin, strconv.Itoa(n))
+	s.expect(t, "phase 1")
+	if err := s.c.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	// The sink is called from the collector's goroutine; Flush returned,
+	// so it is done with everything published before the call.
+	if with, _ := siteEvents(s.rec, s.cmd.Process.Pid); with != n {
+		t.Errorf("after Flush the sink has %d allocations, want %d", with, n)
+	}
+	if st := s.c.Stats(); st.Delivered < n {
+		t.Errorf("Stats after Flush: %+v", st)
+	}
+}
+
+// TestClosedSessionScrubsEnv ends the session under a running process: it
+// stops tracing and the program it execs inherits none of the preload
+// environment.
+func TestClosedSessionScrubsEnv(t *testing.T) {
+	bin := testutil.MustBuild(t, "preload_wait", testutil.Options{})
+	s := start(t, Config{}, bin, "10", "spawn")
+	s.expect(t, "phase 1")
+	if err := s.c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s.rec.check(t)
+	s.stdin.Close()
+	rest, _ := io.ReadAll(s.stdout)
+	if err := s.cmd.Wait(); err != nil {
+		t.Fatalf("workload: %v", err)
+	}
+	env := string(rest)
+	if !strings.Contains(env, "PATH=") {
+		t.Fatalf("env printed nothing useful: %q", env)
+	}
+	for _, l := range strings.Split(env, "\n") {
+		if strings.HasPrefix(l, envPrefix) || (strings.HasPrefix(l, "LD_PRELOAD=") && strings.Contains(l, "heapscope")) {
+			t.Errorf("leaked into an untraced program: %s", l)
+		}
+	}
+}
+
+// TestNoCollector runs a program whose environment names a collector that
+// is gone: it runs untraced and passes nothing on.
+func TestNoCollector(t *testing.T) {
+	lib, err := LibraryPath()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("/bin/sh", "-c", "exec /usr/bin/env")
+	cmd.Env = append(os.Environ(), "LD_PRELOAD="+lib, envSocket+"="+filepath.Join(t.TempDir(), "gone"), envLib+"="+lib)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(out), "PATH=") {
+		t.Fatalf("env printed %q", out)
+	}
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(l, envPrefix) || strings.HasPrefix(l, "LD_PRELOAD=") {
+			t.Errorf("leaked: %s", l)
+		}
+	}
+}
+
+// TestDrop loses events with a tiny buffer under load, and counts every
+// one: delivered + lost equals what a blocking run of the same (fully
+// deterministic) workload delivers.
+func TestDrop(t *testing.T) {
+	bin := testutil.MustBuild(t, "preload_sites", testutil.Options{})
+	args := []string{"2", "20000"}
+	exact := trace(t, Config{}, bin, args...)
+	ex := exact.final()
+	want := ex.Delivered
+	if ex.TotalLost() != 0 {
+		t.Fatalf("block mode lost events: %+v", ex)
+	}
+	var st event.Stats
+	for try := 0; try < 3; try++ {
+		r := trace(t, Config{OnFull: Drop, BufferSize: MinBufferSize}, bin, args...)
+		st = r.final()
+		if uint64(len(r.events)) != st.Delivered {
+			t.Fatalf("sink got %d events, Stats says %d delivered", len(r.events), st.Delivered)
+		}
+		if st.Delivered+st.Lost[event.LostBufferFull] != want || st.TotalLost() != st.Lost[event.LostBufferFull] {
+			t.Fatalf("drop mode: %d delivered + %d lost, want %d calls; %+v", st.Delivered, st.Lost[event.LostBufferFull], want, st)
+		}
+		if st.Lost[event.LostBufferFull] > 0 {
+			return
+		}
+	}
+	t.Errorf("a %d-byte buffer never overflowed: the test checks no loss accounting (%+v)", MinBufferSize, st)
+}
+
+// TestMonotonicClock runs a multi-threaded workload with timestamps from
+// CLOCK_MONOTONIC instead of the TSC (the fallback for machines whose TSC
+// is not usable).
+func TestMonotonicClock(t *testing.T) {
+	forceMonotonic = true
+	defer func() { forceMonotonic = false }()
+	bin := testutil.MustBuild(t, "preload_handoff", testutil.Options{})
+	r := trace(t, Config{Stacks: allStacks}, bin, "5000")
+	if n := r.bySite(r.pid)[siteKey{"site_consume", event.FuncFree}].calls; n != 5000 {
+		t.Errorf("%d frees from site_consume, want 5000", n)
+	}
+	checkLive(t, r)
+}
+
+// TestTimes puts event times between the process's start and its exit, on
+// the CLOCK_MONOTONIC scale.
+func TestTimes(t *testing.T) {
+	bin := testutil.MustBuild(t, "preload_sites", testutil.Options{})
+	before := monoNow()
+	r := trace(t, Config{}, bin, "2", "1000")
+	after := monoNow()
+	p := r.procs[0]
+	if p.Time < before || p.Time > after {
+		t.Errorf("process start %d outside the run [%d, %d]", p.Time, before, after)
+	}
+	for _, e := range r.events {
+		if e.Time < p.Time || e.Time > after {
+			t.Fatalf("event at %d outside [%d, %d]", e.Time, p.Time, after)
+		}
+	}
+	if x := r.exits[0]; x.Time < r.events[len(r.events)-1].Time || x.Time > after {
+		t.Errorf("exit at %d", x.Time)
+	}
+}
