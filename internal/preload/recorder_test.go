@@ -142,7 +142,7 @@ func (r *recorder) Events(evs []event.Event) error {
 }
 
 func (r *recorder) Snapshot(event.Snapshot) error { r.fail("unexpected Snapshot"); return nil }
-func (r *recorder) Stats(s event.Stats) error    { r.stats = append(r.stats, s); return nil }
+func (r *recorder) Stats(s event.Stats) error     { r.stats = append(r.stats, s); return nil }
 
 // check fails the test if any record broke the contract, or the session
 // ended without its final Stats or with a traced process not ended.
