@@ -1,0 +1,105 @@
+package heapscope
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/heapscope/heapscope/event"
+	"github.com/heapscope/heapscope/internal/control"
+	"github.com/heapscope/heapscope/internal/registry"
+)
+
+// ControlOp is an operation on a session by name (ETW's ControlTrace codes).
+type ControlOp string
+
+// The control operations.
+const (
+	ControlQuery ControlOp = "query" // return the session's Status
+	ControlFlush ControlOp = "flush" // deliver everything captured so far, then query
+	ControlStop  ControlOp = "stop"  // end the session, then return its final Status
+)
+
+// Change is an update to a running session (UpdateHeapTrace). Empty fields
+// change nothing.
+type Change struct {
+	AddPIDs    []int          `json:"add_pids,omitempty"`
+	RemovePIDs []int          `json:"remove_pids,omitempty"`
+	SetPIDs    []int          `json:"set_pids,omitempty"` // replace the traced processes with these
+	Stacks     *event.KindSet `json:"stacks,omitempty"`   // the event kinds that carry a stack
+}
+
+// Control performs op on the live session named name, which may run in any
+// process, and returns its status. It fails with ErrNotRunning when no live
+// session has the name.
+func Control(name string, op ControlOp) (Status, error) {
+	var st Status
+	switch op {
+	case ControlQuery, ControlFlush, ControlStop:
+	default:
+		return st, fmt.Errorf("unknown control operation %q: %w", op, ErrInvalidFlags)
+	}
+	err := call(name, string(op), nil, &st)
+	return st, err
+}
+
+// Update changes the processes and stack-walked events of the live session
+// named name, which may run in any process.
+func Update(name string, c Change) error {
+	return call(name, "update", c, nil)
+}
+
+// Sessions returns the status of every live session on the machine.
+// Sessions that do not answer (their owner is busy or gone) are listed with
+// what the registry knows.
+func Sessions() ([]Status, error) {
+	infos, err := registry.List(registry.Dir())
+	if err != nil {
+		return nil, err
+	}
+	var out []Status
+	for _, info := range infos {
+		var st Status
+		if err := control.Call(info.Socket, string(ControlQuery), nil, &st); err != nil {
+			st = Status{Name: info.Name, Owner: info.Owner, Provider: Provider(info.Provider), Started: info.Started}
+		}
+		out = append(out, st)
+	}
+	return out, nil
+}
+
+func call(name, op string, args, out any) error {
+	info, err := registry.Lookup(registry.Dir(), name)
+	if err != nil {
+		return err
+	}
+	if err := control.Call(info.Socket, op, args, out); err != nil {
+		return fmt.Errorf("session %q: %w", info.Name, err)
+	}
+	return nil
+}
+
+// handle answers control requests from other processes.
+func (s *Session) handle(op string, args json.RawMessage) (any, error) {
+	switch ControlOp(op) {
+	case ControlQuery:
+		return s.Status(), nil
+	case ControlFlush:
+		if err := s.Flush(); err != nil {
+			return nil, err
+		}
+		return s.Status(), nil
+	case ControlStop:
+		// Stop closes the control server, which waits for this request:
+		// stop from another goroutine and answer once all is drained.
+		go s.Stop()
+		<-s.drained
+		return s.final, nil
+	case "update":
+		var c Change
+		if err := json.Unmarshal(args, &c); err != nil {
+			return nil, fmt.Errorf("bad update: %w", err)
+		}
+		return nil, s.Update(c)
+	}
+	return nil, fmt.Errorf("unknown operation %q", op)
+}

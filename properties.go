@@ -1,0 +1,330 @@
+package heapscope
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/heapscope/heapscope/event"
+	"github.com/heapscope/heapscope/internal/errs"
+)
+
+// LogFileMode says how a session writes its trace (ETW's LogFileMode).
+type LogFileMode uint8
+
+// The log file modes.
+const (
+	// Sequential writes one file and stops writing, recording that it
+	// stopped, when it reaches MaximumFileSize (if set).
+	Sequential LogFileMode = iota
+	// Circular keeps the newest MaximumFileSize worth of events and records
+	// how many older ones it dropped.
+	Circular
+	// NewFile starts a new file, named by substituting 1, 2, ... for the %d
+	// in LogFileName, each time the current one reaches MaximumFileSize. Each
+	// file is readable alone.
+	NewFile
+	// RealTime writes no file: events reach only the hooks.
+	RealTime
+)
+
+var logFileModeNames = []string{"sequential", "circular", "newfile", "realtime"}
+
+func (m LogFileMode) String() string {
+	if int(m) < len(logFileModeNames) {
+		return logFileModeNames[m]
+	}
+	return "mode(" + strconv.Itoa(int(m)) + ")"
+}
+
+// ParseLogFileMode parses "sequential", "circular", "newfile" or "realtime".
+func ParseLogFileMode(s string) (LogFileMode, error) {
+	for i, n := range logFileModeNames {
+		if n == s {
+			return LogFileMode(i), nil
+		}
+	}
+	return 0, fmt.Errorf("unknown log file mode %q (want sequential, circular, newfile or realtime): %w", s, errs.ErrInvalidFlags)
+}
+
+// Provider is the mechanism that captures a session's events.
+type Provider string
+
+// The providers.
+const (
+	// ProviderPreload interposes the malloc family in the traced program with
+	// LD_PRELOAD. It needs no privileges and costs least, but can only trace
+	// programs the session launches.
+	ProviderPreload Provider = "preload"
+	// ProviderEBPF places uprobes on the allocator of running processes. It
+	// needs root (or CAP_BPF and CAP_PERFMON) and no change to the target.
+	ProviderEBPF Provider = "ebpf"
+)
+
+// CaptureMode says whether a session streams every event or keeps aggregates.
+type CaptureMode uint8
+
+// The capture modes.
+const (
+	// Stream delivers every event.
+	Stream CaptureMode = iota
+	// Aggregate keeps live allocations and per-stack totals in kernel maps
+	// and delivers snapshots of them at each flush and at stop: for
+	// long-running servers where every event would cost too much. eBPF only.
+	Aggregate
+)
+
+func (m CaptureMode) String() string {
+	if m == Aggregate {
+		return "aggregate"
+	}
+	return "stream"
+}
+
+// ParseCaptureMode parses "stream" or "aggregate".
+func ParseCaptureMode(s string) (CaptureMode, error) {
+	switch s {
+	case "stream":
+		return Stream, nil
+	case "aggregate":
+		return Aggregate, nil
+	}
+	return 0, fmt.Errorf("unknown capture mode %q (want stream or aggregate): %w", s, errs.ErrInvalidFlags)
+}
+
+// OnFull says what the preload provider does when the collector falls behind.
+type OnFull uint8
+
+// The full-buffer policies.
+const (
+	// Block makes the traced thread wait for room: exact, but slows the target.
+	Block OnFull = iota
+	// Drop discards the event and counts it as lost.
+	Drop
+)
+
+func (o OnFull) String() string {
+	if o == Drop {
+		return "drop"
+	}
+	return "block"
+}
+
+// Unwind is how the preload provider walks stacks.
+type Unwind uint8
+
+// The unwinders.
+const (
+	// FramePointers follows the frame-pointer chain: fast, but stops at code
+	// built without frame pointers.
+	FramePointers Unwind = iota
+	// DWARF uses the call-frame information (libunwind), for code built
+	// without frame pointers; slower.
+	DWARF
+)
+
+func (u Unwind) String() string {
+	if u == DWARF {
+		return "dwarf"
+	}
+	return "fp"
+}
+
+// DefaultStacks is the set of event kinds that carry a call stack unless
+// chosen otherwise: allocations and reallocations.
+const DefaultStacks = event.KindSet(1<<event.KindAlloc | 1<<event.KindRealloc)
+
+// MaxFrames is the deepest stack heapscope records.
+const MaxFrames = 127
+
+// Properties configure a session, with the meanings of ETW's
+// EVENT_TRACE_PROPERTIES. The zero value is valid: a sequential trace file
+// with default buffers, flushed every second, of the malloc heap families.
+type Properties struct {
+	// BufferSize is the size of one buffer in KB, 4 to 1024; 0 means 64.
+	BufferSize int
+	// MaximumBuffers is the number of buffers; 0 means 64. The eBPF
+	// provider's kernel ring buffer holds MaximumBuffers buffers; the preload
+	// provider gives each traced thread a ring of MaximumBuffers buffers.
+	// Both round the ring up to a power of two bytes.
+	MaximumBuffers int
+	// MinimumBuffers is the number of buffers ETW allocates up front; 0
+	// means 4. heapscope's rings are committed page by page as they fill,
+	// so it only has to be at most MaximumBuffers.
+	MinimumBuffers int
+	// MaximumFileSize is the largest trace file in MB; 0 means unlimited.
+	// Circular and NewFile need it.
+	MaximumFileSize int64
+	// LogFileMode is how the trace is written.
+	LogFileMode LogFileMode
+	// LogFileName is the trace file. It must be empty with RealTime and hold
+	// one %d with NewFile.
+	LogFileName string
+	// FlushTimer bounds how long a captured event may wait before it reaches
+	// the file and the hooks; 0 means one second.
+	FlushTimer time.Duration
+	// EnableFlags are the allocation families traced; 0 means event.FamilyHeap.
+	EnableFlags event.Family
+	// Provider captures the events. Start defaults to ProviderEBPF (it
+	// attaches to running processes); Launch defaults to ProviderPreload.
+	Provider Provider
+	// Mode is Stream or Aggregate (eBPF only).
+	Mode CaptureMode
+	// OnFull is the preload provider's policy when its buffers are full. The
+	// eBPF provider always drops and counts.
+	OnFull OnFull
+	// Unwind is the preload provider's stack walker. The eBPF provider
+	// always follows frame pointers.
+	Unwind Unwind
+	// MaxFrames is the deepest stack recorded, at most MaxFrames; 0 means
+	// MaxFrames.
+	MaxFrames int
+}
+
+// withDefaults returns p with its zero fields filled in, for provider.
+func (p Properties) withDefaults(provider Provider) Properties {
+	if p.BufferSize == 0 {
+		p.BufferSize = 64
+	}
+	if p.MinimumBuffers == 0 {
+		p.MinimumBuffers = 4
+	}
+	if p.MaximumBuffers == 0 {
+		p.MaximumBuffers = max(64, p.MinimumBuffers)
+	}
+	if p.FlushTimer == 0 {
+		p.FlushTimer = time.Second
+	}
+	if p.EnableFlags == 0 {
+		p.EnableFlags = event.FamilyHeap
+	}
+	if p.Provider == "" {
+		p.Provider = provider
+	}
+	if p.MaxFrames == 0 {
+		p.MaxFrames = MaxFrames
+	}
+	return p
+}
+
+// maxRingBytes bounds the memory a session may ask for its buffers.
+const maxRingBytes = 4 << 30
+
+// Validate reports the first invalid value or combination in p, wrapping
+// ErrInvalidFlags (or ErrOutOfMemory for buffers that could never be had).
+// It applies the exclusions ETW enforces, and heapscope's own.
+func (p Properties) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf(format+": %w", append(args, errs.ErrInvalidFlags)...)
+	}
+	switch {
+	case p.BufferSize != 0 && (p.BufferSize < 4 || p.BufferSize > 1024):
+		return bad("BufferSize %d KB: must be 4 to 1024", p.BufferSize)
+	case p.MinimumBuffers < 0 || p.MaximumBuffers < 0:
+		return bad("negative buffer count")
+	case p.MaximumBuffers != 0 && p.MinimumBuffers > p.MaximumBuffers:
+		return bad("MinimumBuffers %d exceeds MaximumBuffers %d", p.MinimumBuffers, p.MaximumBuffers)
+	case p.MaximumFileSize < 0:
+		return bad("negative MaximumFileSize")
+	case p.FlushTimer < 0:
+		return bad("negative FlushTimer")
+	case p.MaxFrames < 0 || p.MaxFrames > MaxFrames:
+		return bad("MaxFrames %d: must be 0 to %d", p.MaxFrames, MaxFrames)
+	case p.EnableFlags&^event.FamilyAll != 0:
+		return bad("unknown EnableFlags bits %#x", uint32(p.EnableFlags&^event.FamilyAll))
+	}
+	switch p.LogFileMode {
+	case Sequential:
+		if p.LogFileName == "" {
+			return bad("sequential mode needs a LogFileName")
+		}
+	case Circular:
+		if p.LogFileName == "" || p.MaximumFileSize == 0 {
+			return bad("circular mode needs a LogFileName and a MaximumFileSize")
+		}
+	case NewFile:
+		if p.MaximumFileSize == 0 {
+			return bad("newfile mode needs a MaximumFileSize")
+		}
+		if strings.Count(p.LogFileName, "%d") != 1 || strings.Count(p.LogFileName, "%") != 1 {
+			return bad("newfile mode needs exactly one %%d (and no other %%) in LogFileName %q", p.LogFileName)
+		}
+	case RealTime:
+		if p.LogFileName != "" {
+			return bad("real-time mode writes no file, but LogFileName is %q", p.LogFileName)
+		}
+		if p.MaximumFileSize != 0 {
+			return bad("real-time mode writes no file, but MaximumFileSize is set")
+		}
+	default:
+		return bad("unknown LogFileMode %d", p.LogFileMode)
+	}
+	if p.LogFileMode != NewFile && strings.Contains(p.LogFileName, "%") {
+		return bad("%% in LogFileName %q is only for newfile mode", p.LogFileName)
+	}
+	switch p.Provider {
+	case "", ProviderEBPF, ProviderPreload:
+	default:
+		return bad("unknown provider %q (want preload or ebpf)", p.Provider)
+	}
+	switch p.Mode {
+	case Stream:
+	case Aggregate:
+		if p.Provider != ProviderEBPF && p.Provider != "" {
+			return bad("aggregate mode needs the ebpf provider")
+		}
+		if p.EnableFlags&event.FamilyMmap != 0 {
+			return bad("aggregate mode does not trace mmap")
+		}
+	default:
+		return bad("unknown capture mode %d", p.Mode)
+	}
+	if p.OnFull > Drop {
+		return bad("unknown OnFull policy %d", p.OnFull)
+	}
+	if p.OnFull == Drop && p.Provider == ProviderEBPF {
+		return bad("OnFull applies to the preload provider; the ebpf provider always drops and counts")
+	}
+	if p.Unwind > DWARF {
+		return bad("unknown unwinder %d", p.Unwind)
+	}
+	if p.Unwind == DWARF && p.Provider == ProviderEBPF {
+		return bad("DWARF unwinding needs the preload provider; the ebpf provider follows frame pointers")
+	}
+	d := p.withDefaults(ProviderEBPF)
+	if int64(d.BufferSize)*1024*int64(d.MaximumBuffers) > maxRingBytes {
+		return fmt.Errorf("%d buffers of %d KB exceed %d GiB: %w", d.MaximumBuffers, d.BufferSize, maxRingBytes>>30, errs.ErrOutOfMemory)
+	}
+	return nil
+}
+
+// ringBytes is the size of the eBPF provider's ring buffer: MaximumBuffers
+// buffers, rounded up to a power of two as the kernel requires.
+func (p Properties) ringBytes() int {
+	n := p.BufferSize * 1024 * p.MaximumBuffers
+	size := 4096
+	for size < n {
+		size <<= 1
+	}
+	return size
+}
+
+// text renders p as key/value pairs for the trace file's header and queries.
+func (p Properties) text() [][2]string {
+	return [][2]string{
+		{"buffer_size_kb", strconv.Itoa(p.BufferSize)},
+		{"minimum_buffers", strconv.Itoa(p.MinimumBuffers)},
+		{"maximum_buffers", strconv.Itoa(p.MaximumBuffers)},
+		{"maximum_file_size_mb", strconv.FormatInt(p.MaximumFileSize, 10)},
+		{"log_file_mode", p.LogFileMode.String()},
+		{"log_file_name", p.LogFileName},
+		{"flush_timer", p.FlushTimer.String()},
+		{"enable_flags", p.EnableFlags.String()},
+		{"provider", string(p.Provider)},
+		{"mode", p.Mode.String()},
+		{"on_full", p.OnFull.String()},
+		{"unwind", p.Unwind.String()},
+		{"max_frames", strconv.Itoa(p.MaxFrames)},
+	}
+}

@@ -1,0 +1,75 @@
+package heapscope
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/heapscope/heapscope/event"
+)
+
+func TestValidate(t *testing.T) {
+	ok := []Properties{
+		{LogFileName: "t.hst"},
+		{LogFileMode: RealTime},
+		{LogFileMode: Circular, LogFileName: "t.hst", MaximumFileSize: 10},
+		{LogFileMode: NewFile, LogFileName: "t-%d.hst", MaximumFileSize: 10},
+		{LogFileName: "t.hst", Provider: ProviderEBPF, Mode: Aggregate},
+		{LogFileName: "t.hst", Provider: ProviderPreload, Unwind: DWARF, OnFull: Drop},
+		{LogFileName: "t.hst", BufferSize: 1024, MinimumBuffers: 2, MaximumBuffers: 2},
+	}
+	for _, p := range ok {
+		if err := p.Validate(); err != nil {
+			t.Errorf("%+v: %v", p, err)
+		}
+	}
+	bad := []struct {
+		p    Properties
+		want error
+	}{
+		{Properties{}, ErrInvalidFlags}, // sequential without a file
+		{Properties{LogFileMode: RealTime, LogFileName: "x"}, ErrInvalidFlags},
+		{Properties{LogFileMode: Circular, LogFileName: "t.hst"}, ErrInvalidFlags},
+		{Properties{LogFileMode: NewFile, LogFileName: "t.hst", MaximumFileSize: 1}, ErrInvalidFlags},
+		{Properties{LogFileMode: NewFile, LogFileName: "t-%d-%d.hst", MaximumFileSize: 1}, ErrInvalidFlags},
+		{Properties{LogFileName: "t-%d.hst"}, ErrInvalidFlags},
+		{Properties{LogFileName: "t", BufferSize: 2}, ErrInvalidFlags},
+		{Properties{LogFileName: "t", BufferSize: 2048}, ErrInvalidFlags},
+		{Properties{LogFileName: "t", MinimumBuffers: 8, MaximumBuffers: 4}, ErrInvalidFlags},
+		{Properties{LogFileName: "t", Provider: ProviderPreload, Mode: Aggregate}, ErrInvalidFlags},
+		{Properties{LogFileName: "t", Provider: ProviderEBPF, Unwind: DWARF}, ErrInvalidFlags},
+		{Properties{LogFileName: "t", Provider: ProviderEBPF, OnFull: Drop}, ErrInvalidFlags},
+		{Properties{LogFileName: "t", Provider: "dtrace"}, ErrInvalidFlags},
+		{Properties{LogFileName: "t", EnableFlags: 1 << 30}, ErrInvalidFlags},
+		{Properties{LogFileName: "t", Mode: Aggregate, EnableFlags: event.FamilyAll}, ErrInvalidFlags},
+		{Properties{LogFileName: "t", MaxFrames: 500}, ErrInvalidFlags},
+		{Properties{LogFileName: "t", LogFileMode: 9}, ErrInvalidFlags},
+		{Properties{LogFileName: "t", BufferSize: 1024, MaximumBuffers: 8192}, ErrOutOfMemory},
+	}
+	for _, b := range bad {
+		err := b.p.Validate()
+		if !errors.Is(err, b.want) {
+			t.Errorf("%+v: got %v, want %v", b.p, err, b.want)
+		}
+	}
+}
+
+func TestRingBytesIsAPowerOfTwo(t *testing.T) {
+	p := Properties{BufferSize: 64, MaximumBuffers: 3}
+	if got := p.ringBytes(); got != 256<<10 {
+		t.Errorf("ringBytes = %d", got)
+	}
+}
+
+func TestParse(t *testing.T) {
+	for _, m := range []LogFileMode{Sequential, Circular, NewFile, RealTime} {
+		if got, err := ParseLogFileMode(m.String()); err != nil || got != m {
+			t.Errorf("%v: %v, %v", m, got, err)
+		}
+	}
+	if _, err := ParseLogFileMode("append"); !errors.Is(err, ErrInvalidFlags) {
+		t.Errorf("append: %v", err)
+	}
+	if m, err := ParseCaptureMode("aggregate"); err != nil || m != Aggregate {
+		t.Errorf("aggregate: %v, %v", m, err)
+	}
+}

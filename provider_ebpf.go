@@ -1,0 +1,81 @@
+package heapscope
+
+import (
+	"os/exec"
+	"sync"
+
+	"github.com/heapscope/heapscope/event"
+	"github.com/heapscope/heapscope/internal/ebpf"
+	"github.com/heapscope/heapscope/internal/launch"
+)
+
+func ebpfAvailable() error { return ebpf.Available() }
+
+// ebpfBackend drives the eBPF provider.
+type ebpfBackend struct {
+	t *ebpf.Tracer
+	// For a launched program, the session ends once the program's status is
+	// known, not merely once the tracer saw it exit.
+	launched   bool
+	exitedOnce sync.Once
+	statusIn   chan struct{}
+	doneCh     chan struct{}
+}
+
+func newEBPF(s *Session) (backend, error) {
+	mode := ebpf.Stream
+	if s.props.Mode == Aggregate {
+		mode = ebpf.Aggregate
+	}
+	stacks := s.stacks
+	if stacks == 0 {
+		stacks = ebpf.NoStacks
+	}
+	t, err := ebpf.New(ebpf.Config{
+		Mode:          mode,
+		Families:      s.props.EnableFlags,
+		Stacks:        stacks,
+		RingSize:      s.props.ringBytes(),
+		FlushInterval: s.props.FlushTimer,
+	}, s.sink)
+	if err != nil {
+		return nil, err
+	}
+	return &ebpfBackend{t: t, statusIn: make(chan struct{}), doneCh: make(chan struct{})}, nil
+}
+
+func (b *ebpfBackend) attach(pid int) error { return b.t.Attach(pid) }
+func (b *ebpfBackend) detach(pid int) error { return b.t.Detach(pid) }
+func (b *ebpfBackend) pids() []int          { return b.t.PIDs() }
+func (b *ebpfBackend) flush() error         { return b.t.Flush() }
+func (b *ebpfBackend) stats() event.Stats   { return b.t.Stats() }
+func (b *ebpfBackend) close() error         { return b.t.Close() }
+
+func (b *ebpfBackend) setStacks(k event.KindSet) error {
+	if k == 0 {
+		k = ebpf.NoStacks
+	}
+	return b.t.SetStacks(k)
+}
+
+func (b *ebpfBackend) launch(cmd *exec.Cmd) error {
+	b.launched = true
+	go func() {
+		<-b.t.Done()
+		<-b.statusIn
+		close(b.doneCh)
+	}()
+	return launch.StartHeld(cmd, func(pid int) error { return b.t.Attach(pid, ebpf.Launched()) })
+}
+
+func (b *ebpfBackend) exited(pid, status, sig int) {
+	b.t.ReportExit(pid, status, sig)
+	b.exitedOnce.Do(func() { close(b.statusIn) })
+}
+
+func (b *ebpfBackend) done() <-chan struct{} {
+	if b.launched {
+		return b.doneCh
+	}
+	return b.t.Done()
+}

@@ -1,0 +1,103 @@
+package heapscope
+
+import (
+	"fmt"
+	"os/exec"
+	"sync"
+
+	"github.com/heapscope/heapscope/event"
+	"github.com/heapscope/heapscope/internal/errs"
+	"github.com/heapscope/heapscope/internal/preload"
+)
+
+// preloadBackend drives the preload provider. It can only trace programs it
+// launches: it has nothing to attach to a running process with.
+type preloadBackend struct {
+	c *preload.Collector
+
+	mu     sync.Mutex
+	child  int
+	doneCh chan struct{}
+	once   sync.Once
+}
+
+func newPreload(s *Session) (backend, error) {
+	unwind := preload.UnwindFP
+	if s.props.Unwind == DWARF {
+		unwind = preload.UnwindDWARF
+	}
+	onFull := preload.Block
+	if s.props.OnFull == Drop {
+		onFull = preload.Drop
+	}
+	stacks := s.stacks
+	if stacks == 0 {
+		stacks = preload.NoStacks
+	}
+	size := min(max(s.props.ringBytes(), preload.MinBufferSize), preload.MaxBufferSize)
+	c, err := preload.New(preload.Config{
+		Families:      s.props.EnableFlags,
+		Stacks:        stacks,
+		Unwind:        unwind,
+		MaxFrames:     s.props.MaxFrames,
+		BufferSize:    size,
+		OnFull:        onFull,
+		FlushInterval: s.props.FlushTimer,
+	}, s.sink)
+	if err != nil {
+		return nil, err
+	}
+	return &preloadBackend{c: c, doneCh: make(chan struct{})}, nil
+}
+
+func (b *preloadBackend) attach(pid int) error {
+	return fmt.Errorf("pid %d: the preload provider traces only programs it launches; attach with the ebpf provider: %w", pid, errs.ErrInvalidFlags)
+}
+
+func (b *preloadBackend) detach(pid int) error {
+	return fmt.Errorf("pid %d: the preload provider cannot stop tracing one process of its session: %w", pid, errs.ErrInvalidFlags)
+}
+
+func (b *preloadBackend) launch(cmd *exec.Cmd) error {
+	if err := b.c.Prepare(cmd); err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	b.child = cmd.Process.Pid
+	b.mu.Unlock()
+	return nil
+}
+
+func (b *preloadBackend) exited(pid, status, sig int) {
+	b.c.Exited(pid, status, sig)
+	b.once.Do(func() { close(b.doneCh) })
+}
+
+func (b *preloadBackend) pids() []int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.child == 0 {
+		return nil
+	}
+	select {
+	case <-b.doneCh:
+		return nil
+	default:
+		return []int{b.child}
+	}
+}
+
+func (b *preloadBackend) setStacks(k event.KindSet) error {
+	if k == 0 {
+		k = preload.NoStacks
+	}
+	return b.c.SetStacks(k)
+}
+
+func (b *preloadBackend) flush() error          { return b.c.Flush() }
+func (b *preloadBackend) stats() event.Stats    { return b.c.Stats() }
+func (b *preloadBackend) close() error          { return b.c.Close() }
+func (b *preloadBackend) done() <-chan struct{} { return b.doneCh }

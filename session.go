@@ -1,0 +1,420 @@
+// Package heapscope traces the heap of Linux processes: every allocation,
+// reallocation and free, with the call stack that made it.
+//
+// A session is named and machine-wide, as ETW's heap-tracing sessions are:
+// Start traces running processes (StartHeapTrace), Launch starts a program
+// held until tracing is on; Update changes a running session's processes and
+// stack-walked events by name from any process (UpdateHeapTrace); Control
+// queries, flushes or stops it by name (ControlTrace). A session writes a
+// trace file (package tracefile) and feeds live hooks (SetHooks, as the Xbox
+// GDK's XMemSetWin32HeapTrackingHooks).
+package heapscope
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/heapscope/heapscope/event"
+	"github.com/heapscope/heapscope/internal/control"
+	"github.com/heapscope/heapscope/internal/errs"
+	"github.com/heapscope/heapscope/internal/launch"
+	"github.com/heapscope/heapscope/internal/proc"
+	"github.com/heapscope/heapscope/internal/registry"
+)
+
+// backend is what a session drives: one of the providers.
+type backend interface {
+	// attach starts tracing a running process.
+	attach(pid int) error
+	// detach stops tracing it.
+	detach(pid int) error
+	// launch starts cmd traced from its first instruction.
+	launch(cmd *exec.Cmd) error
+	// exited reports how a launched process ended, once it has.
+	exited(pid, status, sig int)
+	pids() []int
+	setStacks(event.KindSet) error
+	flush() error
+	stats() event.Stats
+	// done is closed when no traced process is left.
+	done() <-chan struct{}
+	// close stops tracing and delivers everything captured to the sink.
+	close() error
+}
+
+// traceWriter is the trace file writer as the session uses it.
+type traceWriter interface {
+	event.Sink
+	Flush() error
+	Close() error
+	Written() int64
+	Files() []string
+}
+
+// Session is a running heap-tracing session.
+type Session struct {
+	name    string
+	props   Properties
+	started time.Time
+	entry   *registry.Entry
+	ctl     *control.Server
+	b       backend
+	sink    *sessionSink
+
+	mu     sync.Mutex // guards stacks, child and the stop state
+	stacks event.KindSet
+	child  *exec.Cmd
+
+	stopOnce sync.Once
+	stopErr  error
+	drained  chan struct{} // closed when every event has reached the file and hooks
+	final    Status        // the status when drained
+	stopped  chan struct{} // closed when Stop has finished
+	exitCode int           // the launched child's status
+}
+
+// Start starts a session named name that traces the running processes pids,
+// taking call stacks for the event kinds in stackEvents (DefaultStacks, or 0
+// for none). The provider defaults to ProviderEBPF.
+func Start(name string, props Properties, pids []int, stackEvents event.KindSet) (*Session, error) {
+	if len(pids) == 0 {
+		return nil, fmt.Errorf("no process to trace: %w", errs.ErrInvalidFlags)
+	}
+	for _, pid := range pids {
+		if !proc.Alive(pid) {
+			return nil, fmt.Errorf("pid %d: %w", pid, errs.ErrNoSuchProcess)
+		}
+	}
+	s, err := newSession(name, props, ProviderEBPF, stackEvents)
+	if err != nil {
+		return nil, err
+	}
+	for _, pid := range pids {
+		if err := s.b.attach(pid); err != nil {
+			s.abort()
+			return nil, err
+		}
+	}
+	s.run()
+	return s, nil
+}
+
+// Launch starts cmd held before its first instruction, turns tracing on, then
+// lets it run: every allocation is seen, including those of constructors that
+// run before main. The session ends when cmd exits; ExitStatus then gives its
+// status. The provider defaults to ProviderPreload. cmd must not have been
+// started.
+func Launch(name string, props Properties, cmd *exec.Cmd, stackEvents event.KindSet) (*Session, error) {
+	s, err := newSession(name, props, ProviderPreload, stackEvents)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.b.launch(cmd); err != nil {
+		s.abort()
+		return nil, fmt.Errorf("starting %s: %w", cmd.Path, err)
+	}
+	s.mu.Lock()
+	s.child = cmd
+	s.mu.Unlock()
+	go func() {
+		// Wait reports the child's end to the backend, which ends the
+		// session once the child's events are in.
+		cmd.Wait()
+		status, sig := launch.Status(cmd.ProcessState)
+		s.mu.Lock()
+		s.exitCode = status
+		s.mu.Unlock()
+		s.b.exited(cmd.Process.Pid, status, sig)
+	}()
+	s.run()
+	return s, nil
+}
+
+func newSession(name string, props Properties, defaultProvider Provider, stackEvents event.KindSet) (*Session, error) {
+	if err := registry.CheckName(name); err != nil {
+		return nil, err
+	}
+	if err := props.Validate(); err != nil {
+		return nil, err
+	}
+	props = props.withDefaults(defaultProvider)
+	if stackEvents&^event.KindsOf(event.KindAlloc, event.KindRealloc, event.KindFree, event.KindMmap, event.KindMunmap) != 0 {
+		return nil, fmt.Errorf("stack events %#x: %w", uint8(stackEvents), errs.ErrInvalidFlags)
+	}
+	if props.Provider == ProviderEBPF {
+		if err := ebpfAvailable(); err != nil {
+			return nil, err
+		}
+	}
+	dir := registry.Dir()
+	s := &Session{
+		name:    name,
+		props:   props,
+		started: time.Now(),
+		stacks:  stackEvents,
+		stopped: make(chan struct{}),
+		drained: make(chan struct{}),
+		sink:    &sessionSink{},
+	}
+	entry, err := registry.Acquire(dir, registry.Info{
+		Name: name, Owner: os.Getpid(), Socket: registry.SocketPath(dir, name),
+		Provider: string(props.Provider), Started: s.started,
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.entry = entry
+	if props.LogFileMode != RealTime {
+		w, err := createWriter(s)
+		if err != nil {
+			entry.Release()
+			return nil, err
+		}
+		s.sink.w = w
+	}
+	switch props.Provider {
+	case ProviderPreload:
+		s.b, err = newPreload(s)
+	case ProviderEBPF:
+		s.b, err = newEBPF(s)
+	}
+	if err != nil {
+		if s.sink.w != nil {
+			s.sink.w.Close()
+			removeFiles(s.sink.w.Files())
+		}
+		entry.Release()
+		return nil, err
+	}
+	ctl, err := control.Listen(entry.Info.Socket, s.handle)
+	if err != nil {
+		s.abort()
+		return nil, err
+	}
+	s.ctl = ctl
+	return s, nil
+}
+
+// abort undoes a session that failed to start.
+func (s *Session) abort() {
+	if s.ctl != nil {
+		s.ctl.Close()
+	}
+	if s.b != nil {
+		s.b.close()
+	}
+	if s.sink.w != nil {
+		s.sink.w.Close()
+		removeFiles(s.sink.w.Files())
+	}
+	s.entry.Release()
+}
+
+func removeFiles(files []string) {
+	for _, f := range files {
+		os.Remove(f)
+	}
+}
+
+// run starts the session's background work: the flush timer and the watch
+// for the end of the traced processes.
+func (s *Session) run() {
+	go func() {
+		t := time.NewTicker(s.props.FlushTimer)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				s.Flush()
+			case <-s.b.done():
+				s.Stop()
+				return
+			case <-s.stopped:
+				return
+			}
+		}
+	}()
+}
+
+// Name returns the session's name.
+func (s *Session) Name() string { return s.name }
+
+// Properties returns the session's properties, with defaults filled in.
+func (s *Session) Properties() Properties { return s.props }
+
+// PIDs returns the processes being traced.
+func (s *Session) PIDs() []int { return s.b.pids() }
+
+// Stats returns what the session has delivered and lost so far.
+func (s *Session) Stats() event.Stats {
+	st := s.b.stats()
+	s.sink.fill(&st)
+	return st
+}
+
+// Flush delivers every event captured so far to the trace file and the hooks,
+// and writes the file's buffers to disk.
+func (s *Session) Flush() error {
+	select {
+	case <-s.drained:
+		return fmt.Errorf("session %q: %w", s.name, errs.ErrNotRunning)
+	default:
+	}
+	err := s.b.flush()
+	st := s.Stats()
+	if serr := s.sink.Stats(st); err == nil {
+		err = serr
+	}
+	if ferr := s.sink.flush(); err == nil {
+		err = ferr
+	}
+	return err
+}
+
+// SetHooks installs h: from now on each event is passed, live and in order,
+// to the hook for its kind. A nil field clears that hook; SetHooks(Hooks{})
+// clears them all. Hooks run on the session's collecting goroutine: a slow
+// hook slows the session (and, with the preload provider's Block policy, the
+// traced program).
+func (s *Session) SetHooks(h Hooks) { s.sink.setHooks(h) }
+
+// Update changes the processes and stack-walked events of the session.
+func (s *Session) Update(c Change) error {
+	var errList []error
+	if c.SetPIDs != nil {
+		want := map[int]bool{}
+		for _, pid := range c.SetPIDs {
+			want[pid] = true
+		}
+		for _, pid := range s.b.pids() {
+			if !want[pid] {
+				c.RemovePIDs = append(c.RemovePIDs, pid)
+			}
+			delete(want, pid)
+		}
+		for pid := range want {
+			c.AddPIDs = append(c.AddPIDs, pid)
+		}
+	}
+	for _, pid := range c.AddPIDs {
+		if slices.Contains(s.b.pids(), pid) {
+			continue
+		}
+		if !proc.Alive(pid) {
+			errList = append(errList, fmt.Errorf("pid %d: %w", pid, errs.ErrNoSuchProcess))
+			continue
+		}
+		if err := s.b.attach(pid); err != nil {
+			errList = append(errList, err)
+		}
+	}
+	for _, pid := range c.RemovePIDs {
+		if err := s.b.detach(pid); err != nil {
+			errList = append(errList, err)
+		}
+	}
+	if c.Stacks != nil {
+		if err := s.b.setStacks(*c.Stacks); err != nil {
+			errList = append(errList, err)
+		} else {
+			s.mu.Lock()
+			s.stacks = *c.Stacks
+			s.mu.Unlock()
+		}
+	}
+	return errors.Join(errList...)
+}
+
+// Stop ends the session: tracing stops, every event captured reaches the
+// trace file and the hooks, the file is closed and the name is released.
+// Stopping a launched session does not kill the program; it runs on
+// untraced.
+func (s *Session) Stop() error {
+	s.stopOnce.Do(func() {
+		var errList []error
+		if err := s.b.close(); err != nil {
+			errList = append(errList, err)
+		}
+		st := s.Stats()
+		if err := s.sink.Stats(st); err != nil {
+			errList = append(errList, err)
+		}
+		if err := s.sink.close(); err != nil {
+			errList = append(errList, err)
+		}
+		s.final = s.Status()
+		close(s.drained)
+		// The control server waits for requests in progress, a stop request
+		// among them (it waits for drained); the name is released last, so
+		// no new session can take the socket's path before it is closed.
+		if s.ctl != nil {
+			s.ctl.Close()
+		}
+		if err := s.entry.Release(); err != nil {
+			errList = append(errList, err)
+		}
+		s.stopErr = errors.Join(errList...)
+		close(s.stopped)
+	})
+	<-s.stopped
+	return s.stopErr
+}
+
+// Wait blocks until the session ends: its last process exited, or Stop was
+// called here or by name from another process.
+func (s *Session) Wait() error {
+	<-s.stopped
+	return s.stopErr
+}
+
+// Done returns a channel closed when the session has ended.
+func (s *Session) Done() <-chan struct{} { return s.stopped }
+
+// ExitStatus returns the launched program's exit status (128+N when killed
+// by signal N), once the session has ended; -1 for sessions that launched
+// nothing or whose program still runs.
+func (s *Session) ExitStatus() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.child == nil || s.child.ProcessState == nil {
+		return -1
+	}
+	return s.exitCode
+}
+
+// Files returns the trace files written so far.
+func (s *Session) Files() []string {
+	if s.sink.w == nil {
+		return nil
+	}
+	return s.sink.w.Files()
+}
+
+// Status describes a running session: what ControlTrace's QUERY returns.
+type Status struct {
+	Name       string      `json:"name"`
+	Owner      int         `json:"owner"` // pid of the process running the session
+	Provider   Provider    `json:"provider"`
+	Properties Properties  `json:"properties"`
+	PIDs       []int       `json:"pids"`
+	Stacks     string      `json:"stacks"` // the stack-walked event kinds, e.g. "alloc,realloc"
+	Started    time.Time   `json:"started"`
+	Stats      event.Stats `json:"stats"`
+	Files      []string    `json:"files,omitempty"`
+}
+
+// Status returns the session's current state.
+func (s *Session) Status() Status {
+	s.mu.Lock()
+	stacks := s.stacks
+	s.mu.Unlock()
+	return Status{
+		Name: s.name, Owner: os.Getpid(), Provider: s.props.Provider, Properties: s.props,
+		PIDs: s.b.pids(), Stacks: stacks.String(), Started: s.started, Stats: s.Stats(), Files: s.Files(),
+	}
+}

@@ -1,0 +1,49 @@
+package heapscope
+
+import (
+	"os"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/heapscope/heapscope/tracefile"
+)
+
+// createWriter opens the session's trace file.
+func createWriter(s *Session) (traceWriter, error) {
+	var props []tracefile.Property
+	for _, kv := range s.props.text() {
+		props = append(props, tracefile.Property{Key: kv[0], Value: kv[1]})
+	}
+	h := tracefile.Header{
+		Session:    s.name,
+		Provider:   string(s.props.Provider),
+		Properties: props,
+		Clock:      "CLOCK_MONOTONIC",
+		MaxSize:    s.props.MaximumFileSize << 20,
+	}
+	h.Hostname, _ = os.Hostname()
+	var uts unix.Utsname
+	if unix.Uname(&uts) == nil {
+		h.Kernel = unix.ByteSliceToString(uts.Release[:])
+	}
+	h.WallStart, h.MonoStart = clockPair()
+	switch s.props.LogFileMode {
+	case Sequential:
+		h.Mode = tracefile.Sequential
+	case Circular:
+		h.Mode = tracefile.Circular
+	case NewFile:
+		h.Mode = tracefile.NewFile
+	}
+	return tracefile.Create(s.props.LogFileName, h, tracefile.Options{FlushInterval: s.props.FlushTimer})
+}
+
+// clockPair reads the wall clock and CLOCK_MONOTONIC as close together as it
+// can, so event times (monotonic) map to wall time.
+func clockPair() (time.Time, int64) {
+	var ts unix.Timespec
+	wall := time.Now()
+	unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return wall, ts.Nano()
+}
