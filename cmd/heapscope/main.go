@@ -68,12 +68,15 @@ func mainArgs(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "heapscope: unknown command %q; run 'heapscope --help'\n", name)
 		return 2
 	}
-	fs := newFlagSet(c, stderr)
+	fs := newFlagSet(c, io.Discard)
 	run := c.setup(fs)
 	if err := fs.Parse(args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(stdout)
+			fs.Usage()
 			return 0
 		}
+		fmt.Fprintf(stderr, "heapscope %s: %v (see 'heapscope %s --help')\n", name, err, name)
 		return 2
 	}
 	err := run(fs.Args())
@@ -97,6 +100,7 @@ func newFlagSet(c *command, out io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("heapscope "+c.name, flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.Usage = func() {
+		out := fs.Output()
 		fmt.Fprintf(out, "usage: heapscope %s %s\n\n%s\n", c.name, c.args, c.summary)
 		if c.help != "" {
 			fmt.Fprintf(out, "\n%s\n", strings.TrimSpace(c.help))

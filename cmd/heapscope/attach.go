@@ -1,0 +1,85 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/heapscope/heapscope"
+	"github.com/heapscope/heapscope/event"
+	"github.com/heapscope/heapscope/internal/proc"
+)
+
+func init() {
+	register(&command{
+		name:    "attach",
+		args:    "-p PID[,PID...] [flags]",
+		summary: "trace the heap of running processes (eBPF; needs root or CAP_BPF+CAP_PERFMON)",
+		help: `
+Places uprobes on the allocator of each process; nothing in the process
+changes and nothing restarts. The session ends when the last process exits,
+after --duration, on Ctrl-C or SIGTERM, or on 'heapscope stop NAME'. Use
+'heapscope update NAME' to add or remove processes while it runs.`,
+		setup: func(fs *flag.FlagSet) func([]string) error {
+			var sf sessionFlags
+			sf.register(fs)
+			var pids pidList
+			fs.Var(&pids, "p", "process id(s) to trace, comma-separated or repeated")
+			duration := fs.Duration("duration", 0, "stop after this long (0: until the processes exit or Ctrl-C)")
+			return func(args []string) error {
+				if len(args) > 0 {
+					return usagef("unexpected arguments %q", args)
+				}
+				if len(pids) == 0 {
+					return usagef("no process: give -p PID")
+				}
+				program := "pid"
+				if exe, err := proc.Exe(pids[0]); err == nil {
+					program = exe
+				}
+				props, stacks, err := sf.properties(program, pids[0])
+				if err != nil {
+					return err
+				}
+				props.Provider = heapscope.ProviderEBPF
+				return attach(sf, props, stacks, pids, *duration)
+			}
+		},
+	})
+}
+
+func attach(sf sessionFlags, props heapscope.Properties, stacks event.KindSet, pids []int, duration time.Duration) error {
+	name := sf.name
+	if name == "" {
+		name = fmt.Sprintf("heapscope-attach-%d", os.Getpid())
+	}
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	s, err := heapscope.Start(name, props, pids, stacks)
+	if err != nil {
+		if errors.Is(err, heapscope.ErrInvalidFlags) {
+			return usageError{err.Error()}
+		}
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "heapscope: session %q tracing pid %v; Ctrl-C or 'heapscope stop %s' ends it\n", name, pidList(pids).String(), name)
+	var timeout <-chan time.Time
+	if duration > 0 {
+		timeout = time.After(duration)
+	}
+	select {
+	case <-s.Done():
+	case <-sigs:
+	case <-timeout:
+	}
+	err = s.Stop()
+	if !sf.quiet {
+		printSummary(os.Stderr, s.Status(), s.Files())
+	}
+	return err
+}

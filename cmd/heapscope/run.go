@@ -1,0 +1,94 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+
+	"github.com/heapscope/heapscope"
+	"github.com/heapscope/heapscope/event"
+	"github.com/heapscope/heapscope/internal/launch"
+)
+
+func init() {
+	register(&command{
+		name:    "run",
+		args:    "[flags] -- PROGRAM [ARGS...]",
+		summary: "launch a program and trace its heap from its first allocation",
+		help: `
+The program starts held before its first instruction; tracing is turned on,
+then it runs. heapscope exits with the program's status (128+N when signal N
+killed it). Ctrl-C reaches the program; every event captured reaches the trace.
+
+The preload provider (default) needs no privileges; --provider ebpf needs root
+or CAP_BPF and CAP_PERFMON.`,
+		setup: func(fs *flag.FlagSet) func([]string) error {
+			var sf sessionFlags
+			sf.register(fs)
+			provider := fs.String("provider", "preload", "preload (LD_PRELOAD interposer) or ebpf (uprobes)")
+			unwind := fs.String("unwind", "fp", "preload stack walker: fp (frame pointers) or dwarf (for code without them)")
+			onFull := fs.String("on-full", "block", "preload, when the collector falls behind: block (exact) or drop (count losses)")
+			return func(args []string) error {
+				if len(args) == 0 {
+					return usagef("no program to run")
+				}
+				props, stacks, err := sf.properties(args[0], os.Getpid())
+				if err != nil {
+					return err
+				}
+				props.Provider = heapscope.Provider(*provider)
+				switch *unwind {
+				case "fp":
+				case "dwarf":
+					props.Unwind = heapscope.DWARF
+				default:
+					return usagef("--unwind: want fp or dwarf, not %q", *unwind)
+				}
+				switch *onFull {
+				case "block":
+				case "drop":
+					props.OnFull = heapscope.Drop
+				default:
+					return usagef("--on-full: want block or drop, not %q", *onFull)
+				}
+				return runProgram(sf, props, stacks, args)
+			}
+		},
+	})
+}
+
+func runProgram(sf sessionFlags, props heapscope.Properties, stacks event.KindSet, args []string) error {
+	path, err := exec.LookPath(args[0])
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(path, args[1:]...)
+	cmd.Args[0] = args[0]
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	s, err := heapscope.Launch(sf.sessionName(args[0], os.Getpid()), props, cmd, stacks)
+	if err != nil {
+		if errors.Is(err, heapscope.ErrInvalidFlags) {
+			return usageError{err.Error()}
+		}
+		return err
+	}
+	stop := launch.ForwardSignals(cmd.Process)
+	werr := s.Wait()
+	stop()
+	status := s.ExitStatus()
+	if !sf.quiet {
+		printSummary(os.Stderr, s.Status(), s.Files())
+	}
+	if werr != nil {
+		fmt.Fprintf(os.Stderr, "heapscope run: %v\n", werr)
+		if status == 0 {
+			status = 1
+		}
+	}
+	if status != 0 {
+		return exitError{status}
+	}
+	return nil
+}

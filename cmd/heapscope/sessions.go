@@ -1,0 +1,149 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/heapscope/heapscope"
+	"github.com/heapscope/heapscope/event"
+)
+
+func init() {
+	register(&command{
+		name:    "sessions",
+		summary: "list the live sessions on this machine",
+		setup: func(fs *flag.FlagSet) func([]string) error {
+			asJSON := fs.Bool("json", false, "print JSON")
+			return func(args []string) error {
+				if len(args) > 0 {
+					return usagef("takes no arguments")
+				}
+				list, err := heapscope.Sessions()
+				if err != nil {
+					return err
+				}
+				if *asJSON {
+					return printJSON(list)
+				}
+				tw := tabwriter.NewWriter(os.Stdout, 2, 8, 2, ' ', 0)
+				fmt.Fprintln(tw, "NAME\tOWNER\tPROVIDER\tPIDS\tEVENTS\tLOST\tSTARTED")
+				for _, st := range list {
+					fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%d\t%s\n", st.Name, st.Owner, st.Provider,
+						pidList(st.PIDs).String(), st.Stats.Delivered, st.Stats.TotalLost(),
+						st.Started.Local().Format(time.DateTime))
+				}
+				return tw.Flush()
+			}
+		},
+	})
+	for _, op := range []struct {
+		op      heapscope.ControlOp
+		summary string
+	}{
+		{heapscope.ControlQuery, "show a live session's state and counters"},
+		{heapscope.ControlFlush, "deliver everything a session captured so far to its file"},
+		{heapscope.ControlStop, "stop a session by name; its trace file is complete when this returns"},
+	} {
+		register(&command{
+			name:    string(op.op),
+			args:    "NAME",
+			summary: op.summary,
+			setup: func(fs *flag.FlagSet) func([]string) error {
+				asJSON := fs.Bool("json", false, "print JSON")
+				return func(args []string) error {
+					if len(args) != 1 {
+						return usagef("want one session name")
+					}
+					st, err := heapscope.Control(args[0], op.op)
+					if err != nil {
+						return err
+					}
+					if *asJSON {
+						return printJSON(st)
+					}
+					printStatus(os.Stdout, st)
+					return nil
+				}
+			},
+		})
+	}
+	register(&command{
+		name:    "update",
+		args:    "NAME [--add-pid P] [--remove-pid P] [--set-pids P,...] [--stacks KINDS]",
+		summary: "change a live session's processes and stack-walked events",
+		setup: func(fs *flag.FlagSet) func([]string) error {
+			var add, remove, set pidList
+			fs.Var(&add, "add-pid", "start tracing these processes")
+			fs.Var(&remove, "remove-pid", "stop tracing these processes")
+			fs.Var(&set, "set-pids", "trace exactly these processes")
+			stacks := fs.String("stacks", "", "event kinds that carry a stack: alloc,realloc,free or none")
+			return func(args []string) error {
+				if len(args) != 1 {
+					return usagef("want one session name")
+				}
+				var c heapscope.Change
+				c.AddPIDs, c.RemovePIDs = add, remove
+				if len(set) > 0 {
+					c.SetPIDs = set
+				}
+				if *stacks != "" {
+					k, err := parseStacks(*stacks)
+					if err != nil {
+						return usagef("--stacks: %v", err)
+					}
+					c.Stacks = &k
+				}
+				if c.AddPIDs == nil && c.RemovePIDs == nil && c.SetPIDs == nil && c.Stacks == nil {
+					return usagef("nothing to change")
+				}
+				return heapscope.Update(args[0], c)
+			}
+		},
+	})
+}
+
+func printJSON(v any) error {
+	enc := json.NewEncoder(os.Stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func printStatus(w io.Writer, st heapscope.Status) {
+	fmt.Fprintf(w, "session   %s\n", st.Name)
+	fmt.Fprintf(w, "owner     pid %d\n", st.Owner)
+	fmt.Fprintf(w, "provider  %s (%s)\n", st.Provider, st.Properties.Mode)
+	fmt.Fprintf(w, "pids      %s\n", pidList(st.PIDs).String())
+	fmt.Fprintf(w, "stacks    %s\n", st.Stacks)
+	fmt.Fprintf(w, "events    %s\n", st.Properties.EnableFlags)
+	fmt.Fprintf(w, "started   %s\n", st.Started.Local().Format(time.DateTime))
+	if len(st.Files) > 0 {
+		fmt.Fprintf(w, "files     %s (%s mode)\n", strings.Join(st.Files, ", "), st.Properties.LogFileMode)
+	} else {
+		fmt.Fprintf(w, "files     none (%s mode)\n", st.Properties.LogFileMode)
+	}
+	printStats(w, st)
+}
+
+func printStats(w io.Writer, st heapscope.Status) {
+	fmt.Fprintf(w, "delivered %d events, %d bytes written\n", st.Stats.Delivered, st.Stats.Bytes)
+	fmt.Fprintf(w, "lost      %d events", st.Stats.TotalLost())
+	var parts []string
+	for r, n := range st.Stats.Lost {
+		if n > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", event.LostReason(r), n))
+		}
+	}
+	if len(parts) > 0 {
+		fmt.Fprintf(w, " (%s)", strings.Join(parts, ", "))
+	}
+	fmt.Fprintln(w)
+	if st.Stats.StacksLost > 0 {
+		fmt.Fprintf(w, "          %d events without their stack (stack map full)\n", st.Stats.StacksLost)
+	}
+}
