@@ -62,7 +62,9 @@ or CAP_BPF and CAP_PERFMON.`,
 func runProgram(sf sessionFlags, props heapscope.Properties, stacks event.KindSet, args []string) error {
 	path, err := exec.LookPath(args[0])
 	if err != nil {
-		return err
+		// As env(1) and the shells do.
+		fmt.Fprintf(os.Stderr, "heapscope run: %v\n", err)
+		return exitError{127}
 	}
 	cmd := exec.Command(path, args[1:]...)
 	cmd.Args[0] = args[0]
