@@ -67,6 +67,9 @@ type Collector struct {
 	lost      uint64
 	broken    uint64
 	lastStats event.Stats
+	// ringsMapped counts the rings processes sent (tests check they are
+	// reused).
+	ringsMapped int
 	statsAt   time.Time
 }
 

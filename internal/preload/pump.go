@@ -96,6 +96,7 @@ func (c *Collector) handle(r *request) {
 		c.hello(r.conn, r.hello)
 	case reqRing:
 		if p := c.byConn[r.conn]; p != nil && !p.final {
+			c.ringsMapped++
 			p.rings = append(p.rings, r.ring)
 		} else {
 			r.ring.unmap()
