@@ -70,7 +70,7 @@ type Collector struct {
 	// ringsMapped counts the rings processes sent (tests check they are
 	// reused).
 	ringsMapped int
-	statsAt   time.Time
+	statsAt     time.Time
 }
 
 // New starts a collector. Nothing is traced until a command prepared with
