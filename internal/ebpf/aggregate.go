@@ -30,13 +30,13 @@ func (t *Tracer) snapshot(pids []int, final bool) {
 		for _, e := range live[pid] {
 			sn.Live = append(sn.Live, event.LiveBlock{
 				Addr: e.k.Addr, Size: e.v.Size, Time: int64(e.v.Time),
-				Stack: t.aggStack(pid, e.v.Stack, e.v.Caller),
+				Stack: t.stackID(pid, e.v.Stack),
 			})
 		}
 		sort.Slice(sn.Live, func(i, j int) bool { return sn.Live[i].Addr < sn.Live[j].Addr })
 		for _, e := range totals[pid] {
 			sn.Totals = append(sn.Totals, event.StackTotal{
-				Stack:  t.aggStack(pid, e.k.Stack, e.k.Caller),
+				Stack:  t.stackID(pid, e.k.Stack),
 				Allocs: e.v.Allocs, AllocBytes: e.v.AllocBytes,
 				Frees: e.v.Frees, FreeBytes: e.v.FreeBytes,
 			})
@@ -44,12 +44,6 @@ func (t *Tracer) snapshot(pids []int, final bool) {
 		sort.Slice(sn.Totals, func(i, j int) bool { return sn.Totals[i].Stack < sn.Totals[j].Stack })
 		t.send(t.sink.Snapshot(sn))
 	}
-}
-
-// aggStack is stackID for the aggregate maps' packed caller.
-func (t *Tracer) aggStack(pid uint32, id int32, packed uint64) event.StackID {
-	caller, flags := splitCaller(packed)
-	return t.stackID(pid, id, caller, flags)
 }
 
 type liveEntry struct {

@@ -170,14 +170,7 @@ func cookie(s sites.Site, heap event.Heap) uint64 {
 	if sp > cookieSPMax {
 		sp = cookieSPMax
 	}
-	var flags uint64
-	if s.Placement.EntryLike {
-		flags = efEntryLike
-		if s.Placement.SPDelta != 0 {
-			flags |= efSPMoved
-		}
-	}
-	return uint64(s.Func) | uint64(heap)<<cookieHeapShift | sp<<cookieSPShift | flags<<cookieFlagsShift
+	return uint64(s.Func) | uint64(heap)<<cookieHeapShift | sp<<cookieSPShift
 }
 
 // attachTarget probes the wanted sites of one file for pid. It returns the

@@ -55,7 +55,7 @@ const (
 	// aggregateRingSize is the ring of aggregate mode, which carries only
 	// the loader's lists of libraries.
 	aggregateRingSize = 64 << 10
-	maxMapSize        = 1 << 28
+	maxMapSize        = 1 << 31
 )
 
 // NoStacks is a Config.Stacks value that takes no stacks at all (the zero

@@ -15,8 +15,7 @@ const (
 	numCounters     = 10
 
 	// Cookie layout.
-	cookieHeapShift  = 8
-	cookieSPShift    = 16
-	cookieSPMax      = 1<<16 - 1
-	cookieFlagsShift = 32
+	cookieHeapShift = 8
+	cookieSPShift   = 16
+	cookieSPMax     = 1<<16 - 1
 )

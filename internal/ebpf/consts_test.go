@@ -50,8 +50,8 @@ func TestHeaderConstants(t *testing.T) {
 		"CTR_DELIVERED":      ctrDelivered,
 		"CTR_UNMATCHED":      ctrUnmatched,
 		"NUM_COUNTERS":       numCounters,
-		"EF_ENTRY_LIKE":      efEntryLike,
-		"EF_SP_MOVED":        efSPMoved,
+		"CTR_LIBS_LOST":      ctrLibsLost,
+		"NO_STACK":           0,
 		"HEAP_LIBC":          int64(event.HeapLibc),
 		"HEAP_EXE":           int64(event.HeapExe),
 		"HEAP_MMAP":          int64(event.HeapMmap),
@@ -78,5 +78,8 @@ func TestHeaderConstants(t *testing.T) {
 	}
 	if unsafe.Sizeof(heapscopeEvent{}) != eventSize {
 		t.Errorf("struct event is %d bytes, decodeEvent reads %d", unsafe.Sizeof(heapscopeEvent{}), eventSize)
+	}
+	if unsafe.Sizeof(heapscopeLib{}) != libSize {
+		t.Errorf("struct lib is %d bytes, decodeLib reads %d", unsafe.Sizeof(heapscopeLib{}), libSize)
 	}
 }

@@ -20,14 +20,13 @@ type heapscopeEvent struct {
 	Size    uint64
 	OldAddr uint64
 	OldSize uint64
-	Caller  uint64
+	Stack   uint64
 	Pid     uint32
 	Tid     uint32
-	Stack   int32
 	Kind    uint8
 	Func    uint8
 	Heap    uint8
-	Flags   uint8
+	Pad     [5]uint8
 }
 
 type heapscopeLib struct {
@@ -46,12 +45,15 @@ type heapscopeLiveKey struct {
 }
 
 type heapscopeLiveVal struct {
-	_      structs.HostLayout
-	Size   uint64
-	Time   uint64
-	Caller uint64
-	Stack  int32
-	Pad    uint32
+	_     structs.HostLayout
+	Size  uint64
+	Time  uint64
+	Stack uint64
+}
+
+type heapscopeStack struct {
+	_  structs.HostLayout
+	Ip [128]uint64
 }
 
 type heapscopeThread struct {
@@ -59,26 +61,25 @@ type heapscopeThread struct {
 	A0       uint64
 	A1       uint64
 	Sp       uint64
-	Caller   uint64
-	Stack    int32
+	Stack    uint64
 	State    uint8
 	Func     uint8
 	Inner    uint8
 	Heap     uint8
-	Depth    uint32
 	Sys      uint8
-	Sflags   uint8
-	Pad      [2]uint8
+	Pad      [3]uint8
+	Depth    uint32
+	Pad2     uint32
 	S_addr   uint64
 	S_len    uint64
 	S_oldLen uint64
 }
 
 type heapscopeTotalKey struct {
-	_      structs.HostLayout
-	Tgid   uint32
-	Stack  int32
-	Caller uint64
+	_     structs.HostLayout
+	Tgid  uint32
+	Pad   uint32
+	Stack uint64
 }
 
 type heapscopeTotalVal struct {
@@ -96,6 +97,7 @@ const (
 	heapscopeMapCounters         = "counters"
 	heapscopeMapEvents           = "events"
 	heapscopeMapLive             = "live"
+	heapscopeMapScratch          = "scratch"
 	heapscopeMapStacks           = "stacks"
 	heapscopeMapThreads          = "threads"
 	heapscopeMapTotals           = "totals"
@@ -191,6 +193,7 @@ type heapscopeMapSpecs struct {
 	Counters *ebpf.MapSpec `ebpf:"counters"`
 	Events   *ebpf.MapSpec `ebpf:"events"`
 	Live     *ebpf.MapSpec `ebpf:"live"`
+	Scratch  *ebpf.MapSpec `ebpf:"scratch"`
 	Stacks   *ebpf.MapSpec `ebpf:"stacks"`
 	Threads  *ebpf.MapSpec `ebpf:"threads"`
 	Totals   *ebpf.MapSpec `ebpf:"totals"`
@@ -232,6 +235,7 @@ type heapscopeMaps struct {
 	Counters *ebpf.Map `ebpf:"counters"`
 	Events   *ebpf.Map `ebpf:"events"`
 	Live     *ebpf.Map `ebpf:"live"`
+	Scratch  *ebpf.Map `ebpf:"scratch"`
 	Stacks   *ebpf.Map `ebpf:"stacks"`
 	Threads  *ebpf.Map `ebpf:"threads"`
 	Totals   *ebpf.Map `ebpf:"totals"`
@@ -243,6 +247,7 @@ func (m *heapscopeMaps) Close() error {
 		m.Counters,
 		m.Events,
 		m.Live,
+		m.Scratch,
 		m.Stacks,
 		m.Threads,
 		m.Totals,

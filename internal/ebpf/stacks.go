@@ -7,81 +7,42 @@ import (
 	"github.com/heapscope/heapscope/internal/proc"
 )
 
-// stackKey identifies a stack as the BPF side reports it: the stack map's
-// id, and the caller that replaces its first frame when the walk missed it.
-// Ids of the stack map are shared by all processes; event.StackID is
-// scoped by process, so the key holds the pid.
+// stackKey identifies a stack as the BPF side reports it: the hash of its
+// frames, the key of the stacks map, shared by all processes. event.StackID
+// is scoped by process, so the key holds the pid.
 type stackKey struct {
-	pid    uint32
-	id     int32
-	caller uint64
-	flags  uint8
+	pid  uint32
+	hash uint64
 }
-
-// Event flags (bpf/heapscope.h).
-const (
-	efEntryLike = 1 // the probed instruction is push %rbp or endbr64
-	efSPMoved   = 2 // ... and the stack pointer moved before it
-)
-
-// Aggregate mode packs the flags into the caller's top byte.
-func splitCaller(c uint64) (uint64, uint8) { return c &^ (0xff << 56), uint8(c >> 56) }
 
 // stackID returns the event.StackID of a BPF stack, sending its Stack record
 // (and any Module its frames need) the first time. Called with out held.
-func (t *Tracer) stackID(pid uint32, id int32, caller uint64, flags uint8) event.StackID {
-	if id < 0 {
+func (t *Tracer) stackID(pid uint32, hash uint64) event.StackID {
+	if hash == 0 {
 		return 0
 	}
-	k := stackKey{pid, id, caller, flags}
+	k := stackKey{pid, hash}
 	if sid, ok := t.stacks[k]; ok {
 		return sid
 	}
-	var buf [maxFrames]uint64
-	if err := t.objs.stacks.Lookup(uint32(id), &buf); err != nil {
+	var st heapscopeStack
+	if err := t.objs.stacks.Lookup(hash, &st); err != nil {
 		// Entries are never deleted, so this does not happen; if it
 		// does, the event goes without its stack, counted.
 		t.userLost.Add(1)
 		return 0
 	}
 	n := 0
-	for n < len(buf) && buf[n] != 0 {
+	for n < len(st.Ip) && st.Ip[n] != 0 {
 		n++
 	}
-	frames := fixFrames(buf[:n], caller, flags)
+	frames := append([]uint64(nil), st.Ip[:n]...)
 	t.covered(pid, frames)
 	t.nextStack[pid]++
 	sid := t.nextStack[pid]
 	t.stacks[k] = sid
 	t.send(t.sink.Stack(event.Stack{PID: pid, ID: sid, Frames: frames}))
 	return sid
-}
-
-// fixFrames turns a stack taken at a probe inside an allocator function
-// into one that starts in its caller. The frame-pointer walk from there
-// sees the allocator's own instruction first and then skips the caller (the
-// allocator set up no frame): the caller, read from the top of the stack by
-// the BPF side, replaces the first frame. Linux 6.11+ adds that word itself
-// when the probed instruction looks like a function entry (push %rbp,
-// endbr64); that frame is dropped.
-func fixFrames(raw []uint64, caller uint64, flags uint8) []uint64 {
-	if caller == 0 {
-		return append([]uint64(nil), raw...)
-	}
-	frames := []uint64{caller}
-	if len(raw) == 0 {
-		return frames
-	}
-	rest := raw[1:]
-	if flags&efEntryLike != 0 && len(rest) > 0 {
-		switch {
-		case flags&efSPMoved == 0 && rest[0] == caller:
-			rest = rest[1:]
-		case flags&efSPMoved != 0 && kernelAddsEntryFrame:
-			rest = rest[1:]
-		}
-	}
-	return append(frames, rest...)
 }
 
 // moduleSet is what has been sent of a process's executable mappings.

@@ -35,7 +35,9 @@ func (t *Tracer) read() {
 		}
 	}
 	for {
-		t.rd.SetDeadline(time.Now().Add(t.cfg.FlushInterval))
+		if t.cfg.Mode == Stream {
+			t.rd.SetDeadline(time.Now().Add(t.cfg.FlushInterval))
+		} // else only library records, which wake the reader
 		err := t.rd.ReadInto(&rec)
 		switch {
 		case err == nil:
@@ -92,14 +94,12 @@ func decodeEvent(b []byte) (heapscopeEvent, bool) {
 		Size:    le.Uint64(b[16:]),
 		OldAddr: le.Uint64(b[24:]),
 		OldSize: le.Uint64(b[32:]),
-		Caller:  le.Uint64(b[40:]),
+		Stack:   le.Uint64(b[40:]),
 		Pid:     le.Uint32(b[48:]),
 		Tid:     le.Uint32(b[52:]),
-		Stack:   int32(le.Uint32(b[56:])),
-		Kind:    b[60],
-		Func:    b[61],
-		Heap:    b[62],
-		Flags:   b[63],
+		Kind:    b[56],
+		Func:    b[57],
+		Heap:    b[58],
 	}, true
 }
 
@@ -120,7 +120,7 @@ func (t *Tracer) deliver(raw []heapscopeEvent) {
 			Kind:    event.Kind(r.Kind),
 			Func:    event.Func(r.Func),
 			Heap:    event.Heap(r.Heap),
-			Stack:   t.stackID(r.Pid, r.Stack, r.Caller, r.Flags),
+			Stack:   t.stackID(r.Pid, r.Stack),
 			Addr:    r.Addr,
 			Size:    r.Size,
 			OldAddr: r.OldAddr,

@@ -39,12 +39,24 @@ struct {
 	__uint(max_entries, 1 << 20); // resized by the loader
 } events SEC(".maps");
 
+// Stacks by the hash of their frames. Not a BPF_MAP_TYPE_STACK_TRACE: the
+// kernel's walk reads the frame pointer it ends at, usually 0, and the
+// fault that costs is the largest single part of an allocation's cost in a
+// VM. The walk below stops before it.
 struct {
-	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
-	__uint(key_size, sizeof(__u32));
-	__uint(value_size, MAX_FRAMES * sizeof(__u64));
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __u64);
+	__type(value, struct stack);
 	__uint(max_entries, 1 << 14); // resized by the loader
 } stacks SEC(".maps");
+
+// Where a stack is put together before it is looked up.
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct stack);
+	__uint(max_entries, 1);
+} scratch SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -123,20 +135,7 @@ static __always_inline struct thread *thread_state(int create)
 				    create ? BPF_LOCAL_STORAGE_GET_F_CREATE : 0);
 }
 
-// take_stack returns the BPF stack id of the current user stack for an event
-// of kind, NO_STACK when kind carries none, or NO_STACK after counting a
-// stack lost (map full or a hash collision).
-static __always_inline __s32 take_stack(void *ctx, __u8 kind)
-{
-	if (!(stack_kinds & (1 << kind)))
-		return NO_STACK;
-	long id = bpf_get_stackid(ctx, &stacks, BPF_F_USER_STACK);
-	if (id < 0) {
-		count(CTR_STACKS_LOST);
-		return NO_STACK;
-	}
-	return id;
-}
+static __always_inline int wants_stack(__u8 kind) { return stack_kinds & (1 << kind); }
 
 static __always_inline __u64 read_user_u64(__u64 addr)
 {
@@ -145,13 +144,97 @@ static __always_inline __u64 read_user_u64(__u64 addr)
 	return v;
 }
 
+struct walk {
+	struct stack *s;
+	struct stack *old; // compare: the stored stack
+	__u64 fp, lo, hash;
+	__u32 n;
+};
+
+static __always_inline __u64 mix(__u64 h, __u64 v)
+{
+	h ^= v;
+	h *= 0xff51afd7ed558ccdULL;
+	return h ^ (h >> 32);
+}
+
+// walk_step reads one frame: the return address above frame pointer fp,
+// and the caller's frame pointer. A frame pointer lies above the last one,
+// within the stack; anything else ends the chain (0 in the outermost frame,
+// or a register of code built without frame pointers).
+static long walk_step(__u32 i, struct walk *w)
+{
+	__u32 at = (i + 1) & 127;
+	if (i + 1 >= MAX_FRAMES || w->fp < w->lo || w->fp - w->lo > MAX_STACK_SPAN || w->fp & 7)
+		return 1;
+	__u64 frame[2]; // saved frame pointer, return address
+	if (bpf_probe_read_user(frame, sizeof(frame), (void *)w->fp) || !frame[1])
+		return 1;
+	w->s->ip[at] = frame[1];
+	w->hash = mix(w->hash, frame[1]);
+	w->n = at + 1;
+	w->lo = w->fp + sizeof(frame);
+	w->fp = frame[0];
+	return 0;
+}
+
+// same_step compares frame i of the new stack with the stored one.
+static long same_step(__u32 i, struct walk *w)
+{
+	i &= 127;
+	__u64 want = i < w->n ? w->s->ip[i] : 0;
+	if (w->old->ip[i] != want) {
+		w->n = 0; // differs
+		return 1;
+	}
+	return 0;
+}
+
+// take_stack returns the key of the current user stack, whose innermost frame
+// is first (the return address into the allocator's caller), walking the
+// frame pointers from fp. It returns NO_STACK when the stack cannot be stored
+// (the map is full, or another stack has its hash), after counting it lost.
+// The loops are bpf_loop callbacks: the verifier checks each body once.
+static __u64 take_stack(__u64 first, __u64 fp, __u64 sp)
+{
+	__u32 zero = 0;
+	struct stack *s = bpf_map_lookup_elem(&scratch, &zero);
+	if (!s)
+		return NO_STACK;
+	s->ip[0] = first;
+	struct walk w = {.s = s, .fp = fp, .lo = sp, .hash = mix(0x9E3779B97F4A7C15ULL, first), .n = 1};
+	bpf_loop(MAX_FRAMES - 1, walk_step, &w, 0);
+	__u32 n = w.n & 127;
+	s->ip[n] = 0;
+	__u64 h = w.hash;
+	if (h == NO_STACK)
+		h = 1;
+
+	struct stack *old = bpf_map_lookup_elem(&stacks, &h);
+	if (old) {
+		w.old = old;
+		bpf_loop(n + 1, same_step, &w, 0); // the frames and the end
+		if (w.n == 0) { // a different stack with the same hash
+			count(CTR_STACKS_LOST);
+			return NO_STACK;
+		}
+		return h;
+	}
+	long err = bpf_map_update_elem(&stacks, &h, s, BPF_NOEXIST);
+	if (err && err != -17 /* EEXIST: another CPU stored it */) {
+		count(CTR_STACKS_LOST);
+		return NO_STACK;
+	}
+	return h;
+}
+
 // --- aggregate mode ---
 
-static __always_inline int agg_alloc(__u32 tgid, __u64 addr, __u64 size, __s32 stack, __u64 caller)
+static __always_inline int agg_alloc(__u32 tgid, __u64 addr, __u64 size, __u64 stack)
 {
 	if (!addr)
 		return 0; // a failed allocation leaves nothing live
-	struct total_key tk = {.tgid = tgid, .stack = stack, .caller = caller};
+	struct total_key tk = {.tgid = tgid, .stack = stack};
 	struct total_val *tv = bpf_map_lookup_elem(&totals, &tk);
 	if (!tv) {
 		struct total_val zero = {};
@@ -161,7 +244,7 @@ static __always_inline int agg_alloc(__u32 tgid, __u64 addr, __u64 size, __s32 s
 			return -1;
 	}
 	struct live_key lk = {.tgid = tgid, .addr = addr};
-	struct live_val lv = {.size = size, .time = bpf_ktime_get_ns(), .caller = caller, .stack = stack};
+	struct live_val lv = {.size = size, .time = bpf_ktime_get_ns(), .stack = stack};
 	if (bpf_map_update_elem(&live, &lk, &lv, BPF_ANY))
 		return -1;
 	tv->allocs++;
@@ -177,7 +260,7 @@ static __always_inline void agg_free(__u32 tgid, __u64 addr)
 		count(CTR_UNMATCHED);
 		return;
 	}
-	struct total_key tk = {.tgid = tgid, .stack = lv->stack, .caller = lv->caller};
+	struct total_key tk = {.tgid = tgid, .stack = lv->stack};
 	__u64 size = lv->size;
 	bpf_map_delete_elem(&live, &lk);
 	struct total_val *tv = bpf_map_lookup_elem(&totals, &tk);
@@ -189,22 +272,17 @@ static __always_inline void agg_free(__u32 tgid, __u64 addr)
 
 // record sends one call to user space (stream) or into the maps (aggregate).
 static __always_inline void record(__u8 kind, __u8 func, __u8 heap, __u64 addr, __u64 size,
-				   __u64 old_addr, __u64 old_size, __s32 stack, __u64 caller, __u8 flags)
+				   __u64 old_addr, __u64 old_size, __u64 stack)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tgid = id >> 32;
-	if (stack == NO_STACK)
-		caller = 0;
 
 	if (aggregate) {
-		// The maps have no room for the flags: user addresses leave the
-		// caller's top byte free.
-		caller |= (__u64)flags << 56;
 		int err = 0;
 		switch (kind) {
 		case KIND_ALLOC:
 		case KIND_MMAP:
-			err = agg_alloc(tgid, addr, size, stack, caller);
+			err = agg_alloc(tgid, addr, size, stack);
 			break;
 		case KIND_FREE:
 		case KIND_MUNMAP:
@@ -215,7 +293,7 @@ static __always_inline void record(__u8 kind, __u8 func, __u8 heap, __u64 addr, 
 			// frees p and returns NULL.
 			if (old_addr && (addr || !size))
 				agg_free(tgid, old_addr);
-			err = agg_alloc(tgid, addr, size, stack, caller);
+			err = agg_alloc(tgid, addr, size, stack);
 			break;
 		}
 		count(err ? CTR_LOST_MAP_FULL : CTR_DELIVERED);
@@ -235,14 +313,12 @@ static __always_inline void record(__u8 kind, __u8 func, __u8 heap, __u64 addr, 
 	e->size = size;
 	e->old_addr = old_addr;
 	e->old_size = old_size;
-	e->caller = caller;
+	e->stack = stack;
 	e->pid = tgid;
 	e->tid = (__u32)id;
-	e->stack = stack;
 	e->kind = kind;
 	e->func = func;
 	e->heap = heap;
-	e->flags = flags;
 	bpf_ringbuf_submit(e, wakeup);
 }
 
@@ -297,7 +373,6 @@ static __always_inline int do_alloc_enter(struct pt_regs *ctx)
 			return 0;
 		}
 		t->stack = NO_STACK;
-		t->caller = 0;
 		t->a0 = 0;
 		t->sp = sp;
 	}
@@ -362,14 +437,12 @@ static __always_inline int do_alloc_exit(struct pt_regs *ctx)
 		kind = KIND_REALLOC;
 		old = t->a1;
 	}
-	__s32 stack = t->stack;
-	__u64 caller = t->caller;
-	__u8 flags = t->sflags;
-	if (t->func == t->inner) {
-		stack = take_stack(ctx, kind);
-		flags = 0;
-	}
-	record(kind, t->func, t->heap, addr, t->a0, old, 0, stack, caller, flags);
+	// At the return the frame pointer is the caller's again: the walk
+	// from the return address is complete.
+	__u64 stack = t->stack;
+	if (t->func == t->inner)
+		stack = wants_stack(kind) ? take_stack(PT_REGS_IP(ctx), PT_REGS_FP(ctx), PT_REGS_SP(ctx)) : NO_STACK;
+	record(kind, t->func, t->heap, addr, t->a0, old, 0, stack);
 	return 0;
 }
 
@@ -395,9 +468,8 @@ static __always_inline int do_free(struct pt_regs *ctx)
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	__u8 func = COOKIE_FUNC(cookie);
 	__u64 sp = PT_REGS_SP(ctx) + COOKIE_SP(cookie);
-	__s32 stack = STACK_UNSET;
-	__u64 caller = 0;
-	__u8 flags = COOKIE_FLAGS(cookie);
+	__u64 stack = NO_STACK;
+	int own = 1; // the stack is free's, not delete's
 
 	struct thread *t = thread_state(0);
 	if (t && t->state == STATE_ALLOC && sp <= t->sp)
@@ -405,21 +477,18 @@ static __always_inline int do_free(struct pt_regs *ctx)
 	if (t && t->state == STATE_DELETE && sp <= t->sp && t->a0 == ptr) {
 		func = t->func;
 		stack = t->stack;
-		caller = t->caller;
-		flags = t->sflags;
+		own = 0;
 		t->state = STATE_IDLE;
 	} else if (!(families & FAMILY_FREE)) {
 		return 0;
 	}
-	if (stack == STACK_UNSET) {
-		stack = take_stack(ctx, KIND_FREE);
-		// free does not set up a frame: the walk from its entry
-		// misses the caller, whose return address is on top of the
-		// stack.
-		if (stack != NO_STACK)
-			caller = read_user_u64(sp);
+	if (own && wants_stack(KIND_FREE)) {
+		// Near its entry, free has set up no frame: the frame pointer
+		// is still its caller's, and the return address into the
+		// caller is where the stack pointer was at the entry.
+		stack = take_stack(read_user_u64(sp), PT_REGS_FP(ctx), PT_REGS_SP(ctx));
 	}
-	record(KIND_FREE, func, COOKIE_HEAP(cookie), ptr, 0, 0, 0, stack, caller, flags);
+	record(KIND_FREE, func, COOKIE_HEAP(cookie), ptr, 0, 0, 0, stack);
 	return 0;
 }
 
@@ -458,9 +527,10 @@ static __always_inline int do_wrap(struct pt_regs *ctx)
 	t->func = func;
 	t->sp = sp;
 	t->a0 = a;
-	t->stack = take_stack(ctx, is_new ? KIND_ALLOC : KIND_FREE);
-	t->caller = t->stack == NO_STACK ? 0 : read_user_u64(sp);
-	t->sflags = COOKIE_FLAGS(cookie);
+	__u8 kind = is_new ? KIND_ALLOC : KIND_FREE;
+	t->stack = NO_STACK;
+	if (wants_stack(kind))
+		t->stack = take_stack(read_user_u64(sp), PT_REGS_FP(ctx), PT_REGS_SP(ctx));
 	return 0;
 }
 
@@ -573,6 +643,20 @@ int mremap_enter(struct sys_enter_ctx *ctx)
 	return 0;
 }
 
+// sys_stack takes the stack of a syscall of kind from the user registers.
+// The syscall's libc wrapper sets up no frame: the walk misses its caller.
+static __always_inline __u64 sys_stack(__u8 kind)
+{
+	if (!wants_stack(kind))
+		return NO_STACK;
+	struct pt_regs *regs = (void *)bpf_task_pt_regs(bpf_get_current_task_btf());
+	__u64 ip = 0, fp = 0, sp = 0;
+	if (bpf_probe_read_kernel(&ip, sizeof(ip), &regs->rip) || bpf_probe_read_kernel(&fp, sizeof(fp), &regs->rbp) ||
+	    bpf_probe_read_kernel(&sp, sizeof(sp), &regs->rsp))
+		return NO_STACK;
+	return take_stack(ip, fp, sp);
+}
+
 static __always_inline int do_sys_exit(struct sys_exit_ctx *ctx, __u8 func)
 {
 	struct thread *t = thread_state(0);
@@ -583,17 +667,15 @@ static __always_inline int do_sys_exit(struct sys_exit_ctx *ctx, __u8 func)
 	int failed = ret < 0 && ret > -4096;
 	switch (func) {
 	case FUNC_MMAP:
-		record(KIND_MMAP, func, HEAP_MMAP, failed ? 0 : ret, t->s_len, 0, 0,
-		       take_stack(ctx, KIND_MMAP), 0, 0);
+		record(KIND_MMAP, func, HEAP_MMAP, failed ? 0 : ret, t->s_len, 0, 0, sys_stack(KIND_MMAP));
 		break;
 	case FUNC_MUNMAP:
 		if (!failed)
-			record(KIND_MUNMAP, func, HEAP_MMAP, t->s_addr, t->s_len, 0, 0,
-			       take_stack(ctx, KIND_MUNMAP), 0, 0);
+			record(KIND_MUNMAP, func, HEAP_MMAP, t->s_addr, t->s_len, 0, 0, sys_stack(KIND_MUNMAP));
 		break;
 	case FUNC_MREMAP:
-		record(KIND_REALLOC, func, HEAP_MMAP, failed ? 0 : ret, t->s_len, t->s_addr,
-		       t->s_old_len, take_stack(ctx, KIND_REALLOC), 0, 0);
+		record(KIND_REALLOC, func, HEAP_MMAP, failed ? 0 : ret, t->s_len, t->s_addr, t->s_old_len,
+		       sys_stack(KIND_REALLOC));
 		break;
 	}
 	return 0;

@@ -64,17 +64,19 @@
 #define COOKIE_FUNC(c) ((__u8)(c))
 #define COOKIE_HEAP(c) ((__u8)((c) >> 8))
 #define COOKIE_SP(c) ((__u64)(__u16)((c) >> 16))
-#define COOKIE_FLAGS(c) ((__u8)((c) >> 32))
 
-// Event flags (from the cookie): the probed instruction is `push %rbp` or
-// endbr64, which perf's stack walk (Linux 6.11+) takes for a function entry
-// and then adds the word at the stack pointer as the second frame. With
-// SP_AT_ENTRY that word is the caller, else it is a saved register.
-#define EF_ENTRY_LIKE 1
-#define EF_SP_MOVED 2
+// Stacks are named by a 64-bit hash of their frames; 0 is no stack.
+#define NO_STACK 0
+// How far above the stack pointer a frame pointer may point: a walk stops
+// at a frame pointer outside [sp, sp+MAX_STACK_SPAN).
+#define MAX_STACK_SPAN (64ULL << 20)
 
-#define NO_STACK (-1)
-#define STACK_UNSET (-2)
+struct stack {
+	// Return addresses, innermost first; 0 ends them. One slot more than
+	// frames, for the end, and so that an index masked with 127 is in
+	// bounds, which the verifier can see.
+	__u64 ip[MAX_FRAMES + 1];
+};
 
 #define MAP_ANONYMOUS_ 0x20
 
@@ -85,19 +87,18 @@
 #define STATE_DELETE 3 // in operator delete, before its free
 
 struct thread {
-	__u64 a0;     // size asked; operator delete: the block
-	__u64 a1;     // realloc: the old block; posix_memalign: where to store
-	__u64 sp;     // stack pointer at the entry of the outermost call
-	__u64 caller; // return address into the caller, when the stack walk misses it
-	__s32 stack;  // stack taken at operator new/delete's entry
+	__u64 a0;    // size asked; operator delete: the block
+	__u64 a1;    // realloc: the old block; posix_memalign: where to store
+	__u64 sp;    // stack pointer at the entry of the outermost call
+	__u64 stack; // stack taken at operator new/delete's entry
 	__u8 state;
 	__u8 func;  // the function to report
 	__u8 inner; // the function whose return is probed
 	__u8 heap;
-	__u32 depth;  // nested traced allocations inside the outermost
-	__u8 sys;     // syscall in progress (FUNC_MMAP, ...), else 0
-	__u8 sflags;  // EF_* of the probe that took stack
-	__u8 pad[2];
+	__u8 sys; // syscall in progress (FUNC_MMAP, ...), else 0
+	__u8 pad[3];
+	__u32 depth; // nested traced allocations inside the outermost
+	__u32 pad2;
 	__u64 s_addr, s_len, s_old_len;
 };
 
@@ -107,14 +108,13 @@ struct event {
 	__u64 size;
 	__u64 old_addr;
 	__u64 old_size;
-	__u64 caller; // when non-zero, replaces the stack's first frame
+	__u64 stack; // key in the stacks map, or NO_STACK
 	__u32 pid;
 	__u32 tid;
-	__s32 stack; // BPF stack id, or NO_STACK
 	__u8 kind;
 	__u8 func;
 	__u8 heap;
-	__u8 flags; // EF_*
+	__u8 pad[5];
 };
 
 // A loaded object, from the dynamic loader's list (struct link_map), sent
@@ -138,15 +138,13 @@ struct live_key {
 struct live_val {
 	__u64 size;
 	__u64 time;
-	__u64 caller;
-	__s32 stack;
-	__u32 pad;
+	__u64 stack;
 };
 
 struct total_key {
 	__u32 tgid;
-	__s32 stack;
-	__u64 caller;
+	__u32 pad;
+	__u64 stack;
 };
 
 struct total_val {

@@ -26,10 +26,6 @@ type Placement struct {
 	// return address is at the stack pointer plus SPDelta. It is always 0
 	// for roles with a return probe.
 	SPDelta uint64
-	// EntryLike reports whether the probed instruction is push %rbp or
-	// endbr64, which Linux's perf stack walk (6.11+) takes for a function
-	// entry, adding the word at the stack pointer as a frame.
-	EntryLike bool
 	// Insn is the probed instruction, in GNU syntax.
 	Insn string
 	// Reason says why no emulated instruction could be used, when
@@ -67,7 +63,6 @@ func Place(code []byte, r Role) Placement {
 		if in, err := decode(code); err == nil {
 			p.Insn = syntax(in, code)
 			p.Emulated = emulated(code[:in.Len])
-			p.EntryLike = entryLike(code)
 			if p.Emulated {
 				p.Reason = ""
 			}
@@ -107,7 +102,7 @@ func Place(code []byte, r Role) Placement {
 			if sp != 0 && r.hasReturn() {
 				return entry("the stack pointer moves before the first emulated instruction")
 			}
-			p := Placement{Offset: uint64(off), Emulated: true, SPDelta: sp, Insn: syntax(in, raw), EntryLike: entryLike(raw)}
+			p := Placement{Offset: uint64(off), Emulated: true, SPDelta: sp, Insn: syntax(in, raw)}
 			if reason := jumpsInto(code, off); reason != "" {
 				return entry(reason)
 			}
@@ -148,10 +143,6 @@ func syntax(in x86asm.Inst, raw []byte) string {
 		return "endbr64"
 	}
 	return x86asm.GNUSyntax(in, 0, nil)
-}
-
-func entryLike(raw []byte) bool {
-	return len(raw) > 0 && raw[0] == 0x55 || bytes.HasPrefix(raw, endbr64)
 }
 
 // The nops the kernel emulates (arch/x86's x86_nops), by length.
