@@ -374,3 +374,29 @@ func TestDetachClearsThreads(t *testing.T) {
 		t.Errorf("%d threads with state after Detach", n)
 	}
 }
+
+// TestClassicThreads checks that classic uprobes (the fallback where
+// uprobe_multi links are missing), attached with a PID, see every thread of
+// the process, not only the one with that id.
+func TestClassicThreads(t *testing.T) {
+	bin := testutil.MustBuild(t, "ebpf_count", testutil.Options{})
+	rec := newRecorder(t)
+	tr := newTracer(t, Config{noMulti: true}, rec)
+	w := startWorkload(t, bin, "2000", "3")
+	if err := tr.Attach(w.pid()); err != nil {
+		t.Fatal(err)
+	}
+	w.release(t)
+	calls := countCalls(t, w)
+	if err := tr.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	tids := map[uint32]bool{}
+	evs := rec.eventsOf(w.pid())
+	for _, e := range evs {
+		tids[e.TID] = true
+	}
+	if uint64(len(evs)) != calls || len(tids) != 3 {
+		t.Errorf("%d events from %d threads, want %d from 3", len(evs), len(tids), calls)
+	}
+}

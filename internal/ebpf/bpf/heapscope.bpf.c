@@ -50,12 +50,14 @@ struct {
 	__uint(max_entries, 1 << 14); // resized by the loader
 } stacks SEC(".maps");
 
-// Where a stack is put together before it is looked up.
+// Where a stack is put together before it is looked up: per thread, not per
+// CPU, because a uprobe's program can be preempted (by another thread's,
+// on the same CPU).
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__type(key, __u32);
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
 	__type(value, struct stack);
-	__uint(max_entries, 1);
 } scratch SEC(".maps");
 
 struct {
@@ -101,7 +103,7 @@ static __always_inline void count(__u32 i)
 {
 	__u64 *v = bpf_map_lookup_elem(&counters, &i);
 	if (v)
-		*v += 1; // per CPU: no atomics needed
+		__sync_fetch_and_add(v, 1); // per CPU, but the program may be preempted
 }
 
 static __always_inline __u32 family_of(__u8 func)
@@ -197,10 +199,12 @@ static long same_step(__u32 i, struct walk *w)
 // The loops are bpf_loop callbacks: the verifier checks each body once.
 static __u64 take_stack(__u64 first, __u64 fp, __u64 sp)
 {
-	__u32 zero = 0;
-	struct stack *s = bpf_map_lookup_elem(&scratch, &zero);
-	if (!s)
+	struct stack *s = bpf_task_storage_get(&scratch, bpf_get_current_task_btf(), 0,
+					       BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!s) {
+		count(CTR_STACKS_LOST);
 		return NO_STACK;
+	}
 	s->ip[0] = first;
 	struct walk w = {.s = s, .fp = fp, .lo = sp, .hash = mix(0x9E3779B97F4A7C15ULL, first), .n = 1};
 	bpf_loop(MAX_FRAMES - 1, walk_step, &w, 0);
@@ -247,8 +251,9 @@ static __always_inline int agg_alloc(__u32 tgid, __u64 addr, __u64 size, __u64 s
 	struct live_val lv = {.size = size, .time = bpf_ktime_get_ns(), .stack = stack};
 	if (bpf_map_update_elem(&live, &lk, &lv, BPF_ANY))
 		return -1;
-	tv->allocs++;
-	tv->alloc_bytes += size;
+	// Per CPU, but the program may be preempted: atomics.
+	__sync_fetch_and_add(&tv->allocs, 1);
+	__sync_fetch_and_add(&tv->alloc_bytes, size);
 	return 0;
 }
 
@@ -265,8 +270,8 @@ static __always_inline void agg_free(__u32 tgid, __u64 addr)
 	bpf_map_delete_elem(&live, &lk);
 	struct total_val *tv = bpf_map_lookup_elem(&totals, &tk);
 	if (tv) {
-		tv->frees++;
-		tv->free_bytes += size;
+		__sync_fetch_and_add(&tv->frees, 1);
+		__sync_fetch_and_add(&tv->free_bytes, size);
 	}
 }
 
