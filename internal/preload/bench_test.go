@@ -67,33 +67,71 @@ func nsPerPair(out []byte) (float64, error) {
 }
 
 // BenchmarkChurn measures the cost per malloc+free pair of the churn
-// workload traced by a Collector (frame-pointer stacks on allocations,
-// the default), with one and two threads, against the untraced workload.
-// Each iteration is one run of 2M pairs per thread; ns/pair is the median
-// reported by the workload over the iterations.
+// workload (2M pairs per thread) traced by a Collector whose sink counts
+// events, with one and with two threads. Each iteration runs every mode once,
+// interleaved, so that the load of a shared machine falls on all of them;
+// the metrics are medians over the iterations of the ns per pair the
+// workload reports:
+//
+//	untraced, heaptrack (if installed), fp (the default: frame-pointer
+//	stacks on allocations), nostacks, dwarf (--unwind dwarf),
+//
+// and fp's overhead over untraced as a fraction of heaptrack's.
 func BenchmarkChurn(b *testing.B) {
-	for _, mode := range []struct {
+	const pairs = 2_000_000
+	type mode struct {
 		name string
-		cfg  *Config
-	}{
-		{"untraced", nil},
-		{"fp", &Config{}},
-		{"nostacks", &Config{Stacks: NoStacks}},
-		{"dwarf", &Config{Unwind: UnwindDWARF}},
-	} {
-		for _, threads := range []int{1, 2} {
-			b.Run(fmt.Sprintf("%s/threads=%d", mode.name, threads), func(b *testing.B) {
-				var samples []float64
-				for i := 0; i < b.N; i++ {
-					ns, events := churn(b, mode.cfg, 2_000_000, threads)
-					if mode.cfg != nil && events < uint64(4_000_000*threads) {
-						b.Fatalf("sink saw %d events, want at least %d", events, 4_000_000*threads)
-					}
-					samples = append(samples, ns)
-				}
-				b.ReportMetric(median(samples), "ns/pair")
-			})
+		run  func(b *testing.B, threads int) float64
+	}
+	traced := func(cfg Config) func(*testing.B, int) float64 {
+		return func(b *testing.B, threads int) float64 {
+			ns, events := churn(b, &cfg, pairs, threads)
+			if events < uint64(2*pairs*threads) {
+				b.Fatalf("sink saw %d events, want at least %d", events, 2*pairs*threads)
+			}
+			return ns
 		}
+	}
+	modes := []mode{
+		{"untraced", func(b *testing.B, threads int) float64 { ns, _ := churn(b, nil, pairs, threads); return ns }},
+		{"fp", traced(Config{})},
+		{"nostacks", traced(Config{Stacks: NoStacks})},
+		{"dwarf", traced(Config{Unwind: UnwindDWARF})},
+	}
+	if _, err := exec.LookPath("heaptrack"); err == nil {
+		modes = append(modes, mode{"heaptrack", func(b *testing.B, threads int) float64 {
+			bin := testutil.MustBuild(b, "churn", testutil.Options{})
+			dir := b.TempDir()
+			out, err := exec.Command("heaptrack", "-o", dir+"/trace", bin, strconv.Itoa(pairs), strconv.Itoa(threads)).Output()
+			if err != nil {
+				b.Fatal(err)
+			}
+			ns, err := nsPerPair(out)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return ns
+		}})
+	}
+	for _, threads := range []int{1, 2} {
+		b.Run(fmt.Sprintf("threads=%d", threads), func(b *testing.B) {
+			samples := map[string][]float64{}
+			for i := 0; i < b.N; i++ {
+				for _, m := range modes {
+					samples[m.name] = append(samples[m.name], m.run(b, threads))
+				}
+			}
+			med := map[string]float64{}
+			for _, m := range modes {
+				med[m.name] = median(samples[m.name])
+				b.ReportMetric(med[m.name], m.name+"-ns/pair")
+			}
+			if ht, ok := med["heaptrack"]; ok && ht > med["untraced"] {
+				b.ReportMetric((med["fp"]-med["untraced"])/(ht-med["untraced"]), "fp-overhead/heaptrack")
+				b.ReportMetric((med["dwarf"]-med["untraced"])/(ht-med["untraced"]), "dwarf-overhead/heaptrack")
+			}
+			b.ReportMetric(0, "ns/op")
+		})
 	}
 }
 
