@@ -21,7 +21,8 @@ import (
 
 // Tracer traces the heap of a set of processes. Its methods may be called
 // from any goroutine. The sink it writes into is called from one goroutine
-// at a time.
+// at a time; the sink may call Stats and PIDs, not the other methods (they
+// wait for the sink).
 type Tracer struct {
 	cfg   Config
 	sink  event.Sink
@@ -52,10 +53,14 @@ type Tracer struct {
 	delivered atomic.Uint64
 	userLost  atomic.Uint64 // stacks unreadable from user space
 
-	// life guards the kernel objects' lifetime: methods that use them
-	// hold it for reading; Close takes it to free them.
-	life  sync.RWMutex
-	final *event.Stats // the last Stats, once the objects are freed
+	// life guards the kernel objects' lifetime: Flush and SetStacks hold
+	// it for reading; Close takes it to free them.
+	life sync.RWMutex
+	gone bool // the kernel objects are freed
+	// statsMu guards final, the last Stats, set when the objects are
+	// freed. Stats takes only it, so that a sink may call Stats.
+	statsMu sync.Mutex
+	final   *event.Stats
 
 	flushMu    sync.Mutex // one drain at a time
 	flushed    chan struct{}
@@ -264,7 +269,7 @@ func (t *Tracer) SetStacks(kinds event.KindSet) error {
 	}
 	t.life.RLock()
 	defer t.life.RUnlock()
-	if t.final != nil {
+	if t.gone {
 		return errClosed
 	}
 	if err := t.objs.stackKinds.Set(stackMask(kinds)); err != nil {
@@ -282,8 +287,8 @@ func (t *Tracer) closeDone() { t.doneOnce.Do(func() { close(t.done) }) }
 // Stats returns what the tracer has delivered and lost so far. Lost counts
 // are summed over CPUs.
 func (t *Tracer) Stats() event.Stats {
-	t.life.RLock()
-	defer t.life.RUnlock()
+	t.statsMu.Lock()
+	defer t.statsMu.Unlock()
 	if t.final != nil {
 		return *t.final
 	}
@@ -322,7 +327,7 @@ func (t *Tracer) stats() event.Stats {
 func (t *Tracer) Flush() error {
 	t.life.RLock()
 	defer t.life.RUnlock()
-	if t.final != nil {
+	if t.gone {
 		return errClosed
 	}
 	t.drain()
@@ -331,7 +336,7 @@ func (t *Tracer) Flush() error {
 	}
 	t.out.Lock()
 	defer t.out.Unlock()
-	t.send(t.sink.Stats(t.stats()))
+	t.send(t.sink.Stats(t.Stats()))
 	return t.sinkErr
 }
 
@@ -379,8 +384,14 @@ func (t *Tracer) Close() error {
 	<-t.readerDone
 
 	t.life.Lock()
+	t.statsMu.Lock()
 	st := t.stats()
 	t.final = &st
+	t.coll.Close()
+	t.statsMu.Unlock()
+	t.gone = true
+	t.life.Unlock()
+
 	t.out.Lock()
 	t.send(t.sink.Stats(st))
 	err := t.sinkErr
@@ -388,8 +399,6 @@ func (t *Tracer) Close() error {
 		err = t.readerErr
 	}
 	t.out.Unlock()
-	t.coll.Close()
-	t.life.Unlock()
 	t.closeDone()
 	return err
 }
