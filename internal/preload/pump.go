@@ -73,11 +73,13 @@ func (c *Collector) pump() {
 		c.clk.refine()
 		c.checkExits()
 		pending := false
+		before := c.consumed()
 		for _, p := range c.procs {
 			if c.runnable(p) && c.drain(p, false) {
 				pending = true
 			}
 		}
+		progress := c.consumed() != before
 		c.finish(false)
 		c.serviceFlushes()
 		c.maybeStats(false)
@@ -86,8 +88,20 @@ func (c *Collector) pump() {
 			closeReq.done <- c.sinkErr
 			return
 		}
-		c.idle(pending)
+		c.idle(pending, progress)
 	}
+}
+
+// consumed sums the read positions of every ring: it moves when a pass
+// delivered anything.
+func (c *Collector) consumed() uint64 {
+	var n uint64
+	for _, p := range c.procs {
+		for _, r := range p.rings {
+			n += r.pos
+		}
+	}
+	return n
 }
 
 func (c *Collector) handle(r *request) {
@@ -794,8 +808,11 @@ func (c *Collector) maybeStats(final bool) {
 
 // idle sleeps until a producer or the API rings the doorbell, or for as long
 // as the flush interval allows (less when records are waiting for the
-// watermark or an exit is awaited).
-func (c *Collector) idle(pending bool) {
+// watermark or an exit is awaited). It does not sleep while a ring is over
+// half full, unless the last pass made no progress: then records wait for a
+// thread that is in the middle of writing one, likely preempted, and
+// spinning would take the CPU it needs.
+func (c *Collector) idle(pending, progress bool) {
 	d := c.cfg.FlushInterval
 	if d > time.Second {
 		d = time.Second
@@ -813,7 +830,7 @@ func (c *Collector) idle(pending bool) {
 	}
 	atomic.StoreUint32(c.sleep, 1)
 	bell := atomic.LoadUint32(c.bell)
-	if !c.hasRequests() && !c.anyHalfFull() {
+	if !c.hasRequests() && !(progress && c.anyHalfFull()) {
 		futexWait(c.bell, bell, d)
 	}
 	atomic.StoreUint32(c.sleep, 0)
