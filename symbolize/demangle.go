@@ -18,7 +18,9 @@ func demangleName(name string) (out string) {
 		}
 	}()
 	// The length bound keeps a hostile name from costing unbounded memory.
-	s, err := demangle.ToString(name, demangle.MaxLength(16))
+	// Without clone suffixes ([clone .isra.0]), as addr2line prints them:
+	// a clone is the function it was cloned from.
+	s, err := demangle.ToString(name, demangle.NoClones, demangle.MaxLength(16))
 	if err != nil {
 		return name
 	}

@@ -3,7 +3,9 @@ package symbolize
 import (
 	"debug/dwarf"
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"path"
 	"sort"
 )
 
@@ -20,7 +22,7 @@ type dwarfInfo struct {
 	maxHi   []uint64  // maxHi[i] is the largest hi of cus[:i+1]
 
 	units map[dwarf.Offset]*unit
-	names map[dwarf.Offset]string // resolved function names by DIE offset
+	names map[dwarf.Offset]funcName // resolved function names by DIE offset
 	warn  func(format string, args ...any)
 	name  string
 }
@@ -34,6 +36,7 @@ type cuRange struct {
 // its line table, and the address ranges of its functions. The calls inlined
 // into a function are decoded when an address first falls in it.
 type unit struct {
+	name  string    // the unit's source file: for code its line table misses
 	files []string  // the line table's file names, by index
 	rows  []lineRow // sorted by address
 	funcs []funcRange
@@ -69,8 +72,8 @@ type scope struct {
 	depth    int32
 	callLine int32 // inlined calls: where the call is, in the enclosing scope
 	callFile int32
-	name     string       // the entry's own name, when it has one
-	linkage  bool         // name is a linkage (mangled) name
+	name     string       // the entry's own DW_AT_name
+	link     string       // its linkage name
 	origin   dwarf.Offset // DW_AT_abstract_origin or DW_AT_specification; 0 if none
 }
 
@@ -86,7 +89,7 @@ func openDWARF(f *elfFile, name string, warn func(string, ...any)) (dw *dwarfInf
 	if err != nil {
 		return nil, err
 	}
-	return &dwarfInfo{d: d, aranges: aranges, units: map[dwarf.Offset]*unit{}, names: map[dwarf.Offset]string{},
+	return &dwarfInfo{d: d, aranges: aranges, units: map[dwarf.Offset]*unit{}, names: map[dwarf.Offset]funcName{},
 		warn: warn, name: name}, nil
 }
 
@@ -139,9 +142,9 @@ func (dw *dwarfInfo) index() {
 		ranges [][2]uint64
 	}
 	var units []cuEntry
-	r := dw.d.Reader()
+	r := forward{r: dw.d.Reader(), last: -1}
 	for {
-		e, err := r.Next()
+		e, err := r.next()
 		if err != nil {
 			dw.warn("%s: DWARF units: %v", dw.name, err)
 			break
@@ -153,7 +156,7 @@ func (dw *dwarfInfo) index() {
 			rs, _ := dw.d.Ranges(e)
 			units = append(units, cuEntry{e.Offset, rs})
 		}
-		r.SkipChildren()
+		r.r.SkipChildren()
 	}
 	covered := map[dwarf.Offset]bool{}
 	for _, a := range parseAranges(dw.aranges) {
@@ -272,9 +275,13 @@ func (dw *dwarfInfo) decodeUnit(off dwarf.Offset) (u *unit) {
 		dw.warn("%s: DWARF unit at %#x: %v", dw.name, off, err)
 		return u
 	}
+	u.name, _ = cu.Val(dwarf.AttrName).(string)
+	if dir, _ := cu.Val(dwarf.AttrCompDir).(string); dir != "" && u.name != "" && !path.IsAbs(u.name) {
+		u.name = path.Join(dir, u.name)
+	}
 	dw.decodeLines(u, cu)
 	if cu.Children {
-		dw.decodeFuncs(u, r)
+		dw.decodeFuncs(u, r, cu.Offset)
 	}
 	return u
 }
@@ -322,10 +329,11 @@ func (dw *dwarfInfo) decodeLines(u *unit, cu *dwarf.Entry) {
 // compile_unit entry: their entries and ranges only, skipping their children
 // (the sibling attribute makes that cheap), and descending only into
 // namespaces, where C++ and Rust put functions.
-func (dw *dwarfInfo) decodeFuncs(u *unit, r *dwarf.Reader) {
+func (dw *dwarfInfo) decodeFuncs(u *unit, rd *dwarf.Reader, cu dwarf.Offset) {
+	r := forward{r: rd, last: int64(cu)}
 	depth := 1
 	for depth > 0 {
-		e, err := r.Next()
+		e, err := r.next()
 		if err != nil {
 			dw.warn("%s: DWARF entries: %v", dw.name, err)
 			break
@@ -354,7 +362,7 @@ func (dw *dwarfInfo) decodeFuncs(u *unit, r *dwarf.Reader) {
 			}
 		}
 		if e.Children {
-			r.SkipChildren()
+			r.r.SkipChildren()
 		}
 	}
 	sort.Slice(u.funcs, func(i, j int) bool { return u.funcs[i].lo < u.funcs[j].lo })
@@ -364,6 +372,44 @@ func (dw *dwarfInfo) decodeFuncs(u *unit, r *dwarf.Reader) {
 		hi = max(hi, f.hi)
 		u.maxHi[i] = hi
 	}
+}
+
+// forward reads entries only forward. Go's Reader follows sibling
+// attributes, and a corrupt one can send it back to an entry it has read:
+// forever, without this.
+// A corrupt unit can also make it return null entries without end.
+type forward struct {
+	r     *dwarf.Reader
+	last  int64 // offset of the last entry read; -1 for none
+	nulls int   // null entries read in a row
+}
+
+var (
+	errBackward = errors.New("corrupt sibling attribute: entries out of order")
+	errNulls    = errors.New("corrupt unit: endless null entries")
+)
+
+// maxNulls bounds the null entries read in a row: each closes one level of
+// nesting, and real trees are far shallower.
+const maxNulls = 4096
+
+func (f *forward) next() (*dwarf.Entry, error) {
+	e, err := f.r.Next()
+	if err != nil || e == nil {
+		return e, err
+	}
+	if e.Tag == 0 { // null entries carry no offset
+		if f.nulls++; f.nulls > maxNulls {
+			return nil, errNulls
+		}
+		return e, nil
+	}
+	f.nulls = 0
+	if int64(e.Offset) <= f.last {
+		return nil, errBackward
+	}
+	f.last = int64(e.Offset)
+	return e, nil
 }
 
 // decodeFunction reads the tree of a function's entry: its ranges and the
@@ -393,9 +439,10 @@ func (dw *dwarfInfo) decodeFunction(fn *function) {
 		inl   int32 // its inline depth
 	}
 	var stack []open
+	fr := forward{r: r, last: int64(e.Offset)}
 	depth := 1
 	for depth > 0 {
-		e, err := r.Next()
+		e, err := fr.next()
 		if err != nil {
 			dw.warn("%s: DWARF entries: %v", dw.name, err)
 			break
@@ -446,24 +493,12 @@ func (dw *dwarfInfo) decodeFunction(fn *function) {
 }
 
 func newScope(e *dwarf.Entry) scope {
-	// A mangled linkage name qualifies C++ and Rust names (ns::Widget::make
-	// where DW_AT_name says make). Others are asm labels of C functions
-	// (glibc's __GI___libc_malloc for __libc_malloc): the source name is
-	// better.
 	var s scope
-	link, _ := e.Val(dwarf.AttrLinkageName).(string)
-	if link == "" {
-		link, _ = e.Val(attrMIPSLinkageName).(string)
+	s.link, _ = e.Val(dwarf.AttrLinkageName).(string)
+	if s.link == "" {
+		s.link, _ = e.Val(attrMIPSLinkageName).(string)
 	}
-	name, _ := e.Val(dwarf.AttrName).(string)
-	switch {
-	case isMangled(link):
-		s.name, s.linkage = link, true
-	case name != "":
-		s.name = name
-	case link != "":
-		s.name, s.linkage = link, true
-	}
+	s.name, _ = e.Val(dwarf.AttrName).(string)
 	if o, ok := e.Val(dwarf.AttrAbstractOrigin).(dwarf.Offset); ok {
 		s.origin = o
 	} else if o, ok := e.Val(dwarf.AttrSpecification).(dwarf.Offset); ok {
@@ -488,11 +523,16 @@ func intAttr(e *dwarf.Entry, a dwarf.Attr) int64 {
 
 // resolve gives the frames of va within unit u.
 func (dw *dwarfInfo) resolve(u *unit, va uint64, demangle bool) []loc {
-	file, line, hasLine := u.line(va)
+	// Code the line table misses is still in the unit's file, at line 0,
+	// as addr2line and llvm-symbolizer say too.
+	file, line, ok := u.line(va)
+	if !ok {
+		file, line = u.name, 0
+	}
 	i := searchRanges(len(u.funcs), func(i int) uint64 { return u.funcs[i].lo }, u.maxHi, va,
 		func(i int) bool { return va < u.funcs[i].hi })
 	if i < 0 {
-		if !hasLine {
+		if file == "" {
 			return nil
 		}
 		return []loc{{File: file, Line: line}}
@@ -527,7 +567,7 @@ func (dw *dwarfInfo) resolve(u *unit, va uint64, demangle bool) []loc {
 	for k := range chain {
 		s := chain[len(chain)-1-k]
 		l := &locs[k]
-		l.Function = dw.funcName(s, demangle)
+		l.Function, l.qualified = dw.funcName(s, demangle)
 		if k == 0 {
 			l.File, l.Line = file, line
 		} else {
@@ -550,47 +590,53 @@ func (u *unit) line(va uint64) (string, int, bool) {
 	return u.rows[i].file, int(u.rows[i].line), true
 }
 
-// funcName names a scope's function: its linkage name (demangled) if it or an
-// entry it refers to has one, which qualifies C++ and Rust names; else the
-// plain name.
-func (dw *dwarfInfo) funcName(s *scope, demangle bool) string {
-	if s.linkage {
-		return maybeDemangle(s.name, demangle)
+// funcName names a scope's function. A mangled linkage name, of the entry or
+// of one it refers to, qualifies C++ and Rust names (ns::Widget::make(int)
+// where DW_AT_name says make). Other linkage names are asm labels of C
+// functions (glibc's __GI___libc_malloc for __libc_malloc): the source name
+// is better. qualified says the name came from a mangled one.
+func (dw *dwarfInfo) funcName(s *scope, demangle bool) (name string, qualified bool) {
+	n := dw.scopeName(s, 0, demangle, 0)
+	return n.name, n.qualified
+}
+
+type funcName struct {
+	name      string
+	qualified bool
+}
+
+func (dw *dwarfInfo) scopeName(s *scope, self dwarf.Offset, demangle bool, depth int) funcName {
+	if isMangled(s.link) {
+		return funcName{maybeDemangle(s.link, demangle), true}
 	}
-	if s.origin != 0 {
-		if n := dw.nameAt(s.origin, demangle, 0); n != "" {
+	if s.origin != 0 && s.origin != self {
+		if n := dw.nameAt(s.origin, demangle, depth+1); n.name != "" {
 			return n
 		}
 	}
-	return s.name
+	if s.name != "" {
+		return funcName{s.name, false}
+	}
+	return funcName{s.link, false}
 }
 
 // nameAt resolves the name of the entry at off, following abstract origins
 // and specifications (across units, too) a few steps at most.
-func (dw *dwarfInfo) nameAt(off dwarf.Offset, demangle bool, depth int) string {
+func (dw *dwarfInfo) nameAt(off dwarf.Offset, demangle bool, depth int) funcName {
 	if n, ok := dw.names[off]; ok {
 		return n
 	}
 	if depth > 8 {
-		return ""
+		return funcName{}
 	}
 	r := dw.d.Reader()
 	r.Seek(off)
 	e, err := r.Next()
 	if err != nil || e == nil {
-		return ""
+		return funcName{}
 	}
 	s := newScope(e)
-	var n string
-	switch {
-	case s.linkage:
-		n = maybeDemangle(s.name, demangle)
-	case s.origin != 0 && s.origin != off:
-		n = dw.nameAt(s.origin, demangle, depth+1)
-	}
-	if n == "" {
-		n = s.name
-	}
+	n := dw.scopeName(&s, off, demangle, depth)
 	dw.names[off] = n
 	return n
 }

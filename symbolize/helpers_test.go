@@ -160,9 +160,18 @@ var discriminator = regexp.MustCompile(` \(discriminator \d+\)$`)
 
 // addr2line resolves the virtual addresses of file with binutils' addr2line,
 // an independent reference: one slice of frames per address, innermost first.
+//
+// addr2line names glibc's functions by their internal aliases
+// (__GI___libc_free for __libc_free): those are given as the function's name.
 func addr2line(t *testing.T, file string, vaddrs ...uint64) [][]refFrame {
 	t.Helper()
-	return reference(t, "addr2line", []string{"-a", "-f", "-i", "-C", "-e", file}, vaddrs)
+	res := reference(t, "addr2line", []string{"-a", "-f", "-i", "-C", "-e", file}, vaddrs)
+	for _, frames := range res {
+		for i := range frames {
+			frames[i].Function = strings.TrimPrefix(frames[i].Function, "__GI_")
+		}
+	}
+	return res
 }
 
 // llvmSymbolizer is the other reference, LLVM's llvm-symbolizer, in the same

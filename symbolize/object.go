@@ -21,6 +21,9 @@ type loc struct {
 	Function string
 	File     string
 	Line     int
+	// qualified says Function came from a mangled name: for C++ and Rust,
+	// the full name with its namespaces and parameters.
+	qualified bool
 }
 
 // object is one ELF file as the symbolizer sees it: the file that was mapped,
@@ -97,13 +100,18 @@ func (o *object) lookup(va uint64) []loc {
 	if dw := o.dwarf(); dw != nil {
 		locs = dw.lookup(va, o.demangle)
 	}
-	if len(locs) == 0 || locs[len(locs)-1].Function == "" {
-		if name, ok := o.syms.lookup(va); ok {
+	// The symbol table names what DWARF does not, and qualifies what DWARF
+	// names plainly: GCC gives C++ functions with internal linkage no
+	// linkage name, but their symbols are mangled.
+	if n := len(locs); n == 0 || !locs[n-1].qualified {
+		if sym, ok := o.syms.lookup(va); ok && (n == 0 || locs[n-1].Function == "" || isMangled(sym.name)) {
+			name := sym.name
 			if o.demangle {
 				name = demangleName(name)
 			}
-			if len(locs) == 0 {
-				locs = []loc{{}}
+			if n == 0 {
+				// No DWARF: a local symbol still tells its file.
+				locs = []loc{{File: sym.file}}
 			}
 			locs[len(locs)-1].Function = name
 		}

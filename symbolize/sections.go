@@ -157,7 +157,7 @@ func sectionData(f *elf.File, s *elf.Section, ra io.ReaderAt) ([]byte, error) {
 			return nil, err
 		}
 	case compressZstd:
-		zr, err := zstd.NewReader(bytes.NewReader(raw), zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(size))
+		zr, err := zstd.NewReader(bytes.NewReader(raw), zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(max(size, 64<<20)))
 		if err != nil {
 			return nil, err
 		}

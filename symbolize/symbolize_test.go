@@ -1,6 +1,7 @@
 package symbolize
 
 import (
+	"debug/elf"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -86,21 +87,27 @@ func TestAgainstReferences(t *testing.T) {
 		for _, a := range w.syms {
 			addrs = append(addrs, a+1) // a function's first instruction
 		}
+		// One run of each tool per file.
+		byFile := map[string][]uint64{}
 		for _, a := range addrs {
 			m := w.module(t, a)
-			va := fileVaddr(t, m.Path, m, a-1)
-			gnu, llvm := addr2line(t, m.Path, va)[0], llvmSymbolizer(t, m.Path, va)[0]
-			// addr2line names a glibc function by its internal alias
-			// (__GI___libc_free for __libc_free): the same function.
-			for i := range gnu {
-				gnu[i].Function = strings.TrimPrefix(gnu[i].Function, "__GI_")
+			byFile[m.Path] = append(byFile[m.Path], a)
+		}
+		for file, addrs := range byFile {
+			var vas []uint64
+			for _, a := range addrs {
+				vas = append(vas, fileVaddr(t, file, w.module(t, a), a-1))
 			}
-			got := refFrames(s.Frames(uint32(w.pid), a))
-			if !reflect.DeepEqual(got, gnu) && !reflect.DeepEqual(got, llvm) {
-				t.Errorf("%s %v: %#x (%s+%#x):\n got %v\naddr2line %v\nllvm-symbolizer %v",
-					c.name, c.o, a, m.Path, a-m.Start+m.Offset, got, gnu, llvm)
-			} else if !reflect.DeepEqual(gnu, llvm) {
-				t.Logf("%s+%#x: addr2line %v, llvm-symbolizer %v, heapscope %v", m.Path, va, gnu, llvm, got)
+			gnus, llvms := addr2line(t, file, vas...), llvmSymbolizer(t, file, vas...)
+			for i, a := range addrs {
+				gnu, llvm := gnus[i], llvms[i]
+				got := refFrames(s.Frames(uint32(w.pid), a))
+				if !reflect.DeepEqual(got, gnu) && !reflect.DeepEqual(got, llvm) {
+					t.Errorf("%s %v: %#x (%s+%#x):\n got %v\naddr2line %v\nllvm-symbolizer %v",
+						c.name, c.o, a, file, vas[i], got, gnu, llvm)
+				} else if !reflect.DeepEqual(gnu, llvm) {
+					t.Logf("%s+%#x: addr2line %v, llvm-symbolizer %v, heapscope %v", file, vas[i], gnu, llvm, got)
+				}
 			}
 		}
 		s.Close()
@@ -405,5 +412,67 @@ func TestAddModuleReplaces(t *testing.T) {
 	}
 	if f := s.Frames(1, 0x5001); f[0].Module != "/c" {
 		t.Errorf("an untouched mapping was dropped: %+v", f)
+	}
+}
+
+// TestSweep compares every fifth byte of the workloads' code, offline, with
+// the reference tools: line tables, inline chains and names at any address,
+// not only at call sites.
+func TestSweep(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		o    testutil.Options
+		// A part of a file, when not the text of a workload.
+		file     string
+		from, to uint64
+		step     uint64
+	}{
+		{name: "symbolize_inline", o: testutil.Options{}},
+		{name: "symbolize_inline", o: testutil.Options{Opt: "3", Flags: []string{"-gdwarf-4"}}},
+		{name: "symbolize_cxx", o: testutil.Options{CXX: true}},
+		// glibc's malloc.c and what follows it, through libc6-dbg.
+		{name: "libc", file: "/lib/x86_64-linux-gnu/libc.so.6", from: 0x96000, to: 0x9c000, step: 23},
+	} {
+		bin, from, to, step := c.file, c.from, c.to, c.step
+		if bin == "" {
+			bin = testutil.MustBuild(t, c.name, c.o)
+			f, err := elf.Open(bin)
+			if err != nil {
+				t.Fatal(err)
+			}
+			text := f.Section(".text")
+			f.Close()
+			from, to, step = text.Addr, text.Addr+text.Size, 5
+		}
+		// Map the file as if at 0x10000 + its addresses (the segments of
+		// both files start at file offset 0 and address 0).
+		const base = 0x10000
+		s := New(Options{})
+		s.AddModule(event.Module{PID: 1, Start: base, End: base + to, Path: bin})
+		var vas []uint64
+		for va := from; va < to; va += step {
+			vas = append(vas, va)
+		}
+		gnus, llvms := addr2line(t, bin, vas...), llvmSymbolizer(t, bin, vas...)
+		bad := 0
+		for i, va := range vas {
+			got := refFrames(s.Frames(1, base+va+1))
+			if got[0].Function == "" && got[0].File == "" {
+				got = nil
+			}
+			gnu, llvm := gnus[i], llvms[i]
+			if len(llvm) == 1 && llvm[0] == (refFrame{}) {
+				llvm = nil
+			}
+			if !reflect.DeepEqual(got, gnu) && !reflect.DeepEqual(got, llvm) {
+				if bad++; bad <= 10 {
+					t.Errorf("%s %v %#x:\n got %v\naddr2line %v\nllvm-symbolizer %v", c.name, c.o, va, got, gnu, llvm)
+				}
+			}
+		}
+		if bad > 0 {
+			t.Errorf("%s %v: %d of %d addresses differ from both references", c.name, c.o, bad, len(vas))
+		}
+		s.Close()
 	}
 }

@@ -14,22 +14,23 @@ type symtab []sym
 type sym struct {
 	addr, size uint64
 	name       string
-	rank       int // lower is the better name for the address
+	file       string // local symbols: the source file their STT_FILE names
+	rank       int    // lower is the better name for the address
 }
 
-// lookup returns the name of the function that holds va. A symbol with a size
-// holds only addresses below its end; one without (hand-written assembly)
-// holds those up to the next symbol.
-func (t symtab) lookup(va uint64) (string, bool) {
+// lookup returns the symbol of the function that holds va. A symbol with a
+// size holds only addresses below its end; one without (hand-written
+// assembly) holds those up to the next symbol.
+func (t symtab) lookup(va uint64) (*sym, bool) {
 	i := sort.Search(len(t), func(i int) bool { return t[i].addr > va }) - 1
 	if i < 0 {
-		return "", false
+		return nil, false
 	}
 	s := &t[i]
 	if s.size != 0 && va-s.addr >= s.size {
-		return "", false
+		return nil, false
 	}
-	return s.name, true
+	return s, true
 }
 
 // symtabBuilder gathers symbols from .symtab and .dynsym of one or more files
@@ -54,9 +55,19 @@ func (b *symtabBuilder) add(f *elf.File) (err error) {
 			}
 			continue
 		}
+		// Local symbols follow the STT_FILE symbol of their source file.
+		file := ""
 		for _, s := range syms {
+			if elf.ST_TYPE(s.Info) == elf.STT_FILE {
+				file = s.Name
+				continue
+			}
 			if r, ok := rank(f, s); ok {
-				b.syms = append(b.syms, sym{addr: s.Value, size: s.Size, name: s.Name, rank: r})
+				x := sym{addr: s.Value, size: s.Size, name: s.Name, rank: r}
+				if elf.ST_BIND(s.Info) == elf.STB_LOCAL {
+					x.file = file
+				}
+				b.syms = append(b.syms, x)
 			}
 		}
 	}

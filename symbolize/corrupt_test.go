@@ -1,0 +1,122 @@
+package symbolize
+
+import (
+	"bytes"
+	"debug/elf"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/heapscope/heapscope/internal/testutil"
+)
+
+// TestCompressed reads DWARF compressed every way toolchains do it: ELF
+// compressed sections with zlib and zstd, and the older .zdebug sections.
+func TestCompressed(t *testing.T) {
+	o := testutil.Options{}
+	src, _ := testutil.Source("symbolize_inline", o)
+	zstd := filepath.Join(t.TempDir(), "zstd")
+	command(t, "objcopy", "--compress-debug-sections=zstd", testutil.MustBuild(t, "symbolize_inline", o), zstd)
+	for _, bin := range []string{
+		testutil.MustBuild(t, "symbolize_inline", testutil.Options{Flags: []string{"-gz=zlib"}}),
+		testutil.MustBuild(t, "symbolize_inline", testutil.Options{Flags: []string{"-gz=zlib-gnu"}}),
+		zstd,
+	} {
+		w := run(t, bin)
+		s := w.symbolizer(Options{})
+		m := w.module(t, w.pcs[0])
+		checkFrames(t, s.Frames(uint32(w.pid), w.pcs[0]), src, m, w.pcs[0],
+			want{"alloc_inner", "alloc_site"}, want{"alloc_outer", "call_inner"}, want{"make_buffer", "call_outer"})
+		if ws := s.Warnings(); len(ws) > 0 {
+			t.Errorf("%s: warnings %q", bin, ws)
+		}
+		s.Close()
+	}
+}
+
+// TestDWARF4 reads DWARF 4 (.debug_ranges, 1-based file numbers) as well as
+// the default DWARF 5.
+func TestDWARF4(t *testing.T) {
+	o := testutil.Options{Flags: []string{"-gdwarf-4"}}
+	src, _ := testutil.Source("symbolize_inline", o)
+	w := run(t, testutil.MustBuild(t, "symbolize_inline", o))
+	s := w.symbolizer(Options{})
+	defer s.Close()
+	m := w.module(t, w.pcs[0])
+	checkFrames(t, s.Frames(uint32(w.pid), w.pcs[0]), src, m, w.pcs[0],
+		want{"alloc_inner", "alloc_site"}, want{"alloc_outer", "call_inner"}, want{"make_buffer", "call_outer"})
+	checkFrames(t, s.Frames(uint32(w.pid), w.pcs[2]), src, m, w.pcs[2], want{"main", "call_run"})
+}
+
+// corruptions returns copies of an ELF image with, in turn, the middle of
+// each section, the section headers, the program headers and the tail
+// overwritten, and a truncated copy.
+func corruptions(tb testing.TB, data []byte) [][]byte {
+	f, err := elf.NewFile(bytes.NewReader(data))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	smash := func(off, n uint64) []byte {
+		c := bytes.Clone(data)
+		for i := off; i < off+n && i < uint64(len(c)); i++ {
+			c[i] ^= byte(0xA5 + i*7)
+		}
+		return c
+	}
+	var out [][]byte
+	for _, s := range f.Sections {
+		if s.Type == elf.SHT_NOBITS || s.FileSize == 0 {
+			continue
+		}
+		// The start of a section holds its headers (a unit's, a line
+		// table's, a compression header), the middle its contents.
+		out = append(out, smash(s.Offset, min(s.FileSize, 16)), smash(s.Offset+s.FileSize/2, min(s.FileSize/2, 32)))
+	}
+	sh, ph := uint64(0), uint64(0)
+	if f.Class == elf.ELFCLASS64 {
+		sh, ph = f.ByteOrder.Uint64(data[0x28:]), f.ByteOrder.Uint64(data[0x20:])
+	}
+	out = append(out, smash(sh, 256), smash(ph, 128), smash(0x10, 48), data[:len(data)/2])
+	return out
+}
+
+// FuzzObject feeds corrupt ELF files, and corrupt DWARF in them, to the
+// object reader and resolves addresses in them: it must never panic, and
+// what it cannot read becomes a warning. The seeds are a real binary with
+// DWARF (plain and compressed) and copies of it corrupted in each section.
+func FuzzObject(f *testing.F) {
+	for _, o := range []testutil.Options{{}, {Flags: []string{"-gz=zlib"}}, {Flags: []string{"-gdwarf-4"}}} {
+		data, err := os.ReadFile(testutil.MustBuild(f, "symbolize_inline", o))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+		for _, c := range corruptions(f, data) {
+			f.Add(c)
+		}
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		ef, err := newELF(bytes.NewReader(data))
+		if err != nil {
+			return
+		}
+		var warnings []string
+		warn := func(format string, args ...any) { warnings = append(warnings, format) }
+		obj := newObject("fuzz", &elfFile{ef, bytes.NewReader(data)}, nil, true, warn)
+		// Every 16th address of the executable segments, and each symbol.
+		for _, s := range obj.loads {
+			for va := s.vaddr; va < s.vaddr+min(s.filesz, 1<<16); va += 16 {
+				obj.lookup(va)
+			}
+		}
+		for _, s := range obj.syms {
+			obj.lookup(s.addr)
+		}
+		for _, w := range warnings {
+			if !strings.HasPrefix(w, "%s: ") {
+				t.Errorf("warning does not name its module: %q", w)
+			}
+		}
+	})
+}
