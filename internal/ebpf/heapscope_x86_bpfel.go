@@ -73,6 +73,7 @@ type heapscopeThread struct {
 	S_addr   uint64
 	S_len    uint64
 	S_oldLen uint64
+	Scratch  heapscopeStack
 }
 
 type heapscopeTotalKey struct {
@@ -97,7 +98,6 @@ const (
 	heapscopeMapCounters         = "counters"
 	heapscopeMapEvents           = "events"
 	heapscopeMapLive             = "live"
-	heapscopeMapScratch          = "scratch"
 	heapscopeMapStacks           = "stacks"
 	heapscopeMapThreads          = "threads"
 	heapscopeMapTotals           = "totals"
@@ -193,7 +193,6 @@ type heapscopeMapSpecs struct {
 	Counters *ebpf.MapSpec `ebpf:"counters"`
 	Events   *ebpf.MapSpec `ebpf:"events"`
 	Live     *ebpf.MapSpec `ebpf:"live"`
-	Scratch  *ebpf.MapSpec `ebpf:"scratch"`
 	Stacks   *ebpf.MapSpec `ebpf:"stacks"`
 	Threads  *ebpf.MapSpec `ebpf:"threads"`
 	Totals   *ebpf.MapSpec `ebpf:"totals"`
@@ -235,7 +234,6 @@ type heapscopeMaps struct {
 	Counters *ebpf.Map `ebpf:"counters"`
 	Events   *ebpf.Map `ebpf:"events"`
 	Live     *ebpf.Map `ebpf:"live"`
-	Scratch  *ebpf.Map `ebpf:"scratch"`
 	Stacks   *ebpf.Map `ebpf:"stacks"`
 	Threads  *ebpf.Map `ebpf:"threads"`
 	Totals   *ebpf.Map `ebpf:"totals"`
@@ -247,7 +245,6 @@ func (m *heapscopeMaps) Close() error {
 		m.Counters,
 		m.Events,
 		m.Live,
-		m.Scratch,
 		m.Stacks,
 		m.Threads,
 		m.Totals,

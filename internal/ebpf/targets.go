@@ -94,7 +94,7 @@ func classify(path, exe string) (event.Heap, bool) {
 	switch {
 	case strings.HasPrefix(base, "libc.so"), strings.HasPrefix(base, "libc-"):
 		return event.HeapLibc, true
-	case strings.HasPrefix(base, "libstdc++.so"), strings.HasPrefix(base, "libc++.so"):
+	case strings.HasPrefix(base, "libstdc++.so"), strings.HasPrefix(base, "libc++.so"), strings.HasPrefix(base, "libc++abi.so"):
 		return event.HeapLibc, true
 	}
 	return 0, false

@@ -285,7 +285,9 @@ func (t *Tracer) Done() <-chan struct{} { return t.done }
 func (t *Tracer) closeDone() { t.doneOnce.Do(func() { close(t.done) }) }
 
 // Stats returns what the tracer has delivered and lost so far. Lost counts
-// are summed over CPUs.
+// are summed over CPUs. Unmatched (frees of blocks never seen allocated) is
+// counted in aggregate mode; in stream mode every free is delivered and the
+// consumer can tell. After Close it returns the last Stats sent.
 func (t *Tracer) Stats() event.Stats {
 	t.statsMu.Lock()
 	defer t.statsMu.Unlock()

@@ -50,15 +50,6 @@ struct {
 	__uint(max_entries, 1 << 14); // resized by the loader
 } stacks SEC(".maps");
 
-// Where a stack is put together before it is looked up: per thread, not per
-// CPU, because a uprobe's program can be preempted (by another thread's,
-// on the same CPU).
-struct {
-	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, int);
-	__type(value, struct stack);
-} scratch SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -194,17 +185,13 @@ static long same_step(__u32 i, struct walk *w)
 
 // take_stack returns the key of the current user stack, whose innermost frame
 // is first (the return address into the allocator's caller), walking the
-// frame pointers from fp. It returns NO_STACK when the stack cannot be stored
-// (the map is full, or another stack has its hash), after counting it lost.
-// The loops are bpf_loop callbacks: the verifier checks each body once.
-static __u64 take_stack(__u64 first, __u64 fp, __u64 sp)
+// frame pointers from fp. It puts the stack together in the thread's s (per
+// thread, not per CPU: a uprobe's program can be preempted by another
+// thread's). It returns NO_STACK when the stack cannot be stored (the map
+// is full, or another stack has its hash), after counting it lost. The
+// loops are bpf_loop callbacks: the verifier checks each body once.
+static __u64 take_stack(struct stack *s, __u64 first, __u64 fp, __u64 sp)
 {
-	struct stack *s = bpf_task_storage_get(&scratch, bpf_get_current_task_btf(), 0,
-					       BPF_LOCAL_STORAGE_GET_F_CREATE);
-	if (!s) {
-		count(CTR_STACKS_LOST);
-		return NO_STACK;
-	}
 	s->ip[0] = first;
 	struct walk w = {.s = s, .fp = fp, .lo = sp, .hash = mix(0x9E3779B97F4A7C15ULL, first), .n = 1};
 	bpf_loop(MAX_FRAMES - 1, walk_step, &w, 0);
@@ -446,7 +433,8 @@ static __always_inline int do_alloc_exit(struct pt_regs *ctx)
 	// from the return address is complete.
 	__u64 stack = t->stack;
 	if (t->func == t->inner)
-		stack = wants_stack(kind) ? take_stack(PT_REGS_IP(ctx), PT_REGS_FP(ctx), PT_REGS_SP(ctx)) : NO_STACK;
+		stack = wants_stack(kind) ? take_stack(&t->scratch, PT_REGS_IP(ctx), PT_REGS_FP(ctx), PT_REGS_SP(ctx))
+					  : NO_STACK;
 	record(kind, t->func, t->heap, addr, t->a0, old, 0, stack);
 	return 0;
 }
@@ -491,7 +479,12 @@ static __always_inline int do_free(struct pt_regs *ctx)
 		// Near its entry, free has set up no frame: the frame pointer
 		// is still its caller's, and the return address into the
 		// caller is where the stack pointer was at the entry.
-		stack = take_stack(read_user_u64(sp), PT_REGS_FP(ctx), PT_REGS_SP(ctx));
+		if (!t)
+			t = thread_state(1);
+		if (t)
+			stack = take_stack(&t->scratch, read_user_u64(sp), PT_REGS_FP(ctx), PT_REGS_SP(ctx));
+		else
+			count(CTR_STACKS_LOST);
 	}
 	record(KIND_FREE, func, COOKIE_HEAP(cookie), ptr, 0, 0, 0, stack);
 	return 0;
@@ -535,7 +528,7 @@ static __always_inline int do_wrap(struct pt_regs *ctx)
 	__u8 kind = is_new ? KIND_ALLOC : KIND_FREE;
 	t->stack = NO_STACK;
 	if (wants_stack(kind))
-		t->stack = take_stack(read_user_u64(sp), PT_REGS_FP(ctx), PT_REGS_SP(ctx));
+		t->stack = take_stack(&t->scratch, read_user_u64(sp), PT_REGS_FP(ctx), PT_REGS_SP(ctx));
 	return 0;
 }
 
@@ -650,7 +643,7 @@ int mremap_enter(struct sys_enter_ctx *ctx)
 
 // sys_stack takes the stack of a syscall of kind from the user registers.
 // The syscall's libc wrapper sets up no frame: the walk misses its caller.
-static __always_inline __u64 sys_stack(__u8 kind)
+static __always_inline __u64 sys_stack(struct thread *t, __u8 kind)
 {
 	if (!wants_stack(kind))
 		return NO_STACK;
@@ -659,7 +652,7 @@ static __always_inline __u64 sys_stack(__u8 kind)
 	if (bpf_probe_read_kernel(&ip, sizeof(ip), &regs->rip) || bpf_probe_read_kernel(&fp, sizeof(fp), &regs->rbp) ||
 	    bpf_probe_read_kernel(&sp, sizeof(sp), &regs->rsp))
 		return NO_STACK;
-	return take_stack(ip, fp, sp);
+	return take_stack(&t->scratch, ip, fp, sp);
 }
 
 static __always_inline int do_sys_exit(struct sys_exit_ctx *ctx, __u8 func)
@@ -672,15 +665,15 @@ static __always_inline int do_sys_exit(struct sys_exit_ctx *ctx, __u8 func)
 	int failed = ret < 0 && ret > -4096;
 	switch (func) {
 	case FUNC_MMAP:
-		record(KIND_MMAP, func, HEAP_MMAP, failed ? 0 : ret, t->s_len, 0, 0, sys_stack(KIND_MMAP));
+		record(KIND_MMAP, func, HEAP_MMAP, failed ? 0 : ret, t->s_len, 0, 0, sys_stack(t, KIND_MMAP));
 		break;
 	case FUNC_MUNMAP:
 		if (!failed)
-			record(KIND_MUNMAP, func, HEAP_MMAP, t->s_addr, t->s_len, 0, 0, sys_stack(KIND_MUNMAP));
+			record(KIND_MUNMAP, func, HEAP_MMAP, t->s_addr, t->s_len, 0, 0, sys_stack(t, KIND_MUNMAP));
 		break;
 	case FUNC_MREMAP:
 		record(KIND_REALLOC, func, HEAP_MMAP, failed ? 0 : ret, t->s_len, t->s_addr, t->s_old_len,
-		       sys_stack(KIND_REALLOC));
+		       sys_stack(t, KIND_REALLOC));
 		break;
 	}
 	return 0;

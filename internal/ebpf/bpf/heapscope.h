@@ -100,6 +100,7 @@ struct thread {
 	__u32 depth; // nested traced allocations inside the outermost
 	__u32 pad2;
 	__u64 s_addr, s_len, s_old_len;
+	struct stack scratch; // where a stack is put together
 };
 
 struct event {
