@@ -79,7 +79,7 @@ struct hs_tls {
 	uint32_t in_hook;   /* inside our bookkeeping: nested calls pass through */
 	uint32_t gen;       /* g_gen when slot was attached */
 	uint32_t resolving; /* this thread is resolving the real functions */
-	uint32_t pad;
+	uint32_t swallow;   /* in a real C++ operator: its own malloc or free is not recorded */
 	struct hs_slot *slot;
 	uintptr_t stack_lo, stack_hi;
 };
@@ -499,10 +499,14 @@ static int collector_gone(void)
 {
 	if (sock_ok()) {
 		char b;
+		int cancel;
+		pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel);
 		ssize_t r = recv(g_sock, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+		int err = errno;
+		pthread_setcancelstate(cancel, NULL);
 		if (r == 0)
 			return 1;
-		if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+		if (r < 0 && err != EAGAIN && err != EWOULDBLOCK && err != EINTR)
 			return 1;
 		return 0;
 	}
@@ -784,11 +788,15 @@ static void stack_bounds(struct hs_tls *t)
 	}
 }
 
-/* Give this thread a ring: a dead thread's, or a new one. in_hook set. */
+/* Give this thread a ring: a dead thread's, or a new one. in_hook set.
+ * Cancellation is off meanwhile: sendmsg and recv are cancellation points,
+ * and a thread cancelled there would leave g_lock held. */
 static HS_NOINLINE struct hs_slot *attach(struct hs_tls *t)
 {
 	if (__atomic_load_n(&g_mode, __ATOMIC_ACQUIRE) == MODE_OFF)
 		return NULL;
+	int cancel;
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel);
 	pthread_mutex_lock(&g_lock);
 	struct hs_slot *s = NULL;
 	if (ensure_connected_locked()) {
@@ -807,6 +815,7 @@ static HS_NOINLINE struct hs_slot *attach(struct hs_tls *t)
 		}
 	}
 	pthread_mutex_unlock(&g_lock);
+	pthread_setcancelstate(cancel, NULL);
 	if (!s)
 		return NULL;
 	stack_bounds(t);
@@ -1220,6 +1229,10 @@ static inline struct hs_slot *enter(struct hs_tls *t)
 {
 	if (t->in_hook)
 		return NULL;
+	if (HS_UNLIKELY(t->swallow)) {
+		t->swallow = 0;
+		return NULL;
+	}
 	t->in_hook = 1;
 	struct hs_slot *s = t->slot;
 	if (HS_UNLIKELY(!s || t->gen != g_gen)) {
@@ -1487,24 +1500,41 @@ HS_EXPORT int dlclose(void *h)
 
 /*
  * C++ operator new and delete. The real operators (libstdc++'s) call malloc
- * and free: run them untraced and record the operator instead, so that each
- * call is seen once and as what the program called. Every variant takes at
- * most three integer-class arguments; passing three is harmless.
+ * and free: the operator is recorded, as what the program called, and the
+ * first allocation call it makes (its own malloc or free) is not; later ones
+ * (a new_handler's, the exception a failing new throws) are the program's
+ * and are recorded. An operator called from inside another (new[] calls
+ * new) passes through. A new that throws is recorded as a failed
+ * allocation. Every variant takes at most three integer-class arguments;
+ * passing three is harmless.
  */
-static void restore_hook(uint32_t *saved) { tls.in_hook = *saved; }
-
 typedef uintptr_t (*cxx_fn)(uintptr_t, uintptr_t, uintptr_t);
 
 static cxx_fn cxx_real(cxx_fn *slot, const char *name)
 {
 	cxx_fn f = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
 	if (!f) {
-		uint32_t saved __attribute__((cleanup(restore_hook))) = tls.in_hook;
+		uint32_t saved = tls.in_hook;
 		tls.in_hook = 1;
 		f = (cxx_fn)dlsym(RTLD_NEXT, name);
+		tls.in_hook = saved;
 		__atomic_store_n(slot, f, __ATOMIC_RELEASE);
 	}
 	return f;
+}
+
+/* Runs when a wrapped operator returns or an exception leaves it. */
+struct cxx_call {
+	int done;
+	uint32_t func;
+	uintptr_t size, fp;
+};
+
+static void cxx_end(struct cxx_call *c)
+{
+	tls.swallow = 0;
+	if (!c->done) /* unwinding: the allocation failed */
+		rec_alloc(c->func, HS_FAM_CXX, NULL, c->size, c->fp);
 }
 
 #define CXX_NEW(sym, FUNC)                                                                                             \
@@ -1516,14 +1546,13 @@ static cxx_fn cxx_real(cxx_fn *slot, const char *name)
 		cxx_fn f = cxx_real(&fn, #sym);                                                                        \
 		if (!f)                                                                                                \
 			abort();                                                                                       \
-		if (!TRACED(HS_FAM_CXX))                                                                               \
+		if (!TRACED(HS_FAM_CXX) || tls.in_hook || tls.swallow)                                                 \
 			return f(a, b, c);                                                                             \
-		uintptr_t p;                                                                                           \
-		{                                                                                                      \
-			uint32_t saved __attribute__((cleanup(restore_hook))) = tls.in_hook;                           \
-			tls.in_hook = 1;                                                                               \
-			p = f(a, b, c);                                                                                \
-		}                                                                                                      \
+		struct cxx_call call __attribute__((cleanup(cxx_end))) = {0, FUNC, a, fp};                             \
+		tls.swallow = 1;                                                                                       \
+		uintptr_t p = f(a, b, c);                                                                              \
+		tls.swallow = 0;                                                                                       \
+		call.done = 1;                                                                                         \
 		rec_alloc(FUNC, HS_FAM_CXX, (void *)p, a, fp);                                                         \
 		return p;                                                                                              \
 	}
@@ -1537,13 +1566,13 @@ static cxx_fn cxx_real(cxx_fn *slot, const char *name)
 		cxx_fn f = cxx_real(&fn, #sym);                                                                        \
 		if (!f)                                                                                                \
 			abort();                                                                                       \
-		if (!a || !TRACED(HS_FAM_CXX)) {                                                                       \
+		if (!a || !TRACED(HS_FAM_CXX) || tls.in_hook || tls.swallow) {                                         \
 			f(a, b, c);                                                                                    \
 			return;                                                                                        \
 		}                                                                                                      \
-		record(FUNC, HS_FAM_CXX, HS_KIND_FREE, 1, a, 0, 0, 0, fp);                                                         \
-		uint32_t saved __attribute__((cleanup(restore_hook))) = tls.in_hook;                                   \
-		tls.in_hook = 1;                                                                                       \
+		record(FUNC, HS_FAM_CXX, HS_KIND_FREE, 1, a, 0, 0, 0, fp);                                             \
+		struct cxx_call call __attribute__((cleanup(cxx_end))) = {1, FUNC, 0, fp};                             \
+		tls.swallow = 1;                                                                                       \
 		f(a, b, c);                                                                                            \
 	}
 
@@ -1667,9 +1696,12 @@ __attribute__((constructor(101))) static void hs_init(void)
 	}
 	uint32_t saved = tls.in_hook;
 	tls.in_hook = 1;
+	int cancel;
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel);
 	pthread_mutex_lock(&g_lock);
 	int on = ensure_connected_locked();
 	pthread_mutex_unlock(&g_lock);
+	pthread_setcancelstate(cancel, NULL);
 	if (on && g_unwind == HS_UNWIND_DWARF && !p_unw_backtrace)
 		load_libunwind();
 	tls.in_hook = saved;
