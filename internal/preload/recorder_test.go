@@ -240,13 +240,14 @@ func (r *recorder) funcAt(pid uint32, a uint64) string {
 	return ""
 }
 
-// site names the innermost frame of an event's stack.
+// site names the innermost frame of an event's stack; code GCC moved out of
+// line (f.cold) counts as its function's.
 func (r *recorder) site(e event.Event) string {
 	f := r.stack(e)
 	if len(f) == 0 {
 		return ""
 	}
-	return r.funcAt(e.PID, f[0])
+	return strings.TrimSuffix(r.funcAt(e.PID, f[0]), ".cold")
 }
 
 // chain names all the frames of an event's stack.

@@ -1,4 +1,6 @@
-// preload_cxx: C++ operator new and delete, scalar and array, from main.
+// preload_cxx: C++ operator new and delete, scalar and array, from main,
+// and an operator new that throws, caught, after which main allocates again.
+#include <cstddef>
 #include <cstdio>
 #include <new>
 
@@ -8,6 +10,7 @@ struct Obj {
 
 Obj *volatile obj_sink;
 int *volatile arr_sink;
+char *volatile huge_sink;
 
 int main()
 {
@@ -20,5 +23,16 @@ int main()
 	delete o;
 	delete[] a;
 	delete n;
+	try {
+		// the real operator new[] (through operator new) fails to allocate
+		// and throws std::bad_alloc through the interposer's wrappers
+		volatile std::size_t huge = std::size_t(1) << 62;
+		huge_sink = new char[huge];
+		return 1;
+	} catch (const std::bad_alloc &) {
+	}
+	Obj *after = new Obj; // still traced after the exception
+	obj_sink = after;
+	delete after;
 	return 0;
 }
