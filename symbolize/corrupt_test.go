@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/heapscope/heapscope/event"
 	"github.com/heapscope/heapscope/internal/testutil"
 )
 
@@ -119,4 +120,50 @@ func FuzzObject(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestCorruptFile: a file whose DWARF is corrupt gives a warning naming it,
+// and frames from what is left (the symbol table); never a panic, never a
+// lost frame.
+func TestCorruptFile(t *testing.T) {
+	bin := testutil.MustBuild(t, "symbolize_inline", testutil.Options{})
+	data, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := elf.NewFile(bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fn uint64
+	syms, _ := f.Symbols()
+	for _, s := range syms {
+		if s.Name == "run_workload" {
+			fn = s.Value
+		}
+	}
+	abbrev := f.Section(".debug_abbrev")
+	if fn == 0 || abbrev == nil {
+		t.Fatal("no run_workload or no .debug_abbrev")
+	}
+	// Abbreviation codes and tags of 0xff...: no entry decodes.
+	for i := abbrev.Offset; i < abbrev.Offset+abbrev.FileSize; i++ {
+		data[i] = 0xff
+	}
+	path := filepath.Join(t.TempDir(), "corrupt")
+	if err := os.WriteFile(path, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const base = 0x10000 // mapped at 0x10000 + its addresses
+	s := New(Options{})
+	defer s.Close()
+	s.AddModule(event.Module{PID: 1, Start: base, End: base + 0x100000, Path: path})
+	frames := s.Frames(1, base+fn+1)
+	if len(frames) != 1 || frames[0].Function != "run_workload" || frames[0].Module != path {
+		t.Errorf("frames: %+v", frames)
+	}
+	ws := s.Warnings()
+	if len(ws) == 0 || !strings.HasPrefix(ws[0], path+": ") || !strings.Contains(ws[0], "DWARF") {
+		t.Errorf("warnings: %q", ws)
+	}
 }

@@ -2,10 +2,13 @@ package symbolize
 
 import (
 	"debug/elf"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/heapscope/heapscope/event"
@@ -41,28 +44,31 @@ func checkFrames(t *testing.T, got []Frame, src string, m event.Module, addr uin
 }
 
 // TestInline resolves a stack through a static function into which two
-// always_inline functions were inlined, built -O2, in a running PIE process.
+// always_inline functions were inlined, built -O2, in a running process: a
+// PIE, a classic executable (its addresses are its file offsets plus
+// 0x400000) and a static one.
 func TestInline(t *testing.T) {
-	o := testutil.Options{}
-	bin := testutil.MustBuild(t, "symbolize_inline", o)
-	src, _ := testutil.Source("symbolize_inline", o)
-	w := run(t, bin)
-	s := w.symbolizer(Options{})
-	defer s.Close()
+	for _, o := range []testutil.Options{{}, {Flags: []string{"-no-pie"}}, {Static: true}} {
+		bin := testutil.MustBuild(t, "symbolize_inline", o)
+		src, _ := testutil.Source("symbolize_inline", o)
+		w := run(t, bin)
+		s := w.symbolizer(Options{})
 
-	m := w.module(t, w.pcs[0])
-	checkFrames(t, s.Frames(uint32(w.pid), w.pcs[0]), src, m, w.pcs[0],
-		want{"alloc_inner", "alloc_site"}, want{"alloc_outer", "call_inner"}, want{"make_buffer", "call_outer"})
-	checkFrames(t, s.Frames(uint32(w.pid), w.pcs[1]), src, m, w.pcs[1], want{"run_workload", "call_static"})
-	checkFrames(t, s.Frames(uint32(w.pid), w.pcs[2]), src, m, w.pcs[2], want{"main", "call_run"})
-	if ws := s.Warnings(); len(ws) > 0 {
-		t.Errorf("warnings: %q", ws)
+		m := w.module(t, w.pcs[0])
+		checkFrames(t, s.Frames(uint32(w.pid), w.pcs[0]), src, m, w.pcs[0],
+			want{"alloc_inner", "alloc_site"}, want{"alloc_outer", "call_inner"}, want{"make_buffer", "call_outer"})
+		checkFrames(t, s.Frames(uint32(w.pid), w.pcs[1]), src, m, w.pcs[1], want{"run_workload", "call_static"})
+		checkFrames(t, s.Frames(uint32(w.pid), w.pcs[2]), src, m, w.pcs[2], want{"main", "call_run"})
+		if ws := s.Warnings(); len(ws) > 0 {
+			t.Errorf("%v: warnings: %q", o, ws)
+		}
+		s.Close()
+
+		// NoInlines: the function the code is in, at the innermost line.
+		s = w.symbolizer(Options{NoInlines: true})
+		checkFrames(t, s.Frames(uint32(w.pid), w.pcs[0]), src, m, w.pcs[0], want{"make_buffer", "alloc_site"})
+		s.Close()
 	}
-
-	// NoInlines: the function the code is in, at the innermost line.
-	s2 := w.symbolizer(Options{NoInlines: true})
-	defer s2.Close()
-	checkFrames(t, s2.Frames(uint32(w.pid), w.pcs[0]), src, m, w.pcs[0], want{"make_buffer", "alloc_site"})
 }
 
 // TestAgainstReferences compares every frame of the workloads' stacks, in
@@ -474,5 +480,104 @@ func TestSweep(t *testing.T) {
 			t.Errorf("%s %v: %d of %d addresses differ from both references", c.name, c.o, bad, len(vas))
 		}
 		s.Close()
+	}
+}
+
+// TestRust demangles Rust names, legacy and v0 mangling, from a program
+// rustc builds.
+func TestRust(t *testing.T) {
+	rustc, err := exec.LookPath("rustc")
+	if err != nil {
+		home, _ := os.UserHomeDir()
+		if rustc = filepath.Join(home, ".cargo", "bin", "rustc"); !fileExists(rustc) {
+			t.Skip("no rustc on this machine")
+		}
+	}
+	src, err := filepath.Abs("testdata/rust_frames.rs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for _, c := range []struct {
+		mangling string
+		flags    []string
+		want     string
+	}{
+		{"legacy", nil, "rust_frames::widget::Widget::make"}, // the hash suffix dropped
+		// v0 names an inherent method through its type.
+		{"v0", []string{"-C", "symbol-mangling-version=v0"}, "<rust_frames::widget::Widget>::make"},
+	} {
+		bin := filepath.Join(dir, "rust_frames_"+c.mangling)
+		command(t, rustc, append(append([]string{"-g", "-O"}, c.flags...), "-o", bin, src)...)
+		w := run(t, bin)
+		s := w.symbolizer(Options{})
+		addr := w.syms["make"] + 1
+		f := s.Frames(uint32(w.pid), addr)
+		last := f[len(f)-1]
+		if last.Function != c.want || last.File != src || last.Line != marker(t, src, "rust_make") {
+			t.Errorf("%s: %+v", c.mangling, f)
+		}
+		// The text segment of rustc's output starts a page above its file
+		// offset: the conversion must use the segment, not the offset.
+		m := w.module(t, addr)
+		if va := fileVaddr(t, bin, m, addr-1); va == addr-1-m.Start+m.Offset {
+			t.Logf("%s: address and offset coincide; the bias is not exercised", c.mangling)
+		}
+		raw := w.symbolizer(Options{NoDemangle: true})
+		if f := raw.Frames(uint32(w.pid), addr); !isMangled(f[len(f)-1].Function) {
+			t.Errorf("%s NoDemangle: %q", c.mangling, f[len(f)-1].Function)
+		}
+		s.Close()
+		raw.Close()
+	}
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+// TestConcurrent resolves from several goroutines at once, while modules are
+// added, and gets what one goroutine gets alone. Run with -race.
+func TestConcurrent(t *testing.T) {
+	w := run(t, testutil.MustBuild(t, "symbolize_inline", testutil.Options{}))
+	addrs := append([]uint64(nil), w.pcs...)
+	for _, a := range w.syms {
+		addrs = append(addrs, a+1)
+	}
+	ref := w.symbolizer(Options{})
+	defer ref.Close()
+	want := map[uint64][]Frame{}
+	for _, a := range addrs {
+		want[a] = ref.Frames(uint32(w.pid), a)
+	}
+
+	s := New(Options{})
+	defer s.Close()
+	var wg sync.WaitGroup
+	errs := make(chan string, 64)
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for _, m := range w.mods {
+				s.AddModule(m) // the same records again: replaces them with themselves
+			}
+			for _, a := range addrs {
+				if got := s.Frames(uint32(w.pid), a); !reflect.DeepEqual(got, want[a]) && got[0].Module != "" {
+					errs <- fmt.Sprintf("%#x: %+v, want %+v", a, got, want[a])
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+	for _, a := range addrs {
+		if got := s.Frames(uint32(w.pid), a); !reflect.DeepEqual(got, want[a]) {
+			t.Errorf("%#x after: %+v, want %+v", a, got, want[a])
+		}
 	}
 }
