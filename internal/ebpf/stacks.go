@@ -22,7 +22,11 @@ func (t *Tracer) stackID(pid uint32, hash uint64) event.StackID {
 		return 0
 	}
 	k := stackKey{pid, hash}
+	if k == t.lastStack {
+		return t.lastStackID // a loop allocates from one stack many times
+	}
 	if sid, ok := t.stacks[k]; ok {
+		t.lastStack, t.lastStackID = k, sid
 		return sid
 	}
 	var st heapscopeStack

@@ -28,24 +28,31 @@ func (t *Tracer) read() {
 	var rec ringbuf.Record
 	var pending []heapscopeEvent
 	var lib heapscopeLib
+	// The deadline is set after each delivery: an event waits at most
+	// FlushInterval after the last one. (Setting it for each record
+	// costs a clock read per event.)
+	deadline := func() {
+		if t.cfg.Mode == Stream {
+			t.rd.SetDeadline(time.Now().Add(t.cfg.FlushInterval))
+		} // else only library records, which wake the reader
+	}
 	deliver := func() {
 		if len(pending) > 0 {
 			t.deliver(pending)
 			pending = pending[:0]
 		}
+		deadline()
 	}
+	deadline()
 	for {
-		if t.cfg.Mode == Stream {
-			t.rd.SetDeadline(time.Now().Add(t.cfg.FlushInterval))
-		} // else only library records, which wake the reader
 		err := t.rd.ReadInto(&rec)
 		switch {
 		case err == nil:
 			if e, ok := decodeEvent(rec.RawSample); ok {
 				pending = append(pending, e)
 			} else if decodeLib(rec.RawSample, &lib) {
-				// Events before it may need its modules less than
-				// events after it need them: keep the order.
+				// Events after it may need its modules: keep the
+				// order.
 				deliver()
 				t.library(&lib)
 			}

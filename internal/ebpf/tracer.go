@@ -43,15 +43,17 @@ type Tracer struct {
 
 	// out serializes what is sent to the sink, and guards the tables that
 	// decide what has been sent.
-	out       sync.Mutex
-	known     map[uint32]bool // processes whose events are accepted
-	stacks    map[stackKey]event.StackID
-	nextStack map[uint32]event.StackID
-	modules   map[uint32]*moduleSet
-	batch     []event.Event
-	sinkErr   error
-	delivered atomic.Uint64
-	userLost  atomic.Uint64 // stacks unreadable from user space
+	out         sync.Mutex
+	known       map[uint32]bool // processes whose events are accepted
+	stacks      map[stackKey]event.StackID
+	lastStack   stackKey // the last stack looked up, and its id
+	lastStackID event.StackID
+	nextStack   map[uint32]event.StackID
+	modules     map[uint32]*moduleSet
+	batch       []event.Event
+	sinkErr     error
+	delivered   atomic.Uint64
+	userLost    atomic.Uint64 // stacks unreadable from user space
 
 	// life guards the kernel objects' lifetime: Flush and SetStacks hold
 	// it for reading; Close takes it to free them.
