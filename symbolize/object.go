@@ -350,6 +350,9 @@ func newObject(name string, main, debug *elfFile, demangle bool, warn func(strin
 			break
 		}
 	}
+	if (main != nil || debug != nil) && len(o.syms) == 0 && o.dwarfOpen == nil {
+		warn("%s: no symbols and no debug information: its frames are module+offset", name)
+	}
 	return o
 }
 

@@ -249,7 +249,7 @@ func TestDebugLink(t *testing.T) {
 			if f := s.Frames(uint32(w.pid), w.pcs[1]); len(f) != 1 || f[0].File != "" {
 				t.Errorf("frames from the wrong debug file: %+v", f)
 			}
-			if ws := s.Warnings(); len(ws) != 1 || !strings.Contains(ws[0], "app.debug") {
+			if ws := s.Warnings(); len(ws) != 2 || !strings.Contains(ws[0], "app.debug") || !strings.Contains(ws[1], "no symbols") {
 				t.Errorf("warnings: %q", ws)
 			}
 			s.Close()
