@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -107,5 +108,33 @@ func TestLaunchHeld(t *testing.T) {
 	defer rec.mu.Unlock()
 	if len(rec.exits) != 1 || rec.exits[0].PID != uint32(pid) || rec.exits[0].Status != 7 {
 		t.Errorf("exits %+v, want pid %d status 7", rec.exits, pid)
+	}
+}
+
+// TestLaunchedNeverReported: a launched process exits and its launcher
+// never reports the status. Detach waits for it; Close gives up on it, ends
+// the process with status -1, and lets Detach return.
+func TestLaunchedNeverReported(t *testing.T) {
+	bin := testutil.MustBuild(t, "ebpf_ctor", testutil.Options{})
+	rec := newRecorder(t)
+	tr := newTracer(t, Config{}, rec)
+	cmd := exec.Command(bin)
+	startHeld(t, cmd, func(pid int) error { return tr.Attach(pid, Launched()) })
+	cmd.Wait()
+	detached := make(chan error, 1)
+	go func() { detached <- tr.Detach(cmd.Process.Pid) }()
+	closed := make(chan error, 1)
+	go func() { closed <- tr.Close() }()
+	for _, c := range []chan error{closed, detached} {
+		select {
+		case <-c:
+		case <-time.After(10 * time.Second):
+			t.Fatal("Close or Detach hung")
+		}
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.exits) != 1 || rec.exits[0].Status != -1 {
+		t.Errorf("exits %+v, want one with status -1", rec.exits)
 	}
 }

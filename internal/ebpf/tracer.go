@@ -356,15 +356,23 @@ func (t *Tracer) send(err error) {
 // still traced and a last Stats, and frees the kernel objects. It returns
 // the first error the sink returned, if any.
 func (t *Tracer) Close() error {
-	t.attachMu.Lock()
-	defer t.attachMu.Unlock()
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
+		// Wait for the first Close to finish.
+		t.attachMu.Lock()
+		t.attachMu.Unlock()
 		return t.sinkError()
 	}
 	t.closed = true
+	// Before waiting for Attach or Detach: an end waiting for a
+	// launcher's report gives up on it.
 	close(t.closing)
+	t.mu.Unlock()
+
+	t.attachMu.Lock()
+	defer t.attachMu.Unlock()
+	t.mu.Lock()
 	procs := make([]*tracee, 0, len(t.procs))
 	for _, p := range t.procs {
 		procs = append(procs, p)
