@@ -164,6 +164,10 @@ static ino_t g_sock_ino;
 static pid_t g_pid;
 static int g_atfork_done;
 static pthread_key_t g_key;
+/* A page the kernel zeroes in a forked child (MADV_WIPEONFORK): a child
+ * notices the fork at its first call, even one made by an atfork handler
+ * that runs before ours, or after a fork that runs none (_Fork, clone). */
+static volatile uint32_t *g_forkcheck;
 static uint64_t g_heartbeat_seen;
 static int64_t g_heartbeat_at;
 static char g_exe[PATH_MAX];
@@ -471,6 +475,11 @@ static int connect_locked(int cont)
 	g_heartbeat_at = mono_ns();
 	if (!g_atfork_done) {
 		g_atfork_done = 1;
+		void *page = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (page != MAP_FAILED && madvise(page, 4096, MADV_WIPEONFORK) == 0) {
+			*(volatile uint32_t *)page = 1;
+			g_forkcheck = page;
+		}
 		pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
 		pthread_key_create(&g_key, slot_exit);
 	}
@@ -1224,11 +1233,15 @@ static HS_INLINE int capture(struct hs_tls *t, struct hs_slot *s, uintptr_t fp, 
 
 /* ---- recording ---------------------------------------------------------- */
 
+static void fork_reset(void);
+
 /* Enter our bookkeeping. Returns the thread's slot, or NULL to pass through. */
 static inline struct hs_slot *enter(struct hs_tls *t)
 {
 	if (t->in_hook)
 		return NULL;
+	if (HS_UNLIKELY(g_forkcheck && *g_forkcheck == 0))
+		fork_reset(); /* first call in a forked child */
 	if (HS_UNLIKELY(t->swallow)) {
 		t->swallow = 0;
 		return NULL;
@@ -1614,10 +1627,13 @@ static void atfork_parent(void)
 /*
  * The child gets a stream of its own: it forgets the parent's rings (which
  * it must never write: they are shared with the parent), stack ids and
- * modules, and connects again on its next call.
+ * modules, and connects again on its next call. Runs once per fork: from
+ * our atfork handler or from the child's first call, whichever comes first.
  */
-static void atfork_child(void)
+static HS_NOINLINE void fork_reset(void)
 {
+	if (g_forkcheck)
+		*g_forkcheck = 1;
 	pthread_mutex_init(&g_lock, NULL);
 	pthread_mutex_init(&g_stack_lock, NULL);
 	for (struct hs_slot *s = g_slots, *next; s; s = next) {
@@ -1641,6 +1657,12 @@ static void atfork_child(void)
 	tls.slot = NULL;
 	if (g_mode == MODE_ON)
 		g_mode = MODE_UNKNOWN;
+}
+
+static void atfork_child(void)
+{
+	if (!g_forkcheck || *g_forkcheck == 0)
+		fork_reset();
 }
 
 /* ---- start-up ----------------------------------------------------------- */
