@@ -199,6 +199,33 @@ func TestForkExec(t *testing.T) {
 	}
 }
 
+// TestRawFork forks with the system call, running no atfork handlers: the
+// child still gets a stream of its own, and its parent's is untouched.
+func TestRawFork(t *testing.T) {
+	bin := testutil.MustBuild(t, "preload_fork", testutil.Options{})
+	const k = 300
+	r := trace(t, Config{}, bin, "raw", strconv.Itoa(k))
+	if !r.state.Success() {
+		t.Fatalf("workload failed: %v", r.state)
+	}
+	if len(r.procs) != 2 || r.procs[1].PPID != r.procs[0].PID {
+		t.Fatalf("processes %+v", r.procs)
+	}
+	for i, p := range r.procs {
+		counts := map[string]int{}
+		for _, e := range r.of(int(p.PID)) {
+			if e.Kind == event.KindAlloc {
+				counts[r.site(e)]++
+			}
+		}
+		want := map[int]string{0: "site_parent", 1: "site_child"}[i]
+		other := map[int]string{0: "site_child", 1: "site_parent"}[i]
+		if counts[want] != k || counts[other] != 0 {
+			t.Errorf("process %d (%d): %v, want %d from %s only", i, p.PID, counts, k, want)
+		}
+	}
+}
+
 // started is a traced workload still running, driven through its stdin.
 type started struct {
 	c      *Collector

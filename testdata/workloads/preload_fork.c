@@ -4,9 +4,14 @@
 //                         child: frees one parent block, K mallocs of 222
 //                         (site_child), then execs "preload_fork exec K"
 //   preload_fork exec K   K mallocs of 333 (site_exec)
+//   preload_fork raw K    parent: K mallocs of 111 (site_parent), then a
+//                         fork by system call, which runs no atfork
+//                         handlers; child: K mallocs of 222 (site_child)
+#define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -23,6 +28,23 @@ int main(int argc, char **argv)
 		long k = atol(argv[2]);
 		for (long i = 0; i < k; i++)
 			site_exec(i);
+		return 0;
+	}
+	if (argc == 3 && strcmp(argv[1], "raw") == 0) {
+		long k = atol(argv[2]);
+		for (long i = 0; i < k; i++)
+			site_parent(i);
+		pid_t pid = (pid_t)syscall(SYS_fork);
+		if (pid < 0)
+			return 1;
+		if (pid == 0) {
+			for (long i = 0; i < k; i++)
+				site_child(i);
+			_exit(0);
+		}
+		int status;
+		if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+			return 1;
 		return 0;
 	}
 	if (argc != 2)
