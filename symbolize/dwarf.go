@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"path"
 	"sort"
 )
@@ -298,7 +299,11 @@ func (dw *dwarfInfo) decodeLines(u *unit, cu *dwarf.Entry) {
 	var e dwarf.LineEntry
 	for {
 		if err := lr.Next(&e); err != nil {
-			break // io.EOF at the end; anything else leaves what was read
+			if err != io.EOF {
+				// Keep what was read before.
+				dw.warn("%s: DWARF line table: %v", dw.name, err)
+			}
+			break
 		}
 		row := lineRow{addr: e.Address, line: int32(e.Line), end: e.EndSequence}
 		if e.File != nil {

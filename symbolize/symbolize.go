@@ -136,6 +136,17 @@ func (s *Symbolizer) Frames(pid uint32, addr uint64) []Frame {
 	return fr
 }
 
+// Stack resolves the return addresses of a stack (event.Stack.Frames,
+// innermost first) into one list of frames, innermost first, inlined calls
+// included: Frames of each address in turn. The result is the caller's.
+func (s *Symbolizer) Stack(pid uint32, addrs []uint64) []Frame {
+	var out []Frame
+	for _, a := range addrs {
+		out = append(out, s.Frames(pid, a)...)
+	}
+	return out
+}
+
 func (s *Symbolizer) resolve(p *process, addr uint64) []Frame {
 	pc := addr
 	if pc > 0 {

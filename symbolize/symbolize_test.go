@@ -59,6 +59,16 @@ func TestInline(t *testing.T) {
 			want{"alloc_inner", "alloc_site"}, want{"alloc_outer", "call_inner"}, want{"make_buffer", "call_outer"})
 		checkFrames(t, s.Frames(uint32(w.pid), w.pcs[1]), src, m, w.pcs[1], want{"run_workload", "call_static"})
 		checkFrames(t, s.Frames(uint32(w.pid), w.pcs[2]), src, m, w.pcs[2], want{"main", "call_run"})
+		// Stack: the frames of each address, in order.
+		stack := s.Stack(uint32(w.pid), w.pcs[:3])
+		var names []string
+		for _, f := range stack {
+			names = append(names, f.Function)
+		}
+		if got := strings.Join(names, " "); got != "alloc_inner alloc_outer make_buffer run_workload main" {
+			t.Errorf("%v: Stack: %s", o, got)
+		}
+
 		if ws := s.Warnings(); len(ws) > 0 {
 			t.Errorf("%v: warnings: %q", o, ws)
 		}
