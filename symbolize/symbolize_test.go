@@ -591,3 +591,30 @@ func TestConcurrent(t *testing.T) {
 		}
 	}
 }
+
+// TestLazy: resolving one address of libc decodes one of its units and one
+// function of it, not its whole DWARF.
+func TestLazy(t *testing.T) {
+	w := run(t, testutil.MustBuild(t, "symbolize_inline", testutil.Options{}))
+	s := w.symbolizer(Options{})
+	defer s.Close()
+	addr := w.syms["malloc"] + 1
+	if f := s.Frames(uint32(w.pid), addr); f[0].Line == 0 {
+		t.Fatalf("malloc: %+v", f)
+	}
+	o := s.objs[w.module(t, addr).BuildID]
+	if o == nil || o.dw == nil {
+		t.Fatal("libc's DWARF not loaded")
+	}
+	decoded := 0
+	for _, u := range o.dw.units {
+		for _, fn := range u.fns {
+			if fn.decoded {
+				decoded++
+			}
+		}
+	}
+	if len(o.dw.cus) < 1000 || len(o.dw.units) != 1 || decoded != 1 {
+		t.Errorf("%d units indexed, %d decoded, %d functions decoded", len(o.dw.cus), len(o.dw.units), decoded)
+	}
+}
