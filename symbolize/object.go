@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	"github.com/heapscope/heapscope/event"
 	"github.com/heapscope/heapscope/internal/proc"
@@ -29,7 +30,11 @@ type loc struct {
 // object is one ELF file as the symbolizer sees it: the file that was mapped,
 // or its separate debug file, or both; its symbols, its DWARF (decoded
 // lazily), and the addresses resolved in it so far, by virtual address.
+//
+// Its segments and symbols are set when it is made and only read after; mu
+// guards the rest.
 type object struct {
+	mu    sync.Mutex
 	name  string // the module path, for warnings
 	warn  func(format string, args ...any)
 	loads []segment // from the mapped file: file offset to virtual address
@@ -51,6 +56,8 @@ type segment struct {
 }
 
 func (o *object) close() error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
 	var first error
 	for _, c := range o.closers {
 		if err := c.Close(); err != nil && first == nil {
@@ -93,6 +100,8 @@ func (o *object) vaddr(m event.Module, pc uint64) (uint64, bool) {
 // lookup resolves a virtual address of o, innermost frame first; nil when o
 // knows nothing of it. The result is cached and shared.
 func (o *object) lookup(va uint64) []loc {
+	o.mu.Lock()
+	defer o.mu.Unlock()
 	if l, ok := o.cache[va]; ok {
 		return l
 	}
@@ -170,7 +179,7 @@ type elfFile struct {
 // load reads what there is to read for module m, whose file is at path
 // (m.Path under the sysroot). It never fails: what cannot be read becomes a
 // warning, and the object resolves what it can.
-func (s *Symbolizer) load(m event.Module, path string) *object {
+func (s *Symbolizer) loadObject(m event.Module, path string) *object {
 	// Files stay open for the lazy reading of DWARF, until Close.
 	files := map[*os.File]bool{}
 	open := func(p string) (*elfFile, error) {

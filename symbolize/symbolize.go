@@ -39,28 +39,38 @@ type Options struct {
 // Each file is loaded once per build-id however many processes map it, its
 // DWARF is decoded one compilation unit at a time as addresses need it, and
 // each distinct address is resolved once. A Symbolizer is safe for
-// concurrent use.
+// concurrent use, and resolves addresses of different files in parallel:
+// a report can spread the first, costly lookups over its cores.
 type Symbolizer struct {
 	opts      Options
 	debugDirs []string
 
-	mu       sync.Mutex
-	procs    map[uint32]*process
-	objs     map[string]*object // by build-id, or by "path:" and the path when a file has none
+	mu    sync.Mutex // guards procs and objs
+	procs map[uint32]*process
+	objs  map[string]*objEntry // by build-id, or by "path:" and the path when a file has none
+
+	wmu      sync.Mutex // guards warnings and warned
 	warnings []string
 	warned   map[string]bool
+}
+
+// objEntry is an object, loaded once on first use.
+type objEntry struct {
+	once sync.Once
+	o    *object
 }
 
 // process is what the Symbolizer knows of one traced process.
 type process struct {
 	mods  []mapping // sorted by start, not overlapping
 	cache map[uint64][]Frame
+	gen   uint64 // counts changes to mods: a result computed before one is not cached
 }
 
 // mapping is a module record and the object it maps.
 type mapping struct {
 	event.Module
-	obj *object
+	obj *objEntry
 }
 
 // New returns a Symbolizer with options o.
@@ -68,7 +78,7 @@ func New(o Options) *Symbolizer {
 	s := &Symbolizer{
 		opts:   o,
 		procs:  map[uint32]*process{},
-		objs:   map[string]*object{},
+		objs:   map[string]*objEntry{},
 		warned: map[string]bool{},
 	}
 	s.debugDirs = append(s.debugDirs, o.DebugDirs...)
@@ -106,6 +116,7 @@ func (s *Symbolizer) AddModule(m event.Module) {
 	mods[i] = mapping{Module: m}
 	p.mods = mods
 	p.cache = nil // an address may now be in a module it was not in
+	p.gen++
 }
 
 // Frames resolves addr, a return address in process pid, to its frames,
@@ -120,19 +131,45 @@ func (s *Symbolizer) AddModule(m event.Module) {
 // callers must not modify it.
 func (s *Symbolizer) Frames(pid uint32, addr uint64) []Frame {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	p := s.procs[pid]
 	if p == nil {
+		s.mu.Unlock()
 		return []Frame{{Address: addr}}
 	}
 	if fr, ok := p.cache[addr]; ok {
+		s.mu.Unlock()
 		return fr
 	}
-	fr := s.resolve(p, addr)
-	if p.cache == nil {
-		p.cache = map[uint64][]Frame{}
+	pc := addr
+	if pc > 0 {
+		pc--
 	}
-	p.cache[addr] = fr
+	i := sort.Search(len(p.mods), func(i int) bool { return p.mods[i].End > pc })
+	if i == len(p.mods) || p.mods[i].Start > pc {
+		s.mu.Unlock()
+		return []Frame{{Address: addr}}
+	}
+	m := &p.mods[i]
+	if m.obj == nil {
+		m.obj = s.entry(m.Module)
+	}
+	mod, e, gen := m.Module, m.obj, p.gen
+	s.mu.Unlock()
+
+	// Files are read and decoded without s.mu, under the object's own lock.
+	fr := s.resolve(mod, e, addr, pc)
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p.gen == gen {
+		if p.cache == nil {
+			p.cache = map[uint64][]Frame{}
+		}
+		if old, ok := p.cache[addr]; ok {
+			return old // resolved meanwhile by another goroutine: share one
+		}
+		p.cache[addr] = fr
+	}
 	return fr
 }
 
@@ -147,25 +184,16 @@ func (s *Symbolizer) Stack(pid uint32, addrs []uint64) []Frame {
 	return out
 }
 
-func (s *Symbolizer) resolve(p *process, addr uint64) []Frame {
-	pc := addr
-	if pc > 0 {
-		pc--
-	}
-	i := sort.Search(len(p.mods), func(i int) bool { return p.mods[i].End > pc })
-	if i == len(p.mods) || p.mods[i].Start > pc {
-		return []Frame{{Address: addr}}
-	}
-	m := &p.mods[i]
+// resolve resolves addr, a return address, pc the address looked up, in
+// mapping m of the object of e.
+func (s *Symbolizer) resolve(m event.Module, e *objEntry, addr, pc uint64) []Frame {
 	base := Frame{Module: m.Path, Offset: addr - m.Start + m.Offset, Address: addr}
-	if m.obj == nil {
-		m.obj = s.object(m.Module)
-	}
-	vaddr, ok := m.obj.vaddr(m.Module, pc)
+	o := s.load(e, m)
+	vaddr, ok := o.vaddr(m, pc)
 	if !ok {
 		return []Frame{base}
 	}
-	locs := m.obj.lookup(vaddr)
+	locs := o.lookup(vaddr)
 	if len(locs) == 0 {
 		return []Frame{base}
 	}
@@ -183,53 +211,70 @@ func (s *Symbolizer) resolve(p *process, addr uint64) []Frame {
 	return frames
 }
 
-// object returns the loaded object for m, loading it on first use.
-func (s *Symbolizer) object(m event.Module) *object {
-	path := m.Path
+// path is where m's file is read from: m.Path, under the sysroot if any.
+func (s *Symbolizer) path(m event.Module) string {
 	if s.opts.Sysroot != "" {
-		path = filepath.Join(s.opts.Sysroot, m.Path)
+		return filepath.Join(s.opts.Sysroot, m.Path)
 	}
+	return m.Path
+}
+
+// entry returns the entry of m's object, made on first use; s.mu is held.
+func (s *Symbolizer) entry(m event.Module) *objEntry {
 	key := m.BuildID
 	if key == "" {
-		key = "path:" + path
+		key = "path:" + s.path(m)
 	}
-	if o, ok := s.objs[key]; ok {
-		return o
+	e := s.objs[key]
+	if e == nil {
+		e = &objEntry{}
+		s.objs[key] = e
 	}
-	o := s.load(m, path)
-	s.objs[key] = o
-	return o
+	return e
+}
+
+// load returns e's object, reading the files of m, the first module record
+// that needs it, on first use.
+func (s *Symbolizer) load(e *objEntry, m event.Module) *object {
+	e.once.Do(func() { e.o = s.loadObject(m, s.path(m)) })
+	return e.o
 }
 
 // Warnings returns what went wrong while reading files so far, one line each,
 // oldest first: files that could not be read, build-ids that did not match
 // the trace's records, corrupt symbols or DWARF. A warning is given once.
 func (s *Symbolizer) Warnings() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
 	return append([]string(nil), s.warnings...)
 }
 
 func (s *Symbolizer) warnf(format string, args ...any) {
 	w := fmt.Sprintf(format, args...)
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
 	if !s.warned[w] {
 		s.warned[w] = true
 		s.warnings = append(s.warnings, w)
 	}
 }
 
-// Close releases the files the Symbolizer holds open. Frames may still be
-// called after it; files are then opened again as needed.
+// Close releases the files the Symbolizer holds open. It must not be called
+// while other calls are in progress. Frames may still be called after it;
+// files are then opened again as needed.
 func (s *Symbolizer) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var first error
-	for _, o := range s.objs {
-		if err := o.close(); err != nil && first == nil {
+	for _, e := range s.objs {
+		if e.o == nil {
+			continue
+		}
+		if err := e.o.close(); err != nil && first == nil {
 			first = err
 		}
 	}
-	s.objs = map[string]*object{}
+	s.objs = map[string]*objEntry{}
 	for _, p := range s.procs {
 		for i := range p.mods {
 			p.mods[i].obj = nil

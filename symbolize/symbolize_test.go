@@ -602,8 +602,12 @@ func TestLazy(t *testing.T) {
 	if f := s.Frames(uint32(w.pid), addr); f[0].Line == 0 {
 		t.Fatalf("malloc: %+v", f)
 	}
-	o := s.objs[w.module(t, addr).BuildID]
-	if o == nil || o.dw == nil {
+	e := s.objs[w.module(t, addr).BuildID]
+	if e == nil || e.o == nil || e.o.dw == nil {
+		t.Fatal("libc's DWARF not loaded")
+	}
+	o := e.o
+	if o.dw == nil {
 		t.Fatal("libc's DWARF not loaded")
 	}
 	decoded := 0
