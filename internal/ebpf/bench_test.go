@@ -27,8 +27,9 @@ func reportNs(b *testing.B, w *workload, key, unit string) {
 // whose first instruction the kernel emulates (push %rbp), as an entry
 // probe, a return probe and both (one trap at the entry serves both), and
 // on one it single-steps (test %rdi,%rdi). The ns/call metric is the
-// workload's own timing of its loop; it is the floor under the tracer's
-// cost per call.
+// workload's own wall-clock timing of its loop, cpu-ns/call its CPU time
+// (steadier on a shared machine); it is the floor under the tracer's cost
+// per call.
 func BenchmarkTrap(b *testing.B) {
 	bin := testutil.MustBuild(b, "ebpf_trap", testutil.Options{})
 	for _, c := range []struct {
@@ -77,15 +78,28 @@ func BenchmarkTrap(b *testing.B) {
 			b.ResetTimer()
 			w.release(b)
 			reportNs(b, w, "ns_per_call", "ns/call")
+			reportNs(b, w, "cpu_ns_per_call", "cpu-ns/call")
 		})
 	}
 }
 
-// BenchmarkTracer measures the tracer on the churn workload (malloc of
-// 16..527 bytes and free, in a loop): ns per malloc+free pair, untraced
-// and traced in each mode, in one run.
+// BenchmarkTracer measures the tracer on ebpf_churn (churn.c's loop of
+// malloc of 16..527 bytes and free, timed by both the wall clock and the
+// thread's CPU clock): ns per malloc+free pair, untraced,
+// with empty programs where the tracer puts its probes (the floor: three
+// traps, malloc's entry and return and free's entry), and traced in each
+// mode, in one run.
 func BenchmarkTracer(b *testing.B) {
-	bin := testutil.MustBuild(b, "churn", testutil.Options{})
+	bin := testutil.MustBuild(b, "ebpf_churn", testutil.Options{})
+	b.Run("floor", func(b *testing.B) {
+		testutil.SkipWithoutEBPF(b, Available())
+		w := startWorkloadNoReady(b, bin, strconv.Itoa(b.N), "1", "wait")
+		attachFloor(b, w.pid())
+		b.ResetTimer()
+		w.release(b)
+		reportNs(b, w, "ns_per_pair", "ns/pair")
+		reportNs(b, w, "cpu_ns_per_pair", "cpu-ns/pair")
+	})
 	for _, c := range []struct {
 		name string
 		cfg  *Config
@@ -107,6 +121,54 @@ func BenchmarkTracer(b *testing.B) {
 			b.ResetTimer()
 			w.release(b)
 			reportNs(b, w, "ns_per_pair", "ns/pair")
+			reportNs(b, w, "cpu_ns_per_pair", "cpu-ns/pair")
 		})
+	}
+}
+
+// attachFloor puts empty programs where the tracer probes malloc (entry and
+// return) and free (entry) in pid.
+func attachFloor(b *testing.B, pid int) {
+	var objs trapObjects
+	if err := loadTrapObjects(&objs, nil); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { objs.Close() })
+	tgs, err := findTargets(pid)
+	if err != nil {
+		b.Fatal(err)
+	}
+	n := 0
+	for _, tg := range tgs {
+		ex, err := link.OpenExecutable(tg.open)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, s := range tg.sites {
+			if s.Func != event.FuncMalloc && s.Func != event.FuncFree {
+				continue
+			}
+			opts := &link.UprobeMultiOptions{PID: uint32(pid), Addresses: []uint64{s.ProbeOffset()}}
+			progs := []*ebpf.Program{objs.TrapEnter}
+			if s.Func == event.FuncMalloc {
+				progs = append(progs, objs.TrapExit)
+			}
+			for i, p := range progs {
+				var l link.Link
+				if i == 1 {
+					l, err = ex.UretprobeMulti(nil, p, opts)
+				} else {
+					l, err = ex.UprobeMulti(nil, p, opts)
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() { l.Close() })
+			}
+			n++
+		}
+	}
+	if n != 2 {
+		b.Fatalf("found %d of malloc and free", n)
 	}
 }

@@ -123,7 +123,7 @@ const (
 	heapscopeVarStackKinds       = "stack_kinds"
 	heapscopeVarUnusedEvent      = "unused_event"
 	heapscopeVarUnusedLib        = "unused_lib"
-	heapscopeVarWakeupBytes      = "wakeup_bytes"
+	heapscopeVarWakeupMask       = "wakeup_mask"
 )
 
 // loadHeapscope returns the embedded CollectionSpec for heapscope.
@@ -208,7 +208,7 @@ type heapscopeVariableSpecs struct {
 	StackKinds  *ebpf.VariableSpec `ebpf:"stack_kinds"`
 	UnusedEvent *ebpf.VariableSpec `ebpf:"unused_event"`
 	UnusedLib   *ebpf.VariableSpec `ebpf:"unused_lib"`
-	WakeupBytes *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
+	WakeupMask  *ebpf.VariableSpec `ebpf:"wakeup_mask"`
 }
 
 // heapscopeObjects contains all objects after they have been loaded into the kernel.
@@ -261,7 +261,7 @@ type heapscopeVariables struct {
 	StackKinds  *ebpf.Variable `ebpf:"stack_kinds"`
 	UnusedEvent *ebpf.Variable `ebpf:"unused_event"`
 	UnusedLib   *ebpf.Variable `ebpf:"unused_lib"`
-	WakeupBytes *ebpf.Variable `ebpf:"wakeup_bytes"`
+	WakeupMask  *ebpf.Variable `ebpf:"wakeup_mask"`
 }
 
 // heapscopePrograms contains all programs after they have been loaded into the kernel.

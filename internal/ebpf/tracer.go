@@ -155,11 +155,11 @@ func (t *Tracer) load() error {
 		}
 		return nil
 	}
-	wakeup := uint64(t.cfg.RingSize / 4)
+	wakeupMask := ^uint64(t.cfg.RingSize/4 - 1) // RingSize is a power of two
 	if err := errors.Join(
 		set("aggregate", boolByte(t.cfg.Mode == Aggregate)),
 		set("families", uint32(t.cfg.Families)),
-		set("wakeup_bytes", wakeup),
+		set("wakeup_mask", wakeupMask),
 		set("stack_kinds", stackMask(t.cfg.Stacks)),
 	); err != nil {
 		return err

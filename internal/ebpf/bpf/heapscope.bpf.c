@@ -29,7 +29,7 @@ char LICENSE[] SEC("license") = "Dual MIT/GPL";
 // Set at load time.
 volatile const __u8 aggregate;         // aggregate mode, else stream
 volatile const __u32 families;         // FAMILY_* enabled
-volatile const __u64 wakeup_bytes = 1; // stream: wake the consumer once this much is queued
+volatile const __u64 wakeup_mask = ~0ULL; // stream: ~(W-1), W (a power of two) the bytes queued between wakeups
 
 // Changed while tracing (SetStacks).
 volatile __u8 stack_kinds; // 1 << KIND_*: kinds that carry a stack
@@ -292,8 +292,15 @@ static __always_inline void record(__u8 kind, __u8 func, __u8 heap, __u64 addr, 
 		return;
 	}
 
+	// Wake the consumer when the queued data crosses a multiple of W
+	// (a quarter of the ring), not for every event above it: a wakeup is an
+	// inter-processor interrupt, which in a VM costs an exit. (The
+	// consumer sleeps only with the ring empty; a crossing missed in a
+	// race between CPUs is made up at the next multiple, or by the
+	// consumer's deadline.)
+	__u64 avail = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
 	__u64 wakeup = BPF_RB_NO_WAKEUP;
-	if (bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) + sizeof(struct event) >= wakeup_bytes)
+	if (((avail + sizeof(struct event)) & wakeup_mask) != (avail & wakeup_mask))
 		wakeup = BPF_RB_FORCE_WAKEUP;
 	struct event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 	if (!e) {
