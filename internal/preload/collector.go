@@ -42,11 +42,12 @@ type Collector struct {
 	beat  *uint64
 	clk   *clock
 
-	mu      sync.Mutex
+	mu      sync.Mutex // guards the fields below, and the control block's life
 	reqs    []request
 	closing bool // Close was called: no new processes
 	stopped bool // the pump is done: no requests at all
 	conns   map[*net.UnixConn]struct{}
+	stacks  event.KindSet
 
 	statsMu sync.Mutex
 	stats   event.Stats
@@ -146,6 +147,7 @@ func (c *Collector) setup() error {
 
 	useTSC := tscUsable() && !forceMonotonic
 	c.clk = newClock(useTSC)
+	c.stacks = c.cfg.Stacks &^ NoStacks
 	le := binary.LittleEndian
 	le.PutUint32(c.ctl[ctlMagic:], hsMagic)
 	le.PutUint32(c.ctl[ctlVersion:], hsVersion)
@@ -179,10 +181,12 @@ func (c *Collector) release() {
 	if c.ln != nil {
 		c.ln.Close()
 	}
+	c.mu.Lock()
 	if c.ctl != nil {
 		unix.Munmap(c.ctl)
-		c.ctl = nil
+		c.ctl, c.state, c.bell, c.sleep, c.beat = nil, nil, nil, nil, nil
 	}
+	c.mu.Unlock()
 	if c.ctlFD >= 0 {
 		unix.Close(c.ctlFD)
 		c.ctlFD = -1
@@ -229,7 +233,8 @@ func (c *Collector) Prepare(cmd *exec.Cmd) error {
 
 // Exited reports that the process pid, started by the caller, ended with
 // exit status status, or was killed by signal (then status is ignored). Its
-// Exit record carries them; without this call it carries -1.
+// Exit record carries them (Status 128+signal when killed); without this
+// call it carries -1.
 func (c *Collector) Exited(pid int, status, signal int) {
 	c.enqueue(request{kind: reqExited, pid: uint32(pid), status: status, signal: signal})
 }
@@ -248,6 +253,7 @@ func (c *Collector) SetStacks(s event.KindSet) error {
 	for {
 		old := atomic.LoadUint32(c.state)
 		if atomic.CompareAndSwapUint32(c.state, old, old&^stateStacks|stackBits(s)) {
+			c.stacks = s &^ NoStacks
 			return nil
 		}
 	}
@@ -255,7 +261,9 @@ func (c *Collector) SetStacks(s event.KindSet) error {
 
 // Stacks returns the kinds that currently carry a stack.
 func (c *Collector) Stacks() event.KindSet {
-	return event.KindSet(atomic.LoadUint32(c.state) & stateStacks)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stacks
 }
 
 // Flush returns once every event published before the call has reached the
@@ -297,8 +305,8 @@ func (c *Collector) Close() error {
 	}
 	done := make(chan error, 1)
 	c.reqs = append(c.reqs, request{kind: reqClose, done: done})
-	c.mu.Unlock()
 	c.kick()
+	c.mu.Unlock()
 	c.closeErr = <-done
 	<-c.done
 	// Stop accepting, then end every connection: processes that connect
@@ -352,12 +360,12 @@ func (c *Collector) enqueue(r request) bool {
 		return false
 	}
 	c.reqs = append(c.reqs, r)
-	c.mu.Unlock()
 	c.kick()
+	c.mu.Unlock()
 	return true
 }
 
-// kick wakes the pump.
+// kick wakes the pump. c.mu is held: the control block is mapped.
 func (c *Collector) kick() {
 	atomic.AddUint32(c.bell, 1)
 	futexWake(c.bell, 1)

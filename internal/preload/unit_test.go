@@ -324,6 +324,10 @@ func TestClosed(t *testing.T) {
 	if err := c.SetStacks(1 << 7); !errors.Is(err, errs.ErrInvalidFlags) {
 		t.Errorf("SetStacks(bad): %v", err)
 	}
+	if got := c.Stacks(); got != DefaultStacks {
+		t.Errorf("Stacks() after Close = %v", got)
+	}
+	c.Exited(1, 0, 0) // ignored, harmless
 	if _, err := os.Stat(c.sock); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("socket still there after Close: %v", err)
 	}
