@@ -361,6 +361,23 @@ func TestFlush(t *testing.T) {
 	}
 }
 
+// TestFlushInterval sees a running process's events reach the sink without
+// a Flush, once the interval passed. (The deadline is generous: this checks
+// that idle threads' events are delivered at all, not how fast.)
+func TestFlushInterval(t *testing.T) {
+	bin := testutil.MustBuild(t, "preload_wait", testutil.Options{})
+	const n = 3000
+	s := start(t, Config{FlushInterval: 20 * time.Millisecond}, bin, strconv.Itoa(n))
+	s.expect(t, "phase 1")
+	deadline := time.Now().Add(10 * time.Second)
+	for s.c.Stats().Delivered < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("after 10s, %d events delivered, want at least %d", s.c.Stats().Delivered, n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // TestClosedSessionScrubsEnv ends the session under a running process: it
 // stops tracing and the program it execs inherits none of the preload
 // environment.
