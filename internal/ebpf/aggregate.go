@@ -27,23 +27,39 @@ func (t *Tracer) snapshot(pids []int, final bool) {
 	for _, p := range pids {
 		pid := uint32(p)
 		sn := event.Snapshot{PID: pid, Time: now, Final: final}
+		// Frees are derived: a block a stack allocated is live or was
+		// freed. Of a running process the two maps are read at
+		// slightly different times; a count that comes out negative
+		// (a block allocated between the reads) is taken as 0.
+		type sum struct{ n, bytes uint64 }
+		liveBy := map[uint64]sum{}
 		for _, e := range live[pid] {
 			sn.Live = append(sn.Live, event.LiveBlock{
 				Addr: e.k.Addr, Size: e.v.Size, Time: int64(e.v.Time),
 				Stack: t.stackID(pid, e.v.Stack),
 			})
+			s := liveBy[e.v.Stack]
+			liveBy[e.v.Stack] = sum{s.n + 1, s.bytes + e.v.Size}
 		}
 		sort.Slice(sn.Live, func(i, j int) bool { return sn.Live[i].Addr < sn.Live[j].Addr })
 		for _, e := range totals[pid] {
+			l := liveBy[e.k.Stack]
 			sn.Totals = append(sn.Totals, event.StackTotal{
 				Stack:  t.stackID(pid, e.k.Stack),
 				Allocs: e.v.Allocs, AllocBytes: e.v.AllocBytes,
-				Frees: e.v.Frees, FreeBytes: e.v.FreeBytes,
+				Frees: sub0(e.v.Allocs, l.n), FreeBytes: sub0(e.v.AllocBytes, l.bytes),
 			})
 		}
 		sort.Slice(sn.Totals, func(i, j int) bool { return sn.Totals[i].Stack < sn.Totals[j].Stack })
 		t.send(t.sink.Snapshot(sn))
 	}
+}
+
+func sub0(a, b uint64) uint64 {
+	if b > a {
+		return 0
+	}
+	return a - b
 }
 
 type liveEntry struct {
@@ -112,8 +128,6 @@ func (t *Tracer) readTotals(want map[uint32]bool) map[uint32][]totalEntry {
 		for _, v := range perCPU {
 			sum.Allocs += v.Allocs
 			sum.AllocBytes += v.AllocBytes
-			sum.Frees += v.Frees
-			sum.FreeBytes += v.FreeBytes
 		}
 		out[k.Tgid] = append(out[k.Tgid], totalEntry{k, sum})
 	}

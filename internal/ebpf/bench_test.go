@@ -100,6 +100,20 @@ func BenchmarkTracer(b *testing.B) {
 		reportNs(b, w, "ns_per_pair", "ns/pair")
 		reportNs(b, w, "cpu_ns_per_pair", "cpu-ns/pair")
 	})
+	b.Run("untraced-while-another-is-traced", func(b *testing.B) {
+		// Probes are per process: a process not traced does not trap,
+		// even in the same libc.
+		other := startWorkloadNoReady(b, bin, "1", "1", "wait")
+		tr := newTracer(b, Config{Families: event.FamilyAll, Stacks: allStacks}, event.Discard)
+		if err := tr.Attach(other.pid()); err != nil {
+			b.Fatal(err)
+		}
+		w := startWorkloadNoReady(b, bin, strconv.Itoa(b.N), "1", "wait")
+		b.ResetTimer()
+		w.release(b)
+		reportNs(b, w, "ns_per_pair", "ns/pair")
+		reportNs(b, w, "cpu_ns_per_pair", "cpu-ns/pair")
+	})
 	for _, c := range []struct {
 		name string
 		cfg  *Config

@@ -87,8 +87,6 @@ type heapscopeTotalVal struct {
 	_          structs.HostLayout
 	Allocs     uint64
 	AllocBytes uint64
-	Frees      uint64
-	FreeBytes  uint64
 }
 
 // Names of all BPF objects in the ELF.

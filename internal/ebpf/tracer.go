@@ -40,6 +40,7 @@ type Tracer struct {
 	done     chan struct{}
 	doneOnce sync.Once
 	closing  chan struct{} // closed when Close begins
+	finished chan struct{} // closed when Close ends
 
 	// out serializes what is sent to the sink, and guards the tables that
 	// decide what has been sent.
@@ -107,6 +108,7 @@ func New(cfg Config, sink event.Sink) (*Tracer, error) {
 		procs:     map[int]*tracee{},
 		done:      make(chan struct{}),
 		closing:   make(chan struct{}),
+		finished:  make(chan struct{}),
 		known:     map[uint32]bool{},
 		stacks:    map[stackKey]event.StackID{},
 		nextStack: map[uint32]event.StackID{},
@@ -359,9 +361,7 @@ func (t *Tracer) Close() error {
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
-		// Wait for the first Close to finish.
-		t.attachMu.Lock()
-		t.attachMu.Unlock()
+		<-t.finished // the first Close's
 		return t.sinkError()
 	}
 	t.closed = true
@@ -412,6 +412,7 @@ func (t *Tracer) Close() error {
 	}
 	t.out.Unlock()
 	t.closeDone()
+	close(t.finished)
 	return err
 }
 

@@ -148,11 +148,11 @@ struct total_key {
 	__u64 stack;
 };
 
+// What a stack allocated (blocks that were then live). What it freed is
+// what of that is no longer live.
 struct total_val {
 	__u64 allocs;
 	__u64 alloc_bytes;
-	__u64 frees;
-	__u64 free_bytes;
 };
 
 #endif
