@@ -47,7 +47,7 @@ func (t *Tracer) Attach(pid int, opts ...AttachOption) error {
 	t.attachMu.Lock()
 	defer t.attachMu.Unlock()
 	t.mu.Lock()
-	closed, _ := t.closed, 0
+	closed := t.closed
 	_, traced := t.procs[pid]
 	t.mu.Unlock()
 	if closed {
@@ -60,13 +60,15 @@ func (t *Tracer) Attach(pid int, opts ...AttachOption) error {
 		return fmt.Errorf("ebpf: pid %d: %w", pid, errs.ErrNoSuchProcess)
 	}
 
-	// The pidfd pins the process's identity: everything below is about the
-	// process it names, or fails.
+	// The pidfd watches for this process's exit: a later process reusing
+	// the pid is not mistaken for it.
 	pidfd, err := unix.PidfdOpen(pid, 0)
-	if err != nil {
-		if errors.Is(err, unix.ESRCH) {
-			return fmt.Errorf("ebpf: pid %d: %w", pid, errs.ErrNoSuchProcess)
-		}
+	switch {
+	case errors.Is(err, unix.ESRCH):
+		return fmt.Errorf("ebpf: pid %d: %w", pid, errs.ErrNoSuchProcess)
+	case errors.Is(err, unix.EINVAL):
+		return fmt.Errorf("ebpf: pid %d is a thread, not a process: %w", pid, errs.ErrNoSuchProcess)
+	case err != nil:
 		return fmt.Errorf("ebpf: pid %d: pidfd_open: %w", pid, err)
 	}
 	p := &tracee{pid: pid, pidfd: pidfd, launched: o.launched, report: make(chan exitStatus, 1)}

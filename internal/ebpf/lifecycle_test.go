@@ -266,8 +266,22 @@ func TestAttachErrors(t *testing.T) {
 	if err := tr.Attach(1 << 30); !errors.Is(err, errs.ErrNoSuchProcess) || !strings.Contains(err.Error(), strconv.Itoa(1<<30)) {
 		t.Errorf("Attach(no such pid) = %v", err)
 	}
-	// A zombie: exited, not reaped.
+	// A thread that is not a process's main thread.
 	bin := testutil.MustBuild(t, "ebpf_count", testutil.Options{})
+	threads := startWorkload(t, bin, "1", "2")
+	tids, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", threads.pid()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range tids {
+		if tid, _ := strconv.Atoi(d.Name()); tid != threads.pid() {
+			if err := tr.Attach(tid); !errors.Is(err, errs.ErrNoSuchProcess) {
+				t.Errorf("Attach(thread %d) = %v", tid, err)
+			}
+			break
+		}
+	}
+	// A zombie: exited, not reaped.
 	w := startWorkload(t, bin, "1", "1")
 	w.stdin.Close() // both waits end, it exits
 	for i := 0; i < 500; i++ {
