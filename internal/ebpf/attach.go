@@ -66,7 +66,7 @@ func (t *Tracer) Attach(pid int, opts ...AttachOption) error {
 	switch {
 	case errors.Is(err, unix.ESRCH):
 		return fmt.Errorf("ebpf: pid %d: %w", pid, errs.ErrNoSuchProcess)
-	case errors.Is(err, unix.EINVAL):
+	case errors.Is(err, unix.EINVAL), errors.Is(err, unix.ENOENT):
 		return fmt.Errorf("ebpf: pid %d is a thread, not a process: %w", pid, errs.ErrNoSuchProcess)
 	case err != nil:
 		return fmt.Errorf("ebpf: pid %d: pidfd_open: %w", pid, err)
