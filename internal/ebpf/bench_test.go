@@ -3,6 +3,7 @@ package ebpf
 import (
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -126,16 +127,28 @@ func BenchmarkTracer(b *testing.B) {
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			w := startWorkloadNoReady(b, bin, strconv.Itoa(b.N), "1", "wait")
+			var tr *Tracer
 			if c.cfg != nil {
-				tr := newTracer(b, *c.cfg, event.Discard)
+				tr = newTracer(b, *c.cfg, event.Discard)
 				if err := tr.Attach(w.pid()); err != nil {
 					b.Fatal(err)
 				}
 			}
+			cpu0 := selfCPU()
 			b.ResetTimer()
 			w.release(b)
 			reportNs(b, w, "ns_per_pair", "ns/pair")
 			reportNs(b, w, "cpu_ns_per_pair", "cpu-ns/pair")
+			if tr != nil {
+				// What the consumer (this process) spent per call
+				// delivered, on another CPU.
+				if err := tr.Flush(); err != nil {
+					b.Fatal(err)
+				}
+				if st := tr.Stats(); st.Delivered > 0 && c.cfg.Mode == Stream {
+					b.ReportMetric(float64(selfCPU()-cpu0)/float64(st.Delivered), "consumer-cpu-ns/event")
+				}
+			}
 		})
 	}
 }
@@ -185,4 +198,11 @@ func attachFloor(b *testing.B, pid int) {
 	if n != 2 {
 		b.Fatalf("found %d of malloc and free", n)
 	}
+}
+
+// selfCPU is this process's CPU time, user and system, in nanoseconds.
+func selfCPU() int64 {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return ru.Utime.Nano() + ru.Stime.Nano()
 }
