@@ -6,6 +6,7 @@ import (
 	"os"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/features"
 	"golang.org/x/sys/unix"
 
@@ -30,13 +31,16 @@ func Available() error {
 	for _, t := range []struct {
 		name string
 		mt   ebpf.MapType
-	}{{"BPF ring buffers", ebpf.RingBuf}, {"BPF task storage", ebpf.TaskStorage}, {"BPF stack maps", ebpf.StackTrace}} {
+	}{{"BPF ring buffers", ebpf.RingBuf}, {"BPF task storage", ebpf.TaskStorage}} {
 		if err := features.HaveMapType(t.mt); err != nil {
 			return unavailable(t.name, err)
 		}
 	}
 	if err := features.HaveProgramType(ebpf.Kprobe); err != nil {
 		return unavailable("kprobe/uprobe programs", err)
+	}
+	if err := features.HaveProgramHelper(ebpf.Kprobe, asm.FnLoop); err != nil {
+		return unavailable("the bpf_loop helper (Linux 5.17)", err)
 	}
 	if _, err := os.Stat("/sys/bus/event_source/devices/uprobe"); err != nil {
 		return unavailable("the uprobe PMU", err)
