@@ -1,0 +1,559 @@
+package tracefile
+
+import (
+	"fmt"
+
+	"github.com/klauspost/compress/zstd"
+
+	"github.com/heapscope/heapscope/event"
+)
+
+// The timeline section holds a chunk's timed records: events, exits and
+// snapshot parts. It is stored column by column (one stream per field) so
+// that the compressor sees each field's regularities on their own: the ops
+// of a loop repeat exactly even when its timings do not.
+
+// histBits sizes the encoder's table of recent addresses. A free usually
+// names a block allocated shortly before, and glibc's tcache hands out the
+// block freed last: both are found here and stored as a short distance
+// back into the chunk's address history instead of an address.
+const histBits = 10
+
+type histEntry struct {
+	addr uint64
+	pos  uint32 // index in the chunk's address history
+	gen  uint32 // chunk generation; a stale entry is a miss
+}
+
+// timelineEncoder builds one chunk's timeline section.
+type timelineEncoder struct {
+	s        [numStreams][]byte
+	records  int
+	events   int
+	res      int64  // time resolution, ns: times are stored in these units
+	base     int64  // time of the first record, in units
+	prevTime int64  // in units
+	run      uint64 // records since the last with a nonzero time delta
+	minTime  int64  // ns
+	maxTime  int64
+
+	// Threads and heaps are stored as (value, k) pairs: the value for one
+	// event and the k after it.
+	lastKey  uint64 // pid<<32 | tid of the last event; valid when events > 0
+	slotRun  uint64
+	lastHeap event.Heap
+	heapRun  uint64
+	flags    []byte            // per event of a block: evNew, evOld, evSized
+	keys     []uint64          // the chunk's threads, by slot
+	slots    map[uint64]uint32 // the same, once there are many
+
+	histN uint32
+	pred  addrPred
+	gen   uint32
+	table *[1 << histBits]histEntry
+}
+
+func newTimelineEncoder(res int64) *timelineEncoder {
+	return &timelineEncoder{res: res, slots: make(map[uint64]uint32), table: new([1 << histBits]histEntry), gen: 1,
+		flags: make([]byte, 512)}
+}
+
+// reset empties the encoder for the next chunk, keeping its buffers.
+func (e *timelineEncoder) reset() {
+	for i := range e.s {
+		e.s[i] = e.s[i][:0]
+	}
+	e.records, e.events = 0, 0
+	e.keys = e.keys[:0]
+	clear(e.slots)
+	e.histN, e.pred = 0, addrPred{}
+	e.gen++
+	if e.gen == 0 { // wrapped: stale entries could look current
+		clear(e.table[:])
+		e.gen = 1
+	}
+}
+
+// rawSize is the size of the section if it were finished now, give or take
+// a few bytes of framing.
+func (e *timelineEncoder) rawSize() int {
+	n := 32
+	for i := range e.s {
+		n += len(e.s[i]) + 4
+	}
+	return n
+}
+
+// time adds a record's time, rounded towards zero to the resolution.
+func (e *timelineEncoder) time(t int64) {
+	u := t
+	if e.res > 1 {
+		u = t / e.res
+		t = u * e.res
+	}
+	if e.records == 0 {
+		e.base, e.prevTime, e.minTime, e.maxTime = u, u, t, t
+	}
+	// Times are stored as (delta, k) pairs: a record with the delta, then k
+	// records with none. At a coarse resolution most deltas are 0.
+	switch d := u - e.prevTime; {
+	case d == 0 && e.records > 0:
+		e.run++
+	default:
+		if e.records > 0 {
+			e.s[sTimeRuns] = appendUvarint(e.s[sTimeRuns], e.run)
+		}
+		e.s[sTimes] = appendVarint(e.s[sTimes], d)
+		e.run = 0
+	}
+	e.prevTime = u
+	if t < e.minTime {
+		e.minTime = t
+	}
+	if t > e.maxTime {
+		e.maxTime = t
+	}
+	e.records++
+}
+
+// slot returns the thread slot of key (pid<<32 | tid), making one (and
+// storing pid and tid in the thread table) if it is new in this chunk.
+func (e *timelineEncoder) slot(key uint64) uint32 {
+	// Few threads share a chunk: search them before using the map.
+	if len(e.keys) <= 16 {
+		for i, k := range e.keys {
+			if k == key {
+				return uint32(i)
+			}
+		}
+	} else if s, ok := e.slots[key]; ok {
+		return s
+	}
+	s := uint32(len(e.keys))
+	e.keys = append(e.keys, key)
+	if len(e.keys) > 16 {
+		if len(e.keys) == 17 {
+			for i, k := range e.keys {
+				e.slots[k] = uint32(i)
+			}
+		}
+		e.slots[key] = s
+	}
+	e.s[sThreadDefs] = appendUvarint(appendUvarint(e.s[sThreadDefs], key>>32), key&(1<<32-1))
+	return s
+}
+
+// Addresses are stored as one varint c:
+//
+//	c = 0           a null address
+//	c = 2d, d > 0   the address d places back in the chunk's address history
+//	c = 2z+1        z = zigzag(address - prediction), z < maxZ
+//	c = 2maxZ+1     followed by the address itself (a rare huge jump)
+//
+// The prediction for a new block (alloc, the block a realloc returns, mmap)
+// is the end of the previous new block that was not found in the history,
+// rounded as glibc's malloc carves blocks from the top of the heap:
+// consecutive new blocks are adjacent. For a block being released it is the
+// previous such address that was not found in the history (blocks are
+// often released in the order they were made).
+const maxZ = 1<<63 - 1
+
+// chunkEnd is where glibc would place the block after one of size bytes at
+// a: a header of 8 bytes, 16-byte alignment, 32 bytes at least.
+func chunkEnd(a, size uint64) uint64 {
+	c := (size + 8 + 15) &^ 15
+	if c < 32 || size > 1<<62 {
+		c = 32
+	}
+	return a + c
+}
+
+// addrPred holds the state of the address predictions.
+type addrPred struct {
+	newPred  uint64 // prediction for the next new block
+	freePred uint64 // prediction for the next released block
+}
+
+// encodeAddr appends the code for a to b (see above) and records a in the
+// history.
+func encodeAddr(b []byte, a uint64, isNew bool, size uint64, table *[1 << histBits]histEntry, gen uint32, histN *uint32, pred *addrPred) []byte {
+	if a == 0 {
+		return append(b, 0)
+	}
+	h := &table[(a>>4)*0x9E3779B97F4A7C15>>(64-histBits)]
+	if h.addr == a && h.gen == gen {
+		b = putUvarint(b, uint64(*histN-h.pos)<<1)
+	} else {
+		p := &pred.freePred
+		if isNew {
+			p = &pred.newPred
+		}
+		if z := zigzag(int64(a - *p)); z < maxZ {
+			b = putUvarint(b, z<<1|1)
+		} else {
+			b = appendUvarint(appendUvarint(b, maxZ<<1|1), a)
+		}
+		if isNew {
+			*p = chunkEnd(a, size)
+		} else {
+			*p = a
+		}
+	}
+	h.addr, h.pos, h.gen = a, *histN, gen
+	*histN++
+	return b
+}
+
+// addEvents encodes evs one stream at a time: each pass keeps its stream
+// and state in registers, where encoding every field of an event in turn
+// would spill them all.
+func (e *timelineEncoder) addEvents(evs []event.Event) {
+	for len(evs) > 0 {
+		n := min(len(evs), len(e.flags))
+		e.addBlock(evs[:n])
+		evs = evs[n:]
+	}
+}
+
+func (e *timelineEncoder) addBlock(evs []event.Event) {
+	flags := e.flags[:len(evs)]
+
+	// Times.
+	{
+		times, runs := e.s[sTimes], e.s[sTimeRuns]
+		res, prev, run, records := e.res, e.prevTime, e.run, e.records
+		minT, maxT := e.minTime, e.maxTime
+		qU, qLo := int64(0), int64(-1) // the last quotient t/res, and qU*res
+		for i := range evs {
+			t := evs[i].Time
+			u := t
+			if res > 1 {
+				// Most times fall in the same step as the one before:
+				// skip the division (tens of cycles) for them.
+				if t >= qLo && t < qLo+res && qLo >= 0 {
+					u = qU
+				} else {
+					u = t / res
+					qU, qLo = u, u*res
+				}
+				t = u * res
+			}
+			if records == 0 {
+				e.base, prev, minT, maxT = u, u, t, t
+			}
+			if d := u - prev; d == 0 && records > 0 {
+				run++
+			} else {
+				if records > 0 {
+					runs = putUvarint(runs, run)
+				}
+				times = putUvarint(times, zigzag(d))
+				run = 0
+			}
+			prev = u
+			minT, maxT = min(minT, t), max(maxT, t)
+			records++
+		}
+		e.s[sTimes], e.s[sTimeRuns] = times, runs
+		e.prevTime, e.run, e.records = prev, run, records
+		e.minTime, e.maxTime = minT, maxT
+	}
+
+	// Ops, and the flags that say which fields each event stores.
+	{
+		ops, ext := e.s[sOps], e.s[sExt]
+		for i := range evs {
+			ev := &evs[i]
+			k, f := ev.Kind, ev.Func
+			fl := opFlags[k&7]
+			if k-1 < 7 && f < 32 && (fl&evOld != 0 || ev.OldAddr|ev.OldSize == 0) && (fl&evSized != 0 || ev.Size == 0) {
+				ops = append(ops, byte(k)<<5|byte(f))
+			} else {
+				ops = append(ops, opEventExt)
+				ext = append(ext, byte(k), byte(f))
+				fl = evOld | evSized
+				if isNew(k) {
+					fl |= evNew
+				}
+			}
+			flags[i] = fl
+		}
+		e.s[sOps], e.s[sExt] = ops, ext
+	}
+
+	// Threads, as (slot, run) pairs.
+	{
+		threads := e.s[sThreads]
+		lastKey, slotRun, events := e.lastKey, e.slotRun, e.events
+		for i := range evs {
+			if key := uint64(evs[i].PID)<<32 | uint64(evs[i].TID); key == lastKey && events > 0 {
+				slotRun++
+			} else {
+				if events > 0 {
+					threads = putUvarint(threads, slotRun)
+				}
+				lastKey, slotRun = key, 0
+				threads = putUvarint(threads, uint64(e.slot(key)))
+			}
+			events++
+		}
+		e.s[sThreads], e.lastKey, e.slotRun = threads, lastKey, slotRun
+	}
+
+	// Heaps, as (heap, run) pairs.
+	{
+		heaps := e.s[sHeaps]
+		lastHeap, heapRun, events := e.lastHeap, e.heapRun, e.events
+		for i := range evs {
+			if h := evs[i].Heap; h == lastHeap && events > 0 {
+				heapRun++
+			} else {
+				if events > 0 {
+					heaps = putUvarint(heaps, heapRun)
+				}
+				lastHeap, heapRun = h, 0
+				heaps = putUvarint(heaps, uint64(h))
+			}
+			events++
+		}
+		e.s[sHeaps], e.lastHeap, e.heapRun = heaps, lastHeap, heapRun
+	}
+
+	// Stacks and sizes.
+	{
+		stacks, sizes := e.s[sStacks], e.s[sSizes]
+		for i := range evs {
+			stacks = putUvarint(stacks, uint64(evs[i].Stack))
+			if flags[i]&evSized != 0 {
+				sizes = putUvarint(sizes, evs[i].Size)
+			}
+		}
+		e.s[sStacks], e.s[sSizes] = stacks, sizes
+	}
+
+	// Addresses.
+	{
+		newAddrs, oldAddrs, oldSizes := e.s[sNewAddrs], e.s[sOldAddrs], e.s[sOldSizes]
+		table, gen, histN := e.table, e.gen, e.histN
+		for i := range evs {
+			ev := &evs[i]
+			fl := flags[i]
+			if fl&evOld != 0 {
+				oldAddrs = encodeAddr(oldAddrs, ev.OldAddr, false, 0, table, gen, &histN, &e.pred)
+				oldSizes = putUvarint(oldSizes, ev.OldSize)
+			}
+			// encodeAddr, inlined for the common case.
+			a := ev.Addr
+			h := &table[(a>>4)*0x9E3779B97F4A7C15>>(64-histBits)]
+			if a != 0 && h.addr == a && h.gen == gen {
+				c := uint64(histN-h.pos) << 1
+				if fl&evNew != 0 {
+					newAddrs = putUvarint(newAddrs, c)
+				} else {
+					oldAddrs = putUvarint(oldAddrs, c)
+				}
+				h.pos = histN
+				histN++
+			} else if fl&evNew != 0 {
+				newAddrs = encodeAddr(newAddrs, a, true, ev.Size, table, gen, &histN, &e.pred)
+			} else {
+				oldAddrs = encodeAddr(oldAddrs, a, false, 0, table, gen, &histN, &e.pred)
+			}
+		}
+		e.s[sNewAddrs], e.s[sOldAddrs], e.s[sOldSizes] = newAddrs, oldAddrs, oldSizes
+		e.histN = histN
+	}
+	e.events += len(evs)
+}
+
+// isNew reports whether an event of kind k makes the block at its Addr.
+func isNew(k event.Kind) bool {
+	return k == event.KindAlloc || k == event.KindRealloc || k == event.KindMmap
+}
+
+func (e *timelineEncoder) exit(x *event.Exit) {
+	e.time(x.Time)
+	e.s[sOps] = append(e.s[sOps], opExit)
+	m := appendUvarint(e.s[sMisc], uint64(x.PID))
+	m = appendVarint(m, int64(x.Status))
+	e.s[sMisc] = appendVarint(m, int64(x.Signal))
+}
+
+// Snapshot part flags.
+const (
+	snapFinal = 1 << 0 // event.Snapshot.Final
+	snapFirst = 1 << 1 // the first part of a snapshot
+	snapLast  = 1 << 2 // the last part
+)
+
+// snapshotPart stores live[...] and totals[...] as one part of snapshot s.
+func (e *timelineEncoder) snapshotPart(s *event.Snapshot, flags byte, live []event.LiveBlock, totals []event.StackTotal) {
+	e.time(s.Time)
+	e.s[sOps] = append(e.s[sOps], opSnapshot)
+	if s.Final {
+		flags |= snapFinal
+	}
+	// The blocks' times are kept exactly, relative to the snapshot's time
+	// as the reader will see it: rounded to the resolution.
+	st := s.Time
+	if e.res > 1 {
+		st = st / e.res * e.res
+	}
+	m := append(appendUvarint(e.s[sMisc], uint64(s.PID)), flags)
+	m = appendUvarint(m, uint64(len(live)))
+	var prev uint64
+	for i := range live {
+		l := &live[i]
+		m = appendVarint(m, int64(l.Addr-prev))
+		prev = l.Addr
+		m = appendUvarint(m, l.Size)
+		m = appendUvarint(m, uint64(l.Stack))
+		m = appendVarint(m, st-l.Time)
+	}
+	m = appendUvarint(m, uint64(len(totals)))
+	for i := range totals {
+		t := &totals[i]
+		m = appendUvarint(m, uint64(t.Stack))
+		m = appendUvarint(m, t.Allocs)
+		m = appendUvarint(m, t.AllocBytes)
+		m = appendUvarint(m, t.Frees)
+		m = appendUvarint(m, t.FreeBytes)
+	}
+	e.s[sMisc] = m
+}
+
+// finish appends the section to dst: the record count, the base time, the
+// raw and compressed length of each stream, then the streams, each a zstd
+// frame of its own (so that each gets its own entropy tables). It returns
+// the section and the total raw length of the streams.
+func (e *timelineEncoder) finish(enc *zstd.Encoder, dst []byte, scratch *[]byte) ([]byte, int) {
+	if e.records > 0 {
+		e.s[sTimeRuns] = appendUvarint(e.s[sTimeRuns], e.run)
+		// With no two records at the same time (exact times, usually) the
+		// runs are all 0: leave them out and save the reader a byte a
+		// record.
+		if allZero(e.s[sTimeRuns]) {
+			e.s[sTimeRuns] = e.s[sTimeRuns][:0]
+		}
+	}
+	if e.events > 0 {
+		e.s[sThreads] = appendUvarint(e.s[sThreads], e.slotRun)
+		e.s[sHeaps] = appendUvarint(e.s[sHeaps], e.heapRun)
+	}
+	comp := (*scratch)[:0]
+	var lens [numStreams]int
+	raw := 0
+	for i := range e.s {
+		n := len(comp)
+		if len(e.s[i]) > 0 {
+			comp = enc.EncodeAll(e.s[i], comp)
+		}
+		lens[i] = len(comp) - n
+		raw += len(e.s[i])
+	}
+	*scratch = comp
+	dst = appendUvarint(dst, uint64(e.records))
+	dst = appendVarint(dst, e.base)
+	for i := range e.s {
+		dst = appendUvarint(appendUvarint(dst, uint64(len(e.s[i]))), uint64(lens[i]))
+	}
+	return append(dst, comp...), raw
+}
+
+// snapshotBuilder joins the parts of a snapshot, which may span chunks.
+type snapshotBuilder struct {
+	cur    event.Snapshot
+	active bool // parts are being collected
+	keep   bool // the snapshot is in the window
+	ready  bool
+	// dropped counts parts that arrived without their first part (the
+	// chunk holding it was lost or overwritten).
+	dropped int
+}
+
+func (b *snapshotBuilder) reset() {
+	b.active, b.ready = false, false
+	b.cur = event.Snapshot{}
+}
+
+// part decodes the part at misc[i:] and returns the index after it.
+func (b *snapshotBuilder) part(misc []byte, i int, t int64, keep bool) (int, error) {
+	pid, i := uvarint(misc, i)
+	if i < 0 || i >= len(misc) || pid > 1<<32-1 {
+		return -1, fmt.Errorf("a snapshot's pid and flags")
+	}
+	flags := misc[i]
+	i++
+	first := flags&snapFirst != 0
+	switch {
+	case first:
+		b.cur = event.Snapshot{PID: uint32(pid), Time: t, Final: flags&snapFinal != 0}
+		b.active, b.keep = true, keep
+	case !b.active || b.cur.PID != uint32(pid) || b.cur.Time != t:
+		// A continuation whose start is gone: decode it and drop it.
+		b.active = false
+		b.dropped++
+	}
+	n, i := uvarint(misc, i)
+	// Every live block takes at least 4 bytes.
+	if i < 0 || n > uint64(len(misc)-i)/4 || uint64(len(b.cur.Live))+n > maxSnapshotEntries {
+		return -1, fmt.Errorf("a count of live blocks the stream can hold")
+	}
+	collect := b.active && b.keep
+	var prev uint64
+	for ; n > 0; n-- {
+		var d, tdelta int64
+		var size, stack uint64
+		d, i = varint(misc, i)
+		size, i = uvarint(misc, i)
+		stack, i = uvarint(misc, i)
+		tdelta, i = varint(misc, i)
+		if i < 0 || stack > 1<<32-1 {
+			return -1, fmt.Errorf("a live block (address, size, stack, time)")
+		}
+		a := prev + uint64(d)
+		prev = a
+		if collect {
+			b.cur.Live = append(b.cur.Live, event.LiveBlock{Addr: a, Size: size, Stack: event.StackID(stack), Time: t - tdelta})
+		}
+	}
+	n, i = uvarint(misc, i)
+	if i < 0 || n > uint64(len(misc)-i)/5 || uint64(len(b.cur.Totals))+n > maxSnapshotEntries {
+		return -1, fmt.Errorf("a count of stack totals the stream can hold")
+	}
+	for ; n > 0; n-- {
+		var v [5]uint64
+		for k := range v {
+			v[k], i = uvarint(misc, i)
+		}
+		if i < 0 || v[0] > 1<<32-1 {
+			return -1, fmt.Errorf("a stack total (stack, allocs, bytes, frees, bytes)")
+		}
+		if collect {
+			b.cur.Totals = append(b.cur.Totals, event.StackTotal{Stack: event.StackID(v[0]), Allocs: v[1], AllocBytes: v[2], Frees: v[3], FreeBytes: v[4]})
+		}
+	}
+	if flags&snapLast != 0 && b.active {
+		b.active = false
+		b.ready = b.keep
+	}
+	return i, nil
+}
+
+// done returns the completed snapshot, once.
+func (b *snapshotBuilder) done() *event.Snapshot {
+	if !b.ready {
+		return nil
+	}
+	b.ready = false
+	return &b.cur
+}
+
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}
