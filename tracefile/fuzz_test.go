@@ -1,0 +1,157 @@
+package tracefile
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+
+	"github.com/heapscope/heapscope/event"
+)
+
+// FuzzReader feeds the reader arbitrary files: it must never panic, never
+// allocate without bound, and fail only with a *FormatError (or an error
+// of the file system).
+func FuzzReader(f *testing.F) {
+	for _, seed := range fuzzSeeds(f) {
+		f.Add(seed)
+	}
+	path := filepath.Join(f.TempDir(), "fuzz.hst")
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if err := os.WriteFile(path, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		r, err := Open(path)
+		if err != nil {
+			var fe *FormatError
+			if !errors.As(err, &fe) || !(errors.Is(err, ErrCorrupt) || errors.Is(err, ErrTruncated)) {
+				t.Fatalf("Open: %v is not a FormatError wrapping ErrCorrupt or ErrTruncated", err)
+			}
+			return
+		}
+		defer r.Close()
+		for _, w := range []Window{{}, {From: 1e9 + 5000, To: 1e9 + 50000}} {
+			c := &counter{Sink: event.Discard}
+			if err := r.Replay(c, w); err != nil {
+				var fe *FormatError
+				if !errors.As(err, &fe) || !errors.Is(err, ErrCorrupt) {
+					t.Fatalf("Replay: %v is not a FormatError wrapping ErrCorrupt", err)
+				}
+			}
+		}
+		r.Header()
+		r.Warnings()
+	})
+}
+
+// fuzzSeeds writes small traces of every kind: each mode, every record
+// type, cut and damaged files.
+func fuzzSeeds(tb testing.TB) [][]byte {
+	dir := tb.TempDir()
+	var seeds [][]byte
+	add := func(path string) {
+		b, err := os.ReadFile(path)
+		check(tb, err)
+		seeds = append(seeds, b)
+	}
+	everyRecord := func(path string, h Header, o Options, flush bool) *Writer {
+		w, err := Create(path, h, o)
+		check(tb, err)
+		procs, mods, stacks, evs, exits, snaps, stats := everything()
+		for _, p := range procs {
+			check(tb, w.Process(p))
+		}
+		for _, m := range mods[:1] {
+			check(tb, w.Module(m))
+		}
+		for _, s := range stacks {
+			check(tb, w.Stack(s))
+		}
+		check(tb, w.Events(evs))
+		if flush {
+			check(tb, w.Flush())
+		}
+		check(tb, w.Snapshot(snaps[0]))
+		check(tb, w.Snapshot(snaps[1]))
+		check(tb, w.Exit(exits[0]))
+		check(tb, w.Stats(stats))
+		return w
+	}
+
+	p := filepath.Join(dir, "all.hst")
+	check(tb, everyRecord(p, testHeader(Sequential, 0), Options{TimeResolution: 1}, true).Close())
+	add(p)
+
+	p = filepath.Join(dir, "coarse.hst")
+	check(tb, everyRecord(p, testHeader(Sequential, 0), Options{}, false).Close())
+	add(p)
+
+	// Killed: no index.
+	p = filepath.Join(dir, "killed.hst")
+	w := everyRecord(p, testHeader(Sequential, 0), Options{TimeResolution: 1}, true)
+	check(tb, w.Flush())
+	add(p)
+	check(tb, w.Close())
+
+	// Synthetic events in a few chunks, one of them cut.
+	p = filepath.Join(dir, "synth.hst")
+	writeSynthFrom(tb, newSynth(3, 100, 3, 8), p, testHeader(Sequential, 0), Options{TimeResolution: 1}, 600, 200)
+	add(p)
+	seeds = append(seeds, seeds[len(seeds)-1][:len(seeds[len(seeds)-1])*2/3])
+
+	// A newfile series: its second file starts with a full chunk.
+	p = filepath.Join(dir, "nf-%d.hst")
+	w, err := Create(p, testHeader(NewFile, MinMaxSize), Options{TimeResolution: 1})
+	check(tb, err)
+	g := newSynth(4, 100, 2, 6)
+	check(tb, g.defs(w))
+	for w.Written() < MinMaxSize+MinMaxSize/2 {
+		evs := make([]event.Event, 256)
+		g.fill(evs)
+		check(tb, w.Events(evs))
+		check(tb, w.Flush())
+	}
+	check(tb, w.Close())
+	add(w.Files()[1])
+	return seeds
+}
+
+// TestFuzzSeedsCommitted checks that testdata/fuzz/FuzzReader holds the
+// current seeds; run with HEAPSCOPE_UPDATE_FUZZ=1 to write them.
+func TestFuzzSeedsCommitted(t *testing.T) {
+	seeds := fuzzSeeds(t)
+	dir := filepath.Join("testdata", "fuzz", "FuzzReader")
+	if os.Getenv("HEAPSCOPE_UPDATE_FUZZ") != "" {
+		check(t, os.MkdirAll(dir, 0o755))
+		for i, s := range seeds {
+			body := fmt.Sprintf("go test fuzz v1\n[]byte(%s)\n", strconv.Quote(string(s)))
+			check(t, os.WriteFile(filepath.Join(dir, fmt.Sprintf("seed-%d", i)), []byte(body), 0o644))
+		}
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil || len(entries) < len(seeds) {
+		t.Fatalf("%s: %d seeds (%v); run HEAPSCOPE_UPDATE_FUZZ=1 go test -run TestFuzzSeedsCommitted", dir, len(entries), err)
+	}
+	// Each committed seed reads back without error.
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		check(t, err)
+		var s string
+		if _, err := fmt.Sscanf(string(b), "go test fuzz v1\n[]byte(%q)\n", &s); err != nil {
+			t.Fatalf("%s: %v", e.Name(), err)
+		}
+		path := filepath.Join(t.TempDir(), "seed.hst")
+		check(t, os.WriteFile(path, []byte(s), 0o644))
+		r, err := Open(path)
+		if err != nil {
+			t.Errorf("%s: %v", e.Name(), err)
+			continue
+		}
+		if err := r.Replay(event.Discard, Window{}); err != nil {
+			t.Errorf("%s: %v", e.Name(), err)
+		}
+		r.Close()
+	}
+}
