@@ -1,0 +1,137 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/heapscope/heapscope/event"
+	"github.com/heapscope/heapscope/tracefile"
+)
+
+// writeInfoTrace writes a small trace: two processes, one exited, events of
+// three kinds, a snapshot, and stats with losses.
+func writeInfoTrace(t *testing.T, path string) {
+	t.Helper()
+	w, err := tracefile.Create(path, tracefile.Header{
+		Session: "demo", Provider: "preload", Hostname: "box", Kernel: "6.18.0", Clock: "CLOCK_MONOTONIC",
+		WallStart: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), MonoStart: 1e9,
+		Properties: []tracefile.Property{{Key: "BufferSize", Value: "64"}},
+	}, tracefile.Options{TimeResolution: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(w.Process(event.Process{PID: 41, PPID: 1, Time: 1e9, Exe: "/usr/bin/python3.11", Cmdline: []string{"python3", "-c", "pass"}}))
+	must(w.Process(event.Process{PID: 42, PPID: 41, Time: 1.5e9, Exe: "/bin/true", Cmdline: []string{"/bin/true"}}))
+	must(w.Module(event.Module{PID: 41, Start: 0x400000, End: 0x500000, Path: "/usr/bin/python3.11"}))
+	must(w.Stack(event.Stack{PID: 41, ID: 1, Frames: []uint64{0x401000}}))
+	var evs []event.Event
+	for i := 0; i < 1500; i++ {
+		evs = append(evs, event.Event{Time: 2e9 + int64(i)*1e6, PID: 41, TID: 41, Kind: event.KindAlloc, Func: event.FuncMalloc, Stack: 1, Addr: 0x1000 + uint64(i)*32, Size: 24})
+	}
+	for i := 0; i < 1000; i++ {
+		evs = append(evs, event.Event{Time: 4e9 + int64(i)*1e6, PID: 41, TID: 41, Kind: event.KindFree, Func: event.FuncFree, Addr: 0x1000 + uint64(i)*32})
+	}
+	evs = append(evs, event.Event{Time: 5e9, PID: 41, TID: 41, Kind: event.KindRealloc, Func: event.FuncRealloc, Addr: 0x9000, OldAddr: 0x1000 + 1499*32, Size: 100})
+	must(w.Events(evs))
+	must(w.Exit(event.Exit{PID: 42, Time: 5.5e9, Status: 137, Signal: 9}))
+	must(w.Snapshot(event.Snapshot{PID: 41, Time: 6e9}))
+	must(w.Stats(event.Stats{Time: 6e9, Delivered: 2510, Lost: [event.NumLostReasons]uint64{event.LostRingFull: 7, event.LostOther: 3}, Unmatched: 2}))
+	must(w.Close())
+}
+
+func TestInfo(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "demo.hst")
+	writeInfoTrace(t, path)
+	var out bytes.Buffer
+	if err := info(&out, path); err != nil {
+		t.Fatal(err)
+	}
+	got := out.String()
+	for _, want := range []string{
+		`session\s+demo`,
+		`provider\s+preload`,
+		`host\s+box, kernel 6.18.0`,
+		`started\s+2026-01-02 03:04:05.000000 UTC \(CLOCK_MONOTONIC 1.000000s\)`,
+		`mode\s+sequential\n`,
+		`format\s+version 1, times to 1ns`,
+		`properties\s+BufferSize=64`,
+		`processes\s+2\n`,
+		`pid 41 \(ppid 1\) python3 -c pass \[/usr/bin/python3.11\], traced from \+0.000000s\n`,
+		`pid 42 \(ppid 41\) /bin/true, traced from \+0.500000s, exited \+4.500000s status 137 \(signal 9\)`,
+		`modules\s+1\n`,
+		`stacks\s+1\n`,
+		`events\s+2,501\n`,
+		`\s+alloc\s+1,500\n`,
+		`\s+realloc\s+1\n`,
+		`\s+free\s+1,000\n`,
+		`time span\s+4s, from \+1.000000s to \+5.000000s`,
+		`snapshots\s+1\n`,
+		`delivered\s+2,510 events`,
+		`lost\s+10 events \(ring_full 7, other 3\)`,
+		`2 frees of blocks allocated before tracing`,
+		`warnings\s+none`,
+	} {
+		if !regexp.MustCompile(want).MatchString(got) {
+			t.Errorf("output lacks %q:\n%s", want, got)
+		}
+	}
+}
+
+func TestInfoCutFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "demo.hst")
+	writeInfoTrace(t, path)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Cut inside the last chunk (before the index): a warning, no error.
+	if err := os.WriteFile(path, b[:len(b)*3/4], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := info(&out, path); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "file cut at byte") {
+		t.Errorf("a cut file:\n%s", out.String())
+	}
+}
+
+func TestInfoErrors(t *testing.T) {
+	dir := t.TempDir()
+	notTrace := filepath.Join(dir, "notes.txt")
+	if err := os.WriteFile(notTrace, []byte("these are not the bytes you are looking for\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		code int
+		msg  string
+	}{
+		{[]string{"info", filepath.Join(dir, "missing.hst")}, 1, "no such file"},
+		{[]string{"info", notTrace}, 1, "not a heapscope trace file"},
+		{[]string{"info"}, 2, "takes one trace file"},
+		{[]string{"info", "a", "b"}, 2, "takes one trace file"},
+	} {
+		var out, errb bytes.Buffer
+		code := mainArgs(c.args, &out, &errb)
+		if code != c.code {
+			t.Errorf("%q: exit %d, want %d", c.args, code, c.code)
+		}
+		msg := errb.String()
+		if !strings.Contains(msg, c.msg) || strings.Count(strings.TrimSpace(msg), "\n") != 0 {
+			t.Errorf("%q: stderr %q, want one line with %q", c.args, msg, c.msg)
+		}
+	}
+}
