@@ -27,14 +27,14 @@ func (r *Report) WriteCollapsed(w io.Writer, m Metric) error {
 			continue
 		}
 		b.Reset()
-		if len(s.Stack) == 0 {
+		if s.depth() == 0 {
 			b.WriteString("[no stack]")
 		}
-		for i := len(s.Stack) - 1; i >= 0; i-- {
-			if i != len(s.Stack)-1 {
+		for i := s.depth() - 1; i >= 0; i-- {
+			if i != s.depth()-1 {
 				b.WriteByte(';')
 			}
-			b.WriteString(clean.Replace(frameName(s.Stack[i])))
+			b.WriteString(clean.Replace(s.table.name(s.ids[i])))
 		}
 		// Sites differing only in file or line collapse to the same names.
 		sums[b.String()] += v

@@ -1,9 +1,12 @@
 package report
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
+	"unicode/utf8"
 
 	"github.com/heapscope/heapscope/analyze"
 	"github.com/heapscope/heapscope/event"
@@ -137,7 +140,9 @@ type JSONStats struct {
 
 // Document builds the JSON document, with at most top sites in each list
 // when top > 0.
-func (r *Report) Document(top int) *JSON {
+func (r *Report) Document(top int) *JSON { return r.document(top, true) }
+
+func (r *Report) document(top int, sites bool) *JSON {
 	p := r.Profile
 	d := &JSON{
 		Version: JSONVersion,
@@ -207,18 +212,20 @@ func (r *Report) Document(top int) *JSON {
 		}
 		d.Window = w
 	}
-	for _, s := range r.sorted(byLeaked, top) {
-		d.Leaks = append(d.Leaks, JSONLive{Bytes: s.LeakedBytes, Blocks: s.LeakedBlocks, PIDs: s.PIDs, Stack: jsonStack(s.Stack)})
-	}
-	for _, s := range r.sorted(byPeak, top) {
-		d.Peak = append(d.Peak, JSONLive{Bytes: s.PeakBytes, Blocks: s.PeakBlocks, PIDs: s.PIDs, Stack: jsonStack(s.Stack)})
-	}
-	for _, s := range r.sortedAll(top) {
-		d.Allocations = append(d.Allocations, JSONSite{
-			Allocations: s.Allocations, Reallocations: s.Reallocations, Bytes: s.Bytes,
-			Temporary: s.Temporary, Frees: s.Frees, Failed: s.Failed,
-			LeakedBytes: s.LeakedBytes, PeakBytes: s.PeakBytes, PIDs: s.PIDs, Stack: jsonStack(s.Stack),
-		})
+	if sites {
+		for _, s := range r.sorted(byLeaked, top) {
+			d.Leaks = append(d.Leaks, JSONLive{Bytes: s.LeakedBytes, Blocks: s.LeakedBlocks, PIDs: s.PIDs, Stack: jsonStack(s.Stack())})
+		}
+		for _, s := range r.sorted(byPeak, top) {
+			d.Peak = append(d.Peak, JSONLive{Bytes: s.PeakBytes, Blocks: s.PeakBlocks, PIDs: s.PIDs, Stack: jsonStack(s.Stack())})
+		}
+		for _, s := range r.sortedAll(top) {
+			d.Allocations = append(d.Allocations, JSONSite{
+				Allocations: s.Allocations, Reallocations: s.Reallocations, Bytes: s.Bytes,
+				Temporary: s.Temporary, Frees: s.Frees, Failed: s.Failed,
+				LeakedBytes: s.LeakedBytes, PeakBytes: s.PeakBytes, PIDs: s.PIDs, Stack: jsonStack(s.Stack()),
+			})
+		}
 	}
 	if !p.Missing.Has(analyze.NoHistogram) {
 		for _, b := range p.Histogram {
@@ -248,9 +255,190 @@ func jsonStack(fs []symbolize.Frame) []JSONFrame {
 }
 
 // WriteJSON writes the report as one JSON document (see JSON.md): every
-// site, or at most top in each list when top > 0.
+// site, or at most top in each list when top > 0. It writes what Document
+// returns, streaming the sites rather than building them in memory, and
+// encoding each distinct frame once.
 func (r *Report) WriteJSON(w io.Writer, top int) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(r.Document(top))
+	d := r.document(top, false)
+	bw := bufio.NewWriterSize(w, 64<<10)
+	jw := &jsonWriter{w: bw, frames: make([][]byte, len(r.table.frames)), table: r.table}
+	jw.raw(`{"version":`)
+	jw.int(uint64(d.Version))
+	jw.field("trace", d.Trace)
+	jw.field("summary", d.Summary)
+	jw.raw(`,"leaks":[`)
+	for i, s := range r.sorted(byLeaked, top) {
+		jw.live(i, s.LeakedBytes, s.LeakedBlocks, s)
+	}
+	jw.raw(`],"peak":[`)
+	for i, s := range r.sorted(byPeak, top) {
+		jw.live(i, s.PeakBytes, s.PeakBlocks, s)
+	}
+	jw.raw(`],"allocations":[`)
+	for i, s := range r.sortedAll(top) {
+		jw.sep(i)
+		for j, v := range []uint64{s.Allocations, s.Reallocations, s.Bytes, s.Temporary, s.Frees, s.Failed, s.LeakedBytes, s.PeakBytes} {
+			jw.raw(siteFields[j])
+			jw.int(v)
+		}
+		jw.tail(s)
+	}
+	jw.raw("]")
+	jw.field("histogram", d.Histogram)
+	jw.field("timeline", d.Timeline)
+	jw.field("processes", d.Processes)
+	jw.field("limitations", d.Limitations)
+	jw.field("warnings", d.Warnings)
+	if d.Window != nil {
+		jw.field("window", d.Window)
+	}
+	if d.Stats != nil {
+		jw.field("stats", d.Stats)
+	}
+	jw.raw("}\n")
+	if jw.err != nil {
+		return jw.err
+	}
+	return bw.Flush()
+}
+
+// The fields of JSONSite before its pids, in order.
+var siteFields = []string{`{"allocations":`, `,"reallocations":`, `,"bytes":`, `,"temporary":`,
+	`,"frees":`, `,"failed":`, `,"leaked_bytes":`, `,"peak_bytes":`}
+
+// jsonWriter writes the parts of the JSON document; the first error sticks.
+type jsonWriter struct {
+	w      *bufio.Writer
+	buf    []byte
+	frames [][]byte // each frame's encoding, made on first use
+	table  *frameTable
+	err    error
+}
+
+func (j *jsonWriter) raw(s string) {
+	if j.err == nil {
+		_, j.err = j.w.WriteString(s)
+	}
+}
+
+func (j *jsonWriter) bytes(b []byte) {
+	if j.err == nil {
+		_, j.err = j.w.Write(b)
+	}
+}
+
+func (j *jsonWriter) int(v uint64) {
+	j.buf = strconv.AppendUint(j.buf[:0], v, 10)
+	j.bytes(j.buf)
+}
+
+func (j *jsonWriter) sep(i int) {
+	if i > 0 {
+		j.raw(",\n")
+	}
+}
+
+// field writes ,"name": and v encoded by encoding/json.
+func (j *jsonWriter) field(name string, v any) {
+	b, err := json.Marshal(v)
+	if err != nil && j.err == nil {
+		j.err = err
+	}
+	j.raw(`,"` + name + `":`)
+	j.bytes(b)
+}
+
+func (j *jsonWriter) live(i int, bytes, blocks uint64, s *Site) {
+	j.sep(i)
+	j.raw(`{"bytes":`)
+	j.int(bytes)
+	j.raw(`,"blocks":`)
+	j.int(blocks)
+	j.tail(s)
+}
+
+// tail writes a site's pids and stack and closes it.
+func (j *jsonWriter) tail(s *Site) {
+	j.raw(`,"pids":[`)
+	for i, pid := range s.PIDs {
+		if i > 0 {
+			j.raw(",")
+		}
+		j.int(uint64(pid))
+	}
+	j.raw(`],"stack":[`)
+	for i, id := range s.ids {
+		if i > 0 {
+			j.raw(",")
+		}
+		if j.frames[id] == nil {
+			j.frames[id] = appendFrame(nil, &j.table.frames[id])
+		}
+		j.bytes(j.frames[id])
+	}
+	j.raw("]}")
+}
+
+// appendFrame appends f as a JSONFrame object.
+func appendFrame(b []byte, f *symbolize.Frame) []byte {
+	b = append(b, `{"function":`...)
+	b = appendString(b, f.Function)
+	b = append(b, `,"file":`...)
+	b = appendString(b, f.File)
+	b = append(b, `,"line":`...)
+	b = strconv.AppendInt(b, int64(f.Line), 10)
+	b = append(b, `,"module":`...)
+	b = appendString(b, f.Module)
+	b = append(b, `,"address":"0x`...)
+	b = strconv.AppendUint(b, f.Address, 16)
+	b = append(b, `","offset":"0x`...)
+	b = strconv.AppendUint(b, f.Offset, 16)
+	b = append(b, `","inlined":`...)
+	b = strconv.AppendBool(b, f.Inlined)
+	return append(b, '}')
+}
+
+// appendString appends s as a JSON string: quotes, backslashes and control
+// characters escaped, invalid UTF-8 replaced by U+FFFD, as encoding/json
+// does (which also escapes <, > and &; this need not).
+func appendString(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c >= 0x20 && c != '"' && c != '\\' && c < utf8.RuneSelf {
+			i++
+			continue
+		}
+		if c < utf8.RuneSelf {
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\t':
+				b = append(b, '\\', 't')
+			case '\r':
+				b = append(b, '\\', 'r')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+			i++
+			start = i
+			continue
+		}
+		i += size
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
 }

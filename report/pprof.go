@@ -37,15 +37,16 @@ func (r *Report) Pprof() (*profile.Profile, error) {
 	p.DurationNanos = int64(r.Duration())
 	p.Comments = r.pprofComments()
 
+	var frames []symbolize.Frame
 	for _, s := range r.Sites {
-		for _, m := range s.members {
-			st := m.stack
+		for _, st := range s.members {
 			objs := st.Allocations + st.Reallocations - min(st.Failed, st.Allocations+st.Reallocations)
 			if objs == 0 && st.LiveBlocks == 0 {
 				continue
 			}
+			frames = r.frames(st, frames[:0])
 			p.Sample = append(p.Sample, &profile.Sample{
-				Location: b.locations(st.PID, m.frames),
+				Location: b.locations(st.PID, frames),
 				Value:    []int64{int64(objs), int64(st.Bytes), int64(st.LiveBlocks), int64(st.LiveBytes)},
 				NumLabel: map[string][]int64{"pid": {int64(st.PID)}},
 			})

@@ -47,10 +47,7 @@ type Trace struct {
 // Site is one call site: the stacks of one or more processes that are the
 // same once symbolized and stripped of allocator frames, with their totals.
 type Site struct {
-	// Stack is innermost first; Stack[0] is the innermost frame outside
-	// the allocator. Empty when the events had no stack.
-	Stack []symbolize.Frame
-	PIDs  []uint32 // the processes, ascending
+	PIDs []uint32 // the processes, ascending
 
 	Allocations   uint64
 	Reallocations uint64
@@ -63,21 +60,82 @@ type Site struct {
 	PeakBytes     uint64
 	PeakBlocks    uint64
 
-	// members are the profile's stacks merged into this site, with the
-	// frames kept for each, for the pprof export.
-	members []member
+	ids     []uint32 // the stack, as indices into the report's frame table
+	key     string   // ids as bytes: the identity sites merge by
+	table   *frameTable
+	members []*analyze.Stack // the profile's stacks merged into this site
 }
 
-type member struct {
-	stack  *analyze.Stack
-	frames []symbolize.Frame
+// Stack returns the site's stack, innermost first: Stack()[0] is the
+// innermost frame outside the allocator. It is empty when the events had
+// no stack. For a site of several processes, each frame's Address is that
+// of one of them.
+func (s *Site) Stack() []symbolize.Frame {
+	out := make([]symbolize.Frame, len(s.ids))
+	for i, id := range s.ids {
+		out[i] = s.table.frames[id]
+	}
+	return out
 }
+
+func (s *Site) depth() int                   { return len(s.ids) }
+func (s *Site) frame(i int) *symbolize.Frame { return &s.table.frames[s.ids[i]] }
 
 // Report is a profile, symbolized and merged into sites.
 type Report struct {
 	Trace   Trace
 	Profile *analyze.Profile
 	Sites   []*Site // in no particular order; the renderers sort
+
+	resolver Resolver
+	table    *frameTable
+}
+
+// frameTable interns frames: the same frame in thousands of stacks is
+// stored once, and a stack is a list of small indices.
+type frameTable struct {
+	frames []symbolize.Frame
+	index  map[frameKey]uint32
+	names  []string // frameName of each, made on first use
+}
+
+// frameKey is what a reader sees of a frame. Addresses are left out so
+// that the same code in several processes merges; a frame without a
+// function is known by its module and offset, one without a module by its
+// address.
+type frameKey struct {
+	function, file, module string
+	line                   int
+	offset, address        uint64
+	inlined                bool
+}
+
+func (t *frameTable) intern(f symbolize.Frame) uint32 {
+	k := frameKey{function: f.Function, file: f.File, module: f.Module, line: f.Line, inlined: f.Inlined}
+	switch {
+	case f.Function != "":
+	case f.Module != "":
+		k.offset = f.Offset
+	default:
+		k.address = f.Address
+	}
+	if id, ok := t.index[k]; ok {
+		return id
+	}
+	id := uint32(len(t.frames))
+	t.index[k] = id
+	t.frames = append(t.frames, f)
+	return id
+}
+
+func (t *frameTable) name(id uint32) string {
+	for len(t.names) <= int(id) {
+		t.names = append(t.names, "")
+	}
+	if t.names[id] == "" {
+		t.names[id] = frameName(t.frames[id])
+	}
+	return t.names[id]
 }
 
 // New symbolizes p's stacks with r and merges them into sites. r may be nil:
@@ -86,47 +144,92 @@ func New(p *analyze.Profile, t Trace, r Resolver) *Report {
 	if r == nil {
 		r = newModuleResolver(p.Modules)
 	}
-	rep := &Report{Trace: t, Profile: p}
-	byKey := map[string]*Site{}
-	var kb strings.Builder
+	return newReport(p, t, newSymTable(r))
+}
+
+// symTable resolves each return address of each process once, to the
+// indices of its frames in a frameTable. It is not safe for concurrent use.
+type symTable struct {
+	r     Resolver
+	table frameTable
+	addrs map[pidAddr][]uint32
+}
+
+type pidAddr struct {
+	pid  uint32
+	addr uint64
+}
+
+func newSymTable(r Resolver) *symTable {
+	return &symTable{r: r, table: frameTable{index: map[frameKey]uint32{}}, addrs: map[pidAddr][]uint32{}}
+}
+
+func (t *symTable) ids(pid uint32, addr uint64) []uint32 {
+	k := pidAddr{pid, addr}
+	if ids, ok := t.addrs[k]; ok {
+		return ids
+	}
+	fs := t.r.Frames(pid, addr)
+	ids := make([]uint32, len(fs))
+	for i, f := range fs {
+		ids[i] = t.table.intern(f)
+	}
+	t.addrs[k] = ids
+	return ids
+}
+
+func newReport(p *analyze.Profile, t Trace, st *symTable) *Report {
+	rep := &Report{Trace: t, Profile: p, resolver: st.r, table: &st.table}
+	bySite := map[string]*Site{}
+	var ids []uint32
+	var kb []byte
 	for i := range p.Stacks {
-		st := &p.Stacks[i]
-		frames := make([]symbolize.Frame, 0, len(st.Frames))
-		for _, a := range st.Frames {
-			frames = append(frames, r.Frames(st.PID, a)...)
+		stack := &p.Stacks[i]
+		ids = ids[:0]
+		for _, a := range stack.Frames {
+			ids = append(ids, st.ids(stack.PID, a)...)
 		}
-		frames = TrimAllocator(frames)
-		kb.Reset()
-		for _, f := range frames {
-			writeKey(&kb, f)
+		ids = ids[trimCut(len(ids), func(i int) *symbolize.Frame { return &st.table.frames[ids[i]] }):]
+		kb = kb[:0]
+		for _, id := range ids {
+			kb = append(kb, byte(id), byte(id>>8), byte(id>>16), byte(id>>24))
 		}
-		key := kb.String()
-		s := byKey[key]
+		s := bySite[string(kb)]
 		if s == nil {
-			s = &Site{Stack: frames}
-			byKey[key] = s
+			s = &Site{ids: append([]uint32(nil), ids...), key: string(kb), table: rep.table}
+			bySite[s.key] = s
 			rep.Sites = append(rep.Sites, s)
 		}
-		s.members = append(s.members, member{st, frames})
-		if n := len(s.PIDs); n == 0 || s.PIDs[n-1] != st.PID {
-			s.PIDs = append(s.PIDs, st.PID)
+		s.members = append(s.members, stack)
+		if n := len(s.PIDs); n == 0 || s.PIDs[n-1] != stack.PID {
+			s.PIDs = append(s.PIDs, stack.PID)
 		}
-		s.Allocations += st.Allocations
-		s.Reallocations += st.Reallocations
-		s.Failed += st.Failed
-		s.Bytes += st.Bytes
-		s.Frees += st.Frees
-		s.Temporary += st.Temporary
-		s.LeakedBytes += st.LiveBytes
-		s.LeakedBlocks += st.LiveBlocks
-		s.PeakBytes += st.PeakBytes
-		s.PeakBlocks += st.PeakBlocks
+		s.Allocations += stack.Allocations
+		s.Reallocations += stack.Reallocations
+		s.Failed += stack.Failed
+		s.Bytes += stack.Bytes
+		s.Frees += stack.Frees
+		s.Temporary += stack.Temporary
+		s.LeakedBytes += stack.LiveBytes
+		s.LeakedBlocks += stack.LiveBlocks
+		s.PeakBytes += stack.PeakBytes
+		s.PeakBlocks += stack.PeakBlocks
 	}
 	for _, s := range rep.Sites {
 		sort.Slice(s.PIDs, func(i, j int) bool { return s.PIDs[i] < s.PIDs[j] })
 		s.PIDs = dedup(s.PIDs)
 	}
 	return rep
+}
+
+// frames appends st's frames, symbolized with their own addresses and
+// without the allocator's, to buf.
+func (r *Report) frames(st *analyze.Stack, buf []symbolize.Frame) []symbolize.Frame {
+	for _, a := range st.Frames {
+		buf = append(buf, r.resolver.Frames(st.PID, a)...)
+	}
+	t := TrimAllocator(buf)
+	return buf[:copy(buf, t)]
 }
 
 func dedup(x []uint32) []uint32 {
@@ -139,30 +242,6 @@ func dedup(x []uint32) []uint32 {
 	return out
 }
 
-// writeKey writes f's identity: what a reader sees of it. Addresses are
-// left out so that the same code in several processes merges; a frame
-// without a function is known by its module and offset.
-func writeKey(b *strings.Builder, f symbolize.Frame) {
-	if f.Function == "" {
-		b.WriteString(f.Module)
-		b.WriteByte('+')
-		if f.Module == "" {
-			b.WriteString(strconv.FormatUint(f.Address, 16))
-		} else {
-			b.WriteString(strconv.FormatUint(f.Offset, 16))
-		}
-	} else {
-		b.WriteString(f.Function)
-		b.WriteByte(0)
-		b.WriteString(f.File)
-		b.WriteByte(0)
-		b.WriteString(strconv.Itoa(f.Line))
-		b.WriteByte(0)
-		b.WriteString(f.Module)
-	}
-	b.WriteByte(1)
-}
-
 // TrimAllocator returns frames without the allocator's frames at the top:
 // the allocation functions themselves (malloc, calloc, realloc, free, the
 // aligned family, operator new and delete, mmap, and the C library's names
@@ -172,8 +251,15 @@ func writeKey(b *strings.Builder, f symbolize.Frame) {
 // of the runtime libraries that called the allocator themselves (strdup,
 // std::string) stay: they are the caller.
 func TrimAllocator(frames []symbolize.Frame) []symbolize.Frame {
+	return frames[trimCut(len(frames), func(i int) *symbolize.Frame { return &frames[i] }):]
+}
+
+// trimCut returns how many of the n frames at(0), at(1), ... TrimAllocator
+// drops.
+func trimCut(n int, at func(int) *symbolize.Frame) int {
 	cut := 0
-	for i, f := range frames {
+	for i := 0; i < n; i++ {
+		f := at(i)
 		switch {
 		case isAllocator(f.Function) || isInterposer(f.Module):
 			cut = i + 1
@@ -181,10 +267,10 @@ func TrimAllocator(frames []symbolize.Frame) []symbolize.Frame {
 			// Internal to the allocator only if an allocator frame
 			// follows; decided by a later iteration.
 		default:
-			return frames[cut:]
+			return cut
 		}
 	}
-	return frames[cut:]
+	return cut
 }
 
 var allocatorNames = map[string]bool{}
@@ -292,7 +378,7 @@ func (r *Report) rel(t int64) time.Duration {
 }
 
 // sorted returns the sites with key(s) > 0, largest first (ties: more
-// bytes, then the stack's text), at most top of them when top > 0.
+// bytes, then a fixed order), at most top of them when top > 0.
 func (r *Report) sorted(key func(*Site) uint64, top int) []*Site {
 	var out []*Site
 	for _, s := range r.Sites {
@@ -308,20 +394,12 @@ func (r *Report) sorted(key func(*Site) uint64, top int) []*Site {
 		if out[i].Bytes != out[j].Bytes {
 			return out[i].Bytes > out[j].Bytes
 		}
-		return stackText(out[i].Stack) < stackText(out[j].Stack)
+		return out[i].key < out[j].key
 	})
 	if top > 0 && len(out) > top {
 		out = out[:top]
 	}
 	return out
-}
-
-func stackText(fs []symbolize.Frame) string {
-	var b strings.Builder
-	for _, f := range fs {
-		writeKey(&b, f)
-	}
-	return b.String()
 }
 
 // The orderings of the reports' sections.

@@ -148,7 +148,7 @@ var testTrace = Trace{File: "app.hst", Session: "s1", Provider: "preload", Start
 func siteStarting(t *testing.T, r *Report, fn string) *Site {
 	t.Helper()
 	for _, s := range r.Sites {
-		if len(s.Stack) > 0 && s.Stack[0].Function == fn {
+		if st := s.Stack(); len(st) > 0 && st[0].Function == fn {
 			return s
 		}
 	}
@@ -162,7 +162,7 @@ func TestMergeSites(t *testing.T) {
 		t.Fatalf("%d sites, want 3", len(r.Sites))
 	}
 	b := siteStarting(t, r, "make_node")
-	if b.Allocations != 3 || b.Bytes != 300 || b.LeakedBytes != 100 || b.LeakedBlocks != 1 || b.PeakBytes != 300 || len(b.Stack) != 3 {
+	if b.Allocations != 3 || b.Bytes != 300 || b.LeakedBytes != 100 || b.LeakedBlocks != 1 || b.PeakBytes != 300 || len(b.Stack()) != 3 {
 		t.Errorf("build site %+v", b)
 	}
 	c := siteStarting(t, r, "__strdup")
@@ -414,8 +414,8 @@ func TestNoResolver(t *testing.T) {
 	r := New(testProfile(t), Trace{}, nil)
 	var names []string
 	for _, s := range r.Sites {
-		if len(s.Stack) > 0 {
-			names = append(names, frameName(s.Stack[0]))
+		if st := s.Stack(); len(st) > 0 {
+			names = append(names, frameName(st[0]))
 		}
 	}
 	sort.Strings(names)
@@ -467,5 +467,40 @@ func TestAggregateSaysWhatItLacks(t *testing.T) {
 	}
 	if err := r.WriteCollapsed(&buf, Temporary); err == nil {
 		t.Error("collapsed temporaries of an aggregate trace: no error")
+	}
+}
+
+// TestJSONStreamMatchesDocument checks that the streamed JSON is the
+// document Document builds.
+func TestJSONStreamMatchesDocument(t *testing.T) {
+	r := New(testProfile(t), testTrace, frames)
+	for _, top := range []int{0, 1, 2} {
+		var buf bytes.Buffer
+		must(t, r.WriteJSON(&buf, top))
+		var streamed JSON
+		must(t, json.Unmarshal(buf.Bytes(), &streamed))
+		a, err := json.Marshal(&streamed)
+		must(t, err)
+		b, err := json.Marshal(r.Document(top))
+		must(t, err)
+		if !bytes.Equal(a, b) {
+			t.Errorf("top %d: streamed JSON differs from Document:\n%s\n%s", top, a, b)
+		}
+	}
+}
+
+func TestAppendString(t *testing.T) {
+	for _, s := range []string{"", "plain", `q"uote`, `back\slash`, "new\nline\ttab\rcr", "\x00\x01\x1f\x7f",
+		"ünïcödé ✓ 𝄞", "bad \xff utf8 \xc3", "operator<<(std::ostream&, T const&)"} {
+		var got, want string
+		if err := json.Unmarshal(appendString(nil, s), &got); err != nil {
+			t.Errorf("%q: %v (%s)", s, err, appendString(nil, s))
+			continue
+		}
+		enc, _ := json.Marshal(s)
+		must(t, json.Unmarshal(enc, &want))
+		if got != want {
+			t.Errorf("%q: decoded %q, encoding/json gives %q", s, got, want)
+		}
 	}
 }

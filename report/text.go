@@ -215,27 +215,27 @@ func (t *textWriter) section(title, note string, key func(*Site) uint64, head fu
 			t.printf(" %d processes", len(s.PIDs))
 		}
 		t.printf(":\n")
-		t.stack(s.Stack)
+		t.stack(s)
 	}
 	t.printf("\n")
 }
 
-func (t *textWriter) stack(fs []symbolize.Frame) {
-	if len(fs) == 0 {
+func (t *textWriter) stack(s *Site) {
+	if s.depth() == 0 {
 		t.printf("      [no stack recorded]\n")
 		return
 	}
-	for i, f := range fs {
+	for i := 0; i < s.depth(); i++ {
 		if i == t.o.MaxFrames {
-			t.printf("      … %d more frames\n", len(fs)-i)
+			t.printf("      … %d more frames\n", s.depth()-i)
 			break
 		}
-		t.printf("      %s\n", frameText(f))
+		t.printf("      %s\n", frameText(s.frame(i)))
 	}
 }
 
 // frameText is one frame on one line: function, file:line, module.
-func frameText(f symbolize.Frame) string {
+func frameText(f *symbolize.Frame) string {
 	var b strings.Builder
 	if f.Function != "" {
 		b.WriteString(f.Function)
