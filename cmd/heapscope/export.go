@@ -1,0 +1,69 @@
+package main
+
+import (
+	"flag"
+	"io"
+	"os"
+
+	"github.com/heapscope/heapscope/report"
+	"golang.org/x/sys/unix"
+)
+
+func init() {
+	register(&command{
+		name:    "export",
+		args:    "[flags] FILE",
+		summary: "export a trace as a pprof profile or collapsed stacks",
+		help: `
+--format pprof writes a gzipped pprof profile with the sample types of Go heap
+profiles (alloc_objects, alloc_space, inuse_objects, inuse_space; "in use"
+meaning live at the end of the trace): open it with 'go tool pprof' or any
+pprof viewer.
+
+--format collapsed writes one line per stack, root first, frames joined by ';',
+then the value of --metric: the input of flamegraph.pl and speedscope.
+Metrics: alloc_space, alloc_objects, inuse_space, inuse_objects, temporary,
+peak_space.`,
+		setup: func(fs *flag.FlagSet) func([]string) error {
+			var lf loadFlags
+			lf.register(fs)
+			format := fs.String("format", "pprof", "pprof or collapsed")
+			metric := fs.String("metric", "alloc_space", "collapsed: the value of each stack")
+			out := fs.String("o", "", "output file ('-' for standard output)")
+			return func(args []string) error {
+				if len(args) != 1 {
+					return usagef("want one trace file")
+				}
+				m, err := report.ParseMetric(*metric)
+				if err != nil {
+					return usageError{err.Error()}
+				}
+				switch *format {
+				case "pprof":
+					if *out == "" && isTerminal(os.Stdout) {
+						return usagef("--format pprof needs -o FILE (or -o - for standard output)")
+					}
+				case "collapsed":
+				default:
+					return usagef("--format: want pprof or collapsed, not %q", *format)
+				}
+				rep, err := lf.load(args[0])
+				if err != nil {
+					return err
+				}
+				return writeOutput(*out, func(w io.Writer) error {
+					if *format == "pprof" {
+						return rep.WritePprof(w)
+					}
+					return rep.WriteCollapsed(w, m)
+				})
+			}
+		},
+	})
+}
+
+// isTerminal reports whether f is a terminal: no binary is written to one.
+func isTerminal(f *os.File) bool {
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}
