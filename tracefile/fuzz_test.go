@@ -1,6 +1,7 @@
 package tracefile
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -18,16 +19,12 @@ func FuzzReader(f *testing.F) {
 	for _, seed := range fuzzSeeds(f) {
 		f.Add(seed)
 	}
-	path := filepath.Join(f.TempDir(), "fuzz.hst")
 	f.Fuzz(func(t *testing.T, data []byte) {
-		if err := os.WriteFile(path, data, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		r, err := Open(path)
+		r, err := NewReader(bytes.NewReader(data), int64(len(data)))
 		if err != nil {
 			var fe *FormatError
 			if !errors.As(err, &fe) || !(errors.Is(err, ErrCorrupt) || errors.Is(err, ErrTruncated)) {
-				t.Fatalf("Open: %v is not a FormatError wrapping ErrCorrupt or ErrTruncated", err)
+				t.Fatalf("NewReader: %v is not a FormatError wrapping ErrCorrupt or ErrTruncated", err)
 			}
 			return
 		}

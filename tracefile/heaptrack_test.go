@@ -199,7 +199,7 @@ func TestCompactVsHeaptrack(t *testing.T) {
 	var sinks []event.Sink
 	var writers []*Writer
 	for _, res := range resolutions {
-		w, err := Create(filepath.Join(dir, fmt.Sprintf("hs-%d.hst", res)), testHeader(Sequential, 0), Options{TimeResolution: res, ChunkSize: chunkSizeForTest})
+		w, err := Create(filepath.Join(dir, fmt.Sprintf("hs-%d.hst", res)), testHeader(Sequential, 0), Options{TimeResolution: res})
 		check(t, err)
 		writers = append(writers, w)
 		sinks = append(sinks, w)
@@ -228,4 +228,3 @@ func TestCompactVsHeaptrack(t *testing.T) {
 		}
 	}
 }
-var chunkSizeForTest = 0

@@ -20,7 +20,8 @@ import (
 //
 // A Reader is not safe for concurrent use.
 type Reader struct {
-	f         *os.File
+	f         io.ReaderAt
+	closer    io.Closer // f, if Open opened it
 	path      string
 	size      int64
 	hdr       Header
@@ -62,21 +63,36 @@ func Open(path string) (*Reader, error) {
 		f.Close()
 		return nil, fmt.Errorf("tracefile: %w", err)
 	}
-	r := &Reader{f: f, path: path, size: st.Size(), warned: map[string]bool{}}
-	if err := r.readHeader(); err != nil {
+	r, err := newReader(f, st.Size(), path)
+	if err != nil {
 		f.Close()
 		return nil, err
 	}
+	r.closer = f
+	return r, nil
+}
+
+// NewReader reads the trace of size bytes in ra: a trace in memory, say.
+// See Open.
+func NewReader(ra io.ReaderAt, size int64) (*Reader, error) {
+	return newReader(ra, size, "trace")
+}
+
+func newReader(ra io.ReaderAt, size int64, name string) (*Reader, error) {
+	r := &Reader{f: ra, path: name, size: size, warned: map[string]bool{}}
+	if err := r.readHeader(); err != nil {
+		return nil, err
+	}
+	var err error
 	r.dec, err = zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true),
 		zstd.WithDecoderMaxMemory(maxSectionRaw), zstd.WithDecoderMaxWindow(maxSectionRaw), zstd.WithDecodeAllCapLimit(true))
 	if err != nil {
-		f.Close()
 		return nil, fmt.Errorf("tracefile: %w", err)
 	}
 	r.tld.snap = &r.snap
 	r.tld.res = int64(r.hdr.TimeResolution)
 	if err := r.locateChunks(); err != nil {
-		r.Close()
+		r.dec.Close()
 		return nil, err
 	}
 	return r, nil
@@ -145,16 +161,17 @@ func (r *Reader) Header() Header {
 // lost to a cut or damaged file, chunks skipped, and so on.
 func (r *Reader) Warnings() []string { return append([]string(nil), r.warnings...) }
 
-// Close closes the file.
+// Close closes the file (not the io.ReaderAt given to NewReader).
 func (r *Reader) Close() error {
 	if r.f == nil {
 		return ErrClosed
 	}
-	err := r.f.Close()
-	r.f = nil
-	if r.dec != nil {
-		r.dec.Close()
+	var err error
+	if r.closer != nil {
+		err = r.closer.Close()
 	}
+	r.f = nil
+	r.dec.Close()
 	return err
 }
 
