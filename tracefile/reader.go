@@ -112,6 +112,9 @@ func (r *Reader) warn(format string, args ...any) {
 
 // readAt reads len(b) bytes at off; a short read is io.ErrUnexpectedEOF.
 func (r *Reader) readAt(b []byte, off int64) error {
+	if len(b) == 0 {
+		return nil // some ReaderAts say EOF at the end even for nothing
+	}
 	_, err := r.f.ReadAt(b, off)
 	if err == io.EOF {
 		err = io.ErrUnexpectedEOF
@@ -119,11 +122,20 @@ func (r *Reader) readAt(b []byte, off int64) error {
 	return err
 }
 
+// readErr describes a failed read: the file shorter than its size said is
+// a truncated file, anything else an I/O error.
+func (r *Reader) readErr(err error, off int64, where string) error {
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		return r.formatErr(off, where, "more bytes (the file ended)", ErrTruncated)
+	}
+	return fmt.Errorf("tracefile: reading %s: %w", r.path, err)
+}
+
 func (r *Reader) readHeader() error {
 	var fixed [fileHeaderFixed]byte
 	n := int(min(r.size, fileHeaderFixed))
 	if err := r.readAt(fixed[:n], 0); err != nil {
-		return fmt.Errorf("tracefile: %w", err)
+		return r.readErr(err, 0, "file header")
 	}
 	if n < fileHeaderFixed {
 		if bytes.HasPrefix([]byte(fileMagic), fixed[:min(n, len(fileMagic))]) {
@@ -141,7 +153,7 @@ func (r *Reader) readHeader() error {
 	}
 	b := make([]byte, end)
 	if err := r.readAt(b, 0); err != nil {
-		return fmt.Errorf("tracefile: %w", err)
+		return r.readErr(err, 0, "file header")
 	}
 	if off, bad := unmarshalHeader(b, &r.hdr); bad != "" {
 		return r.formatErr(int64(off), "file header", bad, ErrCorrupt)
@@ -254,7 +266,7 @@ func (r *Reader) forIndex(fn func(indexEntry) error) error {
 		k := min(per, r.indexN-i)
 		at := r.indexOff + 8 + int64(i)*indexEntrySize
 		if err := r.readAt(buf[:k*indexEntrySize], at); err != nil {
-			return fmt.Errorf("tracefile: reading the index: %w", err)
+			return r.readErr(err, at, "index")
 		}
 		for j := 0; j < k; j++ {
 			b := buf[j*indexEntrySize:]
