@@ -157,6 +157,8 @@ func (d *timelineDecoder) replay(st *[numStreams][]byte, base int64, w Window, s
 			var dt uint64
 			if uint(it) < uint(len(times)) && times[it] < 0x80 {
 				dt, it = uint64(times[it]), it+1
+			} else if uint(it+1) < uint(len(times)) && times[it+1] < 0x80 {
+				dt, it = uint64(times[it]&0x7f)|uint64(times[it+1])<<7, it+2
 			} else {
 				dt, it = uvarintSlow(times, it)
 			}
@@ -235,14 +237,19 @@ func (d *timelineDecoder) replay(st *[numStreams][]byte, base int64, w Window, s
 		}
 		heapLeft--
 		var stack, size, oldAddr, oldSize uint64
+		// Stack ids and sizes often take two bytes: inline that too.
 		if uint(ist) < uint(len(stacks)) && stacks[ist] < 0x80 {
 			stack, ist = uint64(stacks[ist]), ist+1
+		} else if uint(ist+1) < uint(len(stacks)) && stacks[ist+1] < 0x80 {
+			stack, ist = uint64(stacks[ist]&0x7f)|uint64(stacks[ist+1])<<7, ist+2
 		} else {
 			stack, ist = uvarintSlow(stacks, ist)
 		}
 		if f&evSized != 0 {
 			if uint(isz) < uint(len(sizes)) && sizes[isz] < 0x80 {
 				size, isz = uint64(sizes[isz]), isz+1
+			} else if uint(isz+1) < uint(len(sizes)) && sizes[isz+1] < 0x80 {
+				size, isz = uint64(sizes[isz]&0x7f)|uint64(sizes[isz+1])<<7, isz+2
 			} else {
 				size, isz = uvarintSlow(sizes, isz)
 			}
