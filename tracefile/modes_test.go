@@ -251,3 +251,30 @@ func (s *logSink) Events(evs []event.Event) error {
 	}
 	return nil
 }
+
+// TestCircularWithoutRoomForIndex closes a ring of many tiny chunks, whose
+// index does not fit: the reader scans it, and since its newest chunk says
+// it was closed, does not claim the writer died.
+func TestCircularWithoutRoomForIndex(t *testing.T) {
+	path := tempPath(t, "tiny.hst")
+	all := writeSynthFrom(t, newSynth(5, 100, 1, 3), path, testHeader(Circular, MinMaxSize), Options{TimeResolution: 1}, 30_000, 20)
+	r, err := Open(path)
+	check(t, err)
+	indexed := r.indexN > 0
+	r.Close()
+	if indexed {
+		t.Fatal("the index fitted: the test needs more, smaller chunks")
+	}
+	rec, warns := readAll(t, path, Window{})
+	if len(warns) != 0 {
+		t.Errorf("warnings %q", warns)
+	}
+	n := len(rec.events)
+	if n == 0 || n == len(all) {
+		t.Fatalf("%d of %d events", n, len(all))
+	}
+	sameEvents(t, rec.events, all[len(all)-n:])
+	if lost := rec.stats[0].Lost[event.LostOverwritten]; lost != uint64(len(all)-n) {
+		t.Errorf("%d counted as overwritten, %d were", lost, len(all)-n)
+	}
+}

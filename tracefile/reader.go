@@ -410,9 +410,15 @@ func (r *Reader) walk(end int64, fn func(indexEntry) error, warn func(string, ..
 
 func (r *Reader) scanLinear() error {
 	r.scanEnd = r.size
-	n := 0
-	r.walk(r.size, func(indexEntry) error { n++; return nil }, r.warn)
-	r.warn("the file has no index (its writer did not close it: killed, or out of disk space); recovered %d chunks by scanning", n)
+	n, final := 0, false
+	r.walk(r.size, func(e indexEntry) error {
+		n++
+		final = e.hdr.flags&flagFinal != 0
+		return nil
+	}, r.warn)
+	if !final {
+		r.warn("the file has no index (its writer did not close it: killed, or out of disk space); recovered %d chunks by scanning", n)
+	}
 	return nil
 }
 
@@ -443,7 +449,10 @@ func (r *Reader) scanRing() error {
 	if start >= 0 {
 		r.list = found[start:]
 	}
-	r.warn("the file has no index (its writer did not close it: killed, or out of disk space); recovered %d chunks by scanning", len(r.list))
+	// A ring closed properly may have had no room for its index.
+	if n := len(r.list); n == 0 || r.list[n-1].hdr.flags&flagFinal == 0 {
+		r.warn("the file has no index (its writer did not close it: killed, or out of disk space); recovered %d chunks by scanning", n)
+	}
 	r.checkRing()
 	return nil
 }

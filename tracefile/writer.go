@@ -266,7 +266,7 @@ func (w *Writer) openFile() error {
 	w.chunks = w.chunks[:0]
 	if w.hdr.Mode == Circular {
 		room := w.hdr.MaxSize - trailerSize - w.dataStart
-		w.ringEnd = w.dataStart + (room-max(4096, room/64))&^(align-1)
+		w.ringEnd = w.dataStart + (room-max(4096, room/32))&^(align-1)
 	}
 	return nil
 }
