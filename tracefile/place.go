@@ -193,6 +193,7 @@ func (w *Writer) fullDefs(c *chunk) []byte {
 func (w *Writer) writeAt(b []byte, off int64) error {
 	n, err := w.f.WriteAt(b, off)
 	w.written += int64(n)
+	w.unsynced = true
 	if err != nil {
 		w.err = fmt.Errorf("tracefile: writing %s at %d: %w", w.f.Name(), off, err)
 	}
@@ -352,6 +353,10 @@ func (w *Writer) finishFile() error {
 }
 
 func (w *Writer) sync() error {
+	if !w.unsynced {
+		return nil
+	}
+	w.unsynced = false
 	if err := w.f.Sync(); err != nil {
 		return fmt.Errorf("tracefile: syncing %s: %w", w.f.Name(), err)
 	}

@@ -81,6 +81,7 @@ type Writer struct {
 	hwm       int64 // circular: the end of the furthest chunk written
 	ringEnd   int64 // circular: chunks end at or before this
 	written   int64 // bytes written, all files
+	unsynced  bool  // bytes were written since the last sync
 	seq       uint64
 	chunks    []indexEntry // the current file's chunks (circular: the live ring, oldest first)
 	reserve   int64        // sequential, newfile: room kept for a stats chunk
