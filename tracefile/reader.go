@@ -20,14 +20,15 @@ import (
 //
 // A Reader is not safe for concurrent use.
 type Reader struct {
-	f         io.ReaderAt
-	closer    io.Closer // f, if Open opened it
-	path      string
-	size      int64
-	hdr       Header
-	dataStart int64
-	warnings  []string
-	warned    map[string]bool
+	f            io.ReaderAt
+	closer       io.Closer // f, if Open opened it
+	path         string
+	size         int64
+	hdr          Header
+	dataStart    int64
+	warnings     []string
+	warned       map[string]bool
+	moreWarnings int // warnings not kept
 
 	// Where the chunks are: a valid index, a list (circular files), or
 	// neither, in which case Replay walks the chunks from dataStart up to
@@ -102,9 +103,17 @@ func (r *Reader) formatErr(off int64, where, expected string, err error) error {
 	return &FormatError{Path: r.path, Offset: off, Where: where, Expected: expected, Err: err}
 }
 
+// maxWarnings bounds the warnings kept: a file damaged throughout would
+// otherwise make one per chunk.
+const maxWarnings = 100
+
 func (r *Reader) warn(format string, args ...any) {
 	s := fmt.Sprintf(format, args...)
-	if !r.warned[s] {
+	switch {
+	case r.warned[s]:
+	case len(r.warnings) >= maxWarnings:
+		r.moreWarnings++
+	default:
 		r.warned[s] = true
 		r.warnings = append(r.warnings, s)
 	}
@@ -171,7 +180,13 @@ func (r *Reader) Header() Header {
 
 // Warnings returns what Open and Replay found wrong but read past: data
 // lost to a cut or damaged file, chunks skipped, and so on.
-func (r *Reader) Warnings() []string { return append([]string(nil), r.warnings...) }
+func (r *Reader) Warnings() []string {
+	w := append([]string(nil), r.warnings...)
+	if r.moreWarnings > 0 {
+		w = append(w, fmt.Sprintf("and %d more warnings", r.moreWarnings))
+	}
+	return w
+}
 
 // Close closes the file (not the io.ReaderAt given to NewReader).
 func (r *Reader) Close() error {
