@@ -393,6 +393,7 @@ func (r *Reader) walk(end int64, fn func(indexEntry) error, warn func(string, ..
 	if warn == nil {
 		warn = func(string, ...any) {}
 	}
+	final := false // the last chunk was the last written: the index follows
 	for off := r.dataStart; off < end; {
 		var h chunkHeader
 		bad, cut := r.chunkAt(off, end, &h)
@@ -402,14 +403,16 @@ func (r *Reader) walk(end int64, fn func(indexEntry) error, warn func(string, ..
 				return err
 			}
 			off += h.size()
+			final = h.flags&flagFinal != 0
 			continue
-		case cut && (bad == "" || end-off < chunkHeaderSize):
-			warn("file cut at byte %d: last %d bytes (one partial chunk) lost", end, end-off)
-			return nil
 		}
 		var m [len(indexMagic)]byte
-		if r.readAt(m[:], off) == nil && string(m[:]) == indexMagic {
+		if final || end-off >= int64(len(m)) && r.readAt(m[:], off) == nil && string(m[:]) == indexMagic {
 			warn("file cut in its index at byte %d: no chunk lost", end)
+			return nil
+		}
+		if cut && (bad == "" || end-off < chunkHeaderSize) {
+			warn("file cut at byte %d: last %d bytes (one partial chunk) lost", end, end-off)
 			return nil
 		}
 		next := r.resync(off+align, end)
