@@ -8,6 +8,7 @@ import (
 
 	"github.com/heapscope/heapscope/event"
 	"github.com/heapscope/heapscope/internal/errs"
+	"github.com/heapscope/heapscope/tracefile"
 )
 
 // LogFileMode says how a session writes its trace (ETW's LogFileMode).
@@ -180,6 +181,11 @@ type Properties struct {
 	// MaxFrames is the deepest stack recorded, at most MaxFrames; 0 means
 	// MaxFrames.
 	MaxFrames int
+	// TimeResolution is the precision of event times in the trace file
+	// (ETW's clock resolution); 0 means 10µs, 1ns keeps exact times. The
+	// order of events is exact whatever it is; coarser times make smaller
+	// files (see tracefile/FORMAT.md).
+	TimeResolution time.Duration
 }
 
 // withDefaults returns p with its zero fields filled in, for provider.
@@ -205,6 +211,9 @@ func (p Properties) withDefaults(provider Provider) Properties {
 	if p.MaxFrames == 0 {
 		p.MaxFrames = MaxFrames
 	}
+	if p.TimeResolution == 0 {
+		p.TimeResolution = tracefile.DefaultTimeResolution
+	}
 	return p
 }
 
@@ -229,6 +238,8 @@ func (p Properties) Validate() error {
 		return bad("negative MaximumFileSize")
 	case p.FlushTimer < 0:
 		return bad("negative FlushTimer")
+	case p.TimeResolution < 0 || p.TimeResolution > time.Second:
+		return bad("TimeResolution %v: must be 1ns to 1s", p.TimeResolution)
 	case p.MaxFrames < 0 || p.MaxFrames > MaxFrames:
 		return bad("MaxFrames %d: must be 0 to %d", p.MaxFrames, MaxFrames)
 	case p.EnableFlags&^event.FamilyAll != 0:
@@ -326,5 +337,6 @@ func (p Properties) text() [][2]string {
 		{"on_full", p.OnFull.String()},
 		{"unwind", p.Unwind.String()},
 		{"max_frames", strconv.Itoa(p.MaxFrames)},
+		{"time_resolution", p.TimeResolution.String()},
 	}
 }

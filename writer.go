@@ -36,7 +36,7 @@ func createWriter(s *Session) (traceWriter, error) {
 	case NewFile:
 		h.Mode = tracefile.NewFile
 	}
-	return tracefile.Create(s.props.LogFileName, h, tracefile.Options{FlushInterval: s.props.FlushTimer})
+	return tracefile.Create(s.props.LogFileName, h, tracefile.Options{FlushInterval: s.props.FlushTimer, TimeResolution: s.props.TimeResolution})
 }
 
 // clockPair reads the wall clock and CLOCK_MONOTONIC as close together as it

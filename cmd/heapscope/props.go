@@ -27,6 +27,7 @@ type sessionFlags struct {
 	maxSize       int64
 	flushInterval time.Duration
 	maxFrames     int
+	timeRes       time.Duration
 	quiet         bool
 }
 
@@ -43,6 +44,7 @@ func (f *sessionFlags) register(fs *flag.FlagSet) {
 	fs.Int64Var(&f.maxSize, "max-size", 0, "maximum trace file size in MB (0: unlimited; needed by circular and newfile)")
 	fs.DurationVar(&f.flushInterval, "flush-interval", 0, "longest time an event waits before it reaches the file (default 1s)")
 	fs.IntVar(&f.maxFrames, "max-frames", 0, "deepest stack recorded, at most 127 (default 127)")
+	fs.DurationVar(&f.timeRes, "time-resolution", 0, "precision of event times in the file; 1ns keeps exact times (default 10µs)")
 	fs.BoolVar(&f.quiet, "q", false, "print no summary at the end")
 }
 
@@ -65,6 +67,7 @@ func (f *sessionFlags) properties(program string, pid int) (heapscope.Properties
 	}
 	p.BufferSize, p.MaximumBuffers, p.MinimumBuffers = f.bufferSize, f.buffers, f.minBuffers
 	p.MaximumFileSize, p.FlushTimer, p.MaxFrames = f.maxSize, f.flushInterval, f.maxFrames
+	p.TimeResolution = f.timeRes
 	if p.LogFileMode != heapscope.RealTime {
 		p.LogFileName = f.output
 		if p.LogFileName == "" {
