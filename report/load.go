@@ -33,12 +33,15 @@ type LoadOptions struct {
 // Load reads the trace file at path through the heap model, symbolizes its
 // stacks and returns the report: what `heapscope report` prints.
 //
-// It reads the file in parallel: a first pass reads only the definitions
-// (processes, modules, stacks: small), which lets symbolization start at
-// once on another goroutine; then the events are decoded in slices of time,
-// each by a reader of its own, and handed to the model in order. The
-// reader's warnings (a truncated file, a damaged chunk) are in the report's
-// Trace.Warnings, with the symbolizer's.
+// Decoding, the model and symbolization run on their own goroutines: one
+// reader decodes the file and hands the records over, in order, to the
+// model, while the symbolizer resolves each stack's addresses as soon as the
+// stack is read. With Workers > 1, a first pass reads only the definitions
+// (processes, modules, stacks), and then the events are decoded in slices of
+// time, each by a reader of its own; that pays where cores are plenty, since
+// each reader decodes the definitions again. The reader's warnings (a
+// truncated file, a damaged chunk) are in the report's Trace.Warnings, with
+// the symbolizer's.
 func Load(path string, o LoadOptions) (*Report, error) {
 	if o.To != 0 && o.To <= o.From {
 		return nil, fmt.Errorf("report: the window's end (%s) is not after its start (%s)", o.To, o.From)
@@ -55,56 +58,45 @@ func Load(path string, o LoadOptions) (*Report, error) {
 	if o.To > 0 {
 		win.To = h.MonoStart + int64(o.To)
 	}
+	workers := o.Workers
+	if workers <= 0 {
+		// The model takes a core of its own.
+		workers = max(1, runtime.GOMAXPROCS(0)-1)
+	}
 	m := analyze.New(analyze.Options{From: win.From, To: win.To, TimelinePoints: o.TimelinePoints})
+	sym := symbolize.New(o.Symbolize)
+	defer sym.Close()
+	w := newWarmer(sym)
 
-	// Pass 1: the definitions only (a window after every chunk).
-	defs := &defsPass{Sink: m, addrs: map[uint32]map[uint64]bool{}}
-	err = r.Replay(defs, tracefile.Window{From: math.MaxInt64})
+	pieces := []tracefile.Window{win}
+	if workers > 1 {
+		// The definitions first (a window after every chunk), for the
+		// model, the symbolizer, and the end of the trace to cut at.
+		defs := &defsPass{Sink: m, w: w}
+		err = r.Replay(defs, tracefile.Window{From: math.MaxInt64})
+		end := int64(0)
+		if defs.hasStats && defs.stats.Time > h.MonoStart {
+			end = defs.stats.Time
+		}
+		pieces = slices(win, h.MonoStart, end, workers)
+	}
 	warnings := r.Warnings()
 	r.Close() // its buffers are not needed while the pieces are read
 	if err != nil {
+		w.finish()
 		return nil, fmt.Errorf("reading %s: %w", path, err)
 	}
-	sym := symbolize.New(o.Symbolize)
-	defer sym.Close()
-	warm := make(chan struct{})
-	go func() {
-		// Symbolize every address while the events are decoded. The
-		// symbolizer caches the answers; the report interns them later,
-		// in the profile's order, so that its output does not depend on
-		// this goroutine's.
-		defer close(warm)
-		for _, mod := range defs.modules {
-			sym.AddModule(mod)
-		}
-		for pid, addrs := range defs.addrs {
-			for a := range addrs {
-				sym.Frames(pid, a)
-			}
-		}
-	}()
-
-	// Pass 2: the events, in slices of time decoded in parallel.
-	end := int64(0)
-	if defs.hasStats && defs.stats.Time > h.MonoStart {
-		end = defs.stats.Time
-	}
-	pieces := slices(win, h.MonoStart, end, o.Workers)
-	ws, sawSnapshots, err := replayPieces(path, pieces, m, o.Workers)
+	ws, sawSnapshots, err := replayPieces(path, pieces, m, workers, w)
 	warnings = append(warnings, ws...)
-	if err != nil {
-		<-warm
-		return nil, fmt.Errorf("reading %s: %w", path, err)
-	}
-	if sawSnapshots && win.From != 0 {
+	if err == nil && sawSnapshots && win.From != 0 {
 		// An aggregate trace's totals in a window are differences from
 		// the last snapshot before it, which the windowed pass skipped.
-		if err := replaySnapshots(path, win.From, m); err != nil {
-			<-warm
-			return nil, fmt.Errorf("reading %s: %w", path, err)
-		}
+		err = replaySnapshots(path, win.From, m)
 	}
-	<-warm
+	w.finish()
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", path, err)
+	}
 	rep := newReport(m.Profile(), Trace{
 		File:      path,
 		Session:   h.Session,
@@ -116,30 +108,95 @@ func Load(path string, o LoadOptions) (*Report, error) {
 	return rep, nil
 }
 
-// defsPass passes the definitions to the model and keeps what symbolizing
-// needs: the modules, and each process's distinct return addresses.
+// warmer symbolizes stacks on a goroutine of its own while the trace is
+// read. The symbolizer caches the answers; the report interns them later,
+// in the profile's order, so that its output does not depend on this
+// goroutine's timing. Its queue is unbounded so that the reader never
+// waits for it.
+type warmer struct {
+	sym  *symbolize.Symbolizer
+	mu   sync.Mutex
+	q    []any // event.Module or event.Stack
+	wake chan struct{}
+	end  bool
+	done chan struct{}
+}
+
+func newWarmer(sym *symbolize.Symbolizer) *warmer {
+	w := &warmer{sym: sym, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	go w.run()
+	return w
+}
+
+func (w *warmer) add(rec any) {
+	w.mu.Lock()
+	w.q = append(w.q, rec)
+	w.mu.Unlock()
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (w *warmer) run() {
+	defer close(w.done)
+	seen := map[pidAddr]bool{}
+	var batch []any
+	for {
+		w.mu.Lock()
+		batch, w.q = w.q, batch[:0]
+		end := w.end
+		w.mu.Unlock()
+		for _, rec := range batch {
+			switch x := rec.(type) {
+			case event.Module:
+				w.sym.AddModule(x)
+			case event.Stack:
+				for _, a := range x.Frames {
+					if k := (pidAddr{x.PID, a}); !seen[k] {
+						seen[k] = true
+						w.sym.Frames(x.PID, a)
+					}
+				}
+			}
+		}
+		if len(batch) == 0 {
+			if end {
+				return
+			}
+			<-w.wake
+		}
+	}
+}
+
+// finish waits until every queued stack is symbolized.
+func (w *warmer) finish() {
+	w.mu.Lock()
+	w.end = true
+	w.mu.Unlock()
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+	<-w.done
+}
+
+// defsPass passes the definitions to the model and the warmer.
 type defsPass struct {
 	event.Sink
-	modules  []event.Module
-	addrs    map[uint32]map[uint64]bool
+	w        *warmer
 	stats    event.Stats
 	hasStats bool
 }
 
 func (d *defsPass) Module(mod event.Module) error {
-	d.modules = append(d.modules, mod)
+	d.w.add(mod)
 	return d.Sink.Module(mod)
 }
 
 func (d *defsPass) Stack(st event.Stack) error {
-	a := d.addrs[st.PID]
-	if a == nil {
-		a = map[uint64]bool{}
-		d.addrs[st.PID] = a
-	}
-	for _, f := range st.Frames {
-		a[f] = true
-	}
+	st.Frames = append([]uint64(nil), st.Frames...)
+	d.w.add(st)
 	return d.Sink.Stack(st)
 }
 
@@ -151,14 +208,11 @@ func (d *defsPass) Stats(s event.Stats) error {
 // slices cuts the window into pieces of equal time between the trace's
 // start and end, one per worker: each piece's replay decodes the
 // definitions of the whole file again, so more pieces would cost more than
-// the balance they buy. The first
-// piece starts where the window does (open: 0) and the last ends where it
-// does, so every record is in exactly one piece whatever the estimate of
-// the end. Without an end, the window is one piece.
+// the balance they buy. The first piece starts where the window does
+// (open: 0) and the last ends where it does, so every record is in exactly
+// one piece whatever the estimate of the end. Without an end, the window
+// is one piece.
 func slices(win tracefile.Window, start, end int64, workers int) []tracefile.Window {
-	if workers <= 0 {
-		workers = runtime.GOMAXPROCS(0)
-	}
 	lo, hi := max(win.From, start), end
 	if win.To != 0 && (hi == 0 || win.To < hi) {
 		hi = win.To
@@ -188,6 +242,7 @@ type pieceRec struct {
 	evs  []event.Event
 	exit *event.Exit
 	snap *event.Snapshot
+	def  any // a definition or stats record, when the piece carries them
 }
 
 // pieceDepth is how many batches a piece may hold while the model works on
@@ -196,13 +251,15 @@ const pieceDepth = 8
 
 // replayPieces decodes the pieces with workers readers of the file, each
 // taking the next piece in order, and feeds their events, exits and
-// snapshots to m in order. It returns the readers' warnings and whether
-// there were snapshots.
-func replayPieces(path string, pieces []tracefile.Window, m *analyze.Model, workers int) ([]string, bool, error) {
-	if workers <= 0 {
-		workers = runtime.GOMAXPROCS(0)
+// snapshots to m in order. A single piece carries the definitions and stats
+// too (to m, and the definitions to w); several do not: a first pass gave
+// them. It returns the readers' warnings and whether there were snapshots.
+func replayPieces(path string, pieces []tracefile.Window, m *analyze.Model, workers int, w *warmer) ([]string, bool, error) {
+	workers = max(1, min(workers, len(pieces)))
+	var defs *warmer
+	if len(pieces) == 1 {
+		defs = w
 	}
-	workers = min(workers, len(pieces))
 	ps := make([]*piece, len(pieces))
 	for i, w := range pieces {
 		ps[i] = &piece{w: w, ch: make(chan pieceRec, pieceDepth)}
@@ -233,7 +290,7 @@ func replayPieces(path string, pieces []tracefile.Window, m *analyze.Model, work
 				if r == nil {
 					p.err = err
 				} else {
-					p.err = r.Replay(&pieceSink{p: p, pool: pool, stop: stop}, p.w)
+					p.err = r.Replay(&pieceSink{p: p, pool: pool, stop: stop, defs: defs}, p.w)
 				}
 				close(p.ch)
 			}
@@ -261,6 +318,17 @@ func replayPieces(path string, pieces []tracefile.Window, m *analyze.Model, work
 			case rec.snap != nil:
 				sawSnapshots = true
 				m.Snapshot(*rec.snap)
+			default:
+				switch x := rec.def.(type) {
+				case event.Process:
+					m.Process(x)
+				case event.Module:
+					m.Module(x)
+				case event.Stack:
+					m.Stack(x)
+				case event.Stats:
+					m.Stats(x)
+				}
 			}
 		}
 		if p.err != nil {
@@ -279,12 +347,13 @@ func replayPieces(path string, pieces []tracefile.Window, m *analyze.Model, work
 // errStopped ends a worker's replay when the consumer has given up.
 var errStopped = errors.New("report: stopped")
 
-// pieceSink queues a piece's events, exits and snapshots; definitions and
-// stats came in the first pass.
+// pieceSink queues a piece's events, exits and snapshots, and its
+// definitions and stats when defs is set (else a first pass gave them).
 type pieceSink struct {
 	p    *piece
 	pool chan []event.Event
 	stop chan struct{}
+	defs *warmer
 }
 
 func (s *pieceSink) send(r pieceRec) error {
@@ -316,10 +385,37 @@ func (s *pieceSink) Snapshot(sn event.Snapshot) error {
 	return s.send(pieceRec{snap: &sn})
 }
 
-func (s *pieceSink) Process(event.Process) error { return nil }
-func (s *pieceSink) Module(event.Module) error   { return nil }
-func (s *pieceSink) Stack(event.Stack) error     { return nil }
-func (s *pieceSink) Stats(event.Stats) error     { return nil }
+func (s *pieceSink) Process(p event.Process) error {
+	if s.defs == nil {
+		return nil
+	}
+	p.Cmdline = append([]string(nil), p.Cmdline...)
+	return s.send(pieceRec{def: p})
+}
+
+func (s *pieceSink) Module(m event.Module) error {
+	if s.defs == nil {
+		return nil
+	}
+	s.defs.add(m)
+	return s.send(pieceRec{def: m})
+}
+
+func (s *pieceSink) Stack(st event.Stack) error {
+	if s.defs == nil {
+		return nil
+	}
+	st.Frames = append([]uint64(nil), st.Frames...)
+	s.defs.add(st)
+	return s.send(pieceRec{def: st})
+}
+
+func (s *pieceSink) Stats(st event.Stats) error {
+	if s.defs == nil {
+		return nil
+	}
+	return s.send(pieceRec{def: st})
+}
 
 // replaySnapshots passes the snapshots taken before from to m.
 func replaySnapshots(path string, from int64, m *analyze.Model) error {
