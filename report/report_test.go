@@ -504,3 +504,28 @@ func TestAppendString(t *testing.T) {
 		}
 	}
 }
+
+func TestTextBrief(t *testing.T) {
+	r := New(testProfile(t), testTrace, frames)
+	var buf bytes.Buffer
+	must(t, r.WriteText(&buf, TextOptions{Brief: true, Top: 1, MaxFrames: 1}))
+	out := buf.String()
+	for _, want := range []string{
+		"SUMMARY",
+		"LEAKS (still live at the end): top 1 of 2 sites",
+		"100 B leaked in 1 block from:\n      make_node  app.c:10  in app  (inlined)\n      … 2 more frames",
+		"PEAK CONSUMERS (live at the peak, 320 B at 5.000ms): top 1 of 2 sites",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("brief text lacks %q", want)
+		}
+	}
+	for _, not := range []string{"MOST ALLOCATION CALLS", "ALLOCATION SIZES", "build  app.c:20"} {
+		if strings.Contains(out, not) {
+			t.Errorf("brief text has %q", not)
+		}
+	}
+	if t.Failed() {
+		t.Logf("text:\n%s", out)
+	}
+}

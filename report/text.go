@@ -20,6 +20,10 @@ type TextOptions struct {
 	Top int
 	// MaxFrames is how many frames of each stack are printed (default 24).
 	MaxFrames int
+	// Brief prints only the summary and the top leaks and peak consumers
+	// (Top defaults to 3, MaxFrames to 8): what run and attach print when
+	// they finish.
+	Brief bool
 }
 
 // WriteText writes the report for people: the summary first, then the top
@@ -28,9 +32,15 @@ type TextOptions struct {
 func (r *Report) WriteText(w io.Writer, o TextOptions) error {
 	if o.Top <= 0 {
 		o.Top = 10
+		if o.Brief {
+			o.Top = 3
+		}
 	}
 	if o.MaxFrames <= 0 {
 		o.MaxFrames = 24
+		if o.Brief {
+			o.MaxFrames = 8
+		}
 	}
 	bw := bufio.NewWriter(w)
 	t := &textWriter{w: bw, r: r, o: o}
@@ -47,6 +57,9 @@ func (r *Report) WriteText(w io.Writer, o TextOptions) error {
 	t.section("PEAK CONSUMERS", peakNote, byPeak, func(s *Site) string {
 		return fmt.Sprintf("%s (%s) in %s at the peak from", fmtBytes(s.PeakBytes), pct(s.PeakBytes, p.Peak.Bytes), plural(s.PeakBlocks, "block"))
 	})
+	if o.Brief {
+		return bw.Flush()
+	}
 	t.section("MOST ALLOCATION CALLS", "", byCalls, func(s *Site) string {
 		calls := fmtCount(s.Allocations) + " calls"
 		if s.Reallocations > 0 {

@@ -133,8 +133,8 @@ func TestRunExitStatus(t *testing.T) {
 		if code != c.want {
 			t.Errorf("%q: exit %d, want %d\n%s", c.args, code, c.want, stderr)
 		}
-		if !strings.Contains(stderr, out) {
-			t.Errorf("%q: summary does not say where the trace is:\n%s", c.args, stderr)
+		if !strings.Contains(stderr, out) || !strings.Contains(stderr, "SUMMARY") || !strings.Contains(stderr, "peak heap") {
+			t.Errorf("%q: no summary saying where the trace is:\n%s", c.args, stderr)
 		}
 		tr := readTrace(t, out)
 		if len(tr.exits) == 0 {

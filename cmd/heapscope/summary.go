@@ -6,14 +6,26 @@ import (
 	"strings"
 
 	"github.com/heapscope/heapscope"
+	"github.com/heapscope/heapscope/report"
 )
 
 // printSummary tells, at the end of run or attach, what the session captured
-// and where its trace is.
+// and where its trace is: the report's summary, its top leaks and peak
+// consumers, and the session's counters.
 func printSummary(w io.Writer, st heapscope.Status, files []string) {
 	fmt.Fprintf(w, "heapscope: session %q ended\n", st.Name)
+	if len(files) == 1 {
+		// Newfile and circular traces are reported file by file.
+		if rep, err := report.Load(files[0], report.LoadOptions{}); err != nil {
+			fmt.Fprintf(w, "heapscope: cannot summarize %s: %v\n", files[0], err)
+		} else {
+			fmt.Fprintln(w)
+			rep.WriteText(w, report.TextOptions{Brief: true})
+		}
+	}
 	printStats(w, st)
 	if len(files) > 0 {
 		fmt.Fprintf(w, "trace     %s\n", strings.Join(files, ", "))
+		fmt.Fprintf(w, "more:     heapscope report %s\n", files[0])
 	}
 }
