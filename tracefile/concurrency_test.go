@@ -59,19 +59,23 @@ func TestConcurrentWriters(t *testing.T) {
 					perPID[e.PID] = append(perPID[e.PID], e)
 				}
 			}
+			kept := 0
 			for k := 0; k < writers; k++ {
 				pid := uint32(100 * (k + 1))
 				g := newSynth(uint64(pid), pid, 2, 50)
 				want := make([]event.Event, 200*batches)
 				g.fill(want)
 				got := perPID[pid]
+				kept += len(got)
 				if mode == Circular {
-					if len(got) == len(want) || len(got) == 0 {
-						t.Fatalf("pid %d: %d events of %d: the ring did not wrap", pid, len(got), len(want))
-					}
+					// A writer that finished early may have been
+					// overwritten entirely; what is kept is the newest.
 					want = want[len(want)-len(got):]
 				}
 				sameEvents(t, got, want)
+			}
+			if mode == Circular && (kept == 0 || kept == writers*200*batches) {
+				t.Fatalf("%d events of %d kept: the ring did not wrap", kept, writers*200*batches)
 			}
 		})
 	}
