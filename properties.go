@@ -181,6 +181,10 @@ type Properties struct {
 	// MaxFrames is the deepest stack recorded, at most MaxFrames; 0 means
 	// MaxFrames.
 	MaxFrames int
+	// Hooks, when set, are installed before tracing begins, so that they see
+	// the first event (as ETW's EventRecordCallback is given with the
+	// session's log file). SetHooks replaces them later.
+	Hooks Hooks `json:"-"`
 	// TimeResolution is the precision of event times in the trace file
 	// (ETW's clock resolution); 0 means 10µs, 1ns keeps exact times. The
 	// order of events is exact whatever it is; coarser times make smaller
@@ -339,4 +343,56 @@ func (p Properties) text() [][2]string {
 		{"max_frames", strconv.Itoa(p.MaxFrames)},
 		{"time_resolution", p.TimeResolution.String()},
 	}
+}
+
+// MarshalText and UnmarshalText write the modes by name in JSON.
+
+// MarshalText implements encoding.TextMarshaler.
+func (m LogFileMode) MarshalText() ([]byte, error) { return []byte(m.String()), nil }
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (m *LogFileMode) UnmarshalText(b []byte) (err error) {
+	*m, err = ParseLogFileMode(string(b))
+	return err
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (m CaptureMode) MarshalText() ([]byte, error) { return []byte(m.String()), nil }
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (m *CaptureMode) UnmarshalText(b []byte) (err error) {
+	*m, err = ParseCaptureMode(string(b))
+	return err
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (o OnFull) MarshalText() ([]byte, error) { return []byte(o.String()), nil }
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (o *OnFull) UnmarshalText(b []byte) error {
+	switch string(b) {
+	case "block":
+		*o = Block
+	case "drop":
+		*o = Drop
+	default:
+		return fmt.Errorf("unknown full-buffer policy %q: %w", b, errs.ErrInvalidFlags)
+	}
+	return nil
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (u Unwind) MarshalText() ([]byte, error) { return []byte(u.String()), nil }
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (u *Unwind) UnmarshalText(b []byte) error {
+	switch string(b) {
+	case "fp":
+		*u = FramePointers
+	case "dwarf":
+		*u = DWARF
+	default:
+		return fmt.Errorf("unknown unwinder %q: %w", b, errs.ErrInvalidFlags)
+	}
+	return nil
 }

@@ -1,7 +1,9 @@
 package heapscope
 
 import (
+	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/heapscope/heapscope/event"
@@ -71,5 +73,27 @@ func TestParse(t *testing.T) {
 	}
 	if m, err := ParseCaptureMode("aggregate"); err != nil || m != Aggregate {
 		t.Errorf("aggregate: %v, %v", m, err)
+	}
+}
+
+func TestPropertiesJSON(t *testing.T) {
+	p := Properties{LogFileMode: Circular, Mode: Aggregate, OnFull: Drop, Unwind: DWARF,
+		EnableFlags: event.FamilyMalloc | event.FamilyFree, LogFileName: "x.hst", MaximumFileSize: 3}
+	b, err := json.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"LogFileMode":"circular"`, `"Mode":"aggregate"`, `"OnFull":"drop"`, `"Unwind":"dwarf"`, `"EnableFlags":"malloc,free"`} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("%s lacks %s", b, want)
+		}
+	}
+	var q Properties
+	if err := json.Unmarshal(b, &q); err != nil {
+		t.Fatal(err)
+	}
+	if q.LogFileMode != p.LogFileMode || q.Mode != p.Mode || q.OnFull != p.OnFull || q.Unwind != p.Unwind ||
+		q.EnableFlags != p.EnableFlags || q.MaximumFileSize != 3 {
+		t.Errorf("round trip: %+v", q)
 	}
 }

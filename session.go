@@ -161,6 +161,7 @@ func newSession(name string, props Properties, defaultProvider Provider, stackEv
 		drained: make(chan struct{}),
 		sink:    &sessionSink{},
 	}
+	s.sink.setHooks(props.Hooks)
 	entry, err := registry.Acquire(dir, registry.Info{
 		Name: name, Owner: os.Getpid(), Socket: registry.SocketPath(dir, name),
 		Provider: string(props.Provider), Started: s.started,

@@ -406,3 +406,16 @@ type Sink interface {
 	Snapshot(Snapshot) error
 	Stats(Stats) error
 }
+
+// MarshalText writes f by name ("malloc,free"), for JSON.
+func (f Family) MarshalText() ([]byte, error) { return []byte(f.String()), nil }
+
+// UnmarshalText parses what MarshalText writes.
+func (f *Family) UnmarshalText(b []byte) (err error) {
+	if string(b) == "none" {
+		*f = 0
+		return nil
+	}
+	*f, err = ParseFamily(string(b))
+	return err
+}
