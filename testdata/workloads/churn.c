@@ -3,9 +3,18 @@
 //   churn N T [wait]
 //
 // With "wait", it reads one byte from stdin before the timed loop, so that a
-// tracer can attach first. It prints the wall time of the timed section
-// divided by N: nanoseconds per malloc+free pair, per thread.
+// tracer can attach first. It prints
+//
+//   ns_per_pair W       the wall time of the timed section / N: per pair, per thread
+//   cpu_ns_per_pair C   the process's CPU time (user+sys, all threads) in the
+//                       timed section / (N*T): what one pair costs the program
+//   cpu_total_ns A      the process's CPU time from its start to the end of
+//                       main, so that a tracer's own CPU can be told from it
+//
+// C staying put as T grows says the threads do not slow each other down,
+// whatever the wall time does on a machine with fewer cores than busy threads.
 #include <pthread.h>
+#include <sys/resource.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +44,13 @@ static double now(void) {
 	return ts.tv_sec * 1e9 + ts.tv_nsec;
 }
 
+// cpu returns the CPU time the process has used, in ns.
+static double cpu(void) {
+	struct rusage ru;
+	getrusage(RUSAGE_SELF, &ru);
+	return (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e9 + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e3;
+}
+
 int main(int argc, char **argv) {
 	if (argc < 3) {
 		fprintf(stderr, "usage: churn N THREADS [wait]\n");
@@ -56,11 +72,12 @@ int main(int argc, char **argv) {
 	for (int i = 0; i < threads; i++)
 		pthread_create(&tids[i], NULL, worker, (void *)(uintptr_t)i);
 	pthread_barrier_wait(&barrier);
-	double t0 = now();
+	double c0 = cpu(), t0 = now();
 	pthread_barrier_wait(&barrier);
-	double t1 = now();
+	double t1 = now(), c1 = cpu();
 	for (int i = 0; i < threads; i++)
 		pthread_join(tids[i], NULL);
-	printf("ns_per_pair %.2f\n", (t1 - t0) / n_pairs);
+	printf("ns_per_pair %.2f\ncpu_ns_per_pair %.2f\ncpu_total_ns %.0f\n", (t1 - t0) / n_pairs,
+	       (c1 - c0) / ((double)n_pairs * threads), cpu());
 	return 0;
 }
