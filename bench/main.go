@@ -28,9 +28,25 @@ import (
 // A mode is one way of running the churn workload.
 type mode struct {
 	name string
-	// start runs the workload (bin with args) under this mode and returns its
-	// standard output.
-	run func(env *benchEnv, args []string) ([]byte, error)
+	// run runs the workload (bin with args) under this mode and returns its
+	// standard output and the CPU time, in ns, of the processes the mode
+	// started (the tracer with everything it waited for: the workload too,
+	// unless the tracer attached to it).
+	run func(env *benchEnv, args []string) (out []byte, cpu float64, err error)
+}
+
+// output runs cmd and returns its standard output and the CPU time (user
+// and system, in ns) of it and of the children it waited for.
+func output(cmd *exec.Cmd) ([]byte, float64, error) {
+	out, err := cmd.Output()
+	return out, cpuNs(cmd.ProcessState), err
+}
+
+func cpuNs(ps *os.ProcessState) float64 {
+	if ps == nil {
+		return 0
+	}
+	return float64(ps.UserTime()+ps.SystemTime()) / float64(time.Nanosecond)
 }
 
 // benchEnv is what modes share: built binaries and a scratch directory.
@@ -41,51 +57,52 @@ type benchEnv struct {
 }
 
 var modes = []mode{
-	{"untraced", func(e *benchEnv, args []string) ([]byte, error) {
-		return exec.Command(e.churn, args...).Output()
+	{"untraced", func(e *benchEnv, args []string) ([]byte, float64, error) {
+		return output(exec.Command(e.churn, args...))
 	}},
-	{"heaptrack", func(e *benchEnv, args []string) ([]byte, error) {
+	{"heaptrack", func(e *benchEnv, args []string) ([]byte, float64, error) {
 		out := filepath.Join(e.tmp, "heaptrack")
 		defer removeGlob(out + "*")
-		return exec.Command("heaptrack", append([]string{"-o", out, e.churn}, args...)...).Output()
+		return output(exec.Command("heaptrack", append([]string{"-o", out, e.churn}, args...)...))
 	}},
-	{"heapscope run (preload, fp)", func(e *benchEnv, args []string) ([]byte, error) {
+	{"heapscope run (preload, fp)", func(e *benchEnv, args []string) ([]byte, float64, error) {
 		return e.run(args, "--unwind", "fp")
 	}},
-	{"heapscope run (preload, dwarf)", func(e *benchEnv, args []string) ([]byte, error) {
+	{"heapscope run (preload, dwarf)", func(e *benchEnv, args []string) ([]byte, float64, error) {
 		return e.run(args, "--unwind", "dwarf")
 	}},
-	{"heapscope attach (ebpf, stream)", func(e *benchEnv, args []string) ([]byte, error) {
+	{"heapscope attach (ebpf, stream)", func(e *benchEnv, args []string) ([]byte, float64, error) {
 		return e.attach(args, "--mode", "stream")
 	}},
-	{"heapscope attach (ebpf, aggregate)", func(e *benchEnv, args []string) ([]byte, error) {
+	{"heapscope attach (ebpf, aggregate)", func(e *benchEnv, args []string) ([]byte, float64, error) {
 		return e.attach(args, "--mode", "aggregate")
 	}},
 }
 
 // run traces the workload with `heapscope run`.
-func (e *benchEnv) run(args []string, flags ...string) ([]byte, error) {
+func (e *benchEnv) run(args []string, flags ...string) ([]byte, float64, error) {
 	out := filepath.Join(e.tmp, "run.hst")
 	defer os.Remove(out)
 	argv := append([]string{"run", "-q", "-o", out}, flags...)
 	argv = append(append(argv, "--", e.churn), args...)
-	return exec.Command(e.heapscope, argv...).Output()
+	return output(exec.Command(e.heapscope, argv...))
 }
 
 // attach starts the workload waiting on its stdin, attaches `heapscope
 // attach` to it, waits until the session is live, then lets the workload run.
-func (e *benchEnv) attach(args []string, flags ...string) ([]byte, error) {
+// The CPU time returned is the workload's and the tracer's.
+func (e *benchEnv) attach(args []string, flags ...string) ([]byte, float64, error) {
 	out := filepath.Join(e.tmp, "attach.hst")
 	defer os.Remove(out)
 	w := exec.Command(e.churn, append(args, "wait")...)
 	stdin, err := w.StdinPipe()
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	var stdout bytes.Buffer
 	w.Stdout = &stdout
 	if err := w.Start(); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	defer w.Process.Kill()
 	name := fmt.Sprintf("bench-%d", w.Process.Pid)
@@ -94,7 +111,7 @@ func (e *benchEnv) attach(args []string, flags ...string) ([]byte, error) {
 	var tracerErr bytes.Buffer
 	tracer.Stderr = &tracerErr
 	if err := tracer.Start(); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	defer tracer.Process.Kill()
 	for i := 0; ; i++ {
@@ -102,19 +119,19 @@ func (e *benchEnv) attach(args []string, flags ...string) ([]byte, error) {
 			break
 		}
 		if i == 300 {
-			return nil, fmt.Errorf("session never came up: %s", tracerErr.String())
+			return nil, 0, fmt.Errorf("session never came up: %s", tracerErr.String())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	stdin.Write([]byte{'\n'})
 	stdin.Close()
 	if err := w.Wait(); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if err := tracer.Wait(); err != nil {
-		return nil, fmt.Errorf("heapscope attach: %v: %s", err, tracerErr.String())
+		return nil, 0, fmt.Errorf("heapscope attach: %v: %s", err, tracerErr.String())
 	}
-	return stdout.Bytes(), nil
+	return stdout.Bytes(), cpuNs(w.ProcessState) + cpuNs(tracer.ProcessState), nil
 }
 
 func main() {
@@ -143,7 +160,7 @@ func run(n, reps int, threadList, only, outFile string) error {
 	selected := modes
 	if only != "all" {
 		selected = nil
-		for _, name := range strings.Split(only, ",") {
+		for _, name := range splitModes(only) {
 			found := false
 			for _, m := range modes {
 				if m.name == name {
@@ -178,24 +195,29 @@ func run(n, reps int, threadList, only, outFile string) error {
 		return fmt.Errorf("building heapscope: %v\n%s", err, out)
 	}
 
-	// samples[mode][threads] holds ns per pair, one per repetition.
-	samples := map[string]map[int][]float64{}
+	// samples[mode][threads] holds one measurement per repetition.
+	samples := map[string]map[int][]sample{}
 	for _, m := range selected {
-		samples[m.name] = map[int][]float64{}
+		samples[m.name] = map[int][]sample{}
 	}
 	for r := 0; r < reps; r++ {
 		for _, t := range threads {
 			for _, m := range selected {
-				out, err := m.run(env, []string{strconv.Itoa(n), strconv.Itoa(t)})
+				out, cpu, err := m.run(env, []string{strconv.Itoa(n), strconv.Itoa(t)})
 				if err != nil {
 					return fmt.Errorf("%s, %d threads: %w", m.name, t, err)
 				}
-				ns, err := parseNsPerPair(out)
+				s, err := parseChurn(out)
 				if err != nil {
 					return fmt.Errorf("%s, %d threads: %w", m.name, t, err)
 				}
-				samples[m.name][t] = append(samples[m.name][t], ns)
-				fmt.Fprintf(os.Stderr, "rep %d/%d  %-28s %d thr  %8.1f ns/pair\n", r+1, reps, m.name, t, ns)
+				// What the tracer spent: all the CPU the mode's processes
+				// used but the workload's own (its interposer included),
+				// per event (a malloc and a free per pair).
+				s.tracerCPU = max(cpu-s.totalCPU, 0) / float64(2*n*t)
+				samples[m.name][t] = append(samples[m.name][t], s)
+				fmt.Fprintf(os.Stderr, "rep %d/%d  %-34s %d thr  %8.1f ns/pair  %6.1f cpu-ns/pair  %6.1f tracer-cpu-ns/event\n",
+					r+1, reps, m.name, t, s.ns, s.cpu, s.tracerCPU)
 			}
 		}
 	}
@@ -210,22 +232,46 @@ func run(n, reps int, threadList, only, outFile string) error {
 	fmt.Fprintf(&doc, "# Benchmark results\n\nWritten by `go run ./bench -n %d -reps %d -threads %s -modes %s`.\n\n", n, reps, threadList, only)
 	fmt.Fprintf(&doc, "- date: %s\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"))
 	fmt.Fprintf(&doc, "- machine: %s\n", machine())
-	fmt.Fprintf(&doc, "- workload: `churn N T`: N pairs of malloc(16..527)+free in each of T threads; the workload times its own loop\n\n")
+	fmt.Fprintf(&doc, "- workload: `churn N T`: N pairs of malloc(16..527)+free in each of T threads; the workload times its own loop\n")
+	fmt.Fprintf(&doc, "- target CPU: the workload's CPU time (all threads, interposer included) in its timed loop, per pair; "+
+		"the same at 1 and 2 threads means the traced threads do not slow each other down\n")
+	fmt.Fprintf(&doc, "- tracer CPU: the CPU time of every process the mode started but the workload, per event (2 per pair)\n\n")
 	doc.Write(table.Bytes())
 	return os.WriteFile(outFile, doc.Bytes(), 0o644)
 }
 
+// A sample is one run's measurements.
+type sample struct {
+	ns        float64 // wall ns per pair, per thread
+	cpu       float64 // the workload's CPU ns per pair in its timed loop
+	totalCPU  float64 // the workload's CPU ns, start to end
+	tracerCPU float64 // the tracer's CPU ns per event
+}
+
+// medianOf returns the median of one field over samples.
+func medianOf(ss []sample, field func(sample) float64) float64 {
+	xs := make([]float64, len(ss))
+	for i, s := range ss {
+		xs[i] = field(s)
+	}
+	return median(xs)
+}
+
 // writeTable prints medians and ratios as a Markdown table.
-func writeTable(w io.Writer, selected []mode, threads []int, samples map[string]map[int][]float64) {
-	fmt.Fprintf(w, "| mode | threads | median ns/pair | overhead ns/pair | × heaptrack (time) | × heaptrack (overhead) |\n")
-	fmt.Fprintf(w, "|---|---:|---:|---:|---:|---:|\n")
+func writeTable(w io.Writer, selected []mode, threads []int, samples map[string]map[int][]sample) {
+	ns := func(s sample) float64 { return s.ns }
+	fmt.Fprintf(w, "| mode | threads | median ns/pair | overhead ns/pair | × heaptrack (time) | × heaptrack (overhead) | target CPU ns/pair | tracer CPU ns/event |\n")
+	fmt.Fprintf(w, "|---|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, t := range threads {
-		base := median(samples["untraced"][t])
-		ht := median(samples["heaptrack"][t])
+		base := medianOf(samples["untraced"][t], ns)
+		ht := medianOf(samples["heaptrack"][t], ns)
 		for _, m := range selected {
-			med := median(samples[m.name][t])
-			fmt.Fprintf(w, "| %s | %d | %.1f | %s | %s | %s |\n", m.name, t, med,
-				fmtOpt(med-base, base > 0), fmtRatio(med, ht), fmtRatio(med-base, ht-base))
+			ss := samples[m.name][t]
+			med := medianOf(ss, ns)
+			fmt.Fprintf(w, "| %s | %d | %.1f | %s | %s | %s | %.1f | %.1f |\n", m.name, t, med,
+				fmtOpt(med-base, base > 0), fmtRatio(med, ht), fmtRatio(med-base, ht-base),
+				medianOf(ss, func(s sample) float64 { return s.cpu }),
+				medianOf(ss, func(s sample) float64 { return s.tracerCPU }))
 		}
 	}
 }
@@ -256,14 +302,49 @@ func median(xs []float64) float64 {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
-func parseNsPerPair(out []byte) (float64, error) {
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	for sc.Scan() {
-		if f := strings.Fields(sc.Text()); len(f) == 2 && f[0] == "ns_per_pair" {
-			return strconv.ParseFloat(f[1], 64)
+// splitModes splits a comma-separated list of mode names, leaving alone
+// the commas inside a name's parentheses ("heapscope run (preload, fp)").
+func splitModes(list string) []string {
+	var names []string
+	depth, start := 0, 0
+	for i, c := range list {
+		switch c {
+		case '(':
+			depth++
+		case ')':
+			depth--
+		case ',':
+			if depth == 0 {
+				names = append(names, strings.TrimSpace(list[start:i]))
+				start = i + 1
+			}
 		}
 	}
-	return 0, fmt.Errorf("no ns_per_pair line in output %q", out)
+	return append(names, strings.TrimSpace(list[start:]))
+}
+
+// parseChurn reads churn's output: ns_per_pair, cpu_ns_per_pair and
+// cpu_total_ns.
+func parseChurn(out []byte) (sample, error) {
+	var s sample
+	fields := map[string]*float64{"ns_per_pair": &s.ns, "cpu_ns_per_pair": &s.cpu, "cpu_total_ns": &s.totalCPU}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) != 2 || fields[f[0]] == nil {
+			continue
+		}
+		v, err := strconv.ParseFloat(f[1], 64)
+		if err != nil {
+			return s, fmt.Errorf("%s: %w", f[0], err)
+		}
+		*fields[f[0]] = v
+		delete(fields, f[0])
+	}
+	if len(fields) > 0 {
+		return s, fmt.Errorf("churn's output %q lacks %d of its 3 lines", out, len(fields))
+	}
+	return s, nil
 }
 
 // machine describes the host: CPU, cores, kernel, libc, Go, heaptrack.
