@@ -1,13 +1,16 @@
 package ebpf
 
 import (
+	"flag"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
 
 	"github.com/heapscope/heapscope/event"
 	"github.com/heapscope/heapscope/internal/testutil"
@@ -134,11 +137,16 @@ func BenchmarkTracer(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
+			report := func() {}
+			if tr != nil && *bpfStats {
+				report = bpfRuntime(b, tr.coll.Programs)
+			}
 			cpu0 := selfCPU()
 			b.ResetTimer()
 			w.release(b)
 			reportNs(b, w, "ns_per_pair", "ns/pair")
 			reportNs(b, w, "cpu_ns_per_pair", "cpu-ns/pair")
+			report()
 			if tr != nil {
 				// What the consumer (this process) spent per call
 				// delivered, on another CPU.
@@ -197,6 +205,49 @@ func attachFloor(b *testing.B, pid int) {
 	}
 	if n != 2 {
 		b.Fatalf("found %d of malloc and free", n)
+	}
+}
+
+var bpfStats = flag.Bool("bpfstats", false, "BenchmarkTracer: report each BPF program's own run time (the kernel's statistics add to the cost per call)")
+
+// bpfRuntime turns on the kernel's BPF run-time statistics and returns a
+// function that reports, for each of progs that ran since, its own run time
+// per run as bpf-ns/NAME, and its runs per malloc+free pair as
+// runs/NAME: the programs' share of the cost per pair, apart from the
+// traps. (The statistics add two clock reads to each run.)
+func bpfRuntime(b *testing.B, progs map[string]*ebpf.Program) func() {
+	b.Helper()
+	st, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	if err != nil {
+		b.Fatalf("enabling BPF statistics: %v", err)
+	}
+	type sample struct {
+		rt time.Duration
+		n  uint64
+	}
+	read := func() map[string]sample {
+		m := map[string]sample{}
+		for name, p := range progs {
+			s, err := p.Stats()
+			if err != nil {
+				b.Fatal(err)
+			}
+			m[name] = sample{s.Runtime, s.RunCount}
+		}
+		return m
+	}
+	before := read()
+	return func() {
+		after := read()
+		st.Close()
+		for name, a := range after {
+			n := a.n - before[name].n
+			if n == 0 {
+				continue
+			}
+			b.ReportMetric(float64(a.rt-before[name].rt)/float64(n), "bpf-ns/"+name)
+			b.ReportMetric(float64(n)/float64(b.N), "runs/"+name)
+		}
 	}
 }
 
