@@ -1,7 +1,9 @@
 package ebpf
 
 import (
+	"debug/elf"
 	"flag"
+	"fmt"
 	"strconv"
 	"strings"
 	"syscall"
@@ -37,23 +39,23 @@ func reportNs(b *testing.B, w *workload, key, unit string) {
 func BenchmarkTrap(b *testing.B) {
 	bin := testutil.MustBuild(b, "ebpf_trap", testutil.Options{})
 	for _, c := range []struct {
-		name      string
-		fn        string
-		enter, ex bool
+		name               string
+		fn                 string
+		enter, ex, session bool
 	}{
-		{"untraced", "trap_push", false, false},
-		{"entry", "trap_push", true, false},
-		{"return", "trap_push", false, true},
-		{"entry+return", "trap_push", true, true},
-		{"single-step", "trap_test", true, false},
+		{"untraced", "trap_push", false, false, false},
+		{"entry", "trap_push", true, false, false},
+		{"return", "trap_push", false, true, false},
+		{"entry+return", "trap_push", true, true, false},
+		{"session", "trap_push", false, false, true},
+		{"single-step", "trap_test", true, false, false},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			testutil.SkipWithoutEBPF(b, Available())
-			var objs trapObjects
-			if err := loadTrapObjects(&objs, nil); err != nil {
-				b.Fatal(err)
+			if c.session {
+				testutil.SkipWithoutEBPF(b, haveUprobeSession())
 			}
-			defer objs.Close()
+			objs := loadTrapForBench(b)
 			w := startWorkload(b, bin, strings.TrimPrefix(c.fn, "trap_"), strconv.Itoa(b.N), "wait")
 			ex, err := link.OpenExecutable(bin)
 			if err != nil {
@@ -79,6 +81,17 @@ func BenchmarkTrap(b *testing.B) {
 			if c.ex {
 				attach(objs.TrapExit, true)
 			}
+			if c.session {
+				off, err := symbolOffset(bin, c.fn)
+				if err != nil {
+					b.Fatal(err)
+				}
+				l, err := uprobeSession(bin, objs.TrapSession, w.pid(), []uint64{off}, []uint64{0})
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() { l.Close() })
+			}
 			b.ResetTimer()
 			w.release(b)
 			reportNs(b, w, "ns_per_call", "ns/call")
@@ -90,20 +103,29 @@ func BenchmarkTrap(b *testing.B) {
 // BenchmarkTracer measures the tracer on ebpf_churn (churn.c's loop of
 // malloc of 16..527 bytes and free, timed by both the wall clock and the
 // thread's CPU clock): ns per malloc+free pair, untraced,
-// with empty programs where the tracer puts its probes (the floor: three
-// traps, malloc's entry and return and free's entry), and traced in each
-// mode, in one run.
+// with empty programs where the tracer puts its probes (the floor: malloc's
+// entry and return, as an entry and a return probe or as a session, and
+// free's entry), and traced in each mode, in one run.
 func BenchmarkTracer(b *testing.B) {
 	bin := testutil.MustBuild(b, "ebpf_churn", testutil.Options{})
-	b.Run("floor", func(b *testing.B) {
-		testutil.SkipWithoutEBPF(b, Available())
-		w := startWorkloadNoReady(b, bin, strconv.Itoa(b.N), "1", "wait")
-		attachFloor(b, w.pid())
-		b.ResetTimer()
-		w.release(b)
-		reportNs(b, w, "ns_per_pair", "ns/pair")
-		reportNs(b, w, "cpu_ns_per_pair", "cpu-ns/pair")
-	})
+	for _, session := range []bool{false, true} {
+		name := "floor"
+		if session {
+			name = "floor-session"
+		}
+		b.Run(name, func(b *testing.B) {
+			testutil.SkipWithoutEBPF(b, Available())
+			if session {
+				testutil.SkipWithoutEBPF(b, haveUprobeSession())
+			}
+			w := startWorkloadNoReady(b, bin, strconv.Itoa(b.N), "1", "wait")
+			attachFloor(b, w.pid(), session)
+			b.ResetTimer()
+			w.release(b)
+			reportNs(b, w, "ns_per_pair", "ns/pair")
+			reportNs(b, w, "cpu_ns_per_pair", "cpu-ns/pair")
+		})
+	}
 	b.Run("untraced-while-another-is-traced", func(b *testing.B) {
 		// Probes are per process: a process not traced does not trap,
 		// even in the same libc.
@@ -162,13 +184,9 @@ func BenchmarkTracer(b *testing.B) {
 }
 
 // attachFloor puts empty programs where the tracer probes malloc (entry and
-// return) and free (entry) in pid.
-func attachFloor(b *testing.B, pid int) {
-	var objs trapObjects
-	if err := loadTrapObjects(&objs, nil); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { objs.Close() })
+// return, or a session) and free (entry) in pid.
+func attachFloor(b *testing.B, pid int, session bool) {
+	objs := loadTrapForBench(b)
 	tgs, err := findTargets(pid)
 	if err != nil {
 		b.Fatal(err)
@@ -183,29 +201,77 @@ func attachFloor(b *testing.B, pid int) {
 			if s.Func != event.FuncMalloc && s.Func != event.FuncFree {
 				continue
 			}
-			opts := &link.UprobeMultiOptions{PID: uint32(pid), Addresses: []uint64{s.ProbeOffset()}}
-			progs := []*ebpf.Program{objs.TrapEnter}
-			if s.Func == event.FuncMalloc {
-				progs = append(progs, objs.TrapExit)
-			}
-			for i, p := range progs {
-				var l link.Link
-				if i == 1 {
-					l, err = ex.UretprobeMulti(nil, p, opts)
-				} else {
-					l, err = ex.UprobeMulti(nil, p, opts)
-				}
+			n++
+			addrs := []uint64{s.ProbeOffset()}
+			opts := &link.UprobeMultiOptions{PID: uint32(pid), Addresses: addrs}
+			var ls []link.Link
+			switch {
+			case s.Func == event.FuncMalloc && session:
+				l, err := uprobeSession(tg.open, objs.TrapSession, pid, addrs, []uint64{0})
 				if err != nil {
 					b.Fatal(err)
 				}
-				b.Cleanup(func() { l.Close() })
+				ls = append(ls, l)
+			case s.Func == event.FuncMalloc:
+				l, err := ex.UretprobeMulti(nil, objs.TrapExit, opts)
+				if err != nil {
+					b.Fatal(err)
+				}
+				ls = append(ls, l)
+				fallthrough
+			default:
+				l, err := ex.UprobeMulti(nil, objs.TrapEnter, opts)
+				if err != nil {
+					b.Fatal(err)
+				}
+				ls = append(ls, l)
 			}
-			n++
+			b.Cleanup(func() { closeLinks(ls) })
 		}
 	}
 	if n != 2 {
 		b.Fatalf("found %d of malloc and free", n)
 	}
+}
+
+// loadTrapForBench loads the empty programs, without the session's where the
+// kernel has no uprobe sessions.
+func loadTrapForBench(b *testing.B) *trapObjects {
+	b.Helper()
+	spec, err := loadTrap()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if haveUprobeSession() != nil {
+		delete(spec.Programs, "trap_session")
+	}
+	var objs trapObjects
+	if err := spec.LoadAndAssign(&objs, nil); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { objs.Close() })
+	return &objs
+}
+
+// symbolOffset is the file offset of the function sym in the ELF file bin.
+func symbolOffset(bin, sym string) (uint64, error) {
+	f, err := elf.Open(bin)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	syms, err := f.Symbols()
+	if err != nil {
+		return 0, err
+	}
+	for _, s := range syms {
+		if s.Name == sym {
+			if off, ok := fileOffset(f, s.Value); ok {
+				return off, nil
+			}
+		}
+	}
+	return 0, fmt.Errorf("%s: no function %s", bin, sym)
 }
 
 var bpfStats = flag.Bool("bpfstats", false, "BenchmarkTracer: report each BPF program's own run time (the kernel's statistics add to the cost per call)")

@@ -16,8 +16,9 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	trapProgTrapEnter = "trap_enter"
-	trapProgTrapExit  = "trap_exit"
+	trapProgTrapEnter   = "trap_enter"
+	trapProgTrapExit    = "trap_exit"
+	trapProgTrapSession = "trap_session"
 )
 
 // loadTrap returns the embedded CollectionSpec for trap.
@@ -62,8 +63,9 @@ type trapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type trapProgramSpecs struct {
-	TrapEnter *ebpf.ProgramSpec `ebpf:"trap_enter"`
-	TrapExit  *ebpf.ProgramSpec `ebpf:"trap_exit"`
+	TrapEnter   *ebpf.ProgramSpec `ebpf:"trap_enter"`
+	TrapExit    *ebpf.ProgramSpec `ebpf:"trap_exit"`
+	TrapSession *ebpf.ProgramSpec `ebpf:"trap_session"`
 }
 
 // trapMapSpecs contains maps before they are loaded into the kernel.
@@ -114,14 +116,16 @@ type trapVariables struct {
 //
 // It can be passed to loadTrapObjects or ebpf.CollectionSpec.LoadAndAssign.
 type trapPrograms struct {
-	TrapEnter *ebpf.Program `ebpf:"trap_enter"`
-	TrapExit  *ebpf.Program `ebpf:"trap_exit"`
+	TrapEnter   *ebpf.Program `ebpf:"trap_enter"`
+	TrapExit    *ebpf.Program `ebpf:"trap_exit"`
+	TrapSession *ebpf.Program `ebpf:"trap_session"`
 }
 
 func (p *trapPrograms) Close() error {
 	return _TrapClose(
 		p.TrapEnter,
 		p.TrapExit,
+		p.TrapSession,
 	)
 }
 
