@@ -79,6 +79,25 @@ func BenchmarkCold(b *testing.B) {
 	}
 }
 
+// BenchmarkPrefetch is BenchmarkCold with the addresses resolved in one
+// batch, as a report does: each file's DWARF is read in one pass.
+func BenchmarkPrefetch(b *testing.B) {
+	for _, f := range benchFiles {
+		for _, n := range []int{300, benchAddrs} {
+			b.Run(fmt.Sprintf("%s/%d", f.name, n), func(b *testing.B) {
+				m, addrs := benchTarget(b, f.path, n)
+				for b.Loop() {
+					s := New(Options{})
+					s.AddModule(m)
+					s.Prefetch(1, addrs)
+					s.Close()
+				}
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(addrs)), "ns/addr")
+			})
+		}
+	}
+}
+
 // BenchmarkFirst is the cost of the first address of a file: what laziness
 // saves when a trace has few addresses in a large library.
 func BenchmarkFirst(b *testing.B) {

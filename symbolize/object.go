@@ -102,6 +102,32 @@ func (o *object) vaddr(m event.Module, pc uint64) (uint64, bool) {
 func (o *object) lookup(va uint64) []loc {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	return o.lookupLocked(va)
+}
+
+// prefetch resolves the virtual addresses vas of o, reading the DWARF units
+// they fall in in one batch.
+func (o *object) prefetch(vas []uint64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	todo := vas[:0:0]
+	for _, va := range vas {
+		if _, ok := o.cache[va]; !ok {
+			todo = append(todo, va)
+		}
+	}
+	if len(todo) == 0 {
+		return
+	}
+	if dw := o.dwarf(); dw != nil {
+		dw.prepare(todo)
+	}
+	for _, va := range todo {
+		o.lookupLocked(va)
+	}
+}
+
+func (o *object) lookupLocked(va uint64) []loc {
 	if l, ok := o.cache[va]; ok {
 		return l
 	}

@@ -1,186 +1,374 @@
 package symbolize
 
 import (
+	"bufio"
 	"bytes"
-	"debug/dwarf"
 	"debug/elf"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+	"sort"
 	"strings"
-	"sync"
 
 	"github.com/klauspost/compress/flate"
 	"github.com/klauspost/compress/zstd"
 )
-
-// dwarfSections are the DWARF sections symbolizing reads: the entries, the
-// line tables and what they refer to. Location lists, call frame information,
-// name indexes and type units are never read.
-var dwarfSections = []string{"info", "abbrev", "str", "line", "ranges", "addr", "line_str", "str_offsets", "rnglists", "aranges"}
-
-// readDWARF reads f's DWARF sections, decompressing them (zlib or zstd, the
-// ELF way or the old .zdebug way) in parallel with klauspost/compress, which
-// is several times faster than debug/elf's compress/zlib, and builds the
-// dwarf.Data. ra reads f's raw bytes. The aranges section is returned apart:
-// package dwarf has no use for it.
-func readDWARF(f *elf.File, ra io.ReaderAt) (d *dwarf.Data, aranges []byte, err error) {
-	if f.Type == elf.ET_REL {
-		// Relocatable objects need relocations applied: debug/elf does it.
-		d, err := f.DWARF()
-		return d, nil, err
-	}
-	secs := map[string]*elf.Section{}
-	for _, s := range f.Sections {
-		name, ok := strings.CutPrefix(s.Name, ".debug_")
-		if !ok {
-			name, ok = strings.CutPrefix(s.Name, ".zdebug_")
-		}
-		if ok && s.Type != elf.SHT_NOBITS {
-			secs[name] = s
-		}
-	}
-	data := make(map[string][]byte, len(dwarfSections))
-	errs := make(map[string]error, len(dwarfSections))
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for _, name := range dwarfSections {
-		s := secs[name]
-		if s == nil {
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			b, err := sectionData(f, s, ra)
-			mu.Lock()
-			data[name], errs[name] = b, err
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
-	for _, name := range dwarfSections {
-		if errs[name] != nil {
-			return nil, nil, fmt.Errorf("section %s: %w", secs[name].Name, errs[name])
-		}
-	}
-	if data["info"] == nil {
-		return nil, nil, errors.New("no .debug_info")
-	}
-	d, err = newDWARF(data)
-	if err != nil {
-		return nil, nil, err
-	}
-	return d, data["aranges"], nil
-}
-
-func newDWARF(data map[string][]byte) (d *dwarf.Data, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			d, err = nil, fmt.Errorf("corrupt DWARF: %v", p)
-		}
-	}()
-	d, err = dwarf.New(data["abbrev"], nil, nil, data["info"], data["line"], nil, data["ranges"], data["str"])
-	if err != nil {
-		return nil, err
-	}
-	for _, name := range []string{"addr", "line_str", "str_offsets", "rnglists"} {
-		if b := data[name]; b != nil {
-			if err := d.AddSection(".debug_"+name, b); err != nil {
-				return nil, err
-			}
-		}
-	}
-	return d, nil
-}
 
 // maxSection bounds the decompressed size of one section: a corrupt header
 // must not make us allocate without limit.
 const maxSection = 1 << 32
 
 const (
+	compressNone = 0
 	compressZlib = 1 // ELFCOMPRESS_ZLIB
 	compressZstd = 2 // ELFCOMPRESS_ZSTD
 )
 
-// sectionData returns the contents of s, decompressed.
-func sectionData(f *elf.File, s *elf.Section, ra io.ReaderAt) ([]byte, error) {
-	compressed := s.Flags&elf.SHF_COMPRESSED != 0
-	old := strings.HasPrefix(s.Name, ".zdebug_")
-	if !compressed && !old {
-		return s.Data()
-	}
-	if s.FileSize > maxSection {
-		return nil, fmt.Errorf("%d bytes compressed: too large", s.FileSize)
-	}
-	raw := make([]byte, s.FileSize)
-	if _, err := ra.ReadAt(raw, int64(s.Offset)); err != nil {
-		return nil, err
-	}
-	var typ uint32
-	var size uint64
+// A dwSection is a DWARF section of an ELF file, read in parts, as the
+// units that addresses fall in need them, and never kept whole unless
+// asked: the DWARF of a C library is megabytes, of which a trace needs a
+// few units.
+//
+// An uncompressed section is read where it lies in the file. A compressed
+// one (ELF SHF_COMPRESSED, zlib or zstd, or an old .zdebug section) can
+// only be decompressed from its start: fetch decompresses it as a stream,
+// once for a whole batch of parts, and keeps only those parts; whole keeps
+// the decompressed section for the small ones that are read everywhere
+// (strings, range lists).
+type dwSection struct {
+	name  string
+	r     io.ReaderAt
+	off   uint64 // of the data in the file, after any compression header
+	fsize uint64 // bytes in the file, from off
+	size  uint64 // bytes once decompressed
+	comp  uint32
+	order binary.ByteOrder
+
+	all    []byte // the decompressed section, once whole has read it
+	allErr error
+	passes int // passes fetch made over the compressed stream
+}
+
+// keepAfter is how many passes over a compressed section fetch makes before
+// it keeps the section whole: lookups one at a time, all over a large
+// library, would otherwise decompress it again for each unit.
+const keepAfter = 2
+
+// newSection describes s of f, whose bytes r reads. A compression header
+// is read now; nothing else is.
+func newSection(f *elf.File, s *elf.Section, r io.ReaderAt) (*dwSection, error) {
+	d := &dwSection{name: s.Name, r: r, off: s.Offset, fsize: s.FileSize, size: s.FileSize, order: f.ByteOrder}
 	switch {
-	case old:
+	case strings.HasPrefix(s.Name, ".zdebug_"):
 		// "ZLIB", then the size as 8 bytes big-endian, then a zlib stream.
-		if len(raw) < 12 || string(raw[:4]) != "ZLIB" {
+		var h [12]byte
+		if s.FileSize < 12 {
 			return nil, errors.New("bad .zdebug header")
 		}
-		typ, size, raw = compressZlib, binary.BigEndian.Uint64(raw[4:]), raw[12:]
-	case f.Class == elf.ELFCLASS64:
-		// Elf64_Chdr: type, reserved, size, alignment.
-		if len(raw) < 24 {
+		if _, err := r.ReadAt(h[:], int64(s.Offset)); err != nil {
+			return nil, err
+		}
+		if string(h[:4]) != "ZLIB" {
+			return nil, errors.New("bad .zdebug header")
+		}
+		d.comp, d.size, d.off, d.fsize = compressZlib, binary.BigEndian.Uint64(h[4:]), s.Offset+12, s.FileSize-12
+	case s.Flags&elf.SHF_COMPRESSED != 0:
+		var h [24]byte
+		n := 24 // Elf64_Chdr: type, reserved, size, alignment
+		if f.Class != elf.ELFCLASS64 {
+			n = 12 // Elf32_Chdr: type, size, alignment
+		}
+		if s.FileSize < uint64(n) {
 			return nil, errors.New("short compression header")
 		}
-		typ, size, raw = f.ByteOrder.Uint32(raw), f.ByteOrder.Uint64(raw[8:]), raw[24:]
-	default:
-		// Elf32_Chdr: type, size, alignment.
-		if len(raw) < 12 {
-			return nil, errors.New("short compression header")
+		if _, err := r.ReadAt(h[:n], int64(s.Offset)); err != nil {
+			return nil, err
 		}
-		typ, size, raw = f.ByteOrder.Uint32(raw), uint64(f.ByteOrder.Uint32(raw[4:])), raw[12:]
+		d.comp = f.ByteOrder.Uint32(h[:])
+		if n == 24 {
+			d.size = f.ByteOrder.Uint64(h[8:])
+		} else {
+			d.size = uint64(f.ByteOrder.Uint32(h[4:]))
+		}
+		d.off, d.fsize = s.Offset+uint64(n), s.FileSize-uint64(n)
+		if d.comp != compressZlib && d.comp != compressZstd {
+			return nil, fmt.Errorf("unknown compression type %d", d.comp)
+		}
 	}
-	if size > maxSection {
-		return nil, fmt.Errorf("%d bytes decompressed: too large", size)
+	if d.size > maxSection {
+		return nil, fmt.Errorf("%d bytes decompressed: too large", d.size)
 	}
-	var zr io.Reader
-	switch typ {
+	return d, nil
+}
+
+// stream returns a reader of the decompressed section from its start.
+func (s *dwSection) stream() (io.Reader, func(), error) {
+	raw := io.NewSectionReader(s.r, int64(s.off), int64(s.fsize))
+	switch s.comp {
+	case compressNone:
+		return raw, func() {}, nil
 	case compressZlib:
 		// The deflate stream inside the zlib one, read directly: the
 		// Adler-32 check costs a tenth of the time, and a corrupt stream
 		// fails to inflate or to fill the size the header gives anyway.
-		if len(raw) < 2 || raw[0]&0x0f != 8 || raw[1]&0x20 != 0 || (uint(raw[0])<<8|uint(raw[1]))%31 != 0 {
-			return nil, errors.New("bad zlib header")
+		var h [2]byte
+		if _, err := io.ReadFull(raw, h[:]); err != nil {
+			return nil, nil, err
 		}
-		fr := flate.NewReader(bytes.NewReader(raw[2:]))
-		defer fr.Close()
-		zr = fr
-	case compressZstd:
-		d, err := zstd.NewReader(bytes.NewReader(raw), zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(max(size, 64<<20)))
+		if h[0]&0x0f != 8 || h[1]&0x20 != 0 || (uint(h[0])<<8|uint(h[1]))%31 != 0 {
+			return nil, nil, errors.New("bad zlib header")
+		}
+		fr := flate.NewReader(bufio.NewReaderSize(raw, 32<<10))
+		return fr, func() { fr.Close() }, nil
+	default:
+		d, err := zstd.NewReader(bufio.NewReaderSize(raw, 32<<10), zstd.WithDecoderConcurrency(1),
+			zstd.WithDecoderMaxMemory(max(s.size, 64<<20)))
 		if err != nil {
+			return nil, nil, err
+		}
+		return d, d.Close, nil
+	}
+}
+
+// whole returns the decompressed section, and keeps it: for the small
+// sections that are read all over (strings, range lists, addresses).
+func (s *dwSection) whole() ([]byte, error) {
+	if s.all != nil || s.allErr != nil {
+		return s.all, s.allErr
+	}
+	s.all, s.allErr = s.readAll()
+	return s.all, s.allErr
+}
+
+// readAll reads the decompressed section without keeping it.
+func (s *dwSection) readAll() ([]byte, error) {
+	if s.comp == compressNone {
+		b := make([]byte, s.size)
+		if _, err := s.r.ReadAt(b, int64(s.off)); err != nil {
 			return nil, err
 		}
-		defer d.Close()
-		zr = d
-	default:
-		return nil, fmt.Errorf("unknown compression type %d", typ)
+		return b, nil
 	}
+	zr, done, err := s.stream()
+	if err != nil {
+		return nil, err
+	}
+	defer done()
 	// Read straight into a buffer of the size the header gives, when that
 	// is plausible for the input; grow as needed otherwise.
-	if size <= 64*uint64(len(raw))+4096 {
-		out := make([]byte, size)
+	if s.size <= 64*s.fsize+4096 {
+		out := make([]byte, s.size)
 		if _, err := io.ReadFull(zr, out); err != nil {
 			return nil, fmt.Errorf("decompressing: %w", err)
 		}
 		return out, nil
 	}
 	var out bytes.Buffer
-	n, err := io.Copy(&out, io.LimitReader(zr, int64(size)))
+	n, err := io.Copy(&out, io.LimitReader(zr, int64(s.size)))
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("decompressing: %w", err)
 	}
-	if uint64(n) != size {
-		return nil, fmt.Errorf("decompressed %d bytes, header says %d", n, size)
+	if uint64(n) != s.size {
+		return nil, fmt.Errorf("decompressed %d bytes, header says %d", n, s.size)
 	}
 	return out.Bytes(), nil
+}
+
+// at returns n bytes at off, or fewer at the end of the section.
+func (s *dwSection) at(off, n uint64) ([]byte, error) {
+	if off > s.size {
+		return nil, fmt.Errorf("%s: offset %#x beyond its %d bytes", s.name, off, s.size)
+	}
+	n = min(n, s.size-off)
+	if s.comp != compressNone || s.all != nil {
+		all, err := s.whole()
+		if err != nil {
+			return nil, err
+		}
+		return all[off : off+n], nil
+	}
+	b := make([]byte, n)
+	if _, err := s.r.ReadAt(b, int64(s.off+off)); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// cstring returns the NUL-terminated string at off.
+func (s *dwSection) cstring(off uint64) (string, error) {
+	for n := uint64(64); ; n *= 4 {
+		b, err := s.at(off, n)
+		if err != nil {
+			return "", err
+		}
+		if i := bytes.IndexByte(b, 0); i >= 0 {
+			return string(b[:i]), nil
+		}
+		if uint64(len(b)) < n {
+			return "", fmt.Errorf("%s: unterminated string at %#x", s.name, off)
+		}
+	}
+}
+
+// uint reads an unsigned integer of size bytes (1, 2, 3, 4 or 8) at off.
+func (s *dwSection) uint(off uint64, size int) (uint64, error) {
+	b, err := s.at(off, uint64(size))
+	if err != nil {
+		return 0, err
+	}
+	if len(b) < size {
+		return 0, fmt.Errorf("%s: %d bytes at %#x beyond its end", s.name, size, off)
+	}
+	return readUint(s.order, b, size), nil
+}
+
+func readUint(order binary.ByteOrder, b []byte, size int) uint64 {
+	switch size {
+	case 1:
+		return uint64(b[0])
+	case 2:
+		return uint64(order.Uint16(b))
+	case 3:
+		if order == binary.BigEndian {
+			return uint64(b[0])<<16 | uint64(b[1])<<8 | uint64(b[2])
+		}
+		return uint64(b[2])<<16 | uint64(b[1])<<8 | uint64(b[0])
+	case 4:
+		return uint64(order.Uint32(b))
+	default:
+		return order.Uint64(b)
+	}
+}
+
+// An extent is a part of a section that fetch reads: from off, as long as
+// length says once it has seen enough of its first bytes.
+type extent struct {
+	off uint64
+	// length returns the extent's length from its first bytes b, or
+	// ok false when it needs more of them; an error when they are bad.
+	length func(b []byte) (n uint64, ok bool, err error)
+
+	data []byte // set by fetch
+	err  error  // set by fetch when this extent could not be read
+}
+
+// fetch reads the extents: from the file for an uncompressed section; for
+// a compressed one in one pass over the decompressed stream, which stops
+// after the last extent. Extents may overlap. The error is for the pass as
+// a whole; an extent that is bad on its own has its err set.
+func (s *dwSection) fetch(exts []*extent) error {
+	sort.Slice(exts, func(i, j int) bool { return exts[i].off < exts[j].off })
+	if s.comp != compressNone && s.all == nil && s.passes >= keepAfter {
+		if _, err := s.whole(); err != nil {
+			return err
+		}
+	}
+	if s.comp == compressNone || s.all != nil {
+		for _, e := range exts {
+			e.data, e.err = s.readExtent(e, func(off, n uint64) ([]byte, error) { return s.at(off, n) })
+		}
+		return nil
+	}
+	s.passes++
+	zr, done, err := s.stream()
+	if err != nil {
+		return err
+	}
+	defer done()
+	// The bytes read so far that a later extent may still need: from
+	// bufOff, the decompressed stream's position minus len(buf).
+	var buf []byte
+	var bufOff uint64
+	pos := uint64(0)
+	read := func(off, n uint64) ([]byte, error) {
+		n = min(n, s.size-min(off, s.size))
+		if off < bufOff {
+			return nil, fmt.Errorf("%s: extents out of order", s.name)
+		}
+		if off > pos {
+			// Skip to off, keeping nothing before it.
+			if _, err := io.CopyN(io.Discard, zr, int64(off-pos)); err != nil {
+				return nil, fmt.Errorf("%s: decompressing: %w", s.name, err)
+			}
+			pos, buf, bufOff = off, buf[:0], off
+		}
+		if off > bufOff {
+			buf, bufOff = buf[off-bufOff:], off
+		}
+		if end := off + n; end > pos {
+			have := len(buf)
+			buf = append(buf, make([]byte, end-pos)...)
+			if _, err := io.ReadFull(zr, buf[have:]); err != nil {
+				return nil, fmt.Errorf("%s: decompressing: %w", s.name, err)
+			}
+			pos = end
+		}
+		return buf[:n:n], nil
+	}
+	for _, e := range exts {
+		data, err := s.readExtent(e, read)
+		if err != nil && errors.Is(err, errStream) {
+			return err
+		}
+		// Copied out of the buffer, which later extents reuse.
+		e.data, e.err = bytes.Clone(data), err
+	}
+	return nil
+}
+
+var errStream = errors.New("decompressing")
+
+// readExtent reads e with read, which returns up to n bytes at off.
+func (s *dwSection) readExtent(e *extent, read func(off, n uint64) ([]byte, error)) ([]byte, error) {
+	if e.off >= s.size {
+		return nil, fmt.Errorf("%s: offset %#x beyond its %d bytes", s.name, e.off, s.size)
+	}
+	for n := uint64(64); ; n *= 4 {
+		b, err := read(e.off, n)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", errStream, err)
+		}
+		l, ok, err := e.length(b)
+		if err != nil {
+			return nil, fmt.Errorf("%s at %#x: %w", s.name, e.off, err)
+		}
+		if ok {
+			if l > s.size-e.off {
+				return nil, fmt.Errorf("%s at %#x: %d bytes beyond its end", s.name, e.off, l)
+			}
+			if l <= uint64(len(b)) {
+				return b[:l], nil
+			}
+			b, err := read(e.off, l)
+			if err != nil {
+				return nil, fmt.Errorf("%w: %w", errStream, err)
+			}
+			return b, nil
+		}
+		if uint64(len(b)) < n {
+			return nil, fmt.Errorf("%s at %#x: cut at the end of the section", s.name, e.off)
+		}
+	}
+}
+
+// initialLength is an extent's length function for units that start with a
+// DWARF initial length: .debug_info units, line tables.
+func initialLength(order binary.ByteOrder) func(b []byte) (uint64, bool, error) {
+	return func(b []byte) (uint64, bool, error) {
+		if len(b) < 4 {
+			return 0, false, nil
+		}
+		switch l := order.Uint32(b); {
+		case l < 0xfffffff0:
+			return uint64(l) + 4, true, nil
+		case l == 0xffffffff:
+			if len(b) < 12 {
+				return 0, false, nil
+			}
+			return order.Uint64(b[4:]) + 12, true, nil
+		default:
+			return 0, false, fmt.Errorf("reserved unit length %#x", l)
+		}
+	}
 }

@@ -3,6 +3,7 @@ package symbolize
 import (
 	"fmt"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"sync"
 
@@ -171,6 +172,73 @@ func (s *Symbolizer) Frames(pid uint32, addr uint64) []Frame {
 		p.cache[addr] = fr
 	}
 	return fr
+}
+
+// Prefetch resolves the return addresses addrs of process pid, so that
+// Frames answers them from its cache. It reads each file the addresses are
+// in once for all of them, and files in parallel: the DWARF units that the
+// addresses of one file fall in are read in one pass over its sections,
+// where calls of Frames one address at a time may decompress a compressed
+// section once per unit. Its effect on the results is none.
+func (s *Symbolizer) Prefetch(pid uint32, addrs []uint64) {
+	type work struct {
+		m   event.Module
+		e   *objEntry
+		vas []uint64
+	}
+	byObj := map[*objEntry]*work{}
+	var todo []*work
+	s.mu.Lock()
+	p := s.procs[pid]
+	if p == nil {
+		s.mu.Unlock()
+		return
+	}
+	for _, addr := range addrs {
+		if _, ok := p.cache[addr]; ok || addr == 0 {
+			continue
+		}
+		pc := addr - 1
+		i := sort.Search(len(p.mods), func(i int) bool { return p.mods[i].End > pc })
+		if i == len(p.mods) || p.mods[i].Start > pc {
+			continue
+		}
+		m := &p.mods[i]
+		if m.obj == nil {
+			m.obj = s.entry(m.Module)
+		}
+		w := byObj[m.obj]
+		if w == nil {
+			w = &work{m: m.Module, e: m.obj}
+			byObj[m.obj] = w
+			todo = append(todo, w)
+		}
+		w.vas = append(w.vas, pc-m.Start) // the offset in the mapping, for now
+	}
+	s.mu.Unlock()
+
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, max(1, runtime.GOMAXPROCS(0)))
+	for _, w := range todo {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			o := s.load(w.e, w.m)
+			vas := w.vas[:0]
+			for _, off := range w.vas {
+				if va, ok := o.vaddr(w.m, w.m.Start+off); ok {
+					vas = append(vas, va)
+				}
+			}
+			o.prefetch(vas)
+		}()
+	}
+	wg.Wait()
+	for _, addr := range addrs {
+		s.Frames(pid, addr)
+	}
 }
 
 // Stack resolves the return addresses of a stack (event.Stack.Frames,

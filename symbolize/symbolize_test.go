@@ -593,7 +593,8 @@ func TestConcurrent(t *testing.T) {
 }
 
 // TestLazy: resolving one address of libc decodes one of its units and one
-// function of it, not its whole DWARF.
+// function of it, not its whole DWARF, and keeps none of its compressed
+// sections whole: the unit's bytes were read in one pass over each.
 func TestLazy(t *testing.T) {
 	w := run(t, testutil.MustBuild(t, "symbolize_inline", testutil.Options{}))
 	s := w.symbolizer(Options{})
@@ -618,7 +619,54 @@ func TestLazy(t *testing.T) {
 			}
 		}
 	}
-	if len(o.dw.cus) < 1000 || len(o.dw.units) != 1 || decoded != 1 {
-		t.Errorf("%d units indexed, %d decoded, %d functions decoded", len(o.dw.cus), len(o.dw.units), decoded)
+	if len(o.dw.cus) < 1000 || len(o.dw.units) != 1 || decoded != 1 || o.dw.walked {
+		t.Errorf("%d units indexed, %d decoded, %d functions decoded, walked %v", len(o.dw.cus), len(o.dw.units), decoded, o.dw.walked)
+	}
+	for _, sec := range []*dwSection{o.dw.info, o.dw.abbrev, o.dw.line} {
+		if sec.comp == compressNone {
+			t.Errorf("%s is not compressed: libc6-dbg's DWARF should be", sec.name)
+		}
+		if sec.all != nil || sec.passes != 1 {
+			t.Errorf("%s: kept whole %v after %d passes", sec.name, sec.all != nil, sec.passes)
+		}
+	}
+}
+
+// TestPrefetch resolves a workload's stack and libc's allocation functions
+// in one batch, and gets what Frames gets one address at a time, reading
+// each of libc's compressed sections once.
+func TestPrefetch(t *testing.T) {
+	w := run(t, testutil.MustBuild(t, "symbolize_inline", testutil.Options{}))
+	addrs := append([]uint64(nil), w.pcs...)
+	for _, name := range []string{"malloc", "free", "calloc", "realloc", "strdup"} {
+		if a, ok := w.syms[name]; ok {
+			addrs = append(addrs, a+1, a+17)
+		}
+	}
+	addrs = append(addrs, 1, 0) // in no module
+	ref := w.symbolizer(Options{})
+	defer ref.Close()
+	s := w.symbolizer(Options{})
+	defer s.Close()
+	s.Prefetch(uint32(w.pid), addrs)
+	s.Prefetch(uint32(w.pid), addrs) // again: all cached
+	s.Prefetch(uint32(w.pid+1), addrs)
+	for _, a := range addrs {
+		if got, want := s.Frames(uint32(w.pid), a), ref.Frames(uint32(w.pid), a); !reflect.DeepEqual(got, want) {
+			t.Errorf("%#x: %+v, want %+v", a, got, want)
+		}
+	}
+	libc := s.objs[w.module(t, w.syms["malloc"]+1).BuildID]
+	if libc == nil || libc.o == nil || libc.o.dw == nil {
+		t.Fatal("libc's DWARF not loaded")
+	}
+	dw := libc.o.dw
+	for _, sec := range []*dwSection{dw.info, dw.abbrev, dw.line} {
+		if sec.passes != 1 || sec.all != nil {
+			t.Errorf("%s: %d passes, kept whole %v", sec.name, sec.passes, sec.all != nil)
+		}
+	}
+	if len(dw.units) < 2 {
+		t.Errorf("%d of libc's units read for malloc, free, calloc, realloc and strdup", len(dw.units))
 	}
 }
