@@ -142,30 +142,49 @@ func (w *warmer) run() {
 	defer close(w.done)
 	seen := map[pidAddr]bool{}
 	var batch []any
+	var pids []uint32
+	addrs := map[uint32][]uint64{}
 	for {
 		w.mu.Lock()
 		batch, w.q = w.q, batch[:0]
 		end := w.end
 		w.mu.Unlock()
-		for _, rec := range batch {
+		for i, rec := range batch {
 			switch x := rec.(type) {
 			case event.Module:
+				w.prefetch(pids, addrs) // the addresses before it, in the modules before it
+				pids = pids[:0]
 				w.sym.AddModule(x)
 			case event.Stack:
 				for _, a := range x.Frames {
 					if k := (pidAddr{x.PID, a}); !seen[k] {
 						seen[k] = true
-						w.sym.Frames(x.PID, a)
+						if len(addrs[x.PID]) == 0 {
+							pids = append(pids, x.PID)
+						}
+						addrs[x.PID] = append(addrs[x.PID], a)
 					}
 				}
 			}
+			batch[i] = nil // the stack's frames are no longer needed
 		}
+		w.prefetch(pids, addrs)
+		pids = pids[:0]
 		if len(batch) == 0 {
 			if end {
 				return
 			}
 			<-w.wake
 		}
+	}
+}
+
+// prefetch resolves the addresses queued for each of pids, in a batch per
+// process: the symbolizer reads each file's DWARF once for a batch.
+func (w *warmer) prefetch(pids []uint32, addrs map[uint32][]uint64) {
+	for _, pid := range pids {
+		w.sym.Prefetch(pid, addrs[pid])
+		addrs[pid] = addrs[pid][:0]
 	}
 }
 
