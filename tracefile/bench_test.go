@@ -7,14 +7,22 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
 
 	"github.com/heapscope/heapscope/event"
 )
 
-// synthBatches makes n events of the synthetic stream in batches of 1024,
-// as a collector would pass them.
-func synthBatches(n int) (*synth, [][]event.Event) {
-	g := newSynth(7, 100, 4, 3000)
+// A generator makes a stream of events after its definitions.
+type generator interface {
+	defs(event.Sink) error
+	fill([]event.Event)
+}
+
+// makeBatches makes n events of g's stream in batches of 1024, as a
+// collector would pass them.
+func makeBatches(g generator, n int) [][]event.Event {
 	var bs [][]event.Event
 	for n > 0 {
 		b := make([]event.Event, min(n, 1024))
@@ -22,20 +30,23 @@ func synthBatches(n int) (*synth, [][]event.Event) {
 		bs = append(bs, b)
 		n -= len(b)
 	}
-	return g, bs
+	return bs
 }
+
 
 // BenchmarkWrite measures the Writer as its caller sees it, one b.N = one
 // event: encoding, and waiting for the compressor when it falls behind
 // (compression and writing run in the Writer's own goroutine, which
-// events/cpu-s, the CPU time of the caller's thread, does not count). The
-// synthetic stream is the harsher one; python is the first million
-// events of a python3 run recorded by heaptrack, when it is installed.
+// events/cpu-s, the CPU time of the caller's thread, does not count;
+// cpu-ns/event is the whole process's, the compressor's included). The
+// synthetic stream is the harsher one; churn is the churn workload's
+// (bench/) with two threads; python is the first million events of a
+// python3 run recorded by heaptrack, when it is installed.
 func BenchmarkWrite(b *testing.B) {
 	for _, c := range []struct {
 		name string
 		res  int64
-	}{{"synthetic/exact", 1}, {"synthetic/default", 0}, {"python/exact", 1}, {"python/default", 0}} {
+	}{{"synthetic/exact", 1}, {"synthetic/default", 0}, {"churn/exact", 1}, {"churn/default", 0}, {"python/exact", 1}, {"python/default", 0}} {
 		b.Run(c.name, func(b *testing.B) {
 			// The collector hands over batches it has just filled: keep
 			// the input small enough to stay in cache.
@@ -49,8 +60,11 @@ func BenchmarkWrite(b *testing.B) {
 					batches = append(batches, evs[:min(len(evs), 1024)])
 				}
 			} else {
-				var g *synth
-				g, batches = synthBatches(1 << 18)
+				var g generator = newSynth(7, 100, 4, 3000)
+				if strings.HasPrefix(c.name, "churn") {
+					g = newChurnSynth(1)
+				}
+				batches = makeBatches(g, 1<<18)
 				defs = g.defs
 			}
 			path := filepath.Join(b.TempDir(), "w.hst")
@@ -61,7 +75,7 @@ func BenchmarkWrite(b *testing.B) {
 			defer runtime.UnlockOSThread()
 			b.ReportAllocs()
 			b.ResetTimer()
-			cpu := threadCPU()
+			cpu, all := threadCPU(), processCPU()
 			// Times must go forward from lap to lap through the input.
 			var shift int64
 			span := batches[len(batches)-1][len(batches[len(batches)-1])-1].Time - batches[0][0].Time + 1
@@ -81,12 +95,69 @@ func BenchmarkWrite(b *testing.B) {
 				i += len(bt)
 			}
 			check(b, w.Close())
-			cpu = threadCPU() - cpu
+			cpu, all = threadCPU()-cpu, processCPU()-all
 			b.StopTimer()
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
 			b.ReportMetric(float64(b.N)/cpu.Seconds(), "events/cpu-s")
+			b.ReportMetric(float64(all.Nanoseconds())/float64(b.N), "cpu-ns/event")
 			b.ReportMetric(float64(fileSize(b, path))/float64(b.N), "bytes/event")
 			os.Remove(path)
+		})
+	}
+}
+
+// BenchmarkEncode measures the timeline encoder alone, one b.N = one
+// event: the CPU time of addEvents (the Writer's caller pays it) and of
+// finish (the compressor, in the Writer's own goroutine), on 1024-event
+// batches as a collector passes them, and the compressed size.
+func BenchmarkEncode(b *testing.B) {
+	type gen interface{ fill([]event.Event) }
+	for _, c := range []struct {
+		name string
+		res  int64
+		g    func() gen
+	}{
+		{"churn/exact", 1, func() gen { return newChurnSynth(1) }},
+		{"churn/default", int64(DefaultTimeResolution), func() gen { return newChurnSynth(1) }},
+		{"synthetic/exact", 1, func() gen { return newSynth(7, 100, 4, 3000) }},
+		{"synthetic/default", int64(DefaultTimeResolution), func() gen { return newSynth(7, 100, 4, 3000) }},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			// A chunk's worth of events, encoded again and again.
+			evs := make([]event.Event, 1<<18)
+			c.g().fill(evs)
+			enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithAllLitEntropyCompression(true),
+				zstd.WithEncoderConcurrency(1), zstd.WithEncoderCRC(false))
+			check(b, err)
+			defer enc.Close()
+			e := newTimelineEncoder(c.res)
+			var out, scratch []byte
+			var encode, compress time.Duration
+			var size, n int
+			// Each batch is copied into one buffer first, as the collector
+			// fills its batch: the encoder reads events that are in cache.
+			buf := make([]event.Event, 1024)
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			b.ResetTimer()
+			for done := 0; done < b.N; {
+				e.reset()
+				for i := 0; i < len(evs) && done < b.N; i += 1024 {
+					bt := buf[:copy(buf[:min(1024, b.N-done)], evs[i:])]
+					t0 := threadCPU()
+					e.addEvents(bt)
+					encode += threadCPU() - t0
+					done += len(bt)
+				}
+				t1 := threadCPU()
+				out, _ = e.finish(enc, out[:0], &scratch)
+				compress += threadCPU() - t1
+				size, n = size+len(out), n+e.events
+			}
+			b.ReportMetric(float64(encode.Nanoseconds())/float64(n), "encode-ns/event")
+			b.ReportMetric(float64(compress.Nanoseconds())/float64(n), "compress-ns/event")
+			b.ReportMetric(float64(size)/float64(n), "bytes/event")
+			b.ReportMetric(0, "ns/op")
 		})
 	}
 }
@@ -128,14 +199,15 @@ func (c *collector) defs(s event.Sink) error {
 
 // BenchmarkReplay measures the Reader: reading, decompression and
 // decoding into a sink that does nothing, one b.N = one event. The
-// synthetic stream is the noisier one; python is the events of a python3
+// synthetic stream is the noisier one; churn is the churn workload's with
+// two threads; python is the events of a python3
 // run recorded by heaptrack (see TestCompactVsHeaptrack), when heaptrack
 // is installed.
 func BenchmarkReplay(b *testing.B) {
 	for _, c := range []struct {
 		name string
 		res  int64
-	}{{"synthetic/exact", 1}, {"synthetic/default", 0}, {"python/exact", 1}, {"python/default", 0}} {
+	}{{"synthetic/exact", 1}, {"synthetic/default", 0}, {"churn/exact", 1}, {"churn/default", 0}, {"python/exact", 1}, {"python/default", 0}} {
 		b.Run(c.name, func(b *testing.B) {
 			path := filepath.Join(b.TempDir(), "r.hst")
 			w, err := Create(path, testHeader(Sequential, 0), Options{TimeResolution: timeRes(c.res), FlushInterval: -1})
@@ -145,7 +217,11 @@ func BenchmarkReplay(b *testing.B) {
 				n = heaptrackEvents(b, pythonRaw(b), w, newGapSampler(1))
 			} else {
 				n = 4 << 20
-				g, batches := synthBatches(n)
+				var g generator = newSynth(7, 100, 4, 3000)
+				if strings.HasPrefix(c.name, "churn") {
+					g = newChurnSynth(1)
+				}
+				batches := makeBatches(g, n)
 				check(b, g.defs(w))
 				for _, bt := range batches {
 					check(b, w.Events(bt))

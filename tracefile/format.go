@@ -190,14 +190,6 @@ func appendUvarint(b []byte, v uint64) []byte {
 	return append(b, byte(v))
 }
 
-// putUvarint is appendUvarint with the one-byte case inlined.
-func putUvarint(b []byte, v uint64) []byte {
-	if v < 0x80 {
-		return append(b, byte(v))
-	}
-	return appendUvarint(b, v)
-}
-
 func appendVarint(b []byte, v int64) []byte { return appendUvarint(b, zigzag(v)) }
 
 func zigzag(v int64) uint64   { return uint64(v<<1) ^ uint64(v>>63) }

@@ -2,6 +2,7 @@ package tracefile
 
 import (
 	"fmt"
+	"unsafe"
 
 	"github.com/klauspost/compress/zstd"
 
@@ -174,34 +175,35 @@ type addrPred struct {
 	freePred uint64 // prediction for the next released block
 }
 
-// encodeAddr appends the code for a to b (see above) and records a in the
-// history.
-func encodeAddr(b []byte, a uint64, isNew bool, size uint64, table *[1 << histBits]histEntry, gen uint32, histN *uint32, pred *addrPred) []byte {
+// encodeAddr writes the code for a at p[n:] (see above), records a in the
+// history and returns the index after the code.
+func (e *timelineEncoder) encodeAddr(p unsafe.Pointer, n int, a uint64, isNew bool, size uint64, histN *uint32) int {
 	if a == 0 {
-		return append(b, 0)
+		return put(p, n, 0)
 	}
-	h := &table[(a>>4)*0x9E3779B97F4A7C15>>(64-histBits)]
-	if h.addr == a && h.gen == gen {
-		b = putUvarint(b, uint64(*histN-h.pos)<<1)
+	h := &e.table[(a>>4)*0x9E3779B97F4A7C15>>(64-histBits)]
+	if h.addr == a && h.gen == e.gen {
+		n = putUv(p, n, uint64(*histN-h.pos)<<1)
 	} else {
-		p := &pred.freePred
+		pr := &e.pred.freePred
 		if isNew {
-			p = &pred.newPred
+			pr = &e.pred.newPred
 		}
-		if z := zigzag(int64(a - *p)); z < maxZ {
-			b = putUvarint(b, z<<1|1)
+		if z := zigzag(int64(a - *pr)); z < maxZ {
+			n = putUv(p, n, z<<1|1)
 		} else {
-			b = appendUvarint(appendUvarint(b, maxZ<<1|1), a)
+			n = putUv(p, n, maxZ<<1|1)
+			n = putUv(p, n, a)
 		}
 		if isNew {
-			*p = chunkEnd(a, size)
+			*pr = chunkEnd(a, size)
 		} else {
-			*p = a
+			*pr = a
 		}
 	}
-	h.addr, h.pos, h.gen = a, *histN, gen
+	h.addr, h.pos, h.gen = a, *histN, e.gen
 	*histN++
-	return b
+	return n
 }
 
 // addEvents encodes evs one stream at a time: each pass keeps its stream
@@ -215,155 +217,282 @@ func (e *timelineEncoder) addEvents(evs []event.Event) {
 	}
 }
 
+// Room reserved per event in each stream before a block is encoded, so that
+// the passes write without checking (see reserve): the most a field's
+// varints can take.
+const (
+	maxVarint    = 10
+	roomTimes    = maxVarint     // a delta
+	roomRuns     = maxVarint     // a run
+	roomThreads  = 2 * maxVarint // a run and a slot
+	roomHeaps    = 2 * maxVarint
+	roomStacks   = 5 // a uint32
+	roomSizes    = maxVarint
+	roomAddrs    = 2 * maxVarint // an escape and the address
+	roomOldAddrs = 2 * roomAddrs // an old address and an address
+	roomOldSizes = maxVarint
+	roomOps      = 1
+	roomExtended = 2
+)
+
+// reserve makes room for n more bytes after the end of b. The passes of
+// addBlock write into that room through a pointer, without bounds checks:
+// each reserves, before a block, the most it can write for it.
+func reserve(b []byte, n int) ([]byte, unsafe.Pointer) {
+	if cap(b)-len(b) < n {
+		nb := make([]byte, len(b), max(2*cap(b), len(b)+n, 4096))
+		copy(nb, b)
+		b = nb
+	}
+	return b, unsafe.Pointer(unsafe.SliceData(b))
+}
+
+// put writes c at p[n] and returns n+1.
+func put(p unsafe.Pointer, n int, c byte) int {
+	*(*byte)(unsafe.Add(p, n)) = c
+	return n + 1
+}
+
+// putUv writes v as a uvarint at p[n:] and returns the index after it.
+func putUv(p unsafe.Pointer, n int, v uint64) int {
+	if v < 0x80 {
+		*(*byte)(unsafe.Add(p, n)) = byte(v)
+		return n + 1
+	}
+	return putUvMore(p, n, v)
+}
+
+func putUvMore(p unsafe.Pointer, n int, v uint64) int {
+	for v >= 0x80 {
+		*(*byte)(unsafe.Add(p, n)) = byte(v) | 0x80
+		n++
+		v >>= 7
+	}
+	*(*byte)(unsafe.Add(p, n)) = byte(v)
+	return n + 1
+}
+
+// addBlock encodes evs (at most len(e.flags) of them), one stream (or two)
+// at a time. Each pass is a function of its own, so that its loop has the
+// registers to itself.
 func (e *timelineEncoder) addBlock(evs []event.Event) {
-	flags := e.flags[:len(evs)]
-
-	// Times.
-	{
-		times, runs := e.s[sTimes], e.s[sTimeRuns]
-		res, prev, run, records := e.res, e.prevTime, e.run, e.records
-		minT, maxT := e.minTime, e.maxTime
-		qU, qLo := int64(0), int64(-1) // the last quotient t/res, and qU*res
-		for i := range evs {
-			t := evs[i].Time
-			u := t
-			if res > 1 {
-				// Most times fall in the same step as the one before:
-				// skip the division (tens of cycles) for them.
-				if t >= qLo && t < qLo+res && qLo >= 0 {
-					u = qU
-				} else {
-					u = t / res
-					qU, qLo = u, u*res
-				}
-				t = u * res
-			}
-			if records == 0 {
-				e.base, prev, minT, maxT = u, u, t, t
-			}
-			if d := u - prev; d == 0 && records > 0 {
-				run++
-			} else {
-				if records > 0 {
-					runs = putUvarint(runs, run)
-				}
-				times = putUvarint(times, zigzag(d))
-				run = 0
-			}
-			prev = u
-			minT, maxT = min(minT, t), max(maxT, t)
-			records++
-		}
-		e.s[sTimes], e.s[sTimeRuns] = times, runs
-		e.prevTime, e.run, e.records = prev, run, records
-		e.minTime, e.maxTime = minT, maxT
+	if e.res > 1 {
+		e.addTimes(evs)
+	} else {
+		e.addExactTimes(evs)
 	}
-
-	// Ops, and the flags that say which fields each event stores.
-	{
-		ops, ext := e.s[sOps], e.s[sExt]
-		for i := range evs {
-			ev := &evs[i]
-			k, f := ev.Kind, ev.Func
-			fl := opFlags[k&7]
-			if k-1 < 7 && f < 32 && (fl&evOld != 0 || ev.OldAddr|ev.OldSize == 0) && (fl&evSized != 0 || ev.Size == 0) {
-				ops = append(ops, byte(k)<<5|byte(f))
-			} else {
-				ops = append(ops, opEventExt)
-				ext = append(ext, byte(k), byte(f))
-				fl = evOld | evSized
-				if isNew(k) {
-					fl |= evNew
-				}
-			}
-			flags[i] = fl
-		}
-		e.s[sOps], e.s[sExt] = ops, ext
-	}
-
-	// Threads, as (slot, run) pairs.
-	{
-		threads := e.s[sThreads]
-		lastKey, slotRun, events := e.lastKey, e.slotRun, e.events
-		for i := range evs {
-			if key := uint64(evs[i].PID)<<32 | uint64(evs[i].TID); key == lastKey && events > 0 {
-				slotRun++
-			} else {
-				if events > 0 {
-					threads = putUvarint(threads, slotRun)
-				}
-				lastKey, slotRun = key, 0
-				threads = putUvarint(threads, uint64(e.slot(key)))
-			}
-			events++
-		}
-		e.s[sThreads], e.lastKey, e.slotRun = threads, lastKey, slotRun
-	}
-
-	// Heaps, as (heap, run) pairs.
-	{
-		heaps := e.s[sHeaps]
-		lastHeap, heapRun, events := e.lastHeap, e.heapRun, e.events
-		for i := range evs {
-			if h := evs[i].Heap; h == lastHeap && events > 0 {
-				heapRun++
-			} else {
-				if events > 0 {
-					heaps = putUvarint(heaps, heapRun)
-				}
-				lastHeap, heapRun = h, 0
-				heaps = putUvarint(heaps, uint64(h))
-			}
-			events++
-		}
-		e.s[sHeaps], e.lastHeap, e.heapRun = heaps, lastHeap, heapRun
-	}
-
-	// Stacks and sizes.
-	{
-		stacks, sizes := e.s[sStacks], e.s[sSizes]
-		for i := range evs {
-			stacks = putUvarint(stacks, uint64(evs[i].Stack))
-			if flags[i]&evSized != 0 {
-				sizes = putUvarint(sizes, evs[i].Size)
-			}
-		}
-		e.s[sStacks], e.s[sSizes] = stacks, sizes
-	}
-
-	// Addresses.
-	{
-		newAddrs, oldAddrs, oldSizes := e.s[sNewAddrs], e.s[sOldAddrs], e.s[sOldSizes]
-		table, gen, histN := e.table, e.gen, e.histN
-		for i := range evs {
-			ev := &evs[i]
-			fl := flags[i]
-			if fl&evOld != 0 {
-				oldAddrs = encodeAddr(oldAddrs, ev.OldAddr, false, 0, table, gen, &histN, &e.pred)
-				oldSizes = putUvarint(oldSizes, ev.OldSize)
-			}
-			// encodeAddr, inlined for the common case.
-			a := ev.Addr
-			h := &table[(a>>4)*0x9E3779B97F4A7C15>>(64-histBits)]
-			if a != 0 && h.addr == a && h.gen == gen {
-				c := uint64(histN-h.pos) << 1
-				if fl&evNew != 0 {
-					newAddrs = putUvarint(newAddrs, c)
-				} else {
-					oldAddrs = putUvarint(oldAddrs, c)
-				}
-				h.pos = histN
-				histN++
-			} else if fl&evNew != 0 {
-				newAddrs = encodeAddr(newAddrs, a, true, ev.Size, table, gen, &histN, &e.pred)
-			} else {
-				oldAddrs = encodeAddr(oldAddrs, a, false, 0, table, gen, &histN, &e.pred)
-			}
-		}
-		e.s[sNewAddrs], e.s[sOldAddrs], e.s[sOldSizes] = newAddrs, oldAddrs, oldSizes
-		e.histN = histN
-	}
+	e.addOps(evs)
+	e.addThreads(evs)
+	e.addAddrs(evs)
 	e.events += len(evs)
+}
+
+// addTimes stores the times of evs, rounded to the resolution.
+func (e *timelineEncoder) addTimes(evs []event.Event) {
+	nev := len(evs)
+	var tp, rp unsafe.Pointer
+	e.s[sTimes], tp = reserve(e.s[sTimes], nev*roomTimes)
+	e.s[sTimeRuns], rp = reserve(e.s[sTimeRuns], nev*roomRuns)
+	tn, rn := len(e.s[sTimes]), len(e.s[sTimeRuns])
+	res, prev, run := e.res, e.prevTime, e.run
+	minT, maxT := e.minTime, e.maxTime
+	if e.records == 0 {
+		u := evs[0].Time / res
+		e.base, prev, minT, maxT = u, u, u*res, u*res
+		// The first record's delta (0) starts the first pair.
+		tn = put(tp, tn, 0)
+		run = 0
+		evs = evs[1:]
+	}
+	qU, qLo := int64(0), int64(-1) // the last quotient t/res, and qU*res
+	for i := range evs {
+		t := evs[i].Time
+		// Most times fall in the same step as the one before: skip the
+		// division (tens of cycles) for them.
+		var u int64
+		if t >= qLo && t < qLo+res && qLo >= 0 {
+			u = qU
+		} else {
+			u = t / res
+			qU, qLo = u, u*res
+		}
+		t = u * res
+		if d := u - prev; d == 0 {
+			run++
+		} else {
+			rn = putUv(rp, rn, run)
+			tn = putUv(tp, tn, zigzag(d))
+			run = 0
+		}
+		prev = u
+		minT, maxT = min(minT, t), max(maxT, t)
+	}
+	e.s[sTimes], e.s[sTimeRuns] = e.s[sTimes][:tn], e.s[sTimeRuns][:rn]
+	e.prevTime, e.run, e.records = prev, run, e.records+nev
+	e.minTime, e.maxTime = minT, maxT
+}
+
+// addExactTimes is addTimes at a resolution of 1 ns.
+func (e *timelineEncoder) addExactTimes(evs []event.Event) {
+	nev := len(evs)
+	var tp, rp unsafe.Pointer
+	e.s[sTimes], tp = reserve(e.s[sTimes], nev*roomTimes)
+	e.s[sTimeRuns], rp = reserve(e.s[sTimeRuns], nev*roomRuns)
+	tn, rn := len(e.s[sTimes]), len(e.s[sTimeRuns])
+	prev, run := e.prevTime, e.run
+	minT, maxT := e.minTime, e.maxTime
+	if e.records == 0 {
+		u := evs[0].Time
+		e.base, prev, minT, maxT = u, u, u, u
+		tn = put(tp, tn, 0)
+		run = 0
+		evs = evs[1:]
+	}
+	for i := range evs {
+		t := evs[i].Time
+		if d := t - prev; d == 0 {
+			run++
+		} else {
+			rn = putUv(rp, rn, run)
+			tn = putUv(tp, tn, zigzag(d))
+			run = 0
+		}
+		prev = t
+		minT, maxT = min(minT, t), max(maxT, t)
+	}
+	e.s[sTimes], e.s[sTimeRuns] = e.s[sTimes][:tn], e.s[sTimeRuns][:rn]
+	e.prevTime, e.run, e.records = prev, run, e.records+nev
+	e.minTime, e.maxTime = minT, maxT
+}
+
+// Per kind, the fields a compact event does not store: a field set
+// there makes the event extended.
+var (
+	noOld  [8]uint64 // ^0 for kinds without old address and size
+	noSize [8]uint64 // ^0 for kinds without a size
+)
+
+func init() {
+	for k := range opFlags {
+		if opFlags[k]&evOld == 0 {
+			noOld[k] = ^uint64(0)
+		}
+		if opFlags[k]&evSized == 0 {
+			noSize[k] = ^uint64(0)
+		}
+	}
+}
+
+// addOps stores the ops of evs (and the kind and func of extended
+// events), their stacks and sizes, and sets the flags that say which
+// fields each stores.
+func (e *timelineEncoder) addOps(evs []event.Event) {
+	nev := len(evs)
+	flags := e.flags[:nev]
+	var op, xp, sp, zp unsafe.Pointer
+	e.s[sOps], op = reserve(e.s[sOps], nev*roomOps)
+	e.s[sExt], xp = reserve(e.s[sExt], nev*roomExtended)
+	e.s[sStacks], sp = reserve(e.s[sStacks], nev*roomStacks)
+	e.s[sSizes], zp = reserve(e.s[sSizes], nev*roomSizes)
+	on, xn, sn, zn := len(e.s[sOps]), len(e.s[sExt]), len(e.s[sStacks]), len(e.s[sSizes])
+	for i := range evs {
+		ev := &evs[i]
+		k, f := ev.Kind, ev.Func
+		fl := opFlags[k&7]
+		if k-1 < 7 && f < 32 && (ev.OldAddr|ev.OldSize)&noOld[k&7]|ev.Size&noSize[k&7] == 0 {
+			on = put(op, on, byte(k)<<5|byte(f))
+		} else {
+			on = put(op, on, opEventExt)
+			xn = put(xp, xn, byte(k))
+			xn = put(xp, xn, byte(f))
+			fl = evOld | evSized
+			if isNew(k) {
+				fl |= evNew
+			}
+		}
+		flags[i] = fl
+		sn = putUv(sp, sn, uint64(ev.Stack))
+		if fl&evSized != 0 {
+			zn = putUv(zp, zn, ev.Size)
+		}
+	}
+	e.s[sOps], e.s[sExt] = e.s[sOps][:on], e.s[sExt][:xn]
+	e.s[sStacks], e.s[sSizes] = e.s[sStacks][:sn], e.s[sSizes][:zn]
+}
+
+// addThreads stores the threads and heaps of evs, as (value, run) pairs.
+func (e *timelineEncoder) addThreads(evs []event.Event) {
+	nev := len(evs)
+	var tp, hp unsafe.Pointer
+	e.s[sThreads], tp = reserve(e.s[sThreads], nev*roomThreads)
+	e.s[sHeaps], hp = reserve(e.s[sHeaps], nev*roomHeaps)
+	tn, hn := len(e.s[sThreads]), len(e.s[sHeaps])
+	lastKey, slotRun := e.lastKey, e.slotRun
+	lastHeap, heapRun := e.lastHeap, e.heapRun
+	if e.events == 0 {
+		lastKey, slotRun = uint64(evs[0].PID)<<32|uint64(evs[0].TID), 0
+		tn = putUv(tp, tn, uint64(e.slot(lastKey)))
+		lastHeap, heapRun = evs[0].Heap, 0
+		hn = putUv(hp, hn, uint64(lastHeap))
+		evs = evs[1:]
+	}
+	for i := range evs {
+		if key := uint64(evs[i].PID)<<32 | uint64(evs[i].TID); key == lastKey {
+			slotRun++
+		} else {
+			tn = putUv(tp, tn, slotRun)
+			lastKey, slotRun = key, 0
+			tn = putUv(tp, tn, uint64(e.slot(key)))
+		}
+		if h := evs[i].Heap; h == lastHeap {
+			heapRun++
+		} else {
+			hn = putUv(hp, hn, heapRun)
+			lastHeap, heapRun = h, 0
+			hn = putUv(hp, hn, uint64(h))
+		}
+	}
+	e.s[sThreads], e.s[sHeaps] = e.s[sThreads][:tn], e.s[sHeaps][:hn]
+	e.lastKey, e.slotRun, e.lastHeap, e.heapRun = lastKey, slotRun, lastHeap, heapRun
+}
+
+// addAddrs stores the addresses, old addresses and old sizes of evs.
+func (e *timelineEncoder) addAddrs(evs []event.Event) {
+	nev := len(evs)
+	flags := e.flags[:nev]
+	var np, op, sp unsafe.Pointer
+	e.s[sNewAddrs], np = reserve(e.s[sNewAddrs], nev*roomAddrs)
+	e.s[sOldAddrs], op = reserve(e.s[sOldAddrs], nev*roomOldAddrs)
+	e.s[sOldSizes], sp = reserve(e.s[sOldSizes], nev*roomOldSizes)
+	nn, on, sn := len(e.s[sNewAddrs]), len(e.s[sOldAddrs]), len(e.s[sOldSizes])
+	table, gen, histN := e.table, e.gen, e.histN
+	for i := range evs {
+		ev := &evs[i]
+		fl := flags[i]
+		if fl&evOld != 0 {
+			on = e.encodeAddr(op, on, ev.OldAddr, false, 0, &histN)
+			sn = putUv(sp, sn, ev.OldSize)
+		}
+		// encodeAddr, inlined for the common case.
+		a := ev.Addr
+		h := &table[(a>>4)*0x9E3779B97F4A7C15>>(64-histBits)]
+		if a != 0 && h.addr == a && h.gen == gen {
+			c := uint64(histN-h.pos) << 1
+			if fl&evNew != 0 {
+				nn = putUv(np, nn, c)
+			} else {
+				on = putUv(op, on, c)
+			}
+			h.pos = histN
+			histN++
+		} else if fl&evNew != 0 {
+			nn = e.encodeAddr(np, nn, a, true, ev.Size, &histN)
+		} else {
+			on = e.encodeAddr(op, on, a, false, 0, &histN)
+		}
+	}
+	e.s[sNewAddrs], e.s[sOldAddrs], e.s[sOldSizes] = e.s[sNewAddrs][:nn], e.s[sOldAddrs][:on], e.s[sOldSizes][:sn]
+	e.histN = histN
 }
 
 // isNew reports whether an event of kind k makes the block at its Addr.
