@@ -56,14 +56,17 @@ func churn(tb testing.TB, cfg *Config, pairs, threads int) (float64, uint64) {
 	return ns, sink.n
 }
 
-func nsPerPair(out []byte) (float64, error) {
+func nsPerPair(out []byte) (float64, error) { return churnValue(out, "ns_per_pair") }
+
+// churnValue returns the value of one line of churn's output.
+func churnValue(out []byte, name string) (float64, error) {
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	for sc.Scan() {
-		if f := strings.Fields(sc.Text()); len(f) == 2 && f[0] == "ns_per_pair" {
+		if f := strings.Fields(sc.Text()); len(f) == 2 && f[0] == name {
 			return strconv.ParseFloat(f[1], 64)
 		}
 	}
-	return 0, fmt.Errorf("no ns_per_pair in %q", out)
+	return 0, fmt.Errorf("no %s in %q", name, out)
 }
 
 // BenchmarkChurn measures the cost per malloc+free pair of the churn
