@@ -1,23 +1,24 @@
 package ebpf
 
 import (
-	"errors"
 	"sort"
-
-	"github.com/cilium/ebpf"
 
 	"github.com/heapscope/heapscope/event"
 )
 
-// snapshot sends a Snapshot of each of pids, from the aggregate maps.
+// snapshot sends a Snapshot of each of pids, from the aggregate tables.
 func (t *Tracer) snapshot(pids []int, final bool) {
 	if len(pids) == 0 {
 		return
 	}
-	want := map[uint32]bool{}
+	want := map[uint16]uint32{} // pidx to pid
+	t.mu.Lock()
 	for _, p := range pids {
-		want[uint32(p)] = true
+		if tr := t.procs[p]; tr != nil && tr.pidx != 0 {
+			want[tr.pidx] = uint32(p)
+		}
 	}
+	t.mu.Unlock()
 	live := t.readLive(want)
 	totals := t.readTotals(want)
 	now := monotonic()
@@ -28,26 +29,26 @@ func (t *Tracer) snapshot(pids []int, final bool) {
 		pid := uint32(p)
 		sn := event.Snapshot{PID: pid, Time: now, Final: final}
 		// Frees are derived: a block a stack allocated is live or was
-		// freed. Of a running process the two maps are read at
+		// freed. Of a running process the two tables are read at
 		// slightly different times; a count that comes out negative
 		// (a block allocated between the reads) is taken as 0.
 		type sum struct{ n, bytes uint64 }
 		liveBy := map[uint64]sum{}
-		for _, e := range live[pid] {
+		for addr, v := range live[pid] {
 			sn.Live = append(sn.Live, event.LiveBlock{
-				Addr: e.k.Addr, Size: e.v.Size, Time: int64(e.v.Time),
-				Stack: t.stackID(pid, e.v.Stack),
+				Addr: addr, Size: v.Size, Time: int64(v.Time),
+				Stack: t.stackID(pid, v.Stack),
 			})
-			s := liveBy[e.v.Stack]
-			liveBy[e.v.Stack] = sum{s.n + 1, s.bytes + e.v.Size}
+			s := liveBy[v.Stack]
+			liveBy[v.Stack] = sum{s.n + 1, s.bytes + v.Size}
 		}
 		sort.Slice(sn.Live, func(i, j int) bool { return sn.Live[i].Addr < sn.Live[j].Addr })
-		for _, e := range totals[pid] {
-			l := liveBy[e.k.Stack]
+		for stack, v := range totals[pid] {
+			l := liveBy[stack]
 			sn.Totals = append(sn.Totals, event.StackTotal{
-				Stack:  t.stackID(pid, e.k.Stack),
-				Allocs: e.v.Allocs, AllocBytes: e.v.AllocBytes,
-				Frees: sub0(e.v.Allocs, l.n), FreeBytes: sub0(e.v.AllocBytes, l.bytes),
+				Stack:  t.stackID(pid, stack),
+				Allocs: v.Allocs, AllocBytes: v.AllocBytes,
+				Frees: sub0(v.Allocs, l.n), FreeBytes: sub0(v.AllocBytes, l.bytes),
 			})
 		}
 		sort.Slice(sn.Totals, func(i, j int) bool { return sn.Totals[i].Stack < sn.Totals[j].Stack })
@@ -62,103 +63,83 @@ func sub0(a, b uint64) uint64 {
 	return a - b
 }
 
-type liveEntry struct {
-	k heapscopeLiveKey
-	v heapscopeLiveVal
-}
+// Sizes of struct live_val and struct total_val.
+const (
+	liveValSize  = 24
+	totalValSize = 32
+)
 
-type totalEntry struct {
-	k heapscopeTotalKey
-	v heapscopeTotalVal
-}
-
-// readLive reads the live blocks of the processes in want. It reads the
-// hash map bucket by bucket (batch lookup), which unlike key-by-key
-// iteration does not start over when the program deletes the key it is at.
-func (t *Tracer) readLive(want map[uint32]bool) map[uint32][]liveEntry {
-	out := map[uint32][]liveEntry{}
-	seen := map[liveEntry]bool{}
-	add := func(k heapscopeLiveKey, v heapscopeLiveVal) {
-		if !want[k.Tgid] {
-			return
-		}
-		e := liveEntry{k, v}
-		if !seen[e] {
-			seen[e] = true
-			out[k.Tgid] = append(out[k.Tgid], e)
-		}
-	}
-	const chunk = 4096
-	keys := make([]heapscopeLiveKey, chunk)
-	vals := make([]heapscopeLiveVal, chunk)
-	var cursor ebpf.MapBatchCursor
-	for {
-		n, err := t.objs.live.BatchLookup(&cursor, keys, vals, nil)
-		for i := 0; i < n; i++ {
-			add(keys[i], vals[i])
-		}
-		if errors.Is(err, ebpf.ErrKeyNotExist) {
-			return out
-		}
-		if err != nil {
-			break // batch lookups unsupported: iterate instead
-		}
-	}
-	var k heapscopeLiveKey
-	var v heapscopeLiveVal
-	it := t.objs.live.Iterate()
-	for it.Next(&k, &v) {
-		add(k, v)
-	}
-	return out
-}
-
-// readTotals reads and sums over CPUs the per-stack totals of the
-// processes in want.
-func (t *Tracer) readTotals(want map[uint32]bool) map[uint32][]totalEntry {
-	out := map[uint32][]totalEntry{}
-	var k heapscopeTotalKey
-	var perCPU []heapscopeTotalVal
-	it := t.objs.totals.Iterate()
-	for it.Next(&k, &perCPU) {
-		if !want[k.Tgid] {
+// readLive reads the live blocks of the processes in want (pidx to pid),
+// by pid and address.
+func (t *Tracer) readLive(want map[uint16]uint32) map[uint32]map[uint64]heapscopeLiveVal {
+	out := map[uint32]map[uint64]heapscopeLiveVal{}
+	tb := t.live
+	v := make([]byte, liveValSize)
+	for i := 0; i < tb.n; i++ {
+		k := tb.read(i, v)
+		if k == 0 {
 			continue
 		}
-		var sum heapscopeTotalVal
-		for _, v := range perCPU {
-			sum.Allocs += v.Allocs
-			sum.AllocBytes += v.AllocBytes
+		pid, ok := want[uint16(k>>pidxShift&maxPidx)]
+		if !ok {
+			continue
 		}
-		out[k.Tgid] = append(out[k.Tgid], totalEntry{k, sum})
+		lv := heapscopeLiveVal{Size: u64(v, 0), Time: u64(v, 8), Stack: u64(v, 16)}
+		m := out[pid]
+		if m == nil {
+			m = map[uint64]heapscopeLiveVal{}
+			out[pid] = m
+		}
+		// An address is in the table once, unless it was caught
+		// being claimed again after a free: the newer block is live.
+		addr := k & addrMask
+		if old, dup := m[addr]; !dup || old.Time < lv.Time {
+			m[addr] = lv
+		}
 	}
 	return out
 }
 
-// purge removes a process's entries from the aggregate maps, once it is
-// no longer traced.
-func (t *Tracer) purge(pid uint32) {
-	var lk heapscopeLiveKey
-	var lv heapscopeLiveVal
-	var dead []heapscopeLiveKey
-	it := t.objs.live.Iterate()
-	for it.Next(&lk, &lv) {
-		if lk.Tgid == pid {
-			dead = append(dead, lk)
+// readTotals reads the per-stack totals of the processes in want, by pid
+// and stack, summing the slots that two threads added at once.
+func (t *Tracer) readTotals(want map[uint16]uint32) map[uint32]map[uint64]heapscopeTotalVal {
+	out := map[uint32]map[uint64]heapscopeTotalVal{}
+	tb := t.totals
+	v := make([]byte, totalValSize)
+	for i := 0; i < tb.n; i++ {
+		if tb.read(i, v) == 0 {
+			continue
+		}
+		tv := heapscopeTotalVal{Allocs: u64(v, 0), AllocBytes: u64(v, 8), Stack: u64(v, 16), Pidx: uint32(u64(v, 24))}
+		pid, ok := want[uint16(tv.Pidx)]
+		if !ok {
+			continue
+		}
+		m := out[pid]
+		if m == nil {
+			m = map[uint64]heapscopeTotalVal{}
+			out[pid] = m
+		}
+		sum := m[tv.Stack]
+		sum.Allocs += tv.Allocs
+		sum.AllocBytes += tv.AllocBytes
+		m[tv.Stack] = sum
+	}
+	return out
+}
+
+// purge frees a process's slots in the aggregate tables, once it is no
+// longer traced.
+func (t *Tracer) purge(pidx uint16) {
+	for i := 0; i < t.live.n; i++ {
+		if k := t.live.key(i); k != 0 && k&keyBusy == 0 && uint16(k>>pidxShift&maxPidx) == pidx {
+			t.live.release(i, k)
 		}
 	}
-	for _, k := range dead {
-		t.objs.live.Delete(k)
-	}
-	var tk heapscopeTotalKey
-	var tv []heapscopeTotalVal
-	var deadT []heapscopeTotalKey
-	it = t.objs.totals.Iterate()
-	for it.Next(&tk, &tv) {
-		if tk.Tgid == pid {
-			deadT = append(deadT, tk)
+	v := make([]byte, totalValSize)
+	for i := 0; i < t.totals.n; i++ {
+		if k := t.totals.read(i, v); k != 0 && uint16(u64(v, 24)) == pidx {
+			t.totals.release(i, k)
 		}
-	}
-	for _, k := range deadT {
-		t.objs.totals.Delete(k)
 	}
 }

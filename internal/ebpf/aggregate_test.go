@@ -19,8 +19,10 @@ type siteTotal struct {
 }
 
 // expectAggregate replays a call log: the blocks live at its end, and per
-// call site what it allocated and what of it was freed.
-func expectAggregate(calls []call) (map[uint64]block, map[string]siteTotal) {
+// call site what it allocated and what of it was freed. With frees false,
+// the log's free calls are not traced: a block allocated where one is
+// still live replaces it (and that one counts as freed).
+func expectAggregate(calls []call, frees bool) (map[uint64]block, map[string]siteTotal) {
 	live := map[uint64]block{}
 	totals := map[string]siteTotal{}
 	free := func(addr uint64) {
@@ -36,6 +38,7 @@ func expectAggregate(calls []call) (map[uint64]block, map[string]siteTotal) {
 		if addr == 0 {
 			return
 		}
+		free(addr) // only when frees are not traced
 		live[addr] = block{size, site}
 		st := totals[site]
 		st.allocs++
@@ -47,7 +50,9 @@ func expectAggregate(calls []call) (map[uint64]block, map[string]siteTotal) {
 		case event.KindAlloc:
 			alloc(c.addr, c.size, c.site)
 		case event.KindFree:
-			free(c.addr)
+			if frees {
+				free(c.addr)
+			}
 		case event.KindRealloc:
 			if c.old != 0 && (c.addr != 0 || c.size == 0) {
 				free(c.old)
@@ -56,6 +61,71 @@ func expectAggregate(calls []call) (map[uint64]block, map[string]siteTotal) {
 		}
 	}
 	return live, totals
+}
+
+// checkSnapshot compares a snapshot of an ebpf_calls process with what
+// its log says: the live blocks with their call sites, and the per-site
+// totals.
+func checkSnapshot(t *testing.T, rec *recorder, sn event.Snapshot, log callLog, r ranges, frees bool) {
+	t.Helper()
+	wantLive, wantTotals := expectAggregate(log.calls, frees)
+	if len(wantLive) == 0 {
+		t.Fatal("the workload left nothing live: nothing to test")
+	}
+	pid := int(sn.PID)
+	siteOf := func(id event.StackID) string {
+		fr := rec.frames(pid, id)
+		if len(fr) == 0 {
+			return "(no stack)"
+		}
+		for name := range log.sites {
+			if r.in(name, fr[0]) {
+				return name
+			}
+		}
+		return fmt.Sprintf("(unknown %#x)", fr[0])
+	}
+	gotLive := map[uint64]block{}
+	for _, b := range sn.Live {
+		if _, dup := gotLive[b.Addr]; dup {
+			t.Errorf("pid %d: block %#x live twice", pid, b.Addr)
+		}
+		gotLive[b.Addr] = block{b.Size, siteOf(b.Stack)}
+	}
+	if fmt.Sprint(sortedBlocks(gotLive)) != fmt.Sprint(sortedBlocks(wantLive)) {
+		t.Errorf("pid %d: live blocks (final %v):\n got %v\nwant %v", pid, sn.Final, sortedBlocks(gotLive), sortedBlocks(wantLive))
+	}
+	gotTotals := map[string]siteTotal{}
+	seen := map[event.StackID]bool{}
+	for _, st := range sn.Totals {
+		if seen[st.Stack] {
+			t.Errorf("pid %d: stack %d has two totals", pid, st.Stack)
+		}
+		seen[st.Stack] = true
+		s := siteOf(st.Stack)
+		g := gotTotals[s]
+		g.allocs += st.Allocs
+		g.allocBytes += st.AllocBytes
+		g.frees += st.Frees
+		g.freeBytes += st.FreeBytes
+		gotTotals[s] = g
+	}
+	if fmt.Sprint(gotTotals) != fmt.Sprint(wantTotals) {
+		t.Errorf("pid %d: totals (final %v):\n got %v\nwant %v", pid, sn.Final, gotTotals, wantTotals)
+	}
+}
+
+// snapshotsOf returns the snapshots of pid received so far.
+func (r *recorder) snapshotsOf(pid int) []event.Snapshot {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []event.Snapshot
+	for _, s := range r.snapshots {
+		if s.PID == uint32(pid) {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // TestAggregate traces ebpf_calls in aggregate mode: the snapshot taken
@@ -79,58 +149,135 @@ func TestAggregate(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := siteRanges(t, bin, log.sites)
-	wantLive, wantTotals := expectAggregate(log.calls)
-	if len(wantLive) == 0 {
-		t.Fatal("the workload left nothing live: nothing to test")
-	}
-
-	rec.mu.Lock()
-	snaps := append([]event.Snapshot(nil), rec.snapshots...)
-	stats := append([]event.Stats(nil), rec.stats...)
-	rec.mu.Unlock()
+	snaps := rec.snapshotsOf(w.pid())
 	if len(snaps) != 2 || snaps[0].Final || !snaps[1].Final {
 		t.Fatalf("%d snapshots, want a flush's and a final one", len(snaps))
 	}
-	siteOf := func(id event.StackID) string {
-		fr := rec.frames(w.pid(), id)
-		if len(fr) == 0 {
-			return "(no stack)"
-		}
-		for name := range log.sites {
-			if r.in(name, fr[0]) {
-				return name
-			}
-		}
-		return fmt.Sprintf("(unknown %#x)", fr[0])
-	}
 	for _, sn := range snaps {
-		gotLive := map[uint64]block{}
-		for _, b := range sn.Live {
-			gotLive[b.Addr] = block{b.Size, siteOf(b.Stack)}
-		}
-		if fmt.Sprint(sortedBlocks(gotLive)) != fmt.Sprint(sortedBlocks(wantLive)) {
-			t.Errorf("live blocks (final %v):\n got %v\nwant %v", sn.Final, sortedBlocks(gotLive), sortedBlocks(wantLive))
-		}
-		gotTotals := map[string]siteTotal{}
-		for _, st := range sn.Totals {
-			s := siteOf(st.Stack)
-			g := gotTotals[s]
-			g.allocs += st.Allocs
-			g.allocBytes += st.AllocBytes
-			g.frees += st.Frees
-			g.freeBytes += st.FreeBytes
-			gotTotals[s] = g
-		}
-		if fmt.Sprint(gotTotals) != fmt.Sprint(wantTotals) {
-			t.Errorf("totals (final %v):\n got %v\nwant %v", sn.Final, gotTotals, wantTotals)
-		}
+		checkSnapshot(t, rec, sn, log, r, true)
 	}
+	rec.mu.Lock()
+	stats := append([]event.Stats(nil), rec.stats...)
+	rec.mu.Unlock()
 	last := stats[len(stats)-1]
 	if last.Delivered+last.TotalLost() != uint64(len(log.calls)) || last.Unmatched != 0 {
 		t.Errorf("stats %+v for %d calls", last, len(log.calls))
 	}
 	if after := tr.Stats(); after != last {
 		t.Errorf("Stats() after Close = %+v, the last sent was %+v", after, last)
+	}
+}
+
+// TestAggregateProcesses traces two processes in aggregate mode, detaches
+// the first and attaches a third, which takes the first's place in the
+// tables: each snapshot holds its own process's blocks and totals, and
+// none of the first's are left for the third.
+func TestAggregateProcesses(t *testing.T) {
+	bin := testutil.MustBuild(t, "ebpf_calls", testutil.Options{})
+	rec := newRecorder(t)
+	tr := newTracer(t, Config{Mode: Aggregate}, rec)
+	a := startWorkload(t, bin, "20")
+	b := startWorkload(t, bin, "30")
+	for _, w := range []*workload{a, b} {
+		if err := tr.Attach(w.pid()); err != nil {
+			t.Fatal(err)
+		}
+		w.release(t)
+	}
+	logA := parseLog(t, a.lines(t, "done"))
+	logB := parseLog(t, b.lines(t, "done"))
+	if err := tr.Detach(a.pid()); err != nil {
+		t.Fatal(err)
+	}
+	c := startWorkload(t, bin, "10")
+	if err := tr.Attach(c.pid()); err != nil {
+		t.Fatal(err)
+	}
+	c.release(t)
+	logC := parseLog(t, c.lines(t, "done"))
+	if err := tr.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range []struct {
+		w     *workload
+		log   callLog
+		snaps int
+	}{{a, logA, 1}, {b, logB, 1}, {c, logC, 1}} {
+		snaps := rec.snapshotsOf(x.w.pid())
+		if len(snaps) != x.snaps {
+			t.Fatalf("pid %d: %d snapshots, want %d", x.w.pid(), len(snaps), x.snaps)
+		}
+		checkSnapshot(t, rec, snaps[0], x.log, siteRanges(t, bin, x.log.sites), true)
+	}
+	if st := tr.Stats(); st.Unmatched != 0 || st.TotalLost() != 0 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+// TestAggregateNoFrees traces ebpf_calls without its frees: a block
+// allocated where one is still live (it was freed, untraced) replaces it.
+func TestAggregateNoFrees(t *testing.T) {
+	bin := testutil.MustBuild(t, "ebpf_calls", testutil.Options{})
+	rec := newRecorder(t)
+	tr := newTracer(t, Config{Mode: Aggregate, Families: event.FamilyHeap &^ event.FamilyFree}, rec)
+	w := startWorkload(t, bin, "20")
+	if err := tr.Attach(w.pid()); err != nil {
+		t.Fatal(err)
+	}
+	w.release(t)
+	log := parseLog(t, w.lines(t, "done"))
+	if err := tr.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	snaps := rec.snapshotsOf(w.pid())
+	if len(snaps) != 1 {
+		t.Fatalf("%d snapshots", len(snaps))
+	}
+	checkSnapshot(t, rec, snaps[0], log, siteRanges(t, bin, log.sites), false)
+}
+
+// TestAggregateThreads runs ebpf_churn's threads, which allocate from one
+// call site at once (and may add its totals twice at first): the totals
+// count every call, and nothing is left live.
+func TestAggregateThreads(t *testing.T) {
+	bin := testutil.MustBuild(t, "ebpf_churn", testutil.Options{})
+	rec := newRecorder(t)
+	tr := newTracer(t, Config{Mode: Aggregate}, rec)
+	const pairs, threads = 20000, 4
+	w := startWorkloadNoReady(t, bin, fmt.Sprint(pairs), fmt.Sprint(threads), "wait")
+	if err := tr.Attach(w.pid()); err != nil {
+		t.Fatal(err)
+	}
+	w.release(t)
+	w.expect(t, "cpu_ns_per_pair")
+	if err := tr.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	snaps := rec.snapshotsOf(w.pid())
+	if len(snaps) != 1 {
+		t.Fatalf("%d snapshots", len(snaps))
+	}
+	// The loop's call site is one stack in every thread; the C library
+	// and the threads' start allocate a few blocks besides.
+	var loop event.StackTotal
+	stacks := map[event.StackID]bool{}
+	for _, st := range snaps[0].Totals {
+		if stacks[st.Stack] {
+			t.Errorf("stack %d has two totals", st.Stack)
+		}
+		stacks[st.Stack] = true
+		if st.Stack == 0 {
+			t.Errorf("totals without a stack: %+v", st)
+		}
+		if st.Allocs > loop.Allocs {
+			loop = st
+		}
+	}
+	if loop.Allocs != pairs*threads || loop.Frees != pairs*threads {
+		t.Errorf("the loop's stack: %+v, want %d allocations and frees", loop, pairs*threads)
+	}
+	if st := tr.Stats(); st.TotalLost() != 0 || st.Delivered < 2*pairs*threads {
+		t.Errorf("stats %+v for %d pairs", st, pairs*threads)
 	}
 }
 

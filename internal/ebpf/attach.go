@@ -72,7 +72,14 @@ func (t *Tracer) Attach(pid int, opts ...AttachOption) error {
 		return fmt.Errorf("ebpf: pid %d: pidfd_open: %w", pid, err)
 	}
 	p := &tracee{pid: pid, pidfd: pidfd, launched: o.launched, report: make(chan exitStatus, 1)}
+	if t.cfg.Mode == Aggregate {
+		if p.pidx, err = t.newPidx(); err != nil {
+			unix.Close(pidfd)
+			return err
+		}
+	}
 	if err := t.attach(p); err != nil {
+		t.freePidx(p.pidx)
 		unix.Close(pidfd)
 		return err
 	}
@@ -115,7 +122,7 @@ func (t *Tracer) attach(p *tracee) error {
 	t.out.Lock()
 	defer t.out.Unlock()
 	for _, tg := range targets {
-		ls, err := t.attachTarget(pid, tg)
+		ls, err := t.attachTarget(pid, p.pidx, tg)
 		p.links = append(p.links, ls...)
 		if err != nil {
 			closeLinks(p.links)
@@ -167,17 +174,42 @@ func (t *Tracer) wanted(s sites.Site) bool {
 	return false
 }
 
-func cookie(s sites.Site, heap event.Heap) uint64 {
+func cookie(s sites.Site, heap event.Heap, pidx uint16) uint64 {
 	sp := s.Placement.SPDelta
 	if sp > cookieSPMax {
 		sp = cookieSPMax
 	}
-	return uint64(s.Func) | uint64(heap)<<cookieHeapShift | sp<<cookieSPShift
+	return uint64(s.Func) | uint64(heap)<<cookieHeapShift | sp<<cookieSPShift | uint64(pidx)<<cookiePidxShift
+}
+
+// newPidx takes the lowest free process index of the aggregate tables.
+func (t *Tracer) newPidx() (uint16, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for i := 1; i <= maxPidx; i++ {
+		if i >= len(t.pidxUsed) {
+			t.pidxUsed = append(t.pidxUsed, make([]bool, i+1-len(t.pidxUsed))...)
+		}
+		if !t.pidxUsed[i] {
+			t.pidxUsed[i] = true
+			return uint16(i), nil
+		}
+	}
+	return 0, fmt.Errorf("ebpf: aggregate mode traces at most %d processes at once: %w", maxPidx, errs.ErrOutOfMemory)
+}
+
+// freePidx returns a process index, once its slots are purged.
+func (t *Tracer) freePidx(pidx uint16) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if int(pidx) < len(t.pidxUsed) {
+		t.pidxUsed[pidx] = false
+	}
 }
 
 // attachTarget probes the wanted sites of one file for pid. It returns the
 // links made even when it fails, for the caller to close.
-func (t *Tracer) attachTarget(pid int, tg target) ([]link.Link, error) {
+func (t *Tracer) attachTarget(pid int, pidx uint16, tg target) ([]link.Link, error) {
 	ex, err := link.OpenExecutable(tg.open)
 	if err != nil {
 		return nil, fmt.Errorf("ebpf: pid %d: %s: %w", pid, tg.path, err)
@@ -206,7 +238,7 @@ func (t *Tracer) attachTarget(pid int, tg target) ([]link.Link, error) {
 			g = &wrap
 		}
 		g.addrs = append(g.addrs, s.ProbeOffset())
-		g.cookie = append(g.cookie, cookie(s, tg.heap))
+		g.cookie = append(g.cookie, cookie(s, tg.heap, pidx))
 	}
 
 	var links []link.Link
@@ -352,7 +384,8 @@ func (t *Tracer) end(p *tracee, exited bool) {
 		t.drain()
 		if t.cfg.Mode == Aggregate {
 			t.snapshot([]int{p.pid}, true)
-			t.purge(uint32(p.pid))
+			t.purge(p.pidx)
+			t.freePidx(p.pidx)
 		}
 
 		ex := exitStatus{status: -1}

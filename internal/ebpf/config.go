@@ -76,8 +76,11 @@ type Config struct {
 	// RingSize is the size in bytes of the BPF ring buffer (stream mode),
 	// rounded up to a power of two of at least a page.
 	RingSize int
-	// MaxLive is how many live blocks aggregate mode can hold; an
-	// allocation beyond it is lost (counted as event.LostMapFull).
+	// MaxLive is how many live blocks aggregate mode is sized for: its
+	// table has room for twice as many, and fills up at about one and a
+	// half times as many (a block finds both the table's buckets it may
+	// go in full). An allocation that finds no room is lost (counted as
+	// event.LostMapFull).
 	MaxLive int
 	// StackMapSize is how many distinct stacks the stack map holds. Stacks
 	// beyond it, or that collide in its hash, are counted in

@@ -18,4 +18,12 @@ const (
 	cookieHeapShift = 8
 	cookieSPShift   = 16
 	cookieSPMax     = 1<<16 - 1
+	cookiePidxShift = 32
+
+	// Aggregate mode's tables.
+	bucketSlots = 8
+	keyBusy     = 1 << 63
+	pidxShift   = 48
+	maxPidx     = 0x7fff
+	addrMask    = 1<<pidxShift - 1
 )

@@ -27,8 +27,8 @@ func TestHeaderConstants(t *testing.T) {
 			continue
 		}
 		v := strings.Trim(strings.Join(fs[2:], ""), "()")
-		if strings.HasPrefix(v, "1<<") {
-			n, err := strconv.Atoi(strings.TrimPrefix(v, "1<<"))
+		if v, ok := strings.CutPrefix(strings.Replace(v, "1ULL<<", "1<<", 1), "1<<"); ok {
+			n, err := strconv.Atoi(v)
 			if err == nil {
 				defs[fs[1]] = 1 << n
 			}
@@ -55,6 +55,9 @@ func TestHeaderConstants(t *testing.T) {
 		"HEAP_LIBC":          int64(event.HeapLibc),
 		"HEAP_EXE":           int64(event.HeapExe),
 		"HEAP_MMAP":          int64(event.HeapMmap),
+		"BUCKET_SLOTS":       bucketSlots,
+		"PIDX_SHIFT":         pidxShift,
+		"MAX_PIDX":           maxPidx,
 	}
 	for k := event.KindAlloc; k.Valid(); k++ {
 		want["KIND_"+strings.ToUpper(k.String())] = int64(k)
@@ -78,6 +81,13 @@ func TestHeaderConstants(t *testing.T) {
 	}
 	if unsafe.Sizeof(heapscopeEvent{}) != eventSize {
 		t.Errorf("struct event is %d bytes, decodeEvent reads %d", unsafe.Sizeof(heapscopeEvent{}), eventSize)
+	}
+	if got, ok := defs["KEY_BUSY"]; !ok || uint64(got) != keyBusy {
+		t.Errorf("KEY_BUSY = %#x in heapscope.h (defined: %v), %#x in Go", uint64(got), ok, uint64(keyBusy))
+	}
+	if unsafe.Sizeof(heapscopeLiveVal{}) != liveValSize || unsafe.Sizeof(heapscopeTotalVal{}) != totalValSize {
+		t.Errorf("struct live_val and total_val are %d and %d bytes, the tables read %d and %d",
+			unsafe.Sizeof(heapscopeLiveVal{}), unsafe.Sizeof(heapscopeTotalVal{}), liveValSize, totalValSize)
 	}
 	if unsafe.Sizeof(heapscopeLib{}) != libSize {
 		t.Errorf("struct lib is %d bytes, decodeLib reads %d", unsafe.Sizeof(heapscopeLib{}), libSize)

@@ -35,10 +35,13 @@
 // In Stream mode every call is an event.Event sent through a BPF ring
 // buffer; the consumer is woken when a quarter of the ring is queued, and
 // at least every FlushInterval. In Aggregate mode the live blocks and
-// per-stack totals are kept in BPF maps and sent as event.Snapshot records
-// at Flush and Close. Either way, a call is delivered or counted lost (ring
-// full, map full): delivered + lost is the number of calls made while
-// traced.
+// per-stack totals are kept in BPF tables and sent as event.Snapshot
+// records at Flush and Close. The tables are arrays with buckets of slots
+// claimed by compare-and-swap, which the programs reach without a helper
+// call (a hash map's update costs more than the rest of the program), and
+// which this process reads through mmap. Either way, a call is delivered
+// or counted lost (ring full, map full): delivered + lost is the number of
+// calls made while traced.
 //
 // # Records
 //
@@ -56,5 +59,7 @@
 // Stacks are walked with frame pointers: code built without them gives
 // short or wrong stacks. An allocator in a shared library other than the C
 // library (an LD_PRELOADed jemalloc) is not probed. The probes are x86-64
-// only.
+// only. Aggregate mode traces at most 32767 processes at once, and counts
+// a block above 2^48 (possible only with 5-level page tables, when a
+// program asks for such addresses) as lost (event.LostOther).
 package ebpf

@@ -13,6 +13,11 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type heapscopeBucket struct {
+	_   structs.HostLayout
+	Key [8]uint64
+}
+
 type heapscopeEvent struct {
 	_       structs.HostLayout
 	Time    uint64
@@ -35,13 +40,6 @@ type heapscopeLib struct {
 	Pid   uint32
 	Index uint32
 	Name  [256]int8
-}
-
-type heapscopeLiveKey struct {
-	_    structs.HostLayout
-	Tgid uint32
-	Pad  uint32
-	Addr uint64
 }
 
 type heapscopeLiveVal struct {
@@ -67,7 +65,8 @@ type heapscopeThread struct {
 	Inner    uint8
 	Heap     uint8
 	Sys      uint8
-	Pad      [3]uint8
+	Pad      uint8
+	Pidx     uint16
 	Depth    uint32
 	Pad2     uint32
 	S_addr   uint64
@@ -76,17 +75,13 @@ type heapscopeThread struct {
 	Scratch  heapscopeStack
 }
 
-type heapscopeTotalKey struct {
-	_     structs.HostLayout
-	Tgid  uint32
-	Pad   uint32
-	Stack uint64
-}
-
 type heapscopeTotalVal struct {
 	_          structs.HostLayout
 	Allocs     uint64
 	AllocBytes uint64
+	Stack      uint64
+	Pidx       uint32
+	Pad        uint32
 }
 
 // Names of all BPF objects in the ELF.
@@ -95,10 +90,12 @@ type heapscopeTotalVal struct {
 const (
 	heapscopeMapCounters         = "counters"
 	heapscopeMapEvents           = "events"
-	heapscopeMapLive             = "live"
+	heapscopeMapLiveKeys         = "live_keys"
+	heapscopeMapLiveVals         = "live_vals"
 	heapscopeMapStacks           = "stacks"
 	heapscopeMapThreads          = "threads"
-	heapscopeMapTotals           = "totals"
+	heapscopeMapTotalsKeys       = "totals_keys"
+	heapscopeMapTotalsVals       = "totals_vals"
 	heapscopeMapTraced           = "traced"
 	heapscopeProgAllocEnter      = "alloc_enter"
 	heapscopeProgAllocEnterMulti = "alloc_enter_multi"
@@ -118,7 +115,9 @@ const (
 	heapscopeProgWrapEnterMulti  = "wrap_enter_multi"
 	heapscopeVarAggregate        = "aggregate"
 	heapscopeVarFamilies         = "families"
+	heapscopeVarLiveMask         = "live_mask"
 	heapscopeVarStackKinds       = "stack_kinds"
+	heapscopeVarTotalsMask       = "totals_mask"
 	heapscopeVarUnusedEvent      = "unused_event"
 	heapscopeVarUnusedLib        = "unused_lib"
 	heapscopeVarWakeupMask       = "wakeup_mask"
@@ -188,13 +187,15 @@ type heapscopeProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type heapscopeMapSpecs struct {
-	Counters *ebpf.MapSpec `ebpf:"counters"`
-	Events   *ebpf.MapSpec `ebpf:"events"`
-	Live     *ebpf.MapSpec `ebpf:"live"`
-	Stacks   *ebpf.MapSpec `ebpf:"stacks"`
-	Threads  *ebpf.MapSpec `ebpf:"threads"`
-	Totals   *ebpf.MapSpec `ebpf:"totals"`
-	Traced   *ebpf.MapSpec `ebpf:"traced"`
+	Counters   *ebpf.MapSpec `ebpf:"counters"`
+	Events     *ebpf.MapSpec `ebpf:"events"`
+	LiveKeys   *ebpf.MapSpec `ebpf:"live_keys"`
+	LiveVals   *ebpf.MapSpec `ebpf:"live_vals"`
+	Stacks     *ebpf.MapSpec `ebpf:"stacks"`
+	Threads    *ebpf.MapSpec `ebpf:"threads"`
+	TotalsKeys *ebpf.MapSpec `ebpf:"totals_keys"`
+	TotalsVals *ebpf.MapSpec `ebpf:"totals_vals"`
+	Traced     *ebpf.MapSpec `ebpf:"traced"`
 }
 
 // heapscopeVariableSpecs contains global variables before they are loaded into the kernel.
@@ -203,7 +204,9 @@ type heapscopeMapSpecs struct {
 type heapscopeVariableSpecs struct {
 	Aggregate   *ebpf.VariableSpec `ebpf:"aggregate"`
 	Families    *ebpf.VariableSpec `ebpf:"families"`
+	LiveMask    *ebpf.VariableSpec `ebpf:"live_mask"`
 	StackKinds  *ebpf.VariableSpec `ebpf:"stack_kinds"`
+	TotalsMask  *ebpf.VariableSpec `ebpf:"totals_mask"`
 	UnusedEvent *ebpf.VariableSpec `ebpf:"unused_event"`
 	UnusedLib   *ebpf.VariableSpec `ebpf:"unused_lib"`
 	WakeupMask  *ebpf.VariableSpec `ebpf:"wakeup_mask"`
@@ -229,23 +232,27 @@ func (o *heapscopeObjects) Close() error {
 //
 // It can be passed to loadHeapscopeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type heapscopeMaps struct {
-	Counters *ebpf.Map `ebpf:"counters"`
-	Events   *ebpf.Map `ebpf:"events"`
-	Live     *ebpf.Map `ebpf:"live"`
-	Stacks   *ebpf.Map `ebpf:"stacks"`
-	Threads  *ebpf.Map `ebpf:"threads"`
-	Totals   *ebpf.Map `ebpf:"totals"`
-	Traced   *ebpf.Map `ebpf:"traced"`
+	Counters   *ebpf.Map `ebpf:"counters"`
+	Events     *ebpf.Map `ebpf:"events"`
+	LiveKeys   *ebpf.Map `ebpf:"live_keys"`
+	LiveVals   *ebpf.Map `ebpf:"live_vals"`
+	Stacks     *ebpf.Map `ebpf:"stacks"`
+	Threads    *ebpf.Map `ebpf:"threads"`
+	TotalsKeys *ebpf.Map `ebpf:"totals_keys"`
+	TotalsVals *ebpf.Map `ebpf:"totals_vals"`
+	Traced     *ebpf.Map `ebpf:"traced"`
 }
 
 func (m *heapscopeMaps) Close() error {
 	return _HeapscopeClose(
 		m.Counters,
 		m.Events,
-		m.Live,
+		m.LiveKeys,
+		m.LiveVals,
 		m.Stacks,
 		m.Threads,
-		m.Totals,
+		m.TotalsKeys,
+		m.TotalsVals,
 		m.Traced,
 	)
 }
@@ -256,7 +263,9 @@ func (m *heapscopeMaps) Close() error {
 type heapscopeVariables struct {
 	Aggregate   *ebpf.Variable `ebpf:"aggregate"`
 	Families    *ebpf.Variable `ebpf:"families"`
+	LiveMask    *ebpf.Variable `ebpf:"live_mask"`
 	StackKinds  *ebpf.Variable `ebpf:"stack_kinds"`
+	TotalsMask  *ebpf.Variable `ebpf:"totals_mask"`
 	UnusedEvent *ebpf.Variable `ebpf:"unused_event"`
 	UnusedLib   *ebpf.Variable `ebpf:"unused_lib"`
 	WakeupMask  *ebpf.Variable `ebpf:"wakeup_mask"`

@@ -31,11 +31,14 @@ type Tracer struct {
 	multi bool // uprobe_multi links
 	rd    *ringbuf.Reader
 	sys   []link.Link // mmap syscall tracepoints
+	// live and totals are aggregate mode's tables, mapped.
+	live, totals *table
 
 	attachMu sync.Mutex // one Attach, Detach or Close at a time
 
-	mu       sync.Mutex // guards procs and closed
+	mu       sync.Mutex // guards procs, pidxUsed and closed
 	procs    map[int]*tracee
+	pidxUsed []bool // aggregate mode: process indexes in use
 	closed   bool
 	done     chan struct{}
 	doneOnce sync.Once
@@ -78,6 +81,7 @@ type Tracer struct {
 // tracee is one traced process.
 type tracee struct {
 	pid      int
+	pidx     uint16 // its index in the aggregate tables (0 in stream mode)
 	links    []link.Link
 	pidfd    int
 	launched bool
@@ -168,14 +172,25 @@ func (t *Tracer) load() error {
 	}
 
 	spec.Maps["stacks"].MaxEntries = uint32(t.cfg.StackMapSize)
+	liveSlots, totalSlots := bucketSlots, bucketSlots // unused in stream mode
 	if t.cfg.Mode == Stream {
 		spec.Maps["events"].MaxEntries = uint32(t.cfg.RingSize)
-		spec.Maps["live"].MaxEntries = 1
-		spec.Maps["totals"].MaxEntries = 1
 	} else {
 		spec.Maps["events"].MaxEntries = aggregateRingSize
-		spec.Maps["live"].MaxEntries = uint32(t.cfg.MaxLive)
-		spec.Maps["totals"].MaxEntries = uint32(t.cfg.StackMapSize)
+		liveSlots, totalSlots = tableSlots(t.cfg.MaxLive), tableSlots(t.cfg.StackMapSize)
+		if err := t.checkTableMemory(liveSlots, totalSlots); err != nil {
+			return err
+		}
+	}
+	spec.Maps["live_keys"].MaxEntries = uint32(liveSlots / bucketSlots)
+	spec.Maps["live_vals"].MaxEntries = uint32(liveSlots)
+	spec.Maps["totals_keys"].MaxEntries = uint32(totalSlots / bucketSlots)
+	spec.Maps["totals_vals"].MaxEntries = uint32(totalSlots)
+	if err := errors.Join(
+		set("live_mask", uint32(liveSlots/bucketSlots-1)),
+		set("totals_mask", uint32(totalSlots/bucketSlots-1)),
+	); err != nil {
+		return err
 	}
 
 	// Load only the programs this tracer attaches: uprobe_multi or classic,
@@ -211,17 +226,51 @@ func (t *Tracer) load() error {
 		stacks:     coll.Maps["stacks"],
 		counters:   coll.Maps["counters"],
 		traced:     coll.Maps["traced"],
-		live:       coll.Maps["live"],
-		totals:     coll.Maps["totals"],
 		stackKinds: coll.Variables["stack_kinds"],
+	}
+	if t.cfg.Mode == Aggregate {
+		if t.live, err = mapTable(coll.Maps["live_keys"], coll.Maps["live_vals"]); err != nil {
+			coll.Close()
+			return err
+		}
+		if t.totals, err = mapTable(coll.Maps["totals_keys"], coll.Maps["totals_vals"]); err != nil {
+			t.live.close()
+			coll.Close()
+			return err
+		}
+	}
+	return nil
+}
+
+// checkTableMemory refuses aggregate tables larger than the machine's
+// memory, with ErrOutOfMemory, before the kernel is asked for them: it
+// would try to allocate them.
+func (t *Tracer) checkTableMemory(liveSlots, totalSlots int) error {
+	need := uint64(liveSlots)*(8+liveValSize) + uint64(totalSlots)*(8+totalValSize)
+	var si unix.Sysinfo_t
+	if err := unix.Sysinfo(&si); err != nil {
+		return nil // the kernel will say
+	}
+	if have := uint64(si.Totalram) * uint64(si.Unit); need > have {
+		return fmt.Errorf("ebpf: tables for %d live blocks and %d stacks need %d MiB, the machine has %d MiB: %w",
+			t.cfg.MaxLive, t.cfg.StackMapSize, need>>20, have>>20, errs.ErrOutOfMemory)
 	}
 	return nil
 }
 
 // objects are the loaded maps and variables the Go side uses.
 type objects struct {
-	events, stacks, counters, traced, live, totals *ebpf.Map
-	stackKinds                                     *ebpf.Variable
+	events, stacks, counters, traced *ebpf.Map
+	stackKinds                       *ebpf.Variable
+}
+
+// closeTables unmaps aggregate mode's tables.
+func (t *Tracer) closeTables() {
+	if t.live != nil {
+		t.live.close()
+		t.totals.close()
+		t.live, t.totals = nil, nil
+	}
 }
 
 // prog returns a loaded program: name, or name_multi with uprobe_multi.
@@ -247,6 +296,7 @@ func (t *Tracer) closeKernelObjects() {
 	if t.watch != nil {
 		t.watch.close()
 	}
+	t.closeTables()
 	t.coll.Close()
 }
 
@@ -399,6 +449,7 @@ func (t *Tracer) Close() error {
 	t.statsMu.Lock()
 	st := t.stats()
 	t.final = &st
+	t.closeTables()
 	t.coll.Close()
 	t.statsMu.Unlock()
 	t.gone = true

@@ -73,20 +73,42 @@ struct {
 	__uint(max_entries, 4096);
 } traced SEC(".maps");
 
-// Aggregate mode.
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__type(key, struct live_key);
-	__type(value, struct live_val);
-	__uint(max_entries, 1 << 16); // resized by the loader
-} live SEC(".maps");
+// Aggregate mode's tables (see heapscope.h). The loader sizes them: the
+// keys in buckets, the values one per slot.
+volatile const __u32 live_mask;   // buckets - 1, a power of two less one
+volatile const __u32 totals_mask;
 
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
-	__type(key, struct total_key);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, struct bucket);
+	__uint(max_entries, 1);
+} live_keys SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, struct live_val);
+	__uint(max_entries, BUCKET_SLOTS);
+} live_vals SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, struct bucket);
+	__uint(max_entries, 1);
+} totals_keys SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
 	__type(value, struct total_val);
-	__uint(max_entries, 1 << 14); // resized by the loader
-} totals SEC(".maps");
+	__uint(max_entries, BUCKET_SLOTS);
+} totals_vals SEC(".maps");
 
 struct task_struct;
 
@@ -221,24 +243,183 @@ static __u64 take_stack(struct stack *s, __u64 first, __u64 fp, __u64 sp)
 
 // --- aggregate mode ---
 
-static __always_inline int agg_alloc(__u32 tgid, __u64 addr, __u64 size, __u64 stack)
+// fmix64 is MurmurHash3's finalizer: block addresses differ in few bits.
+static __always_inline __u64 fmix64(__u64 k)
+{
+	k ^= k >> 33;
+	k *= 0xff51afd7ed558ccdULL;
+	k ^= k >> 33;
+	k *= 0xc4ceb9fe1a85ec53ULL;
+	k ^= k >> 33;
+	return k;
+}
+
+// bucket_of returns the c'th (0 or 1) bucket of hash h.
+static __always_inline struct bucket *bucket_of(void *keys, __u32 mask, __u64 h, int c, __u32 *index)
+{
+	*index = (c ? (__u32)(h >> 32) : (__u32)h) & mask;
+	return bpf_map_lookup_elem(keys, index);
+}
+
+static __always_inline long find_in(void *keys, __u32 mask, __u64 key)
+{
+	__u64 h = fmix64(key);
+	for (int c = 0; c < 2; c++) {
+		__u32 bi;
+		struct bucket *b = bucket_of(keys, mask, h, c, &bi);
+		if (!b)
+			return -1;
+		for (__u32 i = 0; i < BUCKET_SLOTS; i++)
+			if (b->key[i] == key)
+				return bi * BUCKET_SLOTS + i;
+	}
+	return -1;
+}
+
+// free_slots counts a bucket's free slots without a branch (each would
+// double the paths the verifier walks). The shift is in asm, or clang
+// turns it back into a comparison and a branch.
+static __always_inline __u64 free_slots(struct bucket *b)
+{
+	__u64 used = 0;
+	for (__u32 i = 0; i < BUCKET_SLOTS; i++) {
+		__u64 k = b->key[i];
+		__u64 nz = k | -k;
+		asm volatile("%0 >>= 63" : "+r"(nz)); // 1 unless k is 0
+		used += nz;
+	}
+	return BUCKET_SLOTS - used;
+}
+
+static __always_inline long claim_in(struct bucket *b, __u32 bi, __u64 key)
+{
+	for (__u32 i = 0; i < BUCKET_SLOTS; i++)
+		if (b->key[i] == 0 && __sync_val_compare_and_swap(&b->key[i], 0, key | KEY_BUSY) == 0)
+			return bi * BUCKET_SLOTS + i;
+	return -1;
+}
+
+// The emptier bucket first keeps a table from overflowing until it is
+// about three quarters full (the first bucket first would at a third).
+static __always_inline long claim(void *keys, __u32 mask, __u64 key)
+{
+	__u64 h = fmix64(key);
+	__u32 i0, i1;
+	struct bucket *b0 = bucket_of(keys, mask, h, 0, &i0);
+	struct bucket *b1 = bucket_of(keys, mask, h, 1, &i1);
+	if (!b0 || !b1)
+		return -1;
+	long n = -1;
+	if (free_slots(b1) > free_slots(b0))
+		n = claim_in(b1, i1, key);
+	if (n < 0)
+		n = claim_in(b0, i0, key);
+	if (n < 0)
+		n = claim_in(b1, i1, key);
+	return n;
+}
+
+// The table operations are global functions, which the verifier checks
+// once each: inlined, their paths multiply at every call.
+
+// live_find returns the slot of key in the live table, or -1.
+__noinline long live_find(__u64 key) { return find_in(&live_keys, live_mask, key); }
+
+// live_claim takes a free slot for key in the live table, marked busy
+// until publish, or returns -1 if both its buckets are full.
+__noinline long live_claim(__u64 key) { return claim(&live_keys, live_mask, key); }
+
+__noinline long totals_find(__u64 key) { return find_in(&totals_keys, totals_mask, key); }
+
+__noinline long totals_claim(__u64 key) { return claim(&totals_keys, totals_mask, key); }
+
+// set_key stores the key of slot n. publish (with a busy slot's key
+// without KEY_BUSY) ends the filling in of a claimed slot, which readers
+// (user space) skip: they never see a key with an old value. Storing 0
+// frees a slot.
+static __always_inline void set_key(void *keys, long n, __u64 key)
+{
+	__u32 bi = (__u64)n / BUCKET_SLOTS;
+	struct bucket *b = bpf_map_lookup_elem(keys, &bi);
+	if (!b)
+		return;
+	asm volatile("" ::: "memory"); // the value's stores first (x86 keeps their order)
+	b->key[n & (BUCKET_SLOTS - 1)] = key;
+}
+
+// total_of returns the totals of stack in process pidx, adding them to the
+// table the first time. Two threads adding the same at once take two
+// slots, which user space sums. Another stack with the same key (a 2^-63
+// chance) is a map full.
+static __always_inline struct total_val *total_of(__u32 pidx, __u64 stack)
+{
+	__u64 key = fmix64(stack ^ ((__u64)pidx << 48) ^ 0x9E3779B97F4A7C15ULL) & ~KEY_BUSY;
+	if (!key)
+		key = 1;
+	struct total_val *tv;
+	long n = totals_find(key);
+	if (n >= 0) {
+		__u32 i = n;
+		tv = bpf_map_lookup_elem(&totals_vals, &i);
+		if (!tv || tv->pidx != pidx || tv->stack != stack)
+			return 0;
+		return tv;
+	}
+	n = totals_claim(key);
+	if (n < 0)
+		return 0;
+	__u32 i = n;
+	tv = bpf_map_lookup_elem(&totals_vals, &i);
+	if (!tv) {
+		set_key(&totals_keys, n, 0);
+		return 0;
+	}
+	tv->allocs = 0;
+	tv->alloc_bytes = 0;
+	tv->stack = stack;
+	tv->pidx = pidx;
+	set_key(&totals_keys, n, key);
+	return tv;
+}
+
+static __always_inline int agg_alloc(__u32 pidx, __u64 addr, __u64 size, __u64 stack)
 {
 	if (!addr)
 		return 0; // a failed allocation leaves nothing live
-	struct total_key tk = {.tgid = tgid, .stack = stack};
-	struct total_val *tv = bpf_map_lookup_elem(&totals, &tk);
-	if (!tv) {
-		struct total_val zero = {};
-		bpf_map_update_elem(&totals, &tk, &zero, BPF_NOEXIST);
-		tv = bpf_map_lookup_elem(&totals, &tk);
-		if (!tv)
-			return -1;
+	if (addr & ~ADDR_MASK) {
+		// Above 2^48 (only with 5-level page tables, when asked
+		// for): no key for it.
+		count(CTR_LOST_OTHER);
+		return 1;
 	}
-	struct live_key lk = {.tgid = tgid, .addr = addr};
-	struct live_val lv = {.size = size, .time = bpf_ktime_get_ns(), .stack = stack};
-	if (bpf_map_update_elem(&live, &lk, &lv, BPF_ANY))
+	struct total_val *tv = total_of(pidx, stack);
+	if (!tv)
 		return -1;
-	// Per CPU, but the program may be preempted: atomics.
+	__u64 key = (__u64)pidx << PIDX_SHIFT | addr;
+	long n = -1;
+	if (!(families & FAMILY_FREE)) {
+		// Frees are not traced: the block replaces the one that
+		// was at its address. (With frees traced, an address is
+		// not live twice.)
+		n = live_find(key);
+		if (n >= 0)
+			set_key(&live_keys, n, key | KEY_BUSY);
+	}
+	if (n < 0)
+		n = live_claim(key);
+	if (n < 0)
+		return -1;
+	__u32 i = n;
+	struct live_val *lv = bpf_map_lookup_elem(&live_vals, &i);
+	if (!lv) {
+		set_key(&live_keys, n, 0);
+		return -1;
+	}
+	lv->size = size;
+	lv->time = bpf_ktime_get_ns();
+	lv->stack = stack;
+	set_key(&live_keys, n, key);
+	// Shared by CPUs, and the program may be preempted: atomics.
 	__sync_fetch_and_add(&tv->allocs, 1);
 	__sync_fetch_and_add(&tv->alloc_bytes, size);
 	return 0;
@@ -246,44 +427,47 @@ static __always_inline int agg_alloc(__u32 tgid, __u64 addr, __u64 size, __u64 s
 
 // agg_free removes a block from the live set. What the stacks freed is not
 // counted here: a block allocated while traced is either live or freed, so
-// user space derives it from the totals and the live set (one map operation
-// per free instead of three).
-static __always_inline void agg_free(__u32 tgid, __u64 addr)
+// user space derives it from the totals and the live set.
+static __always_inline void agg_free(__u32 pidx, __u64 addr)
 {
-	struct live_key lk = {.tgid = tgid, .addr = addr};
-	if (bpf_map_delete_elem(&live, &lk))
+	long n = live_find((__u64)pidx << PIDX_SHIFT | addr);
+	if (n < 0)
 		count(CTR_UNMATCHED);
+	else
+		set_key(&live_keys, n, 0);
 }
 
-// record sends one call to user space (stream) or into the maps (aggregate).
+// record sends one call to user space (stream) or into the tables
+// (aggregate, where pidx is the process's index).
 static __always_inline void record(__u8 kind, __u8 func, __u8 heap, __u64 addr, __u64 size,
-				   __u64 old_addr, __u64 old_size, __u64 stack)
+				   __u64 old_addr, __u64 old_size, __u64 stack, __u32 pidx)
 {
-	__u64 id = bpf_get_current_pid_tgid();
-	__u32 tgid = id >> 32;
-
 	if (aggregate) {
 		int err = 0;
 		switch (kind) {
 		case KIND_ALLOC:
-		case KIND_MMAP:
-			err = agg_alloc(tgid, addr, size, stack);
+			err = agg_alloc(pidx, addr, size, stack);
 			break;
 		case KIND_FREE:
-		case KIND_MUNMAP:
-			agg_free(tgid, addr);
+			agg_free(pidx, addr);
 			break;
 		case KIND_REALLOC:
 			// realloc(p, n) that fails leaves p live; realloc(p, 0)
 			// frees p and returns NULL.
 			if (old_addr && (addr || !size))
-				agg_free(tgid, old_addr);
-			err = agg_alloc(tgid, addr, size, stack);
+				agg_free(pidx, old_addr);
+			err = agg_alloc(pidx, addr, size, stack);
 			break;
 		}
-		count(err ? CTR_LOST_MAP_FULL : CTR_DELIVERED);
+		if (err < 0)
+			count(CTR_LOST_MAP_FULL);
+		else if (!err)
+			count(CTR_DELIVERED);
 		return;
 	}
+
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = id >> 32;
 
 	// Wake the consumer when the queued data crosses a multiple of W
 	// (a quarter of the ring), not for every event above it: a wakeup is an
@@ -401,6 +585,7 @@ static __always_inline int do_alloc_enter(struct pt_regs *ctx)
 	t->func = report;
 	t->inner = func;
 	t->heap = COOKIE_HEAP(cookie);
+	t->pidx = COOKIE_PIDX(cookie);
 	t->depth = 0;
 	t->a0 = size;
 	t->a1 = arg;
@@ -435,7 +620,7 @@ static __always_inline int do_alloc_exit(struct pt_regs *ctx)
 	if (t->func == t->inner)
 		stack = wants_stack(kind) ? take_stack(&t->scratch, PT_REGS_IP(ctx), PT_REGS_FP(ctx), PT_REGS_SP(ctx))
 					  : NO_STACK;
-	record(kind, t->func, t->heap, addr, t->a0, old, 0, stack);
+	record(kind, t->func, t->heap, addr, t->a0, old, 0, stack, t->pidx);
 	return 0;
 }
 
@@ -486,7 +671,7 @@ static __always_inline int do_free(struct pt_regs *ctx)
 		else
 			count(CTR_STACKS_LOST);
 	}
-	record(KIND_FREE, func, COOKIE_HEAP(cookie), ptr, 0, 0, 0, stack);
+	record(KIND_FREE, func, COOKIE_HEAP(cookie), ptr, 0, 0, 0, stack, COOKIE_PIDX(cookie));
 	return 0;
 }
 
@@ -665,15 +850,15 @@ static __always_inline int do_sys_exit(struct sys_exit_ctx *ctx, __u8 func)
 	int failed = ret < 0 && ret > -4096;
 	switch (func) {
 	case FUNC_MMAP:
-		record(KIND_MMAP, func, HEAP_MMAP, failed ? 0 : ret, t->s_len, 0, 0, sys_stack(t, KIND_MMAP));
+		record(KIND_MMAP, func, HEAP_MMAP, failed ? 0 : ret, t->s_len, 0, 0, sys_stack(t, KIND_MMAP), 0);
 		break;
 	case FUNC_MUNMAP:
 		if (!failed)
-			record(KIND_MUNMAP, func, HEAP_MMAP, t->s_addr, t->s_len, 0, 0, sys_stack(t, KIND_MUNMAP));
+			record(KIND_MUNMAP, func, HEAP_MMAP, t->s_addr, t->s_len, 0, 0, sys_stack(t, KIND_MUNMAP), 0);
 		break;
 	case FUNC_MREMAP:
 		record(KIND_REALLOC, func, HEAP_MMAP, failed ? 0 : ret, t->s_len, t->s_addr, t->s_old_len,
-		       sys_stack(t, KIND_REALLOC));
+		       sys_stack(t, KIND_REALLOC), 0);
 		break;
 	}
 	return 0;

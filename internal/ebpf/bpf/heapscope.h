@@ -59,11 +59,13 @@
 #define CTR_LIBS_LOST 9 // library records the ring had no room for
 #define NUM_COUNTERS 10
 
-// A probe's cookie: the function it is on, the heap, and how far the stack
-// pointer has moved between the function's entry and the probed instruction.
+// A probe's cookie: the function it is on, the heap, how far the stack
+// pointer has moved between the function's entry and the probed
+// instruction, and (aggregate mode) the process's index in the tables.
 #define COOKIE_FUNC(c) ((__u8)(c))
 #define COOKIE_HEAP(c) ((__u8)((c) >> 8))
 #define COOKIE_SP(c) ((__u64)(__u16)((c) >> 16))
+#define COOKIE_PIDX(c) (((c) >> 32) & MAX_PIDX)
 
 // Stacks are named by a 64-bit hash of their frames; 0 is no stack.
 #define NO_STACK 0
@@ -96,7 +98,8 @@ struct thread {
 	__u8 inner; // the function whose return is probed
 	__u8 heap;
 	__u8 sys; // syscall in progress (FUNC_MMAP, ...), else 0
-	__u8 pad[3];
+	__u8 pad;
+	__u16 pidx; // the process's index (aggregate mode)
 	__u32 depth; // nested traced allocations inside the outermost
 	__u32 pad2;
 	__u64 s_addr, s_len, s_old_len;
@@ -130,29 +133,38 @@ struct lib {
 	char name[LIB_NAME_MAX];
 };
 
-struct live_key {
-	__u32 tgid;
-	__u32 pad;
-	__u64 addr;
+// Aggregate mode keeps its live blocks and per-stack totals in tables of
+// its own, arrays that BPF reaches without a helper call and user space
+// reads through mmap: a key's slot is in one of two buckets of BUCKET_SLOTS
+// (picked by two halves of its hash), claimed with a compare-and-swap. A
+// key of 0 is a free slot; one with KEY_BUSY is being filled in. Keys name
+// a process by its index (PIDX, from the probe's cookie), not its pid, so
+// that a live block's key fits in 64 bits: PIDX << PIDX_SHIFT | address.
+#define BUCKET_SLOTS 8
+#define KEY_BUSY (1ULL << 63)
+#define PIDX_SHIFT 48
+#define MAX_PIDX 0x7fff
+#define ADDR_MASK ((1ULL << PIDX_SHIFT) - 1)
+
+struct bucket {
+	__u64 key[BUCKET_SLOTS];
 };
 
+// A live block; its key is PIDX << PIDX_SHIFT | address.
 struct live_val {
 	__u64 size;
 	__u64 time;
 	__u64 stack;
 };
 
-struct total_key {
-	__u32 tgid;
-	__u32 pad;
-	__u64 stack;
-};
-
 // What a stack allocated (blocks that were then live). What it freed is
-// what of that is no longer live.
+// what of that is no longer live. Its key is a hash of pidx and stack.
 struct total_val {
 	__u64 allocs;
 	__u64 alloc_bytes;
+	__u64 stack;
+	__u32 pidx;
+	__u32 pad;
 };
 
 #endif
