@@ -4,6 +4,7 @@ package preload
 
 import (
 	"encoding/binary"
+	"fmt"
 	"sync/atomic"
 	"testing"
 
@@ -87,37 +88,44 @@ func BenchmarkDrain(b *testing.B) {
 }
 
 // BenchmarkDrain2 merges two rings whose records alternate in time, as two
-// busy threads' do.
+// busy threads' do: each thread writes run malloc+free pairs, then the
+// other does.
 func BenchmarkDrain2(b *testing.B) {
-	const size = 1 << 22
-	r1, r2 := testRing(b, size), testRing(b, size)
-	c := &Collector{sink: &counter{Sink: event.Discard}, batch: make([]event.Event, 0, batchSize), clk: newClock(tscUsable())}
-	p := &proc{pid: 1, final: true, rings: []*ring{r1, r2}}
-	produce(r1, recThread|2<<8|7<<32, 1)
-	produce(r2, recThread|2<<8|8<<32, 1)
-	ts := uint64(1000)
-	n := 0
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		if n == 0 {
-			b.StopTimer()
-			for j := 0; j < size/8/7-8; j += 7 {
-				for _, r := range []*ring{r1, r2} {
-					ts++
-					produce(r, uint64(event.FuncMalloc)|4<<8|5<<32, ts, 0x1000, 24)
-					ts++
-					produce(r, uint64(event.FuncFree)|3<<8, ts, 0x1000)
-					n += 2
+	for _, run := range []int{1, 4, 16} {
+		b.Run(fmt.Sprintf("run=%d", run), func(b *testing.B) {
+			const size = 1 << 22
+			r1, r2 := testRing(b, size), testRing(b, size)
+			c := &Collector{sink: &counter{Sink: event.Discard}, batch: make([]event.Event, 0, batchSize), clk: newClock(tscUsable())}
+			p := &proc{pid: 1, final: true, rings: []*ring{r1, r2}}
+			produce(r1, recThread|2<<8|7<<32, 1)
+			produce(r2, recThread|2<<8|8<<32, 1)
+			ts := uint64(1000)
+			n := 0
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if n == 0 {
+					b.StopTimer()
+					for j := 0; j < size/8/7-8*run; j += 7 * run {
+						for _, r := range []*ring{r1, r2} {
+							for k := 0; k < run; k++ {
+								ts++
+								produce(r, uint64(event.FuncMalloc)|4<<8|5<<32, ts, 0x1000, 24)
+								ts++
+								produce(r, uint64(event.FuncFree)|3<<8, ts, 0x1000)
+								n += 2
+							}
+						}
+					}
+					b.StartTimer()
 				}
+				c.drain(p, false)
+				i += n - 1
+				n = 0
 			}
-			b.StartTimer()
-		}
-		c.drain(p, false)
-		i += n - 1
-		n = 0
-	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/event")
-	if got := c.sink.(*counter).n; got < uint64(b.N) {
-		b.Fatalf("sink saw %d events of %d", got, b.N)
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/event")
+			if got := c.sink.(*counter).n; got < uint64(b.N) {
+				b.Fatalf("sink saw %d events of %d", got, b.N)
+			}
+		})
 	}
 }

@@ -353,33 +353,38 @@ func siftDown(h []*ring, i int) {
 
 const maxLinear = 8
 
-// A cursor is a ring being merged, its read state in the merge's hands.
+// A cursor is a ring being merged: its next record's position and
+// timestamp.
 type cursor struct {
-	r     *ring
-	base  unsafe.Pointer
-	pos   uint64
-	limit uint64
-	mask  uint64
-	size  uint64
-	ts    uint64 // the next record's timestamp
-	hdr   uint64 // its header if it is an event record, 0 if deliver must take it
-	tid   uint32
+	r   *ring
+	pos uint64
+	ts  uint64 // the next record's timestamp
+	hdr uint64 // its header if it is an event record, 0 if deliver must take it
 }
-
-// eventWords is, by record type, the length of an event record in words;
-// 0 for types that are not events.
-var eventWords = func() (t [256]uint64) {
-	for f := 1; f <= funcMax; f++ {
-		t[f] = uint64(bodyWords[f]) + 2
-	}
-	return t
-}()
 
 // plainEvent reports whether hdr heads a well-formed event record that fits
 // in the avail bytes before the ring's limit and does not wrap at off.
 func plainEvent(hdr, off, avail, size uint64) bool {
-	w := eventWords[uint8(hdr)]
+	w := uint64(0)
+	if t := uint8(hdr); t >= 1 && t <= funcMax {
+		w = uint64(bodyWords[t]) + 2
+	}
 	return w != 0 && (hdr>>8)&0xffffff == w && w*8 <= avail && off+w*8 <= size
+}
+
+// next reads the cursor's next record: inline when it is an event record,
+// else through refill. False when there is none.
+func (cu *cursor) next() bool {
+	r := cu.r
+	if avail := r.limit - cu.pos; avail >= 24 && !r.broken {
+		off := cu.pos & r.mask
+		h := *(*uint64)(unsafe.Add(r.base, off))
+		if plainEvent(h, off, avail, r.size) {
+			cu.hdr, cu.ts = h, *(*uint64)(unsafe.Add(r.base, off+8))
+			return true
+		}
+	}
+	return !r.broken && cu.refill()
 }
 
 // refill reads the cursor's next record through peek (which consumes PAD
@@ -391,7 +396,7 @@ func (cu *cursor) refill() bool {
 	if !ok {
 		return false
 	}
-	cu.pos, cu.ts, cu.tid, cu.hdr = r.pos, ts, r.tid, 0
+	cu.pos, cu.ts, cu.hdr = r.pos, ts, 0
 	if h := r.word(r.off); plainEvent(h, r.off, r.limit-r.pos, r.size) {
 		cu.hdr = h
 	}
@@ -399,105 +404,44 @@ func (cu *cursor) refill() bool {
 }
 
 // merge delivers the records of rings (each already peeked) in timestamp
-// order while the smallest is at most w. Event records, nearly all the
-// traffic, are decoded here; anything else goes through deliver.
+// order while the smallest is at most w. The ring with the smallest
+// timestamp delivers a run of event records, nearly all the traffic, up to
+// the next smallest timestamp of the others (threads that take turns leave
+// runs of many records); anything else goes through deliver.
 func (c *Collector) merge(p *proc, rings []*ring, w uint64) {
 	var cs [maxLinear]cursor
 	n := 0
 	for _, r := range rings {
 		cu := &cs[n]
-		*cu = cursor{r: r, base: r.base, pos: r.pos, limit: r.limit, mask: r.mask, size: r.size}
+		*cu = cursor{r: r, pos: r.pos}
 		if cu.refill() {
 			n++
 		}
 	}
-	pid, idBase, last := p.pid, p.idBase, p.lastTime
-	tsc := c.clk.mode == clockTSC
-	ta, na, k := c.clk.ta, c.clk.na, c.clk.nsPerTick
-	batch := c.batch
 	for n > 1 {
-		m := 0
+		// the smallest timestamp, and the next smallest
+		m, next := 0, ^uint64(0)
 		for i := 1; i < n; i++ {
-			if cs[i].ts < cs[m].ts {
-				m = i
+			if t := cs[i].ts; t < cs[m].ts {
+				next, m = cs[m].ts, i
+			} else if t < next {
+				next = t
 			}
 		}
 		cu := &cs[m]
 		if cu.ts > w {
 			break
 		}
-		ok := true
+		r := cu.r
+		r.pos = cu.pos
 		if cu.hdr == 0 {
-			// not an event: the general path, with the batch handed back
-			c.batch, p.lastTime = batch, last
-			r := cu.r
-			r.pos = cu.pos
+			// not an event: the general path
 			c.deliver(p, r)
-			batch, last = c.batch, p.lastTime
-			cu.pos = r.pos
-			ok = !r.broken && cu.refill()
 		} else {
-			hdr, off := cu.hdr, cu.pos&cu.mask
-			base := cu.base
-			t := int64(cu.ts)
-			if tsc {
-				t = na + int64(float64(int64(cu.ts-ta))*k)
-			}
-			if t < last {
-				t = last
-			}
-			last = t
-			nb := len(batch)
-			if nb == cap(batch) {
-				c.batch = batch
-				c.flushBatch()
-				batch = c.batch
-				nb = 0
-			}
-			batch = batch[:nb+1]
-			ev := &batch[nb]
-			typ := uint8(hdr)
-			words := (hdr >> 8) & 0xffffff
-			sid := uint32(hdr >> 32)
-			if sid != 0 {
-				sid += idBase
-			}
-			ev.Time = t
-			ev.PID = pid
-			ev.TID = cu.tid
-			ev.Kind = kindOf[typ]
-			ev.Func = event.Func(typ)
-			ev.Heap = heapOf[typ]
-			ev.Stack = event.StackID(sid)
-			ev.Addr = *(*uint64)(unsafe.Add(base, off+16))
-			ev.Size, ev.OldAddr, ev.OldSize = 0, 0, 0
-			switch words {
-			case 4:
-				ev.Size = *(*uint64)(unsafe.Add(base, off+24))
-			case 5:
-				ev.Size = *(*uint64)(unsafe.Add(base, off+24))
-				ev.OldAddr = *(*uint64)(unsafe.Add(base, off+32))
-			case 6:
-				ev.Size = *(*uint64)(unsafe.Add(base, off+24))
-				ev.OldAddr = *(*uint64)(unsafe.Add(base, off+32))
-				ev.OldSize = *(*uint64)(unsafe.Add(base, off+40))
-			}
-			cu.pos += words * 8
-			// the next record: an event read here, anything else by refill
-			cu.hdr = 0
-			if avail := cu.limit - cu.pos; avail >= 24 {
-				noff := cu.pos & cu.mask
-				h := *(*uint64)(unsafe.Add(base, noff))
-				if plainEvent(h, noff, avail, cu.size) {
-					cu.hdr, cu.ts = h, *(*uint64)(unsafe.Add(base, noff+8))
-				}
-			}
-			if cu.hdr == 0 {
-				ok = cu.refill()
-			}
+			c.events(p, r, min(w, next))
 		}
-		if !ok {
-			cu.r.pos = cu.pos
+		cu.pos = r.pos
+		if !cu.next() {
 			n--
 			cs[m] = cs[n]
 		}
@@ -505,7 +449,6 @@ func (c *Collector) merge(p *proc, rings []*ring, w uint64) {
 	for i := 0; i < n; i++ {
 		cs[i].r.pos = cs[i].pos
 	}
-	c.batch, p.lastTime = batch, last
 	if n == 1 {
 		// one ring left (or only one from the start): its own loop
 		if r := cs[0].r; !r.broken {
