@@ -355,6 +355,7 @@ func (c *Collector) enqueue(r request) bool {
 	if c.stopped || (c.closing && (r.kind == reqHello || r.kind == reqFlush)) {
 		c.mu.Unlock()
 		if r.ring != nil {
+			r.ring.answer(false)
 			r.ring.unmap()
 		}
 		return false

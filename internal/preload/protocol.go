@@ -55,6 +55,7 @@ const (
 	ringTail    = 64
 	ringMagic   = 128
 	ringSizeOff = 132
+	ringMerged  = 136
 	ringData    = 4096
 	ringMin     = 16 * 1024
 	ringMax     = 1 << 30

@@ -109,10 +109,14 @@ func (c *Collector) handle(r *request) {
 	case reqHello:
 		c.hello(r.conn, r.hello)
 	case reqRing:
+		// The producer writes nothing into its new ring before the answer:
+		// every later pass waits for the ring's records.
 		if p := c.byConn[r.conn]; p != nil && !p.final {
 			c.ringsMapped++
 			p.rings = append(p.rings, r.ring)
+			r.ring.answer(true)
 		} else {
+			r.ring.answer(false)
 			r.ring.unmap()
 		}
 	case reqEOF:

@@ -29,6 +29,7 @@ type ring struct {
 	head, seq, lastTS, lost, tail *uint64
 	waiting                       *uint32
 	tailWord                      *uint32 // the tail's low half: the producer's futex
+	merged                        *uint32 // the producer waits for it before using a new ring
 
 	pos      uint64 // next byte to read
 	limit    uint64 // head as read at the start of this pass
@@ -81,12 +82,26 @@ func mapRing(fd int, size uint32) (*ring, error) {
 		tail:     u64(ringTail),
 		waiting:  (*uint32)(unsafe.Pointer(&mem[ringWaiting])),
 		tailWord: (*uint32)(unsafe.Pointer(&mem[ringTail])),
+		merged:   (*uint32)(unsafe.Pointer(&mem[ringMerged])),
 	}
 	r.base = unsafe.Pointer(&r.data[0])
 	r.pos = atomic.LoadUint64(r.tail)
 	r.stored = r.pos
 	r.limit = r.pos
 	return r, nil
+}
+
+// answer tells the producer waiting on a new ring that the collector merges
+// it (ok), or never will: it may write into it now, or should give up.
+func (r *ring) answer(ok bool) {
+	v := uint32(2)
+	if ok {
+		v = 1
+	}
+	if r.mem != nil {
+		atomic.StoreUint32(r.merged, v)
+		futexWake(r.merged, 1<<30)
+	}
 }
 
 func (r *ring) unmap() {

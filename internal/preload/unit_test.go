@@ -211,7 +211,7 @@ func TestProtocolMatchesHeader(t *testing.T) {
 		"HS_CLOCK_MONOTONIC": clockMono, "HS_MAX_FRAMES": maxFrames, "HS_RING_HEAD": ringHead,
 		"HS_RING_SEQ": ringSeq, "HS_RING_LAST_TS": ringLastTS, "HS_RING_LOST": ringLost,
 		"HS_RING_WAITING": ringWaiting, "HS_RING_TAIL": ringTail, "HS_RING_MAGIC": ringMagic,
-		"HS_RING_SIZE": ringSizeOff, "HS_RING_DATA": ringData, "HS_RING_MIN": ringMin, "HS_RING_MAX": ringMax,
+		"HS_RING_SIZE": ringSizeOff, "HS_RING_MERGED": ringMerged, "HS_RING_DATA": ringData, "HS_RING_MIN": ringMin, "HS_RING_MAX": ringMax,
 		"HS_REC_PAD": recPad, "HS_REC_STACK": recStack, "HS_REC_MODULE": recModule, "HS_REC_THREAD": recThread,
 		"HS_MODULE_PATH_MAX": modulePathMax, "HS_BUILD_ID_MAX": buildIDMax,
 		"HS_FUNC_MREMAP": funcMax, "HS_KIND_ALLOC": int64(event.KindAlloc), "HS_KIND_REALLOC": int64(event.KindRealloc),

@@ -797,6 +797,28 @@ static void stack_bounds(struct hs_tls *t)
 	}
 }
 
+/*
+ * Wait until the collector merges the new ring s (see HS_RING_MERGED).
+ * Returns 0 if it refused the ring or is gone; after two seconds without an
+ * answer, 1: the ring is used anyway.
+ */
+static HS_NOINLINE int wait_merged(struct hs_slot *s)
+{
+	volatile uint32_t *m = (volatile uint32_t *)(s->map + HS_RING_MERGED);
+	for (int i = 1; i <= 2000; i++) {
+		uint32_t v = __atomic_load_n(m, __ATOMIC_ACQUIRE);
+		if (v != 0)
+			return v == 1;
+		if (closed())
+			return 0;
+		struct timespec ts = {0, 1000 * 1000};
+		futex(m, FUTEX_WAIT, 0, &ts);
+		if (i % 100 == 0 && collector_gone())
+			return 0;
+	}
+	return 1;
+}
+
 /* Give this thread a ring: a dead thread's, or a new one. in_hook set.
  * Cancellation is off meanwhile: sendmsg and recv are cancellation points,
  * and a thread cancelled there would leave g_lock held. */
@@ -808,6 +830,7 @@ static HS_NOINLINE struct hs_slot *attach(struct hs_tls *t)
 	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel);
 	pthread_mutex_lock(&g_lock);
 	struct hs_slot *s = NULL;
+	int fresh = 0;
 	if (ensure_connected_locked()) {
 		for (struct hs_slot *c = g_slots; c; c = c->next) {
 			if (__atomic_load_n(&c->exiting, __ATOMIC_ACQUIRE) && syscall(SYS_tgkill, g_pid, c->tid, 0) < 0 &&
@@ -817,13 +840,20 @@ static HS_NOINLINE struct hs_slot *attach(struct hs_tls *t)
 			}
 		}
 		if (!s)
-			s = new_slot();
+			fresh = (s = new_slot()) != NULL;
 		if (s) {
 			s->tid = gettid();
 			s->exiting = 0;
 		}
 	}
 	pthread_mutex_unlock(&g_lock);
+	if (fresh && !wait_merged(s)) {
+		/* the collector is done with this process: the ring stays ours,
+		 * unused, so that no later call sends another */
+		pthread_setcancelstate(cancel, NULL);
+		turn_off();
+		return NULL;
+	}
 	pthread_setcancelstate(cancel, NULL);
 	if (!s)
 		return NULL;

@@ -114,7 +114,10 @@ struct hs_ring_msg { /* with the ring's memfd as SCM_RIGHTS */
 /*
  * A ring: one memfd per thread (reused by a later thread once its owner
  * died). The header page holds the indices, the data follows. The producer
- * owns the first cache line, the collector the second.
+ * owns the first cache line, the collector the second. A thread writes
+ * nothing into a new ring before the collector merges it (HS_RING_MERGED):
+ * until then the collector would not wait for the ring's records, and could
+ * deliver later records of other threads before them.
  */
 #define HS_RING_HEAD 0      /* u64: bytes published, ever */
 #define HS_RING_SEQ 8       /* u64: odd while a record is being written */
@@ -124,6 +127,7 @@ struct hs_ring_msg { /* with the ring's memfd as SCM_RIGHTS */
 #define HS_RING_TAIL 64     /* u64: bytes consumed, ever; futex on its low half */
 #define HS_RING_MAGIC 128   /* u32 */
 #define HS_RING_SIZE 132    /* u32: data bytes */
+#define HS_RING_MERGED 136  /* u32 futex: the collector set it to 1 once the ring is in its merge, 2 if it refused it */
 #define HS_RING_DATA 4096   /* data offset */
 
 #define HS_RING_MIN (16 * 1024)
