@@ -105,7 +105,9 @@ func BenchmarkTrap(b *testing.B) {
 // thread's CPU clock): ns per malloc+free pair, untraced,
 // with empty programs where the tracer puts its probes (the floor: malloc's
 // entry and return, as an entry and a return probe or as a session, and
-// free's entry), and traced in each mode, in one run.
+// free's entry), and traced in each mode, in one run. The loop's stack is
+// two frames deep; the depth-24 cases run it 24 frames of 200 bytes deeper,
+// as in a larger program.
 func BenchmarkTracer(b *testing.B) {
 	bin := testutil.MustBuild(b, "ebpf_churn", testutil.Options{})
 	for _, session := range []bool{false, true} {
@@ -141,17 +143,20 @@ func BenchmarkTracer(b *testing.B) {
 		reportNs(b, w, "cpu_ns_per_pair", "cpu-ns/pair")
 	})
 	for _, c := range []struct {
-		name string
-		cfg  *Config
+		name  string
+		cfg   *Config
+		depth int // frames above the loop's
 	}{
-		{"untraced", nil},
-		{"stream/alloc-stacks", &Config{Mode: Stream}},
-		{"stream/no-stacks", &Config{Mode: Stream, Stacks: NoStacks}},
-		{"aggregate/alloc-stacks", &Config{Mode: Aggregate}},
-		{"aggregate/no-stacks", &Config{Mode: Aggregate, Stacks: NoStacks}},
+		{"untraced", nil, 0},
+		{"stream/alloc-stacks", &Config{Mode: Stream}, 0},
+		{"stream/alloc-stacks/depth-24", &Config{Mode: Stream}, 24},
+		{"stream/no-stacks", &Config{Mode: Stream, Stacks: NoStacks}, 0},
+		{"aggregate/alloc-stacks", &Config{Mode: Aggregate}, 0},
+		{"aggregate/alloc-stacks/depth-24", &Config{Mode: Aggregate}, 24},
+		{"aggregate/no-stacks", &Config{Mode: Aggregate, Stacks: NoStacks}, 0},
 	} {
 		b.Run(c.name, func(b *testing.B) {
-			w := startWorkloadNoReady(b, bin, strconv.Itoa(b.N), "1", "wait")
+			w := startWorkloadNoReady(b, bin, strconv.Itoa(b.N), "1", "wait", strconv.Itoa(c.depth))
 			var tr *Tracer
 			if c.cfg != nil {
 				tr = newTracer(b, *c.cfg, event.Discard)

@@ -55,24 +55,28 @@ type heapscopeStack struct {
 }
 
 type heapscopeThread struct {
-	_        structs.HostLayout
-	A0       uint64
-	A1       uint64
-	Sp       uint64
-	Stack    uint64
-	State    uint8
-	Func     uint8
-	Inner    uint8
-	Heap     uint8
-	Sys      uint8
-	Pad      uint8
-	Pidx     uint16
-	Depth    uint32
-	Pad2     uint32
-	S_addr   uint64
-	S_len    uint64
-	S_oldLen uint64
-	Scratch  heapscopeStack
+	_         structs.HostLayout
+	A0        uint64
+	A1        uint64
+	Sp        uint64
+	Stack     uint64
+	State     uint8
+	Func      uint8
+	Inner     uint8
+	Heap      uint8
+	Sys       uint8
+	Pad       uint8
+	Pidx      uint16
+	Depth     uint32
+	Pad2      uint32
+	S_addr    uint64
+	S_len     uint64
+	S_oldLen  uint64
+	Scratch   heapscopeStack
+	LastStack uint64
+	LastN     uint32
+	Pad3      uint32
+	Window    [513]uint64
 }
 
 type heapscopeTotalVal struct {

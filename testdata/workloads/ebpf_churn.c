@@ -3,9 +3,12 @@
 // shared machine the CPU time, which includes the kernel's time in the
 // probes' traps, is the steadier measure of what tracing costs the process.
 //
-//   ebpf_churn N THREADS [wait]
+//   ebpf_churn N THREADS [wait [DEPTH]]
 //
-// With "wait" it reads a line from stdin before the timed loop. It prints
+// With "wait" it reads a line from stdin before the timed loop. With DEPTH,
+// each thread runs its loop DEPTH calls deep, in frames of about 200 bytes
+// (a stack walk then has DEPTH frames more to read). It prints
+// "site NAME ADDR" for its functions loop, descend and worker first, then
 // "ns_per_pair W" (wall, per pair per thread) and "cpu_ns_per_pair C"
 // (the threads' CPU time over all their pairs).
 #include <pthread.h>
@@ -26,8 +29,9 @@ static double clock_ns(clockid_t c) {
 	return ts.tv_sec * 1e9 + ts.tv_nsec;
 }
 
-static void *worker(void *arg) {
-	uintptr_t id = (uintptr_t)arg;
+static int depth;
+
+static void loop(uintptr_t id) {
 	uint64_t x = 0x9E3779B97F4A7C15ull * (id + 1);
 	pthread_barrier_wait(&barrier);
 	double c0 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
@@ -38,6 +42,22 @@ static void *worker(void *arg) {
 		free(p);
 	}
 	cpu_ns[id] = clock_ns(CLOCK_THREAD_CPUTIME_ID) - c0;
+}
+
+// descend calls itself d times, then runs the loop. Its buffer gives each
+// frame the size of an ordinary function's.
+__attribute__((noinline)) static void descend(uintptr_t id, int d) {
+	volatile char buf[176];
+	buf[0] = (char)d;
+	if (d > 0)
+		descend(id, d - 1);
+	else
+		loop(id);
+	buf[1] = buf[0];
+}
+
+static void *worker(void *arg) {
+	descend((uintptr_t)arg, depth);
 	pthread_barrier_wait(&barrier);
 	return NULL;
 }
@@ -49,6 +69,11 @@ int main(int argc, char **argv) {
 	int threads = atoi(argv[2]);
 	if (n_pairs <= 0 || threads <= 0 || threads > 256)
 		return 2;
+	if (argc > 4)
+		depth = atoi(argv[4]);
+	printf("site loop %lx\nsite descend %lx\nsite worker %lx\n", (unsigned long)loop, (unsigned long)descend,
+	       (unsigned long)worker);
+	fflush(stdout);
 	if (argc > 3) {
 		char c;
 		while (read(0, &c, 1) == 1 && c != '\n')

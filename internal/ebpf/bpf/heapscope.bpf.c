@@ -162,8 +162,11 @@ static __always_inline __u64 read_user_u64(__u64 addr)
 struct walk {
 	struct stack *s;
 	struct stack *old; // compare: the stored stack
+	__u64 *win;        // the thread's window
+	__u64 wbase, wlen; // where the window was read, and how much
 	__u64 fp, lo, hash;
 	__u32 n;
+	__u32 same; // the frames so far are those of the thread's last stack
 };
 
 static __always_inline __u64 mix(__u64 h, __u64 v)
@@ -171,6 +174,22 @@ static __always_inline __u64 mix(__u64 h, __u64 v)
 	h ^= v;
 	h *= 0xff51afd7ed558ccdULL;
 	return h ^ (h >> 32);
+}
+
+// load_window reads the user stack from at to the end of its page, at most
+// WINDOW bytes and at least need: a read past the page could fault (at the
+// top of a stack), and a read that faults costs several reads that do not.
+static __always_inline void load_window(struct walk *w, __u64 at, __u64 need)
+{
+	__u64 len = PAGE_SIZE_ - (at & (PAGE_SIZE_ - 1));
+	if (len > WINDOW)
+		len = WINDOW;
+	if (len < need)
+		len = need;
+	w->wbase = at;
+	w->wlen = 0;
+	if (len <= WINDOW && !bpf_probe_read_user(w->win, len, (void *)at))
+		w->wlen = len;
 }
 
 // walk_step reads one frame: the return address above frame pointer fp,
@@ -182,14 +201,25 @@ static long walk_step(__u32 i, struct walk *w)
 	__u32 at = (i + 1) & 127;
 	if (i + 1 >= MAX_FRAMES || w->fp < w->lo || w->fp - w->lo > MAX_STACK_SPAN || w->fp & 7)
 		return 1;
-	__u64 frame[2]; // saved frame pointer, return address
-	if (bpf_probe_read_user(frame, sizeof(frame), (void *)w->fp) || !frame[1])
+	// The saved frame pointer and the return address, from the window
+	// (which it leaves for the frame when it is not there).
+	__u64 off = w->fp - w->wbase;
+	if (w->fp < w->wbase || off + 16 > w->wlen) {
+		load_window(w, w->fp, 16);
+		off = 0;
+	}
+	if (off + 16 > w->wlen)
 		return 1;
-	w->s->ip[at] = frame[1];
-	w->hash = mix(w->hash, frame[1]);
+	__u32 k = (off >> 3) & (WINDOW / 8 - 1);
+	__u64 fp = w->win[k], ret = w->win[k + 1];
+	if (!ret)
+		return 1;
+	w->same &= w->s->ip[at] == ret;
+	w->s->ip[at] = ret;
+	w->hash = mix(w->hash, ret);
 	w->n = at + 1;
-	w->lo = w->fp + sizeof(frame);
-	w->fp = frame[0];
+	w->lo = w->fp + 16;
+	w->fp = fp;
 	return 0;
 }
 
@@ -205,20 +235,34 @@ static long same_step(__u32 i, struct walk *w)
 	return 0;
 }
 
-// take_stack returns the key of the current user stack, whose innermost frame
-// is first (the return address into the allocator's caller), walking the
-// frame pointers from fp. It puts the stack together in the thread's s (per
-// thread, not per CPU: a uprobe's program can be preempted by another
-// thread's). It returns NO_STACK when the stack cannot be stored (the map
-// is full, or another stack has its hash), after counting it lost. The
-// loops are bpf_loop callbacks: the verifier checks each body once.
-static __u64 take_stack(struct stack *s, __u64 first, __u64 fp, __u64 sp)
+// take_stack returns the key of the current user stack, walking the frame
+// pointers from fp, above stack pointer sp. Its innermost frame (the return
+// address into the allocator's caller) is first, or if first is 0 the word
+// at ret, where the stack pointer was at the function's entry. It puts the
+// stack together in the thread's scratch (per thread, not per CPU: a
+// uprobe's program can be preempted by another thread's), where the last
+// one stays: a stack the same as the thread's last needs no look-up. It
+// returns NO_STACK when the stack cannot be stored (the map is full, or
+// another stack has its hash), after counting it lost. The loops are
+// bpf_loop callbacks: the verifier checks each body once.
+static __u64 take_stack(struct thread *t, __u64 first, __u64 fp, __u64 sp, __u64 ret)
 {
+	struct stack *s = &t->scratch;
+	struct walk w = {.s = s, .win = t->window, .fp = fp, .lo = sp, .n = 1};
+	// One read for the return address and, usually, the first frames.
+	load_window(&w, first ? sp : ret, 8);
+	if (!first && w.wlen >= 8)
+		first = t->window[0];
+	w.same = t->last_stack != NO_STACK && s->ip[0] == first;
 	s->ip[0] = first;
-	struct walk w = {.s = s, .fp = fp, .lo = sp, .hash = mix(0x9E3779B97F4A7C15ULL, first), .n = 1};
+	w.hash = mix(0x9E3779B97F4A7C15ULL, first);
 	bpf_loop(MAX_FRAMES - 1, walk_step, &w, 0);
 	__u32 n = w.n & 127;
 	s->ip[n] = 0;
+	if (w.same && n == t->last_n)
+		return t->last_stack; // stored, and checked, when it was taken
+	t->last_stack = NO_STACK;
+	t->last_n = n;
 	__u64 h = w.hash;
 	if (h == NO_STACK)
 		h = 1;
@@ -231,6 +275,7 @@ static __u64 take_stack(struct stack *s, __u64 first, __u64 fp, __u64 sp)
 			count(CTR_STACKS_LOST);
 			return NO_STACK;
 		}
+		t->last_stack = h;
 		return h;
 	}
 	long err = bpf_map_update_elem(&stacks, &h, s, BPF_NOEXIST);
@@ -238,6 +283,7 @@ static __u64 take_stack(struct stack *s, __u64 first, __u64 fp, __u64 sp)
 		count(CTR_STACKS_LOST);
 		return NO_STACK;
 	}
+	t->last_stack = h;
 	return h;
 }
 
@@ -618,7 +664,7 @@ static __always_inline int do_alloc_exit(struct pt_regs *ctx)
 	// from the return address is complete.
 	__u64 stack = t->stack;
 	if (t->func == t->inner)
-		stack = wants_stack(kind) ? take_stack(&t->scratch, PT_REGS_IP(ctx), PT_REGS_FP(ctx), PT_REGS_SP(ctx))
+		stack = wants_stack(kind) ? take_stack(t, PT_REGS_IP(ctx), PT_REGS_FP(ctx), PT_REGS_SP(ctx), 0)
 					  : NO_STACK;
 	record(kind, t->func, t->heap, addr, t->a0, old, 0, stack, t->pidx);
 	return 0;
@@ -667,7 +713,7 @@ static __always_inline int do_free(struct pt_regs *ctx)
 		if (!t)
 			t = thread_state(1);
 		if (t)
-			stack = take_stack(&t->scratch, read_user_u64(sp), PT_REGS_FP(ctx), PT_REGS_SP(ctx));
+			stack = take_stack(t, 0, PT_REGS_FP(ctx), PT_REGS_SP(ctx), sp);
 		else
 			count(CTR_STACKS_LOST);
 	}
@@ -713,7 +759,7 @@ static __always_inline int do_wrap(struct pt_regs *ctx)
 	__u8 kind = is_new ? KIND_ALLOC : KIND_FREE;
 	t->stack = NO_STACK;
 	if (wants_stack(kind))
-		t->stack = take_stack(&t->scratch, read_user_u64(sp), PT_REGS_FP(ctx), PT_REGS_SP(ctx));
+		t->stack = take_stack(t, 0, PT_REGS_FP(ctx), PT_REGS_SP(ctx), sp);
 	return 0;
 }
 
@@ -837,7 +883,7 @@ static __always_inline __u64 sys_stack(struct thread *t, __u8 kind)
 	if (bpf_probe_read_kernel(&ip, sizeof(ip), &regs->rip) || bpf_probe_read_kernel(&fp, sizeof(fp), &regs->rbp) ||
 	    bpf_probe_read_kernel(&sp, sizeof(sp), &regs->rsp))
 		return NO_STACK;
-	return take_stack(&t->scratch, ip, fp, sp);
+	return take_stack(t, ip, fp, sp, 0);
 }
 
 static __always_inline int do_sys_exit(struct sys_exit_ctx *ctx, __u8 func)

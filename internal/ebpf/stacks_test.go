@@ -1,0 +1,134 @@
+package ebpf
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/heapscope/heapscope/event"
+	"github.com/heapscope/heapscope/internal/testutil"
+)
+
+// TestDeepStacks runs ebpf_churn's loop 40 calls deep, in frames of about
+// 200 bytes: a stack of 44 frames over several pages, which the walk reads a
+// page at a time. Every allocation of the loop has all of them: the loop,
+// 41 frames in descend, then worker.
+func TestDeepStacks(t *testing.T) {
+	bin := testutil.MustBuild(t, "ebpf_churn", testutil.Options{})
+	for _, mode := range []Mode{Stream, Aggregate} {
+		t.Run(mode.String(), func(t *testing.T) {
+			rec := newRecorder(t)
+			tr := newTracer(t, Config{Mode: mode}, rec)
+			const depth = 40
+			w := startWorkloadNoReady(t, bin, "1000", "2", "wait", strconv.Itoa(depth))
+			printed := map[string]uint64{}
+			for range 3 {
+				f := strings.Fields(w.expect(t, "site "))
+				addr, err := strconv.ParseUint(f[2], 16, 64)
+				if err != nil {
+					t.Fatal(err)
+				}
+				printed[f[1]] = addr
+			}
+			r := siteRanges(t, bin, printed)
+			if err := tr.Attach(w.pid()); err != nil {
+				t.Fatal(err)
+			}
+			w.release(t)
+			w.expect(t, "cpu_ns_per_pair")
+			if err := tr.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			check := func(id event.StackID) string {
+				fr := rec.frames(w.pid(), id)
+				if len(fr) < depth+3 || !r.in("loop", fr[0]) {
+					return fmt.Sprintf("%d frames: %x", len(fr), fr)
+				}
+				for i := 1; i <= depth+1; i++ {
+					if !r.in("descend", fr[i]) {
+						return fmt.Sprintf("frame %d not in descend: %x", i, fr)
+					}
+				}
+				if !r.in("worker", fr[depth+2]) {
+					return fmt.Sprintf("frame %d not in worker: %x", depth+2, fr)
+				}
+				return ""
+			}
+			n := 0
+			if mode == Stream {
+				for _, e := range rec.eventsOf(w.pid()) {
+					fr := rec.frames(w.pid(), e.Stack)
+					if e.Kind != event.KindAlloc || len(fr) == 0 || !r.in("loop", fr[0]) {
+						continue
+					}
+					n++
+					if bad := check(e.Stack); bad != "" {
+						t.Fatalf("event %+v: %s", e, bad)
+					}
+				}
+			} else {
+				for _, sn := range rec.snapshotsOf(w.pid()) {
+					for _, st := range sn.Totals {
+						fr := rec.frames(w.pid(), st.Stack)
+						if len(fr) == 0 || !r.in("loop", fr[0]) {
+							continue
+						}
+						n += int(st.Allocs)
+						if bad := check(st.Stack); bad != "" {
+							t.Fatalf("totals %+v: %s", st, bad)
+						}
+					}
+				}
+			}
+			if n != 2000 {
+				t.Errorf("%d allocations of the loop with its stack, want 2000", n)
+			}
+			if st := tr.Stats(); st.StacksLost != 0 {
+				t.Errorf("%d stacks lost", st.StacksLost)
+			}
+		})
+	}
+}
+
+// TestStackCallers checks that calls from one function at one depth, whose
+// frame is at the same address each time, get the stacks of their own
+// callers: ebpf_calls calls site_malloc from three places in main each
+// round, one after another, and the thread's last stack, which a walk that
+// finds the same frames reuses, is the one before.
+func TestStackCallers(t *testing.T) {
+	bin := testutil.MustBuild(t, "ebpf_calls", testutil.Options{})
+	rec := newRecorder(t)
+	tr := newTracer(t, Config{}, rec)
+	w := startWorkload(t, bin, "10")
+	if err := tr.Attach(w.pid()); err != nil {
+		t.Fatal(err)
+	}
+	w.release(t)
+	log := parseLog(t, w.lines(t, "done"))
+	if err := tr.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	evs := rec.eventsOf(w.pid())
+	var seconds []uint64 // the caller of each site_malloc call, in order
+	for i, c := range log.calls {
+		if c.site != "site_malloc" || i >= len(evs) {
+			continue
+		}
+		fr := rec.frames(w.pid(), evs[i].Stack)
+		if len(fr) < 2 {
+			t.Fatalf("call %d: stack %x", i, fr)
+		}
+		seconds = append(seconds, fr[1])
+	}
+	distinct := map[uint64]bool{}
+	for i, s := range seconds {
+		distinct[s] = true
+		if i >= 3 && s != seconds[i-3] {
+			t.Errorf("call %d of site_malloc from %#x, the same call a round before from %#x", i, s, seconds[i-3])
+		}
+	}
+	if len(seconds) != 30 || len(distinct) != 3 {
+		t.Errorf("%d calls of site_malloc from %d places in main, want 30 from 3: %x", len(seconds), len(distinct), seconds)
+	}
+}
