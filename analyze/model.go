@@ -35,6 +35,11 @@ type Model struct {
 	threads map[uint64]*thread
 	thrHot  [16]*thread // direct-mapped by thread id: most streams use few threads
 
+	// The process and thread of the last event, and their key.
+	curKey    uint64
+	curProc   *proc
+	curThread *thread
+
 	sites  []site
 	frames frameArena
 	blocks blockTable
@@ -77,10 +82,36 @@ type thread struct {
 	last uint64
 }
 
-// site is a Stack with the peak bookkeeping.
+// site is what the model counts for one stack of one process: a Stack,
+// laid out so that the counters every event touches share a cache line.
 type site struct {
-	Stack
-	stamp uint64 // the peak number at which PeakBytes/PeakBlocks were saved
+	stamp                 uint64 // the peak number at which peakBytes/peakBlocks were saved
+	liveBytes, liveBlocks uint64
+	allocs, bytes         uint64
+	frees, freedBytes     uint64
+	temporary             uint64
+
+	reallocs, failed      uint64
+	peakBytes, peakBlocks uint64
+	pid                   uint32
+	id                    event.StackID
+	frames                []uint64
+}
+
+// stack returns s as a Stack, its values at the peak saved at peak number
+// epoch.
+func (s *site) stack(epoch uint64) Stack {
+	st := Stack{
+		PID: s.pid, ID: s.id, Frames: s.frames,
+		Allocations: s.allocs, Reallocations: s.reallocs, Failed: s.failed,
+		Bytes: s.bytes, Frees: s.frees, FreedBytes: s.freedBytes, Temporary: s.temporary,
+		LiveBytes: s.liveBytes, LiveBlocks: s.liveBlocks, PeakBytes: s.peakBytes, PeakBlocks: s.peakBlocks,
+	}
+	if s.stamp != epoch {
+		// Unchanged since the peak.
+		st.PeakBytes, st.PeakBlocks = s.liveBytes, s.liveBlocks
+	}
+	return st
 }
 
 // New returns an empty Model.
@@ -154,12 +185,18 @@ func (m *Model) siteOf(p *proc, id event.StackID) int32 {
 		if s := p.ids[id]; s != 0 {
 			return s - 1
 		}
-	} else if id >= maxDenseID {
+	}
+	return m.newSite(p, id)
+}
+
+// newSite is siteOf for an id not in p.ids.
+func (m *Model) newSite(p *proc, id event.StackID) int32 {
+	if id >= maxDenseID {
 		if s, ok := p.idm[id]; ok {
 			return s - 1
 		}
 	}
-	m.sites = append(m.sites, site{Stack: Stack{PID: p.pid, ID: id}})
+	m.sites = append(m.sites, site{pid: p.pid, id: id})
 	s := int32(len(m.sites))
 	if id < maxDenseID {
 		if int(id) >= len(p.ids) {
@@ -191,7 +228,7 @@ func (m *Model) lookupSite(p *proc, id event.StackID) int32 {
 // change after the latest peak.
 func (m *Model) touch(s *site) {
 	if s.stamp != m.epoch {
-		s.PeakBytes, s.PeakBlocks, s.stamp = s.LiveBytes, s.LiveBlocks, m.epoch
+		s.peakBytes, s.peakBlocks, s.stamp = s.liveBytes, s.liveBlocks, m.epoch
 	}
 }
 
@@ -227,7 +264,7 @@ func (m *Model) Module(mod event.Module) error {
 func (m *Model) Stack(st event.Stack) error {
 	p := m.proc(st.PID)
 	si := m.siteOf(p, st.ID)
-	m.sites[si].Frames = m.frames.store(st.Frames)
+	m.sites[si].frames = m.frames.store(st.Frames)
 	return nil
 }
 
@@ -238,72 +275,99 @@ func (m *Model) Stats(st event.Stats) error {
 }
 
 // Events applies a batch of heap events.
+//
+// This is the model's inner loop: the common events (allocations and frees
+// with an address, in the window, of the process and thread of the event
+// before) take the shortest path.
 func (m *Model) Events(evs []event.Event) error {
+	from, to, start, end, n := m.from, m.to, m.start, m.end, uint64(0)
 	for i := range evs {
 		e := &evs[i]
-		if e.Time < m.from || e.Time >= m.to {
+		if e.Time < from || e.Time >= to {
 			continue
 		}
-		m.event(e)
+		if k := uint64(e.PID)<<32 | uint64(e.TID); k != m.curKey || m.curThread == nil {
+			m.curProc, m.curThread, m.curKey = m.proc(e.PID), m.thread(e.PID, e.TID), k
+		}
+		p, t := m.curProc, m.curThread
+		n++
+		end = max(end, e.Time)
+		if e.Time < start || start == 0 {
+			start = e.Time
+		}
+		switch e.Kind {
+		case event.KindAlloc, event.KindMmap:
+			var si int32
+			if id := e.Stack; int(id) < len(p.ids) && p.ids[id] != 0 {
+				si = p.ids[id] - 1
+			} else {
+				si = m.newSite(p, id)
+			}
+			if e.Addr == 0 {
+				m.sites[si].allocs++
+				m.sites[si].failed++
+				t.last = 0
+				break
+			}
+			if packable(p, e.Addr) {
+				m.allocFast(p, si, t.tid, e.Addr, e.Size)
+			} else {
+				m.sites[si].allocs++
+				m.alloc(p, si, t.tid, e.Addr, e.Size)
+			}
+			t.last = e.Addr
+			m.peaked(e.Time)
+		case event.KindFree:
+			if e.Addr == 0 {
+				continue // free(NULL) does nothing
+			}
+			if packable(p, e.Addr) {
+				m.freeFast(p, t, e.Addr)
+			} else {
+				m.free(p, t, e.Addr)
+			}
+			t.last = 0
+		case event.KindRealloc:
+			m.realloc(p, t, e)
+		case event.KindMunmap:
+			m.unmap(p, t, e.Addr, e.Size)
+			t.last = 0
+		default:
+			n--
+			continue
+		}
+		m.timeline.add(e.Time, m.liveBytes, m.liveBlocks)
 	}
+	m.start, m.end, m.events = start, end, m.events+n
 	return nil
 }
 
-func (m *Model) event(e *event.Event) {
-	p := m.proc(e.PID)
-	t := m.thread(e.PID, e.TID)
-	m.events++
-	if m.start == 0 || e.Time < m.start {
-		m.start = e.Time
-	}
-	if e.Time > m.end {
-		m.end = e.Time
-	}
-	switch e.Kind {
-	case event.KindAlloc, event.KindMmap:
-		si := m.siteOf(p, e.Stack)
-		m.sites[si].Allocations++
-		if e.Addr == 0 {
-			m.sites[si].Failed++
-			t.last = 0
-			break
-		}
-		m.alloc(p, si, t.tid, e.Addr, e.Size)
-		t.last = e.Addr
-	case event.KindRealloc:
-		si := m.siteOf(p, e.Stack)
-		m.sites[si].Reallocations++
-		if e.Addr == 0 && (e.Size != 0 || e.OldAddr == 0) {
-			// Failed: the old block is untouched.
-			m.sites[si].Failed++
-			t.last = 0
-			break
-		}
-		if e.OldAddr != 0 {
-			m.free(p, t, e.OldAddr)
-		}
-		if e.Addr != 0 {
-			m.alloc(p, si, t.tid, e.Addr, e.Size)
-		}
-		t.last = e.Addr
-	case event.KindFree:
-		if e.Addr == 0 {
-			return // free(NULL) does nothing
-		}
-		m.free(p, t, e.Addr)
-		t.last = 0
-	case event.KindMunmap:
-		m.unmap(p, t, e.Addr, e.Size)
-		t.last = 0
-	default:
-		m.events--
-		return
-	}
-	m.timeline.add(e.Time, m.liveBytes, m.liveBlocks)
+// peaked notes a new peak, when the live bytes (just grown at time t) are
+// more than ever before.
+func (m *Model) peaked(t int64) {
 	if m.liveBytes > m.peak.Bytes {
-		m.peak = Peak{Time: e.Time, Bytes: m.liveBytes, Blocks: m.liveBlocks}
+		m.peak = Peak{Time: t, Bytes: m.liveBytes, Blocks: m.liveBlocks}
 		m.epoch++
 	}
+}
+
+func (m *Model) realloc(p *proc, t *thread, e *event.Event) {
+	si := m.siteOf(p, e.Stack)
+	m.sites[si].reallocs++
+	if e.Addr == 0 && (e.Size != 0 || e.OldAddr == 0) {
+		// Failed: the old block is untouched.
+		m.sites[si].failed++
+		t.last = 0
+		return
+	}
+	if e.OldAddr != 0 {
+		m.free(p, t, e.OldAddr)
+	}
+	if e.Addr != 0 {
+		m.alloc(p, si, t.tid, e.Addr, e.Size)
+		m.peaked(e.Time)
+	}
+	t.last = e.Addr
 }
 
 func sizeBucket(size uint64) int {
@@ -321,23 +385,129 @@ func (m *Model) alloc(p *proc, si int32, tid uint32, addr, size uint64) {
 	}
 	s := &m.sites[si]
 	m.touch(s)
-	s.LiveBytes += size
-	s.LiveBlocks++
-	s.Bytes += size
+	s.liveBytes += size
+	s.liveBlocks++
+	s.bytes += size
 	m.liveBytes += size
 	m.liveBlocks++
 	m.hist[sizeBucket(size)]++
+}
+
+// allocFast is alloc for a key that packs, in one function: the table's
+// lookup and insertion and the site's accounting. Every event goes through
+// here or freeFast, so calls and the copies of blocks between them count.
+func (m *Model) allocFast(p *proc, si int32, tid uint32, addr, size uint64) {
+	tb := &m.blocks
+	if (tb.n+1)*loadDen > len(tb.keys)*bucketSize*loadNum {
+		tb.grow()
+	}
+	k := p.key | addr
+	mask := uint64(len(tb.keys) - 1)
+	home := tb.home(k)
+	// Look for k, and for the first empty slot on the way.
+	eb, ei := uint64(0), -1
+	b := home
+	for {
+		kb := &tb.keys[b]
+		if match(kb, k) != 0 {
+			// A live block at the same address: the general case.
+			m.sites[si].allocs++
+			m.alloc(p, si, tid, addr, size)
+			return
+		}
+		if ei < 0 {
+			if em := match(kb, 0); em != 0 {
+				eb, ei = b, bits.TrailingZeros64(em)
+			}
+		}
+		if tb.over[b] == 0 {
+			break
+		}
+		b = (b + 1) & mask
+	}
+	for ei < 0 {
+		b = (b + 1) & mask
+		if em := match(&tb.keys[b], 0); em != 0 {
+			eb, ei = b, bits.TrailingZeros64(em)
+		}
+	}
+	// The full buckets before eb now have one more key past them.
+	for h := home; h != eb; h = (h + 1) & mask {
+		if tb.over[h] < maxOver {
+			tb.over[h]++
+		}
+	}
+	tb.keys[eb][ei] = k
+	tb.vals[eb][ei] = block{size: size, site: si, tid: tid}
+	tb.n++
+
+	s := &m.sites[si]
+	if s.stamp != m.epoch {
+		s.peakBytes, s.peakBlocks, s.stamp = s.liveBytes, s.liveBlocks, m.epoch
+	}
+	s.allocs++
+	s.liveBytes += size
+	s.liveBlocks++
+	s.bytes += size
+	m.liveBytes += size
+	m.liveBlocks++
+	m.hist[sizeBucket(size)]++
+}
+
+// freeFast is free for a key that packs, in one function.
+func (m *Model) freeFast(p *proc, t *thread, addr uint64) {
+	tb := &m.blocks
+	k := p.key | addr
+	mask := uint64(len(tb.keys) - 1)
+	home := tb.home(k)
+	b := home
+	var i int
+	for {
+		if mk := match(&tb.keys[b], k); mk != 0 {
+			i = bits.TrailingZeros64(mk)
+			break
+		}
+		if tb.over[b] == 0 {
+			m.unmatched++
+			return
+		}
+		b = (b + 1) & mask
+	}
+	v := &tb.vals[b][i]
+	size, si := v.size, v.site
+	temp := t.last == addr && v.tid == t.tid
+	tb.keys[b][i] = 0
+	tb.n--
+	for h := home; h != b; h = (h + 1) & mask {
+		if tb.over[h] < maxOver {
+			tb.over[h]--
+		}
+	}
+
+	s := &m.sites[si]
+	if s.stamp != m.epoch {
+		s.peakBytes, s.peakBlocks, s.stamp = s.liveBytes, s.liveBlocks, m.epoch
+	}
+	s.liveBytes -= size
+	s.liveBlocks--
+	s.frees++
+	s.freedBytes += size
+	if temp {
+		s.temporary++
+	}
+	m.liveBytes -= size
+	m.liveBlocks--
 }
 
 // release takes block b out of the live set.
 func (m *Model) release(b block, counted bool) {
 	s := &m.sites[b.site]
 	m.touch(s)
-	s.LiveBytes -= b.size
-	s.LiveBlocks--
+	s.liveBytes -= b.size
+	s.liveBlocks--
 	if counted {
-		s.Frees++
-		s.FreedBytes += b.size
+		s.frees++
+		s.freedBytes += b.size
 	}
 	m.liveBytes -= b.size
 	m.liveBlocks--
@@ -351,7 +521,7 @@ func (m *Model) free(p *proc, t *thread, addr uint64) {
 	}
 	m.release(b, true)
 	if t.last == addr && b.tid == t.tid {
-		m.sites[b.site].Temporary++
+		m.sites[b.site].temporary++
 	}
 }
 
@@ -367,14 +537,14 @@ func (m *Model) unmap(p *proc, t *thread, addr, size uint64) {
 	if size == 0 || size >= b.size {
 		m.release(b, true)
 		if t.last == addr && b.tid == t.tid {
-			m.sites[b.site].Temporary++
+			m.sites[b.site].temporary++
 		}
 		return
 	}
 	s := &m.sites[b.site]
 	m.touch(s)
-	s.LiveBytes -= size
-	s.FreedBytes += size
+	s.liveBytes -= size
+	s.freedBytes += size
 	m.liveBytes -= size
 	b.size -= size
 	m.blocks.put(p, addr+size, b)
@@ -424,17 +594,13 @@ func (m *Model) Profile() *Profile {
 
 	for i := range m.sites {
 		s := &m.sites[i]
-		if m.snaps[s.PID] != nil {
+		if m.snaps[s.pid] != nil {
 			continue // reported from its snapshots below
 		}
-		if s.Allocations == 0 && s.Reallocations == 0 && s.Frees == 0 && s.LiveBlocks == 0 {
+		if s.allocs == 0 && s.reallocs == 0 && s.frees == 0 && s.liveBlocks == 0 {
 			continue
 		}
-		st := s.Stack
-		if s.stamp != m.epoch {
-			st.PeakBytes, st.PeakBlocks = s.LiveBytes, s.LiveBlocks
-		}
-		pr.Stacks = append(pr.Stacks, st)
+		pr.Stacks = append(pr.Stacks, s.stack(m.epoch))
 	}
 	if len(m.snaps) > 0 {
 		m.snapshotStacks(pr)

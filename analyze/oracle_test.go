@@ -164,10 +164,38 @@ func randomTrace(rng *rand.Rand, n int) []event.Event {
 	return evs
 }
 
+// slidingTrace makes n events of one process whose new blocks are at
+// addresses never used before, as a heap that grows does, with a live set
+// of about live blocks freed in random order: every key of the live-block
+// table is new, and keys probe past one another and leave.
+func slidingTrace(rng *rand.Rand, n, live int) []event.Event {
+	var addrs []uint64
+	next := uint64(0x5555_0000_0000)
+	evs := make([]event.Event, 0, n)
+	for i := 0; len(evs) < n; i++ {
+		e := event.Event{Time: int64(1000 + i), PID: 7, TID: 7 + uint32(rng.Intn(2)), Stack: event.StackID(1 + rng.Intn(40))}
+		if len(addrs) < live || rng.Intn(2) == 0 {
+			next += 16 * uint64(1+rng.Intn(4))
+			e.Kind, e.Addr, e.Size = event.KindAlloc, next, uint64(1+rng.Intn(300))
+			addrs = append(addrs, next)
+		} else {
+			j := rng.Intn(len(addrs))
+			e.Kind, e.Addr = event.KindFree, addrs[j]
+			addrs[j] = addrs[len(addrs)-1]
+			addrs = addrs[:len(addrs)-1]
+		}
+		evs = append(evs, e)
+	}
+	return evs
+}
+
 func TestAgainstOracle(t *testing.T) {
-	for seed := int64(1); seed <= 20; seed++ {
+	for seed := int64(1); seed <= 24; seed++ {
 		rng := rand.New(rand.NewSource(seed))
 		evs := randomTrace(rng, 20000)
+		if seed > 20 {
+			evs = slidingTrace(rng, 200000, []int{50, 3000, 20000, 70000}[seed-21])
+		}
 		// Drop allocations at live addresses: the oracle does not model
 		// lost frees.
 		o := newOracle()

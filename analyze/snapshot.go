@@ -100,7 +100,7 @@ func (m *Model) snapshotStacks(pr *Profile) {
 			if !ok {
 				st := Stack{PID: pid, ID: id}
 				if si := m.lookupSite(p, id); si >= 0 {
-					st.Frames = m.sites[si].Frames
+					st.Frames = m.sites[si].frames
 				}
 				i = len(pr.Stacks)
 				idx[id] = i

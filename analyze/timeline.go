@@ -10,6 +10,7 @@ type timeline struct {
 	origin int64
 	width  int64
 	end    int64   // end of the last point's bucket
+	top    uint64  // the last point's bytes
 	pts    []Point // one per non-empty bucket, in time order
 	bkt    []int64 // bucket number of each point
 }
@@ -25,8 +26,17 @@ func newTimeline(max int) timeline {
 	return timeline{max: max}
 }
 
-// add records the state after an event at time t.
+// add records the state after an event at time t. Its common case, a
+// sample in the last bucket that is not its largest, is small enough to
+// inline.
 func (tl *timeline) add(t int64, bytes, blocks uint64) {
+	if t < tl.end && bytes <= tl.top {
+		return
+	}
+	tl.record(t, bytes, blocks)
+}
+
+func (tl *timeline) record(t int64, bytes, blocks uint64) {
 	if len(tl.pts) == 0 {
 		tl.origin, tl.width = t, firstWidth
 	} else if t < tl.end {
@@ -34,6 +44,7 @@ func (tl *timeline) add(t int64, bytes, blocks uint64) {
 		// largest sample, the earliest of equals.
 		if last := &tl.pts[len(tl.pts)-1]; bytes > last.Bytes {
 			*last = Point{t, bytes, blocks}
+			tl.top = bytes
 		}
 		return
 	}
@@ -44,6 +55,7 @@ func (tl *timeline) add(t int64, bytes, blocks uint64) {
 	for len(tl.pts) > tl.max {
 		tl.coarsen()
 	}
+	tl.top = tl.pts[len(tl.pts)-1].Bytes
 }
 
 // coarsen doubles the bucket width and merges the points that now share a
