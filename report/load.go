@@ -35,8 +35,8 @@ type LoadOptions struct {
 //
 // Decoding, the model and symbolization run on their own goroutines: one
 // reader decodes the file and hands the records over, in order, to the
-// model, while the symbolizer resolves each stack's addresses as soon as the
-// stack is read. With Workers > 1, a first pass reads only the definitions
+// model, while the symbolizer resolves the addresses of the stacks read
+// before the first events, and then, at the end, those of the rest. With Workers > 1, a first pass reads only the definitions
 // (processes, modules, stacks), and then the events are decoded in slices of
 // time, each by a reader of its own; that pays where cores are plenty, since
 // each reader decodes the definitions again. The reader's warnings (a
@@ -74,6 +74,7 @@ func Load(path string, o LoadOptions) (*Report, error) {
 		// model, the symbolizer, and the end of the trace to cut at.
 		defs := &defsPass{Sink: m, w: w}
 		err = r.Replay(defs, tracefile.Window{From: math.MaxInt64})
+		w.start() // every stack is queued
 		end := int64(0)
 		if defs.hasStats && defs.stats.Time > h.MonoStart {
 			end = defs.stats.Time
@@ -119,7 +120,10 @@ type warmer struct {
 	q    []any // event.Module or event.Stack
 	wake chan struct{}
 	end  bool
-	done chan struct{}
+	// started says that events are being read: the definitions that
+	// precede them are queued.
+	started bool
+	done    chan struct{}
 }
 
 func newWarmer(sym *symbolize.Symbolizer) *warmer {
@@ -132,28 +136,32 @@ func (w *warmer) add(rec any) {
 	w.mu.Lock()
 	w.q = append(w.q, rec)
 	w.mu.Unlock()
-	select {
-	case w.wake <- struct{}{}:
-	default:
-	}
+	w.signal()
 }
 
+// run symbolizes the stacks queued in two batches: those queued by the time
+// the first events are read (in most traces, most of the distinct
+// addresses), while the rest of the file is read; and the rest at the end.
+// Each batch reads each file once; resolving stacks as they come, in many
+// small batches, would decompress a large library's DWARF again for each
+// batch that needs another of its units. Module records are passed on as
+// they come: only the final set of modules matters, since the report
+// resolves every address again, from the caches, against it.
 func (w *warmer) run() {
 	defer close(w.done)
 	seen := map[pidAddr]bool{}
 	var batch []any
 	var pids []uint32
 	addrs := map[uint32][]uint64{}
+	first := true
 	for {
 		w.mu.Lock()
 		batch, w.q = w.q, batch[:0]
-		end := w.end
+		end, started := w.end, w.started
 		w.mu.Unlock()
 		for i, rec := range batch {
 			switch x := rec.(type) {
 			case event.Module:
-				w.prefetch(pids, addrs) // the addresses before it, in the modules before it
-				pids = pids[:0]
 				w.sym.AddModule(x)
 			case event.Stack:
 				for _, a := range x.Frames {
@@ -168,14 +176,18 @@ func (w *warmer) run() {
 			}
 			batch[i] = nil // the stack's frames are no longer needed
 		}
-		w.prefetch(pids, addrs)
-		pids = pids[:0]
-		if len(batch) == 0 {
-			if end {
-				return
-			}
-			<-w.wake
+		if len(batch) > 0 {
+			continue // until the queue is empty
 		}
+		if first && (started || end) || end {
+			first = false
+			w.prefetch(pids, addrs)
+			pids = pids[:0]
+		}
+		if end {
+			return
+		}
+		<-w.wake
 	}
 }
 
@@ -188,15 +200,30 @@ func (w *warmer) prefetch(pids []uint32, addrs map[uint32][]uint64) {
 	}
 }
 
+// start tells w that events are being read.
+func (w *warmer) start() {
+	w.mu.Lock()
+	was := w.started
+	w.started = true
+	w.mu.Unlock()
+	if !was {
+		w.signal()
+	}
+}
+
+func (w *warmer) signal() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
 // finish waits until every queued stack is symbolized.
 func (w *warmer) finish() {
 	w.mu.Lock()
 	w.end = true
 	w.mu.Unlock()
-	select {
-	case w.wake <- struct{}{}:
-	default:
-	}
+	w.signal()
 	<-w.done
 }
 
@@ -266,7 +293,12 @@ type pieceRec struct {
 
 // pieceDepth is how many batches a piece may hold while the model works on
 // earlier ones.
-const pieceDepth = 8
+const pieceDepth = 4
+
+// batchEvents is how many events a batch holds: the decoder's batches are
+// gathered into larger ones, since each batch handed over costs the model's
+// goroutine a wake-up, and a wake-up costs as much as a few hundred events.
+const batchEvents = 4096
 
 // replayPieces decodes the pieces with workers readers of the file, each
 // taking the next piece in order, and feeds their events, exits and
@@ -309,7 +341,10 @@ func replayPieces(path string, pieces []tracefile.Window, m *analyze.Model, work
 				if r == nil {
 					p.err = err
 				} else {
-					p.err = r.Replay(&pieceSink{p: p, pool: pool, stop: stop, defs: defs}, p.w)
+					ps := &pieceSink{p: p, pool: pool, stop: stop, defs: defs}
+					if p.err = r.Replay(ps, p.w); p.err == nil {
+						p.err = ps.flush()
+					}
 				}
 				close(p.ch)
 			}
@@ -369,10 +404,12 @@ var errStopped = errors.New("report: stopped")
 // pieceSink queues a piece's events, exits and snapshots, and its
 // definitions and stats when defs is set (else a first pass gave them).
 type pieceSink struct {
-	p    *piece
-	pool chan []event.Event
-	stop chan struct{}
-	defs *warmer
+	p       *piece
+	pool    chan []event.Event
+	stop    chan struct{}
+	defs    *warmer
+	started bool
+	buf     []event.Event // events gathered, not sent yet
 }
 
 func (s *pieceSink) send(r pieceRec) error {
@@ -388,20 +425,49 @@ func (s *pieceSink) Events(evs []event.Event) error {
 	if len(evs) == 0 {
 		return nil
 	}
-	var buf []event.Event
-	select {
-	case buf = <-s.pool:
-	default:
+	if s.defs != nil && !s.started {
+		s.started = true
+		s.defs.start()
 	}
-	return s.send(pieceRec{evs: append(buf, evs...)})
+	if s.buf == nil {
+		select {
+		case s.buf = <-s.pool:
+		default:
+			s.buf = make([]event.Event, 0, batchEvents)
+		}
+	}
+	s.buf = append(s.buf, evs...)
+	if len(s.buf) >= batchEvents-512 {
+		return s.flush()
+	}
+	return nil
 }
 
-func (s *pieceSink) Exit(e event.Exit) error { return s.send(pieceRec{exit: &e}) }
+// flush sends the events gathered: before any other record, and at the
+// end.
+func (s *pieceSink) flush() error {
+	if len(s.buf) == 0 {
+		return nil
+	}
+	evs := s.buf
+	s.buf = nil
+	return s.send(pieceRec{evs: evs})
+}
+
+// sendRec sends a record other than events, after the events before it.
+func (s *pieceSink) sendRec(r pieceRec) error {
+	if err := s.flush(); err != nil {
+		return err
+	}
+	return s.send(r)
+}
+
+func (s *pieceSink) Exit(e event.Exit) error { return s.sendRec(pieceRec{exit: &e}) }
 
 func (s *pieceSink) Snapshot(sn event.Snapshot) error {
 	sn.Live = append([]event.LiveBlock(nil), sn.Live...)
 	sn.Totals = append([]event.StackTotal(nil), sn.Totals...)
-	return s.send(pieceRec{snap: &sn})
+	return s.sendRec(pieceRec{snap: &sn})
 }
 
 func (s *pieceSink) Process(p event.Process) error {
@@ -409,7 +475,7 @@ func (s *pieceSink) Process(p event.Process) error {
 		return nil
 	}
 	p.Cmdline = append([]string(nil), p.Cmdline...)
-	return s.send(pieceRec{def: p})
+	return s.sendRec(pieceRec{def: p})
 }
 
 func (s *pieceSink) Module(m event.Module) error {
@@ -417,7 +483,7 @@ func (s *pieceSink) Module(m event.Module) error {
 		return nil
 	}
 	s.defs.add(m)
-	return s.send(pieceRec{def: m})
+	return s.sendRec(pieceRec{def: m})
 }
 
 func (s *pieceSink) Stack(st event.Stack) error {
@@ -426,14 +492,14 @@ func (s *pieceSink) Stack(st event.Stack) error {
 	}
 	st.Frames = append([]uint64(nil), st.Frames...)
 	s.defs.add(st)
-	return s.send(pieceRec{def: st})
+	return s.sendRec(pieceRec{def: st})
 }
 
 func (s *pieceSink) Stats(st event.Stats) error {
 	if s.defs == nil {
 		return nil
 	}
-	return s.send(pieceRec{def: st})
+	return s.sendRec(pieceRec{def: st})
 }
 
 // replaySnapshots passes the snapshots taken before from to m.
