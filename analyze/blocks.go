@@ -15,18 +15,22 @@ type block struct {
 // rest (more than 65535 processes, or addresses above 2^48) goes to a map
 // with a wide key.
 //
-// The table is open-addressed in buckets of four keys, probed linearly, and
-// each bucket counts the keys that probed past it to other buckets (as in
-// Facebook's F14): a lookup compares the four keys of a bucket without
-// branching, and stops at the first bucket that has nothing past it,
-// almost always its home bucket. Deleting needs no tombstones and no
-// shifting: the counts on the way to the key's bucket go down. (Linear
-// probing slot by slot spent more time mispredicting the lengths of its
-// probes and of its deletions' backward shifts than reading memory.)
+// The table is open-addressed in buckets of four keys, probed linearly.
+// Each slot has a tag byte, 0 when empty, else the high bit and seven bits
+// of the key's hash, so that a lookup compares the four tags of a bucket at
+// once, without branching, and reads a key only when its tag matches (as
+// in Abseil's SwissTable). Each bucket counts the keys that probed past it
+// to other buckets (as in Facebook's F14): a lookup stops at the first
+// bucket that has nothing past it, almost always its home bucket, and
+// deleting needs no tombstones and no shifting: the counts on the way to
+// the key's bucket go down. (Linear probing slot by slot spent more time
+// mispredicting the lengths of its probes and of its deletions' backward
+// shifts than reading memory.)
 type blockTable struct {
-	keys  [][4]uint64 // 0 marks an empty slot
+	tags  []uint32 // four tag bytes per bucket, slot i in byte i
+	keys  [][4]uint64
 	vals  [][4]block
-	over  []uint8 // per bucket: keys that probed past it; 255 sticks
+	over  []uint8 // per bucket: keys that probed past it; maxOver sticks
 	shift uint    // 64 - log2(buckets)
 	n     int
 	wide  map[wideKey]block
@@ -46,6 +50,9 @@ const (
 	maxOver    = 255
 	loadNum    = 3 // grow when more than loadNum/loadDen of the slots are taken
 	loadDen    = 4
+
+	lsbs32 = 0x01010101
+	msbs32 = 0x80808080
 )
 
 func newBlockTable() blockTable {
@@ -55,6 +62,7 @@ func newBlockTable() blockTable {
 }
 
 func (t *blockTable) init(buckets int) {
+	t.tags = make([]uint32, buckets)
 	t.keys = make([][4]uint64, buckets)
 	t.vals = make([][4]block, buckets)
 	t.over = make([]uint8, buckets)
@@ -73,24 +81,36 @@ func (blockTable) procKey(idx int) uint64 {
 
 func packable(p *proc, addr uint64) bool { return p.key != 0 && addr>>addrBits == 0 }
 
-func (t *blockTable) home(k uint64) uint64 { return (k * hashMulti) >> t.shift }
-
-// match returns a mask of the slots of kb that hold k: bit i for slot i.
-// It does not branch: which slot holds a key is as good as random.
-func match(kb *[4]uint64, k uint64) uint64 {
-	return zero(kb[0]^k) | zero(kb[1]^k)<<1 | zero(kb[2]^k)<<2 | zero(kb[3]^k)<<3
+// hash returns k's home bucket and its tag.
+func (t *blockTable) hash(k uint64) (uint64, uint32) {
+	h := k * hashMulti
+	return h >> t.shift, 0x80 | uint32(h>>(t.shift-7))&0x7f
 }
 
-// zero is 1 when x is 0, else 0, without a branch.
-func zero(x uint64) uint64 { return ((x | -x) >> 63) ^ 1 }
+// matchTag returns the high bits of the bytes of tw equal to tag: of the
+// slots that may hold the key (and, rarely, of a slot after one: callers
+// compare keys).
+func matchTag(tw, tag uint32) uint32 {
+	x := tw ^ tag*lsbs32
+	return (x - lsbs32) &^ x & msbs32
+}
+
+// emptyTags returns the high bits of the empty slots' bytes of tw. Tags of
+// full slots have their high bit set, so there are no false matches.
+func emptyTags(tw uint32) uint32 { return (tw - lsbs32) &^ tw & msbs32 }
+
+// slot returns the slot of a high bit that matchTag or emptyTags set.
+func slot(m uint32) int { return bits.TrailingZeros32(m) >> 3 }
 
 // find returns the bucket and slot of k; ok false when k is not there.
 func (t *blockTable) find(k uint64) (b uint64, i int, ok bool) {
 	mask := uint64(len(t.keys) - 1)
-	b = t.home(k)
+	b, tag := t.hash(k)
 	for {
-		if m := match(&t.keys[b], k); m != 0 {
-			return b, bits.TrailingZeros64(m), true
+		for m := matchTag(t.tags[b], tag); m != 0; m &= m - 1 {
+			if i := slot(m); t.keys[b][i] == k {
+				return b, i, true
+			}
 		}
 		if t.over[b] == 0 {
 			return 0, 0, false
@@ -116,25 +136,49 @@ func (t *blockTable) put(p *proc, addr uint64, v block) (block, bool) {
 		t.vals[b][i] = v
 		return old, true
 	}
-	if (t.n+1)*loadDen > len(t.keys)*bucketSize*loadNum {
-		t.grow()
-	}
 	t.insert(k, v)
 	return block{}, false
 }
 
+// full says whether one more key would load the table beyond its bound.
+func (t *blockTable) full() bool { return (t.n+1)*loadDen > len(t.keys)*bucketSize*loadNum }
+
 // insert adds k, which is not in the table, with v.
 func (t *blockTable) insert(k uint64, v block) {
+	if t.full() {
+		t.grow()
+	}
 	mask := uint64(len(t.keys) - 1)
-	for b := t.home(k); ; b = (b + 1) & mask {
-		if m := match(&t.keys[b], 0); m != 0 {
-			i := bits.TrailingZeros64(m)
-			t.keys[b][i], t.vals[b][i] = k, v
-			t.n++
+	b, tag := t.hash(k)
+	for ; ; b = (b + 1) & mask {
+		if m := emptyTags(t.tags[b]); m != 0 {
+			t.set(b, slot(m), tag, k, v)
 			return
 		}
 		if t.over[b] < maxOver {
 			t.over[b]++
+		}
+	}
+}
+
+// set fills the empty slot i of bucket b.
+func (t *blockTable) set(b uint64, i int, tag uint32, k uint64, v block) {
+	t.tags[b] |= tag << (8 * i)
+	t.keys[b][i], t.vals[b][i] = k, v
+	t.n++
+}
+
+// clear empties slot i of bucket b, whose key k was found by probing from
+// its home bucket.
+func (t *blockTable) clear(b uint64, i int, k uint64) {
+	t.tags[b] &^= 0xff << (8 * i)
+	t.keys[b][i] = 0
+	t.n--
+	// The buckets before b that k probed past count it no more.
+	mask := uint64(len(t.keys) - 1)
+	for h, _ := t.hash(k); h != b; h = (h + 1) & mask {
+		if t.over[h] < maxOver {
+			t.over[h]--
 		}
 	}
 }
@@ -155,15 +199,7 @@ func (t *blockTable) take(p *proc, addr uint64) (block, bool) {
 		return block{}, false
 	}
 	v := t.vals[b][i]
-	t.keys[b][i] = 0
-	t.n--
-	// The buckets before b that k probed past count it no more.
-	mask := uint64(len(t.keys) - 1)
-	for h := t.home(k); h != b; h = (h + 1) & mask {
-		if t.over[h] < maxOver {
-			t.over[h]--
-		}
-	}
+	t.clear(b, i, k)
 	return v, true
 }
 

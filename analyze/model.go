@@ -398,26 +398,28 @@ func (m *Model) alloc(p *proc, si int32, tid uint32, addr, size uint64) {
 // here or freeFast, so calls and the copies of blocks between them count.
 func (m *Model) allocFast(p *proc, si int32, tid uint32, addr, size uint64) {
 	tb := &m.blocks
-	if (tb.n+1)*loadDen > len(tb.keys)*bucketSize*loadNum {
+	if tb.full() {
 		tb.grow()
 	}
 	k := p.key | addr
 	mask := uint64(len(tb.keys) - 1)
-	home := tb.home(k)
+	home, tag := tb.hash(k)
 	// Look for k, and for the first empty slot on the way.
 	eb, ei := uint64(0), -1
 	b := home
 	for {
-		kb := &tb.keys[b]
-		if match(kb, k) != 0 {
-			// A live block at the same address: the general case.
-			m.sites[si].allocs++
-			m.alloc(p, si, tid, addr, size)
-			return
+		tw := tb.tags[b]
+		for mt := matchTag(tw, tag); mt != 0; mt &= mt - 1 {
+			if tb.keys[b][slot(mt)] == k {
+				// A live block at the same address: the general case.
+				m.sites[si].allocs++
+				m.alloc(p, si, tid, addr, size)
+				return
+			}
 		}
 		if ei < 0 {
-			if em := match(kb, 0); em != 0 {
-				eb, ei = b, bits.TrailingZeros64(em)
+			if em := emptyTags(tw); em != 0 {
+				eb, ei = b, slot(em)
 			}
 		}
 		if tb.over[b] == 0 {
@@ -427,8 +429,8 @@ func (m *Model) allocFast(p *proc, si int32, tid uint32, addr, size uint64) {
 	}
 	for ei < 0 {
 		b = (b + 1) & mask
-		if em := match(&tb.keys[b], 0); em != 0 {
-			eb, ei = b, bits.TrailingZeros64(em)
+		if em := emptyTags(tb.tags[b]); em != 0 {
+			eb, ei = b, slot(em)
 		}
 	}
 	// The full buckets before eb now have one more key past them.
@@ -437,9 +439,7 @@ func (m *Model) allocFast(p *proc, si int32, tid uint32, addr, size uint64) {
 			tb.over[h]++
 		}
 	}
-	tb.keys[eb][ei] = k
-	tb.vals[eb][ei] = block{size: size, site: si, tid: tid}
-	tb.n++
+	tb.set(eb, ei, tag, k, block{size: size, site: si, tid: tid})
 
 	s := &m.sites[si]
 	if s.stamp != m.epoch {
@@ -459,12 +459,16 @@ func (m *Model) freeFast(p *proc, t *thread, addr uint64) {
 	tb := &m.blocks
 	k := p.key | addr
 	mask := uint64(len(tb.keys) - 1)
-	home := tb.home(k)
-	b := home
-	var i int
+	home, tag := tb.hash(k)
+	b, i := home, -1
 	for {
-		if mk := match(&tb.keys[b], k); mk != 0 {
-			i = bits.TrailingZeros64(mk)
+		for mt := matchTag(tb.tags[b], tag); mt != 0; mt &= mt - 1 {
+			if j := slot(mt); tb.keys[b][j] == k {
+				i = j
+				break
+			}
+		}
+		if i >= 0 {
 			break
 		}
 		if tb.over[b] == 0 {
@@ -476,6 +480,8 @@ func (m *Model) freeFast(p *proc, t *thread, addr uint64) {
 	v := &tb.vals[b][i]
 	size, si := v.size, v.site
 	temp := t.last == addr && v.tid == t.tid
+	// tb.clear, with the home bucket at hand.
+	tb.tags[b] &^= 0xff << (8 * i)
 	tb.keys[b][i] = 0
 	tb.n--
 	for h := home; h != b; h = (h + 1) & mask {
