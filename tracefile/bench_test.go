@@ -33,7 +33,6 @@ func makeBatches(g generator, n int) [][]event.Event {
 	return bs
 }
 
-
 // BenchmarkWrite measures the Writer as its caller sees it, one b.N = one
 // event: encoding, and waiting for the compressor when it falls behind
 // (compression and writing run in the Writer's own goroutine, which

@@ -141,24 +141,23 @@ func (d *timelineDecoder) replay(st *[numStreams][]byte, base int64, w Window, s
 
 		zeros              uint64 // records left in the current run of zero time deltas
 		slotLeft, heapLeft uint64 // events left with the current thread, heap
-		slot, heap         uint64
+		th                 thread // the current thread
+		heap               uint64
 		pred               addrPred
 	)
 	u, res := base, max(d.res, 1) // time in units of the resolution
 	all := w == (Window{})
-	r := 0
-	bad := func(what string) error { return &decodeError{fmt.Sprintf("timeline record %d", r), what} }
-
-	for ; r < len(ops); r++ {
+	for r := 0; r < len(ops); r++ {
 		op := ops[r]
 		if zeros > 0 {
 			zeros--
 		} else {
 			var dt uint64
-			if uint(it) < uint(len(times)) && times[it] < 0x80 {
-				dt, it = uint64(times[it]), it+1
-			} else if uint(it+1) < uint(len(times)) && times[it+1] < 0x80 {
-				dt, it = uint64(times[it]&0x7f)|uint64(times[it+1])<<7, it+2
+			if uint(it+1) < uint(len(times)) && times[it]&times[it+1] < 0x80 {
+				b0 := uint64(times[it])
+				more := b0 >> 7
+				dt = b0&0x7f | uint64(times[it+1])<<7&-more
+				it += 1 + int(more)
 			} else {
 				dt, it = uvarintSlow(times, it)
 			}
@@ -205,8 +204,13 @@ func (d *timelineDecoder) replay(st *[numStreams][]byte, base int64, w Window, s
 			}
 		}
 
-		// An event.
+		// An event, its fields stored as they are decoded (the slot is
+		// taken again by the next event if this one is outside the
+		// window).
+		e := &batch[nb]
+		e.Time, e.Kind, e.Func = t, kind, fn
 		if slotLeft == 0 {
+			var slot uint64
 			slot, ith = uvarint(threadSt, ith)
 			slotLeft, ith = uvarint(threadSt, ith)
 			if ith < 0 || slotLeft == 1<<64-1 {
@@ -225,8 +229,10 @@ func (d *timelineDecoder) replay(st *[numStreams][]byte, base int64, w Window, s
 				}
 				threads = append(threads, thread{uint32(pid), uint32(tid)})
 			}
+			th = threads[slot]
 		}
 		slotLeft--
+		e.PID, e.TID = th.pid, th.tid
 		if heapLeft == 0 {
 			heap, ih = uvarint(heaps, ih)
 			heapLeft, ih = uvarint(heaps, ih)
@@ -236,37 +242,41 @@ func (d *timelineDecoder) replay(st *[numStreams][]byte, base int64, w Window, s
 			heapLeft++
 		}
 		heapLeft--
+		e.Heap = event.Heap(heap)
 		var stack, size, oldAddr, oldSize uint64
-		// Stack ids and sizes often take two bytes: inline that too.
-		if uint(ist) < uint(len(stacks)) && stacks[ist] < 0x80 {
-			stack, ist = uint64(stacks[ist]), ist+1
-		} else if uint(ist+1) < uint(len(stacks)) && stacks[ist+1] < 0x80 {
-			stack, ist = uint64(stacks[ist]&0x7f)|uint64(stacks[ist+1])<<7, ist+2
+		// Stack ids and sizes often take two bytes.
+		if uint(ist+1) < uint(len(stacks)) && stacks[ist]&stacks[ist+1] < 0x80 {
+			b0 := uint64(stacks[ist])
+			more := b0 >> 7
+			stack = b0&0x7f | uint64(stacks[ist+1])<<7&-more
+			ist += 1 + int(more)
 		} else {
 			stack, ist = uvarintSlow(stacks, ist)
 		}
 		if f&evSized != 0 {
-			if uint(isz) < uint(len(sizes)) && sizes[isz] < 0x80 {
-				size, isz = uint64(sizes[isz]), isz+1
-			} else if uint(isz+1) < uint(len(sizes)) && sizes[isz+1] < 0x80 {
-				size, isz = uint64(sizes[isz]&0x7f)|uint64(sizes[isz+1])<<7, isz+2
+			if uint(isz+1) < uint(len(sizes)) && sizes[isz]&sizes[isz+1] < 0x80 {
+				b0 := uint64(sizes[isz])
+				more := b0 >> 7
+				size = b0&0x7f | uint64(sizes[isz+1])<<7&-more
+				isz += 1 + int(more)
 			} else {
 				size, isz = uvarintSlow(sizes, isz)
 			}
 		}
 		if ist < 0 || isz < 0 || stack > 1<<32-1 {
-			return bad("a stack and size")
+			return badRecord(r, "a stack and size")
 		}
+		e.Stack, e.Size = event.StackID(stack), size
 		if f&evOld != 0 {
 			var c uint64
 			c, iao = uvarint(oldAddrs, iao)
 			oldSize, ios = uvarint(oldSizes, ios)
 			if iao < 0 || ios < 0 {
-				return bad("an old address and size")
+				return badRecord(r, "an old address and size")
 			}
 			var ok bool
 			if oldAddr, ok = decodeAddr(c, oldAddrs, &iao, hist, false, 0, &pred); !ok {
-				return bad("a valid old address")
+				return badRecord(r, "a valid old address")
 			}
 			if oldAddr != 0 {
 				hist = append(hist, oldAddr)
@@ -275,20 +285,26 @@ func (d *timelineDecoder) replay(st *[numStreams][]byte, base int64, w Window, s
 		var c, a uint64
 		isNew := f&evNew != 0
 		if isNew {
-			if uint(ian) < uint(len(newAddrs)) && newAddrs[ian] < 0x80 {
-				c, ian = uint64(newAddrs[ian]), ian+1
+			if uint(ian+1) < uint(len(newAddrs)) && newAddrs[ian]&newAddrs[ian+1] < 0x80 {
+				b0 := uint64(newAddrs[ian])
+				more := b0 >> 7
+				c = b0&0x7f | uint64(newAddrs[ian+1])<<7&-more
+				ian += 1 + int(more)
 			} else {
 				c, ian = uvarintSlow(newAddrs, ian)
 			}
 		} else {
-			if uint(iao) < uint(len(oldAddrs)) && oldAddrs[iao] < 0x80 {
-				c, iao = uint64(oldAddrs[iao]), iao+1
+			if uint(iao+1) < uint(len(oldAddrs)) && oldAddrs[iao]&oldAddrs[iao+1] < 0x80 {
+				b0 := uint64(oldAddrs[iao])
+				more := b0 >> 7
+				c = b0&0x7f | uint64(oldAddrs[iao+1])<<7&-more
+				iao += 1 + int(more)
 			} else {
 				c, iao = uvarintSlow(oldAddrs, iao)
 			}
 		}
 		if ian < 0 || iao < 0 {
-			return bad("an address")
+			return badRecord(r, "an address")
 		}
 		if c&1 == 0 && c != 0 && c>>1 <= uint64(len(hist)) {
 			a = hist[uint64(len(hist))-c>>1]
@@ -299,21 +315,16 @@ func (d *timelineDecoder) replay(st *[numStreams][]byte, base int64, w Window, s
 			}
 			var ok bool
 			if a, ok = decodeAddr(c, addrs, ia, hist, isNew, size, &pred); !ok {
-				return bad("a valid address")
+				return badRecord(r, "a valid address")
 			}
 		}
 		if a != 0 {
 			hist = append(hist, a)
 		}
+		e.Addr, e.OldAddr, e.OldSize = a, oldAddr, oldSize
 		if !all && !w.contains(t) {
 			continue
 		}
-		th := threads[slot]
-		// Field by field: a composite literal is built aside and copied.
-		e := &batch[nb]
-		e.Time, e.PID, e.TID = t, th.pid, th.tid
-		e.Kind, e.Func, e.Heap, e.Stack = kind, fn, event.Heap(heap), event.StackID(stack)
-		e.Addr, e.Size, e.OldAddr, e.OldSize = a, size, oldAddr, oldSize
 		nb++
 		if nb == len(batch) {
 			if err := sink.Events(batch); err != nil {
@@ -331,6 +342,12 @@ func (d *timelineDecoder) replay(st *[numStreams][]byte, base int64, w Window, s
 		return sink.Events(batch[:nb])
 	}
 	return nil
+}
+
+// badRecord says what record r of a timeline lacks. (A closure over r
+// would keep r out of a register in the replay loop.)
+func badRecord(r int, what string) error {
+	return &decodeError{fmt.Sprintf("timeline record %d", r), what}
 }
 
 // decodeAddr decodes address code c (see timelineEncoder), reading an

@@ -48,15 +48,25 @@ type timelineEncoder struct {
 	keys     []uint64          // the chunk's threads, by slot
 	slots    map[uint64]uint32 // the same, once there are many
 
-	histN uint32
-	pred  addrPred
-	gen   uint32
-	table *[1 << histBits]histEntry
+	histN  uint32
+	pred   addrPred
+	gen    uint32
+	table  *[1 << histBits]histEntry
+	slotOf []byte // per event of a block: its thread slot, at most 255
+	cur    byte   // the slot of the last event
+	recent *[256]recentAddr
+}
+
+// recentAddr is the last address a thread slot stored, and its position in
+// the history.
+type recentAddr struct {
+	addr uint64
+	pos  uint32
 }
 
 func newTimelineEncoder(res int64) *timelineEncoder {
 	return &timelineEncoder{res: res, slots: make(map[uint64]uint32), table: new([1 << histBits]histEntry), gen: 1,
-		flags: make([]byte, 512)}
+		flags: make([]byte, 512), slotOf: make([]byte, 512), recent: new([256]recentAddr)}
 }
 
 // reset empties the encoder for the next chunk, keeping its buffers.
@@ -68,6 +78,7 @@ func (e *timelineEncoder) reset() {
 	e.keys = e.keys[:0]
 	clear(e.slots)
 	e.histN, e.pred = 0, addrPred{}
+	clear(e.recent[:])
 	e.gen++
 	if e.gen == 0 { // wrapped: stale entries could look current
 		clear(e.table[:])
@@ -429,12 +440,16 @@ func (e *timelineEncoder) addThreads(evs []event.Event) {
 	tn, hn := len(e.s[sThreads]), len(e.s[sHeaps])
 	lastKey, slotRun := e.lastKey, e.slotRun
 	lastHeap, heapRun := e.lastHeap, e.heapRun
+	slotOf, cur := e.slotOf[:nev], e.cur
 	if e.events == 0 {
 		lastKey, slotRun = uint64(evs[0].PID)<<32|uint64(evs[0].TID), 0
-		tn = putUv(tp, tn, uint64(e.slot(lastKey)))
+		s := e.slot(lastKey)
+		tn = putUv(tp, tn, uint64(s))
+		cur = byte(min(s, 255))
+		slotOf[0] = cur
 		lastHeap, heapRun = evs[0].Heap, 0
 		hn = putUv(hp, hn, uint64(lastHeap))
-		evs = evs[1:]
+		evs, slotOf = evs[1:], slotOf[1:]
 	}
 	for i := range evs {
 		if key := uint64(evs[i].PID)<<32 | uint64(evs[i].TID); key == lastKey {
@@ -442,8 +457,11 @@ func (e *timelineEncoder) addThreads(evs []event.Event) {
 		} else {
 			tn = putUv(tp, tn, slotRun)
 			lastKey, slotRun = key, 0
-			tn = putUv(tp, tn, uint64(e.slot(key)))
+			s := e.slot(key)
+			tn = putUv(tp, tn, uint64(s))
+			cur = byte(min(s, 255))
 		}
+		slotOf[i] = cur
 		if h := evs[i].Heap; h == lastHeap {
 			heapRun++
 		} else {
@@ -453,7 +471,7 @@ func (e *timelineEncoder) addThreads(evs []event.Event) {
 		}
 	}
 	e.s[sThreads], e.s[sHeaps] = e.s[sThreads][:tn], e.s[sHeaps][:hn]
-	e.lastKey, e.slotRun, e.lastHeap, e.heapRun = lastKey, slotRun, lastHeap, heapRun
+	e.lastKey, e.slotRun, e.lastHeap, e.heapRun, e.cur = lastKey, slotRun, lastHeap, heapRun, cur
 }
 
 // addAddrs stores the addresses, old addresses and old sizes of evs.
@@ -466,15 +484,36 @@ func (e *timelineEncoder) addAddrs(evs []event.Event) {
 	e.s[sOldSizes], sp = reserve(e.s[sOldSizes], nev*roomOldSizes)
 	nn, on, sn := len(e.s[sNewAddrs]), len(e.s[sOldAddrs]), len(e.s[sOldSizes])
 	table, gen, histN := e.table, e.gen, e.histN
+	slotOf, recent := e.slotOf[:nev], e.recent
 	for i := range evs {
 		ev := &evs[i]
 		fl := flags[i]
+		rc := &recent[slotOf[i]]
 		if fl&evOld != 0 {
 			on = e.encodeAddr(op, on, ev.OldAddr, false, 0, &histN)
 			sn = putUv(sp, sn, ev.OldSize)
+			if ev.OldAddr != 0 {
+				rc.addr, rc.pos = ev.OldAddr, histN-1
+			}
+		}
+		a := ev.Addr
+		if a == rc.addr && a != 0 {
+			// The address this thread stored last, again (a block freed
+			// right after it was made, whatever other threads did in
+			// between): its distance without a lookup. (The table keeps an
+			// earlier position: any position holding the address makes a
+			// valid code.)
+			c := uint64(histN-rc.pos) << 1
+			if fl&evNew != 0 {
+				nn = putUv(np, nn, c)
+			} else {
+				on = putUv(op, on, c)
+			}
+			rc.pos = histN
+			histN++
+			continue
 		}
 		// encodeAddr, inlined for the common case.
-		a := ev.Addr
 		h := &table[(a>>4)*0x9E3779B97F4A7C15>>(64-histBits)]
 		if a != 0 && h.addr == a && h.gen == gen {
 			c := uint64(histN-h.pos) << 1
@@ -489,6 +528,9 @@ func (e *timelineEncoder) addAddrs(evs []event.Event) {
 			nn = e.encodeAddr(np, nn, a, true, ev.Size, &histN)
 		} else {
 			on = e.encodeAddr(op, on, a, false, 0, &histN)
+		}
+		if a != 0 {
+			rc.addr, rc.pos = a, histN-1
 		}
 	}
 	e.s[sNewAddrs], e.s[sOldAddrs], e.s[sOldSizes] = e.s[sNewAddrs][:nn], e.s[sOldAddrs][:on], e.s[sOldSizes][:sn]
