@@ -315,7 +315,9 @@ func replayPieces(path string, pieces []tracefile.Window, m *analyze.Model, work
 	for i, w := range pieces {
 		ps[i] = &piece{w: w, ch: make(chan pieceRec, pieceDepth)}
 	}
-	pool := make(chan []event.Event, workers*pieceDepth+workers)
+	// Room for every buffer in flight (queued, being filled, being
+	// consumed), so that none is dropped and made again.
+	pool := make(chan []event.Event, workers*(pieceDepth+2))
 	stop := make(chan struct{})
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -429,16 +431,24 @@ func (s *pieceSink) Events(evs []event.Event) error {
 		s.started = true
 		s.defs.start()
 	}
-	if s.buf == nil {
-		select {
-		case s.buf = <-s.pool:
-		default:
-			s.buf = make([]event.Event, 0, batchEvents)
+	for len(evs) > 0 {
+		if s.buf == nil {
+			select {
+			case s.buf = <-s.pool:
+			default:
+				s.buf = make([]event.Event, 0, batchEvents)
+			}
 		}
-	}
-	s.buf = append(s.buf, evs...)
-	if len(s.buf) >= batchEvents-512 {
-		return s.flush()
+		// Fill the buffer, never beyond its capacity: buffers are
+		// recycled, not grown.
+		n := min(len(evs), cap(s.buf)-len(s.buf))
+		s.buf = append(s.buf, evs[:n]...)
+		evs = evs[n:]
+		if len(s.buf) == cap(s.buf) {
+			if err := s.flush(); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }
