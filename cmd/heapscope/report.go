@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -110,6 +111,14 @@ func (l *stringList) Set(s string) error {
 func (f *loadFlags) load(path string) (*report.Report, error) {
 	if f.to.set && f.to.d <= f.from.d {
 		return nil, usagef("--to (%s) must be after --from (%s)", f.to.d, f.from.d)
+	}
+	// The heap of a report is mostly long-lived (the live blocks, the
+	// stacks, the decoder's buffers), and little garbage is made per event:
+	// collecting at 25% growth instead of 100% takes a quarter off the peak
+	// memory for no measurable time (python trace: max RSS 47 -> 35 MiB).
+	// GOGC in the environment still wins.
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(25)
 	}
 	rep, err := report.Load(path, report.LoadOptions{
 		From:      f.from.d,
