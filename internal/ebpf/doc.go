@@ -43,6 +43,19 @@
 // or counted lost (ring full, map full): delivered + lost is the number of
 // calls made while traced.
 //
+// # Cost
+//
+// A traced malloc and free cost three traps (malloc's entry and return,
+// free's entry), which in a VM are most of it, and what the programs do,
+// where a helper call, and above all a read of user memory, costs far more
+// than the instructions around it. So a stack walk reads the user stack a
+// page at a time rather than a frame at a time, and takes the thread's
+// last stack again when the frames are the same, without looking it up;
+// aggregate mode's tables are arrays that need no helper call. A uprobe
+// session (one program at the entry and return, Linux 6.13) costs what an
+// entry and a return probe cost: it is not used. BenchmarkTrap and
+// BenchmarkTracer (with -bpfstats, each program's own time) measure them.
+//
 // # Records
 //
 // A Process record and the Module records of its executable mappings
