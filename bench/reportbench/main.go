@@ -109,6 +109,15 @@ func run(n, pyN, reps int, names []string, outFile, keep string) error {
 	if err != nil {
 		return err
 	}
+	if keep != "" {
+		// A kept trace names the program it recorded: keep it too, so
+		// that the trace can be symbolized later.
+		kept := filepath.Join(dir, "churn")
+		if err := copyFile(churn, kept); err != nil {
+			return err
+		}
+		churn = kept
+	}
 	all := map[string]workload{
 		"churn": {name: "churn", desc: fmt.Sprintf("`churn %d 1`: %d malloc(16..527)+free pairs, one thread, one stack", n, n),
 			cmd: []string{churn, strconv.Itoa(n), "1"}},
@@ -446,6 +455,14 @@ func firstLine(s string) string {
 		return s[:i]
 	}
 	return s
+}
+
+func copyFile(src, dst string) error {
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(dst, b, 0o755)
 }
 
 func removeGlob(pattern string) {
