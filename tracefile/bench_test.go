@@ -149,7 +149,7 @@ func BenchmarkEncode(b *testing.B) {
 					done += len(bt)
 				}
 				t1 := threadCPU()
-				out, _ = e.finish(enc, out[:0], &scratch)
+				out, _ = e.finish(newStreamCoder(enc), out[:0], &scratch)
 				compress += threadCPU() - t1
 				size, n = size+len(out), n+e.events
 			}

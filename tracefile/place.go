@@ -87,7 +87,7 @@ func (w *Writer) compressor() {
 		c := chunk{flags: j.flags, stats: j.stats, events: uint64(j.tl.events),
 			entryStart: j.entryStart, entryEnd: j.entryEnd}
 		if j.tl.records > 0 {
-			c.tl, c.tlRaw = j.tl.finish(w.enc, w.tlComp[:0], &w.scratch)
+			c.tl, c.tlRaw = j.tl.finish(w.coder, w.tlComp[:0], &w.scratch)
 			w.tlComp = c.tl
 			c.minT, c.maxT = j.tl.minTime, j.tl.maxTime
 		}

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"unsafe"
 
-	"github.com/klauspost/compress/zstd"
-
 	"github.com/heapscope/heapscope/event"
 )
 
@@ -597,7 +595,7 @@ func (e *timelineEncoder) snapshotPart(s *event.Snapshot, flags byte, live []eve
 // raw and compressed length of each stream, then the streams, each a zstd
 // frame of its own (so that each gets its own entropy tables). It returns
 // the section and the total raw length of the streams.
-func (e *timelineEncoder) finish(enc *zstd.Encoder, dst []byte, scratch *[]byte) ([]byte, int) {
+func (e *timelineEncoder) finish(c *streamCoder, dst []byte, scratch *[]byte) ([]byte, int) {
 	if e.records > 0 {
 		e.s[sTimeRuns] = appendUvarint(e.s[sTimeRuns], e.run)
 		// With no two records at the same time (exact times, usually) the
@@ -617,7 +615,7 @@ func (e *timelineEncoder) finish(enc *zstd.Encoder, dst []byte, scratch *[]byte)
 	for i := range e.s {
 		n := len(comp)
 		if len(e.s[i]) > 0 {
-			comp = enc.EncodeAll(e.s[i], comp)
+			comp = c.appendStream(comp, i, e.s[i])
 		}
 		lens[i] = len(comp) - n
 		raw += len(e.s[i])

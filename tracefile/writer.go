@@ -101,6 +101,7 @@ type Writer struct {
 	spare    job // the buffers of the last job done, for reuse
 	bgDone   chan struct{}
 	enc      *zstd.Encoder
+	coder    *streamCoder // the timelines' streams, with enc
 	tlComp   []byte
 	defComp  []byte
 	scratch  []byte
@@ -163,6 +164,7 @@ func Create(path string, h Header, o Options) (*Writer, error) {
 		keep:      h.Mode == Circular || h.Mode == NewFile,
 		byPID:     make(map[uint32][]int),
 		enc:       enc,
+		coder:     newStreamCoder(enc),
 		bgDone:    make(chan struct{}),
 	}
 	w.cond = sync.NewCond(&w.mu)
