@@ -39,6 +39,9 @@ type timelineEncoder struct {
 	// Threads and heaps are stored as (value, k) pairs: the value for one
 	// event and the k after it.
 	lastKey  uint64 // pid<<32 | tid of the last event; valid when events > 0
+	lastSlot uint32 // its slot
+	prevKey  uint64 // the thread before it
+	prevSlot uint32
 	slotRun  uint64
 	lastHeap event.Heap
 	heapRun  uint64
@@ -439,11 +442,14 @@ func (e *timelineEncoder) addThreads(evs []event.Event) {
 	lastKey, slotRun := e.lastKey, e.slotRun
 	lastHeap, heapRun := e.lastHeap, e.heapRun
 	slotOf, cur := e.slotOf[:nev], e.cur
+	// The last thread's slot, and the thread before it with its slot: two
+	// threads taking turns need no lookup.
+	lastSlot, prevKey, prevSlot := e.lastSlot, e.prevKey, e.prevSlot
 	if e.events == 0 {
 		lastKey, slotRun = uint64(evs[0].PID)<<32|uint64(evs[0].TID), 0
-		s := e.slot(lastKey)
-		tn = putUv(tp, tn, uint64(s))
-		cur = byte(min(s, 255))
+		lastSlot = e.slot(lastKey)
+		tn = putUv(tp, tn, uint64(lastSlot))
+		cur, prevKey, prevSlot = byte(min(lastSlot, 255)), lastKey, lastSlot
 		slotOf[0] = cur
 		lastHeap, heapRun = evs[0].Heap, 0
 		hn = putUv(hp, hn, uint64(lastHeap))
@@ -454,8 +460,12 @@ func (e *timelineEncoder) addThreads(evs []event.Event) {
 			slotRun++
 		} else {
 			tn = putUv(tp, tn, slotRun)
-			lastKey, slotRun = key, 0
-			s := e.slot(key)
+			s := prevSlot
+			if key != prevKey {
+				s = e.slot(key)
+			}
+			prevKey, prevSlot = lastKey, lastSlot
+			lastKey, lastSlot, slotRun = key, s, 0
 			tn = putUv(tp, tn, uint64(s))
 			cur = byte(min(s, 255))
 		}
@@ -470,6 +480,7 @@ func (e *timelineEncoder) addThreads(evs []event.Event) {
 	}
 	e.s[sThreads], e.s[sHeaps] = e.s[sThreads][:tn], e.s[sHeaps][:hn]
 	e.lastKey, e.slotRun, e.lastHeap, e.heapRun, e.cur = lastKey, slotRun, lastHeap, heapRun, cur
+	e.lastSlot, e.prevKey, e.prevSlot = lastSlot, prevKey, prevSlot
 }
 
 // addAddrs stores the addresses, old addresses and old sizes of evs.
