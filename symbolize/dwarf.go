@@ -146,6 +146,16 @@ func openDWARF(f *elfFile, name string, warn func(string, ...any)) (dw *dwarfInf
 var dwarfSections = map[string]bool{"info": true, "abbrev": true, "str": true, "line": true, "ranges": true,
 	"addr": true, "line_str": true, "str_offsets": true, "rnglists": true, "aranges": true}
 
+// close releases the streams that passes over compressed sections left
+// open.
+func (dw *dwarfInfo) close() {
+	for _, s := range []*dwSection{dw.info, dw.abbrev, dw.line} {
+		if s != nil {
+			s.closeStream()
+		}
+	}
+}
+
 // recovered turns a panic into a warning: nothing a file holds may stop a
 // report, and this reader checks its bounds, but a bug must not either.
 func (dw *dwarfInfo) recovered() {

@@ -58,6 +58,9 @@ type segment struct {
 func (o *object) close() error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	if o.dw != nil {
+		o.dw.close()
+	}
 	var first error
 	for _, c := range o.closers {
 		if err := c.Close(); err != nil && first == nil {

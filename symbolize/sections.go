@@ -47,7 +47,22 @@ type dwSection struct {
 
 	all    []byte // the decompressed section, once whole has read it
 	allErr error
-	passes int // passes fetch made over the compressed stream
+	passes int // passes fetch began over the compressed stream
+
+	// The stream of the last pass, left open at zpos: a later batch of
+	// extents after zpos goes on from there instead of decompressing the
+	// section again from its start.
+	zr    io.Reader
+	zdone func()
+	zpos  uint64
+}
+
+// closeStream releases the stream a pass left open.
+func (s *dwSection) closeStream() {
+	if s.zdone != nil {
+		s.zdone()
+	}
+	s.zr, s.zdone, s.zpos = nil, nil, 0
 }
 
 // keepAfter is how many passes over a compressed section fetch makes before
@@ -270,17 +285,29 @@ func (s *dwSection) fetch(exts []*extent) error {
 		}
 		return nil
 	}
-	s.passes++
-	zr, done, err := s.stream()
-	if err != nil {
-		return err
+	if len(exts) == 0 {
+		return nil
 	}
-	defer done()
+	if s.zr == nil || exts[0].off < s.zpos {
+		s.closeStream()
+		s.passes++
+		zr, done, err := s.stream()
+		if err != nil {
+			return err
+		}
+		s.zr, s.zdone = zr, done
+	}
+	zr, pos := s.zr, s.zpos
+	defer func() {
+		s.zpos = pos
+		if pos >= s.size {
+			s.closeStream()
+		}
+	}()
 	// The bytes read so far that a later extent may still need: from
 	// bufOff, the decompressed stream's position minus len(buf).
 	var buf []byte
-	var bufOff uint64
-	pos := uint64(0)
+	bufOff := pos
 	read := func(off, n uint64) ([]byte, error) {
 		n = min(n, s.size-min(off, s.size))
 		if off < bufOff {
@@ -309,6 +336,7 @@ func (s *dwSection) fetch(exts []*extent) error {
 	for _, e := range exts {
 		data, err := s.readExtent(e, read)
 		if err != nil && errors.Is(err, errStream) {
+			pos = s.size // the stream is broken: start again next time
 			return err
 		}
 		// Copied out of the buffer, which later extents reuse.

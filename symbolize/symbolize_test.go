@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -668,5 +669,67 @@ func TestPrefetch(t *testing.T) {
 	}
 	if len(dw.units) < 2 {
 		t.Errorf("%d of libc's units read for malloc, free, calloc, realloc and strdup", len(dw.units))
+	}
+}
+
+// TestPrefetchGoesOn: a batch of units after those of the batch before
+// goes on with the stream the first left open; one before them starts a
+// second pass. The frames are those of a symbolizer that read nothing
+// before.
+func TestPrefetchGoesOn(t *testing.T) {
+	const lib, base = "/lib/x86_64-linux-gnu/libc.so.6", 0x10000
+	f, err := elf.Open(lib)
+	if err != nil {
+		t.Skip(err)
+	}
+	text := f.Section(".text")
+	f.Close()
+	m := event.Module{PID: 1, Start: base, End: base + text.Addr + text.Size, Path: lib}
+	symbolizer := func() *Symbolizer {
+		s := New(Options{})
+		s.AddModule(m)
+		return s
+	}
+	dwOf := func(s *Symbolizer) *dwarfInfo {
+		for _, e := range s.objs {
+			if e.o != nil && e.o.dw != nil {
+				return e.o.dw
+			}
+		}
+		t.Fatal("libc's DWARF not loaded")
+		return nil
+	}
+	// The units, by header offset, from an index of them.
+	probe := symbolizer()
+	defer probe.Close()
+	probe.Frames(1, base+text.Addr+1)
+	var cus []cuRange
+	seen := map[uint64]bool{}
+	for _, c := range dwOf(probe).cus {
+		if !seen[c.cu] && c.lo >= text.Addr && c.lo < text.Addr+text.Size {
+			seen[c.cu] = true
+			cus = append(cus, c)
+		}
+	}
+	sort.Slice(cus, func(i, j int) bool { return cus[i].cu < cus[j].cu })
+	if len(cus) < 100 {
+		t.Fatalf("%d units indexed", len(cus))
+	}
+	early, late, middle := cus[len(cus)/10], cus[len(cus)*9/10], cus[len(cus)/2]
+
+	s := symbolizer()
+	defer s.Close()
+	for i, c := range []cuRange{early, late, middle} {
+		addr := base + c.lo + 1
+		s.Prefetch(1, []uint64{addr})
+		passes := dwOf(s).info.passes
+		if want := []int{1, 1, 2}[i]; passes != want {
+			t.Errorf("after unit %d of %d (at %#x): %d passes over .debug_info, want %d", i, len(cus), c.cu, passes, want)
+		}
+		ref := symbolizer()
+		if got, want := s.Frames(1, addr), ref.Frames(1, addr); !reflect.DeepEqual(got, want) {
+			t.Errorf("%#x: %+v, want %+v", addr, got, want)
+		}
+		ref.Close()
 	}
 }
