@@ -1,10 +1,13 @@
 package analyze
 
 import (
+	"errors"
 	"math/rand"
+	"os"
 	"testing"
 
 	"github.com/heapscope/heapscope/event"
+	"github.com/heapscope/heapscope/tracefile"
 )
 
 // churnEvents is the churn workload's stream: malloc+free pairs of random
@@ -69,3 +72,46 @@ func benchModel(b *testing.B, evs []event.Event) {
 
 func BenchmarkModelChurn(b *testing.B) { benchModel(b, churnEvents(1_000_000)) }
 func BenchmarkModelMixed(b *testing.B) { benchModel(b, mixedEvents(1_000_000)) }
+
+// BenchmarkModelTrace replays up to 5M events of the trace named by
+// $HEAPSCOPE_BENCH_TRACE, held in memory, through the model: the model's
+// cost alone on a real program's events (bench/reportbench -keep DIR leaves
+// such traces).
+func BenchmarkModelTrace(b *testing.B) {
+	path := os.Getenv("HEAPSCOPE_BENCH_TRACE")
+	if path == "" {
+		b.Skip("HEAPSCOPE_BENCH_TRACE names no trace")
+	}
+	r, err := tracefile.Open(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	c := &collect{max: 5_000_000}
+	if err := r.Replay(c, tracefile.Window{}); err != nil && err != errEnough {
+		b.Fatal(err)
+	}
+	r.Close()
+	benchModel(b, c.evs)
+}
+
+var errEnough = errors.New("enough events")
+
+// collect keeps the first max events of a replay.
+type collect struct {
+	evs []event.Event
+	max int
+}
+
+func (*collect) Process(event.Process) error   { return nil }
+func (*collect) Exit(event.Exit) error         { return nil }
+func (*collect) Module(event.Module) error     { return nil }
+func (*collect) Stack(event.Stack) error       { return nil }
+func (*collect) Stats(event.Stats) error       { return nil }
+func (*collect) Snapshot(event.Snapshot) error { return nil }
+func (c *collect) Events(evs []event.Event) error {
+	if len(c.evs) >= c.max {
+		return errEnough
+	}
+	c.evs = append(c.evs, evs...)
+	return nil
+}
