@@ -149,7 +149,7 @@ func (w *warmer) add(rec any) {
 // resolves every address again, from the caches, against it.
 func (w *warmer) run() {
 	defer close(w.done)
-	seen := map[pidAddr]bool{}
+	seen := map[uint32]map[uint64]bool{} // by process, then address
 	var batch []any
 	var pids []uint32
 	addrs := map[uint32][]uint64{}
@@ -164,9 +164,14 @@ func (w *warmer) run() {
 			case event.Module:
 				w.sym.AddModule(x)
 			case event.Stack:
+				done := seen[x.PID]
+				if done == nil {
+					done = map[uint64]bool{}
+					seen[x.PID] = done
+				}
 				for _, a := range x.Frames {
-					if k := (pidAddr{x.PID, a}); !seen[k] {
-						seen[k] = true
+					if !done[a] {
+						done[a] = true
 						if len(addrs[x.PID]) == 0 {
 							pids = append(pids, x.PID)
 						}

@@ -152,21 +152,26 @@ func New(p *analyze.Profile, t Trace, r Resolver) *Report {
 type symTable struct {
 	r     Resolver
 	table frameTable
-	addrs map[pidAddr][]uint32
-}
-
-type pidAddr struct {
-	pid  uint32
-	addr uint64
+	addrs map[uint32]map[uint64][]uint32 // by process, then address: maps keyed by a word are the fastest
 }
 
 func newSymTable(r Resolver) *symTable {
-	return &symTable{r: r, table: frameTable{index: map[frameKey]uint32{}}, addrs: map[pidAddr][]uint32{}}
+	return &symTable{r: r, table: frameTable{index: map[frameKey]uint32{}}, addrs: map[uint32]map[uint64][]uint32{}}
 }
 
-func (t *symTable) ids(pid uint32, addr uint64) []uint32 {
-	k := pidAddr{pid, addr}
-	if ids, ok := t.addrs[k]; ok {
+// proc returns the table of process pid's addresses.
+func (t *symTable) proc(pid uint32) map[uint64][]uint32 {
+	m := t.addrs[pid]
+	if m == nil {
+		m = map[uint64][]uint32{}
+		t.addrs[pid] = m
+	}
+	return m
+}
+
+// ids returns the frames of addr in process pid, whose table is m.
+func (t *symTable) ids(m map[uint64][]uint32, pid uint32, addr uint64) []uint32 {
+	if ids, ok := m[addr]; ok {
 		return ids
 	}
 	fs := t.r.Frames(pid, addr)
@@ -174,7 +179,7 @@ func (t *symTable) ids(pid uint32, addr uint64) []uint32 {
 	for i, f := range fs {
 		ids[i] = t.table.intern(f)
 	}
-	t.addrs[k] = ids
+	m[addr] = ids
 	return ids
 }
 
@@ -186,8 +191,9 @@ func newReport(p *analyze.Profile, t Trace, st *symTable) *Report {
 	for i := range p.Stacks {
 		stack := &p.Stacks[i]
 		ids = ids[:0]
+		addrs := st.proc(stack.PID)
 		for _, a := range stack.Frames {
-			ids = append(ids, st.ids(stack.PID, a)...)
+			ids = append(ids, st.ids(addrs, stack.PID, a)...)
 		}
 		ids = ids[trimCut(len(ids), func(i int) *symbolize.Frame { return &st.table.frames[ids[i]] }):]
 		kb = kb[:0]
