@@ -8,7 +8,7 @@
 // With "wait" it reads a line from stdin before the timed loop. With DEPTH,
 // each thread runs its loop DEPTH calls deep, in frames of about 200 bytes
 // (a stack walk then has DEPTH frames more to read). It prints
-// "site NAME ADDR" for its functions loop, descend and worker first, then
+// "site NAME ADDR" for its functions descend and worker first, then
 // "ns_per_pair W" (wall, per pair per thread) and "cpu_ns_per_pair C"
 // (the threads' CPU time over all their pairs).
 #include <pthread.h>
@@ -31,7 +31,9 @@ static double clock_ns(clockid_t c) {
 
 static int depth;
 
-static void loop(uintptr_t id) {
+// loop is inlined: at depth 0 the stack of its malloc is worker's, as in
+// churn.c.
+static inline __attribute__((always_inline)) void loop(uintptr_t id) {
 	uint64_t x = 0x9E3779B97F4A7C15ull * (id + 1);
 	pthread_barrier_wait(&barrier);
 	double c0 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
@@ -44,20 +46,23 @@ static void loop(uintptr_t id) {
 	cpu_ns[id] = clock_ns(CLOCK_THREAD_CPUTIME_ID) - c0;
 }
 
-// descend calls itself d times, then runs the loop. Its buffer gives each
+// descend is d frames deep when it runs the loop. Its buffer gives each
 // frame the size of an ordinary function's.
 __attribute__((noinline)) static void descend(uintptr_t id, int d) {
 	volatile char buf[176];
 	buf[0] = (char)d;
-	if (d > 0)
+	if (d > 1)
 		descend(id, d - 1);
 	else
 		loop(id);
 	buf[1] = buf[0];
 }
 
-static void *worker(void *arg) {
-	descend((uintptr_t)arg, depth);
+__attribute__((noinline)) static void *worker(void *arg) {
+	if (depth > 0)
+		descend((uintptr_t)arg, depth);
+	else
+		loop((uintptr_t)arg);
 	pthread_barrier_wait(&barrier);
 	return NULL;
 }
@@ -71,8 +76,7 @@ int main(int argc, char **argv) {
 		return 2;
 	if (argc > 4)
 		depth = atoi(argv[4]);
-	printf("site loop %lx\nsite descend %lx\nsite worker %lx\n", (unsigned long)loop, (unsigned long)descend,
-	       (unsigned long)worker);
+	printf("site descend %lx\nsite worker %lx\n", (unsigned long)descend, (unsigned long)worker);
 	fflush(stdout);
 	if (argc > 3) {
 		char c;
