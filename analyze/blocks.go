@@ -33,6 +33,7 @@ type blockTable struct {
 	over  []uint8 // per bucket: keys that probed past it; maxOver sticks
 	shift uint    // 64 - log2(buckets)
 	n     int
+	limit int // n beyond which the table grows
 	wide  map[wideKey]block
 }
 
@@ -68,6 +69,7 @@ func (t *blockTable) init(buckets int) {
 	t.over = make([]uint8, buckets)
 	t.shift = uint(64 - bits.TrailingZeros(uint(buckets)))
 	t.n = 0
+	t.limit = buckets * bucketSize * loadNum / loadDen
 }
 
 // procKey returns the key bits of the idx'th process (idx from 1), or 0 when
@@ -83,8 +85,9 @@ func packable(p *proc, addr uint64) bool { return p.key != 0 && addr>>addrBits =
 
 // hash returns k's home bucket and its tag.
 func (t *blockTable) hash(k uint64) (uint64, uint32) {
+	// Shift counts masked to 63 spare the guards Go puts on larger ones.
 	h := k * hashMulti
-	return h >> t.shift, 0x80 | uint32(h>>(t.shift-7))&0x7f
+	return h >> (t.shift & 63), 0x80 | uint32(h>>((t.shift-7)&63))&0x7f
 }
 
 // matchTag returns the high bits of the bytes of tw equal to tag: of the
@@ -141,7 +144,7 @@ func (t *blockTable) put(p *proc, addr uint64, v block) (block, bool) {
 }
 
 // full says whether one more key would load the table beyond its bound.
-func (t *blockTable) full() bool { return (t.n+1)*loadDen > len(t.keys)*bucketSize*loadNum }
+func (t *blockTable) full() bool { return t.n >= t.limit }
 
 // insert adds k, which is not in the table, with v.
 func (t *blockTable) insert(k uint64, v block) {
