@@ -304,6 +304,9 @@ func attachError(pid int, path string, err error) error {
 // tracepoint runs for every process; the programs return at once for
 // processes not in the traced map.
 func (t *Tracer) attachSyscalls() error {
+	if err := mountTracefs(); err != nil {
+		return err
+	}
 	for _, tp := range []struct {
 		name string
 		prog *ebpf.Program
@@ -316,9 +319,29 @@ func (t *Tracer) attachSyscalls() error {
 		if err != nil {
 			closeLinks(t.sys)
 			t.sys = nil
-			return fmt.Errorf("ebpf: tracepoint syscalls/%s (is tracefs mounted on /sys/kernel/tracing?): %w", tp.name, err)
+			return fmt.Errorf("ebpf: tracepoint syscalls/%s %w", tp.name, err)
 		}
 		t.sys = append(t.sys, l)
+	}
+	return nil
+}
+
+// tracefsDir is where the kernel documents tracefs; link.Tracepoint looks
+// there and under debugfs.
+const tracefsDir = "/sys/kernel/tracing"
+
+// mountTracefs mounts tracefs on tracefsDir when neither it nor debugfs's
+// tracing directory holds the event tree, as on a minimal container or VM
+// where nothing mounted it; systemd and perf do the same. It is needed
+// only for the syscall tracepoints: uprobes are made through perf_event_open.
+func mountTracefs() error {
+	for _, dir := range []string{tracefsDir, "/sys/kernel/debug/tracing"} {
+		if _, err := os.Stat(dir + "/events"); err == nil {
+			return nil
+		}
+	}
+	if err := unix.Mount("tracefs", tracefsDir, "tracefs", 0, ""); err != nil && !errors.Is(err, unix.EBUSY) {
+		return fmt.Errorf("ebpf: tracefs is not mounted and mounting it on %s failed: %w", tracefsDir, err)
 	}
 	return nil
 }
