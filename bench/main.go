@@ -16,11 +16,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/heapscope/heapscope/bench/internal/benchutil"
 
 	"github.com/heapscope/heapscope/internal/testutil"
 )
@@ -62,7 +62,7 @@ var modes = []mode{
 	}},
 	{"heaptrack", func(e *benchEnv, args []string) ([]byte, float64, error) {
 		out := filepath.Join(e.tmp, "heaptrack")
-		defer removeGlob(out + "*")
+		defer benchutil.RemoveGlob(out + "*")
 		return output(exec.Command("heaptrack", append([]string{"-o", out, e.churn}, args...)...))
 	}},
 	{"heapscope run (preload, fp)", func(e *benchEnv, args []string) ([]byte, float64, error) {
@@ -231,7 +231,7 @@ func run(n, reps int, threadList, only, outFile string) error {
 	var doc bytes.Buffer
 	fmt.Fprintf(&doc, "# Benchmark results\n\nWritten by `go run ./bench -n %d -reps %d -threads %s -modes %s`.\n\n", n, reps, threadList, only)
 	fmt.Fprintf(&doc, "- date: %s\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"))
-	fmt.Fprintf(&doc, "- machine: %s\n", machine())
+	fmt.Fprintf(&doc, "- machine: %s\n", benchutil.Machine())
 	fmt.Fprintf(&doc, "- workload: `churn N T`: N pairs of malloc(16..527)+free in each of T threads; the workload times its own loop\n")
 	fmt.Fprintf(&doc, "- target CPU: the workload's CPU time (all threads, interposer included) in its timed loop, per pair; "+
 		"the same at 1 and 2 threads means the traced threads do not slow each other down\n")
@@ -254,7 +254,7 @@ func medianOf(ss []sample, field func(sample) float64) float64 {
 	for i, s := range ss {
 		xs[i] = field(s)
 	}
-	return median(xs)
+	return benchutil.Median(xs)
 }
 
 // writeTable prints medians and ratios as a Markdown table.
@@ -288,18 +288,6 @@ func fmtRatio(a, b float64) string {
 		return "–"
 	}
 	return fmt.Sprintf("%.3f", a/b)
-}
-
-func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := append([]float64(nil), xs...)
-	sort.Float64s(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 // splitModes splits a comma-separated list of mode names, leaving alone
@@ -345,42 +333,4 @@ func parseChurn(out []byte) (sample, error) {
 		return s, fmt.Errorf("churn's output %q lacks %d of its 3 lines", out, len(fields))
 	}
 	return s, nil
-}
-
-// machine describes the host: CPU, cores, kernel, libc, Go, heaptrack.
-func machine() string {
-	cpu := "unknown CPU"
-	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
-		for _, l := range strings.Split(string(b), "\n") {
-			if strings.HasPrefix(l, "model name") {
-				if i := strings.Index(l, ":"); i >= 0 {
-					cpu = strings.TrimSpace(l[i+1:])
-				}
-				break
-			}
-		}
-	}
-	kernel := strings.TrimSpace(cmdOut("uname", "-r"))
-	libc := firstLine(cmdOut("ldd", "--version"))
-	ht := firstLine(cmdOut("heaptrack", "--version"))
-	return fmt.Sprintf("%s, %d CPUs, kernel %s, %s, %s, %s", cpu, runtime.NumCPU(), kernel, libc, runtime.Version(), ht)
-}
-
-func cmdOut(name string, args ...string) string {
-	out, _ := exec.Command(name, args...).CombinedOutput()
-	return string(out)
-}
-
-func firstLine(s string) string {
-	if i := strings.IndexByte(s, '\n'); i >= 0 {
-		return s[:i]
-	}
-	return s
-}
-
-func removeGlob(pattern string) {
-	matches, _ := filepath.Glob(pattern)
-	for _, m := range matches {
-		os.Remove(m)
-	}
 }

@@ -17,10 +17,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
-	"sort"
 	"strings"
 	"time"
+
+	"github.com/heapscope/heapscope/bench/internal/benchutil"
 
 	"github.com/heapscope/heapscope/event"
 	"github.com/heapscope/heapscope/internal/testutil"
@@ -153,13 +153,13 @@ func run(reps int, outFile string) error {
 	fmt.Fprintf(&table, "| program | mode | median wall | × untraced | × heaptrack (wall) | trace bytes | events | bytes/event | × heaptrack (bytes/event) |\n")
 	fmt.Fprintf(&table, "|---|---|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, p := range programs {
-		base := median(results[p.name]["untraced"].walls)
+		base := benchutil.Median(results[p.name]["untraced"].walls)
 		ht := results[p.name]["heaptrack"]
-		htWall := median(ht.walls)
+		htWall := benchutil.Median(ht.walls)
 		htBPE := perEvent(ht.bytes, ht.events)
 		for _, m := range modes {
 			res := results[p.name][m.name]
-			w := median(res.walls)
+			w := benchutil.Median(res.walls)
 			size, events, bpe, ratio := "–", "–", "–", "–"
 			if res.events > 0 {
 				size, events = fmt.Sprint(res.bytes), fmt.Sprint(res.events)
@@ -176,7 +176,7 @@ func run(reps int, outFile string) error {
 	}
 	var doc bytes.Buffer
 	fmt.Fprintf(&doc, "# Real programs: heapscope run against heaptrack\n\nWritten by `go run ./bench/programs -reps %d`.\n\n", reps)
-	fmt.Fprintf(&doc, "- date: %s\n- machine: %s\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"), machine())
+	fmt.Fprintf(&doc, "- date: %s\n- machine: %s\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"), benchutil.Machine())
 	fmt.Fprintf(&doc, "- method: each program runs untraced, under `heaptrack`, and under `heapscope run` (frame-pointer and DWARF stacks), interleaved, %d times; wall times are medians and include the tracer's start and end (heaptrack's interpreter, heapscope's collector and file), not heapscope's summary (`-q`)\n", reps)
 	fmt.Fprintf(&doc, "- events: heaptrack's are the `+` (allocation) and `-` (free) records of its trace; heapscope's are the events in its trace (it keeps a time, thread and address for each)\n\n")
 	for _, p := range programs {
@@ -244,31 +244,4 @@ func perEvent(bytes, events uint64) float64 {
 		return 0
 	}
 	return float64(bytes) / float64(events)
-}
-
-func median(xs []float64) float64 {
-	s := append([]float64(nil), xs...)
-	sort.Float64s(s)
-	if len(s) == 0 {
-		return 0
-	}
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
-
-func machine() string {
-	cpu := "unknown CPU"
-	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
-		for _, l := range strings.Split(string(b), "\n") {
-			if strings.HasPrefix(l, "model name") {
-				cpu = strings.TrimSpace(l[strings.Index(l, ":")+1:])
-				break
-			}
-		}
-	}
-	uname, _ := exec.Command("uname", "-r").Output()
-	ht, _ := exec.Command("heaptrack", "--version").Output()
-	return fmt.Sprintf("%s, %d CPUs, kernel %s, %s, %s", cpu, runtime.NumCPU(), strings.TrimSpace(string(uname)), runtime.Version(), strings.TrimSpace(string(ht)))
 }

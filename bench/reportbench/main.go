@@ -28,12 +28,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
-	"sort"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/heapscope/heapscope/bench/internal/benchutil"
 
 	"golang.org/x/sys/unix"
 
@@ -148,7 +148,7 @@ func run(n, pyN, reps int, names []string, outFile, keep string) error {
 	fmt.Fprintf(&doc, "# `heapscope report` against `heaptrack_print`\n\n")
 	fmt.Fprintf(&doc, "Written by `go run ./bench/reportbench -n %d -py-n %d -reps %d -workloads %s`.\n\n", n, pyN, reps, strings.Join(names, ","))
 	fmt.Fprintf(&doc, "- date: %s\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"))
-	fmt.Fprintf(&doc, "- machine: %s\n", machine())
+	fmt.Fprintf(&doc, "- machine: %s\n", benchutil.Machine())
 	fmt.Fprintf(&doc, "- method: each workload is recorded once by heapscope (the preload provider writing a trace file, as `heapscope run` does) and once by `heaptrack`; then `heapscope report` (text, and `--format json`) and `heaptrack_print` each read their own trace %d times, interleaved, output to /dev/null. Wall time, CPU time (user+sys) and max RSS (all from wait4) are medians; \"best wall\" is the shortest run. The machine (2 cores) is shared with other engineers' builds and tests: wall times are noisy, and worse for heapscope, which decodes on both cores, than for the single-threaded heaptrack_print; the goal columns use the medians.\n", reps)
 	fmt.Fprintf(&doc, "- goal (issue 6): at least 2× faster than heaptrack_print with no more memory; then 5× and half.\n")
 	fmt.Fprintf(&doc, "- note: heaptrack symbolizes while it records (heaptrack_interpret), so heaptrack_print only aggregates; `heapscope report` also symbolizes (ELF, DWARF of the program and of libc from libc6-dbg).\n\n")
@@ -184,7 +184,7 @@ func measure(hs string, w workload, dir string, reps int) (*result, error) {
 	hsTrace := filepath.Join(dir, w.name+".hst")
 	htBase := filepath.Join(dir, w.name+".heaptrack")
 	os.Remove(hsTrace)
-	removeGlob(htBase + "*")
+	benchutil.RemoveGlob(htBase + "*")
 
 	fmt.Fprintf(os.Stderr, "%s: recording with heapscope\n", w.name)
 	if err := record(hsTrace, w); err != nil {
@@ -338,19 +338,7 @@ func medians(ms []measurement) (wall, cpu time.Duration, rss int64) {
 	for i, m := range ms {
 		w[i], c[i], r[i] = float64(m.wall), float64(m.cpu), float64(m.maxRSS)
 	}
-	return time.Duration(median(w)), time.Duration(median(c)), int64(median(r))
-}
-
-func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := append([]float64(nil), xs...)
-	sort.Float64s(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+	return time.Duration(benchutil.Median(w)), time.Duration(benchutil.Median(c)), int64(benchutil.Median(r))
 }
 
 func writeTable(w io.Writer, results []*result) {
@@ -426,48 +414,10 @@ func fmtCount(n uint64) string {
 	return s
 }
 
-// machine describes the host: CPU, cores, kernel, libc, Go, heaptrack.
-func machine() string {
-	cpu := "unknown CPU"
-	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
-		for _, l := range strings.Split(string(b), "\n") {
-			if strings.HasPrefix(l, "model name") {
-				if i := strings.Index(l, ":"); i >= 0 {
-					cpu = strings.TrimSpace(l[i+1:])
-				}
-				break
-			}
-		}
-	}
-	kernel := strings.TrimSpace(cmdOut("uname", "-r"))
-	libc := firstLine(cmdOut("ldd", "--version"))
-	ht := firstLine(cmdOut("heaptrack", "--version"))
-	return fmt.Sprintf("%s, %d CPUs, kernel %s, %s, %s, %s", cpu, runtime.NumCPU(), kernel, libc, runtime.Version(), ht)
-}
-
-func cmdOut(name string, args ...string) string {
-	out, _ := exec.Command(name, args...).CombinedOutput()
-	return string(out)
-}
-
-func firstLine(s string) string {
-	if i := strings.IndexByte(s, '\n'); i >= 0 {
-		return s[:i]
-	}
-	return s
-}
-
 func copyFile(src, dst string) error {
 	b, err := os.ReadFile(src)
 	if err != nil {
 		return err
 	}
 	return os.WriteFile(dst, b, 0o755)
-}
-
-func removeGlob(pattern string) {
-	matches, _ := filepath.Glob(pattern)
-	for _, m := range matches {
-		os.Remove(m)
-	}
 }

@@ -1,0 +1,66 @@
+// Package benchutil holds what heapscope's benchmark programs share: the
+// description of the machine they ran on and the median of repetitions.
+package benchutil
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+)
+
+// Machine describes the host: CPU, cores, kernel, libc, Go, heaptrack.
+func Machine() string {
+	cpu := "unknown CPU"
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, "model name") {
+				if i := strings.Index(l, ":"); i >= 0 {
+					cpu = strings.TrimSpace(l[i+1:])
+				}
+				break
+			}
+		}
+	}
+	kernel := strings.TrimSpace(cmdOut("uname", "-r"))
+	libc := firstLine(cmdOut("ldd", "--version"))
+	ht := firstLine(cmdOut("heaptrack", "--version"))
+	return fmt.Sprintf("%s, %d CPUs, kernel %s, %s, %s, %s", cpu, runtime.NumCPU(), kernel, libc, runtime.Version(), ht)
+}
+
+// Median returns the median of xs, or 0 when xs is empty.
+func Median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// RemoveGlob removes the files matching pattern, ignoring errors: it clears
+// the traces a repetition left behind.
+func RemoveGlob(pattern string) {
+	matches, _ := filepath.Glob(pattern)
+	for _, m := range matches {
+		os.Remove(m)
+	}
+}
+
+func cmdOut(name string, args ...string) string {
+	out, _ := exec.Command(name, args...).CombinedOutput()
+	return string(out)
+}
+
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}
