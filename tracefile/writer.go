@@ -151,7 +151,17 @@ func Create(path string, h Header, o Options) (*Writer, error) {
 	if err := checkConfig(path, &h, &o); err != nil {
 		return nil, err
 	}
-	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithAllLitEntropyCompression(true),
+	// At coarse resolutions the streams that repeat (stacks, addresses,
+	// times) are where the bytes go, and zstd's better level finds more of
+	// their repeats: a python3 run's trace 6% smaller than at the fastest
+	// level, for ~5 ns more per event and no slower reading. Times to the
+	// nanosecond repeat little; there the search cost ~25 ns per event
+	// more for nothing, so they get the fastest level.
+	level := zstd.SpeedBetterCompression
+	if h.TimeResolution < time.Microsecond {
+		level = zstd.SpeedFastest
+	}
+	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(level), zstd.WithAllLitEntropyCompression(true),
 		zstd.WithEncoderConcurrency(1), zstd.WithEncoderCRC(false))
 	if err != nil {
 		return nil, fmt.Errorf("tracefile: %w", err)
