@@ -136,15 +136,9 @@ func TestAggregate(t *testing.T) {
 	bin := testutil.MustBuild(t, "ebpf_calls", testutil.Options{})
 	rec := newRecorder(t)
 	tr := newTracer(t, Config{Mode: Aggregate}, rec)
-	w := startWorkload(t, bin, "20")
-	if err := tr.Attach(w.pid()); err != nil {
-		t.Fatal(err)
-	}
-	w.release(t)
+	w := traced(t, tr, bin, "20")
 	log := parseLog(t, w.lines(t, "done"))
-	if err := tr.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	mustFlush(t, tr)
 	if err := tr.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -195,9 +189,7 @@ func TestAggregateProcesses(t *testing.T) {
 	}
 	c.release(t)
 	logC := parseLog(t, c.lines(t, "done"))
-	if err := tr.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	mustFlush(t, tr)
 	for _, x := range []struct {
 		w     *workload
 		log   callLog
@@ -220,15 +212,9 @@ func TestAggregateNoFrees(t *testing.T) {
 	bin := testutil.MustBuild(t, "ebpf_calls", testutil.Options{})
 	rec := newRecorder(t)
 	tr := newTracer(t, Config{Mode: Aggregate, Families: event.FamilyHeap &^ event.FamilyFree}, rec)
-	w := startWorkload(t, bin, "20")
-	if err := tr.Attach(w.pid()); err != nil {
-		t.Fatal(err)
-	}
-	w.release(t)
+	w := traced(t, tr, bin, "20")
 	log := parseLog(t, w.lines(t, "done"))
-	if err := tr.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	mustFlush(t, tr)
 	snaps := rec.snapshotsOf(w.pid())
 	if len(snaps) != 1 {
 		t.Fatalf("%d snapshots", len(snaps))
@@ -250,9 +236,7 @@ func TestAggregateThreads(t *testing.T) {
 	}
 	w.release(t)
 	w.expect(t, "cpu_ns_per_pair")
-	if err := tr.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	mustFlush(t, tr)
 	snaps := rec.snapshotsOf(w.pid())
 	if len(snaps) != 1 {
 		t.Fatalf("%d snapshots", len(snaps))
@@ -297,11 +281,7 @@ func TestAggregateMapFull(t *testing.T) {
 	bin := testutil.MustBuild(t, "ebpf_calls", testutil.Options{})
 	rec := newRecorder(t)
 	tr := newTracer(t, Config{Mode: Aggregate, MaxLive: 8}, rec)
-	w := startWorkload(t, bin, "20")
-	if err := tr.Attach(w.pid()); err != nil {
-		t.Fatal(err)
-	}
-	w.release(t)
+	w := traced(t, tr, bin, "20")
 	log := parseLog(t, w.lines(t, "done"))
 	st := tr.Stats()
 	if st.Lost[event.LostMapFull] == 0 || st.Delivered+st.TotalLost() != uint64(len(log.calls)) {

@@ -220,15 +220,9 @@ func TestCalls(t *testing.T) {
 				stacks = NoStacks // without frame pointers the stacks are one frame: not checked
 			}
 			tr := newTracer(t, Config{Stacks: stacks, noMulti: c.noMulti}, rec)
-			w := startWorkload(t, bin, "20")
-			if err := tr.Attach(w.pid()); err != nil {
-				t.Fatal(err)
-			}
-			w.release(t)
+			w := traced(t, tr, bin, "20")
 			log := parseLog(t, w.lines(t, "done"))
-			if err := tr.Flush(); err != nil {
-				t.Fatal(err)
-			}
+			mustFlush(t, tr)
 			heap, allocator := event.HeapExe, bin
 			if !c.opts.Static {
 				heap, allocator = event.HeapLibc, libcPath(t, w.pid())

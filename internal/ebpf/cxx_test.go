@@ -15,15 +15,9 @@ func TestCXX(t *testing.T) {
 	bin := testutil.MustBuild(t, "ebpf_cxx", testutil.Options{CXX: true})
 	rec := newRecorder(t)
 	tr := newTracer(t, Config{Stacks: allStacks}, rec)
-	w := startWorkload(t, bin, "20")
-	if err := tr.Attach(w.pid()); err != nil {
-		t.Fatal(err)
-	}
-	w.release(t)
+	w := traced(t, tr, bin, "20")
 	log := parseLog(t, w.lines(t, "done"))
-	if err := tr.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	mustFlush(t, tr)
 	checkCalls(t, rec, w.pid(), log, siteRanges(t, bin, log.sites), nil, event.HeapLibc, allStacks)
 }
 
@@ -34,15 +28,9 @@ func TestCXXWithoutMallocFamily(t *testing.T) {
 	bin := testutil.MustBuild(t, "ebpf_cxx", testutil.Options{CXX: true})
 	rec := newRecorder(t)
 	tr := newTracer(t, Config{Families: event.FamilyCXX, Stacks: allStacks}, rec)
-	w := startWorkload(t, bin, "5")
-	if err := tr.Attach(w.pid()); err != nil {
-		t.Fatal(err)
-	}
-	w.release(t)
+	w := traced(t, tr, bin, "5")
 	log := parseLog(t, w.lines(t, "done"))
-	if err := tr.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	mustFlush(t, tr)
 	var cxx callLog
 	cxx.sites = log.sites
 	for _, c := range log.calls {

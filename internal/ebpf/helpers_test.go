@@ -280,3 +280,23 @@ func newTracer(t testing.TB, cfg Config, sink event.Sink) *Tracer {
 	t.Cleanup(func() { tr.Close() })
 	return tr
 }
+
+// traced starts bin held at its first wait, attaches tr to it and releases
+// it.
+func traced(t testing.TB, tr *Tracer, bin string, args ...string) *workload {
+	t.Helper()
+	w := startWorkload(t, bin, args...)
+	if err := tr.Attach(w.pid()); err != nil {
+		t.Fatal(err)
+	}
+	w.release(t)
+	return w
+}
+
+// mustFlush flushes tr, failing the test if it cannot.
+func mustFlush(t testing.TB, tr *Tracer) {
+	t.Helper()
+	if err := tr.Flush(); err != nil {
+		t.Fatal(err)
+	}
+}

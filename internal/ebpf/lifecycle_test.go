@@ -36,15 +36,9 @@ func TestTinyRing(t *testing.T) {
 	bin := testutil.MustBuild(t, "ebpf_count", testutil.Options{})
 	rec := &countSink{Sink: event.Discard}
 	tr := newTracer(t, Config{RingSize: 4096, FlushInterval: time.Hour}, rec)
-	w := startWorkload(t, bin, "50000", "2")
-	if err := tr.Attach(w.pid()); err != nil {
-		t.Fatal(err)
-	}
-	w.release(t)
+	w := traced(t, tr, bin, "50000", "2")
 	calls := countCalls(t, w)
-	if err := tr.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	mustFlush(t, tr)
 	st := tr.Stats()
 	t.Logf("calls %d: delivered %d, lost %v", calls, st.Delivered, st.Lost)
 	if st.Delivered+st.TotalLost() != calls {
@@ -72,15 +66,9 @@ func TestStacksLost(t *testing.T) {
 	bin := testutil.MustBuild(t, "ebpf_calls", testutil.Options{})
 	rec := newRecorder(t)
 	tr := newTracer(t, Config{Stacks: allStacks, StackMapSize: 2}, rec)
-	w := startWorkload(t, bin, "3")
-	if err := tr.Attach(w.pid()); err != nil {
-		t.Fatal(err)
-	}
-	w.release(t)
+	w := traced(t, tr, bin, "3")
 	w.lines(t, "done")
-	if err := tr.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	mustFlush(t, tr)
 	var without uint64
 	for _, e := range rec.eventsOf(w.pid()) {
 		if e.Stack == 0 {
@@ -124,9 +112,7 @@ func TestManyProcesses(t *testing.T) {
 	}
 	c.release(t)
 	callsC := countCalls(t, c)
-	if err := tr.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	mustFlush(t, tr)
 	for _, x := range []struct {
 		w     *workload
 		calls uint64
@@ -144,9 +130,7 @@ func TestManyProcesses(t *testing.T) {
 	}
 	a.release(t) // its threads exit: calls not traced any more
 	a.wait(t)
-	if err := tr.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	mustFlush(t, tr)
 	if n := uint64(len(rec.eventsOf(a.pid()))); n != callsA {
 		t.Errorf("pid %d: %d events after detach, %d calls while attached", a.pid(), n, callsA)
 	}
@@ -185,11 +169,7 @@ func TestKilled(t *testing.T) {
 	bin := testutil.MustBuild(t, "ebpf_count", testutil.Options{})
 	rec := newRecorder(t)
 	tr := newTracer(t, Config{FlushInterval: 50 * time.Millisecond}, rec)
-	w := startWorkload(t, bin, "100000000", "2")
-	if err := tr.Attach(w.pid()); err != nil {
-		t.Fatal(err)
-	}
-	w.release(t)
+	w := traced(t, tr, bin, "100000000", "2")
 	// Wait until calls are flowing, then kill it mid-loop.
 	for deadline := time.Now().Add(10 * time.Second); len(rec.eventsOf(w.pid())) == 0; {
 		if time.Now().After(deadline) {
@@ -242,9 +222,7 @@ func TestSetStacks(t *testing.T) {
 	}
 	b.release(t)
 	b.lines(t, "done")
-	if err := tr.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	mustFlush(t, tr)
 	for _, e := range rec.eventsOf(a.pid()) {
 		if e.Stack != 0 {
 			t.Fatalf("a stack with stacks off: %+v", e)
@@ -352,11 +330,7 @@ func TestOutOfMemory(t *testing.T) {
 func TestDetachClearsThreads(t *testing.T) {
 	bin := testutil.MustBuild(t, "ebpf_count", testutil.Options{})
 	tr := newTracer(t, Config{}, event.Discard)
-	w := startWorkload(t, bin, "100", "2")
-	if err := tr.Attach(w.pid()); err != nil {
-		t.Fatal(err)
-	}
-	w.release(t)
+	w := traced(t, tr, bin, "100", "2")
 	countCalls(t, w) // the workers are alive, parked
 	states := func() int {
 		n := 0
@@ -396,15 +370,9 @@ func TestClassicThreads(t *testing.T) {
 	bin := testutil.MustBuild(t, "ebpf_count", testutil.Options{})
 	rec := newRecorder(t)
 	tr := newTracer(t, Config{noMulti: true}, rec)
-	w := startWorkload(t, bin, "2000", "3")
-	if err := tr.Attach(w.pid()); err != nil {
-		t.Fatal(err)
-	}
-	w.release(t)
+	w := traced(t, tr, bin, "2000", "3")
 	calls := countCalls(t, w)
-	if err := tr.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	mustFlush(t, tr)
 	tids := map[uint32]bool{}
 	evs := rec.eventsOf(w.pid())
 	for _, e := range evs {

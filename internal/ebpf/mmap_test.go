@@ -25,9 +25,7 @@ func TestMmap(t *testing.T) {
 	other.release(t)
 	log := parseLog(t, w.lines(t, "done"))
 	other.lines(t, "done")
-	if err := tr.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	mustFlush(t, tr)
 	evs := rec.eventsOf(w.pid())
 	if len(evs) != len(log.calls) {
 		t.Errorf("%d events, %d calls", len(evs), len(log.calls))

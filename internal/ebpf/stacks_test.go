@@ -37,9 +37,7 @@ func TestDeepStacks(t *testing.T) {
 			}
 			w.release(t)
 			w.expect(t, "cpu_ns_per_pair")
-			if err := tr.Flush(); err != nil {
-				t.Fatal(err)
-			}
+			mustFlush(t, tr)
 			check := func(id event.StackID) string {
 				fr := rec.frames(w.pid(), id)
 				if len(fr) < depth+1 {
@@ -101,15 +99,9 @@ func TestStackCallers(t *testing.T) {
 	bin := testutil.MustBuild(t, "ebpf_calls", testutil.Options{})
 	rec := newRecorder(t)
 	tr := newTracer(t, Config{}, rec)
-	w := startWorkload(t, bin, "10")
-	if err := tr.Attach(w.pid()); err != nil {
-		t.Fatal(err)
-	}
-	w.release(t)
+	w := traced(t, tr, bin, "10")
 	log := parseLog(t, w.lines(t, "done"))
-	if err := tr.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	mustFlush(t, tr)
 	evs := rec.eventsOf(w.pid())
 	var seconds []uint64 // the caller of each site_malloc call, in order
 	for i, c := range log.calls {
