@@ -7,7 +7,10 @@
 // without forming a cycle.
 package event
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // Kind is what an event did to the heap.
 type Kind uint8
@@ -295,6 +298,49 @@ type Process struct {
 	Exe     string   // path of the executable
 	Cmdline []string // argv
 }
+
+// CommandLine returns p's argv as one line that bash reads back as the
+// same words: an argument holding anything but letters, digits and
+// -_./=:,+@% is single-quoted, and one holding control characters (a
+// newline in a python -c script) is written $'...' with escapes, so that
+// the line stays one line.
+func (p Process) CommandLine() string {
+	var b strings.Builder
+	for i, a := range p.Cmdline {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		switch {
+		case a != "" && strings.Trim(a, safeArgChars) == "":
+			b.WriteString(a)
+		case strings.IndexFunc(a, func(r rune) bool { return r < 0x20 || r == 0x7f }) >= 0:
+			b.WriteString("$'")
+			for i := 0; i < len(a); i++ {
+				switch c := a[i]; {
+				case c == '\n':
+					b.WriteString(`\n`)
+				case c == '\t':
+					b.WriteString(`\t`)
+				case c == '\\' || c == '\'':
+					b.WriteByte('\\')
+					b.WriteByte(c)
+				case c < 0x20 || c == 0x7f:
+					fmt.Fprintf(&b, `\x%02x`, c)
+				default:
+					b.WriteByte(c)
+				}
+			}
+			b.WriteByte('\'')
+		default:
+			b.WriteByte('\'')
+			b.WriteString(strings.ReplaceAll(a, "'", `'\''`))
+			b.WriteByte('\'')
+		}
+	}
+	return b.String()
+}
+
+const safeArgChars = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:,+@%"
 
 // Exit records the end of a traced process, or the end of its tracing.
 type Exit struct {

@@ -1,6 +1,11 @@
 package event
 
-import "testing"
+import (
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+)
 
 func TestParseFamily(t *testing.T) {
 	f, err := ParseFamily("malloc,free,cxx")
@@ -60,5 +65,26 @@ func TestTee(t *testing.T) {
 	}
 	if a.events != 3 || b.events != 3 {
 		t.Errorf("a=%d b=%d", a.events, b.events)
+	}
+}
+
+// TestCommandLine checks that bash reads the line back as the same words.
+func TestCommandLine(t *testing.T) {
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("no bash")
+	}
+	args := []string{"python3", "-c", "import os\nprint('hi')\t# \"x\"", "", "a b", "it's", `back\slash`, "$HOME", "ok-_./=:,+@%", "\x01\x7f"}
+	line := Process{Cmdline: args}.CommandLine()
+	if strings.ContainsAny(line, "\n\t") {
+		t.Errorf("CommandLine() = %q: not one line", line)
+	}
+	out, err := exec.Command(bash, "-c", `for a in `+line+`; do printf '%s\0' "$a"; done`).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Split(strings.TrimSuffix(string(out), "\x00"), "\x00")
+	if !slices.Equal(got, args) {
+		t.Errorf("bash read %q back as %q, want %q", line, got, args)
 	}
 }

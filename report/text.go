@@ -110,7 +110,7 @@ func (t *textWriter) header() {
 	for _, p := range r.Profile.Processes {
 		t.printf("process %d", p.PID)
 		if len(p.Cmdline) > 0 {
-			t.printf(": %s", strings.Join(p.Cmdline, " "))
+			t.printf(": %s", p.CommandLine())
 		} else if p.Exe != "" {
 			t.printf(": %s", p.Exe)
 		}

@@ -128,7 +128,7 @@ func info(out io.Writer, path string) error {
 
 	line("processes", "%d", len(s.procs))
 	for _, p := range s.procs {
-		desc := fmt.Sprintf("pid %d (ppid %d) %s", p.PID, p.PPID, strings.Join(p.Cmdline, " "))
+		desc := fmt.Sprintf("pid %d (ppid %d) %s", p.PID, p.PPID, p.CommandLine())
 		if len(p.Cmdline) == 0 || p.Exe != p.Cmdline[0] {
 			desc += " [" + p.Exe + "]"
 		}
