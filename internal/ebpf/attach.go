@@ -220,10 +220,18 @@ func (t *Tracer) attachTarget(pid int, pidx uint16, tg target) ([]link.Link, err
 		addrs, cookie []uint64
 	}
 	var alloc, free, wrap group
-	alloc.progs = []*ebpf.Program{t.prog("alloc_enter"), t.prog("alloc_exit")}
+	// Probes go live in this order and (closeLinks closes in reverse) go
+	// away in the opposite one. Frees first: while only some probes are
+	// live (closing a link can take milliseconds of the target's calls), a
+	// block allocated then is seen freed rather than leaked, and a free
+	// of a block not seen allocated is counted as unmatched, as any free
+	// of a block from before tracing is. The allocation's return probe
+	// before its entry probe: an entry seen without its return would leave
+	// the thread inside a call that never ends.
+	alloc.progs = []*ebpf.Program{t.prog("alloc_exit"), t.prog("alloc_enter")}
 	free.progs = []*ebpf.Program{t.prog("free_enter")}
 	wrap.progs = []*ebpf.Program{t.prog("wrap_enter")}
-	alloc.ret = []bool{false, true}
+	alloc.ret = []bool{true, false}
 	free.ret = []bool{false}
 	wrap.ret = []bool{false}
 	for _, s := range tg.sites {
@@ -242,7 +250,7 @@ func (t *Tracer) attachTarget(pid int, pidx uint16, tg target) ([]link.Link, err
 	}
 
 	var links []link.Link
-	for _, g := range []group{alloc, free, wrap} {
+	for _, g := range []group{free, alloc, wrap} {
 		if len(g.addrs) == 0 {
 			continue
 		}

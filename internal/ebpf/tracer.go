@@ -467,9 +467,11 @@ func (t *Tracer) Close() error {
 	return err
 }
 
+// closeLinks closes ls last first: entry probes before the return probes
+// made ahead of them.
 func closeLinks(ls []link.Link) {
-	for _, l := range ls {
-		l.Close()
+	for i := len(ls) - 1; i >= 0; i-- {
+		ls[i].Close()
 	}
 }
 
