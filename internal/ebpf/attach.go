@@ -150,7 +150,7 @@ func (t *Tracer) attach(p *tracee) error {
 	now := monotonic()
 	mods, _ := proc.Modules(pid, now)
 	t.known[uint32(pid)] = true
-	ms := &moduleSet{}
+	ms := &moduleSet{read: now}
 	t.modules[uint32(pid)] = ms
 	t.send(t.sink.Process(event.Process{PID: uint32(pid), PPID: uint32(st.PPID), Time: now, Exe: exe, Cmdline: cmdline}))
 	t.sendModules(ms, mods)

@@ -2,6 +2,7 @@ package ebpf
 
 import (
 	"sort"
+	"time"
 
 	"github.com/heapscope/heapscope/event"
 	"github.com/heapscope/heapscope/internal/proc"
@@ -52,7 +53,16 @@ func (t *Tracer) stackID(pid uint32, hash uint64) event.StackID {
 // moduleSet is what has been sent of a process's executable mappings.
 type moduleSet struct {
 	mods []event.Module // sorted by Start
+	read int64          // when the process's maps were last read
 }
+
+// rereadMaps is how often at most covered reads a process's maps again.
+// Frames outside every file mapping are common (a frame-pointer walk
+// through code built without them yields heap and stack addresses), and
+// each read costs a /proc walk and build-id reads: reading on every such
+// stack stalled the consumer of a python3 run until the ring overflowed.
+// Libraries loaded with dlopen are reported by the loader probe anyway.
+const rereadMaps = 100 * time.Millisecond
 
 func (ms *moduleSet) find(addr uint64) bool {
 	i := sort.Search(len(ms.mods), func(i int) bool { return ms.mods[i].End > addr })
@@ -95,7 +105,12 @@ func (t *Tracer) covered(pid uint32, frames []uint64) {
 		if f == 0 || ms.find(f-1) {
 			continue
 		}
-		mods, err := proc.Modules(int(pid), monotonic())
+		now := monotonic()
+		if now-ms.read < int64(rereadMaps) {
+			return
+		}
+		ms.read = now
+		mods, err := proc.Modules(int(pid), now)
 		if err == nil {
 			t.sendModules(ms, mods)
 		}
