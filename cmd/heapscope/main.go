@@ -22,6 +22,10 @@ type command struct {
 	help    string // further text for `heapscope NAME --help`
 	// setup declares the flags; run does the work with the arguments left.
 	setup func(fs *flag.FlagSet) func(args []string) error
+	// flagsFirst: flags end at the first argument that is not one (run:
+	// the program's own flags follow it). Other commands take flags
+	// anywhere, as in `heapscope report FILE --top 5`.
+	flagsFirst bool
 }
 
 var commands = map[string]*command{}
@@ -70,7 +74,8 @@ func mainArgs(args []string, stdout, stderr io.Writer) int {
 	}
 	fs := newFlagSet(c, io.Discard)
 	run := c.setup(fs)
-	if err := fs.Parse(args[1:]); err != nil {
+	rest, err := parseArgs(fs, args[1:], c.flagsFirst)
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.SetOutput(stdout)
 			fs.Usage()
@@ -79,7 +84,7 @@ func mainArgs(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "heapscope %s: %v (see 'heapscope %s --help')\n", name, err, name)
 		return 2
 	}
-	err := run(fs.Args())
+	err = run(rest)
 	var ee exitError
 	var ue usageError
 	switch {
@@ -93,6 +98,22 @@ func mainArgs(args []string, stdout, stderr io.Writer) int {
 	default:
 		fmt.Fprintf(stderr, "heapscope %s: %v\n", name, err)
 		return 1
+	}
+}
+
+// parseArgs parses args with fs and returns the arguments that are not
+// flags. Unless flagsFirst, flags may follow them; "--" ends the flags.
+func parseArgs(fs *flag.FlagSet, args []string, flagsFirst bool) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		left := fs.Args()
+		if used := len(args) - len(left); flagsFirst || len(left) == 0 || (used > 0 && args[used-1] == "--") {
+			return append(pos, left...), nil
+		}
+		pos, args = append(pos, left[0]), left[1:]
 	}
 }
 

@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"flag"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -44,5 +46,27 @@ func TestBadFlag(t *testing.T) {
 	var out, errb bytes.Buffer
 	if code := mainArgs([]string{"version", "--no-such-flag"}, &out, &errb); code != 2 {
 		t.Errorf("exit %d, want 2", code)
+	}
+}
+
+func TestParseArgs(t *testing.T) {
+	for _, c := range []struct {
+		args       []string
+		flagsFirst bool
+		want       []string
+		top        int
+	}{
+		{[]string{"f.hst", "--top", "3"}, false, []string{"f.hst"}, 3},
+		{[]string{"--top", "3", "a", "b", "--top", "4"}, false, []string{"a", "b"}, 4},
+		{[]string{"a", "--", "--top", "5"}, false, []string{"a", "--top", "5"}, 0},
+		{[]string{"--top", "2", "--", "prog", "--top", "5"}, true, []string{"prog", "--top", "5"}, 2},
+		{[]string{"prog", "--top", "5"}, true, []string{"prog", "--top", "5"}, 0},
+	} {
+		fs := flag.NewFlagSet("x", flag.ContinueOnError)
+		top := fs.Int("top", 0, "")
+		got, err := parseArgs(fs, c.args, c.flagsFirst)
+		if err != nil || !slices.Equal(got, c.want) || *top != c.top {
+			t.Errorf("parseArgs(%q, %v) = %q, %v, top %d; want %q, top %d", c.args, c.flagsFirst, got, err, *top, c.want, c.top)
+		}
 	}
 }

@@ -104,7 +104,7 @@ func TestReportJSONAndWindow(t *testing.T) {
 
 	// A window over the second half: the leaks happen in it, the first
 	// 500 pairs do not.
-	if code, errs := runCLI(t, "report", "--format", "json", "--from", "500ms", "--to", "2s", "-o", out, trace); code != 0 {
+	if code, errs := runCLI(t, "report", trace, "--format", "json", "--from", "500ms", "--to", "2s", "-o", out); code != 0 { // flags after the file, as the README writes them
 		t.Fatalf("exit %d: %s", code, errs)
 	}
 	d = readReportJSON(t, out)

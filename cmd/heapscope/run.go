@@ -14,9 +14,10 @@ import (
 
 func init() {
 	register(&command{
-		name:    "run",
-		args:    "[flags] -- PROGRAM [ARGS...]",
-		summary: "launch a program and trace its heap from its first allocation",
+		name:       "run",
+		flagsFirst: true,
+		args:       "[flags] -- PROGRAM [ARGS...]",
+		summary:    "launch a program and trace its heap from its first allocation",
 		help: `
 The program starts held before its first instruction; tracing is turned on,
 then it runs. heapscope exits with the program's status (128+N when signal N
