@@ -435,7 +435,7 @@ func (r *Reader) scanLinear() error {
 		return nil
 	}, r.warn)
 	if !final {
-		r.warn("the file has no index (its writer did not close it: killed, or out of disk space); recovered %d chunks by scanning", n)
+		r.warn("the file has no index (its writer has not closed it: still tracing, killed, or out of disk space); recovered %d chunks by scanning", n)
 	}
 	return nil
 }
@@ -469,7 +469,7 @@ func (r *Reader) scanRing() error {
 	}
 	// A ring closed properly may have had no room for its index.
 	if n := len(r.list); n == 0 || r.list[n-1].hdr.flags&flagFinal == 0 {
-		r.warn("the file has no index (its writer did not close it: killed, or out of disk space); recovered %d chunks by scanning", n)
+		r.warn("the file has no index (its writer has not closed it: still tracing, killed, or out of disk space); recovered %d chunks by scanning", n)
 	}
 	r.checkRing()
 	return nil
