@@ -80,6 +80,21 @@ func (s *sessionSink) fill(st *event.Stats) {
 	st.Bytes = uint64(s.written.Load())
 }
 
+// addDropped moves the events the trace file's writer kept in no file from
+// delivered to lost, as the file's own stats record does.
+func (s *sessionSink) addDropped(st *event.Stats) {
+	s.mu.Lock()
+	w := s.w
+	s.mu.Unlock()
+	if w == nil {
+		return
+	}
+	limit, over := w.Dropped()
+	st.Lost[event.LostFileLimit] += limit
+	st.Lost[event.LostOverwritten] += over
+	st.Delivered -= min(st.Delivered, limit+over)
+}
+
 func (s *sessionSink) Process(p event.Process) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -53,6 +53,7 @@ type traceWriter interface {
 	Flush() error
 	Close() error
 	Written() int64
+	Dropped() (fileLimit, overwritten uint64)
 	Files() []string
 }
 
@@ -253,6 +254,14 @@ func (s *Session) PIDs() []int { return s.b.pids() }
 
 // Stats returns what the session has delivered and lost so far.
 func (s *Session) Stats() event.Stats {
+	st := s.sinkStats()
+	s.sink.addDropped(&st)
+	return st
+}
+
+// sinkStats is the provider's count completed by the sink: what the trace
+// file's writer is given, to add what it dropped itself.
+func (s *Session) sinkStats() event.Stats {
 	st := s.b.stats()
 	s.sink.fill(&st)
 	return st
@@ -267,7 +276,7 @@ func (s *Session) Flush() error {
 	default:
 	}
 	err := s.b.flush()
-	st := s.Stats()
+	st := s.sinkStats()
 	if serr := s.sink.Stats(st); err == nil {
 		err = serr
 	}
@@ -341,7 +350,7 @@ func (s *Session) Stop() error {
 		if err := s.b.close(); err != nil {
 			errList = append(errList, err)
 		}
-		st := s.Stats()
+		st := s.sinkStats()
 		if err := s.sink.Stats(st); err != nil {
 			errList = append(errList, err)
 		}

@@ -55,8 +55,9 @@ func TestSequentialStops(t *testing.T) {
 	if lost := st.Lost[event.LostFileLimit]; lost != uint64(len(all)-len(rec.events)) {
 		t.Errorf("stats count %d events lost to the file limit; %d were", lost, len(all)-len(rec.events))
 	}
-	if st.Delivered != uint64(len(all)) {
-		t.Errorf("delivered %d, want %d (the session's count)", st.Delivered, len(all))
+	// Delivered counts what reached the file: with the lost, the calls.
+	if st.Delivered != uint64(len(rec.events)) || st.Delivered+st.TotalLost() != uint64(len(all)) {
+		t.Errorf("delivered %d and lost %d, want %d and %d", st.Delivered, st.TotalLost(), len(rec.events), len(all)-len(rec.events))
 	}
 	if !containsWarning(warns, "reached its maximum size") {
 		t.Errorf("no warning that the trace stopped: %q", warns)
@@ -135,6 +136,9 @@ func TestCircularKeepsTheNewest(t *testing.T) {
 			if !crash {
 				if lost := st.Lost[event.LostOverwritten]; lost != uint64(len(all)-n) {
 					t.Errorf("stats count %d events overwritten; %d were", lost, len(all)-n)
+				}
+				if st.Delivered != uint64(n) {
+					t.Errorf("delivered %d, want the %d events the file kept", st.Delivered, n)
 				}
 			} else if !containsWarning(warns, "no index") {
 				t.Errorf("no warning about the missing index: %q", warns)

@@ -160,12 +160,15 @@ func (w *Writer) build(c *chunk, flags uint8, full bool) (*chunkHeader, []byte) 
 }
 
 // statsRecord is the last stats the session passed with the writer's own
-// counts added: the events lost to the file's size, and the bytes written
-// (with pending more to come).
+// counts added: the events lost to the file's size, moved from delivered
+// to lost (the session delivered them to the writer, not to the file, and
+// delivered + lost must stay the calls made), and the bytes written (with
+// pending more to come).
 func (w *Writer) statsRecord(pending int64) []byte {
 	s := w.stats
 	s.Lost[event.LostFileLimit] += w.lostLimit
 	s.Lost[event.LostOverwritten] += w.lostOver
+	s.Delivered -= min(s.Delivered, w.lostLimit+w.lostOver)
 	s.Bytes = uint64(w.written + pending)
 	if s.Time == 0 {
 		s.Time = w.lastTime

@@ -459,9 +459,19 @@ func (w *Writer) Snapshot(s event.Snapshot) error {
 	return nil
 }
 
+// Dropped returns the events the writer was given but kept in no file: those
+// after a sequential file reached its maximum size, and those a circular
+// file overwrote.
+func (w *Writer) Dropped() (fileLimit, overwritten uint64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.lostLimit, w.lostOver
+}
+
 // Stats implements event.Sink. s is the provider's cumulative count; the
 // writer adds what it lost itself (event.LostFileLimit,
-// event.LostOverwritten) and the bytes written before storing it.
+// event.LostOverwritten), taking those from s.Delivered, and the bytes
+// written before storing it.
 func (w *Writer) Stats(s event.Stats) error {
 	if err := w.lock(); err != nil {
 		return err
