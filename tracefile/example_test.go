@@ -102,5 +102,5 @@ func ExampleReader_Replay_window() {
 	// process 7 /bin/app
 	// alloc malloc 0x4000 16 bytes at +3000µs
 	// alloc malloc 0x5000 16 bytes at +4000µs
-	// delivered 0 lost 0
+	// delivered 10 lost 0
 }

@@ -166,6 +166,9 @@ func (w *Writer) build(c *chunk, flags uint8, full bool) (*chunkHeader, []byte) 
 // pending more to come).
 func (w *Writer) statsRecord(pending int64) []byte {
 	s := w.stats
+	// The session's count lags (a provider sends it every flush
+	// interval); the events the writer was given are delivered at least.
+	s.Delivered = max(s.Delivered, w.given)
 	s.Lost[event.LostFileLimit] += w.lostLimit
 	s.Lost[event.LostOverwritten] += w.lostOver
 	s.Delivered -= min(s.Delivered, w.lostLimit+w.lostOver)

@@ -121,6 +121,7 @@ type Writer struct {
 	stats     event.Stats // the last the session passed
 	lostLimit uint64
 	lostOver  uint64
+	given     uint64 // events passed to Events
 	stopped   bool
 
 	err       error
@@ -403,6 +404,7 @@ func (w *Writer) Events(evs []event.Event) error {
 		return err
 	}
 	defer w.mu.Unlock()
+	w.given += uint64(len(evs))
 	if w.stopped {
 		w.lostLimit += uint64(len(evs))
 		return nil
