@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os/exec"
 	"sync"
+	"time"
 
 	"github.com/heapscope/heapscope/event"
 	"github.com/heapscope/heapscope/internal/errs"
@@ -71,10 +72,30 @@ func (b *preloadBackend) launch(cmd *exec.Cmd) error {
 	return nil
 }
 
+// exited records the launched program's exit. The session goes on while
+// traced processes it left behind still run, as heaptrack's does: a
+// daemon's parent exits at once and leaves the process worth tracing. A
+// process is known once it has connected, at its start, or at its first
+// allocation after a fork; descendantGrace covers one started just before
+// the exit that has not connected yet.
 func (b *preloadBackend) exited(pid, status, sig int) {
 	b.c.Exited(pid, status, sig)
-	b.once.Do(func() { close(b.doneCh) })
+	go func() {
+		quiet := time.Now()
+		for time.Since(quiet) < descendantGrace {
+			time.Sleep(descendantPoll)
+			if b.c.Live() > 0 {
+				quiet = time.Now()
+			}
+		}
+		b.once.Do(func() { close(b.doneCh) })
+	}()
 }
+
+const (
+	descendantGrace = 100 * time.Millisecond
+	descendantPoll  = 10 * time.Millisecond
+)
 
 func (b *preloadBackend) pids() []int {
 	b.mu.Lock()

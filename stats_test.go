@@ -3,6 +3,7 @@ package heapscope
 import (
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -62,4 +63,54 @@ func TestFileLossesCounted(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestLaunchFollowsDescendants launches a shell that starts churn in the
+// background and exits at once, as a daemon's parent does: the session
+// goes on until churn has exited too, and has all of its calls.
+func TestLaunchFollowsDescendants(t *testing.T) {
+	bin := testutil.MustBuild(t, "churn", testutil.Options{})
+	path := filepath.Join(t.TempDir(), "d.hst")
+	props := Properties{LogFileName: path}
+	s, err := Launch("descendants", props, exec.Command("sh", "-c", bin+" 300000 1 >/dev/null & exit 0"), DefaultStacks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Wait()
+	if s.ExitStatus() != 0 {
+		t.Errorf("exit status %d, want the shell's 0", s.ExitStatus())
+	}
+	r, err := tracefile.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	c := &pidCounter{Sink: event.Discard, exes: map[uint32]string{}, n: map[uint32]int{}}
+	if err := r.Replay(c, tracefile.Window{}); err != nil {
+		t.Fatal(err)
+	}
+	for pid, exe := range c.exes {
+		if strings.HasPrefix(filepath.Base(exe), "churn") {
+			if c.n[pid] < 600_000 {
+				t.Errorf("churn (pid %d): %d events, want its 600,000 calls and a few", pid, c.n[pid])
+			}
+			return
+		}
+	}
+	t.Errorf("no churn process in the trace: %v", c.exes)
+}
+
+// pidCounter counts events per process.
+type pidCounter struct {
+	event.Sink
+	exes map[uint32]string
+	n    map[uint32]int
+}
+
+func (c *pidCounter) Process(p event.Process) error { c.exes[p.PID] = p.Exe; return nil }
+func (c *pidCounter) Events(evs []event.Event) error {
+	for _, e := range evs {
+		c.n[e.PID]++
+	}
+	return nil
 }

@@ -120,6 +120,10 @@ func (t *textWriter) header() {
 				t.printf(" (killed by signal %d)", p.Exit.Signal)
 			case p.Exit.Status >= 0:
 				t.printf(" (exit status %d)", p.Exit.Status)
+			case r.Trace.Provider == "preload":
+				// Not heapscope's child: it saw the process end, not
+				// how.
+				t.printf(" (ended, exit status unknown)")
 			default:
 				t.printf(" (detached)")
 			}

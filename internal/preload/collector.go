@@ -52,6 +52,8 @@ type Collector struct {
 	statsMu sync.Mutex
 	stats   event.Stats
 
+	live atomic.Int64 // images not known to have exited, as of the pump's last pass
+
 	wg       sync.WaitGroup // acceptor and connection goroutines
 	done     chan struct{}  // the pump returned
 	closeErr error
@@ -238,6 +240,11 @@ func (c *Collector) Prepare(cmd *exec.Cmd) error {
 func (c *Collector) Exited(pid int, status, signal int) {
 	c.enqueue(request{kind: reqExited, pid: uint32(pid), status: status, signal: signal})
 }
+
+// Live returns how many traced processes have connected and are not known
+// to have exited, as of the collector's last pass: a program's descendants
+// that are still running once it has exited.
+func (c *Collector) Live() int { return int(c.live.Load()) }
 
 // SetStacks changes, live, which kinds carry a stack: running processes see
 // it at their next allocation call.

@@ -193,6 +193,8 @@ func (p *proc) markDead() {
 // checkExits notices images that ended, and makes final those whose every
 // ring is known.
 func (c *Collector) checkExits() {
+	live := 0
+	defer func() { c.live.Store(int64(live)) }()
 	for _, p := range c.procs {
 		if p.final {
 			continue
@@ -211,6 +213,9 @@ func (c *Collector) checkExits() {
 		}
 		if p.dead && (p.conns == 0 || time.Since(p.deadAt) > eofPatience) {
 			p.final = true
+		}
+		if !p.dead {
+			live++
 		}
 	}
 }

@@ -31,6 +31,9 @@ func (c *Collector) Prepare(cmd *exec.Cmd) error { return errPlatform }
 // Exited does nothing.
 func (c *Collector) Exited(pid int, status, signal int) {}
 
+// Live returns 0.
+func (c *Collector) Live() int { return 0 }
+
 // SetStacks fails.
 func (c *Collector) SetStacks(event.KindSet) error { return errPlatform }
 
