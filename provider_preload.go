@@ -93,8 +93,8 @@ func (b *preloadBackend) exited(pid, status, sig int) {
 }
 
 const (
-	descendantGrace = 100 * time.Millisecond
-	descendantPoll  = 10 * time.Millisecond
+	descendantGrace = 50 * time.Millisecond
+	descendantPoll  = 5 * time.Millisecond
 )
 
 func (b *preloadBackend) pids() []int {
