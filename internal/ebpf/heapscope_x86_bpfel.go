@@ -65,7 +65,7 @@ type heapscopeThread struct {
 	Inner     uint8
 	Heap      uint8
 	Sys       uint8
-	Nested    uint8
+	Pad       uint8
 	Pidx      uint16
 	Depth     uint32
 	Pad2      uint32

@@ -574,20 +574,14 @@ static __always_inline int do_alloc_enter(struct pt_regs *ctx)
 		return 0;
 	}
 	if (t->state == STATE_ALLOC) {
-		if (sp <= t->sp && !t->nested) {
+		if (sp <= t->sp) {
 			// Called by a traced allocation (realloc(NULL, n) jumps
 			// to malloc): that outer call is the event.
 			t->depth++;
 			return 0;
 		}
-		// An allocation whose return never came (its probe went
-		// away mid-call, or it never returned): this call is
-		// shallower, or a second one after a nested call returned,
-		// which no allocator makes. That call, and the one taken
-		// for nested in it, are lost; this one starts afresh.
+		// Shallower than an allocation whose return never came.
 		count(CTR_LOST_OTHER);
-		if (t->nested)
-			count(CTR_LOST_OTHER);
 	}
 
 	__u8 report = func;
@@ -634,7 +628,6 @@ static __always_inline int do_alloc_enter(struct pt_regs *ctx)
 		size = t->a0; // the size asked of operator new
 
 	t->state = STATE_ALLOC;
-	t->nested = 0;
 	t->func = report;
 	t->inner = func;
 	t->heap = COOKIE_HEAP(cookie);
@@ -651,8 +644,7 @@ static __always_inline int do_alloc_exit(struct pt_regs *ctx)
 	if (!t || t->state != STATE_ALLOC)
 		return 0;
 	if (t->depth) {
-		if (!--t->depth)
-			t->nested = 1;
+		t->depth--;
 		return 0;
 	}
 	t->state = STATE_IDLE;

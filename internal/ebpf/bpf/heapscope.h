@@ -104,7 +104,7 @@ struct thread {
 	__u8 inner; // the function whose return is probed
 	__u8 heap;
 	__u8 sys; // syscall in progress (FUNC_MMAP, ...), else 0
-	__u8 nested; // a nested allocation has returned: the next entry is not one
+	__u8 pad;
 	__u16 pidx; // the process's index (aggregate mode)
 	__u32 depth; // nested traced allocations inside the outermost
 	__u32 pad2;
