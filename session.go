@@ -76,7 +76,8 @@ type Session struct {
 	drained  chan struct{} // closed when every event has reached the file and hooks
 	final    Status        // the status when drained
 	stopped  chan struct{} // closed when Stop has finished
-	exitCode int           // the launched child's status
+	exitCode int           // the launched child's status, once exited is closed
+	exited   chan struct{} // Launch: closed when the launched child has exited
 }
 
 // Start starts a session named name that traces the running processes pids,
@@ -121,6 +122,7 @@ func Launch(name string, props Properties, cmd *exec.Cmd, stackEvents event.Kind
 	}
 	s.mu.Lock()
 	s.child = cmd
+	s.exited = make(chan struct{})
 	s.mu.Unlock()
 	go func() {
 		// Wait reports the child's end to the backend, which ends the
@@ -129,6 +131,7 @@ func Launch(name string, props Properties, cmd *exec.Cmd, stackEvents event.Kind
 		status, sig := launch.Status(cmd.ProcessState)
 		s.mu.Lock()
 		s.exitCode = status
+		close(s.exited)
 		s.mu.Unlock()
 		s.b.exited(cmd.Process.Pid, status, sig)
 	}()
@@ -391,10 +394,24 @@ func (s *Session) Done() <-chan struct{} { return s.stopped }
 func (s *Session) ExitStatus() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.child == nil || s.child.ProcessState == nil {
+	if s.exited == nil {
 		return -1
 	}
-	return s.exitCode
+	select {
+	case <-s.exited:
+		return s.exitCode
+	default:
+		return -1
+	}
+}
+
+// ProgramExited returns a channel closed when the program Launch started
+// has exited, which may be after the session ended (stopped by name, the
+// program runs on untraced); nil for a session that launched nothing.
+func (s *Session) ProgramExited() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.exited
 }
 
 // Files returns the trace files written so far.

@@ -279,7 +279,7 @@ func TestText(t *testing.T) {
 	for _, want := range []string{
 		"heapscope report of app.hst (session \"s1\", provider preload",
 		"process 2: app -x (exit status 0)",
-		"process 3: app -x (ended, exit status unknown)", // preload: not heapscope's child
+		"process 3: app -x (exit status unknown)", // preload: not heapscope's child
 		"allocation calls       9",
 		"peak heap              320 B in 5 blocks at 5.000ms",
 		"leaked                 110 B in 2 blocks",

@@ -121,9 +121,9 @@ func (t *textWriter) header() {
 			case p.Exit.Status >= 0:
 				t.printf(" (exit status %d)", p.Exit.Status)
 			case r.Trace.Provider == "preload":
-				// Not heapscope's child: it saw the process end, not
-				// how.
-				t.printf(" (ended, exit status unknown)")
+				// Not heapscope's child, or still running when
+				// tracing stopped.
+				t.printf(" (exit status unknown)")
 			default:
 				t.printf(" (detached)")
 			}

@@ -79,11 +79,18 @@ func runProgram(sf sessionFlags, props heapscope.Properties, stacks event.KindSe
 	}
 	stop := launch.ForwardSignals(cmd.Process)
 	werr := s.Wait()
-	stop()
 	status := s.ExitStatus()
 	if !sf.quiet {
 		printSummary(os.Stderr, s.Status(), s.Files())
 	}
+	if status < 0 {
+		// Stopped by name: the program runs on, untraced, and its
+		// status is still ours to pass on.
+		fmt.Fprintf(os.Stderr, "heapscope run: tracing stopped; waiting for pid %d, which runs on untraced\n", cmd.Process.Pid)
+		<-s.ProgramExited()
+		status = s.ExitStatus()
+	}
+	stop()
 	if werr != nil {
 		fmt.Fprintf(os.Stderr, "heapscope run: %v\n", werr)
 		if status == 0 {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -260,5 +261,51 @@ func TestRunNameInUse(t *testing.T) {
 	tr := readTrace(t, filepath.Join(dir, "1.hst"))
 	if tr.allocs[4321] != 10 {
 		t.Errorf("allocations by size %v", tr.allocs)
+	}
+}
+
+// TestRunStoppedByName stops a run's session by name: the trace is
+// complete, the program runs on untraced, and heapscope waits for it (still
+// forwarding signals) to exit with its status.
+func TestRunStoppedByName(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "t.hst")
+	ctor := testutil.MustBuild(t, "session_ctor", testutil.Options{})
+	name := fmt.Sprintf("stopped-by-name-%d", os.Getpid())
+	cmd := cli(t, "run", "-q", "--name", name, "-o", out, "--", ctor, "sleep")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	if line, _ := bufio.NewReader(stdout).ReadString('\n'); line != "sleeping\n" {
+		t.Fatalf("workload said %q", line)
+	}
+	if out, err := cli(t, "stop", name).CombinedOutput(); err != nil {
+		t.Fatalf("stop: %v: %s", err, out)
+	}
+	tr := readTrace(t, out) // complete once stop returns
+	if tr.allocs[7777] != 1 || tr.allocs[4321] != 10 {
+		t.Errorf("allocations by size %v", tr.allocs)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+		t.Fatalf("heapscope run ended with its program still running: %s", stderr.String())
+	case <-time.After(300 * time.Millisecond):
+	}
+	cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("heapscope run did not end after SIGINT")
+	}
+	if code := cmd.ProcessState.ExitCode(); code != 128+int(syscall.SIGINT) || !strings.Contains(stderr.String(), "runs on untraced") {
+		t.Errorf("exit %d, want %d, and a word that the program runs on: %s", code, 128+int(syscall.SIGINT), stderr.String())
 	}
 }
