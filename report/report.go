@@ -250,8 +250,8 @@ func dedup(x []uint32) []uint32 {
 
 // TrimAllocator returns frames without the allocator's frames at the top:
 // the allocation functions themselves (malloc, calloc, realloc, free, the
-// aligned family, operator new and delete, mmap, and the C library's names
-// for them), any frame of the interposer library (libheapscope*.so), and the
+// aligned family, operator new and delete, Rust's alloc::alloc functions,
+// mmap, and the C library's names for them), any frame of the interposer library (libheapscope*.so), and the
 // frames of the C and C++ runtime libraries that lie above (are called by)
 // such a frame. The first frame left is the caller of the allocator. Frames
 // of the runtime libraries that called the allocator themselves (strdup,
@@ -304,9 +304,26 @@ func isAllocator(fn string) bool {
 	}
 	// operator new/delete, demangled ("operator new(unsigned long)",
 	// "operator delete[](void*, std::align_val_t)") or not (_Znwm, _ZdaPv).
-	return strings.HasPrefix(fn, "operator new") || strings.HasPrefix(fn, "operator delete") ||
+	if strings.HasPrefix(fn, "operator new") || strings.HasPrefix(fn, "operator delete") ||
 		strings.HasPrefix(fn, "_Znw") || strings.HasPrefix(fn, "_Zna") ||
-		strings.HasPrefix(fn, "_Zdl") || strings.HasPrefix(fn, "_Zda")
+		strings.HasPrefix(fn, "_Zdl") || strings.HasPrefix(fn, "_Zda") {
+		return true
+	}
+	for _, p := range rustAllocPrefixes {
+		if strings.HasPrefix(fn, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// rustAllocPrefixes begin the names of Rust's counterparts of operator new
+// and delete: the global allocator's entry points and the alloc crate's
+// functions that call it, usually inlined into the program. Collections
+// that allocate (RawVec, String) stay, as std::vector's frames do.
+var rustAllocPrefixes = []string{
+	"__rust_alloc", "__rust_realloc", "__rust_dealloc", "__rdl_",
+	"alloc::alloc::", "<alloc::alloc::Global", "std::alloc::", "<std::alloc::System",
 }
 
 func isInterposer(module string) bool {

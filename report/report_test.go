@@ -76,6 +76,11 @@ func TestTrimAllocator(t *testing.T) {
 		{"operator new", []symbolize.Frame{{Function: "operator new(unsigned long)", Module: "/usr/lib/libstdc++.so.6"},
 			{Function: "std::vector<int>::reserve", Module: "/usr/lib/libstdc++.so.6"}, {Function: "main", Module: exe}}, "std::vector<int>::reserve", 2},
 		{"mangled new", []symbolize.Frame{{Function: "_Znwm"}, {Function: "main", Module: exe}}, "main", 1},
+		{"rust", []symbolize.Frame{{Function: "malloc", Module: "/usr/lib/x86_64-linux-gnu/libc.so.6"},
+			{Function: "alloc::alloc::alloc_zeroed", Module: exe}, {Function: "<alloc::alloc::Global>::alloc_impl", Module: exe},
+			{Function: "<alloc::alloc::Global as core::alloc::Allocator>::allocate_zeroed", Module: exe},
+			{Function: "alloc::raw_vec::RawVecInner<A>::try_allocate_in", Module: exe}, {Function: "rsmain::build", Module: exe}},
+			"alloc::raw_vec::RawVecInner<A>::try_allocate_in", 2},
 		{"nothing outside", f(0x7000), "", 0},
 	} {
 		got := TrimAllocator(c.in)
