@@ -250,8 +250,8 @@ func dedup(x []uint32) []uint32 {
 
 // TrimAllocator returns frames without the allocator's frames at the top:
 // the allocation functions themselves (malloc, calloc, realloc, free, the
-// aligned family, operator new and delete, Rust's alloc::alloc functions,
-// mmap, and the C library's names for them), any frame of the interposer library (libheapscope*.so), and the
+// aligned family, operator new and delete, std::allocator, Rust's
+// alloc::alloc functions, mmap, and the C library's names for them), any frame of the interposer library (libheapscope*.so), and the
 // frames of the C and C++ runtime libraries that lie above (are called by)
 // such a frame. The first frame left is the caller of the allocator. Frames
 // of the runtime libraries that called the allocator themselves (strdup,
@@ -309,7 +309,7 @@ func isAllocator(fn string) bool {
 		strings.HasPrefix(fn, "_Zdl") || strings.HasPrefix(fn, "_Zda") {
 		return true
 	}
-	for _, p := range rustAllocPrefixes {
+	for _, p := range allocPrefixes {
 		if strings.HasPrefix(fn, p) {
 			return true
 		}
@@ -317,11 +317,14 @@ func isAllocator(fn string) bool {
 	return false
 }
 
-// rustAllocPrefixes begin the names of Rust's counterparts of operator new
-// and delete: the global allocator's entry points and the alloc crate's
-// functions that call it, usually inlined into the program. Collections
-// that allocate (RawVec, String) stay, as std::vector's frames do.
-var rustAllocPrefixes = []string{
+// allocPrefixes begin the names of the plumbing between a container and
+// operator new, usually inlined into the program: C++'s std::allocator and
+// its traits, and Rust's counterparts of operator new and delete (the
+// global allocator's entry points and the alloc crate's functions that call
+// it). The containers that allocate (std::vector, RawVec, String) stay: they
+// are the caller.
+var allocPrefixes = []string{
+	"std::__new_allocator<", "__gnu_cxx::new_allocator<", "std::allocator<", "std::allocator_traits<",
 	"__rust_alloc", "__rust_realloc", "__rust_dealloc", "__rdl_",
 	"alloc::alloc::", "<alloc::alloc::Global", "std::alloc::", "<std::alloc::System",
 }

@@ -81,6 +81,11 @@ func TestTrimAllocator(t *testing.T) {
 			{Function: "<alloc::alloc::Global as core::alloc::Allocator>::allocate_zeroed", Module: exe},
 			{Function: "alloc::raw_vec::RawVecInner<A>::try_allocate_in", Module: exe}, {Function: "rsmain::build", Module: exe}},
 			"alloc::raw_vec::RawVecInner<A>::try_allocate_in", 2},
+		{"std::allocator", []symbolize.Frame{{Function: "operator new(unsigned long)", Module: "/usr/lib/libstdc++.so.6"},
+			{Function: "std::__new_allocator<int>::allocate(unsigned long, void const*)", Module: exe},
+			{Function: "std::allocator_traits<std::allocator<int> >::allocate(std::allocator<int>&, unsigned long)", Module: exe},
+			{Function: "std::_Vector_base<int, std::allocator<int> >::_M_allocate(unsigned long)", Module: exe}, {Function: "make(int)", Module: exe}},
+			"std::_Vector_base<int, std::allocator<int> >::_M_allocate(unsigned long)", 2},
 		{"nothing outside", f(0x7000), "", 0},
 	} {
 		got := TrimAllocator(c.in)
