@@ -166,23 +166,32 @@ func TestRunEBPFSeesConstructor(t *testing.T) {
 	}
 }
 
-func TestRunInterrupted(t *testing.T) {
-	out := filepath.Join(t.TempDir(), "t.hst")
-	ctor := testutil.MustBuild(t, "session_ctor", testutil.Options{})
-	cmd := cli(t, "run", "-q", "-o", out, "--", ctor, "sleep")
+// runSleeping starts the CLI with args, which run session_ctor's sleep, and
+// returns once the workload says it sleeps; the process is killed at the
+// end of the test if it still runs.
+func runSleeping(t *testing.T, args ...string) (*exec.Cmd, *bytes.Buffer) {
+	t.Helper()
+	cmd := cli(t, args...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
+	stderr := new(bytes.Buffer)
+	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	line, _ := bufio.NewReader(stdout).ReadString('\n')
-	if line != "sleeping\n" {
+	t.Cleanup(func() { cmd.Process.Kill() })
+	if line, _ := bufio.NewReader(stdout).ReadString('\n'); line != "sleeping\n" {
 		t.Fatalf("workload said %q", line)
 	}
+	return cmd, stderr
+}
+
+func TestRunInterrupted(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "t.hst")
+	ctor := testutil.MustBuild(t, "session_ctor", testutil.Options{})
+	cmd, stderr := runSleeping(t, "run", "-q", "-o", out, "--", ctor, "sleep")
 	// Not from a terminal: heapscope forwards the signal to the program.
 	cmd.Process.Signal(syscall.SIGINT)
 	done := make(chan error, 1)
@@ -271,20 +280,7 @@ func TestRunStoppedByName(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "t.hst")
 	ctor := testutil.MustBuild(t, "session_ctor", testutil.Options{})
 	name := fmt.Sprintf("stopped-by-name-%d", os.Getpid())
-	cmd := cli(t, "run", "-q", "--name", name, "-o", out, "--", ctor, "sleep")
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
-	if line, _ := bufio.NewReader(stdout).ReadString('\n'); line != "sleeping\n" {
-		t.Fatalf("workload said %q", line)
-	}
+	cmd, stderr := runSleeping(t, "run", "-q", "--name", name, "-o", out, "--", ctor, "sleep")
 	if out, err := cli(t, "stop", name).CombinedOutput(); err != nil {
 		t.Fatalf("stop: %v: %s", err, out)
 	}
