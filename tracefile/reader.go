@@ -435,7 +435,7 @@ func (r *Reader) scanLinear() error {
 		return nil
 	}, r.warn)
 	if !final {
-		r.warn("the file has no index (its writer has not closed it: still tracing, killed, or out of disk space); recovered %d chunks by scanning", n)
+		r.warn("the file has no index (its writer has not closed it: still tracing, killed, or out of disk space); recovered %s by scanning", chunks(n))
 	}
 	return nil
 }
@@ -469,7 +469,7 @@ func (r *Reader) scanRing() error {
 	}
 	// A ring closed properly may have had no room for its index.
 	if n := len(r.list); n == 0 || r.list[n-1].hdr.flags&flagFinal == 0 {
-		r.warn("the file has no index (its writer has not closed it: still tracing, killed, or out of disk space); recovered %d chunks by scanning", n)
+		r.warn("the file has no index (its writer has not closed it: still tracing, killed, or out of disk space); recovered %s by scanning", chunks(n))
 	}
 	r.checkRing()
 	return nil
@@ -685,4 +685,12 @@ func (r *Reader) sectionErr(e indexEntry, name string, err error) error {
 		return r.formatErr(e.off, fmt.Sprintf("chunk %d %s, %s", e.hdr.seq, name, de.where), de.expected, ErrCorrupt)
 	}
 	return err // from the sink
+}
+
+// chunks says "1 chunk" or "n chunks".
+func chunks(n int) string {
+	if n == 1 {
+		return "1 chunk"
+	}
+	return fmt.Sprintf("%d chunks", n)
 }
