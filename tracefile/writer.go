@@ -155,7 +155,8 @@ func Create(path string, h Header, o Options) (*Writer, error) {
 	// At coarse resolutions the streams that repeat (stacks, addresses,
 	// times) are where the bytes go, and zstd's better level finds more of
 	// their repeats: a python3 run's trace 6% smaller than at the fastest
-	// level, for ~5 ns more per event and no slower reading. Times to the
+	// level, for 5–7 ns more CPU per event (BenchmarkWrite; churn through
+	// the preload collector) and no slower reading. Times to the
 	// nanosecond repeat little; there the search cost ~25 ns per event
 	// more for nothing, so they get the fastest level.
 	level := zstd.SpeedBetterCompression
