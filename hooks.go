@@ -80,19 +80,16 @@ func (s *sessionSink) fill(st *event.Stats) {
 	st.Bytes = uint64(s.written.Load())
 }
 
-// addDropped moves the events the trace file's writer kept in no file from
-// delivered to lost, as the file's own stats record does.
-func (s *sessionSink) addDropped(st *event.Stats) {
+// fileStats counts st as the trace file does (tracefile.Writer.FileStats):
+// what the file could not keep is lost, not delivered.
+func (s *sessionSink) fileStats(st event.Stats) event.Stats {
 	s.mu.Lock()
 	w := s.w
 	s.mu.Unlock()
 	if w == nil {
-		return
+		return st
 	}
-	limit, over := w.Dropped()
-	st.Lost[event.LostFileLimit] += limit
-	st.Lost[event.LostOverwritten] += over
-	st.Delivered -= min(st.Delivered, limit+over)
+	return w.FileStats(st)
 }
 
 func (s *sessionSink) Process(p event.Process) error {

@@ -53,7 +53,7 @@ type traceWriter interface {
 	Flush() error
 	Close() error
 	Written() int64
-	Dropped() (fileLimit, overwritten uint64)
+	FileStats(event.Stats) event.Stats
 	Files() []string
 }
 
@@ -257,9 +257,7 @@ func (s *Session) PIDs() []int { return s.b.pids() }
 
 // Stats returns what the session has delivered and lost so far.
 func (s *Session) Stats() event.Stats {
-	st := s.sinkStats()
-	s.sink.addDropped(&st)
-	return st
+	return s.sink.fileStats(s.sinkStats())
 }
 
 // sinkStats is the provider's count completed by the sink: what the trace

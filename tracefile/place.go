@@ -3,8 +3,6 @@ package tracefile
 import (
 	"encoding/binary"
 	"fmt"
-
-	"github.com/heapscope/heapscope/event"
 )
 
 // A job is a filled chunk handed to the compressor.
@@ -159,19 +157,10 @@ func (w *Writer) build(c *chunk, flags uint8, full bool) (*chunkHeader, []byte) 
 	return h, b
 }
 
-// statsRecord is the last stats the session passed with the writer's own
-// counts added: the events lost to the file's size, moved from delivered
-// to lost (the session delivered them to the writer, not to the file, and
-// delivered + lost must stay the calls made), and the bytes written (with
-// pending more to come).
+// statsRecord is the last stats the session passed, as fileStats counts
+// them, with the bytes written (and pending more to come).
 func (w *Writer) statsRecord(pending int64) []byte {
-	s := w.stats
-	// The session's count lags (a provider sends it every flush
-	// interval); the events the writer was given are delivered at least.
-	s.Delivered = max(s.Delivered, w.given)
-	s.Lost[event.LostFileLimit] += w.lostLimit
-	s.Lost[event.LostOverwritten] += w.lostOver
-	s.Delivered -= min(s.Delivered, w.lostLimit+w.lostOver)
+	s := w.fileStats(w.stats)
 	s.Bytes = uint64(w.written + pending)
 	if s.Time == 0 {
 		s.Time = w.lastTime

@@ -462,13 +462,26 @@ func (w *Writer) Snapshot(s event.Snapshot) error {
 	return nil
 }
 
-// Dropped returns the events the writer was given but kept in no file: those
-// after a sequential file reached its maximum size, and those a circular
-// file overwrote.
-func (w *Writer) Dropped() (fileLimit, overwritten uint64) {
+// FileStats returns s, a session's counts, as they stand for the file:
+// the events the writer kept in no file (after a sequential file reached
+// its maximum size, or overwritten in a circular one) moved from delivered
+// to lost, so that delivered is what reached the file and delivered + lost
+// stays the calls made. The trace's stats records hold the same.
+func (w *Writer) FileStats(s event.Stats) event.Stats {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.lostLimit, w.lostOver
+	return w.fileStats(s)
+}
+
+// fileStats is FileStats with mu held.
+func (w *Writer) fileStats(s event.Stats) event.Stats {
+	// A provider's count lags (it comes every flush interval): the
+	// events the writer was given are delivered at least.
+	s.Delivered = max(s.Delivered, w.given)
+	s.Lost[event.LostFileLimit] += w.lostLimit
+	s.Lost[event.LostOverwritten] += w.lostOver
+	s.Delivered -= min(s.Delivered, w.lostLimit+w.lostOver)
+	return s
 }
 
 // Stats implements event.Sink. s is the provider's cumulative count; the
