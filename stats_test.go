@@ -12,16 +12,6 @@ import (
 	"github.com/heapscope/heapscope/tracefile"
 )
 
-// countSink counts the events a trace file holds.
-type countSink struct {
-	event.Sink
-	n     uint64
-	stats event.Stats
-}
-
-func (c *countSink) Events(evs []event.Event) error { c.n += uint64(len(evs)); return nil }
-func (c *countSink) Stats(s event.Stats) error      { c.stats = s; return nil }
-
 // TestFileLossesCounted fills a sequential and a circular file of 1 MB and
 // checks that the events the file could not keep are lost, not delivered,
 // in the session's Stats and in the file's stats record alike: delivered
@@ -41,15 +31,7 @@ func TestFileLossesCounted(t *testing.T) {
 			}
 			s.Wait()
 			st := s.Stats()
-			r, err := tracefile.Open(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer r.Close()
-			file := countSink{Sink: event.Discard}
-			if err := r.Replay(&file, tracefile.Window{}); err != nil {
-				t.Fatal(err)
-			}
+			file := replayCounts(t, path)
 			t.Logf("session: delivered %d, lost %v; file: %d events, stats delivered %d, lost %v",
 				st.Delivered, st.Lost, file.n, file.stats.Delivered, file.stats.Lost)
 			if st.Lost[c.reason] == 0 {
@@ -80,19 +62,11 @@ func TestLaunchFollowsDescendants(t *testing.T) {
 	if s.ExitStatus() != 0 {
 		t.Errorf("exit status %d, want the shell's 0", s.ExitStatus())
 	}
-	r, err := tracefile.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	c := &pidCounter{Sink: event.Discard, exes: map[uint32]string{}, n: map[uint32]int{}}
-	if err := r.Replay(c, tracefile.Window{}); err != nil {
-		t.Fatal(err)
-	}
+	c := replayCounts(t, path)
 	for pid, exe := range c.exes {
 		if strings.HasPrefix(filepath.Base(exe), "churn") {
-			if c.n[pid] < 600_000 {
-				t.Errorf("churn (pid %d): %d events, want its 600,000 calls and a few", pid, c.n[pid])
+			if c.byPID[pid] < 600_000 {
+				t.Errorf("churn (pid %d): %d events, want its 600,000 calls and a few", pid, c.byPID[pid])
 			}
 			return
 		}
@@ -100,17 +74,36 @@ func TestLaunchFollowsDescendants(t *testing.T) {
 	t.Errorf("no churn process in the trace: %v", c.exes)
 }
 
-// pidCounter counts events per process.
-type pidCounter struct {
+// traceCounts counts a trace's events, in all and per process, and keeps
+// its last stats record.
+type traceCounts struct {
 	event.Sink
-	exes map[uint32]string
-	n    map[uint32]int
+	exes  map[uint32]string
+	n     uint64
+	byPID map[uint32]int
+	stats event.Stats
 }
 
-func (c *pidCounter) Process(p event.Process) error { c.exes[p.PID] = p.Exe; return nil }
-func (c *pidCounter) Events(evs []event.Event) error {
+func (c *traceCounts) Process(p event.Process) error { c.exes[p.PID] = p.Exe; return nil }
+func (c *traceCounts) Stats(s event.Stats) error     { c.stats = s; return nil }
+func (c *traceCounts) Events(evs []event.Event) error {
+	c.n += uint64(len(evs))
 	for _, e := range evs {
-		c.n[e.PID]++
+		c.byPID[e.PID]++
 	}
 	return nil
+}
+
+func replayCounts(t *testing.T, path string) *traceCounts {
+	t.Helper()
+	r, err := tracefile.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	c := &traceCounts{Sink: event.Discard, exes: map[uint32]string{}, byPID: map[uint32]int{}}
+	if err := r.Replay(c, tracefile.Window{}); err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
