@@ -11,6 +11,7 @@ import (
 
 	"github.com/heapscope/heapscope/analyze"
 	"github.com/heapscope/heapscope/event"
+	"github.com/heapscope/heapscope/suppress"
 	"github.com/heapscope/heapscope/symbolize"
 	"github.com/heapscope/heapscope/tracefile"
 )
@@ -28,6 +29,9 @@ type LoadOptions struct {
 	Workers int
 	// TimelinePoints bounds the timeline (0: analyze's default).
 	TimelinePoints int
+	// Suppressions are the rules whose leaks the report shows as
+	// suppressed (see Report.Suppress), e.g. suppress.Defaults().
+	Suppressions []*suppress.Rule
 }
 
 // Load reads the trace file at path through the heap model, symbolizes its
@@ -106,6 +110,7 @@ func Load(path string, o LoadOptions) (*Report, error) {
 		WallStart: h.WallStart,
 	}, newSymTable(sym))
 	rep.Trace.Warnings = dedupStrings(append(warnings, sym.Warnings()...))
+	rep.Suppress(o.Suppressions, suppress.Options{Sysroot: o.Symbolize.Sysroot})
 	return rep, nil
 }
 

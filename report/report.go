@@ -20,6 +20,7 @@ import (
 
 	"github.com/heapscope/heapscope/analyze"
 	"github.com/heapscope/heapscope/event"
+	"github.com/heapscope/heapscope/suppress"
 	"github.com/heapscope/heapscope/symbolize"
 )
 
@@ -60,6 +61,13 @@ type Site struct {
 	PeakBytes     uint64
 	PeakBlocks    uint64
 
+	// SuppressedBy is the rule that suppressed the site's leaks (see
+	// Report.Suppress), whose bytes and blocks then moved from LeakedBytes
+	// and LeakedBlocks to SuppressedBytes and SuppressedBlocks.
+	SuppressedBy     *suppress.Rule
+	SuppressedBytes  uint64
+	SuppressedBlocks uint64
+
 	ids     []uint32 // the stack, as indices into the report's frame table
 	key     string   // ids as bytes: the identity sites merge by
 	table   *frameTable
@@ -86,6 +94,9 @@ type Report struct {
 	Trace   Trace
 	Profile *analyze.Profile
 	Sites   []*Site // in no particular order; the renderers sort
+	// Suppressed says what each suppression rule took out of the leaks,
+	// largest first (see Suppress).
+	Suppressed []*Suppressed
 
 	resolver Resolver
 	table    *frameTable

@@ -50,6 +50,7 @@ func (r *Report) WriteText(w io.Writer, o TextOptions) error {
 	t.section("LEAKS", "still live at the end", byLeaked, func(s *Site) string {
 		return fmt.Sprintf("%s leaked in %s from", fmtBytes(s.LeakedBytes), plural(s.LeakedBlocks, "block"))
 	})
+	t.suppressed()
 	peakNote := fmt.Sprintf("live at the peak, %s at %s", fmtBytes(p.Peak.Bytes), fmtDur(r.rel(p.Peak.Time)))
 	if p.Missing.Has(analyze.NoPeakInstant) {
 		peakNote = fmt.Sprintf("live at the snapshot with the most, %s at %s", fmtBytes(p.Peak.Bytes), fmtDur(r.rel(p.Peak.Time)))
@@ -176,7 +177,11 @@ func (t *textWriter) summary() {
 		peak = "at least " + peak + " (largest at a snapshot)"
 	}
 	row("peak heap", "%s", peak)
-	row("leaked", "%s in %s", fmtBytesExact(s.LeakedBytes), plural(s.LeakedBlocks, "block"))
+	lb, lk := r.Leaked()
+	row("leaked", "%s in %s", fmtBytesExact(lb), plural(lk, "block"))
+	if sb, sk, n := r.SuppressedTotal(); n > 0 {
+		row("suppressed", "%s in %s by %s (not leaks of the program: see SUPPRESSED)", fmtBytesExact(sb), plural(sk, "block"), plural(uint64(n), "rule"))
+	}
 	if p.Missing.Has(analyze.NoTemporaries) {
 		row("temporary", "unknown (aggregate trace)")
 	} else {
@@ -212,6 +217,30 @@ func lostText(st *event.Stats) string {
 		}
 	}
 	return fmt.Sprintf("%s (%s) of %s", fmtCount(total), strings.Join(parts, ", "), fmtCount(st.Delivered+total))
+}
+
+// suppressed lists what each suppression rule took out of the leaks.
+func (t *textWriter) suppressed() {
+	sb, sk, n := t.r.SuppressedTotal()
+	if n == 0 {
+		return
+	}
+	t.printf("SUPPRESSED (live at the end, not listed as leaks): %s in %s by %s\n", fmtBytes(sb), plural(sk, "block"), plural(uint64(n), "rule"))
+	for _, s := range t.r.Suppressed {
+		what := s.Rule.Text + " (" + s.Rule.Source + ")"
+		if s.Rule.Default() {
+			what = s.Rule.Description
+		}
+		t.printf("  %s in %s, %s: %s\n", fmtBytes(s.Bytes), plural(s.Blocks, "block"), plural(uint64(s.Sites), "site"), what)
+	}
+	def := false
+	for _, s := range t.r.Suppressed {
+		def = def || s.Rule.Default()
+	}
+	if def {
+		t.printf("  (default rules: what the C and C++ runtimes keep for the life of a process by design; --no-default-suppressions lists them as leaks)\n")
+	}
+	t.printf("\n")
 }
 
 func (t *textWriter) section(title, note string, key func(*Site) uint64, head func(*Site) string) {

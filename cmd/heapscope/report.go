@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/heapscope/heapscope/report"
+	"github.com/heapscope/heapscope/suppress"
 	"github.com/heapscope/heapscope/symbolize"
 )
 
@@ -61,12 +62,16 @@ report what tracing only that window would have seen.`,
 
 // loadFlags are the flags of the commands that read a trace into a report.
 type loadFlags struct {
-	from, to  durationFlag
-	debugDirs stringList
-	sysroot   string
+	from, to     durationFlag
+	debugDirs    stringList
+	sysroot      string
+	suppressions stringList
+	noDefaults   bool
 }
 
 func (f *loadFlags) register(fs *flag.FlagSet) {
+	fs.Var(&f.suppressions, "suppressions", "a file of leak:PATTERN lines (LeakSanitizer's format): leaks whose stack has a function, module or source file matching a PATTERN are shown as suppressed (repeatable)")
+	fs.BoolVar(&f.noDefaults, "no-default-suppressions", false, "list as leaks what the C and C++ runtimes keep for the life of a process by design (libstdc++'s exception pool, stdio buffers, the loader's and NSS's caches)")
 	fs.Var(&f.from, "from", "start of the time window, from the start of the trace (e.g. 1.5s)")
 	fs.Var(&f.to, "to", "end of the time window, from the start of the trace")
 	fs.Var(&f.debugDirs, "debug-dir", "a further directory of separate debug files (repeatable)")
@@ -120,10 +125,15 @@ func (f *loadFlags) load(path string) (*report.Report, error) {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(25)
 	}
+	rules, err := f.rules()
+	if err != nil {
+		return nil, err
+	}
 	rep, err := report.Load(path, report.LoadOptions{
-		From:      f.from.d,
-		To:        f.to.d,
-		Symbolize: symbolize.Options{DebugDirs: f.debugDirs, Sysroot: f.sysroot},
+		From:         f.from.d,
+		To:           f.to.d,
+		Symbolize:    symbolize.Options{DebugDirs: f.debugDirs, Sysroot: f.sysroot},
+		Suppressions: rules,
 	})
 	if err != nil {
 		return nil, err
@@ -132,6 +142,22 @@ func (f *loadFlags) load(path string) (*report.Report, error) {
 		fmt.Fprintf(os.Stderr, "heapscope: warning: %s: %s\n", path, w)
 	}
 	return rep, nil
+}
+
+// rules returns the suppression rules: the files', then the defaults.
+func (f *loadFlags) rules() ([]*suppress.Rule, error) {
+	var rules []*suppress.Rule
+	for _, p := range f.suppressions {
+		rs, err := suppress.ReadFile(p)
+		if err != nil {
+			return nil, fmt.Errorf("--suppressions: %w", err)
+		}
+		rules = append(rules, rs...)
+	}
+	if !f.noDefaults {
+		rules = append(rules, suppress.Defaults()...)
+	}
+	return rules, nil
 }
 
 // writeOutput runs write on standard output ("-") or on the file path,
