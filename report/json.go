@@ -137,6 +137,14 @@ type JSONProcess struct {
 	Exited  bool     `json:"exited"`
 	Status  int32    `json:"exit_status"`
 	Signal  int32    `json:"signal"`
+	// The process's own totals (see ProcessTotals).
+	Allocations   uint64 `json:"allocations"`
+	Reallocations uint64 `json:"reallocations"`
+	Bytes         uint64 `json:"bytes_allocated"`
+	Frees         uint64 `json:"frees"`
+	LeakedBytes   uint64 `json:"leaked_bytes"`
+	LeakedBlocks  uint64 `json:"leaked_blocks"`
+	PeakBytes     uint64 `json:"peak_bytes"`
 }
 
 // JSONWindow is the --from/--to window, relative to the trace's start.
@@ -203,9 +211,14 @@ func (r *Report) document(top int, sites bool) *JSON {
 	if d.Limitations == nil {
 		d.Limitations = []string{}
 	}
+	totals := r.ByProcess()
 	for _, pr := range p.Processes {
 		d.Trace.PIDs = append(d.Trace.PIDs, pr.PID)
 		jp := JSONProcess{PID: pr.PID, PPID: pr.PPID, Exe: pr.Exe, Cmdline: pr.Cmdline, Exited: pr.Exited}
+		if pt := totals[pr.PID]; pt != nil {
+			jp.Allocations, jp.Reallocations, jp.Bytes, jp.Frees = pt.Allocations, pt.Reallocations, pt.Bytes, pt.Frees
+			jp.LeakedBytes, jp.LeakedBlocks, jp.PeakBytes = pt.LeakedBytes, pt.LeakedBlocks, pt.PeakBytes
+		}
 		if jp.Cmdline == nil {
 			jp.Cmdline = []string{}
 		}

@@ -288,7 +288,7 @@ func TestText(t *testing.T) {
 	out := buf.String()
 	for _, want := range []string{
 		"heapscope report of app.hst (session \"s1\", provider preload",
-		"process 2: app -x (exit status 0)",
+		"process 2: app -x (exit status 0)\n    8 calls, 510 B allocated, 110 B leaked in 2 blocks, 310 B live at the peak\n",
 		"process 3: app -x (exit status unknown)", // preload: not heapscope's child
 		"allocation calls       9",
 		"peak heap              320 B in 5 blocks at 5.000ms",
@@ -298,8 +298,8 @@ func TestText(t *testing.T) {
 		"lost events            5 (5 ring_full) of 22",
 		"stacks lost            2",
 		"LEAKS (still live at the end): 2 sites",
-		"100 B leaked in 1 block from:\n      make_node  app.c:10  in app  (inlined)\n      build  app.c:20  in app\n      main  app.c:30  in app\n",
-		"10 B leaked in 1 block from 2 processes:\n      __strdup  strdup.c:42  in libc.so.6\n",
+		"100 B leaked in 1 block from pid 2:\n      make_node  app.c:10  in app  (inlined)\n      build  app.c:20  in app\n      main  app.c:30  in app\n",
+		"10 B leaked in 1 block from pids 2, 3:\n      __strdup  strdup.c:42  in libc.so.6\n",
 		"PEAK CONSUMERS (live at the peak, 320 B at 5.000ms): 2 sites",
 		"300 B (93.8%) in 3 blocks at the peak from",
 		"MOST ALLOCATION CALLS: top 2 of 3 sites",
@@ -523,7 +523,7 @@ func TestTextBrief(t *testing.T) {
 	for _, want := range []string{
 		"SUMMARY",
 		"LEAKS (still live at the end): top 1 of 2 sites",
-		"100 B leaked in 1 block from:\n      make_node  app.c:10  in app  (inlined)\n      … 2 more frames",
+		"100 B leaked in 1 block from pid 2:\n      make_node  app.c:10  in app  (inlined)\n      … 2 more frames",
 		"PEAK CONSUMERS (live at the peak, 320 B at 5.000ms): top 1 of 2 sites",
 	} {
 		if !strings.Contains(out, want) {

@@ -108,6 +108,10 @@ func (t *textWriter) header() {
 		t.printf(" (%s)", strings.Join(attrs, ", "))
 	}
 	t.printf("\n")
+	var totals map[uint32]*ProcessTotals
+	if len(r.Profile.Processes) > 1 {
+		totals = r.ByProcess()
+	}
 	for _, p := range r.Profile.Processes {
 		t.printf("process %d", p.PID)
 		if len(p.Cmdline) > 0 {
@@ -130,6 +134,11 @@ func (t *textWriter) header() {
 			}
 		}
 		t.printf("\n")
+		if pt := totals[p.PID]; pt != nil {
+			t.printf("    %s calls, %s allocated, %s leaked in %s, %s live at the peak\n",
+				fmtCount(pt.Allocations+pt.Reallocations), fmtBytes(pt.Bytes), fmtBytes(pt.LeakedBytes),
+				plural(pt.LeakedBlocks, "block"), fmtBytes(pt.PeakBytes))
+		}
 	}
 	if p := r.Profile; p.From != 0 || p.To != 0 {
 		from, to := "the start", "the end"
@@ -255,15 +264,32 @@ func (t *textWriter) section(title, note string, key func(*Site) uint64, head fu
 	} else {
 		t.printf(": %s\n", plural(uint64(len(all)), "site"))
 	}
+	many := len(t.r.Profile.Processes) > 1
 	for _, s := range all {
 		t.printf("  %s", head(s))
-		if len(s.PIDs) > 1 {
-			t.printf(" %d processes", len(s.PIDs))
+		if many || len(s.PIDs) > 1 {
+			t.printf(" %s", pidsText(s.PIDs))
 		}
 		t.printf(":\n")
 		t.stack(s)
 	}
 	t.printf("\n")
+}
+
+// pidsText names a site's processes: "pid 12", "pids 12, 13".
+func pidsText(pids []uint32) string {
+	if len(pids) == 1 {
+		return "pid " + strconv.FormatUint(uint64(pids[0]), 10)
+	}
+	var b strings.Builder
+	b.WriteString("pids ")
+	for i, pid := range pids {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(strconv.FormatUint(uint64(pid), 10))
+	}
+	return b.String()
 }
 
 func (t *textWriter) stack(s *Site) {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/heapscope/heapscope/analyze"
 	"github.com/heapscope/heapscope/report"
 	"github.com/heapscope/heapscope/suppress"
 	"github.com/heapscope/heapscope/symbolize"
@@ -62,6 +63,7 @@ report what tracing only that window would have seen.`,
 
 // loadFlags are the flags of the commands that read a trace into a report.
 type loadFlags struct {
+	procFlags
 	from, to     durationFlag
 	debugDirs    stringList
 	sysroot      string
@@ -70,12 +72,33 @@ type loadFlags struct {
 }
 
 func (f *loadFlags) register(fs *flag.FlagSet) {
+	f.procFlags.register(fs)
 	fs.Var(&f.suppressions, "suppressions", "a file of leak:PATTERN lines (LeakSanitizer's format): leaks whose stack has a function, module or source file matching a PATTERN are shown as suppressed (repeatable)")
 	fs.BoolVar(&f.noDefaults, "no-default-suppressions", false, "list as leaks what the C and C++ runtimes keep for the life of a process by design (libstdc++'s exception pool, stdio buffers, the loader's and NSS's caches)")
 	fs.Var(&f.from, "from", "start of the time window, from the start of the trace (e.g. 1.5s)")
 	fs.Var(&f.to, "to", "end of the time window, from the start of the trace")
 	fs.Var(&f.debugDirs, "debug-dir", "a further directory of separate debug files (repeatable)")
 	fs.StringVar(&f.sysroot, "sysroot", "", "prefix for the trace's module paths: symbolize a trace from another machine")
+}
+
+// procFlags select processes of a trace: report, export and info.
+type procFlags struct {
+	pids pidList
+	exe  string
+}
+
+func (f *procFlags) register(fs *flag.FlagSet) {
+	fs.Var(&f.pids, "pid", "only these processes, PID[,PID...] (repeatable): every program each ran")
+	fs.StringVar(&f.exe, "exe", "", "only the programs named NAME (the base name of the executable or of argv[0]); with --pid, those too")
+}
+
+func (f *procFlags) processes() analyze.Processes {
+	var sel analyze.Processes
+	for _, pid := range f.pids {
+		sel.PIDs = append(sel.PIDs, uint32(pid))
+	}
+	sel.Exe = f.exe
+	return sel
 }
 
 // durationFlag is a non-negative duration; set records that it was given.
@@ -134,6 +157,7 @@ func (f *loadFlags) load(path string) (*report.Report, error) {
 		To:           f.to.d,
 		Symbolize:    symbolize.Options{DebugDirs: f.debugDirs, Sysroot: f.sysroot},
 		Suppressions: rules,
+		Processes:    f.processes(),
 	})
 	if err != nil {
 		return nil, err
