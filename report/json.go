@@ -32,8 +32,15 @@ type JSON struct {
 	Suppressed  []JSONSuppressed `json:"suppressed"`
 	Limitations []string         `json:"limitations"`
 	Warnings    []string         `json:"warnings"`
-	Window      *JSONWindow      `json:"window,omitempty"`
-	Stats       *JSONStats       `json:"stats,omitempty"`
+	// Definitions say what the counts mean: "temporary", "unmatched_frees".
+	Definitions map[string]string `json:"definitions"`
+	// UnmatchedFreeCauses are the possible causes of the unmatched frees,
+	// from what the trace says of itself; [] when there are none.
+	UnmatchedFreeCauses []string `json:"unmatched_free_causes"`
+	// Unknown names the fields this trace cannot give (written as 0).
+	Unknown []string    `json:"unknown"`
+	Window  *JSONWindow `json:"window,omitempty"`
+	Stats   *JSONStats  `json:"stats,omitempty"`
 }
 
 // JSONTrace describes the trace.
@@ -198,15 +205,18 @@ func (r *Report) document(top int, sites bool) *JSON {
 			FailedAllocations:    p.Summary.Failed,
 			MissedFrees:          p.Summary.MissedFrees,
 		},
-		Leaks:       []JSONLive{},
-		Peak:        []JSONLive{},
-		Allocations: []JSONSite{},
-		Histogram:   []JSONBucket{},
-		Timeline:    []JSONPoint{},
-		Processes:   []JSONProcess{},
-		Suppressed:  []JSONSuppressed{},
-		Limitations: p.Missing.Describe(),
-		Warnings:    append([]string{}, r.Trace.Warnings...),
+		Leaks:               []JSONLive{},
+		Peak:                []JSONLive{},
+		Allocations:         []JSONSite{},
+		Histogram:           []JSONBucket{},
+		Timeline:            []JSONPoint{},
+		Processes:           []JSONProcess{},
+		Suppressed:          []JSONSuppressed{},
+		Limitations:         p.Missing.Describe(),
+		Warnings:            append([]string{}, r.Trace.Warnings...),
+		Definitions:         map[string]string{"temporary": TemporaryDefinition, "unmatched_frees": UnmatchedDefinition},
+		UnmatchedFreeCauses: append([]string{}, r.UnmatchedCauses()...),
+		Unknown:             append([]string{}, r.UnknownFields()...),
 	}
 	if d.Limitations == nil {
 		d.Limitations = []string{}
@@ -340,6 +350,9 @@ func (r *Report) WriteJSON(w io.Writer, top int) error {
 	jw.field("suppressed", d.Suppressed)
 	jw.field("limitations", d.Limitations)
 	jw.field("warnings", d.Warnings)
+	jw.field("definitions", d.Definitions)
+	jw.field("unmatched_free_causes", d.UnmatchedFreeCauses)
+	jw.field("unknown", d.Unknown)
 	if d.Window != nil {
 		jw.field("window", d.Window)
 	}

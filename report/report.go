@@ -43,6 +43,9 @@ type Trace struct {
 	// Warnings are the trace reader's and the symbolizer's: reports print
 	// them.
 	Warnings []string
+	// Properties are the session's properties, from the trace header
+	// ("enable_flags": "malloc,free", ...).
+	Properties map[string]string
 }
 
 // Site is one call site: the stacks of one or more processes that are the

@@ -304,7 +304,7 @@ func TestText(t *testing.T) {
 		"300 B (93.8%) in 3 blocks at the peak from",
 		"MOST ALLOCATION CALLS: top 2 of 3 sites",
 		"4 calls, 200 B allocated, 4 temporary from",
-		"MOST TEMPORARY ALLOCATIONS (freed right after they were made): 2 sites",
+		"MOST TEMPORARY ALLOCATIONS (freed by the next heap call of the thread that made them): 2 sites",
 		"4 temporary of 4 allocations (100.0%) from",
 		"ALLOCATION SIZES",
 		"WARNINGS\n  file cut at byte 9",
@@ -458,6 +458,9 @@ func TestAggregateSaysWhatItLacks(t *testing.T) {
 		"temporary              unknown (aggregate trace)",
 		"ALLOCATION SIZES: not recorded in an aggregate trace",
 		"64 B leaked in 1 block from:\n      make_node",
+		"5 calls, 320 B allocated, temporary unknown from:",
+		"reallocations        unknown",
+		"failed               unknown",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("text lacks %q:\n%s", want, out)
@@ -477,6 +480,75 @@ func TestAggregateSaysWhatItLacks(t *testing.T) {
 	}
 	if err := r.WriteCollapsed(&buf, Temporary); err == nil {
 		t.Error("collapsed temporaries of an aggregate trace: no error")
+	}
+	for _, f := range []string{"summary.temporary_allocations", "allocations[].temporary", "allocations[].reallocations", "summary.failed_allocations"} {
+		if !strings.Contains(strings.Join(d.Unknown, " "), f) {
+			t.Errorf("JSON unknown %q lacks %s", d.Unknown, f)
+		}
+	}
+}
+
+func TestShortName(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"main", "main"},
+		{"std::__cxx11::basic_string<char, std::char_traits<char>, std::allocator<char> >::_M_mutate(unsigned long, unsigned long, char const*, unsigned long)",
+			"std::__cxx11::basic_string<…>::_M_mutate(unsigned long, unsigned long, char const*, unsigned long)"},
+		{"void std::vector<int, std::allocator<int> >::_M_realloc_insert<int const&>(__gnu_cxx::__normal_iterator<int*, std::vector<int, std::allocator<int> > >, int const&)",
+			"void std::vector<…>::_M_realloc_insert<…>(__gnu_cxx::__normal_iterator<…>, int const&)"},
+		{"bool operator< <Foo>(Foo const&, Foo const&)", "bool operator< <…>(Foo const&, Foo const&)"},
+		{"std::ostream::operator<<(int)", "std::ostream::operator<<(int)"},
+		{"Ptr<Node>::operator->() const", "Ptr<…>::operator->() const"},
+		{"operator>>=(A&, int)", "operator>>=(A&, int)"},
+		{"broken<name", "broken<name"},
+	} {
+		if got := ShortName(c.in); got != c.want {
+			t.Errorf("ShortName(%q)\n = %q\nwant %q", c.in, got, c.want)
+		}
+	}
+}
+
+// TestLabels: the text and JSON say what temporary means and how heaptrack
+// differs, name the possible causes of unmatched frees from what the trace
+// knows, and shorten C++ names unless asked for them whole.
+func TestLabels(t *testing.T) {
+	r := New(testProfile(t), Trace{File: "app.hst", Provider: "preload", Start: 1e9,
+		Properties: map[string]string{"enable_flags": "malloc,free"}}, frames)
+	causes := strings.Join(r.UnmatchedCauses(), "; ")
+	for _, want := range []string{"before tracing began", "the 5 events lost", "allocation functions not traced (only malloc,free were)"} {
+		if !strings.Contains(causes, want) {
+			t.Errorf("unmatched causes %q lack %q", causes, want)
+		}
+	}
+	var buf bytes.Buffer
+	must(t, r.WriteText(&buf, TextOptions{}))
+	out := buf.String()
+	for _, want := range []string{
+		"temporary              5 (55.6% of allocation calls): freed by the next heap call of the thread that made them\n",
+		"heaptrack counts one only if no call of any thread came between",
+		"unmatched frees        1, frees of blocks heapscope did not see made; possible causes:\n",
+		"- allocations among the 5 events lost",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("text lacks %q:\n%s", want, out)
+		}
+	}
+	buf.Reset()
+	must(t, r.WriteJSON(&buf, 0))
+	var d JSON
+	must(t, json.Unmarshal(buf.Bytes(), &d))
+	if !strings.Contains(d.Definitions["temporary"], "heaptrack") || d.Definitions["unmatched_frees"] == "" ||
+		len(d.UnmatchedFreeCauses) != len(r.UnmatchedCauses()) || d.Unknown == nil || len(d.Unknown) != 0 {
+		t.Errorf("JSON definitions %q, causes %q, unknown %q", d.Definitions, d.UnmatchedFreeCauses, d.Unknown)
+	}
+	// A window and an eBPF trace.
+	p := testProfile(t)
+	p.From = 2000 // as a window from there would
+	p.Processes[1].PPID = 2
+	r = New(p, Trace{File: "app.hst", Provider: "ebpf"}, frames)
+	causes = strings.Join(r.UnmatchedCauses(), "; ")
+	if !strings.Contains(causes, "before the window") || !strings.Contains(causes, "attached to a running process") ||
+		!strings.Contains(causes, "forked child (pid 3) inherited") {
+		t.Errorf("window, ebpf: causes %q", causes)
 	}
 }
 

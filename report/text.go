@@ -20,6 +20,9 @@ type TextOptions struct {
 	Top int
 	// MaxFrames is how many frames of each stack are printed (default 24).
 	MaxFrames int
+	// FullNames prints C++ names whole; by default the arguments of
+	// templates are elided (see ShortName).
+	FullNames bool
 	// Brief prints only the summary and the top leaks and peak consumers
 	// (Top defaults to 3, MaxFrames to 8): what run and attach print when
 	// they finish.
@@ -66,10 +69,17 @@ func (r *Report) WriteText(w io.Writer, o TextOptions) error {
 		if s.Reallocations > 0 {
 			calls = fmt.Sprintf("%s calls (%s reallocations)", fmtCount(s.Allocations+s.Reallocations), fmtCount(s.Reallocations))
 		}
-		return fmt.Sprintf("%s, %s allocated, %s temporary from", calls, fmtBytes(s.Bytes), fmtCount(s.Temporary))
+		if p.Missing.Has(analyze.NoReallocSplit) {
+			calls = fmtCount(s.Allocations+s.Reallocations) + " calls"
+		}
+		temp := fmtCount(s.Temporary) + " temporary"
+		if p.Missing.Has(analyze.NoTemporaries) {
+			temp = "temporary unknown"
+		}
+		return fmt.Sprintf("%s, %s allocated, %s from", calls, fmtBytes(s.Bytes), temp)
 	})
 	if !p.Missing.Has(analyze.NoTemporaries) {
-		t.section("MOST TEMPORARY ALLOCATIONS", "freed right after they were made", byTemp, func(s *Site) string {
+		t.section("MOST TEMPORARY ALLOCATIONS", "freed by the next heap call of the thread that made them", byTemp, func(s *Site) string {
 			return fmt.Sprintf("%s temporary of %s allocations (%s) from", fmtCount(s.Temporary),
 				fmtCount(s.Allocations+s.Reallocations), pct(s.Temporary, s.Allocations+s.Reallocations))
 		})
@@ -173,10 +183,14 @@ func (t *textWriter) summary() {
 		rate = fmt.Sprintf(" (%s/s)", fmtCount(uint64(float64(s.Allocations+s.Reallocations)/dur.Seconds())))
 	}
 	row("allocation calls", "%s%s", fmtCount(s.Allocations+s.Reallocations), rate)
-	if !p.Missing.Has(analyze.NoReallocSplit) {
+	if p.Missing.Has(analyze.NoReallocSplit) {
+		row("  reallocations", "unknown (aggregate trace: counted among the calls)")
+	} else {
 		row("  reallocations", "%s", fmtCount(s.Reallocations))
 	}
-	if !p.Missing.Has(analyze.NoFailed) && s.Failed > 0 {
+	if p.Missing.Has(analyze.NoFailed) {
+		row("  failed", "unknown (aggregate trace)")
+	} else if s.Failed > 0 {
 		row("  failed", "%s (returned NULL)", fmtCount(s.Failed))
 	}
 	row("frees", "%s", fmtCount(s.Frees))
@@ -194,9 +208,19 @@ func (t *textWriter) summary() {
 	if p.Missing.Has(analyze.NoTemporaries) {
 		row("temporary", "unknown (aggregate trace)")
 	} else {
-		row("temporary", "%s (%s of allocation calls)", fmtCount(s.Temporary), pct(s.Temporary, s.Allocations+s.Reallocations))
+		row("temporary", "%s (%s of allocation calls): freed by the next heap call of the thread that made them", fmtCount(s.Temporary), pct(s.Temporary, s.Allocations+s.Reallocations))
+		if !t.o.Brief {
+			row("", "(heaptrack counts one only if no call of any thread came between: fewer with threads)")
+		}
 	}
-	row("unmatched frees", "%s (blocks allocated before tracing%s)", fmtCount(s.UnmatchedFrees), map[bool]string{true: " or before the window"}[p.From != 0])
+	if causes := r.UnmatchedCauses(); len(causes) > 0 {
+		row("unmatched frees", "%s, frees of blocks heapscope did not see made; possible causes:", fmtCount(s.UnmatchedFrees))
+		for _, c := range causes {
+			row("", "- %s", c)
+		}
+	} else {
+		row("unmatched frees", "%s", fmtCount(s.UnmatchedFrees))
+	}
 	if s.MissedFrees > 0 {
 		row("missed frees", "%s (blocks whose free was lost)", fmtCount(s.MissedFrees))
 	}
@@ -302,15 +326,20 @@ func (t *textWriter) stack(s *Site) {
 			t.printf("      … %d more frames\n", s.depth()-i)
 			break
 		}
-		t.printf("      %s\n", frameText(s.frame(i)))
+		t.printf("      %s\n", frameText(s.frame(i), t.o.FullNames))
 	}
 }
 
-// frameText is one frame on one line: function, file:line, module.
-func frameText(f *symbolize.Frame) string {
+// frameText is one frame on one line: function (shortened unless full),
+// file:line, module.
+func frameText(f *symbolize.Frame, full bool) string {
 	var b strings.Builder
 	if f.Function != "" {
-		b.WriteString(f.Function)
+		if full {
+			b.WriteString(f.Function)
+		} else {
+			b.WriteString(ShortName(f.Function))
+		}
 	} else {
 		fmt.Fprintf(&b, "0x%x", f.Address)
 	}

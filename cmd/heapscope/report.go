@@ -35,6 +35,7 @@ report what tracing only that window would have seen.`,
 			lf.register(fs)
 			format := fs.String("format", "text", "text or json")
 			top := fs.Int("top", 0, "sites per section (text: default 10; json: default all)")
+			fullNames := fs.Bool("full-names", false, "text: print C++ names whole (by default the arguments of templates are elided: std::vector<…>::push_back)")
 			out := fs.String("o", "-", "write to this file instead of standard output")
 			return func(args []string) error {
 				if len(args) != 1 {
@@ -54,7 +55,7 @@ report what tracing only that window would have seen.`,
 					if *format == "json" {
 						return rep.WriteJSON(w, *top)
 					}
-					return rep.WriteText(w, report.TextOptions{Top: *top})
+					return rep.WriteText(w, report.TextOptions{Top: *top, FullNames: *fullNames})
 				})
 			}
 		},
