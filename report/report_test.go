@@ -289,7 +289,7 @@ func TestText(t *testing.T) {
 	for _, want := range []string{
 		"heapscope report of app.hst (session \"s1\", provider preload",
 		"process 2: app -x (exit status 0)\n    8 calls, 510 B allocated, 110 B leaked in 2 blocks, 310 B live at the peak\n",
-		"process 3: app -x (exit status unknown)", // preload: not heapscope's child
+		"process 3: app -x (ended, status unknown: not heapscope's child)",
 		"allocation calls       9",
 		"peak heap              320 B in 5 blocks at 5.000ms",
 		"leaked                 110 B in 2 blocks",

@@ -136,12 +136,14 @@ func (t *textWriter) header() {
 			case p.Exit.Status >= 0:
 				t.printf(" (exit status %d)", p.Exit.Status)
 			case r.Trace.Provider == "preload":
-				// Not heapscope's child, or still running when
-				// tracing stopped.
-				t.printf(" (exit status unknown)")
+				// The interposer saw it end; only heapscope's own
+				// child's status is known.
+				t.printf(" (ended, status unknown: not heapscope's child)")
 			default:
 				t.printf(" (detached)")
 			}
+		} else {
+			t.printf(" (still running when the trace ends)")
 		}
 		t.printf("\n")
 		if pt := totals[p.PID]; pt != nil {

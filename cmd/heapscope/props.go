@@ -36,15 +36,15 @@ type sessionFlags struct {
 }
 
 func (f *sessionFlags) register(fs *flag.FlagSet) {
-	fs.Var(&f.name, "name", fmt.Sprintf("session name, unique on the machine, 1 to %d characters (default heapscope-PROGRAM-PID)", registry.MaxNameLen))
+	fs.Var(&f.name, "name", fmt.Sprintf("session `NAME`, unique on the machine, 1 to %d characters (default heapscope-PROGRAM-PID)", registry.MaxNameLen))
 	fs.StringVar(&f.output, "o", "", "trace file (default heapscope.PROGRAM.PID.hst; needs %d with --log-mode newfile)")
-	fs.Var(&f.stacks, "stacks", "event kinds that carry a call stack: alloc,realloc,free,mmap,munmap, all or none\n(default: every kind traced that makes memory: alloc,realloc, and mmap when --events has it)")
+	fs.Var(&f.stacks, "stacks", "`KINDS` that carry a call stack: alloc,realloc,free,mmap,munmap, all or none\n(default: every kind traced that makes memory: alloc,realloc, and mmap when --events has it)")
 	fs.StringVar(&f.events, "events", "heap", "allocation families traced: malloc,calloc,realloc,free,aligned,cxx,mmap, heap (all but mmap) or all")
 	fs.StringVar(&f.mode, "mode", "stream", "stream (every event) or aggregate (live set and per-stack totals kept in the kernel; ebpf only)")
 	fs.StringVar(&f.logMode, "log-mode", "sequential", "sequential, circular, newfile or realtime (no file)")
 	fs.IntVar(&f.bufferSize, "buffer-size", heapscope.DefaultBufferSize, fmt.Sprintf("buffer size in KB, %d to %d", heapscope.MinBufferSize, heapscope.MaxBufferSize))
 	fs.IntVar(&f.buffers, "buffers", heapscope.DefaultMaximumBuffers, "maximum number of buffers, at least 1 (buffers × buffer size at most 4 GiB)")
-	fs.Var(&f.minBuffers, "min-buffers", fmt.Sprintf("minimum number of buffers, 1 to --buffers (default %d, or --buffers if fewer)", heapscope.DefaultMinimumBuffers))
+	fs.Var(&f.minBuffers, "min-buffers", fmt.Sprintf("minimum number of buffers `N`, 1 to --buffers (default %d, or --buffers if fewer)", heapscope.DefaultMinimumBuffers))
 	fs.Int64Var(&f.maxSize, "max-size", 0, "maximum trace file size in MB (0: unlimited; needed by circular and newfile)")
 	fs.DurationVar(&f.flushInterval, "flush-interval", heapscope.DefaultFlushTimer, "longest time an event waits before it reaches the file, more than 0")
 	fs.IntVar(&f.maxFrames, "max-frames", heapscope.MaxFrames, fmt.Sprintf("deepest stack recorded, 1 to %d", heapscope.MaxFrames))

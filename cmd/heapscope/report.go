@@ -74,7 +74,7 @@ type loadFlags struct {
 
 func (f *loadFlags) register(fs *flag.FlagSet) {
 	f.procFlags.register(fs)
-	fs.Var(&f.suppressions, "suppressions", "a file of leak:PATTERN lines (LeakSanitizer's format): leaks whose stack has a function, module or source file matching a PATTERN are shown as suppressed (repeatable)")
+	fs.Var(&f.suppressions, "suppressions", "a `FILE` of leak:PATTERN lines (LeakSanitizer's format): leaks whose stack has a function, module or source file matching a PATTERN are shown as suppressed (repeatable)")
 	fs.BoolVar(&f.noDefaults, "no-default-suppressions", false, "list as leaks what the C and C++ runtimes keep for the life of a process by design (libstdc++'s exception pool, stdio buffers, the loader's and NSS's caches)")
 	fs.Var(&f.from, "from", "start of the time window, from the start of the trace (e.g. 1.5s)")
 	fs.Var(&f.to, "to", "end of the time window, from the start of the trace")
@@ -89,8 +89,8 @@ type procFlags struct {
 }
 
 func (f *procFlags) register(fs *flag.FlagSet) {
-	fs.Var(&f.pids, "pid", "only these processes, PID[,PID...] (repeatable): every program each ran")
-	fs.StringVar(&f.exe, "exe", "", "only the programs named NAME (the base name of the executable or of argv[0]); with --pid, those too")
+	fs.Var(&f.pids, "pid", "only the processes `PID[,PID...]` (repeatable): every program each ran")
+	fs.StringVar(&f.exe, "exe", "", "only the programs named `NAME` (the base name of the executable or of argv[0]); with --pid, those too")
 }
 
 func (f *procFlags) processes() analyze.Processes {
