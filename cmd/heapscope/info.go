@@ -27,7 +27,12 @@ Prints a trace file's header (session, provider, host, clock, mode), its
 processes, the number of modules and stacks, the events by kind, the time
 they span, the snapshots, the events lost by reason, and what the reader
 found wrong with the file (a cut or damaged file still reads: the warnings
-say what was lost). A file that is missing, or not a trace, is an error.`,
+say what was lost). A file that is missing, or not a trace, is an error.
+
+--pid and --exe describe only those processes (their events, exits and
+modules; lost events stay the session's). Each program is said to have
+exited with its status, been killed, been replaced by exec, ended with a
+status heapscope could not see, been detached, or still be running.`,
 		setup: func(fs *flag.FlagSet) func([]string) error {
 			var pf procFlags
 			pf.register(fs)

@@ -29,7 +29,20 @@ sizes. --format json writes all of it, every site unless --top is given; its
 schema is in report/JSON.md.
 
 --from and --to take durations from the start of the trace (1.5s, 200ms) and
-report what tracing only that window would have seen.`,
+report what tracing only that window would have seen.
+
+--pid and --exe report only some processes, as if they had been traced
+alone: a shim's or a build's child, say. With several processes, the report
+lists each with its own totals first and marks each site with its processes.
+
+Leaks are suppressed, not listed, when a rule matches their stack: the rules
+of --suppressions FILE (LeakSanitizer's leak:PATTERN lines, # comments; a
+PATTERN matches a function, module or source file of any frame) and the
+built-in rules for what the C and C++ runtimes keep for the life of a process
+by design (libstdc++'s emergency exception pool, stdio buffers, the dynamic
+loader's and NSS's caches, time zone and locale data). The report gives their
+total and what each rule took; --no-default-suppressions turns the built-in
+rules off.`,
 		setup: func(fs *flag.FlagSet) func([]string) error {
 			var lf loadFlags
 			lf.register(fs)
