@@ -48,7 +48,9 @@ func (r *Report) UnmatchedCauses() []string {
 	if r.Trace.Provider == "ebpf" {
 		out = append(out, "blocks allocated before tracing attached to a running process")
 	} else {
-		out = append(out, "blocks allocated before tracing began (before the interposer was loaded)")
+		// The interposer is there from the program's first instruction:
+		// what it misses, it misses by not being called.
+		out = append(out, "blocks made where the interposer was not called (before it was loaded, or by an allocator it does not wrap)")
 	}
 	if fam, err := event.ParseFamily(r.Trace.Properties["enable_flags"]); err == nil && fam&event.FamilyFree != 0 && fam&event.FamilyHeap != event.FamilyHeap {
 		out = append(out, fmt.Sprintf("blocks made by allocation functions not traced (only %s were)", fam))

@@ -514,7 +514,7 @@ func TestLabels(t *testing.T) {
 	r := New(testProfile(t), Trace{File: "app.hst", Provider: "preload", Start: 1e9,
 		Properties: map[string]string{"enable_flags": "malloc,free"}}, frames)
 	causes := strings.Join(r.UnmatchedCauses(), "; ")
-	for _, want := range []string{"before tracing began", "the 5 events lost", "allocation functions not traced (only malloc,free were)"} {
+	for _, want := range []string{"where the interposer was not called", "the 5 events lost", "allocation functions not traced (only malloc,free were)"} {
 		if !strings.Contains(causes, want) {
 			t.Errorf("unmatched causes %q lack %q", causes, want)
 		}
