@@ -139,6 +139,32 @@ const DefaultStacks = event.KindSet(1<<event.KindAlloc | 1<<event.KindRealloc)
 // MaxFrames is the deepest stack heapscope records.
 const MaxFrames = 127
 
+// DefaultStacksFor is the set of event kinds that carry a call stack when
+// the families f are traced and nothing else was chosen: every kind that
+// makes memory (allocations, reallocations, and mmap when it is traced).
+// Frees and munmaps are charged to the stack that made the block, so their
+// own stacks are recorded only when asked for.
+func DefaultStacksFor(f event.Family) event.KindSet {
+	if f&event.FamilyMmap != 0 {
+		return DefaultStacks | event.KindsOf(event.KindMmap)
+	}
+	return DefaultStacks
+}
+
+// The defaults and bounds of Properties' sizes, for programs that check
+// their own input against them (heapscope's flags).
+const (
+	MinBufferSize         = 4    // KB
+	MaxBufferSize         = 1024 // KB
+	DefaultBufferSize     = 64   // KB
+	DefaultMaximumBuffers = 64
+	DefaultMinimumBuffers = 4
+	DefaultFlushTimer     = time.Second
+	// MaxBufferBytes bounds BufferSize × MaximumBuffers: the memory a
+	// session may ask for its buffers.
+	MaxBufferBytes = maxRingBytes
+)
+
 // Properties configure a session, with the meanings of ETW's
 // EVENT_TRACE_PROPERTIES. The zero value is valid: a sequential trace file
 // with default buffers, flushed every second, of the malloc heap families.
@@ -195,16 +221,16 @@ type Properties struct {
 // withDefaults returns p with its zero fields filled in, for provider.
 func (p Properties) withDefaults(provider Provider) Properties {
 	if p.BufferSize == 0 {
-		p.BufferSize = 64
+		p.BufferSize = DefaultBufferSize
 	}
 	if p.MinimumBuffers == 0 {
-		p.MinimumBuffers = 4
+		p.MinimumBuffers = DefaultMinimumBuffers
 	}
 	if p.MaximumBuffers == 0 {
-		p.MaximumBuffers = max(64, p.MinimumBuffers)
+		p.MaximumBuffers = max(DefaultMaximumBuffers, p.MinimumBuffers)
 	}
 	if p.FlushTimer == 0 {
-		p.FlushTimer = time.Second
+		p.FlushTimer = DefaultFlushTimer
 	}
 	if p.EnableFlags == 0 {
 		p.EnableFlags = event.FamilyHeap

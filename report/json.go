@@ -20,19 +20,27 @@ const JSONVersion = 1
 // JSON is the document WriteJSON writes. It is exported so that Go programs
 // can read reports back with encoding/json.
 type JSON struct {
-	Version     int           `json:"version"`
-	Trace       JSONTrace     `json:"trace"`
-	Summary     JSONSummary   `json:"summary"`
-	Leaks       []JSONLive    `json:"leaks"`
-	Peak        []JSONLive    `json:"peak"`
-	Allocations []JSONSite    `json:"allocations"`
-	Histogram   []JSONBucket  `json:"histogram"`
-	Timeline    []JSONPoint   `json:"timeline"`
-	Processes   []JSONProcess `json:"processes"`
-	Limitations []string      `json:"limitations"`
-	Warnings    []string      `json:"warnings"`
-	Window      *JSONWindow   `json:"window,omitempty"`
-	Stats       *JSONStats    `json:"stats,omitempty"`
+	Version     int              `json:"version"`
+	Trace       JSONTrace        `json:"trace"`
+	Summary     JSONSummary      `json:"summary"`
+	Leaks       []JSONLive       `json:"leaks"`
+	Peak        []JSONLive       `json:"peak"`
+	Allocations []JSONSite       `json:"allocations"`
+	Histogram   []JSONBucket     `json:"histogram"`
+	Timeline    []JSONPoint      `json:"timeline"`
+	Processes   []JSONProcess    `json:"processes"`
+	Suppressed  []JSONSuppressed `json:"suppressed"`
+	Limitations []string         `json:"limitations"`
+	Warnings    []string         `json:"warnings"`
+	// Definitions say what the counts mean: "temporary", "unmatched_frees".
+	Definitions map[string]string `json:"definitions"`
+	// UnmatchedFreeCauses are the possible causes of the unmatched frees,
+	// from what the trace says of itself; [] when there are none.
+	UnmatchedFreeCauses []string `json:"unmatched_free_causes"`
+	// Unknown names the fields this trace cannot give (written as 0).
+	Unknown []string    `json:"unknown"`
+	Window  *JSONWindow `json:"window,omitempty"`
+	Stats   *JSONStats  `json:"stats,omitempty"`
 }
 
 // JSONTrace describes the trace.
@@ -58,6 +66,8 @@ type JSONSummary struct {
 	PeakTimeNs           int64  `json:"peak_time_ns"`
 	LeakedBytes          uint64 `json:"leaked_bytes"`
 	LeakedBlocks         uint64 `json:"leaked_blocks"`
+	SuppressedBytes      uint64 `json:"suppressed_bytes"`
+	SuppressedBlocks     uint64 `json:"suppressed_blocks"`
 	TemporaryAllocations uint64 `json:"temporary_allocations"`
 	UnmatchedFrees       uint64 `json:"unmatched_frees"`
 	FailedAllocations    uint64 `json:"failed_allocations"`
@@ -74,16 +84,29 @@ type JSONLive struct {
 
 // JSONSite is a site's allocation totals.
 type JSONSite struct {
-	Allocations   uint64      `json:"allocations"`
-	Reallocations uint64      `json:"reallocations"`
-	Bytes         uint64      `json:"bytes"`
-	Temporary     uint64      `json:"temporary"`
-	Frees         uint64      `json:"frees"`
-	Failed        uint64      `json:"failed"`
-	LeakedBytes   uint64      `json:"leaked_bytes"`
-	PeakBytes     uint64      `json:"peak_bytes"`
-	PIDs          []uint32    `json:"pids"`
-	Stack         []JSONFrame `json:"stack"`
+	Allocations   uint64 `json:"allocations"`
+	Reallocations uint64 `json:"reallocations"`
+	Bytes         uint64 `json:"bytes"`
+	Temporary     uint64 `json:"temporary"`
+	Frees         uint64 `json:"frees"`
+	Failed        uint64 `json:"failed"`
+	LeakedBytes   uint64 `json:"leaked_bytes"`
+	PeakBytes     uint64 `json:"peak_bytes"`
+	// Suppressed is the rule that suppressed the site's leaks, whose
+	// bytes are then not in LeakedBytes; "" when none did.
+	Suppressed string      `json:"suppressed,omitempty"`
+	PIDs       []uint32    `json:"pids"`
+	Stack      []JSONFrame `json:"stack"`
+}
+
+// JSONSuppressed is what one suppression rule took out of the leaks.
+type JSONSuppressed struct {
+	Rule        string `json:"rule"`   // "leak:PATTERN", or "default:NAME"
+	Source      string `json:"source"` // "FILE:LINE", or "default"
+	Description string `json:"description,omitempty"`
+	Bytes       uint64 `json:"bytes"`
+	Blocks      uint64 `json:"blocks"`
+	Sites       int    `json:"sites"`
 }
 
 // JSONFrame is one frame. Address is hexadecimal ("0x401136"), the return
@@ -121,6 +144,14 @@ type JSONProcess struct {
 	Exited  bool     `json:"exited"`
 	Status  int32    `json:"exit_status"`
 	Signal  int32    `json:"signal"`
+	// The process's own totals (see ProcessTotals).
+	Allocations   uint64 `json:"allocations"`
+	Reallocations uint64 `json:"reallocations"`
+	Bytes         uint64 `json:"bytes_allocated"`
+	Frees         uint64 `json:"frees"`
+	LeakedBytes   uint64 `json:"leaked_bytes"`
+	LeakedBlocks  uint64 `json:"leaked_blocks"`
+	PeakBytes     uint64 `json:"peak_bytes"`
 }
 
 // JSONWindow is the --from/--to window, relative to the trace's start.
@@ -144,6 +175,8 @@ func (r *Report) Document(top int) *JSON { return r.document(top, true) }
 
 func (r *Report) document(top int, sites bool) *JSON {
 	p := r.Profile
+	leakedBytes, leakedBlocks := r.Leaked()
+	supBytes, supBlocks, _ := r.SuppressedTotal()
 	d := &JSON{
 		Version: JSONVersion,
 		Trace: JSONTrace{
@@ -163,28 +196,39 @@ func (r *Report) document(top int, sites bool) *JSON {
 			PeakBytes:            p.Peak.Bytes,
 			PeakBlocks:           p.Peak.Blocks,
 			PeakTimeNs:           int64(r.rel(p.Peak.Time)),
-			LeakedBytes:          p.Summary.LeakedBytes,
-			LeakedBlocks:         p.Summary.LeakedBlocks,
+			LeakedBytes:          leakedBytes,
+			LeakedBlocks:         leakedBlocks,
+			SuppressedBytes:      supBytes,
+			SuppressedBlocks:     supBlocks,
 			TemporaryAllocations: p.Summary.Temporary,
 			UnmatchedFrees:       p.Summary.UnmatchedFrees,
 			FailedAllocations:    p.Summary.Failed,
 			MissedFrees:          p.Summary.MissedFrees,
 		},
-		Leaks:       []JSONLive{},
-		Peak:        []JSONLive{},
-		Allocations: []JSONSite{},
-		Histogram:   []JSONBucket{},
-		Timeline:    []JSONPoint{},
-		Processes:   []JSONProcess{},
-		Limitations: p.Missing.Describe(),
-		Warnings:    append([]string{}, r.Trace.Warnings...),
+		Leaks:               []JSONLive{},
+		Peak:                []JSONLive{},
+		Allocations:         []JSONSite{},
+		Histogram:           []JSONBucket{},
+		Timeline:            []JSONPoint{},
+		Processes:           []JSONProcess{},
+		Suppressed:          []JSONSuppressed{},
+		Limitations:         p.Missing.Describe(),
+		Warnings:            append([]string{}, r.Trace.Warnings...),
+		Definitions:         map[string]string{"temporary": TemporaryDefinition, "unmatched_frees": UnmatchedDefinition},
+		UnmatchedFreeCauses: append([]string{}, r.UnmatchedCauses()...),
+		Unknown:             append([]string{}, r.UnknownFields()...),
 	}
 	if d.Limitations == nil {
 		d.Limitations = []string{}
 	}
+	totals := r.ByProcess()
 	for _, pr := range p.Processes {
 		d.Trace.PIDs = append(d.Trace.PIDs, pr.PID)
 		jp := JSONProcess{PID: pr.PID, PPID: pr.PPID, Exe: pr.Exe, Cmdline: pr.Cmdline, Exited: pr.Exited}
+		if pt := totals[pr.PID]; pt != nil {
+			jp.Allocations, jp.Reallocations, jp.Bytes, jp.Frees = pt.Allocations, pt.Reallocations, pt.Bytes, pt.Frees
+			jp.LeakedBytes, jp.LeakedBlocks, jp.PeakBytes = pt.LeakedBytes, pt.LeakedBlocks, pt.PeakBytes
+		}
 		if jp.Cmdline == nil {
 			jp.Cmdline = []string{}
 		}
@@ -192,6 +236,10 @@ func (r *Report) document(top int, sites bool) *JSON {
 			jp.Status, jp.Signal = pr.Exit.Status, pr.Exit.Signal
 		}
 		d.Processes = append(d.Processes, jp)
+	}
+	for _, s := range r.Suppressed {
+		d.Suppressed = append(d.Suppressed, JSONSuppressed{Rule: s.Rule.Text, Source: s.Rule.Source,
+			Description: s.Rule.Description, Bytes: s.Bytes, Blocks: s.Blocks, Sites: s.Sites})
 	}
 	if p.HasStats {
 		d.Trace.LostEvents = p.Stats.TotalLost()
@@ -223,7 +271,7 @@ func (r *Report) document(top int, sites bool) *JSON {
 			d.Allocations = append(d.Allocations, JSONSite{
 				Allocations: s.Allocations, Reallocations: s.Reallocations, Bytes: s.Bytes,
 				Temporary: s.Temporary, Frees: s.Frees, Failed: s.Failed,
-				LeakedBytes: s.LeakedBytes, PeakBytes: s.PeakBytes, PIDs: s.PIDs, Stack: jsonStack(s.Stack()),
+				LeakedBytes: s.LeakedBytes, PeakBytes: s.PeakBytes, Suppressed: ruleText(s), PIDs: s.PIDs, Stack: jsonStack(s.Stack()),
 			})
 		}
 	}
@@ -236,6 +284,14 @@ func (r *Report) document(top int, sites bool) *JSON {
 		d.Timeline = append(d.Timeline, JSONPoint{TNs: int64(r.rel(pt.Time)), LiveBytes: pt.Bytes, LiveBlocks: pt.Blocks})
 	}
 	return d
+}
+
+// ruleText is the text of the rule that suppressed s's leaks, or "".
+func ruleText(s *Site) string {
+	if s.SuppressedBy == nil {
+		return ""
+	}
+	return s.SuppressedBy.Text
 }
 
 // sortedAll returns every site by allocation calls, then bytes, at most top.
@@ -281,14 +337,22 @@ func (r *Report) WriteJSON(w io.Writer, top int) error {
 			jw.raw(siteFields[j])
 			jw.int(v)
 		}
+		if s.SuppressedBy != nil {
+			jw.raw(`,"suppressed":`)
+			jw.bytes(appendString(nil, s.SuppressedBy.Text))
+		}
 		jw.tail(s)
 	}
 	jw.raw("]")
 	jw.field("histogram", d.Histogram)
 	jw.field("timeline", d.Timeline)
 	jw.field("processes", d.Processes)
+	jw.field("suppressed", d.Suppressed)
 	jw.field("limitations", d.Limitations)
 	jw.field("warnings", d.Warnings)
+	jw.field("definitions", d.Definitions)
+	jw.field("unmatched_free_causes", d.UnmatchedFreeCauses)
+	jw.field("unknown", d.Unknown)
 	if d.Window != nil {
 		jw.field("window", d.Window)
 	}

@@ -4,16 +4,23 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	pathpkg "path"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/heapscope/heapscope/analyze"
 	"github.com/heapscope/heapscope/event"
+	"github.com/heapscope/heapscope/suppress"
 	"github.com/heapscope/heapscope/symbolize"
 	"github.com/heapscope/heapscope/tracefile"
 )
+
+// ErrNoProcess is wrapped by Load's error when LoadOptions.Processes
+// selects no process of the trace.
+var ErrNoProcess = errors.New("no such process in the trace")
 
 // LoadOptions tune Load. The zero value reads the whole trace and
 // symbolizes it on this machine.
@@ -28,6 +35,12 @@ type LoadOptions struct {
 	Workers int
 	// TimelinePoints bounds the timeline (0: analyze's default).
 	TimelinePoints int
+	// Processes selects the processes reported (the zero value: all).
+	// Load fails with ErrNoProcess when it selects none.
+	Processes analyze.Processes
+	// Suppressions are the rules whose leaks the report shows as
+	// suppressed (see Report.Suppress), e.g. suppress.Defaults().
+	Suppressions []*suppress.Rule
 }
 
 // Load reads the trace file at path through the heap model, symbolizes its
@@ -67,12 +80,18 @@ func Load(path string, o LoadOptions) (*Report, error) {
 	sym := symbolize.New(o.Symbolize)
 	defer sym.Close()
 	w := newWarmer(sym)
+	var sink event.Sink = m
+	var filter *analyze.Filter
+	if !o.Processes.All() {
+		filter = analyze.NewFilter(m, o.Processes)
+		sink = filter
+	}
 
 	pieces := []tracefile.Window{win}
 	if workers > 1 {
 		// The definitions first (a window after every chunk), for the
 		// model, the symbolizer, and the end of the trace to cut at.
-		defs := &defsPass{Sink: m, w: w}
+		defs := &defsPass{Sink: sink, w: w}
 		err = r.Replay(defs, tracefile.Window{From: math.MaxInt64})
 		w.start() // every stack is queued
 		end := int64(0)
@@ -87,18 +106,26 @@ func Load(path string, o LoadOptions) (*Report, error) {
 		w.finish()
 		return nil, fmt.Errorf("reading %s: %w", path, err)
 	}
-	ws, sawSnapshots, err := replayPieces(path, pieces, m, workers, w)
+	ws, sawSnapshots, err := replayPieces(path, pieces, sink, workers, w)
 	warnings = append(warnings, ws...)
 	if err == nil && sawSnapshots && win.From != 0 {
 		// An aggregate trace's totals in a window are differences from
 		// the last snapshot before it, which the windowed pass skipped.
-		err = replaySnapshots(path, win.From, m)
+		err = replaySnapshots(path, win.From, sink)
 	}
 	w.finish()
 	if err != nil {
 		return nil, fmt.Errorf("reading %s: %w", path, err)
 	}
-	rep := newReport(m.Profile(), Trace{
+	prof := m.Profile()
+	if filter != nil && len(prof.Processes) == 0 {
+		var have []string
+		for _, p := range filter.Seen() {
+			have = append(have, fmt.Sprintf("%d (%s)", p.PID, pathpkg.Base(p.Exe)))
+		}
+		return nil, fmt.Errorf("%s has no process of %s; its processes: %s: %w", path, o.Processes, strings.Join(dedupStrings(have), ", "), ErrNoProcess)
+	}
+	rep := newReport(prof, Trace{
 		File:      path,
 		Session:   h.Session,
 		Provider:  h.Provider,
@@ -106,6 +133,13 @@ func Load(path string, o LoadOptions) (*Report, error) {
 		WallStart: h.WallStart,
 	}, newSymTable(sym))
 	rep.Trace.Warnings = dedupStrings(append(warnings, sym.Warnings()...))
+	if len(h.Properties) > 0 {
+		rep.Trace.Properties = map[string]string{}
+		for _, kv := range h.Properties {
+			rep.Trace.Properties[kv.Key] = kv.Value
+		}
+	}
+	rep.Suppress(o.Suppressions, suppress.Options{Sysroot: o.Symbolize.Sysroot})
 	return rep, nil
 }
 
@@ -310,7 +344,7 @@ const batchEvents = 4096
 // snapshots to m in order. A single piece carries the definitions and stats
 // too (to m, and the definitions to w); several do not: a first pass gave
 // them. It returns the readers' warnings and whether there were snapshots.
-func replayPieces(path string, pieces []tracefile.Window, m *analyze.Model, workers int, w *warmer) ([]string, bool, error) {
+func replayPieces(path string, pieces []tracefile.Window, m event.Sink, workers int, w *warmer) ([]string, bool, error) {
 	workers = max(1, min(workers, len(pieces)))
 	var defs *warmer
 	if len(pieces) == 1 {
@@ -518,7 +552,7 @@ func (s *pieceSink) Stats(st event.Stats) error {
 }
 
 // replaySnapshots passes the snapshots taken before from to m.
-func replaySnapshots(path string, from int64, m *analyze.Model) error {
+func replaySnapshots(path string, from int64, m event.Sink) error {
 	r, err := tracefile.Open(path)
 	if err != nil {
 		return err
@@ -528,7 +562,7 @@ func replaySnapshots(path string, from int64, m *analyze.Model) error {
 }
 
 // snapshotsOnly passes on snapshots and drops the rest.
-type snapshotsOnly struct{ m *analyze.Model }
+type snapshotsOnly struct{ m event.Sink }
 
 func (snapshotsOnly) Process(event.Process) error        { return nil }
 func (snapshotsOnly) Exit(event.Exit) error              { return nil }

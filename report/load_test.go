@@ -188,3 +188,34 @@ func TestLoadDeterministic(t *testing.T) {
 		}
 	}
 }
+
+// TestLoadProcesses: Load with a selection of processes gives, with one
+// worker or several, the profile of a sequential replay through the same
+// filter; a selection that matches nothing is ErrNoProcess.
+func TestLoadProcesses(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "t.hst")
+	writeRandomTrace(t, path)
+	sel := analyze.Processes{PIDs: []uint32{2, 3}}
+	r, err := tracefile.Open(path)
+	must(t, err)
+	m := analyze.New(analyze.Options{})
+	must(t, r.Replay(analyze.NewFilter(m, sel), tracefile.Window{}))
+	r.Close()
+	want := m.Profile()
+	all := sequential(t, path, analyze.Options{})
+	if len(want.Processes) != 2 || want.Summary.Allocations == 0 || want.Summary.Allocations >= all.Summary.Allocations {
+		t.Fatalf("filtered replay: %d processes, %d allocations of %d", len(want.Processes), want.Summary.Allocations, all.Summary.Allocations)
+	}
+	for _, workers := range []int{1, 3} {
+		rep, err := Load(path, LoadOptions{Workers: workers, Processes: sel})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(rep.Profile, want) {
+			t.Errorf("%d workers: got %+v, want %+v", workers, rep.Profile.Summary, want.Summary)
+		}
+	}
+	if _, err := Load(path, LoadOptions{Processes: analyze.Processes{PIDs: []uint32{77}}}); !errors.Is(err, ErrNoProcess) {
+		t.Errorf("pid 77: %v, want ErrNoProcess", err)
+	}
+}

@@ -41,13 +41,18 @@ func (r *Report) Pprof() (*profile.Profile, error) {
 	for _, s := range r.Sites {
 		for _, st := range s.members {
 			objs := st.Allocations + st.Reallocations - min(st.Failed, st.Allocations+st.Reallocations)
-			if objs == 0 && st.LiveBlocks == 0 {
+			liveBlocks, liveBytes := st.LiveBlocks, st.LiveBytes
+			if s.SuppressedBy != nil {
+				// Suppressed: not in use as far as leaks go.
+				liveBlocks, liveBytes = 0, 0
+			}
+			if objs == 0 && liveBlocks == 0 {
 				continue
 			}
 			frames = r.frames(st, frames[:0])
 			p.Sample = append(p.Sample, &profile.Sample{
 				Location: b.locations(st.PID, frames),
-				Value:    []int64{int64(objs), int64(st.Bytes), int64(st.LiveBlocks), int64(st.LiveBytes)},
+				Value:    []int64{int64(objs), int64(st.Bytes), int64(liveBlocks), int64(liveBytes)},
 				NumLabel: map[string][]int64{"pid": {int64(st.PID)}},
 			})
 		}
@@ -70,12 +75,16 @@ func (r *Report) WritePprof(w io.Writer) error {
 func (r *Report) pprofComments() []string {
 	pr := r.Profile
 	s := pr.Summary
+	lb, lk := r.Leaked()
 	c := []string{
 		fmt.Sprintf("heapscope: %s", r.Trace.File),
 		fmt.Sprintf("peak %d bytes in %d blocks at %s", pr.Peak.Bytes, pr.Peak.Blocks, fmtDur(r.rel(pr.Peak.Time))),
-		fmt.Sprintf("leaked %d bytes in %d blocks", s.LeakedBytes, s.LeakedBlocks),
+		fmt.Sprintf("leaked %d bytes in %d blocks", lb, lk),
 		fmt.Sprintf("%d allocations, %d reallocations, %d frees, %d temporary, %d unmatched frees",
 			s.Allocations, s.Reallocations, s.Frees, s.Temporary, s.UnmatchedFrees),
+	}
+	if sb, sk, n := r.SuppressedTotal(); n > 0 {
+		c = append(c, fmt.Sprintf("suppressed %d bytes in %d blocks by %d rules (not in inuse_*)", sb, sk, n))
 	}
 	if pr.HasStats {
 		c = append(c, "lost events: "+lostText(&pr.Stats))

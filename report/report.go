@@ -20,6 +20,7 @@ import (
 
 	"github.com/heapscope/heapscope/analyze"
 	"github.com/heapscope/heapscope/event"
+	"github.com/heapscope/heapscope/suppress"
 	"github.com/heapscope/heapscope/symbolize"
 )
 
@@ -42,6 +43,9 @@ type Trace struct {
 	// Warnings are the trace reader's and the symbolizer's: reports print
 	// them.
 	Warnings []string
+	// Properties are the session's properties, from the trace header
+	// ("enable_flags": "malloc,free", ...).
+	Properties map[string]string
 }
 
 // Site is one call site: the stacks of one or more processes that are the
@@ -59,6 +63,13 @@ type Site struct {
 	LeakedBlocks  uint64
 	PeakBytes     uint64
 	PeakBlocks    uint64
+
+	// SuppressedBy is the rule that suppressed the site's leaks (see
+	// Report.Suppress), whose bytes and blocks then moved from LeakedBytes
+	// and LeakedBlocks to SuppressedBytes and SuppressedBlocks.
+	SuppressedBy     *suppress.Rule
+	SuppressedBytes  uint64
+	SuppressedBlocks uint64
 
 	ids     []uint32 // the stack, as indices into the report's frame table
 	key     string   // ids as bytes: the identity sites merge by
@@ -86,6 +97,9 @@ type Report struct {
 	Trace   Trace
 	Profile *analyze.Profile
 	Sites   []*Site // in no particular order; the renderers sort
+	// Suppressed says what each suppression rule took out of the leaks,
+	// largest first (see Suppress).
+	Suppressed []*Suppressed
 
 	resolver Resolver
 	table    *frameTable

@@ -288,8 +288,8 @@ func TestText(t *testing.T) {
 	out := buf.String()
 	for _, want := range []string{
 		"heapscope report of app.hst (session \"s1\", provider preload",
-		"process 2: app -x (exit status 0)",
-		"process 3: app -x (exit status unknown)", // preload: not heapscope's child
+		"process 2: app -x (exit status 0)\n    8 calls, 510 B allocated, 110 B leaked in 2 blocks, 310 B live at the peak\n",
+		"process 3: app -x (ended, status unknown: not heapscope's child)",
 		"allocation calls       9",
 		"peak heap              320 B in 5 blocks at 5.000ms",
 		"leaked                 110 B in 2 blocks",
@@ -298,13 +298,13 @@ func TestText(t *testing.T) {
 		"lost events            5 (5 ring_full) of 22",
 		"stacks lost            2",
 		"LEAKS (still live at the end): 2 sites",
-		"100 B leaked in 1 block from:\n      make_node  app.c:10  in app  (inlined)\n      build  app.c:20  in app\n      main  app.c:30  in app\n",
-		"10 B leaked in 1 block from 2 processes:\n      __strdup  strdup.c:42  in libc.so.6\n",
+		"100 B leaked in 1 block from pid 2:\n      make_node  app.c:10  in app  (inlined)\n      build  app.c:20  in app\n      main  app.c:30  in app\n",
+		"10 B leaked in 1 block from pids 2, 3:\n      __strdup  strdup.c:42  in libc.so.6\n",
 		"PEAK CONSUMERS (live at the peak, 320 B at 5.000ms): 2 sites",
 		"300 B (93.8%) in 3 blocks at the peak from",
 		"MOST ALLOCATION CALLS: top 2 of 3 sites",
 		"4 calls, 200 B allocated, 4 temporary from",
-		"MOST TEMPORARY ALLOCATIONS (freed right after they were made): 2 sites",
+		"MOST TEMPORARY ALLOCATIONS (freed by the next heap call of the thread that made them): 2 sites",
 		"4 temporary of 4 allocations (100.0%) from",
 		"ALLOCATION SIZES",
 		"WARNINGS\n  file cut at byte 9",
@@ -458,6 +458,9 @@ func TestAggregateSaysWhatItLacks(t *testing.T) {
 		"temporary              unknown (aggregate trace)",
 		"ALLOCATION SIZES: not recorded in an aggregate trace",
 		"64 B leaked in 1 block from:\n      make_node",
+		"5 calls, 320 B allocated, temporary unknown from:",
+		"reallocations        unknown",
+		"failed               unknown",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("text lacks %q:\n%s", want, out)
@@ -477,6 +480,75 @@ func TestAggregateSaysWhatItLacks(t *testing.T) {
 	}
 	if err := r.WriteCollapsed(&buf, Temporary); err == nil {
 		t.Error("collapsed temporaries of an aggregate trace: no error")
+	}
+	for _, f := range []string{"summary.temporary_allocations", "allocations[].temporary", "allocations[].reallocations", "summary.failed_allocations"} {
+		if !strings.Contains(strings.Join(d.Unknown, " "), f) {
+			t.Errorf("JSON unknown %q lacks %s", d.Unknown, f)
+		}
+	}
+}
+
+func TestShortName(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"main", "main"},
+		{"std::__cxx11::basic_string<char, std::char_traits<char>, std::allocator<char> >::_M_mutate(unsigned long, unsigned long, char const*, unsigned long)",
+			"std::__cxx11::basic_string<…>::_M_mutate(unsigned long, unsigned long, char const*, unsigned long)"},
+		{"void std::vector<int, std::allocator<int> >::_M_realloc_insert<int const&>(__gnu_cxx::__normal_iterator<int*, std::vector<int, std::allocator<int> > >, int const&)",
+			"void std::vector<…>::_M_realloc_insert<…>(__gnu_cxx::__normal_iterator<…>, int const&)"},
+		{"bool operator< <Foo>(Foo const&, Foo const&)", "bool operator< <…>(Foo const&, Foo const&)"},
+		{"std::ostream::operator<<(int)", "std::ostream::operator<<(int)"},
+		{"Ptr<Node>::operator->() const", "Ptr<…>::operator->() const"},
+		{"operator>>=(A&, int)", "operator>>=(A&, int)"},
+		{"broken<name", "broken<name"},
+	} {
+		if got := ShortName(c.in); got != c.want {
+			t.Errorf("ShortName(%q)\n = %q\nwant %q", c.in, got, c.want)
+		}
+	}
+}
+
+// TestLabels: the text and JSON say what temporary means and how heaptrack
+// differs, name the possible causes of unmatched frees from what the trace
+// knows, and shorten C++ names unless asked for them whole.
+func TestLabels(t *testing.T) {
+	r := New(testProfile(t), Trace{File: "app.hst", Provider: "preload", Start: 1e9,
+		Properties: map[string]string{"enable_flags": "malloc,free"}}, frames)
+	causes := strings.Join(r.UnmatchedCauses(), "; ")
+	for _, want := range []string{"where the interposer was not called", "the 5 events lost", "allocation functions not traced (only malloc,free were)"} {
+		if !strings.Contains(causes, want) {
+			t.Errorf("unmatched causes %q lack %q", causes, want)
+		}
+	}
+	var buf bytes.Buffer
+	must(t, r.WriteText(&buf, TextOptions{}))
+	out := buf.String()
+	for _, want := range []string{
+		"temporary              5 (55.6% of allocation calls): freed by the next heap call of the thread that made them\n",
+		"heaptrack counts one only if no call of any thread came between",
+		"unmatched frees        1, frees of blocks heapscope did not see made; possible causes:\n",
+		"- allocations among the 5 events lost",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("text lacks %q:\n%s", want, out)
+		}
+	}
+	buf.Reset()
+	must(t, r.WriteJSON(&buf, 0))
+	var d JSON
+	must(t, json.Unmarshal(buf.Bytes(), &d))
+	if !strings.Contains(d.Definitions["temporary"], "heaptrack") || d.Definitions["unmatched_frees"] == "" ||
+		len(d.UnmatchedFreeCauses) != len(r.UnmatchedCauses()) || d.Unknown == nil || len(d.Unknown) != 0 {
+		t.Errorf("JSON definitions %q, causes %q, unknown %q", d.Definitions, d.UnmatchedFreeCauses, d.Unknown)
+	}
+	// A window and an eBPF trace.
+	p := testProfile(t)
+	p.From = 2000 // as a window from there would
+	p.Processes[1].PPID = 2
+	r = New(p, Trace{File: "app.hst", Provider: "ebpf"}, frames)
+	causes = strings.Join(r.UnmatchedCauses(), "; ")
+	if !strings.Contains(causes, "before the window") || !strings.Contains(causes, "attached to a running process") ||
+		!strings.Contains(causes, "forked child (pid 3) inherited") {
+		t.Errorf("window, ebpf: causes %q", causes)
 	}
 }
 
@@ -523,7 +595,7 @@ func TestTextBrief(t *testing.T) {
 	for _, want := range []string{
 		"SUMMARY",
 		"LEAKS (still live at the end): top 1 of 2 sites",
-		"100 B leaked in 1 block from:\n      make_node  app.c:10  in app  (inlined)\n      … 2 more frames",
+		"100 B leaked in 1 block from pid 2:\n      make_node  app.c:10  in app  (inlined)\n      … 2 more frames",
 		"PEAK CONSUMERS (live at the peak, 320 B at 5.000ms): top 1 of 2 sites",
 	} {
 		if !strings.Contains(out, want) {

@@ -20,6 +20,9 @@ type TextOptions struct {
 	Top int
 	// MaxFrames is how many frames of each stack are printed (default 24).
 	MaxFrames int
+	// FullNames prints C++ names whole; by default the arguments of
+	// templates are elided (see ShortName).
+	FullNames bool
 	// Brief prints only the summary and the top leaks and peak consumers
 	// (Top defaults to 3, MaxFrames to 8): what run and attach print when
 	// they finish.
@@ -50,6 +53,7 @@ func (r *Report) WriteText(w io.Writer, o TextOptions) error {
 	t.section("LEAKS", "still live at the end", byLeaked, func(s *Site) string {
 		return fmt.Sprintf("%s leaked in %s from", fmtBytes(s.LeakedBytes), plural(s.LeakedBlocks, "block"))
 	})
+	t.suppressed()
 	peakNote := fmt.Sprintf("live at the peak, %s at %s", fmtBytes(p.Peak.Bytes), fmtDur(r.rel(p.Peak.Time)))
 	if p.Missing.Has(analyze.NoPeakInstant) {
 		peakNote = fmt.Sprintf("live at the snapshot with the most, %s at %s", fmtBytes(p.Peak.Bytes), fmtDur(r.rel(p.Peak.Time)))
@@ -65,10 +69,17 @@ func (r *Report) WriteText(w io.Writer, o TextOptions) error {
 		if s.Reallocations > 0 {
 			calls = fmt.Sprintf("%s calls (%s reallocations)", fmtCount(s.Allocations+s.Reallocations), fmtCount(s.Reallocations))
 		}
-		return fmt.Sprintf("%s, %s allocated, %s temporary from", calls, fmtBytes(s.Bytes), fmtCount(s.Temporary))
+		if p.Missing.Has(analyze.NoReallocSplit) {
+			calls = fmtCount(s.Allocations+s.Reallocations) + " calls"
+		}
+		temp := fmtCount(s.Temporary) + " temporary"
+		if p.Missing.Has(analyze.NoTemporaries) {
+			temp = "temporary unknown"
+		}
+		return fmt.Sprintf("%s, %s allocated, %s from", calls, fmtBytes(s.Bytes), temp)
 	})
 	if !p.Missing.Has(analyze.NoTemporaries) {
-		t.section("MOST TEMPORARY ALLOCATIONS", "freed right after they were made", byTemp, func(s *Site) string {
+		t.section("MOST TEMPORARY ALLOCATIONS", "freed by the next heap call of the thread that made them", byTemp, func(s *Site) string {
 			return fmt.Sprintf("%s temporary of %s allocations (%s) from", fmtCount(s.Temporary),
 				fmtCount(s.Allocations+s.Reallocations), pct(s.Temporary, s.Allocations+s.Reallocations))
 		})
@@ -107,6 +118,10 @@ func (t *textWriter) header() {
 		t.printf(" (%s)", strings.Join(attrs, ", "))
 	}
 	t.printf("\n")
+	var totals map[uint32]*ProcessTotals
+	if len(r.Profile.Processes) > 1 {
+		totals = r.ByProcess()
+	}
 	for _, p := range r.Profile.Processes {
 		t.printf("process %d", p.PID)
 		if len(p.Cmdline) > 0 {
@@ -121,14 +136,21 @@ func (t *textWriter) header() {
 			case p.Exit.Status >= 0:
 				t.printf(" (exit status %d)", p.Exit.Status)
 			case r.Trace.Provider == "preload":
-				// Not heapscope's child, or still running when
-				// tracing stopped.
-				t.printf(" (exit status unknown)")
+				// The interposer saw it end; only heapscope's own
+				// child's status is known.
+				t.printf(" (ended, status unknown: not heapscope's child)")
 			default:
 				t.printf(" (detached)")
 			}
+		} else {
+			t.printf(" (still running when the trace ends)")
 		}
 		t.printf("\n")
+		if pt := totals[p.PID]; pt != nil {
+			t.printf("    %s calls, %s allocated, %s leaked in %s, %s live at the peak\n",
+				fmtCount(pt.Allocations+pt.Reallocations), fmtBytes(pt.Bytes), fmtBytes(pt.LeakedBytes),
+				plural(pt.LeakedBlocks, "block"), fmtBytes(pt.PeakBytes))
+		}
 	}
 	if p := r.Profile; p.From != 0 || p.To != 0 {
 		from, to := "the start", "the end"
@@ -163,10 +185,14 @@ func (t *textWriter) summary() {
 		rate = fmt.Sprintf(" (%s/s)", fmtCount(uint64(float64(s.Allocations+s.Reallocations)/dur.Seconds())))
 	}
 	row("allocation calls", "%s%s", fmtCount(s.Allocations+s.Reallocations), rate)
-	if !p.Missing.Has(analyze.NoReallocSplit) {
+	if p.Missing.Has(analyze.NoReallocSplit) {
+		row("  reallocations", "unknown (aggregate trace: counted among the calls)")
+	} else {
 		row("  reallocations", "%s", fmtCount(s.Reallocations))
 	}
-	if !p.Missing.Has(analyze.NoFailed) && s.Failed > 0 {
+	if p.Missing.Has(analyze.NoFailed) {
+		row("  failed", "unknown (aggregate trace)")
+	} else if s.Failed > 0 {
 		row("  failed", "%s (returned NULL)", fmtCount(s.Failed))
 	}
 	row("frees", "%s", fmtCount(s.Frees))
@@ -176,13 +202,27 @@ func (t *textWriter) summary() {
 		peak = "at least " + peak + " (largest at a snapshot)"
 	}
 	row("peak heap", "%s", peak)
-	row("leaked", "%s in %s", fmtBytesExact(s.LeakedBytes), plural(s.LeakedBlocks, "block"))
+	lb, lk := r.Leaked()
+	row("leaked", "%s in %s", fmtBytesExact(lb), plural(lk, "block"))
+	if sb, sk, n := r.SuppressedTotal(); n > 0 {
+		row("suppressed", "%s in %s by %s (not leaks of the program: see SUPPRESSED)", fmtBytesExact(sb), plural(sk, "block"), plural(uint64(n), "rule"))
+	}
 	if p.Missing.Has(analyze.NoTemporaries) {
 		row("temporary", "unknown (aggregate trace)")
 	} else {
-		row("temporary", "%s (%s of allocation calls)", fmtCount(s.Temporary), pct(s.Temporary, s.Allocations+s.Reallocations))
+		row("temporary", "%s (%s of allocation calls): freed by the next heap call of the thread that made them", fmtCount(s.Temporary), pct(s.Temporary, s.Allocations+s.Reallocations))
+		if !t.o.Brief {
+			row("", "(heaptrack counts one only if no call of any thread came between: fewer with threads)")
+		}
 	}
-	row("unmatched frees", "%s (blocks allocated before tracing%s)", fmtCount(s.UnmatchedFrees), map[bool]string{true: " or before the window"}[p.From != 0])
+	if causes := r.UnmatchedCauses(); len(causes) > 0 {
+		row("unmatched frees", "%s, frees of blocks heapscope did not see made; possible causes:", fmtCount(s.UnmatchedFrees))
+		for _, c := range causes {
+			row("", "- %s", c)
+		}
+	} else {
+		row("unmatched frees", "%s", fmtCount(s.UnmatchedFrees))
+	}
 	if s.MissedFrees > 0 {
 		row("missed frees", "%s (blocks whose free was lost)", fmtCount(s.MissedFrees))
 	}
@@ -214,6 +254,30 @@ func lostText(st *event.Stats) string {
 	return fmt.Sprintf("%s (%s) of %s", fmtCount(total), strings.Join(parts, ", "), fmtCount(st.Delivered+total))
 }
 
+// suppressed lists what each suppression rule took out of the leaks.
+func (t *textWriter) suppressed() {
+	sb, sk, n := t.r.SuppressedTotal()
+	if n == 0 {
+		return
+	}
+	t.printf("SUPPRESSED (live at the end, not listed as leaks): %s in %s by %s\n", fmtBytes(sb), plural(sk, "block"), plural(uint64(n), "rule"))
+	for _, s := range t.r.Suppressed {
+		what := s.Rule.Text + " (" + s.Rule.Source + ")"
+		if s.Rule.Default() {
+			what = s.Rule.Description
+		}
+		t.printf("  %s in %s, %s: %s\n", fmtBytes(s.Bytes), plural(s.Blocks, "block"), plural(uint64(s.Sites), "site"), what)
+	}
+	def := false
+	for _, s := range t.r.Suppressed {
+		def = def || s.Rule.Default()
+	}
+	if def {
+		t.printf("  (default rules: what the C and C++ runtimes keep for the life of a process by design; --no-default-suppressions lists them as leaks)\n")
+	}
+	t.printf("\n")
+}
+
 func (t *textWriter) section(title, note string, key func(*Site) uint64, head func(*Site) string) {
 	all := t.r.sorted(key, 0)
 	t.printf("%s", title)
@@ -226,15 +290,32 @@ func (t *textWriter) section(title, note string, key func(*Site) uint64, head fu
 	} else {
 		t.printf(": %s\n", plural(uint64(len(all)), "site"))
 	}
+	many := len(t.r.Profile.Processes) > 1
 	for _, s := range all {
 		t.printf("  %s", head(s))
-		if len(s.PIDs) > 1 {
-			t.printf(" %d processes", len(s.PIDs))
+		if many || len(s.PIDs) > 1 {
+			t.printf(" %s", pidsText(s.PIDs))
 		}
 		t.printf(":\n")
 		t.stack(s)
 	}
 	t.printf("\n")
+}
+
+// pidsText names a site's processes: "pid 12", "pids 12, 13".
+func pidsText(pids []uint32) string {
+	if len(pids) == 1 {
+		return "pid " + strconv.FormatUint(uint64(pids[0]), 10)
+	}
+	var b strings.Builder
+	b.WriteString("pids ")
+	for i, pid := range pids {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(strconv.FormatUint(uint64(pid), 10))
+	}
+	return b.String()
 }
 
 func (t *textWriter) stack(s *Site) {
@@ -247,15 +328,20 @@ func (t *textWriter) stack(s *Site) {
 			t.printf("      … %d more frames\n", s.depth()-i)
 			break
 		}
-		t.printf("      %s\n", frameText(s.frame(i)))
+		t.printf("      %s\n", frameText(s.frame(i), t.o.FullNames))
 	}
 }
 
-// frameText is one frame on one line: function, file:line, module.
-func frameText(f *symbolize.Frame) string {
+// frameText is one frame on one line: function (shortened unless full),
+// file:line, module.
+func frameText(f *symbolize.Frame, full bool) string {
 	var b strings.Builder
 	if f.Function != "" {
-		b.WriteString(f.Function)
+		if full {
+			b.WriteString(f.Function)
+		} else {
+			b.WriteString(ShortName(f.Function))
+		}
 	} else {
 		fmt.Fprintf(&b, "0x%x", f.Address)
 	}

@@ -53,8 +53,8 @@ after --duration, on Ctrl-C or SIGTERM, or on 'heapscope stop NAME'. Use
 }
 
 func attach(sf sessionFlags, props heapscope.Properties, stacks event.KindSet, pids []int, duration time.Duration) error {
-	name := sf.name
-	if name == "" {
+	name := sf.name.s
+	if !sf.name.set {
 		name = fmt.Sprintf("heapscope-attach-%d", os.Getpid())
 	}
 	sigs := make(chan os.Signal, 2)
@@ -63,7 +63,7 @@ func attach(sf sessionFlags, props heapscope.Properties, stacks event.KindSet, p
 	s, err := heapscope.Start(name, props, pids, stacks)
 	if err != nil {
 		if errors.Is(err, heapscope.ErrInvalidFlags) {
-			return usageError{err.Error()}
+			return flagError(err)
 		}
 		return err
 	}

@@ -23,7 +23,11 @@ pprof viewer.
 --format collapsed writes one line per stack, root first, frames joined by ';',
 then the value of --metric: the input of flamegraph.pl and speedscope.
 Metrics: alloc_space, alloc_objects, inuse_space, inuse_objects, temporary,
-peak_space.`,
+peak_space.
+
+--pid, --exe, --suppressions and --no-default-suppressions are report's:
+suppressed leaks are not "in use" (inuse_*). Without -o, a pprof profile
+(binary) is not written to a terminal.`,
 		setup: func(fs *flag.FlagSet) func([]string) error {
 			var lf loadFlags
 			lf.register(fs)

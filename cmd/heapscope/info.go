@@ -5,12 +5,15 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/heapscope/heapscope/analyze"
 	"github.com/heapscope/heapscope/event"
+	"github.com/heapscope/heapscope/report"
 	"github.com/heapscope/heapscope/tracefile"
 )
 
@@ -24,13 +27,20 @@ Prints a trace file's header (session, provider, host, clock, mode), its
 processes, the number of modules and stacks, the events by kind, the time
 they span, the snapshots, the events lost by reason, and what the reader
 found wrong with the file (a cut or damaged file still reads: the warnings
-say what was lost). A file that is missing, or not a trace, is an error.`,
+say what was lost). A file that is missing, or not a trace, is an error.
+
+--pid and --exe describe only those processes (their events, exits and
+modules; lost events stay the session's). Each program is said to have
+exited with its status, been killed, been replaced by exec, ended with a
+status heapscope could not see, been detached, or still be running.`,
 		setup: func(fs *flag.FlagSet) func([]string) error {
+			var pf procFlags
+			pf.register(fs)
 			return func(args []string) error {
 				if len(args) != 1 {
 					return usagef("takes one trace file")
 				}
-				return info(os.Stdout, args[0])
+				return info(os.Stdout, args[0], pf.processes())
 			}
 		},
 	})
@@ -39,7 +49,7 @@ say what was lost). A file that is missing, or not a trace, is an error.`,
 // infoSink gathers what info prints.
 type infoSink struct {
 	procs     []event.Process
-	exits     map[uint32]event.Exit
+	exits     map[uint32][]event.Exit
 	modules   int
 	stacks    int
 	kinds     map[event.Kind]uint64
@@ -51,10 +61,13 @@ type infoSink struct {
 }
 
 func (s *infoSink) Process(p event.Process) error { s.procs = append(s.procs, p); return nil }
-func (s *infoSink) Exit(x event.Exit) error       { s.exits[x.PID] = x; return nil }
-func (s *infoSink) Module(event.Module) error     { s.modules++; return nil }
-func (s *infoSink) Stack(event.Stack) error       { s.stacks++; return nil }
-func (s *infoSink) Stats(st event.Stats) error    { s.stats = &st; return nil }
+func (s *infoSink) Exit(x event.Exit) error {
+	s.exits[x.PID] = append(s.exits[x.PID], x)
+	return nil
+}
+func (s *infoSink) Module(event.Module) error  { s.modules++; return nil }
+func (s *infoSink) Stack(event.Stack) error    { s.stacks++; return nil }
+func (s *infoSink) Stats(st event.Stats) error { s.stats = &st; return nil }
 func (s *infoSink) Snapshot(sn event.Snapshot) error {
 	s.snapshots++
 	s.seen(sn.Time)
@@ -79,16 +92,29 @@ func (s *infoSink) seen(t int64) {
 	}
 }
 
-// info prints the description of the trace file at path.
-func info(out io.Writer, path string) error {
+// info prints the description of the trace file at path, of the processes
+// sel selects.
+func info(out io.Writer, path string, sel analyze.Processes) error {
 	r, err := tracefile.Open(path)
 	if err != nil {
 		return err
 	}
 	defer r.Close()
-	s := &infoSink{exits: map[uint32]event.Exit{}, kinds: map[event.Kind]uint64{}}
-	if err := r.Replay(s, tracefile.Window{}); err != nil {
+	s := &infoSink{exits: map[uint32][]event.Exit{}, kinds: map[event.Kind]uint64{}}
+	var sink event.Sink = s
+	filter := analyze.NewFilter(s, sel)
+	if !sel.All() {
+		sink = filter
+	}
+	if err := r.Replay(sink, tracefile.Window{}); err != nil {
 		return err
+	}
+	if !sel.All() && len(s.procs) == 0 {
+		var have []string
+		for _, p := range filter.Seen() {
+			have = append(have, fmt.Sprintf("%d (%s)", p.PID, filepath.Base(p.Exe)))
+		}
+		return fmt.Errorf("%s has no process of %s; its processes: %s: %w", path, sel, strings.Join(have, ", "), report.ErrNoProcess)
 	}
 	h := r.Header()
 	size := int64(-1)
@@ -127,18 +153,29 @@ func info(out io.Writer, path string) error {
 	}
 
 	line("processes", "%d", len(s.procs))
-	for _, p := range s.procs {
+	if !sel.All() {
+		line("", "selected: %s (the events, modules, stacks and exits below are theirs; lost events are the session's)", sel)
+	}
+	nth := map[uint32]int{} // programs of each PID so far
+	for i, p := range s.procs {
 		desc := fmt.Sprintf("pid %d (ppid %d) %s", p.PID, p.PPID, p.CommandLine())
 		if len(p.Cmdline) == 0 || p.Exe != p.Cmdline[0] {
 			desc += " [" + p.Exe + "]"
 		}
 		desc += ", traced from " + since(p.Time)
-		if x, ok := s.exits[p.PID]; ok {
-			desc += fmt.Sprintf(", exited %s status %d", since(x.Time), x.Status)
-			if x.Signal != 0 {
-				desc += fmt.Sprintf(" (signal %d)", x.Signal)
-			}
+		// The program's end: each program of a PID ends with one exit
+		// record, in order (one an exec replaced too), though it may be
+		// written after the next program started.
+		execd := false
+		for _, q := range s.procs[i+1:] {
+			execd = execd || q.PID == p.PID
 		}
+		var exit *event.Exit
+		if k := nth[p.PID]; k < len(s.exits[p.PID]) {
+			exit = &s.exits[p.PID][k]
+		}
+		nth[p.PID]++
+		desc += ", " + endText(exit, execd, h.Provider, since)
 		line("", "%s", desc)
 	}
 	line("modules", "%d", s.modules)
@@ -194,6 +231,28 @@ func info(out io.Writer, path string) error {
 		line(k, "%s", wn)
 	}
 	return w.Flush()
+}
+
+// endText says how a traced program ended: its exit record, if any, told
+// truthfully (status -1 is unknown, not a status).
+func endText(x *event.Exit, execd bool, provider string, since func(int64) string) string {
+	switch {
+	case x == nil && execd:
+		return "replaced by exec"
+	case x == nil:
+		return "still running when the trace ends"
+	case x.Signal != 0:
+		return fmt.Sprintf("killed by signal %d %s", x.Signal, since(x.Time))
+	case x.Status >= 0:
+		return fmt.Sprintf("exited %s, status %d", since(x.Time), x.Status)
+	case execd:
+		return "replaced by exec " + since(x.Time)
+	case provider == "preload":
+		// The interposer sees a program end; only heapscope's own
+		// child's status is known.
+		return fmt.Sprintf("ended %s, status unknown (not heapscope's child)", since(x.Time))
+	}
+	return fmt.Sprintf("detached %s (still running, or ended with a status only its parent sees)", since(x.Time))
 }
 
 func infoOrNone(s string) string {

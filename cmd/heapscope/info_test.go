@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heapscope/heapscope/analyze"
 	"github.com/heapscope/heapscope/event"
 	"github.com/heapscope/heapscope/tracefile"
 )
@@ -33,6 +34,10 @@ func writeInfoTrace(t *testing.T, path string) {
 	}
 	must(w.Process(event.Process{PID: 41, PPID: 1, Time: 1e9, Exe: "/usr/bin/python3.11", Cmdline: []string{"python3", "-c", "pass"}}))
 	must(w.Process(event.Process{PID: 42, PPID: 41, Time: 1.5e9, Exe: "/bin/true", Cmdline: []string{"/bin/true"}}))
+	must(w.Process(event.Process{PID: 43, PPID: 41, Time: 1.6e9, Exe: "/bin/cat", Cmdline: []string{"cat"}}))
+	must(w.Process(event.Process{PID: 44, PPID: 41, Time: 1.7e9, Exe: "/bin/dash", Cmdline: []string{"sh", "shim"}}))
+	must(w.Exit(event.Exit{PID: 44, Time: 1.8e9, Status: -1}))
+	must(w.Process(event.Process{PID: 44, PPID: 41, Time: 1.8e9, Exe: "/usr/bin/sleep", Cmdline: []string{"sleep", "9"}}))
 	must(w.Module(event.Module{PID: 41, Start: 0x400000, End: 0x500000, Path: "/usr/bin/python3.11"}))
 	must(w.Stack(event.Stack{PID: 41, ID: 1, Frames: []uint64{0x401000}}))
 	var evs []event.Event
@@ -45,6 +50,7 @@ func writeInfoTrace(t *testing.T, path string) {
 	evs = append(evs, event.Event{Time: 5e9, PID: 41, TID: 41, Kind: event.KindRealloc, Func: event.FuncRealloc, Addr: 0x9000, OldAddr: 0x1000 + 1499*32, Size: 100})
 	must(w.Events(evs))
 	must(w.Exit(event.Exit{PID: 42, Time: 5.5e9, Status: 137, Signal: 9}))
+	must(w.Exit(event.Exit{PID: 43, Time: 5.6e9, Status: -1}))
 	must(w.Snapshot(event.Snapshot{PID: 41, Time: 6e9}))
 	must(w.Stats(event.Stats{Time: 6e9, Delivered: 2510, Lost: [event.NumLostReasons]uint64{event.LostRingFull: 7, event.LostOther: 3}, Unmatched: 2}))
 	must(w.Close())
@@ -54,7 +60,7 @@ func TestInfo(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "demo.hst")
 	writeInfoTrace(t, path)
 	var out bytes.Buffer
-	if err := info(&out, path); err != nil {
+	if err := info(&out, path, analyze.Processes{}); err != nil {
 		t.Fatal(err)
 	}
 	got := out.String()
@@ -66,9 +72,12 @@ func TestInfo(t *testing.T) {
 		`mode\s+sequential\n`,
 		`format\s+version 1, times to 1ns`,
 		`properties\s+BufferSize=64`,
-		`processes\s+2\n`,
-		`pid 41 \(ppid 1\) python3 -c pass \[/usr/bin/python3.11\], traced from \+0.000000s\n`,
-		`pid 42 \(ppid 41\) /bin/true, traced from \+0.500000s, exited \+4.500000s status 137 \(signal 9\)`,
+		`processes\s+5\n`,
+		`pid 41 \(ppid 1\) python3 -c pass \[/usr/bin/python3.11\], traced from \+0.000000s, still running when the trace ends\n`,
+		`pid 42 \(ppid 41\) /bin/true, traced from \+0.500000s, killed by signal 9 \+4.500000s\n`,
+		`pid 43 \(ppid 41\) cat \[/bin/cat\], traced from \+0.600000s, ended \+4.600000s, status unknown \(not heapscope's child\)\n`,
+		`pid 44 \(ppid 41\) sh shim \[/bin/dash\], traced from \+0.700000s, replaced by exec \+0.800000s\n`,
+		`pid 44 \(ppid 41\) sleep 9 \[/usr/bin/sleep\], traced from \+0.800000s, still running when the trace ends\n`,
 		`modules\s+1\n`,
 		`stacks\s+1\n`,
 		`events\s+2,501\n`,
@@ -88,6 +97,46 @@ func TestInfo(t *testing.T) {
 	}
 }
 
+// TestInfoNeverSaysStatusMinusOne: an unknown status is said in words.
+func TestInfoNeverSaysStatusMinusOne(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "demo.hst")
+	writeInfoTrace(t, path)
+	var out bytes.Buffer
+	rmust(t, info(&out, path, analyze.Processes{}))
+	if strings.Contains(out.String(), "-1") {
+		t.Errorf("info prints a status -1:\n%s", out.String())
+	}
+}
+
+// TestInfoProcesses: --pid and --exe select processes; one that is not in
+// the trace is an error naming those that are.
+func TestInfoProcesses(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "demo.hst")
+	writeInfoTrace(t, path)
+	var out bytes.Buffer
+	rmust(t, info(&out, path, analyze.Processes{PIDs: []uint32{42}}))
+	if got := out.String(); !regexp.MustCompile(`processes\s+1\n`).MatchString(got) || !strings.Contains(got, "pid 42 ") ||
+		strings.Contains(got, "pid 41 ") || !regexp.MustCompile(`events\s+0\n`).MatchString(got) {
+		t.Errorf("--pid 42:\n%s", got)
+	}
+	out.Reset()
+	rmust(t, info(&out, path, analyze.Processes{Exe: "python3.11"}))
+	if got := out.String(); !strings.Contains(got, "pid 41 ") || !regexp.MustCompile(`events\s+2,501\n`).MatchString(got) {
+		t.Errorf("--exe python3.11:\n%s", got)
+	}
+	// The program a PID ran after an exec, not the one before.
+	out.Reset()
+	rmust(t, info(&out, path, analyze.Processes{Exe: "sleep"}))
+	if got := out.String(); !strings.Contains(got, "sleep 9") || strings.Contains(got, "shim") {
+		t.Errorf("--exe sleep:\n%s", got)
+	}
+	var errb bytes.Buffer
+	if code := mainArgs([]string{"info", "--pid", "7", path}, &out, &errb); code != 1 ||
+		!strings.Contains(errb.String(), "no process of pid 7") || !strings.Contains(errb.String(), "41 (python3.11)") {
+		t.Errorf("--pid 7: exit %d, %q", code, errb.String())
+	}
+}
+
 func TestInfoCutFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "demo.hst")
 	writeInfoTrace(t, path)
@@ -100,7 +149,7 @@ func TestInfoCutFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	if err := info(&out, path); err != nil {
+	if err := info(&out, path, analyze.Processes{}); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(out.String(), "file cut at byte") {

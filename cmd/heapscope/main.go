@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -55,6 +56,8 @@ func mainArgs(args []string, stdout, stderr io.Writer) int {
 	}
 	name := args[0]
 	switch name {
+	case "--version", "-version", "-V":
+		name, args = "version", []string{"version"}
 	case "-h", "-help", "--help", "help":
 		if len(args) > 1 {
 			if c, ok := commands[args[1]]; ok {
@@ -130,10 +133,36 @@ func newFlagSet(c *command, out io.Writer) *flag.FlagSet {
 		fs.VisitAll(func(*flag.Flag) { hasFlags = true })
 		if hasFlags {
 			fmt.Fprintf(out, "\nflags:\n")
-			fs.PrintDefaults()
+			printDefaults(out, fs)
 		}
 	}
 	return fs
+}
+
+// printDefaults is flag.PrintDefaults with the flags as users type them:
+// two dashes for a long flag (--top), one for a letter (-o).
+func printDefaults(out io.Writer, fs *flag.FlagSet) {
+	fs.VisitAll(func(f *flag.Flag) {
+		var b strings.Builder
+		dash := "--"
+		if len(f.Name) == 1 {
+			dash = "-"
+		}
+		fmt.Fprintf(&b, "  %s%s", dash, f.Name)
+		typ, usage := flag.UnquoteUsage(f)
+		if typ != "" {
+			b.WriteString(" " + typ)
+		}
+		b.WriteString("\n    \t")
+		b.WriteString(strings.ReplaceAll(usage, "\n", "\n    \t"))
+		if d := f.DefValue; d != "" && d != "0" && d != "false" && d != "0s" && !strings.Contains(usage, "(default") {
+			if typ == "string" {
+				d = strconv.Quote(d)
+			}
+			fmt.Fprintf(&b, " (default %s)", d)
+		}
+		fmt.Fprintln(out, b.String())
+	})
 }
 
 func printUsage(w io.Writer) {

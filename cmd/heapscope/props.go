@@ -1,29 +1,33 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/heapscope/heapscope"
 	"github.com/heapscope/heapscope/event"
+	"github.com/heapscope/heapscope/internal/registry"
+	"github.com/heapscope/heapscope/tracefile"
 )
 
 // sessionFlags are the flags run and attach share: the session's name, its
 // output and its properties.
 type sessionFlags struct {
-	name          string
+	name          setString
 	output        string
-	stacks        string
+	stacks        setString
 	events        string
 	mode          string
 	logMode       string
 	bufferSize    int
 	buffers       int
-	minBuffers    int
+	minBuffers    setInt
 	maxSize       int64
 	flushInterval time.Duration
 	maxFrames     int
@@ -32,32 +36,122 @@ type sessionFlags struct {
 }
 
 func (f *sessionFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.name, "name", "", "session name, unique on the machine (default heapscope-PROGRAM-PID)")
+	fs.Var(&f.name, "name", fmt.Sprintf("session `NAME`, unique on the machine, 1 to %d characters (default heapscope-PROGRAM-PID)", registry.MaxNameLen))
 	fs.StringVar(&f.output, "o", "", "trace file (default heapscope.PROGRAM.PID.hst; needs %d with --log-mode newfile)")
-	fs.StringVar(&f.stacks, "stacks", "alloc,realloc", "event kinds that carry a call stack: alloc,realloc,free or none")
+	fs.Var(&f.stacks, "stacks", "`KINDS` that carry a call stack: alloc,realloc,free,mmap,munmap, all or none\n(default: every kind traced that makes memory: alloc,realloc, and mmap when --events has it)")
 	fs.StringVar(&f.events, "events", "heap", "allocation families traced: malloc,calloc,realloc,free,aligned,cxx,mmap, heap (all but mmap) or all")
 	fs.StringVar(&f.mode, "mode", "stream", "stream (every event) or aggregate (live set and per-stack totals kept in the kernel; ebpf only)")
 	fs.StringVar(&f.logMode, "log-mode", "sequential", "sequential, circular, newfile or realtime (no file)")
-	fs.IntVar(&f.bufferSize, "buffer-size", 0, "buffer size in KB, 4 to 1024 (default 64)")
-	fs.IntVar(&f.buffers, "buffers", 0, "maximum number of buffers (default 64)")
-	fs.IntVar(&f.minBuffers, "min-buffers", 0, "minimum number of buffers (default 4)")
+	fs.IntVar(&f.bufferSize, "buffer-size", heapscope.DefaultBufferSize, fmt.Sprintf("buffer size in KB, %d to %d", heapscope.MinBufferSize, heapscope.MaxBufferSize))
+	fs.IntVar(&f.buffers, "buffers", heapscope.DefaultMaximumBuffers, "maximum number of buffers, at least 1 (buffers × buffer size at most 4 GiB)")
+	fs.Var(&f.minBuffers, "min-buffers", fmt.Sprintf("minimum number of buffers `N`, 1 to --buffers (default %d, or --buffers if fewer)", heapscope.DefaultMinimumBuffers))
 	fs.Int64Var(&f.maxSize, "max-size", 0, "maximum trace file size in MB (0: unlimited; needed by circular and newfile)")
-	fs.DurationVar(&f.flushInterval, "flush-interval", 0, "longest time an event waits before it reaches the file (default 1s)")
-	fs.IntVar(&f.maxFrames, "max-frames", 0, "deepest stack recorded, at most 127 (default 127)")
-	fs.DurationVar(&f.timeRes, "time-resolution", 0, "precision of event times in the file; 1ns keeps exact times (default 10µs)")
+	fs.DurationVar(&f.flushInterval, "flush-interval", heapscope.DefaultFlushTimer, "longest time an event waits before it reaches the file, more than 0")
+	fs.IntVar(&f.maxFrames, "max-frames", heapscope.MaxFrames, fmt.Sprintf("deepest stack recorded, 1 to %d", heapscope.MaxFrames))
+	fs.DurationVar(&f.timeRes, "time-resolution", tracefile.DefaultTimeResolution, "precision of event times in the file, 1ns to 1s; 1ns keeps exact times")
 	fs.BoolVar(&f.quiet, "q", false, "print no summary at the end")
+}
+
+// validate checks each flag against its range, so that a value is never
+// quietly replaced by a default: 0 is an error, not "the default".
+func (f *sessionFlags) validate() error {
+	switch {
+	case f.name.set && f.name.s == "":
+		return usagef("--name: must be 1 to %d characters, not empty", registry.MaxNameLen)
+	case f.name.set && utf8.RuneCountInString(f.name.s) > registry.MaxNameLen:
+		return usagef("--name: must be 1 to %d characters, not %d", registry.MaxNameLen, utf8.RuneCountInString(f.name.s))
+	case f.bufferSize < heapscope.MinBufferSize || f.bufferSize > heapscope.MaxBufferSize:
+		return usagef("--buffer-size %d: must be %d to %d (KB)", f.bufferSize, heapscope.MinBufferSize, heapscope.MaxBufferSize)
+	}
+	maxBuffers := heapscope.MaxBufferBytes / (f.bufferSize * 1024)
+	switch {
+	case f.buffers < 1 || f.buffers > maxBuffers:
+		return usagef("--buffers %d: must be 1 to %d (with --buffer-size %d)", f.buffers, maxBuffers, f.bufferSize)
+	case f.minBuffers.set && (f.minBuffers.n < 1 || f.minBuffers.n > f.buffers):
+		return usagef("--min-buffers %d: must be 1 to %d (--buffers)", f.minBuffers.n, f.buffers)
+	case f.maxSize < 0:
+		return usagef("--max-size %d: must be 0 (unlimited) or more", f.maxSize)
+	case f.flushInterval <= 0:
+		return usagef("--flush-interval %v: must be more than 0", f.flushInterval)
+	case f.maxFrames < 1 || f.maxFrames > heapscope.MaxFrames:
+		return usagef("--max-frames %d: must be 1 to %d", f.maxFrames, heapscope.MaxFrames)
+	case f.timeRes < time.Nanosecond || f.timeRes > time.Second:
+		return usagef("--time-resolution %v: must be 1ns to 1s", f.timeRes)
+	}
+	return nil
+}
+
+// flagNames says which flag sets each field of heapscope.Properties, so
+// that an error of Properties.Validate names what the user typed.
+var flagNames = strings.NewReplacer(
+	"MaximumFileSize", "--max-size",
+	"LogFileName", "-o",
+	"LogFileMode", "--log-mode",
+	"MinimumBuffers", "--min-buffers",
+	"MaximumBuffers", "--buffers",
+	"BufferSize", "--buffer-size",
+	"FlushTimer", "--flush-interval",
+	"MaxFrames", "--max-frames",
+	"TimeResolution", "--time-resolution",
+	"EnableFlags", "--events",
+	"OnFull", "--on-full",
+)
+
+// flagError rewrites an error of Properties.Validate in terms of flags.
+func flagError(err error) error {
+	return usageError{flagNames.Replace(err.Error())}
+}
+
+// setString is a string flag that records whether it was given.
+type setString struct {
+	s   string
+	set bool
+}
+
+func (v *setString) String() string { return v.s }
+func (v *setString) Set(s string) error {
+	v.s, v.set = s, true
+	return nil
+}
+
+// setInt is an int flag that records whether it was given.
+type setInt struct {
+	n   int
+	set bool
+}
+
+func (v *setInt) String() string {
+	if !v.set {
+		return ""
+	}
+	return strconv.Itoa(v.n)
+}
+
+func (v *setInt) Set(s string) error {
+	n, err := strconv.ParseInt(s, 0, strconv.IntSize)
+	if err != nil {
+		return errors.New("not a number")
+	}
+	v.n, v.set = int(n), true
+	return nil
 }
 
 // properties builds the session's properties; program names the default
 // output file.
 func (f *sessionFlags) properties(program string, pid int) (heapscope.Properties, event.KindSet, error) {
 	var p heapscope.Properties
-	stacks, err := parseStacks(f.stacks)
-	if err != nil {
-		return p, 0, usagef("--stacks: %v", err)
+	if err := f.validate(); err != nil {
+		return p, 0, err
 	}
+	var err error
 	if p.EnableFlags, err = event.ParseFamily(f.events); err != nil {
 		return p, 0, usagef("--events: %v", err)
+	}
+	stacks := heapscope.DefaultStacksFor(p.EnableFlags)
+	if f.stacks.set {
+		if stacks, err = parseStacks(f.stacks.s); err != nil {
+			return p, 0, usagef("--stacks: %v", err)
+		}
 	}
 	if p.Mode, err = heapscope.ParseCaptureMode(f.mode); err != nil {
 		return p, 0, usagef("--mode: %v", err)
@@ -65,7 +159,11 @@ func (f *sessionFlags) properties(program string, pid int) (heapscope.Properties
 	if p.LogFileMode, err = heapscope.ParseLogFileMode(f.logMode); err != nil {
 		return p, 0, usagef("--log-mode: %v", err)
 	}
-	p.BufferSize, p.MaximumBuffers, p.MinimumBuffers = f.bufferSize, f.buffers, f.minBuffers
+	p.BufferSize, p.MaximumBuffers = f.bufferSize, f.buffers
+	p.MinimumBuffers = min(heapscope.DefaultMinimumBuffers, f.buffers)
+	if f.minBuffers.set {
+		p.MinimumBuffers = f.minBuffers.n
+	}
 	p.MaximumFileSize, p.FlushTimer, p.MaxFrames = f.maxSize, f.flushInterval, f.maxFrames
 	p.TimeResolution = f.timeRes
 	if p.LogFileMode != heapscope.RealTime {
@@ -83,16 +181,21 @@ func (f *sessionFlags) properties(program string, pid int) (heapscope.Properties
 }
 
 func (f *sessionFlags) sessionName(program string, pid int) string {
-	if f.name != "" {
-		return f.name
+	if f.name.set {
+		return f.name.s
 	}
 	return fmt.Sprintf("heapscope-%s-%d", filepath.Base(program), pid)
 }
 
-// parseStacks parses "alloc,realloc,free" or "none".
+// parseStacks parses "alloc,realloc,free", "all" or "none".
 func parseStacks(s string) (event.KindSet, error) {
-	if s == "none" || s == "" {
+	switch s {
+	case "none":
 		return 0, nil
+	case "all":
+		return event.KindsOf(event.KindAlloc, event.KindRealloc, event.KindFree, event.KindMmap, event.KindMunmap), nil
+	case "":
+		return 0, errors.New("empty: give kinds, all or none")
 	}
 	var set event.KindSet
 	for _, name := range strings.Split(s, ",") {

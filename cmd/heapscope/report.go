@@ -9,7 +9,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/heapscope/heapscope/analyze"
 	"github.com/heapscope/heapscope/report"
+	"github.com/heapscope/heapscope/suppress"
 	"github.com/heapscope/heapscope/symbolize"
 )
 
@@ -27,12 +29,26 @@ sizes. --format json writes all of it, every site unless --top is given; its
 schema is in report/JSON.md.
 
 --from and --to take durations from the start of the trace (1.5s, 200ms) and
-report what tracing only that window would have seen.`,
+report what tracing only that window would have seen.
+
+--pid and --exe report only some processes, as if they had been traced
+alone: a shim's or a build's child, say. With several processes, the report
+lists each with its own totals first and marks each site with its processes.
+
+Leaks are suppressed, not listed, when a rule matches their stack: the rules
+of --suppressions FILE (LeakSanitizer's leak:PATTERN lines, # comments; a
+PATTERN matches a function, module or source file of any frame) and the
+built-in rules for what the C and C++ runtimes keep for the life of a process
+by design (libstdc++'s emergency exception pool, stdio buffers, the dynamic
+loader's and NSS's caches, time zone and locale data). The report gives their
+total and what each rule took; --no-default-suppressions turns the built-in
+rules off.`,
 		setup: func(fs *flag.FlagSet) func([]string) error {
 			var lf loadFlags
 			lf.register(fs)
 			format := fs.String("format", "text", "text or json")
 			top := fs.Int("top", 0, "sites per section (text: default 10; json: default all)")
+			fullNames := fs.Bool("full-names", false, "text: print C++ names whole (by default the arguments of templates are elided: std::vector<…>::push_back)")
 			out := fs.String("o", "-", "write to this file instead of standard output")
 			return func(args []string) error {
 				if len(args) != 1 {
@@ -52,7 +68,7 @@ report what tracing only that window would have seen.`,
 					if *format == "json" {
 						return rep.WriteJSON(w, *top)
 					}
-					return rep.WriteText(w, report.TextOptions{Top: *top})
+					return rep.WriteText(w, report.TextOptions{Top: *top, FullNames: *fullNames})
 				})
 			}
 		},
@@ -61,16 +77,42 @@ report what tracing only that window would have seen.`,
 
 // loadFlags are the flags of the commands that read a trace into a report.
 type loadFlags struct {
-	from, to  durationFlag
-	debugDirs stringList
-	sysroot   string
+	procFlags
+	from, to     durationFlag
+	debugDirs    stringList
+	sysroot      string
+	suppressions stringList
+	noDefaults   bool
 }
 
 func (f *loadFlags) register(fs *flag.FlagSet) {
+	f.procFlags.register(fs)
+	fs.Var(&f.suppressions, "suppressions", "a `FILE` of leak:PATTERN lines (LeakSanitizer's format): leaks whose stack has a function, module or source file matching a PATTERN are shown as suppressed (repeatable)")
+	fs.BoolVar(&f.noDefaults, "no-default-suppressions", false, "list as leaks what the C and C++ runtimes keep for the life of a process by design (libstdc++'s exception pool, stdio buffers, the loader's and NSS's caches)")
 	fs.Var(&f.from, "from", "start of the time window, from the start of the trace (e.g. 1.5s)")
 	fs.Var(&f.to, "to", "end of the time window, from the start of the trace")
 	fs.Var(&f.debugDirs, "debug-dir", "a further directory of separate debug files (repeatable)")
 	fs.StringVar(&f.sysroot, "sysroot", "", "prefix for the trace's module paths: symbolize a trace from another machine")
+}
+
+// procFlags select processes of a trace: report, export and info.
+type procFlags struct {
+	pids pidList
+	exe  string
+}
+
+func (f *procFlags) register(fs *flag.FlagSet) {
+	fs.Var(&f.pids, "pid", "only the processes `PID[,PID...]` (repeatable): every program each ran")
+	fs.StringVar(&f.exe, "exe", "", "only the programs named `NAME` (the base name of the executable or of argv[0]); with --pid, those too")
+}
+
+func (f *procFlags) processes() analyze.Processes {
+	var sel analyze.Processes
+	for _, pid := range f.pids {
+		sel.PIDs = append(sel.PIDs, uint32(pid))
+	}
+	sel.Exe = f.exe
+	return sel
 }
 
 // durationFlag is a non-negative duration; set records that it was given.
@@ -120,10 +162,16 @@ func (f *loadFlags) load(path string) (*report.Report, error) {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(25)
 	}
+	rules, err := f.rules()
+	if err != nil {
+		return nil, err
+	}
 	rep, err := report.Load(path, report.LoadOptions{
-		From:      f.from.d,
-		To:        f.to.d,
-		Symbolize: symbolize.Options{DebugDirs: f.debugDirs, Sysroot: f.sysroot},
+		From:         f.from.d,
+		To:           f.to.d,
+		Symbolize:    symbolize.Options{DebugDirs: f.debugDirs, Sysroot: f.sysroot},
+		Suppressions: rules,
+		Processes:    f.processes(),
 	})
 	if err != nil {
 		return nil, err
@@ -132,6 +180,22 @@ func (f *loadFlags) load(path string) (*report.Report, error) {
 		fmt.Fprintf(os.Stderr, "heapscope: warning: %s: %s\n", path, w)
 	}
 	return rep, nil
+}
+
+// rules returns the suppression rules: the files', then the defaults.
+func (f *loadFlags) rules() ([]*suppress.Rule, error) {
+	var rules []*suppress.Rule
+	for _, p := range f.suppressions {
+		rs, err := suppress.ReadFile(p)
+		if err != nil {
+			return nil, fmt.Errorf("--suppressions: %w", err)
+		}
+		rules = append(rules, rs...)
+	}
+	if !f.noDefaults {
+		rules = append(rules, suppress.Defaults()...)
+	}
+	return rules, nil
 }
 
 // writeOutput runs write on standard output ("-") or on the file path,

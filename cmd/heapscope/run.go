@@ -4,8 +4,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
+	"syscall"
 
 	"github.com/heapscope/heapscope"
 	"github.com/heapscope/heapscope/event"
@@ -63,8 +65,12 @@ or CAP_BPF and CAP_PERFMON.`,
 func runProgram(sf sessionFlags, props heapscope.Properties, stacks event.KindSet, args []string) error {
 	path, err := exec.LookPath(args[0])
 	if err != nil {
-		// As env(1) and the shells do.
+		// As env(1) and the shells do: 126 for a program found but not
+		// executable (no permission, a directory), 127 for one not found.
 		fmt.Fprintf(os.Stderr, "heapscope run: %v\n", err)
+		if errors.Is(err, fs.ErrPermission) || errors.Is(err, syscall.EISDIR) {
+			return exitError{126}
+		}
 		return exitError{127}
 	}
 	cmd := exec.Command(path, args[1:]...)
@@ -73,7 +79,12 @@ func runProgram(sf sessionFlags, props heapscope.Properties, stacks event.KindSe
 	s, err := heapscope.Launch(sf.sessionName(args[0], os.Getpid()), props, cmd, stacks)
 	if err != nil {
 		if errors.Is(err, heapscope.ErrInvalidFlags) {
-			return usageError{err.Error()}
+			return flagError(err)
+		}
+		if errors.Is(err, syscall.ENOEXEC) || errors.Is(err, syscall.EACCES) {
+			// Found but cannot be executed: the shells' 126.
+			fmt.Fprintf(os.Stderr, "heapscope run: %v\n", err)
+			return exitError{126}
 		}
 		return err
 	}

@@ -224,7 +224,7 @@ func TestRunErrors(t *testing.T) {
 		{[]string{"run", "--", "/no/such/program"}, 127, "no such file"},
 		{[]string{"run"}, 2, "no program"},
 		{[]string{"run", "--unwind", "sideways", "--", "true"}, 2, "--unwind"},
-		{[]string{"run", "--log-mode", "circular", "-o", filepath.Join(dir, "c.hst"), "--", "true"}, 2, "MaximumFileSize"},
+		{[]string{"run", "--log-mode", "circular", "-o", filepath.Join(dir, "c.hst"), "--", "true"}, 2, "--max-size"},
 		{[]string{"run", "--provider", "ebpf", "--unwind", "dwarf", "--", "true"}, 2, "DWARF"},
 		{[]string{"run", "--bogus", "--", "true"}, 2, "bogus"},
 		{[]string{"attach"}, 2, "-p"},

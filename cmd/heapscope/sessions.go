@@ -82,7 +82,7 @@ func init() {
 			fs.Var(&add, "add-pid", "start tracing these processes")
 			fs.Var(&remove, "remove-pid", "stop tracing these processes")
 			fs.Var(&set, "set-pids", "trace exactly these processes")
-			stacks := fs.String("stacks", "", "event kinds that carry a stack: alloc,realloc,free or none")
+			stacks := fs.String("stacks", "", "event kinds that carry a stack: alloc,realloc,free,mmap,munmap, all or none")
 			return func(args []string) error {
 				if len(args) != 1 {
 					return usagef("want one session name")

@@ -7,6 +7,7 @@ import (
 
 	"github.com/heapscope/heapscope"
 	"github.com/heapscope/heapscope/report"
+	"github.com/heapscope/heapscope/suppress"
 )
 
 // printSummary tells, at the end of run or attach, what the session captured
@@ -16,7 +17,7 @@ func printSummary(w io.Writer, st heapscope.Status, files []string) {
 	fmt.Fprintf(w, "heapscope: session %q ended\n", st.Name)
 	if len(files) == 1 {
 		// Newfile and circular traces are reported file by file.
-		if rep, err := report.Load(files[0], report.LoadOptions{}); err != nil {
+		if rep, err := report.Load(files[0], report.LoadOptions{Suppressions: suppress.Defaults()}); err != nil {
 			fmt.Fprintf(w, "heapscope: cannot summarize %s: %v\n", files[0], err)
 		} else {
 			fmt.Fprintln(w)

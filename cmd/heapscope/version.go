@@ -27,19 +27,49 @@ func init() {
 	})
 }
 
+// buildVersion is the link-time version, else the module's version when
+// heapscope was built as a dependency (go install …@v1.2.3), else the VCS
+// revision the binary was built from (with "+dirty" when the work tree had
+// changes): never Go's placeholder "(devel)".
 func buildVersion() string {
 	if version != "" {
 		return version
 	}
 	info, ok := debug.ReadBuildInfo()
 	if !ok {
-		return "(unknown)"
+		return "unknown (built without module information)"
 	}
-	v := info.Main.Version
+	return versionOf(info)
+}
+
+func versionOf(info *debug.BuildInfo) string {
+	if v := info.Main.Version; v != "" && v != "(devel)" {
+		return v
+	}
+	var rev, when string
+	dirty := false
 	for _, s := range info.Settings {
-		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-			v += " " + s.Value[:12]
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.time":
+			when = s.Value
+		case "vcs.modified":
+			dirty = s.Value == "true"
 		}
+	}
+	if rev == "" {
+		return "unknown (built without version control information; build with 'go build' in a git checkout, or -ldflags -X main.version=V)"
+	}
+	if len(rev) > 12 {
+		rev = rev[:12]
+	}
+	v := "rev " + rev
+	if dirty {
+		v += "+dirty"
+	}
+	if when != "" {
+		v += " (" + when + ")"
 	}
 	return v
 }

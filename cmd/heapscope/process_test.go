@@ -1,0 +1,118 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/heapscope/heapscope/internal/testutil"
+	"github.com/heapscope/heapscope/report"
+)
+
+// traceRun traces args with `heapscope run` into dir/name.
+func traceRun(t *testing.T, dir, name string, args ...string) string {
+	t.Helper()
+	trace := filepath.Join(dir, name)
+	cmd := cli(t, append([]string{"run", "-q", "-o", trace, "--"}, args...)...)
+	if code, stderr := exitCode(t, cmd); code != 0 {
+		t.Fatalf("run %q: exit %d: %s", args, code, stderr)
+	}
+	return trace
+}
+
+// sameTotals compares the heap totals of two reports.
+func sameTotals(t *testing.T, what string, got, want *report.JSON) {
+	t.Helper()
+	g, w := got.Summary, want.Summary
+	g.PeakTimeNs, w.PeakTimeNs = 0, 0
+	if g != w {
+		t.Errorf("%s:\n got  %+v\n want %+v", what, g, w)
+	}
+	if len(got.Processes) != 1 {
+		t.Errorf("%s: %d processes, want 1", what, len(got.Processes))
+	}
+}
+
+// TestReportPerProcess: a shim that forks and execs the workload, traced
+// with run, gives two processes; `report --pid` of the inner one (and
+// `--exe`) is the report of the workload traced alone.
+func TestReportPerProcess(t *testing.T) {
+	dir := t.TempDir()
+	known := testutil.MustBuild(t, "report_known", testutil.Options{})
+	shim := testutil.MustBuild(t, "report_shim", testutil.Options{})
+	alone := reportJSON(t, traceRun(t, dir, "alone.hst", known))
+	trace := traceRun(t, dir, "shim.hst", shim, known)
+
+	all := reportJSON(t, trace)
+	if len(all.Processes) != 2 {
+		t.Fatalf("the shim's trace has processes %+v, want the shim and the workload", all.Processes)
+	}
+	inner := uint32(0)
+	for _, p := range all.Processes {
+		if p.Exe == known {
+			inner = p.PID
+		}
+	}
+	if inner == 0 {
+		t.Fatalf("no process ran report_known: %+v", all.Processes)
+	}
+	pid := strconv.FormatUint(uint64(inner), 10)
+	sameTotals(t, "report --pid "+pid, reportJSON(t, "--pid", pid, trace), alone)
+	exe := filepath.Base(known) // report_known-HASH
+	sameTotals(t, "report --exe "+exe, reportJSON(t, "--exe", exe, trace), alone)
+
+	// Each process's own totals add up to the whole, and the inner's are
+	// the workload's.
+	var calls, leaked uint64
+	for _, p := range all.Processes {
+		calls += p.Allocations + p.Reallocations
+		leaked += p.LeakedBytes
+		if p.PID == inner && (p.Allocations != alone.Summary.Allocations || p.LeakedBytes != alone.Summary.LeakedBytes) {
+			t.Errorf("the inner process's totals %+v; alone: %+v", p, alone.Summary)
+		}
+	}
+	if calls != all.Summary.Allocations+all.Summary.Reallocations || leaked != all.Summary.LeakedBytes {
+		t.Errorf("processes' totals: %d calls, %d leaked; the summary's %+v", calls, leaked, all.Summary)
+	}
+
+	// The text lists the processes with their totals first, and marks
+	// each site with its process.
+	out := filepath.Join(dir, "r.txt")
+	if code, stderr := runCLI(t, "report", "-o", out, trace); code != 0 {
+		t.Fatalf("report: %d %s", code, stderr)
+	}
+	b, _ := os.ReadFile(out)
+	text := string(b)
+	head := text[:strings.Index(text, "SUMMARY")]
+	if n := len(regexp.MustCompile(`(?m)^process \d+: .*\n    [\d,]+ calls, .* allocated, .* leaked in .*, .* live at the peak\n`).FindAllString(head, -1)); n != 2 {
+		t.Errorf("the text does not list 2 processes with their totals:\n%s", head)
+	}
+	if !strings.Contains(text, "leaked in 3 blocks from pid "+pid+":") {
+		t.Errorf("the leak sites are not marked with their process:\n%s", text)
+	}
+
+	// --pid of a process the trace lacks.
+	if code, stderr := runCLI(t, "report", "--pid", "1", trace); code != 1 || !strings.Contains(stderr, "no process of pid 1") || !strings.Contains(stderr, "("+exe+")") {
+		t.Errorf("--pid 1: exit %d, %q", code, stderr)
+	}
+}
+
+// TestReportExecShim: a shell script that execs the workload keeps its
+// PID: `report --exe` takes only the program it became.
+func TestReportExecShim(t *testing.T) {
+	dir := t.TempDir()
+	known := testutil.MustBuild(t, "report_known", testutil.Options{})
+	script := filepath.Join(dir, "shim.sh")
+	rmust(t, os.WriteFile(script, []byte("#!/bin/sh\nx=$(echo shim)\nexec \"$@\"\n"), 0o755))
+	alone := reportJSON(t, traceRun(t, dir, "alone.hst", known))
+	trace := traceRun(t, dir, "shim.hst", script, known)
+	exe := filepath.Base(known)
+	sameTotals(t, "report --exe "+exe, reportJSON(t, "--exe", exe, trace), alone)
+	all := reportJSON(t, trace)
+	if all.Summary.Allocations <= alone.Summary.Allocations {
+		t.Errorf("the shell allocated nothing? %+v", all.Summary)
+	}
+}
