@@ -160,8 +160,14 @@ type Properties struct {
 	// LogFileMode is how the trace is written.
 	LogFileMode LogFileMode
 	// LogFileName is the trace file. It must be empty with RealTime and hold
-	// one %d with NewFile.
+	// one %d with NewFile. The file is made new, mode 0600, and takes the
+	// name only once the session has started; a file of the caller's at
+	// that path is replaced.
 	LogFileName string
+	// Overwrite lets the session replace a LogFileName that is a symbolic
+	// link (the link is replaced, never followed) or a file of another
+	// user; without it Start and Launch refuse them with ErrAccessDenied.
+	Overwrite bool
 	// FlushTimer bounds how long a captured event may wait before it reaches
 	// the file and the hooks; 0 means one second.
 	FlushTimer time.Duration

@@ -55,6 +55,8 @@ type traceWriter interface {
 	Written() int64
 	FileStats(event.Stats) event.Stats
 	Files() []string
+	// Commit gives the file its name once the session has started.
+	Commit() error
 }
 
 // Session is a running heap-tracing session.
@@ -102,6 +104,10 @@ func Start(name string, props Properties, pids []int, stackEvents event.KindSet)
 			return nil, err
 		}
 	}
+	if err := s.commit(); err != nil {
+		s.abort()
+		return nil, err
+	}
 	s.run()
 	return s, nil
 }
@@ -119,6 +125,14 @@ func Launch(name string, props Properties, cmd *exec.Cmd, stackEvents event.Kind
 	if err := s.b.launch(cmd); err != nil {
 		s.abort()
 		return nil, fmt.Errorf("starting %s: %w", cmd.Path, err)
+	}
+	if err := s.commit(); err != nil {
+		// Rare (the folder changed under us): the program has run
+		// for an instant; a session that failed to start leaves none.
+		cmd.Process.Kill()
+		cmd.Wait()
+		s.abort()
+		return nil, err
 	}
 	s.mu.Lock()
 	s.child = cmd
@@ -190,8 +204,7 @@ func newSession(name string, props Properties, defaultProvider Provider, stackEv
 	}
 	if err != nil {
 		if s.sink.w != nil {
-			s.sink.w.Close()
-			removeFiles(s.sink.w.Files())
+			s.sink.w.Close() // removes the file, never named
 		}
 		entry.Release()
 		return nil, err
@@ -205,7 +218,9 @@ func newSession(name string, props Properties, defaultProvider Provider, stackEv
 	return s, nil
 }
 
-// abort undoes a session that failed to start.
+// abort undoes a session that failed to start. Its trace file was never
+// named: closing the writer removes it, and whatever the path held is as it
+// was.
 func (s *Session) abort() {
 	if s.ctl != nil {
 		s.ctl.Close()
@@ -215,15 +230,16 @@ func (s *Session) abort() {
 	}
 	if s.sink.w != nil {
 		s.sink.w.Close()
-		removeFiles(s.sink.w.Files())
 	}
 	s.entry.Release()
 }
 
-func removeFiles(files []string) {
-	for _, f := range files {
-		os.Remove(f)
+// commit names the trace file, once the session has started.
+func (s *Session) commit() error {
+	if s.sink.w == nil {
+		return nil
 	}
+	return s.sink.w.Commit()
 }
 
 // run starts the session's background work: the flush timer and the watch

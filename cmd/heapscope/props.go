@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/heapscope/heapscope"
 	"github.com/heapscope/heapscope/event"
+	"github.com/heapscope/heapscope/tracefile"
 )
 
 // sessionFlags are the flags run and attach share: the session's name, its
@@ -28,6 +30,7 @@ type sessionFlags struct {
 	flushInterval time.Duration
 	maxFrames     int
 	timeRes       time.Duration
+	overwrite     bool
 	quiet         bool
 }
 
@@ -45,6 +48,7 @@ func (f *sessionFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.flushInterval, "flush-interval", 0, "longest time an event waits before it reaches the file (default 1s)")
 	fs.IntVar(&f.maxFrames, "max-frames", 0, "deepest stack recorded, at most 127 (default 127)")
 	fs.DurationVar(&f.timeRes, "time-resolution", 0, "precision of event times in the file; 1ns keeps exact times (default 10µs)")
+	fs.BoolVar(&f.overwrite, "overwrite", false, "replace an existing output that is a symbolic link (the link, never its target) or another user's file;\nwithout it they are refused. Trace files are made new, mode 0600, once the session has started")
 	fs.BoolVar(&f.quiet, "q", false, "print no summary at the end")
 }
 
@@ -68,6 +72,7 @@ func (f *sessionFlags) properties(program string, pid int) (heapscope.Properties
 	p.BufferSize, p.MaximumBuffers, p.MinimumBuffers = f.bufferSize, f.buffers, f.minBuffers
 	p.MaximumFileSize, p.FlushTimer, p.MaxFrames = f.maxSize, f.flushInterval, f.maxFrames
 	p.TimeResolution = f.timeRes
+	p.Overwrite = f.overwrite
 	if p.LogFileMode != heapscope.RealTime {
 		p.LogFileName = f.output
 		if p.LogFileName == "" {
@@ -125,4 +130,15 @@ func (p *pidList) Set(v string) error {
 		*p = append(*p, pid)
 	}
 	return nil
+}
+
+// startError is how run and attach report a session that did not start.
+func startError(err error) error {
+	switch {
+	case errors.Is(err, heapscope.ErrInvalidFlags):
+		return usageError{err.Error()}
+	case errors.Is(err, tracefile.ErrUnsafePath):
+		return fmt.Errorf("%w (--overwrite replaces it)", err)
+	}
+	return err
 }

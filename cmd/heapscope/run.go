@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -72,10 +71,7 @@ func runProgram(sf sessionFlags, props heapscope.Properties, stacks event.KindSe
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	s, err := heapscope.Launch(sf.sessionName(args[0], os.Getpid()), props, cmd, stacks)
 	if err != nil {
-		if errors.Is(err, heapscope.ErrInvalidFlags) {
-			return usageError{err.Error()}
-		}
-		return err
+		return startError(err)
 	}
 	stop := launch.ForwardSignals(cmd.Process)
 	werr := s.Wait()
