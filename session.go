@@ -161,6 +161,9 @@ func newSession(name string, props Properties, defaultProvider Provider, stackEv
 		return nil, err
 	}
 	props = props.withDefaults(defaultProvider)
+	if err := props.Validate(); err != nil {
+		return nil, err // a combination the provider's default made, e.g. Start with OnFull block
+	}
 	if stackEvents&^event.KindsOf(event.KindAlloc, event.KindRealloc, event.KindFree, event.KindMmap, event.KindMunmap) != 0 {
 		return nil, fmt.Errorf("stack events %#x: %w", uint8(stackEvents), errs.ErrInvalidFlags)
 	}

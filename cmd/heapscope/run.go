@@ -29,7 +29,7 @@ or CAP_BPF and CAP_PERFMON.`,
 			sf.register(fs)
 			provider := fs.String("provider", "preload", "preload (LD_PRELOAD interposer) or ebpf (uprobes)")
 			unwind := fs.String("unwind", "fp", "preload stack walker: fp (frame pointers) or dwarf (for code without them)")
-			onFull := fs.String("on-full", "block", "preload, when the collector falls behind: block (exact) or drop (count losses)")
+			onFull := fs.String("on-full", "", "when the collector falls behind: with preload, block (the default: exact, slows the program)\nor drop (count losses); with ebpf, drop only (the default: a uprobe cannot wait)")
 			return func(args []string) error {
 				if len(args) == 0 {
 					return usagef("no program to run")
@@ -47,7 +47,12 @@ or CAP_BPF and CAP_PERFMON.`,
 					return usagef("--unwind: want fp or dwarf, not %q", *unwind)
 				}
 				switch *onFull {
+				case "":
 				case "block":
+					if props.Provider == heapscope.ProviderEBPF {
+						return usagef("--on-full block with --provider ebpf: a uprobe cannot make the program wait; the ebpf provider drops and counts (--on-full drop)")
+					}
+					props.OnFull = heapscope.Block
 				case "drop":
 					props.OnFull = heapscope.Drop
 				default:
