@@ -172,7 +172,10 @@ func newSession(name string, props Properties, defaultProvider Provider, stackEv
 			return nil, err
 		}
 	}
-	dir := registry.Dir()
+	dir, err := registry.Dir()
+	if err != nil {
+		return nil, err
+	}
 	s := &Session{
 		name:    name,
 		props:   props,
