@@ -116,8 +116,15 @@ func Start(name string, props Properties, pids []int, stackEvents event.KindSet)
 // lets it run: every allocation is seen, including those of constructors that
 // run before main. The session ends when cmd exits; ExitStatus then gives its
 // status. The provider defaults to ProviderPreload. cmd must not have been
-// started.
+// started. The preload provider refuses, with ErrUnavailable, a program it
+// could not trace: a static one, or one that gains privileges at exec
+// (set-user-ID or set-group-ID to another user, file capabilities).
 func Launch(name string, props Properties, cmd *exec.Cmd, stackEvents event.KindSet) (*Session, error) {
+	if props.Provider == "" || props.Provider == ProviderPreload {
+		if err := checkPreloadable(cmd.Path); err != nil {
+			return nil, err
+		}
+	}
 	s, err := newSession(name, props, ProviderPreload, stackEvents)
 	if err != nil {
 		return nil, err

@@ -137,7 +137,7 @@ func TestRegistrySquatted(t *testing.T) {
 	shared, err := os.MkdirTemp("", "heapscope-shared-registry-")
 	must(t, err)
 	t.Cleanup(func() { os.RemoveAll(shared) })
-	must(t, os.Chmod(shared, 0o1777))
+	must(t, os.Chmod(shared, 0o777|os.ModeSticky))
 	inShared := func(args ...string) *exec.Cmd {
 		cmd := cli(t, args...)
 		cmd.Env = append(cmd.Env, registry.DirEnv+"="+shared) // the last one counts

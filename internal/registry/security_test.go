@@ -23,7 +23,7 @@ func sharedDir(t *testing.T) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o1777); err != nil {
+	if err := os.Chmod(dir, 0o777|os.ModeSticky); err != nil {
 		t.Fatal(err)
 	}
 	return dir
@@ -74,7 +74,7 @@ func TestDirPerUser(t *testing.T) {
 	// Planted at the name before the user's first session.
 	for _, plant := range []func(string) error{
 		func(p string) error { return os.Symlink(t.TempDir(), p) },
-		func(p string) error { return os.Mkdir(p, 0o777) }, // root's, open to all
+		func(p string) error { return os.Mkdir(p, 0o755) }, // a folder of root's
 	} {
 		tmp := sharedDir(t)
 		if err := plant(filepath.Join(tmp, fmt.Sprintf("heapscope-%d", uid))); err != nil {
