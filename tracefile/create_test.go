@@ -177,3 +177,33 @@ func TestCreateRefusesNonRegular(t *testing.T) {
 		}
 	}
 }
+
+// TestNewFileRefusesPlantedPart: a symlink planted at a later file's name of
+// a newfile series is not written through: the writer stops with
+// ErrUnsafePath when it reaches it.
+func TestNewFileRefusesPlantedPart(t *testing.T) {
+	dir := t.TempDir()
+	victim := filepath.Join(dir, "victim")
+	check(t, os.WriteFile(victim, []byte("victim"), 0o644))
+	check(t, os.Symlink(victim, filepath.Join(dir, "nf-2.hst")))
+	w, err := Create(filepath.Join(dir, "nf-%d.hst"), testHeader(NewFile, 128<<10), Options{ChunkSize: 16 << 10, TimeResolution: 1})
+	check(t, err)
+	g := newSynth(1, 100, 3, 400)
+	check(t, g.defs(w))
+	for i := 0; i < 100_000 && err == nil; i += 512 {
+		b := make([]event.Event, 512)
+		g.fill(b)
+		err = w.Events(b)
+	}
+	if err == nil {
+		err = w.Flush()
+	}
+	if !errors.Is(err, ErrUnsafePath) {
+		t.Errorf("writing into a series with a planted part: %v, want ErrUnsafePath", err)
+	}
+	w.Close()
+	if got := readBack(t, victim); got != "victim" {
+		t.Errorf("the planted link's target was written: %d bytes", len(got))
+	}
+	noTemporaries(t, dir)
+}
