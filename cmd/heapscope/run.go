@@ -23,7 +23,10 @@ then it runs. heapscope exits with the program's status (128+N when signal N
 killed it). Ctrl-C reaches the program; every event captured reaches the trace.
 
 The preload provider (default) needs no privileges; --provider ebpf needs root
-or CAP_BPF and CAP_PERFMON.`,
+or CAP_BPF and CAP_PERFMON. The dynamic loader ignores LD_PRELOAD for static
+programs and for programs that are set-user-ID or set-group-ID to someone else
+or have file capabilities: the preload provider refuses those (it would record
+nothing); trace them with --provider ebpf.`,
 		setup: func(fs *flag.FlagSet) func([]string) error {
 			var sf sessionFlags
 			sf.register(fs)
