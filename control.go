@@ -3,6 +3,7 @@ package heapscope
 import (
 	"encoding/json"
 	"fmt"
+	"sync"
 
 	"github.com/heapscope/heapscope/event"
 	"github.com/heapscope/heapscope/internal/control"
@@ -48,31 +49,48 @@ func Update(name string, c Change) error {
 	return call(name, "update", c, nil)
 }
 
-// Sessions returns the status of every live session on the machine.
-// Sessions that do not answer (their owner is busy or gone) are listed with
-// what the registry knows.
+// Sessions returns the status of the caller's live sessions (and of
+// root's, where they share a registry). Sessions that do not answer within
+// a few seconds (their owner is busy or gone) are listed with what the
+// registry knows. Sessions of other users are not listed.
 func Sessions() ([]Status, error) {
-	infos, err := registry.List(registry.Dir())
+	dir, err := registry.Dir()
 	if err != nil {
 		return nil, err
 	}
-	var out []Status
-	for _, info := range infos {
-		var st Status
-		if err := control.Call(info.Socket, string(ControlQuery), nil, &st); err != nil {
-			st = Status{Name: info.Name, Owner: info.Owner, Provider: Provider(info.Provider), Started: info.Started}
-		}
-		out = append(out, st)
+	infos, err := registry.List(dir)
+	if err != nil {
+		return nil, err
 	}
+	// Asked together: one session that does not answer costs the bound
+	// once, not once per session.
+	out := make([]Status, len(infos))
+	var wg sync.WaitGroup
+	for i, info := range infos {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var st Status
+			if err := control.Call(info.Socket, info.UID, string(ControlQuery), nil, &st); err != nil {
+				st = Status{Name: info.Name, Owner: info.Owner, Provider: Provider(info.Provider), Started: info.Started}
+			}
+			out[i] = st
+		}()
+	}
+	wg.Wait()
 	return out, nil
 }
 
 func call(name, op string, args, out any) error {
-	info, err := registry.Lookup(registry.Dir(), name)
+	dir, err := registry.Dir()
 	if err != nil {
 		return err
 	}
-	if err := control.Call(info.Socket, op, args, out); err != nil {
+	info, err := registry.Lookup(dir, name)
+	if err != nil {
+		return err
+	}
+	if err := control.Call(info.Socket, info.UID, op, args, out); err != nil {
 		return fmt.Errorf("session %q: %w", info.Name, err)
 	}
 	return nil

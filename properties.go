@@ -94,22 +94,32 @@ func ParseCaptureMode(s string) (CaptureMode, error) {
 	return 0, fmt.Errorf("unknown capture mode %q (want stream or aggregate): %w", s, errs.ErrInvalidFlags)
 }
 
-// OnFull says what the preload provider does when the collector falls behind.
+// OnFull says what a provider does when the collector falls behind.
 type OnFull uint8
 
-// The full-buffer policies.
+// The full-buffer policies. The preload provider supports both and blocks
+// by default; the eBPF provider only drops (a uprobe cannot make the traced
+// thread wait for room in the ring).
 const (
-	// Block makes the traced thread wait for room: exact, but slows the target.
-	Block OnFull = iota
+	// OnFullDefault is the provider's own: Block for preload, Drop for eBPF.
+	OnFullDefault OnFull = iota
+	// Block makes the traced thread wait for room: exact, but slows the
+	// target. Preload only.
+	Block
 	// Drop discards the event and counts it as lost.
 	Drop
 )
 
 func (o OnFull) String() string {
-	if o == Drop {
+	switch o {
+	case OnFullDefault:
+		return "default"
+	case Block:
+		return "block"
+	case Drop:
 		return "drop"
 	}
-	return "block"
+	return fmt.Sprintf("OnFull(%d)", uint8(o))
 }
 
 // Unwind is how the preload provider walks stacks.
@@ -186,8 +196,14 @@ type Properties struct {
 	// LogFileMode is how the trace is written.
 	LogFileMode LogFileMode
 	// LogFileName is the trace file. It must be empty with RealTime and hold
-	// one %d with NewFile.
+	// one %d with NewFile. The file is made new, mode 0600, and takes the
+	// name only once the session has started; a file of the caller's at
+	// that path is replaced.
 	LogFileName string
+	// Overwrite lets the session replace a LogFileName that is a symbolic
+	// link (the link is replaced, never followed) or a file of another
+	// user; without it Start and Launch refuse them with ErrAccessDenied.
+	Overwrite bool
 	// FlushTimer bounds how long a captured event may wait before it reaches
 	// the file and the hooks; 0 means one second.
 	FlushTimer time.Duration
@@ -198,8 +214,9 @@ type Properties struct {
 	Provider Provider
 	// Mode is Stream or Aggregate (eBPF only).
 	Mode CaptureMode
-	// OnFull is the preload provider's policy when its buffers are full. The
-	// eBPF provider always drops and counts.
+	// OnFull is the policy when the buffers are full: the preload provider
+	// blocks (the default) or drops; the eBPF provider drops and counts, and
+	// rejects Block with ErrInvalidFlags.
 	OnFull OnFull
 	// Unwind is the preload provider's stack walker. The eBPF provider
 	// always follows frame pointers.
@@ -237,6 +254,12 @@ func (p Properties) withDefaults(provider Provider) Properties {
 	}
 	if p.Provider == "" {
 		p.Provider = provider
+	}
+	if p.OnFull == OnFullDefault {
+		p.OnFull = Block
+		if p.Provider == ProviderEBPF {
+			p.OnFull = Drop
+		}
 	}
 	if p.MaxFrames == 0 {
 		p.MaxFrames = MaxFrames
@@ -324,8 +347,9 @@ func (p Properties) Validate() error {
 	if p.OnFull > Drop {
 		return bad("unknown OnFull policy %d", p.OnFull)
 	}
-	if p.OnFull == Drop && p.Provider == ProviderEBPF {
-		return bad("OnFull applies to the preload provider; the ebpf provider always drops and counts")
+	if p.OnFull == Block && p.Provider == ProviderEBPF {
+		// A uprobe cannot wait for room: "block" would drop all the same.
+		return bad("OnFull block with the ebpf provider: it cannot make the traced thread wait; it drops and counts (OnFull drop)")
 	}
 	if p.Unwind > DWARF {
 		return bad("unknown unwinder %d", p.Unwind)
@@ -397,6 +421,8 @@ func (o OnFull) MarshalText() ([]byte, error) { return []byte(o.String()), nil }
 // UnmarshalText implements encoding.TextUnmarshaler.
 func (o *OnFull) UnmarshalText(b []byte) error {
 	switch string(b) {
+	case "", "default":
+		*o = OnFullDefault
 	case "block":
 		*o = Block
 	case "drop":

@@ -3,6 +3,8 @@ package heapscope
 import (
 	"encoding/json"
 	"errors"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -17,6 +19,7 @@ func TestValidate(t *testing.T) {
 		{LogFileMode: NewFile, LogFileName: "t-%d.hst", MaximumFileSize: 10},
 		{LogFileName: "t.hst", Provider: ProviderEBPF, Mode: Aggregate},
 		{LogFileName: "t.hst", Provider: ProviderPreload, Unwind: DWARF, OnFull: Drop},
+		{LogFileName: "t.hst", Provider: ProviderEBPF, OnFull: Drop},
 		{LogFileName: "t.hst", BufferSize: 1024, MinimumBuffers: 2, MaximumBuffers: 2},
 	}
 	for _, p := range ok {
@@ -39,7 +42,7 @@ func TestValidate(t *testing.T) {
 		{Properties{LogFileName: "t", MinimumBuffers: 8, MaximumBuffers: 4}, ErrInvalidFlags},
 		{Properties{LogFileName: "t", Provider: ProviderPreload, Mode: Aggregate}, ErrInvalidFlags},
 		{Properties{LogFileName: "t", Provider: ProviderEBPF, Unwind: DWARF}, ErrInvalidFlags},
-		{Properties{LogFileName: "t", Provider: ProviderEBPF, OnFull: Drop}, ErrInvalidFlags},
+		{Properties{LogFileName: "t", Provider: ProviderEBPF, OnFull: Block}, ErrInvalidFlags},
 		{Properties{LogFileName: "t", Provider: "dtrace"}, ErrInvalidFlags},
 		{Properties{LogFileName: "t", EnableFlags: 1 << 30}, ErrInvalidFlags},
 		{Properties{LogFileName: "t", Mode: Aggregate, EnableFlags: event.FamilyAll}, ErrInvalidFlags},
@@ -95,5 +98,26 @@ func TestPropertiesJSON(t *testing.T) {
 	if q.LogFileMode != p.LogFileMode || q.Mode != p.Mode || q.OnFull != p.OnFull || q.Unwind != p.Unwind ||
 		q.EnableFlags != p.EnableFlags || q.MaximumFileSize != 3 {
 		t.Errorf("round trip: %+v", q)
+	}
+}
+
+// TestEBPFRejectsBlock: the eBPF provider cannot make a traced thread wait
+// for room, so OnFull block would lose events while saying it cannot; it is
+// rejected whether the provider is chosen or Start's default, and the
+// provider's default policy is drop.
+func TestEBPFRejectsBlock(t *testing.T) {
+	_, err := Start("ebpf-block", Properties{LogFileMode: RealTime, OnFull: Block}, []int{os.Getpid()}, 0)
+	if !errors.Is(err, ErrInvalidFlags) || !strings.Contains(err.Error(), "block") {
+		t.Errorf("Start (ebpf by default) with OnFull block: %v, want ErrInvalidFlags naming it", err)
+	}
+	_, err = Launch("ebpf-block", Properties{LogFileMode: RealTime, Provider: ProviderEBPF, OnFull: Block}, exec.Command("true"), 0)
+	if !errors.Is(err, ErrInvalidFlags) {
+		t.Errorf("Launch with the ebpf provider and OnFull block: %v, want ErrInvalidFlags", err)
+	}
+	if p := (Properties{Provider: ProviderEBPF}).withDefaults(ProviderPreload); p.OnFull != Drop {
+		t.Errorf("the ebpf provider's default policy is %v, want drop", p.OnFull)
+	}
+	if p := (Properties{}).withDefaults(ProviderPreload); p.OnFull != Block {
+		t.Errorf("the preload provider's default policy is %v, want block", p.OnFull)
 	}
 }

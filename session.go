@@ -55,6 +55,8 @@ type traceWriter interface {
 	Written() int64
 	FileStats(event.Stats) event.Stats
 	Files() []string
+	// Commit gives the file its name once the session has started.
+	Commit() error
 }
 
 // Session is a running heap-tracing session.
@@ -102,6 +104,10 @@ func Start(name string, props Properties, pids []int, stackEvents event.KindSet)
 			return nil, err
 		}
 	}
+	if err := s.commit(); err != nil {
+		s.abort()
+		return nil, err
+	}
 	s.run()
 	return s, nil
 }
@@ -110,8 +116,15 @@ func Start(name string, props Properties, pids []int, stackEvents event.KindSet)
 // lets it run: every allocation is seen, including those of constructors that
 // run before main. The session ends when cmd exits; ExitStatus then gives its
 // status. The provider defaults to ProviderPreload. cmd must not have been
-// started.
+// started. The preload provider refuses, with ErrUnavailable, a program it
+// could not trace: a static one, or one that gains privileges at exec
+// (set-user-ID or set-group-ID to another user, file capabilities).
 func Launch(name string, props Properties, cmd *exec.Cmd, stackEvents event.KindSet) (*Session, error) {
+	if props.Provider == "" || props.Provider == ProviderPreload {
+		if err := checkPreloadable(cmd.Path); err != nil {
+			return nil, err
+		}
+	}
 	s, err := newSession(name, props, ProviderPreload, stackEvents)
 	if err != nil {
 		return nil, err
@@ -119,6 +132,14 @@ func Launch(name string, props Properties, cmd *exec.Cmd, stackEvents event.Kind
 	if err := s.b.launch(cmd); err != nil {
 		s.abort()
 		return nil, fmt.Errorf("starting %s: %w", cmd.Path, err)
+	}
+	if err := s.commit(); err != nil {
+		// Rare (the folder changed under us): the program has run
+		// for an instant; a session that failed to start leaves none.
+		cmd.Process.Kill()
+		cmd.Wait()
+		s.abort()
+		return nil, err
 	}
 	s.mu.Lock()
 	s.child = cmd
@@ -147,6 +168,9 @@ func newSession(name string, props Properties, defaultProvider Provider, stackEv
 		return nil, err
 	}
 	props = props.withDefaults(defaultProvider)
+	if err := props.Validate(); err != nil {
+		return nil, err // a combination the provider's default made, e.g. Start with OnFull block
+	}
 	if stackEvents&^event.KindsOf(event.KindAlloc, event.KindRealloc, event.KindFree, event.KindMmap, event.KindMunmap) != 0 {
 		return nil, fmt.Errorf("stack events %#x: %w", uint8(stackEvents), errs.ErrInvalidFlags)
 	}
@@ -155,7 +179,10 @@ func newSession(name string, props Properties, defaultProvider Provider, stackEv
 			return nil, err
 		}
 	}
-	dir := registry.Dir()
+	dir, err := registry.Dir()
+	if err != nil {
+		return nil, err
+	}
 	s := &Session{
 		name:    name,
 		props:   props,
@@ -190,8 +217,7 @@ func newSession(name string, props Properties, defaultProvider Provider, stackEv
 	}
 	if err != nil {
 		if s.sink.w != nil {
-			s.sink.w.Close()
-			removeFiles(s.sink.w.Files())
+			s.sink.w.Close() // removes the file, never named
 		}
 		entry.Release()
 		return nil, err
@@ -205,7 +231,9 @@ func newSession(name string, props Properties, defaultProvider Provider, stackEv
 	return s, nil
 }
 
-// abort undoes a session that failed to start.
+// abort undoes a session that failed to start. Its trace file was never
+// named: closing the writer removes it, and whatever the path held is as it
+// was.
 func (s *Session) abort() {
 	if s.ctl != nil {
 		s.ctl.Close()
@@ -215,15 +243,16 @@ func (s *Session) abort() {
 	}
 	if s.sink.w != nil {
 		s.sink.w.Close()
-		removeFiles(s.sink.w.Files())
 	}
 	s.entry.Release()
 }
 
-func removeFiles(files []string) {
-	for _, f := range files {
-		os.Remove(f)
+// commit names the trace file, once the session has started.
+func (s *Session) commit() error {
+	if s.sink.w == nil {
+		return nil
 	}
+	return s.sink.w.Commit()
 }
 
 // run starts the session's background work: the flush timer and the watch

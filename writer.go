@@ -9,7 +9,8 @@ import (
 	"github.com/heapscope/heapscope/tracefile"
 )
 
-// createWriter opens the session's trace file.
+// createWriter opens the session's trace file, under a temporary name until
+// the session commits it.
 func createWriter(s *Session) (traceWriter, error) {
 	var props []tracefile.Property
 	for _, kv := range s.props.text() {
@@ -36,7 +37,11 @@ func createWriter(s *Session) (traceWriter, error) {
 	case NewFile:
 		h.Mode = tracefile.NewFile
 	}
-	return tracefile.Create(s.props.LogFileName, h, tracefile.Options{FlushInterval: s.props.FlushTimer, TimeResolution: s.props.TimeResolution})
+	return tracefile.Create(s.props.LogFileName, h, tracefile.Options{
+		FlushInterval: s.props.FlushTimer, TimeResolution: s.props.TimeResolution,
+		// The path is untouched until the session has started (commit).
+		Hold: true, Replace: s.props.Overwrite,
+	})
 }
 
 // clockPair reads the wall clock and CLOCK_MONOTONIC as close together as it

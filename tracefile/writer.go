@@ -57,6 +57,16 @@ type Options struct {
 	// Flush. 0 means DefaultFlushInterval; a negative value turns the timer
 	// off.
 	FlushInterval time.Duration
+	// Replace lets Create replace a path that is a symbolic link (the link
+	// itself is replaced, never followed) or a file of another user.
+	// Without it Create refuses them with ErrUnsafePath. Something other
+	// than a regular file is never replaced.
+	Replace bool
+	// Hold makes the first file under a temporary name in its folder, and
+	// leaves the path untouched until Commit: a Writer closed before Commit
+	// removes it, so a session that fails to start creates and removes
+	// nothing.
+	Hold bool
 }
 
 // A Writer writes a trace file (or, in NewFile mode, a series of them). It
@@ -75,6 +85,8 @@ type Writer struct {
 	pattern   string // the path given to Create
 	chunkSize int
 	f         *os.File
+	pending   *pendingFile // f, until Commit gives it its name
+	replace   bool         // Options.Replace
 	files     []string
 	dataStart int64 // end of the current file's header
 	pos       int64 // where the next chunk goes
@@ -142,7 +154,9 @@ type logEntry struct {
 	dead       bool // the process exited before the last chunk: no new file needs it
 }
 
-// Create creates the trace file path (truncating it) and writes h to it.
+// Create creates the trace file path, mode 0600, and writes h to it. The
+// file is new: an existing path is replaced, never written into (see
+// Options.Replace and Options.Hold).
 // In NewFile mode path must hold one %d, replaced by 1, 2, ... for the
 // successive files. It returns an error wrapping errs.ErrInvalidFlags for
 // RealTime mode (which writes no file), an unknown mode, a NewFile path
@@ -178,6 +192,7 @@ func Create(path string, h Header, o Options) (*Writer, error) {
 		enc:       enc,
 		coder:     newStreamCoder(enc),
 		bgDone:    make(chan struct{}),
+		replace:   o.Replace,
 	}
 	w.cond = sync.NewCond(&w.mu)
 	w.spare.tl = newTimelineEncoder(int64(h.TimeResolution))
@@ -185,6 +200,14 @@ func Create(path string, h Header, o Options) (*Writer, error) {
 	if err := w.openFile(); err != nil {
 		enc.Close()
 		return nil, err
+	}
+	if !o.Hold {
+		if err := w.commitFile(); err != nil {
+			w.f.Close()
+			w.pending.discard()
+			enc.Close()
+			return nil, err
+		}
 	}
 	go w.compressor()
 	if o.FlushInterval > 0 {
@@ -265,17 +288,32 @@ func (w *Writer) openFile() error {
 		w.hdr.Part++
 	}
 	path := w.filePath(w.hdr.Part)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	p, err := createPending(path, w.replace)
 	if err != nil {
-		return fmt.Errorf("tracefile: %w", err)
+		return err
 	}
+	f := p.f
 	hb := marshalHeader(&w.hdr)
 	if _, err := f.WriteAt(hb, 0); err != nil {
 		f.Close()
+		p.discard()
 		return fmt.Errorf("tracefile: writing header of %s: %w", path, err)
 	}
-	w.f = f
-	w.files = append(w.files, path)
+	if w.hdr.Part > 1 {
+		// The next file of a series: the session has started (a held
+		// first file that filled up before Commit takes its name now).
+		if err := w.commitFile(); err != nil {
+			f.Close()
+			p.discard()
+			return err
+		}
+	}
+	w.f, w.pending = f, p
+	if w.hdr.Part > 1 {
+		if err := w.commitFile(); err != nil {
+			return err
+		}
+	}
 	w.written += int64(len(hb))
 	w.dataStart, w.pos, w.hwm = int64(len(hb)), int64(len(hb)), int64(len(hb))
 	w.chunks = w.chunks[:0]
@@ -558,7 +596,30 @@ func (w *Writer) Close() error {
 	if cerr := w.f.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("tracefile: %w", cerr)
 	}
+	w.pending.discard() // never committed: nothing was named
 	return err
+}
+
+// Commit gives a file created with Options.Hold its name, replacing what the
+// path held. It does nothing for a Writer whose file already has it.
+func (w *Writer) Commit() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return ErrClosed
+	}
+	return w.commitFile()
+}
+
+func (w *Writer) commitFile() error {
+	if w.pending == nil || w.pending.tmp == "" {
+		return nil
+	}
+	if err := w.pending.commit(); err != nil {
+		return err
+	}
+	w.files = append(w.files, w.pending.path)
+	return nil
 }
 
 // Written returns the number of bytes written so far, in all files,

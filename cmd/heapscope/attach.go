@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -62,10 +61,7 @@ func attach(sf sessionFlags, props heapscope.Properties, stacks event.KindSet, p
 	defer signal.Stop(sigs)
 	s, err := heapscope.Start(name, props, pids, stacks)
 	if err != nil {
-		if errors.Is(err, heapscope.ErrInvalidFlags) {
-			return flagError(err)
-		}
-		return err
+		return startError(err)
 	}
 	fmt.Fprintf(os.Stderr, "heapscope: session %q tracing pid %v; Ctrl-C or 'heapscope stop %s' ends it\n", name, pidList(pids).String(), name)
 	var timeout <-chan time.Time

@@ -32,6 +32,7 @@ type sessionFlags struct {
 	flushInterval time.Duration
 	maxFrames     int
 	timeRes       time.Duration
+	overwrite     bool
 	quiet         bool
 }
 
@@ -49,6 +50,7 @@ func (f *sessionFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.flushInterval, "flush-interval", heapscope.DefaultFlushTimer, "longest time an event waits before it reaches the file, more than 0")
 	fs.IntVar(&f.maxFrames, "max-frames", heapscope.MaxFrames, fmt.Sprintf("deepest stack recorded, 1 to %d", heapscope.MaxFrames))
 	fs.DurationVar(&f.timeRes, "time-resolution", tracefile.DefaultTimeResolution, "precision of event times in the file, 1ns to 1s; 1ns keeps exact times")
+	fs.BoolVar(&f.overwrite, "overwrite", false, "replace an existing output that is a symbolic link (the link, never its target) or another user's file;\nwithout it they are refused. Trace files are made new, mode 0600, once the session has started")
 	fs.BoolVar(&f.quiet, "q", false, "print no summary at the end")
 }
 
@@ -166,6 +168,7 @@ func (f *sessionFlags) properties(program string, pid int) (heapscope.Properties
 	}
 	p.MaximumFileSize, p.FlushTimer, p.MaxFrames = f.maxSize, f.flushInterval, f.maxFrames
 	p.TimeResolution = f.timeRes
+	p.Overwrite = f.overwrite
 	if p.LogFileMode != heapscope.RealTime {
 		p.LogFileName = f.output
 		if p.LogFileName == "" {
@@ -228,4 +231,15 @@ func (p *pidList) Set(v string) error {
 		*p = append(*p, pid)
 	}
 	return nil
+}
+
+// startError is how run and attach report a session that did not start.
+func startError(err error) error {
+	switch {
+	case errors.Is(err, heapscope.ErrInvalidFlags):
+		return flagError(err)
+	case errors.Is(err, tracefile.ErrUnsafePath):
+		return fmt.Errorf("%w (--overwrite replaces it)", err)
+	}
+	return err
 }

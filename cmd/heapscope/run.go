@@ -26,13 +26,16 @@ then it runs. heapscope exits with the program's status (128+N when signal N
 killed it). Ctrl-C reaches the program; every event captured reaches the trace.
 
 The preload provider (default) needs no privileges; --provider ebpf needs root
-or CAP_BPF and CAP_PERFMON.`,
+or CAP_BPF and CAP_PERFMON. The dynamic loader ignores LD_PRELOAD for static
+programs and for programs that are set-user-ID or set-group-ID to someone else
+or have file capabilities: the preload provider refuses those (it would record
+nothing); trace them with --provider ebpf.`,
 		setup: func(fs *flag.FlagSet) func([]string) error {
 			var sf sessionFlags
 			sf.register(fs)
 			provider := fs.String("provider", "preload", "preload (LD_PRELOAD interposer) or ebpf (uprobes)")
 			unwind := fs.String("unwind", "fp", "preload stack walker: fp (frame pointers) or dwarf (for code without them)")
-			onFull := fs.String("on-full", "block", "preload, when the collector falls behind: block (exact) or drop (count losses)")
+			onFull := fs.String("on-full", "", "when the collector falls behind: with preload, block (the default: exact, slows the program)\nor drop (count losses); with ebpf, drop only (the default: a uprobe cannot wait)")
 			return func(args []string) error {
 				if len(args) == 0 {
 					return usagef("no program to run")
@@ -50,7 +53,12 @@ or CAP_BPF and CAP_PERFMON.`,
 					return usagef("--unwind: want fp or dwarf, not %q", *unwind)
 				}
 				switch *onFull {
+				case "":
 				case "block":
+					if props.Provider == heapscope.ProviderEBPF {
+						return usagef("--on-full block with --provider ebpf: a uprobe cannot make the program wait; the ebpf provider drops and counts (--on-full drop)")
+					}
+					props.OnFull = heapscope.Block
 				case "drop":
 					props.OnFull = heapscope.Drop
 				default:
@@ -78,15 +86,12 @@ func runProgram(sf sessionFlags, props heapscope.Properties, stacks event.KindSe
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	s, err := heapscope.Launch(sf.sessionName(args[0], os.Getpid()), props, cmd, stacks)
 	if err != nil {
-		if errors.Is(err, heapscope.ErrInvalidFlags) {
-			return flagError(err)
-		}
 		if errors.Is(err, syscall.ENOEXEC) || errors.Is(err, syscall.EACCES) {
 			// Found but cannot be executed: the shells' 126.
 			fmt.Fprintf(os.Stderr, "heapscope run: %v\n", err)
 			return exitError{126}
 		}
-		return err
+		return startError(err)
 	}
 	stop := launch.ForwardSignals(cmd.Process)
 	werr := s.Wait()

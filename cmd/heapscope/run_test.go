@@ -226,6 +226,7 @@ func TestRunErrors(t *testing.T) {
 		{[]string{"run", "--unwind", "sideways", "--", "true"}, 2, "--unwind"},
 		{[]string{"run", "--log-mode", "circular", "-o", filepath.Join(dir, "c.hst"), "--", "true"}, 2, "--max-size"},
 		{[]string{"run", "--provider", "ebpf", "--unwind", "dwarf", "--", "true"}, 2, "DWARF"},
+		{[]string{"run", "--provider", "ebpf", "--on-full", "block", "--", "true"}, 2, "--on-full block with --provider ebpf"},
 		{[]string{"run", "--bogus", "--", "true"}, 2, "bogus"},
 		{[]string{"attach"}, 2, "-p"},
 		{[]string{"attach", "-p", "1073741824", "-o", filepath.Join(dir, "a.hst")}, 1, "no such process"},

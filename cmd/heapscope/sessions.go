@@ -17,7 +17,7 @@ import (
 func init() {
 	register(&command{
 		name:    "sessions",
-		summary: "list the live sessions on this machine",
+		summary: "list your live sessions (each user has a registry of their own)",
 		setup: func(fs *flag.FlagSet) func([]string) error {
 			asJSON := fs.Bool("json", false, "print JSON")
 			return func(args []string) error {

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/heapscope/heapscope/internal/errs"
 )
 
@@ -90,6 +92,12 @@ func (s *Server) serve() {
 func (s *Server) handle(c net.Conn) {
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(time.Minute))
+	// The socket is 0600, but it had the umask's mode between bind and
+	// chmod: the peer's credentials are what count.
+	if uid, _, err := peer(c); err != nil || (uid != os.Geteuid() && uid != 0) {
+		json.NewEncoder(c).Encode(Response{Error: "control: only the session's owner and root may control it", Kind: "access_denied"})
+		return
+	}
 	var req Request
 	if err := json.NewDecoder(io.LimitReader(c, 1<<20)).Decode(&req); err != nil {
 		json.NewEncoder(c).Encode(Response{Error: "bad request: " + err.Error()})
@@ -131,10 +139,62 @@ type remoteError struct {
 func (e *remoteError) Error() string { return e.msg }
 func (e *remoteError) Unwrap() error { return e.sentinel }
 
-// Call sends one request to the session listening at path and decodes the
-// result into out (which may be nil).
-func Call(path, op string, args, out any) error {
-	c, err := net.DialTimeout("unix", path, 5*time.Second)
+// The bounds of one exchange with a session: a query only reads counters;
+// stop, flush and update drain the session's buffers to its file first.
+const (
+	QueryTimeout = 3 * time.Second
+	DrainTimeout = 30 * time.Second
+)
+
+// Timeout returns the bound of an exchange for op.
+func Timeout(op string) time.Duration {
+	if op == "query" {
+		return QueryTimeout
+	}
+	return DrainTimeout
+}
+
+// peer returns the uid and pid of the process at the other end of c.
+func peer(c net.Conn) (uid, pid int, err error) {
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		return 0, 0, fmt.Errorf("not a unix socket")
+	}
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return 0, 0, err
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return 0, 0, err
+	}
+	if cerr != nil {
+		return 0, 0, cerr
+	}
+	return int(cred.Uid), int(cred.Pid), nil
+}
+
+// Call sends one request to the session listening at path, which must run
+// as uid, and decodes the result into out (which may be nil). The socket
+// must be a socket of uid's, and the process that accepts the connection
+// must run as uid (SO_PEERCRED): anything else fails with ErrAccessDenied
+// before a byte is sent. The whole exchange is bounded by Timeout(op).
+func Call(path string, uid int, op string, args, out any) error {
+	var st unix.Stat_t
+	if err := unix.Lstat(path, &st); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("%w: %v", errs.ErrNotRunning, &os.PathError{Op: "stat", Path: path, Err: err})
+		}
+		return &os.PathError{Op: "stat", Path: path, Err: err}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFSOCK || int(st.Uid) != uid {
+		return fmt.Errorf("control socket %s is not a socket of uid %d (mode %#o, uid %d): %w", path, uid, st.Mode, st.Uid, errs.ErrAccessDenied)
+	}
+	deadline := time.Now().Add(Timeout(op))
+	c, err := net.DialTimeout("unix", path, time.Until(deadline))
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ECONNREFUSED) {
 			return fmt.Errorf("%w: %v", errs.ErrNotRunning, err)
@@ -145,8 +205,11 @@ func Call(path, op string, args, out any) error {
 		return err
 	}
 	defer c.Close()
-	// Stop and flush drain a session's buffers: give them time.
-	c.SetDeadline(time.Now().Add(2 * time.Minute))
+	if puid, ppid, err := peer(c); err != nil || puid != uid {
+		return fmt.Errorf("control socket %s is answered by pid %d of uid %d, not by the session's owner (uid %d) (%v): %w",
+			path, ppid, puid, uid, err, errs.ErrAccessDenied)
+	}
+	c.SetDeadline(deadline)
 	req := Request{Op: op}
 	if args != nil {
 		if req.Args, err = json.Marshal(args); err != nil {

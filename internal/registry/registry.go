@@ -1,11 +1,19 @@
-// Package registry keeps the machine-wide table of live heap-tracing sessions,
-// so that names are unique and a session can be found by name from any
-// process.
+// Package registry keeps the table of live heap-tracing sessions, so that
+// names are unique and a session can be found by name from any process.
 //
 // Each live session owns an entry file in the registry directory, named by a
-// hash of its case-folded name, and holds an exclusive flock on it for its
-// whole life. The kernel drops the lock when the owner dies, however it dies,
-// so a dead owner's entry never holds its name: the next Acquire takes it over.
+// hash of its case-folded name and its owner's uid, and holds an exclusive
+// flock on it for its whole life. The kernel drops the lock when the owner
+// dies, however it dies, so a dead owner's entry never holds its name: the
+// next Acquire takes it over.
+//
+// Each user has a registry of their own, a folder only they can write
+// (root's is /run/heapscope/sessions), and names are unique per user. An
+// entry is trusted only if its file belongs to the caller or to root, and
+// the session's socket is found from the entry's own name, never from what
+// the entry says; control.Call then checks the peer's credentials. Entries
+// of other users, which a shared folder (HEAPSCOPE_RUN_DIR) may hold, are
+// invisible.
 package registry
 
 import (
@@ -15,13 +23,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 	"unicode/utf8"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/heapscope/heapscope/internal/errs"
 )
@@ -32,30 +44,64 @@ const MaxNameLen = 1024
 // DirEnv names the environment variable that overrides the registry directory.
 const DirEnv = "HEAPSCOPE_RUN_DIR"
 
-// Dir returns the registry directory: $HEAPSCOPE_RUN_DIR, else
-// /run/heapscope/sessions when it exists or can be made, else a directory in
-// the system's temporary directory.
-func Dir() string {
+// RootDir is root's registry.
+const RootDir = "/run/heapscope/sessions"
+
+// Dir returns the caller's registry directory, made if need be and checked:
+// $HEAPSCOPE_RUN_DIR if set; for root, RootDir; for other users
+// $XDG_RUNTIME_DIR/heapscope, else heapscope-UID in the system's temporary
+// directory. The folder must be a directory, not a symbolic link, and the
+// caller's (made 0700); a shared $HEAPSCOPE_RUN_DIR may instead be root's
+// and, if others may write it, sticky like /tmp. Anything else fails with
+// ErrAccessDenied rather than fall back to a folder others control.
+func Dir() (string, error) {
 	if d := os.Getenv(DirEnv); d != "" {
-		return d
+		return d, checkDir(d, true)
 	}
-	const run = "/run/heapscope/sessions"
-	if err := mkdirShared(run); err == nil {
-		return run
+	euid := os.Geteuid()
+	if euid == 0 {
+		if err := os.MkdirAll(filepath.Dir(RootDir), 0o755); err != nil {
+			return "", fmt.Errorf("session registry: %w", err)
+		}
+		return RootDir, checkDir(RootDir, false)
 	}
-	return filepath.Join(os.TempDir(), "heapscope-sessions")
+	if x := os.Getenv("XDG_RUNTIME_DIR"); x != "" && filepath.IsAbs(x) && checkDir(x, false) == nil {
+		d := filepath.Join(x, "heapscope")
+		return d, checkDir(d, false)
+	}
+	d := filepath.Join(os.TempDir(), "heapscope-"+strconv.Itoa(euid))
+	return d, checkDir(d, false)
 }
 
-// mkdirShared makes dir world-writable and sticky, like /tmp: any user may
-// register a session, and only its owner may remove the entry.
-func mkdirShared(dir string) error {
-	if fi, err := os.Stat(dir); err == nil && fi.IsDir() {
-		return syscall.Access(dir, 2 /* W_OK */)
+// checkDir makes dir (0700) if it is missing, and checks it is a folder the
+// caller owns, private to them (a loose mode of their own is tightened), or,
+// when shared is allowed, root's and sticky if others may write it.
+func checkDir(dir string, shared bool) error {
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("session registry: %w", err)
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return fmt.Errorf("session registry: %w", err)
 	}
-	return os.Chmod(dir, 0o1777|os.ModeSticky)
+	st := fi.Sys().(*syscall.Stat_t)
+	euid := uint32(os.Geteuid())
+	switch {
+	case fi.Mode()&fs.ModeSymlink != 0:
+		return fmt.Errorf("session registry %s is a symbolic link: %w", dir, errs.ErrAccessDenied)
+	case !fi.IsDir():
+		return fmt.Errorf("session registry %s is not a folder: %w", dir, errs.ErrAccessDenied)
+	case st.Uid == euid:
+		if !shared && fi.Mode().Perm()&0o077 != 0 {
+			if err := os.Chmod(dir, 0o700); err != nil {
+				return fmt.Errorf("session registry: %w", err)
+			}
+		}
+		return nil
+	case shared && st.Uid == 0 && (fi.Mode().Perm()&0o022 == 0 || fi.Mode()&fs.ModeSticky != 0):
+		return nil
+	}
+	return fmt.Errorf("session registry %s belongs to uid %d, not to you (uid %d): %w", dir, st.Uid, euid, errs.ErrAccessDenied)
 }
 
 // Info is what an entry says about its session.
@@ -65,6 +111,9 @@ type Info struct {
 	Socket   string    `json:"socket"` // the control socket
 	Provider string    `json:"provider"`
 	Started  time.Time `json:"started"`
+	// UID is the owner of the entry file: the user the session runs as,
+	// whatever the entry says. Set by Lookup and List.
+	UID int `json:"-"`
 }
 
 // CheckName validates a session name.
@@ -80,11 +129,12 @@ func CheckName(name string) error {
 	return nil
 }
 
-// key maps a name to its entry's file name: names compare case-insensitively
-// and may be longer than a file name can be.
-func key(name string) string {
+// key maps a name and its owner to its entry's file name: names compare
+// case-insensitively, may be longer than a file name can be, and are
+// unique per user.
+func key(name string, uid int) string {
 	h := sha256.Sum256([]byte(strings.ToLower(name)))
-	return hex.EncodeToString(h[:16])
+	return hex.EncodeToString(h[:16]) + "-" + strconv.Itoa(uid)
 }
 
 // Entry is a session's hold on its name. Release it when the session ends.
@@ -94,8 +144,16 @@ type Entry struct {
 	Info Info
 }
 
-// SocketPath returns where the control socket of a session named name lives.
-func SocketPath(dir, name string) string { return filepath.Join(dir, key(name)+".sock") }
+// SocketPath returns where the control socket of the caller's session
+// named name lives.
+func SocketPath(dir, name string) string {
+	return filepath.Join(dir, key(name, os.Geteuid())+".sock")
+}
+
+// socketOf is the socket beside an entry file.
+func socketOf(entryPath string) string {
+	return strings.TrimSuffix(entryPath, ".session") + ".sock"
+}
 
 // Acquire registers a session under info.Name in dir, or fails with
 // ErrAlreadyExists naming the live owner's pid.
@@ -103,17 +161,19 @@ func Acquire(dir string, info Info) (*Entry, error) {
 	if err := CheckName(info.Name); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("session registry %s: %w", dir, err)
+	if err := checkDir(dir, true); err != nil {
+		return nil, err
 	}
-	path := filepath.Join(dir, key(info.Name)+".session")
+	path := filepath.Join(dir, key(info.Name, os.Geteuid())+".session")
 	for attempt := 0; ; attempt++ {
 		f, err := lockEntry(path)
 		if err == nil {
+			info.UID = os.Geteuid()
 			return writeEntry(f, path, info)
 		}
 		// errStale: the file was removed between our open and our lock (its
-		// owner released it, or List cleaned it up): try again on a new one.
+		// owner released it, or List cleaned it up), or was planted by
+		// another user and removed: try again on a new one.
 		if errors.Is(err, errStale) && attempt < 10 {
 			continue
 		}
@@ -130,24 +190,59 @@ func Acquire(dir string, info Info) (*Entry, error) {
 
 var errStale = errors.New("entry removed while locking")
 
-// lockEntry opens and exclusively locks the entry file at path, making sure
-// the file locked is still the one at path.
-func lockEntry(path string) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+// openEntry opens an entry file without following a link or blocking on a
+// fifo, and returns it with its owner, or an error for anything but a
+// regular file.
+func openEntry(path string, flags int) (*os.File, uint32, error) {
+	fd, err := unix.Open(path, flags|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0o600)
 	if err != nil {
-		return nil, err
+		return nil, 0, &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		unix.Close(fd)
+		return nil, 0, fmt.Errorf("%s is not a regular file: %w", path, errs.ErrAccessDenied)
+	}
+	return os.NewFile(uintptr(fd), path), st.Uid, nil
+}
+
+// lockEntry opens and exclusively locks the entry file at path, making sure
+// the file locked is still the one at path and is the caller's. A file of
+// another user there was planted (entry names carry their owner's uid): it
+// is removed if it can be, else the name cannot be had.
+func lockEntry(path string) (*os.File, error) {
+	f, uid, err := openEntry(path, unix.O_RDWR|unix.O_CREAT)
+	if err != nil {
+		if !errors.Is(err, errs.ErrAccessDenied) && !errors.Is(err, unix.ELOOP) {
+			return nil, err
+		}
+		return nil, removePlanted(path, err)
+	}
+	if int(uid) != os.Geteuid() {
+		f.Close()
+		return nil, removePlanted(path, fmt.Errorf("%s belongs to uid %d: %w", path, uid, errs.ErrAccessDenied))
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		f.Close()
 		return nil, err
 	}
 	var held, now syscall.Stat_t
-	if syscall.Fstat(int(f.Fd()), &held) != nil || syscall.Stat(path, &now) != nil ||
+	if syscall.Fstat(int(f.Fd()), &held) != nil || syscall.Lstat(path, &now) != nil ||
 		held.Ino != now.Ino || held.Dev != now.Dev {
 		f.Close()
 		return nil, errStale
 	}
 	return f, nil
+}
+
+// removePlanted removes what another user left at the caller's entry path
+// (a link, a fifo, a file of theirs), or returns why the name cannot be had.
+func removePlanted(path string, why error) error {
+	if err := os.Remove(path); err != nil {
+		return fmt.Errorf("%w (and it cannot be removed: %v)", why, err)
+	}
+	os.Remove(socketOf(path))
+	return errStale
 }
 
 func writeEntry(f *os.File, path string, info Info) (*Entry, error) {
@@ -181,18 +276,29 @@ func (e *Entry) Release() error {
 	return err
 }
 
+// trusted reports whether an entry of uid may be believed by the caller:
+// its own, or root's.
+func trusted(uid uint32) bool { return uid == 0 || int(uid) == os.Geteuid() }
+
+// readInfo reads a trusted entry. Its socket is the one beside it, whatever
+// it says.
 func readInfo(path string) (Info, error) {
 	var info Info
 	// An owner writes its entry just after locking it: allow it a moment.
 	for i := 0; ; i++ {
-		f, err := os.Open(path)
+		f, uid, err := openEntry(path, unix.O_RDONLY)
 		if err != nil {
 			return info, err
+		}
+		if !trusted(uid) {
+			f.Close()
+			return info, fmt.Errorf("%s belongs to uid %d: %w", path, uid, errs.ErrAccessDenied)
 		}
 		b, err := io.ReadAll(io.LimitReader(f, 1<<16))
 		f.Close()
 		if err == nil {
 			if err = json.Unmarshal(b, &info); err == nil {
+				info.Socket, info.UID = socketOf(path), int(uid)
 				return info, nil
 			}
 		}
@@ -203,45 +309,53 @@ func readInfo(path string) (Info, error) {
 	}
 }
 
-// live reports whether an entry file is held by a live owner.
+// live reports whether a trusted entry file is held by a live owner.
 func live(path string) bool {
-	f, err := os.Open(path)
+	f, uid, err := openEntry(path, unix.O_RDONLY)
 	if err != nil {
 		return false
 	}
 	defer f.Close()
+	if !trusted(uid) {
+		return false
+	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB); err != nil {
 		return errors.Is(err, syscall.EWOULDBLOCK)
 	}
 	// We got the lock: nobody holds this file. If it is still the one at
-	// path, its owner died: clean up.
+	// path, its owner died: clean up what is the caller's to clean.
 	var held, now syscall.Stat_t
-	if syscall.Fstat(int(f.Fd()), &held) == nil && syscall.Stat(path, &now) == nil &&
+	if int(uid) == os.Geteuid() && syscall.Fstat(int(f.Fd()), &held) == nil && syscall.Lstat(path, &now) == nil &&
 		held.Ino == now.Ino && held.Dev == now.Dev {
 		os.Remove(path)
-		os.Remove(strings.TrimSuffix(path, ".session") + ".sock")
+		os.Remove(socketOf(path))
 	}
 	return false
 }
 
-// Lookup finds the live session named name (case-insensitively).
+// Lookup finds the live session named name (case-insensitively): the
+// caller's, else root's.
 func Lookup(dir, name string) (Info, error) {
 	if err := CheckName(name); err != nil {
 		return Info{}, err
 	}
-	path := filepath.Join(dir, key(name)+".session")
-	if !live(path) {
-		return Info{}, fmt.Errorf("session %q: %w", name, errs.ErrNotRunning)
+	for _, uid := range []int{os.Geteuid(), 0} {
+		path := filepath.Join(dir, key(name, uid)+".session")
+		if !live(path) {
+			continue
+		}
+		info, err := readInfo(path)
+		if err != nil {
+			return Info{}, fmt.Errorf("session %q: registry entry unreadable: %w", name, err)
+		}
+		return info, nil
 	}
-	info, err := readInfo(path)
-	if err != nil {
-		return Info{}, fmt.Errorf("session %q: registry entry unreadable: %w", name, err)
-	}
-	return info, nil
+	return Info{}, fmt.Errorf("session %q: %w", name, errs.ErrNotRunning)
 }
 
-// List returns the live sessions, sorted by name. Entries of dead owners are
-// removed on the way.
+// List returns the live sessions of the caller and of root in dir, sorted
+// by name. Entries of dead owners are removed on the way; entries of other
+// users are skipped.
 func List(dir string) ([]Info, error) {
 	paths, err := filepath.Glob(filepath.Join(dir, "*.session"))
 	if err != nil {

@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/heapscope/heapscope/internal/errs"
+	"github.com/heapscope/heapscope/internal/testutil"
 )
 
 func TestMain(m *testing.M) {
@@ -25,7 +27,23 @@ func TestMain(m *testing.M) {
 		e.Release()
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	// Re-executed as another user: print what Dir says.
+	if os.Getenv("REGISTRY_TEST_DIRFOR") != "" {
+		d, err := Dir()
+		out := struct {
+			Dir    string
+			Err    string
+			Denied bool
+		}{Dir: d}
+		if err != nil {
+			out.Err, out.Denied = err.Error(), errors.Is(err, errs.ErrAccessDenied)
+		}
+		json.NewEncoder(os.Stdout).Encode(out)
+		os.Exit(0)
+	}
+	code := m.Run()
+	testutil.Cleanup()
+	os.Exit(code)
 }
 
 func TestAcquireUniqueCaseInsensitive(t *testing.T) {

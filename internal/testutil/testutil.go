@@ -50,6 +50,7 @@ var (
 	mu     sync.Mutex
 	dir    string
 	builds = map[string]string{}
+	extra  []string // other folders to remove, see SelfForOtherUser
 )
 
 // Root returns the module's root directory (where go.mod is).
@@ -121,7 +122,7 @@ func MustBuild(tb testing.TB, name string, o Options) string {
 	return bin
 }
 
-// Cleanup removes the binaries Build made. Call it from TestMain after m.Run.
+// Cleanup removes the binaries Build and SelfForOtherUser made. Call it from TestMain after m.Run.
 func Cleanup() {
 	mu.Lock()
 	defer mu.Unlock()
@@ -130,6 +131,10 @@ func Cleanup() {
 		dir = ""
 		builds = map[string]string{}
 	}
+	for _, d := range extra {
+		os.RemoveAll(d)
+	}
+	extra = nil
 }
 
 // Main is a TestMain that removes built workloads when the tests end.
