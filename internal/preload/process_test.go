@@ -120,12 +120,23 @@ func TestDWARF(t *testing.T) {
 	}
 }
 
+// forkFamilies are the family sets the fork tests run with: the default,
+// and every family, mmap included (the interposer's own mappings must never
+// reach its mmap wrappers in a child being reset).
+var forkFamilies = []event.Family{event.FamilyHeap, event.FamilyAll}
+
 // TestForkExec follows a process that forks and a child that execs, each
 // image in its own stream.
 func TestForkExec(t *testing.T) {
+	for _, fam := range forkFamilies {
+		t.Run(fam.String(), func(t *testing.T) { testForkExec(t, fam) })
+	}
+}
+
+func testForkExec(t *testing.T, fam event.Family) {
 	bin := testutil.MustBuild(t, "preload_fork", testutil.Options{})
 	const k = 500
-	r := trace(t, Config{}, bin, strconv.Itoa(k))
+	r := trace(t, Config{Families: fam}, bin, strconv.Itoa(k))
 	if !r.state.Success() {
 		t.Fatalf("workload failed: %v", r.state)
 	}
@@ -202,9 +213,15 @@ func TestForkExec(t *testing.T) {
 // TestRawFork forks with the system call, running no atfork handlers: the
 // child still gets a stream of its own, and its parent's is untouched.
 func TestRawFork(t *testing.T) {
+	for _, fam := range forkFamilies {
+		t.Run(fam.String(), func(t *testing.T) { testRawFork(t, fam) })
+	}
+}
+
+func testRawFork(t *testing.T, fam event.Family) {
 	bin := testutil.MustBuild(t, "preload_fork", testutil.Options{})
 	const k = 300
-	r := trace(t, Config{}, bin, "raw", strconv.Itoa(k))
+	r := trace(t, Config{Families: fam}, bin, "raw", strconv.Itoa(k))
 	if !r.state.Success() {
 		t.Fatalf("workload failed: %v", r.state)
 	}
@@ -514,5 +531,34 @@ func TestTimes(t *testing.T) {
 	}
 	if x := r.exits[0]; x.Time < r.events[len(r.events)-1].Time || x.Time > after {
 		t.Errorf("exit at %d", x.Time)
+	}
+}
+
+// TestGDBAllFamilies traces gdb running a program with every family: gdb
+// forks the program it debugs, and that child used to die of a SIGSEGV in
+// the interposer's munmap while it reset itself after the fork.
+func TestGDBAllFamilies(t *testing.T) {
+	gdb, err := exec.LookPath("gdb")
+	if err != nil {
+		t.Skip("no gdb")
+	}
+	bin := testutil.MustBuild(t, "preload_fork", testutil.Options{})
+	cmd := exec.Command(gdb, "-batch", "-nx", "-ex", "run", "--args", bin, "exec", "50")
+	r := traceCmd(t, Config{Families: event.FamilyAll}, cmd)
+	if !r.state.Success() {
+		t.Fatalf("gdb failed: %v: %s", r.state, r.stdout)
+	}
+	if strings.Contains(r.stdout, "SIGSEGV") || !strings.Contains(r.stdout, "exited normally") {
+		t.Fatalf("the debugged program did not exit normally:\n%s", r.stdout)
+	}
+	// the debugged program's image was traced: its 50 mallocs of 333
+	n := 0
+	for _, e := range r.events {
+		if e.Func == event.FuncMalloc && e.Size == 333 && r.site(e) == "site_exec" {
+			n++
+		}
+	}
+	if n != 50 {
+		t.Errorf("%d allocations of the program gdb ran, want 50", n)
 	}
 }

@@ -202,6 +202,24 @@ static long futex(volatile uint32_t *addr, int op, uint32_t val, const struct ti
 	return syscall(SYS_futex, addr, op, val, ts, NULL, 0);
 }
 
+/* The library's own mappings: system calls, never our exported wrappers,
+ * which would record them (in a forked child being reset, into the parent's
+ * ring). */
+static void *sys_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+	return (void *)syscall(SYS_mmap, addr, len, prot, flags, fd, off);
+}
+
+static int sys_munmap(void *addr, size_t len)
+{
+	return (int)syscall(SYS_munmap, addr, len);
+}
+
+static void *sys_mremap(void *old, size_t old_len, size_t len, int flags)
+{
+	return (void *)syscall(SYS_mremap, old, old_len, len, flags, NULL);
+}
+
 static inline volatile uint32_t *ctl32(int off) { return (volatile uint32_t *)(g_ctl + off); }
 static inline volatile uint64_t *ctl64(int off) { return (volatile uint64_t *)(g_ctl + off); }
 
@@ -440,7 +458,7 @@ static int connect_locked(int cont)
 		return 0;
 	}
 	if (!g_ctl) {
-		void *m = mmap(NULL, HS_CTL_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, cfd, 0);
+		void *m = sys_mmap(NULL, HS_CTL_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, cfd, 0);
 		if (m == MAP_FAILED) {
 			close(cfd);
 			close(fd);
@@ -451,7 +469,7 @@ static int connect_locked(int cont)
 		uint32_t mf = *(uint32_t *)(ctl + HS_CTL_MAX_FRAMES);
 		if (*(uint32_t *)(ctl + HS_CTL_MAGIC) != HS_MAGIC || ring < HS_RING_MIN || ring > HS_RING_MAX ||
 		    (ring & (ring - 1)) || mf < 1 || mf > HS_MAX_FRAMES) {
-			munmap(m, HS_CTL_SIZE);
+			sys_munmap(m, HS_CTL_SIZE);
 			close(cfd);
 			close(fd);
 			return 0;
@@ -475,7 +493,7 @@ static int connect_locked(int cont)
 	g_heartbeat_at = mono_ns();
 	if (!g_atfork_done) {
 		g_atfork_done = 1;
-		void *page = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		void *page = sys_mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 		if (page != MAP_FAILED && madvise(page, 4096, MADV_WIPEONFORK) == 0) {
 			*(volatile uint32_t *)page = 1;
 			g_forkcheck = page;
@@ -720,14 +738,14 @@ static struct hs_slot *new_slot(void)
 		close(fd);
 		return NULL;
 	}
-	uint8_t *map = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	uint8_t *map = sys_mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (map == MAP_FAILED) {
 		close(fd);
 		return NULL;
 	}
-	struct hs_slot *s = mmap(NULL, sizeof *s, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	struct hs_slot *s = sys_mmap(NULL, sizeof *s, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (s == MAP_FAILED) {
-		munmap(map, total);
+		sys_munmap(map, total);
 		close(fd);
 		return NULL;
 	}
@@ -758,8 +776,8 @@ static struct hs_slot *new_slot(void)
 	}
 	close(fd);
 	if (!ok) {
-		munmap(map, total);
-		munmap(s, sizeof *s);
+		sys_munmap(map, total);
+		sys_munmap(s, sizeof *s);
 		return NULL;
 	}
 	g_nslots++;
@@ -947,16 +965,16 @@ static int g_mods_valid;
 
 static void *map_anon(size_t n)
 {
-	void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	void *p = sys_mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	return p == MAP_FAILED ? NULL : p;
 }
 
 static void stab_reset(void)
 {
 	if (g_stab)
-		munmap(g_stab, g_stab_cap * sizeof *g_stab);
+		sys_munmap(g_stab, g_stab_cap * sizeof *g_stab);
 	if (g_frames)
-		munmap(g_frames, g_frames_cap * 8);
+		sys_munmap(g_frames, g_frames_cap * 8);
 	g_stab = NULL;
 	g_frames = NULL;
 	g_stab_cap = g_stab_len = g_frames_len = g_frames_cap = 0;
@@ -978,7 +996,7 @@ static int stab_grow(void)
 		t[j] = *e;
 	}
 	if (g_stab)
-		munmap(g_stab, g_stab_cap * sizeof *g_stab);
+		sys_munmap(g_stab, g_stab_cap * sizeof *g_stab);
 	g_stab = t;
 	g_stab_cap = cap;
 	return 1;
@@ -1005,7 +1023,7 @@ static int stab_add(uint64_t h, const uint64_t *f, int n, uint32_t id)
 		size_t cap = g_frames_cap ? g_frames_cap * 2 : 65536;
 		while (cap < g_frames_len + (size_t)n)
 			cap *= 2;
-		uint64_t *nf = g_frames ? mremap(g_frames, g_frames_cap * 8, cap * 8, MREMAP_MAYMOVE) : map_anon(cap * 8);
+		uint64_t *nf = g_frames ? sys_mremap(g_frames, g_frames_cap * 8, cap * 8, MREMAP_MAYMOVE) : map_anon(cap * 8);
 		if (nf == MAP_FAILED || !nf)
 			return 0;
 		g_frames = nf;
@@ -1118,7 +1136,7 @@ static int mod_cb(struct dl_phdr_info *info, size_t size, void *arg)
 			}
 			if (sc->next) {
 				memcpy(n, sc->next, sc->len * sizeof *n);
-				munmap(sc->next, sc->cap * sizeof *n);
+				sys_munmap(sc->next, sc->cap * sizeof *n);
 			}
 			sc->next = n;
 			sc->cap = cap;
@@ -1159,7 +1177,7 @@ static int refresh_modules(struct hs_slot *s)
 	dl_iterate_phdr(mod_cb, &sc);
 	if (sc.failed) {
 		if (sc.next)
-			munmap(sc.next, sc.cap * sizeof *sc.next);
+			sys_munmap(sc.next, sc.cap * sizeof *sc.next);
 		g_mods_valid = 0;
 		return 0;
 	}
@@ -1171,7 +1189,7 @@ static int refresh_modules(struct hs_slot *s)
 			sc.next[j - 1] = t;
 		}
 	if (g_mods)
-		munmap(g_mods, g_mods_cap * sizeof *g_mods);
+		sys_munmap(g_mods, g_mods_cap * sizeof *g_mods);
 	g_mods = sc.next;
 	g_mods_len = sc.len;
 	g_mods_cap = sc.cap;
@@ -1662,20 +1680,24 @@ static void atfork_parent(void)
  */
 static HS_NOINLINE void fork_reset(void)
 {
+	/* Guarded: nothing it calls may record into the parent's ring, which
+	 * this thread's slot still names until the end. */
+	uint32_t saved = tls.in_hook;
+	tls.in_hook = 1;
 	if (g_forkcheck)
 		*g_forkcheck = 1;
 	pthread_mutex_init(&g_lock, NULL);
 	pthread_mutex_init(&g_stack_lock, NULL);
 	for (struct hs_slot *s = g_slots, *next; s; s = next) {
 		next = s->next;
-		munmap(s->map, HS_RING_DATA + (size_t)s->size);
-		munmap(s, sizeof *s);
+		sys_munmap(s->map, HS_RING_DATA + (size_t)s->size);
+		sys_munmap(s, sizeof *s);
 	}
 	g_slots = NULL;
 	g_nslots = 0;
 	stab_reset();
 	if (g_mods)
-		munmap(g_mods, g_mods_cap * sizeof *g_mods);
+		sys_munmap(g_mods, g_mods_cap * sizeof *g_mods);
 	g_mods = NULL;
 	g_mods_len = g_mods_cap = 0;
 	g_mods_valid = 0;
@@ -1687,6 +1709,7 @@ static HS_NOINLINE void fork_reset(void)
 	tls.slot = NULL;
 	if (g_mode == MODE_ON)
 		g_mode = MODE_UNKNOWN;
+	tls.in_hook = saved;
 }
 
 static void atfork_child(void)
