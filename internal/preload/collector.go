@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -127,6 +128,11 @@ func (c *Collector) setup() error {
 	if err != nil {
 		return fmt.Errorf("preload: listen: %w", err)
 	}
+	// The interposer refuses a socket that others can write (whatever the
+	// umask made of it); the directory, 0700, already keeps them out.
+	if err := os.Chmod(c.sock, 0o600); err != nil {
+		return fmt.Errorf("preload: listen: %w", err)
+	}
 	fd, err := unix.MemfdCreate("heapscope-control", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
 		return fmt.Errorf("preload: control block: %w: %v", errs.ErrOutOfMemory, err)
@@ -229,7 +235,8 @@ func (c *Collector) Prepare(cmd *exec.Cmd) error {
 		}
 		out = append(out, kv)
 	}
-	cmd.Env = append(out, "LD_PRELOAD="+preload, envSocket+"="+c.sock, envLib+"="+c.lib)
+	cmd.Env = append(out, "LD_PRELOAD="+preload, envSocket+"="+c.sock, envLib+"="+c.lib,
+		envUID+"="+strconv.Itoa(os.Geteuid()))
 	return nil
 }
 

@@ -9,6 +9,7 @@ const (
 	envSocket = "HEAPSCOPE_PRELOAD_SOCKET"
 	envLib    = "HEAPSCOPE_PRELOAD_LIB"
 	envPrefix = "HEAPSCOPE_PRELOAD_"
+	envUID    = "HEAPSCOPE_PRELOAD_UID"
 
 	msgHello   = 1
 	msgWelcome = 2

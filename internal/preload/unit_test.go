@@ -228,7 +228,7 @@ func TestProtocolMatchesHeader(t *testing.T) {
 		"HS_FUNC_DELETE": int64(event.FuncDelete), "HS_FUNC_DELETE_ARRAY": int64(event.FuncDeleteArray),
 		"HS_FUNC_MMAP": int64(event.FuncMmap), "HS_FUNC_MUNMAP": int64(event.FuncMunmap),
 	}
-	strs := map[string]string{"HS_ENV_SOCKET": envSocket, "HS_ENV_LIB": envLib, "HS_ENV_PREFIX": envPrefix}
+	strs := map[string]string{"HS_ENV_SOCKET": envSocket, "HS_ENV_LIB": envLib, "HS_ENV_PREFIX": envPrefix, "HS_ENV_UID": envUID}
 	for name, want := range ints {
 		v, ok := defs[name]
 		if !ok {

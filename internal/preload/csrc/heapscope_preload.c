@@ -366,6 +366,50 @@ static void atfork_parent(void);
 static void atfork_child(void);
 static void slot_exit(void *);
 
+/* Whether uid may run our collector: the one heapscope ran as, or root. */
+static int trusted_uid(uid_t uid, uid_t want)
+{
+	return uid == want || uid == 0;
+}
+
+/*
+ * Whether path names a socket we may connect to: its directory and the
+ * socket itself (neither followed if a symlink) are owned by want (or
+ * root) and writable by no one else. A session that ended leaves its name
+ * free for anyone to recreate in /tmp; the peer's credentials, checked
+ * after connecting, close the race between this check and the connect.
+ */
+static int socket_path_ok(const char *path, uid_t want)
+{
+	static char dir[PATH_MAX];
+	const char *slash = strrchr(path, '/');
+	if (!slash || slash == path || (size_t)(slash - path) >= sizeof dir)
+		return 0;
+	memcpy(dir, path, (size_t)(slash - path));
+	dir[slash - path] = 0;
+	struct stat st;
+	if (lstat(dir, &st) < 0 || !S_ISDIR(st.st_mode) || !trusted_uid(st.st_uid, want) || (st.st_mode & 022))
+		return 0;
+	if (lstat(path, &st) < 0 || !S_ISSOCK(st.st_mode) || !trusted_uid(st.st_uid, want) || (st.st_mode & 022))
+		return 0;
+	return 1;
+}
+
+/* The collector's uid, from the environment; -1 if absent or malformed. */
+static long env_uid(void)
+{
+	const char *v = getenv(HS_ENV_UID);
+	if (!v || !*v)
+		return -1;
+	long u = 0;
+	for (; *v; v++) {
+		if (*v < '0' || *v > '9' || u > 0xffffffffL / 10)
+			return -1;
+		u = u * 10 + (*v - '0');
+	}
+	return u <= 0xfffffffeL ? u : -1;
+}
+
 /*
  * Connect to the collector and say hello. cont says this image was already
  * traced (the program closed our socket). Called with g_lock held and
@@ -374,7 +418,8 @@ static void slot_exit(void *);
 static int connect_locked(int cont)
 {
 	const char *path = getenv(HS_ENV_SOCKET);
-	if (!path || !*path)
+	long uid = env_uid();
+	if (!path || !*path || uid < 0 || !socket_path_ok(path, (uid_t)uid))
 		return 0;
 	struct sockaddr_un sa;
 	memset(&sa, 0, sizeof sa);
@@ -382,10 +427,24 @@ static int connect_locked(int cont)
 	if (strlen(path) >= sizeof sa.sun_path)
 		return 0;
 	strcpy(sa.sun_path, path);
-	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (fd < 0)
 		return 0;
-	if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
+	/* Non-blocking: a listener whose backlog is full (one that never
+	 * accepts) makes connect fail with EAGAIN instead of blocking. A few
+	 * retries, then run untraced. */
+	int r0;
+	for (int tries = 0;; tries++) {
+		r0 = connect(fd, (struct sockaddr *)&sa, sizeof sa);
+		if (r0 == 0 || (errno != EAGAIN && errno != EINTR) || tries >= 100)
+			break;
+		struct timespec pause = {0, 10 * 1000 * 1000};
+		nanosleep(&pause, NULL);
+	}
+	struct ucred cred;
+	socklen_t clen = sizeof cred;
+	if (r0 < 0 || getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) < 0 || clen != sizeof cred ||
+	    !trusted_uid(cred.uid, (uid_t)uid) || fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) < 0) {
 		close(fd);
 		return 0;
 	}
@@ -398,7 +457,8 @@ static int connect_locked(int cont)
 			fd = hi;
 		}
 	}
-	struct timeval tv = {10, 0};
+	/* bounds the handshake with a collector that does not answer */
+	struct timeval tv = {5, 0};
 	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
 	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
 

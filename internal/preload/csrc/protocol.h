@@ -21,6 +21,10 @@
 #define HS_ENV_SOCKET "HEAPSCOPE_PRELOAD_SOCKET" /* the collector's socket */
 #define HS_ENV_LIB "HEAPSCOPE_PRELOAD_LIB"       /* this library's path, as put in LD_PRELOAD */
 #define HS_ENV_PREFIX "HEAPSCOPE_PRELOAD_"
+/* The effective uid of the collector: the interposer connects only to a
+ * socket in a directory it owns (or root owns), with no group or other
+ * write, and only to a peer running as it (or root) (SO_PEERCRED). */
+#define HS_ENV_UID "HEAPSCOPE_PRELOAD_UID"
 
 /*
  * Socket messages (AF_UNIX, SOCK_SEQPACKET). A process sends HELLO when it

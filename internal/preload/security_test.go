@@ -1,0 +1,170 @@
+//go:build linux && amd64
+
+package preload
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/heapscope/heapscope/internal/testutil"
+)
+
+// otherUser is the unprivileged user the security tests act as; created
+// if absent (the tests run as root).
+const otherUser = "heapscope-test"
+
+// otherCred returns the credentials of otherUser, creating the user if
+// needed. The test skips when not run as root.
+func otherCred(t *testing.T) *syscall.Credential {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: acts as a second, unprivileged user")
+	}
+	u, err := user.Lookup(otherUser)
+	if err != nil {
+		out, err := exec.Command("useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", otherUser).CombinedOutput()
+		if err != nil {
+			t.Fatalf("useradd %s: %v: %s", otherUser, err, out)
+		}
+		if u, err = user.Lookup(otherUser); err != nil {
+			t.Fatal(err)
+		}
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+}
+
+// hijacker listens, as another user, on a socket at the path of a session
+// that ended, and reports what reaches it.
+const hijacker = `
+import os, socket, sys, threading
+path = sys.argv[1]
+os.mkdir(os.path.dirname(path), 0o777)
+os.chmod(os.path.dirname(path), 0o777)
+s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+s.bind(path)
+os.chmod(path, 0o777)
+s.listen(64)
+got = {"conns": 0, "bytes": 0}
+held = []
+def serve():
+    while True:
+        c, _ = s.accept()
+        got["conns"] += 1
+        held.append(c)  # never answered: a traced process would wait
+        def rd(c=c):
+            while True:
+                b = c.recv(65536)
+                if not b:
+                    return
+                got["bytes"] += len(b)
+        threading.Thread(target=rd, daemon=True).start()
+threading.Thread(target=serve, daemon=True).start()
+print("ready", flush=True)
+sys.stdin.read()
+print("conns %d bytes %d" % (got["conns"], got["bytes"]), flush=True)
+`
+
+// TestSocketHijack recreates, as another user, the socket of a session
+// that ended; a program the traced process starts afterwards, with the
+// session's socket in its environment, must send it nothing and run on
+// untraced.
+func TestSocketHijack(t *testing.T) {
+	cred := otherCred(t)
+	// the system's python: the other user cannot reach one under /root
+	python := "/usr/bin/python3"
+	if _, err := os.Stat(python); err != nil {
+		t.Skip("no /usr/bin/python3")
+	}
+	later := testutil.MustBuild(t, "preload_later", testutil.Options{})
+	prog := testutil.MustBuild(t, "preload_fork", testutil.Options{})
+
+	rec := newRecorder()
+	c, err := New(Config{}, rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := c.sock
+	if st, err := os.Stat(filepath.Dir(filepath.Dir(sock))); err != nil || st.Mode().Perm()&0o002 == 0 {
+		c.Close()
+		t.Skipf("%s is not world-writable: no one else could recreate the socket", filepath.Dir(filepath.Dir(sock)))
+	}
+	cmd := exec.Command(later, prog, "exec", "20")
+	if err := c.Prepare(cmd); err != nil {
+		t.Fatal(err)
+	}
+	// Pipes of our own: Wait would close those of StdinPipe and StdoutPipe
+	// when the parent exits, and the child must outlive it.
+	inR, stdin, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, outW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdin, cmd.Stdout = inR, outW
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	inR.Close()
+	outW.Close()
+	defer stdin.Close()
+	defer out.Close()
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	reportExit(c, cmd)
+	// The session is stopped while the child waits: its socket is gone.
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(sock); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("socket %s still there after Close: %v", sock, err)
+	}
+
+	h := exec.Command(python, "-c", hijacker, sock)
+	h.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	h.Dir = "/"
+	hin, _ := h.StdinPipe()
+	hout, _ := h.StdoutPipe()
+	h.Stderr = os.Stderr
+	if err := h.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { h.Process.Kill(); h.Wait(); os.RemoveAll(filepath.Dir(sock)) }()
+	hr := bufio.NewReader(hout)
+	if l, err := hr.ReadString('\n'); err != nil || l != "ready\n" {
+		t.Fatalf("hijacker: %q %v", l, err)
+	}
+
+	// The child starts its program now. Its stdout closes when it exits.
+	stdin.Write([]byte{1})
+	stdin.Close()
+	done := make(chan error, 1)
+	go func() { _, err := io.Copy(io.Discard, out); done <- err }()
+	select {
+	case <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the program started after the session did not finish in 60s: stalled on the hijacked socket")
+	}
+	hin.Close()
+	l, err := hr.ReadString('\n')
+	if err != nil {
+		t.Fatalf("hijacker: %v", err)
+	}
+	if strings.TrimSpace(l) != "conns 0 bytes 0" {
+		t.Errorf("the socket recreated by another user got %s", strings.TrimSpace(l))
+	}
+}
