@@ -562,3 +562,41 @@ func TestGDBAllFamilies(t *testing.T) {
 		t.Errorf("%d allocations of the program gdb ran, want 50", n)
 	}
 }
+
+// TestDeepBind opens a library with RTLD_DEEPBIND, which would bind its
+// malloc and free to the C library's before ours: its calls are counted
+// and the strdup'd blocks it frees do not show as leaks.
+func TestDeepBind(t *testing.T) {
+	lib := testutil.MustBuild(t, "preload_deeplib", testutil.Options{Flags: []string{"-shared", "-fPIC"}})
+	bin := testutil.MustBuild(t, "preload_deepbind", testutil.Options{Flags: []string{"-ldl"}})
+	const n = 40
+	var stderr strings.Builder
+	cmd := exec.Command(bin, lib, strconv.Itoa(n))
+	cmd.Stderr = &stderr
+	r := traceCmd(t, Config{}, cmd)
+	if !r.state.Success() {
+		t.Fatalf("workload failed: %v: %s", r.state, stderr.String())
+	}
+	live := map[uint64]bool{}
+	mallocs, frees, dups := 0, 0, 0
+	for _, e := range r.of(r.pid) {
+		switch {
+		case e.Kind == event.KindAlloc && e.Size == 7777:
+			mallocs++
+			live[e.Addr] = true
+		case e.Kind == event.KindAlloc && e.Size == 52 && slices.Contains(r.chain(e), "strdup"):
+			dups++
+			live[e.Addr] = true
+		case e.Kind == event.KindFree && live[e.Addr]:
+			frees++
+			delete(live, e.Addr)
+		}
+	}
+	if mallocs != n || dups != n || frees != 2*n || len(live) != 0 {
+		t.Errorf("the deep-bound library: %d mallocs of 7777 and %d strdups (want %d each), %d frees (want %d), %d blocks left live (want 0)",
+			mallocs, dups, n, frees, 2*n, len(live))
+	}
+	if !strings.Contains(stderr.String(), "RTLD_DEEPBIND") || strings.Count(stderr.String(), "RTLD_DEEPBIND") != 1 {
+		t.Errorf("stderr %q: want one note about RTLD_DEEPBIND", stderr.String())
+	}
+}

@@ -71,6 +71,7 @@ static struct {
 	int (*munmap)(void *, size_t);
 	void *(*mremap)(void *, size_t, size_t, int, ...);
 	int (*dlclose)(void *);
+	void *(*dlopen)(const char *, int);
 } real;
 
 /* Per-thread state. Initial-exec TLS: one %fs-relative access. */
@@ -138,6 +139,7 @@ static void resolve_reals(void)
 		real.munmap = dlsym(RTLD_NEXT, "munmap");
 		real.mremap = dlsym(RTLD_NEXT, "mremap");
 		real.dlclose = dlsym(RTLD_NEXT, "dlclose");
+		real.dlopen = dlsym(RTLD_NEXT, "dlopen");
 		tls.resolving = 0;
 		__atomic_store_n(&reals_state, 2, __ATOMIC_RELEASE);
 		return;
@@ -1617,6 +1619,35 @@ HS_EXPORT int dlclose(void *h)
 	if (r == 0)
 		__atomic_add_fetch(&g_dl_epoch, 1, __ATOMIC_RELEASE);
 	return r;
+}
+
+/*
+ * RTLD_DEEPBIND makes a library bind malloc and free to the C library's
+ * before ours: its calls would be missed, and blocks the C library
+ * allocated for it (strdup) that it frees would show as leaks. The flag is
+ * dropped, as heaptrack does, and said once. The real dlopen is reached by
+ * a tail call, so that it sees the program as its caller (for the caller's
+ * RUNPATH and namespace), not this library.
+ */
+static HS_NOINLINE void deepbind_note(void)
+{
+	static int said;
+	if (__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+		return;
+	static const char msg[] = "heapscope: dlopen with RTLD_DEEPBIND: the flag is dropped so that the library's "
+	                          "allocations are traced\n";
+	ssize_t r = write(2, msg, sizeof msg - 1);
+	(void)r;
+}
+
+HS_EXPORT void *dlopen(const char *file, int flags)
+{
+	ensure_reals();
+	if (HS_UNLIKELY(flags & RTLD_DEEPBIND) && g_mode != MODE_OFF) {
+		flags &= ~RTLD_DEEPBIND;
+		deepbind_note();
+	}
+	return real.dlopen(file, flags);
 }
 
 /*
