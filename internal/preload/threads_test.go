@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -98,5 +99,87 @@ func TestCollectorKilled(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		syscall.Kill(pid, syscall.SIGKILL)
 		t.Fatal("the target hangs after its collector died")
+	}
+}
+
+// frozenRun runs preload_wait N under a collector process in block mode
+// with the smallest buffer; if freeze, it stops (SIGSTOP) that process
+// after the workload's first phase, and resumes it once the workload
+// finished its second. It returns what the collector delivered and lost.
+func frozenRun(t *testing.T, bin string, n int, freeze bool) (delivered, lost uint64) {
+	t.Helper()
+	helper := exec.Command(os.Args[0], "-test.run=^$")
+	helper.Env = append(os.Environ(), countHelperEnv+"="+bin+" "+strconv.Itoa(n))
+	in, err := helper.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := helper.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := helper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		helper.Process.Signal(syscall.SIGCONT)
+		helper.Process.Kill()
+		helper.Wait()
+	}()
+	lines := make(chan string)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	next := func(want string) string {
+		t.Helper()
+		select {
+		case l := <-lines:
+			if !strings.HasPrefix(l, want) {
+				t.Fatalf("helper said %q, want %q", l, want)
+			}
+			return l
+		case <-time.After(60 * time.Second):
+			t.Fatalf("no %q in 60s: the workload is blocked", want)
+		}
+		return ""
+	}
+	next("phase 1")
+	if freeze {
+		helper.Process.Signal(syscall.SIGSTOP)
+	}
+	fmt.Fprintln(in)
+	// With the collector stopped the ring fills; the workload must give
+	// up waiting and finish its phase.
+	next("phase 2")
+	in.Close()
+	if freeze {
+		helper.Process.Signal(syscall.SIGCONT)
+	}
+	l := next("delivered")
+	var sink uint64
+	if _, err := fmt.Sscanf(l, "delivered %d lost %d sink %d", &delivered, &lost, &sink); err != nil || sink != delivered {
+		t.Fatalf("helper said %q (%v)", l, err)
+	}
+	return delivered, lost
+}
+
+// TestFrozenCollector stops the collector's process under a workload in
+// block mode: the workload does not wait for it forever; what it could not
+// write is counted lost, so that delivered + lost is what an undisturbed
+// run delivers.
+func TestFrozenCollector(t *testing.T) {
+	bin := testutil.MustBuild(t, "preload_wait", testutil.Options{})
+	const n = 20000
+	want, lost0 := frozenRun(t, bin, n, false)
+	if lost0 != 0 {
+		t.Fatalf("an undisturbed run in block mode lost %d events", lost0)
+	}
+	got, lost := frozenRun(t, bin, n, true)
+	if lost == 0 || got+lost != want {
+		t.Errorf("frozen collector: %d delivered + %d lost, want %d in all with some lost", got, lost, want)
 	}
 }

@@ -633,6 +633,8 @@ struct hs_slot {
 	uint32_t index;
 	pid_t tid;
 	uint32_t exiting;     /* the owner ran its thread-exit destructor */
+	uint32_t stalled;     /* gave up waiting: the collector's heartbeat stood still */
+	uint64_t stall_hb;    /* the heartbeat then: drop without waiting until it moves */
 	uint32_t cache_epoch;
 	struct hs_slot *next;
 	struct hs_cache_ent cache[CACHE_SIZE];
@@ -664,13 +666,22 @@ static inline int closed(void)
 	return (__atomic_load_n(g_state, __ATOMIC_RELAXED) & HS_STATE_CLOSED) != 0;
 }
 
+/* How long a thread waits for room while the collector's heartbeat stands
+ * still (a collector stopped or frozen) before it drops, and counts, what
+ * it cannot write. */
+#define HS_STALL_NS 5000000000LL
+
 /*
  * Wait until need bytes are free. Returns 0 when the record cannot be
- * written: the ring is full in drop mode, or the session is over.
+ * written: the ring is full in drop mode, the session is over, or the
+ * collector's heartbeat stood still for HS_STALL_NS (then, until it moves,
+ * later calls give up at once).
  */
 static HS_NOINLINE int make_room(struct hs_slot *s, uint64_t need, int must)
 {
 	unsigned spins = 0, waits = 0;
+	uint64_t hb = 0;
+	int64_t hb_at = 0;
 	for (;;) {
 		s->cached_tail = __atomic_load_n(s->tail_p, __ATOMIC_ACQUIRE);
 		if (s->head + need - s->cached_tail <= s->size)
@@ -681,6 +692,11 @@ static HS_NOINLINE int make_room(struct hs_slot *s, uint64_t need, int must)
 		if (closed()) {
 			turn_off();
 			return 0;
+		}
+		if (s->stalled) {
+			if (__atomic_load_n(ctl64(HS_CTL_HEARTBEAT), __ATOMIC_ACQUIRE) == s->stall_hb)
+				return 0;
+			s->stalled = 0;
 		}
 		if (spins < 16) {
 			spins++;
@@ -697,6 +713,16 @@ static HS_NOINLINE int make_room(struct hs_slot *s, uint64_t need, int must)
 		__atomic_store_n(s->waiting_p, 0, __ATOMIC_RELAXED);
 		if (++waits % 4 == 0 && collector_gone()) {
 			turn_off();
+			return 0;
+		}
+		uint64_t now_hb = __atomic_load_n(ctl64(HS_CTL_HEARTBEAT), __ATOMIC_ACQUIRE);
+		int64_t now = mono_ns();
+		if (hb_at == 0 || now_hb != hb) {
+			hb = now_hb;
+			hb_at = now;
+		} else if (now - hb_at > HS_STALL_NS) {
+			s->stall_hb = hb;
+			s->stalled = 1;
 			return 0;
 		}
 	}
@@ -750,9 +776,11 @@ static inline uint64_t hdr(uint32_t type, uint32_t words, uint32_t arg)
 	return (uint64_t)type | ((uint64_t)words << 8) | ((uint64_t)arg << 32);
 }
 
+/* An event that could not be written while tracing: a full ring in drop
+ * mode, or, in block mode, a collector that stopped draining. */
 static void count_lost(struct hs_slot *s)
 {
-	if (g_on_full == HS_ON_FULL_DROP && g_mode == MODE_ON) {
+	if (g_mode == MODE_ON) {
 		s->lost++;
 		__atomic_store_n(s->lost_p, s->lost, __ATOMIC_RELEASE);
 	}
