@@ -74,17 +74,57 @@ static struct {
 	void *(*dlopen)(const char *, int);
 } real;
 
+/*
+ * What a thread is doing, as seen by an allocation call that arrives
+ * while it is not done (in_hook):
+ *  HOOK_REAL: running a real function for the program (reallocarray,
+ *    posix_memalign, ...): a nested call is part of it, not recorded.
+ *  HOOK_LIB: our bookkeeping, inside a C library call that may allocate
+ *    (dlsym, pthread_getattr_np, libunwind's first walk, ...): a nested
+ *    call is ours: not recorded, and the blocks it returns are internal
+ *    (their frees, whenever they come, are dropped too).
+ *  HOOK_BUSY: our bookkeeping, calling nothing that allocates: a call can
+ *    only come from a signal handler that interrupted us. It is queued
+ *    (with its stack) and written when the interrupted hook is done.
+ */
+enum { HOOK_NONE, HOOK_REAL, HOOK_BUSY, HOOK_LIB };
+
+/* A call made by a signal handler while this thread was in HOOK_BUSY. */
+#define HS_PEND 4
+struct hs_pend {
+	uint32_t func, kind, nbody, nframes;
+	uint64_t ts, a, b, c, d;
+	uint64_t frames[HS_MAX_FRAMES];
+};
+
 /* Per-thread state. Initial-exec TLS: one %fs-relative access. */
 struct hs_slot;
 struct hs_tls {
-	uint32_t in_hook;   /* inside our bookkeeping: nested calls pass through */
+	uint32_t in_hook;   /* HOOK_*: inside a call of ours */
 	uint32_t gen;       /* g_gen when slot was attached */
 	uint32_t resolving; /* this thread is resolving the real functions */
 	uint32_t swallow;   /* in a real C++ operator: its own malloc or free is not recorded */
 	struct hs_slot *slot;
 	uintptr_t stack_lo, stack_hi;
+	uint32_t unw_warm;  /* libunwind walked this thread once (its TLS is allocated) */
+	uint32_t safe_point; /* waiting for room in a section: a signal handler's call
+	                      * may write to the ring itself */
+	uint32_t stack_locked; /* holds g_stack_lock */
+	uint32_t npend;     /* calls queued by signal handlers (may exceed HS_PEND) */
+	uint32_t pdone;     /* of which written */
+	uint32_t pend_lost; /* queued calls that did not fit */
+	struct hs_pend pend[HS_PEND];
 };
 static __thread struct hs_tls tls __attribute__((tls_model("initial-exec")));
+
+/* Run a C library call that may allocate from inside our bookkeeping. */
+#define IN_LIB(stmt)                                                                                                   \
+	do {                                                                                                           \
+		uint32_t _saved_hook = tls.in_hook;                                                                    \
+		tls.in_hook = HOOK_LIB;                                                                                \
+		stmt;                                                                                                  \
+		tls.in_hook = _saved_hook;                                                                             \
+	} while (0)
 
 /*
  * A bootstrap arena for the allocations dlsym makes before the real
@@ -220,6 +260,76 @@ static int sys_munmap(void *addr, size_t len)
 static void *sys_mremap(void *old, size_t old_len, size_t len, int flags)
 {
 	return (void *)syscall(SYS_mremap, old, old_len, len, flags, NULL);
+}
+
+/*
+ * The live blocks allocated for our own use (in HOOK_LIB): a lock-free
+ * open-addressing set, so that their frees, which the C library may make
+ * much later outside any hook (libunwind's thread-local data when a thread
+ * ends), are dropped instead of showing as frees of unknown blocks.
+ */
+#define HS_INTERNAL_CAP 16384 /* a power of two */
+#define HS_INTERNAL_PROBE 64
+#define HS_INTERNAL_GONE 1 /* a removed entry */
+static uintptr_t *g_internal;
+static uint32_t g_internal_n; /* blocks in the set: frees look only when not 0 */
+
+static inline size_t internal_slot(uintptr_t a)
+{
+	return (size_t)(((uint64_t)a >> 4) * 0x9E3779B97F4A7C15ull >> 40) & (HS_INTERNAL_CAP - 1);
+}
+
+static void internal_add(uintptr_t a)
+{
+	uintptr_t *tab = __atomic_load_n(&g_internal, __ATOMIC_ACQUIRE);
+	if (!tab) {
+		uintptr_t *n = sys_mmap(NULL, HS_INTERNAL_CAP * sizeof *n, PROT_READ | PROT_WRITE,
+		                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (n == MAP_FAILED)
+			return;
+		if (__atomic_compare_exchange_n(&g_internal, &tab, n, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+			tab = n;
+		else
+			sys_munmap(n, HS_INTERNAL_CAP * sizeof *n);
+	}
+	size_t j = internal_slot(a);
+	for (int i = 0; i < HS_INTERNAL_PROBE; i++, j = (j + 1) & (HS_INTERNAL_CAP - 1)) {
+		uintptr_t cur = __atomic_load_n(&tab[j], __ATOMIC_RELAXED);
+		if ((cur == 0 || cur == HS_INTERNAL_GONE) &&
+		    __atomic_compare_exchange_n(&tab[j], &cur, a, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
+			__atomic_add_fetch(&g_internal_n, 1, __ATOMIC_RELEASE);
+			return;
+		}
+	}
+}
+
+/* Removes a from the set; 1 if it was there. */
+static int internal_del(uintptr_t a)
+{
+	uintptr_t *tab = __atomic_load_n(&g_internal, __ATOMIC_ACQUIRE);
+	if (!tab || a <= HS_INTERNAL_GONE)
+		return 0;
+	size_t j = internal_slot(a);
+	for (int i = 0; i < HS_INTERNAL_PROBE; i++, j = (j + 1) & (HS_INTERNAL_CAP - 1)) {
+		uintptr_t cur = __atomic_load_n(&tab[j], __ATOMIC_ACQUIRE);
+		if (cur == 0)
+			return 0;
+		if (cur != a)
+			continue;
+		/* the end of a probe run becomes empty again, not a tombstone */
+		uintptr_t next = __atomic_load_n(&tab[(j + 1) & (HS_INTERNAL_CAP - 1)], __ATOMIC_RELAXED);
+		if (!__atomic_compare_exchange_n(&tab[j], &cur, next == 0 ? 0 : HS_INTERNAL_GONE, 0, __ATOMIC_ACQ_REL,
+		                                 __ATOMIC_RELAXED))
+			return 0;
+		__atomic_sub_fetch(&g_internal_n, 1, __ATOMIC_RELEASE);
+		return 1;
+	}
+	return 0;
+}
+
+static inline int internal_any(void)
+{
+	return __atomic_load_n(&g_internal_n, __ATOMIC_RELAXED) != 0;
 }
 
 static inline volatile uint32_t *ctl32(int off) { return (volatile uint32_t *)(g_ctl + off); }
@@ -560,8 +670,8 @@ static int connect_locked(int cont)
 			*(volatile uint32_t *)page = 1;
 			g_forkcheck = page;
 		}
-		pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
-		pthread_key_create(&g_key, slot_exit);
+		IN_LIB(pthread_atfork(atfork_prepare, atfork_parent, atfork_child));
+		IN_LIB(pthread_key_create(&g_key, slot_exit));
 	}
 	return 1;
 }
@@ -633,6 +743,7 @@ struct hs_slot {
 	uint32_t index;
 	pid_t tid;
 	uint32_t exiting;     /* the owner ran its thread-exit destructor */
+	uint32_t depth;       /* open sections: a signal handler's record nests in one */
 	uint32_t stalled;     /* gave up waiting: the collector's heartbeat stood still */
 	uint64_t stall_hb;    /* the heartbeat then: drop without waiting until it moves */
 	uint32_t cache_epoch;
@@ -669,7 +780,7 @@ static inline int closed(void)
 /* How long a thread waits for room while the collector's heartbeat stands
  * still (a collector stopped or frozen) before it drops, and counts, what
  * it cannot write. */
-#define HS_STALL_NS 5000000000LL
+#define HS_STALL_NS 10000000000LL
 
 /*
  * Wait until need bytes are free. Returns 0 when the record cannot be
@@ -698,9 +809,14 @@ static HS_NOINLINE int make_room(struct hs_slot *s, uint64_t need, int must)
 				return 0;
 			s->stalled = 0;
 		}
+		/* While we wait, a signal handler's call writes to the ring
+		 * itself (see nested): our caller looks at the ring again. */
+		uint32_t was_safe = tls.safe_point;
 		if (spins < 16) {
 			spins++;
+			tls.safe_point = 1;
 			sched_yield();
+			tls.safe_point = was_safe;
 			continue;
 		}
 		__atomic_store_n(s->waiting_p, 1, __ATOMIC_SEQ_CST);
@@ -708,7 +824,9 @@ static HS_NOINLINE int make_room(struct hs_slot *s, uint64_t need, int must)
 		if (s->head + need - t > s->size) {
 			struct timespec ts = {0, 50 * 1000 * 1000};
 			/* the futex word is the tail's low half (little-endian) */
+			tls.safe_point = 1;
 			futex((volatile uint32_t *)s->tail_p, FUTEX_WAIT, (uint32_t)t, &ts);
+			tls.safe_point = was_safe;
 		}
 		__atomic_store_n(s->waiting_p, 0, __ATOMIC_RELAXED);
 		if (++waits % 4 == 0 && collector_gone()) {
@@ -730,6 +848,8 @@ static HS_NOINLINE int make_room(struct hs_slot *s, uint64_t need, int must)
 
 static inline void section_begin(struct hs_slot *s)
 {
+	if (s->depth++)
+		return; /* a signal handler's record, inside the section it interrupted */
 	s->seq++;
 	__atomic_store_n(s->seq_p, s->seq, __ATOMIC_RELAXED);
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
@@ -737,6 +857,8 @@ static inline void section_begin(struct hs_slot *s)
 
 static inline void section_end(struct hs_slot *s)
 {
+	if (--s->depth)
+		return;
 	s->seq++;
 	__atomic_store_n(s->seq_p, s->seq, __ATOMIC_RELEASE);
 }
@@ -748,11 +870,17 @@ static inline void section_end(struct hs_slot *s)
 static inline uint64_t *reserve(struct hs_slot *s, uint32_t words, uint64_t *newhead, int must)
 {
 	uint64_t bytes = (uint64_t)words * 8;
-	uint64_t head = s->head;
-	uint64_t off = head & s->mask;
-	uint64_t pad = off + bytes > s->size ? s->size - off : 0;
-	if (HS_UNLIKELY(head + pad + bytes - s->cached_tail > s->size) && !make_room(s, pad + bytes, must))
-		return NULL;
+	uint64_t head, off, pad;
+	for (;;) {
+		head = s->head;
+		off = head & s->mask;
+		pad = off + bytes > s->size ? s->size - off : 0;
+		if (HS_LIKELY(head + pad + bytes - s->cached_tail <= s->size))
+			break;
+		if (!make_room(s, pad + bytes, must))
+			return NULL;
+		/* look again: a signal handler may have written while we waited */
+	}
 	if (pad) {
 		*(uint64_t *)(s->data + off) = HS_REC_PAD | ((pad / 8) << 8);
 		head += pad;
@@ -965,15 +1093,16 @@ static HS_NOINLINE struct hs_slot *attach(struct hs_tls *t)
 	pthread_setcancelstate(cancel, NULL);
 	if (!s)
 		return NULL;
-	stack_bounds(t);
+	IN_LIB(stack_bounds(t));
+	/* must: in drop mode too, or the collector would credit this thread's
+	 * events to the ring's previous owner. Written before the ring is the
+	 * thread's, so that no signal handler's call goes before it. */
+	if (!write_record(s, HS_REC_THREAD, (uint32_t)s->tid, NULL, 0, 1))
+		return NULL;
 	t->slot = s;
 	t->gen = g_gen;
 	if (g_atfork_done)
-		pthread_setspecific(g_key, s);
-	/* must: in drop mode too, or the collector would credit this thread's
-	 * events to the ring's previous owner */
-	if (!write_record(s, HS_REC_THREAD, (uint32_t)s->tid, NULL, 0, 1))
-		return NULL;
+		IN_LIB(pthread_setspecific(g_key, s));
 	return s;
 }
 
@@ -1009,7 +1138,14 @@ static inline int fp_walk(uint64_t *out, int max, uintptr_t fp, uintptr_t lo, ui
 static HS_NOINLINE int dwarf_walk(uint64_t *out, int max)
 {
 	void *buf[HS_MAX_FRAMES + 16];
-	int n = p_unw_backtrace(buf, max + 16);
+	int n;
+	if (HS_LIKELY(tls.unw_warm)) {
+		n = p_unw_backtrace(buf, max + 16);
+	} else {
+		/* the thread's first walk allocates libunwind's thread-local data */
+		IN_LIB(n = p_unw_backtrace(buf, max + 16));
+		tls.unw_warm = 1;
+	}
 	int i = 0, k = 0;
 	while (i < n && (uintptr_t)buf[i] >= g_self_lo && (uintptr_t)buf[i] < g_self_hi)
 		i++;
@@ -1204,8 +1340,12 @@ static int mod_cb(struct dl_phdr_info *info, size_t size, void *arg)
 	const char *name = info->dlpi_name;
 	if (!name || !*name)
 		name = g_exe;
-	else if (name[0] != '/' && strchr(name, '/') && realpath(name, g_path))
-		name = g_path;
+	else if (name[0] != '/' && strchr(name, '/')) {
+		char *rp;
+		IN_LIB(rp = realpath(name, g_path));
+		if (rp)
+			name = g_path;
+	}
 	size_t plen = strlen(name);
 	if (plen > HS_MODULE_PATH_MAX)
 		plen = HS_MODULE_PATH_MAX;
@@ -1296,6 +1436,7 @@ static HS_NOINLINE int define_stack(struct hs_slot *s, uint64_t *f, int n, uint6
                                     struct hs_cache_ent *ce, uint32_t *id)
 {
 	pthread_mutex_lock(&g_stack_lock);
+	tls.stack_locked = 1;
 	int ok = 1;
 	if (g_stab_epoch != epoch) {
 		/* code was unloaded: addresses may now mean other code */
@@ -1331,6 +1472,7 @@ static HS_NOINLINE int define_stack(struct hs_slot *s, uint64_t *f, int n, uint6
 			}
 		}
 	}
+	tls.stack_locked = 0;
 	pthread_mutex_unlock(&g_stack_lock);
 	if (ok) {
 		ce->hash = h;
@@ -1384,7 +1526,7 @@ static inline struct hs_slot *enter(struct hs_tls *t)
 		t->swallow = 0;
 		return NULL;
 	}
-	t->in_hook = 1;
+	t->in_hook = HOOK_BUSY;
 	struct hs_slot *s = t->slot;
 	if (HS_UNLIKELY(!s || t->gen != g_gen)) {
 		t->slot = NULL;
@@ -1406,17 +1548,188 @@ static inline int leave_if_closed(uint32_t st)
 	return 0;
 }
 
+/* The id of the stack f[0..n) (a queued call's), as capture finds it. */
+static int stack_of(struct hs_slot *s, uint64_t *f, int n, uint32_t *id)
+{
+	uint32_t epoch = __atomic_load_n(&g_dl_epoch, __ATOMIC_ACQUIRE);
+	if (HS_UNLIKELY(s->cache_epoch != epoch)) {
+		memset(s->cache, 0, sizeof s->cache);
+		s->cache_epoch = epoch;
+	}
+	uint64_t h = hash_frames(f, n);
+	struct hs_cache_ent *ce = &s->cache[h & (CACHE_SIZE - 1)];
+	if (ce->hash == h) {
+		*id = ce->id;
+		return 1;
+	}
+	return define_stack(s, f, n, h, epoch, ce, id);
+}
+
+/* Queue a call made by a signal handler that interrupted our bookkeeping
+ * (HOOK_BUSY): async-signal-safe, it only fills an entry of the thread's
+ * queue, which the interrupted hook writes out before it returns. */
+static void defer_call(struct hs_tls *t, uint32_t func, uint32_t kind, uint32_t nbody, uint64_t a, uint64_t b,
+                       uint64_t c, uint64_t d, uintptr_t fp)
+{
+	uint32_t i = __atomic_fetch_add(&t->npend, 1, __ATOMIC_RELAXED);
+	if (i >= HS_PEND) {
+		__atomic_add_fetch(&t->pend_lost, 1, __ATOMIC_RELAXED);
+		return;
+	}
+	struct hs_pend *e = &t->pend[i];
+	e->func = func;
+	e->kind = kind;
+	e->nbody = nbody;
+	e->a = a;
+	e->b = b;
+	e->c = c;
+	e->d = d;
+	if (internal_any() && kind == HS_KIND_ALLOC && a)
+		internal_del((uintptr_t)a);
+	volatile uint32_t *state = __atomic_load_n(&g_state, __ATOMIC_ACQUIRE);
+	uint32_t st = state ? __atomic_load_n(state, __ATOMIC_RELAXED) : 0;
+	e->nframes = (st >> kind) & 1 ? (uint32_t)fp_walk(e->frames, (int)g_max_frames, fp, t->stack_lo, t->stack_hi) : 0;
+	e->ts = hs_now();
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+}
+
+/* Write a queued call; it is stamped no earlier than the ring's last
+ * record (the hook it interrupted may have published after it). */
+static void write_pend(struct hs_slot *s, struct hs_pend *e)
+{
+	uint32_t sid = 0;
+	if (e->nframes && !stack_of(s, e->frames, (int)e->nframes, &sid)) {
+		count_lost(s);
+		return;
+	}
+	uint64_t nh;
+	section_begin(s);
+	uint64_t *w = reserve(s, e->nbody + 2, &nh, 0);
+	if (w) {
+		uint64_t last = __atomic_load_n(s->last_ts_p, __ATOMIC_RELAXED);
+		uint64_t ts = e->ts > last ? e->ts : last;
+		uint64_t body[4] = {e->a, e->b, e->c, e->d};
+		w[0] = hdr(e->func, e->nbody + 2, sid);
+		w[1] = ts;
+		memcpy(w + 2, body, (size_t)e->nbody * 8);
+		publish(s, nh, ts);
+	} else {
+		count_lost(s);
+	}
+	section_end(s);
+}
+
+/* Write what signal handlers queued while this thread was in its hook;
+ * handlers may queue more meanwhile. */
+static HS_NOINLINE void flush_pending(struct hs_tls *t, struct hs_slot *s)
+{
+	for (;;) {
+		uint32_t n = __atomic_load_n(&t->npend, __ATOMIC_ACQUIRE);
+		uint32_t lim = n < HS_PEND ? n : HS_PEND;
+		for (; t->pdone < lim; t->pdone++)
+			write_pend(s, &t->pend[t->pdone]);
+		if (__atomic_compare_exchange_n(&t->npend, &n, 0, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+			break;
+	}
+	t->pdone = 0;
+	for (uint32_t l = __atomic_exchange_n(&t->pend_lost, 0, __ATOMIC_RELAXED); l; l--)
+		count_lost(s);
+}
+
+/*
+ * A signal handler's call while this thread is in its hook but not writing
+ * a record (no section open: walking the stack, say), or waiting for room
+ * in the middle of one (make_room): the interrupted hook holds nothing that
+ * a record written now would disturb (its section, if open, stays open
+ * around this one, and it looks at the ring again once it wakes), so the
+ * call is written at once, and waits for room itself. Its stack is walked
+ * with frame pointers and defined without the thread's stack cache (which
+ * the interrupted hook may be reading); if the interrupted hook holds the
+ * stack table's lock, the call is queued instead.
+ */
+static void direct_call(struct hs_tls *t, uint32_t func, uint32_t kind, uint32_t nbody, uint64_t a, uint64_t b,
+                        uint64_t c, uint64_t d, uintptr_t fp)
+{
+	struct hs_slot *s = t->slot;
+	uint32_t st = __atomic_load_n(g_state, __ATOMIC_RELAXED);
+	if (st & HS_STATE_CLOSED)
+		return;
+	if (internal_any() && kind == HS_KIND_ALLOC && a)
+		internal_del((uintptr_t)a);
+	uint32_t sid = 0;
+	if ((st >> kind) & 1) {
+		uint64_t f[HS_MAX_FRAMES + 1];
+		int n = fp_walk(f, (int)g_max_frames, fp, t->stack_lo, t->stack_hi);
+		if (n && t->stack_locked) {
+			defer_call(t, func, kind, nbody, a, b, c, d, fp);
+			return;
+		}
+		struct hs_cache_ent scratch;
+		if (n && !define_stack(s, f, n, hash_frames(f, n), __atomic_load_n(&g_dl_epoch, __ATOMIC_ACQUIRE), &scratch, &sid)) {
+			count_lost(s);
+			return;
+		}
+	}
+	uint64_t nh;
+	section_begin(s);
+	uint64_t *w = reserve(s, nbody + 2, &nh, 0);
+	if (w) {
+		uint64_t ts = hs_now();
+		uint64_t body[4] = {a, b, c, d};
+		w[0] = hdr(func, nbody + 2, sid);
+		w[1] = ts;
+		memcpy(w + 2, body, (size_t)nbody * 8);
+		publish(s, nh, ts);
+	} else {
+		count_lost(s);
+	}
+	section_end(s);
+}
+
+/* A call that arrived while this thread was inside a call of ours. */
+static HS_NOINLINE void nested(struct hs_tls *t, uint32_t func, uint32_t kind, uint32_t nbody, uint64_t a, uint64_t b,
+                               uint64_t c, uint64_t d, uintptr_t fp)
+{
+	if (t->in_hook == HOOK_BUSY) {
+		struct hs_slot *s = t->slot;
+		if (s && t->gen == g_gen && g_mode == MODE_ON && (t->safe_point || s->depth == 0))
+			direct_call(t, func, kind, nbody, a, b, c, d, fp);
+		else
+			defer_call(t, func, kind, nbody, a, b, c, d, fp);
+	} else if (t->in_hook == HOOK_LIB && func != HS_FUNC_MREMAP && kind != HS_KIND_MMAP && kind != HS_KIND_MUNMAP) {
+		if (kind == HS_KIND_REALLOC && c)
+			internal_del((uintptr_t)c);
+		if (a)
+			internal_add((uintptr_t)a);
+	}
+}
+
 /* An event of 2..4 body words: [addr][size][old][oldsize]. */
 static HS_INLINE void record(uint32_t func, uint32_t fam, uint32_t kind, uint32_t nbody, uint64_t a, uint64_t b,
                           uint64_t c, uint64_t d, uintptr_t fp)
 {
 	struct hs_tls *t = &tls;
+	if (HS_UNLIKELY(t->in_hook)) {
+		nested(t, func, kind, nbody, a, b, c, d, fp);
+		return;
+	}
 	struct hs_slot *s = enter(t);
 	if (!s)
 		return;
 	uint32_t st = __atomic_load_n(g_state, __ATOMIC_RELAXED);
 	if (leave_if_closed(st) || HS_UNLIKELY(!(g_families & fam)))
 		goto out;
+	if (HS_UNLIKELY(internal_any()) && func != HS_FUNC_MREMAP && (kind == HS_KIND_ALLOC || kind == HS_KIND_REALLOC)) {
+		/* a realloc of one of our blocks stays ours; a block the
+		 * program gets is not ours, whatever the set remembers */
+		if (kind == HS_KIND_REALLOC && c && internal_del((uintptr_t)c)) {
+			if (a)
+				internal_add((uintptr_t)a);
+			goto out;
+		}
+		if (a)
+			internal_del((uintptr_t)a);
+	}
 	uint32_t sid = 0;
 	if ((st >> kind) & 1) {
 		if (!capture(t, s, fp, &sid)) {
@@ -1444,7 +1757,9 @@ static HS_INLINE void record(uint32_t func, uint32_t fam, uint32_t kind, uint32_
 	}
 	section_end(s);
 out:
-	t->in_hook = 0;
+	if (HS_UNLIKELY(__atomic_load_n(&t->npend, __ATOMIC_RELAXED)) && g_mode == MODE_ON)
+		flush_pending(t, s);
+	t->in_hook = HOOK_NONE;
 }
 
 #define TRACED(fam) (__atomic_load_n(&g_families, __ATOMIC_RELAXED) & (fam))
@@ -1467,7 +1782,7 @@ static inline void ensure_reals(void)
 #define UNTRACED(expr)                                                                                                 \
 	({                                                                                                             \
 		uint32_t _saved = tls.in_hook;                                                                         \
-		tls.in_hook = 1;                                                                                       \
+		tls.in_hook = HOOK_REAL;                                                                               \
 		__typeof__(expr) _r = (expr);                                                                          \
 		tls.in_hook = _saved;                                                                                  \
 		_r;                                                                                                    \
@@ -1506,8 +1821,12 @@ HS_EXPORT void free(void *p)
 	ensure_reals();
 	/* recorded before the block is released, so that whoever gets it next
 	 * is stamped later */
-	if (TRACED(HS_FAM_FREE))
-		record(HS_FUNC_FREE, HS_FAM_FREE, HS_KIND_FREE, 1, (uint64_t)(uintptr_t)p, 0, 0, 0, fp);
+	if (TRACED(HS_FAM_FREE)) {
+		if (HS_UNLIKELY(internal_any()) && internal_del((uintptr_t)p))
+			; /* a block of ours: never shown, nor its free */
+		else
+			record(HS_FUNC_FREE, HS_FAM_FREE, HS_KIND_FREE, 1, (uint64_t)(uintptr_t)p, 0, 0, 0, fp);
+	}
 	if (HS_LIKELY(real.free != NULL))
 		real.free(p);
 }
@@ -1694,10 +2013,7 @@ static cxx_fn cxx_real(cxx_fn *slot, const char *name)
 {
 	cxx_fn f = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
 	if (!f) {
-		uint32_t saved = tls.in_hook;
-		tls.in_hook = 1;
-		f = (cxx_fn)dlsym(RTLD_NEXT, name);
-		tls.in_hook = saved;
+		IN_LIB(f = (cxx_fn)dlsym(RTLD_NEXT, name));
 		__atomic_store_n(slot, f, __ATOMIC_RELEASE);
 	}
 	return f;
@@ -1802,7 +2118,8 @@ static HS_NOINLINE void fork_reset(void)
 	/* Guarded: nothing it calls may record into the parent's ring, which
 	 * this thread's slot still names until the end. */
 	uint32_t saved = tls.in_hook;
-	tls.in_hook = 1;
+	tls.in_hook = HOOK_BUSY;
+	tls.slot = NULL; /* the parent's ring: no signal handler's call goes there */
 	if (g_forkcheck)
 		*g_forkcheck = 1;
 	pthread_mutex_init(&g_lock, NULL);
@@ -1889,7 +2206,7 @@ __attribute__((constructor(101))) static void hs_init(void)
 		return;
 	}
 	uint32_t saved = tls.in_hook;
-	tls.in_hook = 1;
+	tls.in_hook = HOOK_LIB;
 	int cancel;
 	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel);
 	pthread_mutex_lock(&g_lock);
