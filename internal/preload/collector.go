@@ -31,6 +31,7 @@ type Collector struct {
 	sink event.Sink
 	lib  string
 	dir  string
+	lock int // flock on dir while the collector runs (see sockdir.go)
 	sock string
 	self uint32
 
@@ -100,6 +101,7 @@ func New(cfg Config, sink event.Sink) (*Collector, error) {
 		lib:    lib,
 		self:   uint32(os.Getpid()),
 		ctlFD:  -1,
+		lock:   -1,
 		conns:  map[*net.UnixConn]struct{}{},
 		done:   make(chan struct{}),
 		byConn: map[*conn]*proc{},
@@ -118,11 +120,12 @@ func New(cfg Config, sink event.Sink) (*Collector, error) {
 }
 
 func (c *Collector) setup() error {
-	dir, err := os.MkdirTemp("", "heapscope-preload-")
+	cleanStaleSockDirs(os.TempDir())
+	dir, lock, err := makeSockDir()
 	if err != nil {
-		return fmt.Errorf("preload: %w", err)
+		return err
 	}
-	c.dir = dir
+	c.dir, c.lock = dir, lock
 	c.sock = filepath.Join(dir, "sock")
 	c.ln, err = net.ListenUnix("unixpacket", &net.UnixAddr{Name: c.sock, Net: "unixpacket"})
 	if err != nil {
@@ -201,6 +204,7 @@ func (c *Collector) release() {
 	}
 	if c.dir != "" {
 		os.RemoveAll(c.dir)
+		unix.Close(c.lock)
 	}
 }
 

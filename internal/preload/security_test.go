@@ -5,6 +5,7 @@ package preload
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -166,5 +167,77 @@ func TestSocketHijack(t *testing.T) {
 	}
 	if strings.TrimSpace(l) != "conns 0 bytes 0" {
 		t.Errorf("the socket recreated by another user got %s", strings.TrimSpace(l))
+	}
+}
+
+// sockDirs returns the socket directories in the temporary directory.
+func sockDirs(t *testing.T) map[string]bool {
+	t.Helper()
+	names, err := filepath.Glob(filepath.Join(os.TempDir(), sockDirPrefix+"*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]bool{}
+	for _, n := range names {
+		m[n] = true
+	}
+	return m
+}
+
+// TestStaleSocketDirs kills a collector's process with SIGKILL, which
+// leaves its socket directory behind; the next collector removes it, and
+// leaves alone that of a collector still running.
+func TestStaleSocketDirs(t *testing.T) {
+	churn := testutil.MustBuild(t, "churn", testutil.Options{})
+	live, err := New(Config{}, newRecorder())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer live.Close()
+
+	before := sockDirs(t)
+	helper := exec.Command(os.Args[0], "-test.run=^$")
+	helper.Env = append(os.Environ(), helperEnv+"="+churn+" 300000000 1")
+	errs, err := helper.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := helper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	line, err := bufio.NewReader(errs).ReadString('\n')
+	if _, err2 := fmt.Sscanf(line, "pid %d", &pid); err != nil || err2 != nil {
+		helper.Process.Kill()
+		t.Fatalf("helper said %q: %v %v", line, err, err2)
+	}
+	var stale string
+	for d := range sockDirs(t) {
+		if !before[d] {
+			stale = d
+		}
+	}
+	helper.Process.Signal(syscall.SIGKILL)
+	helper.Wait()
+	syscall.Kill(pid, syscall.SIGKILL)
+	if stale == "" {
+		t.Fatal("the helper's socket directory was not found")
+	}
+	if _, err := os.Lstat(filepath.Join(stale, "sock")); err != nil {
+		t.Fatalf("the killed collector's socket: %v", err)
+	}
+
+	next, err := New(Config{}, newRecorder())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.Close()
+	if _, err := os.Lstat(stale); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the killed collector's directory %s is still there: %v", stale, err)
+	}
+	for _, c := range []*Collector{live, next} {
+		if _, err := os.Lstat(c.sock); err != nil {
+			t.Errorf("a running collector's socket: %v", err)
+		}
 	}
 }
