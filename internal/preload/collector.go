@@ -62,6 +62,7 @@ type Collector struct {
 
 	// pump state
 	procs     []*proc
+	children  map[uint32]int // PID → pidfd: children named by a traced parent, not yet connected
 	byConn    map[*conn]*proc
 	nextID    map[uint32]uint32 // per PID: the next free stack id, across images
 	batch     []event.Event
@@ -96,17 +97,18 @@ func New(cfg Config, sink event.Sink) (*Collector, error) {
 		return nil, fmt.Errorf("%v: %w", err, errs.ErrUnavailable)
 	}
 	c := &Collector{
-		cfg:    cfg,
-		sink:   sink,
-		lib:    lib,
-		self:   uint32(os.Getpid()),
-		ctlFD:  -1,
-		lock:   -1,
-		conns:  map[*net.UnixConn]struct{}{},
-		done:   make(chan struct{}),
-		byConn: map[*conn]*proc{},
-		nextID: map[uint32]uint32{},
-		batch:  make([]event.Event, 0, batchSize),
+		cfg:      cfg,
+		sink:     sink,
+		lib:      lib,
+		self:     uint32(os.Getpid()),
+		ctlFD:    -1,
+		lock:     -1,
+		conns:    map[*net.UnixConn]struct{}{},
+		done:     make(chan struct{}),
+		byConn:   map[*conn]*proc{},
+		nextID:   map[uint32]uint32{},
+		children: map[uint32]int{},
+		batch:    make([]event.Event, 0, batchSize),
 	}
 	if err := c.setup(); err != nil {
 		c.release()
@@ -351,6 +353,7 @@ const (
 	reqExited
 	reqFlush
 	reqClose
+	reqChildren
 )
 
 type request struct {
@@ -359,6 +362,7 @@ type request struct {
 	hello  *hello
 	ring   *ring
 	pid    uint32
+	pids   []uint32 // reqChildren
 	status int
 	signal int
 	done   chan error
@@ -438,6 +442,21 @@ func parseHello(b []byte) (*hello, error) {
 		h.argv = strings.Split(cmd, "\x00")
 	}
 	return h, nil
+}
+
+// parseChildren returns the PIDs of a CHILDREN message; nil if it is
+// malformed.
+func parseChildren(b []byte) []uint32 {
+	le := binary.LittleEndian
+	n := uint64(le.Uint32(b[12:]))
+	if n == 0 || n > childrenMax || uint64(len(b)) != childrenSize+4*n {
+		return nil
+	}
+	pids := make([]uint32, n)
+	for i := range pids {
+		pids[i] = le.Uint32(b[childrenSize+4*i:])
+	}
+	return pids
 }
 
 func (c *Collector) accept() {
@@ -527,6 +546,14 @@ func (c *Collector) serve(uc *net.UnixConn) {
 			return
 		}
 		b := buf[:n]
+		if len(b) >= childrenSize && le.Uint32(b) == hsMagic && le.Uint32(b[4:]) == hsVersion &&
+			le.Uint32(b[8:]) == msgChildren {
+			closeAll(fds)
+			if pids := parseChildren(b); len(pids) > 0 {
+				c.enqueue(request{kind: reqChildren, conn: cn, pids: pids})
+			}
+			continue
+		}
 		if len(b) != ringMsgSize || le.Uint32(b) != hsMagic || le.Uint32(b[4:]) != hsVersion ||
 			le.Uint32(b[8:]) != msgRing || len(fds) != 1 {
 			closeAll(fds)

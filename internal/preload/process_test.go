@@ -600,3 +600,54 @@ func TestDeepBind(t *testing.T) {
 		t.Errorf("stderr %q: want one note about RTLD_DEEPBIND", stderr.String())
 	}
 }
+
+// waitDescendants waits, as heapscope's run does, until no traced process
+// has been live for 50 ms after the launched program exited.
+func waitDescendants(t *testing.T, c *Collector) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	quiet := time.Now()
+	for time.Since(quiet) < 50*time.Millisecond {
+		if time.Now().After(deadline) {
+			t.Fatal("traced processes still live after 60s")
+		}
+		time.Sleep(5 * time.Millisecond)
+		if c.Live() > 0 {
+			quiet = time.Now()
+		}
+	}
+}
+
+// TestDaemonChild traces a program whose child allocates only 500 ms
+// after the program exited: the child is known from its fork, so the
+// session lasts until it exits and its allocations are recorded.
+func TestDaemonChild(t *testing.T) {
+	bin := testutil.MustBuild(t, "preload_daemon", testutil.Options{})
+	const k = 20
+	rec := newRecorder()
+	c, err := New(Config{}, rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, strconv.Itoa(k))
+	c.Prepare(cmd)
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	reportExit(c, cmd)
+	waitDescendants(t, c)
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rec.check(t)
+	r := &result{recorder: rec, pid: cmd.Process.Pid}
+	n := 0
+	for _, e := range r.events {
+		if e.Func == event.FuncMalloc && e.Size == 5555 && int(e.PID) != r.pid && r.site(e) == "site_daemon" {
+			n++
+		}
+	}
+	if n != k {
+		t.Errorf("%d allocations of the daemon child recorded, want %d", n, k)
+	}
+}

@@ -2101,10 +2101,55 @@ static void atfork_prepare(void)
 	pthread_mutex_lock(&g_stack_lock);
 }
 
+/*
+ * Name the forking thread's children to the collector (HS_MSG_CHILDREN),
+ * connecting first if this process has not yet: before fork returns, so
+ * that the collector knows of the child before this process can exit,
+ * whenever the child first allocates. Errors only lose the notice.
+ */
+static void report_children(void)
+{
+	static char buf[4096];
+	static uint32_t msg[HS_CHILDREN_SIZE / 4 + HS_CHILDREN_MAX];
+	uint32_t saved = tls.in_hook;
+	tls.in_hook = HOOK_LIB;
+	int cancel;
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel);
+	pthread_mutex_lock(&g_lock);
+	if (ensure_connected_locked() && sock_ok()) {
+		ssize_t n = read_file("/proc/thread-self/children", buf, sizeof buf - 1);
+		uint32_t count = 0;
+		for (ssize_t i = 0; n > 0 && i < n && count < HS_CHILDREN_MAX;) {
+			uint32_t pid = 0;
+			while (i < n && buf[i] >= '0' && buf[i] <= '9')
+				pid = pid * 10 + (uint32_t)(buf[i++] - '0');
+			if (pid)
+				msg[HS_CHILDREN_SIZE / 4 + count++] = pid;
+			while (i < n && (buf[i] < '0' || buf[i] > '9'))
+				i++;
+		}
+		if (count) {
+			msg[0] = HS_MAGIC;
+			msg[1] = HS_VERSION;
+			msg[2] = HS_MSG_CHILDREN;
+			msg[3] = count;
+			ssize_t r;
+			do
+				r = send(g_sock, msg, HS_CHILDREN_SIZE + (size_t)count * 4, MSG_NOSIGNAL);
+			while (r < 0 && errno == EINTR);
+		}
+	}
+	pthread_mutex_unlock(&g_lock);
+	pthread_setcancelstate(cancel, NULL);
+	tls.in_hook = saved;
+}
+
 static void atfork_parent(void)
 {
 	pthread_mutex_unlock(&g_stack_lock);
 	pthread_mutex_unlock(&g_lock);
+	if (__atomic_load_n(&g_mode, __ATOMIC_ACQUIRE) != MODE_OFF)
+		report_children();
 }
 
 /*
