@@ -254,9 +254,10 @@ func (c *Collector) Exited(pid int, status, signal int) {
 	c.enqueue(request{kind: reqExited, pid: uint32(pid), status: status, signal: signal})
 }
 
-// Live returns how many traced processes have connected and are not known
-// to have exited, as of the collector's last pass: a program's descendants
-// that are still running once it has exited.
+// Live returns how many traced processes are not known to have exited (or
+// whose last events are not yet delivered), as of the collector's last
+// pass: a program's descendants that are still running once it has exited,
+// counting those forked by a traced process that have not allocated yet.
 func (c *Collector) Live() int { return int(c.live.Load()) }
 
 // SetStacks changes, live, which kinds carry a stack: running processes see
