@@ -241,3 +241,98 @@ func TestStaleSocketDirs(t *testing.T) {
 		}
 	}
 }
+
+// listener is run as another user: it listens on a socket in a directory
+// of its own and reports what reaches it.
+const listener = `
+import os, socket, sys, tempfile, threading
+d = tempfile.mkdtemp(prefix="heapscope-test-")
+os.chmod(d, 0o755)
+path = os.path.join(d, "sock")
+s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+s.bind(path)
+s.listen(64)
+got = {"bytes": 0}
+def serve():
+    while True:
+        c, _ = s.accept()
+        def rd(c=c):
+            while True:
+                b = c.recv(65536)
+                if not b:
+                    return
+                got["bytes"] += len(b)
+        threading.Thread(target=rd, daemon=True).start()
+threading.Thread(target=serve, daemon=True).start()
+print(path, flush=True)
+sys.stdin.read()
+print("bytes %d" % got["bytes"], flush=True)
+`
+
+// TestSocketPeerCred moves another user's listening socket into a
+// directory that passes every check on paths (root's, 0700, the socket
+// chowned to root and 0600), as a race between those checks and the
+// connect could: the peer's credentials still give it away, and the
+// process sends it nothing.
+func TestSocketPeerCred(t *testing.T) {
+	cred := otherCred(t)
+	python := "/usr/bin/python3"
+	if _, err := os.Stat(python); err != nil {
+		t.Skip("no /usr/bin/python3")
+	}
+	lib, err := LibraryPath()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := exec.Command(python, "-c", listener)
+	h.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	h.Dir = "/"
+	hin, _ := h.StdinPipe()
+	hout, _ := h.StdoutPipe()
+	h.Stderr = os.Stderr
+	if err := h.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { h.Process.Kill(); h.Wait() }()
+	hr := bufio.NewReader(hout)
+	theirs, err := hr.ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	theirs = strings.TrimSpace(theirs)
+	defer os.RemoveAll(filepath.Dir(theirs))
+
+	dir, err := os.MkdirTemp(filepath.Dir(filepath.Dir(theirs)), "heapscope-test-root-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	sock := filepath.Join(dir, "sock")
+	if err := os.Rename(theirs, sock); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Lchown(sock, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(sock, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	cmd := exec.Command("/bin/sh", "-c", "exec /usr/bin/env")
+	cmd.Env = append(os.Environ(), "LD_PRELOAD="+lib, envSocket+"="+sock, envLib+"="+lib, envUID+"=0")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(out), envPrefix) {
+		t.Errorf("a process that could not reach its collector passed the session on:\n%s", out)
+	}
+	hin.Close()
+	l, err := hr.ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.TrimSpace(l) != "bytes 0" {
+		t.Errorf("another user's socket, behind paths that pass the checks, got %s", strings.TrimSpace(l))
+	}
+}
