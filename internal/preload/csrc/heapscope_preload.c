@@ -1435,8 +1435,10 @@ static int refresh_modules(struct hs_slot *s)
 static HS_NOINLINE int define_stack(struct hs_slot *s, uint64_t *f, int n, uint64_t h, uint32_t epoch,
                                     struct hs_cache_ent *ce, uint32_t *id)
 {
-	pthread_mutex_lock(&g_stack_lock);
+	/* set before locking and cleared after unlocking: a signal handler
+	 * that finds it set queues its call instead of locking */
 	tls.stack_locked = 1;
+	pthread_mutex_lock(&g_stack_lock);
 	int ok = 1;
 	if (g_stab_epoch != epoch) {
 		/* code was unloaded: addresses may now mean other code */
@@ -1472,8 +1474,8 @@ static HS_NOINLINE int define_stack(struct hs_slot *s, uint64_t *f, int n, uint6
 			}
 		}
 	}
-	tls.stack_locked = 0;
 	pthread_mutex_unlock(&g_stack_lock);
+	tls.stack_locked = 0;
 	if (ok) {
 		ce->hash = h;
 		ce->id = sid;
