@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -30,6 +31,7 @@ type Collector struct {
 	sink event.Sink
 	lib  string
 	dir  string
+	lock int // flock on dir while the collector runs (see sockdir.go)
 	sock string
 	self uint32
 
@@ -60,6 +62,7 @@ type Collector struct {
 
 	// pump state
 	procs     []*proc
+	children  map[uint32]int // PID → pidfd: children named by a traced parent, not yet connected
 	byConn    map[*conn]*proc
 	nextID    map[uint32]uint32 // per PID: the next free stack id, across images
 	batch     []event.Event
@@ -94,16 +97,18 @@ func New(cfg Config, sink event.Sink) (*Collector, error) {
 		return nil, fmt.Errorf("%v: %w", err, errs.ErrUnavailable)
 	}
 	c := &Collector{
-		cfg:    cfg,
-		sink:   sink,
-		lib:    lib,
-		self:   uint32(os.Getpid()),
-		ctlFD:  -1,
-		conns:  map[*net.UnixConn]struct{}{},
-		done:   make(chan struct{}),
-		byConn: map[*conn]*proc{},
-		nextID: map[uint32]uint32{},
-		batch:  make([]event.Event, 0, batchSize),
+		cfg:      cfg,
+		sink:     sink,
+		lib:      lib,
+		self:     uint32(os.Getpid()),
+		ctlFD:    -1,
+		lock:     -1,
+		conns:    map[*net.UnixConn]struct{}{},
+		done:     make(chan struct{}),
+		byConn:   map[*conn]*proc{},
+		nextID:   map[uint32]uint32{},
+		children: map[uint32]int{},
+		batch:    make([]event.Event, 0, batchSize),
 	}
 	if err := c.setup(); err != nil {
 		c.release()
@@ -117,14 +122,20 @@ func New(cfg Config, sink event.Sink) (*Collector, error) {
 }
 
 func (c *Collector) setup() error {
-	dir, err := os.MkdirTemp("", "heapscope-preload-")
+	cleanStaleSockDirs(os.TempDir())
+	dir, lock, err := makeSockDir()
 	if err != nil {
-		return fmt.Errorf("preload: %w", err)
+		return err
 	}
-	c.dir = dir
+	c.dir, c.lock = dir, lock
 	c.sock = filepath.Join(dir, "sock")
 	c.ln, err = net.ListenUnix("unixpacket", &net.UnixAddr{Name: c.sock, Net: "unixpacket"})
 	if err != nil {
+		return fmt.Errorf("preload: listen: %w", err)
+	}
+	// The interposer refuses a socket that others can write (whatever the
+	// umask made of it); the directory, 0700, already keeps them out.
+	if err := os.Chmod(c.sock, 0o600); err != nil {
 		return fmt.Errorf("preload: listen: %w", err)
 	}
 	fd, err := unix.MemfdCreate("heapscope-control", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
@@ -195,6 +206,7 @@ func (c *Collector) release() {
 	}
 	if c.dir != "" {
 		os.RemoveAll(c.dir)
+		unix.Close(c.lock)
 	}
 }
 
@@ -229,7 +241,8 @@ func (c *Collector) Prepare(cmd *exec.Cmd) error {
 		}
 		out = append(out, kv)
 	}
-	cmd.Env = append(out, "LD_PRELOAD="+preload, envSocket+"="+c.sock, envLib+"="+c.lib)
+	cmd.Env = append(out, "LD_PRELOAD="+preload, envSocket+"="+c.sock, envLib+"="+c.lib,
+		envUID+"="+strconv.Itoa(os.Geteuid()))
 	return nil
 }
 
@@ -241,9 +254,10 @@ func (c *Collector) Exited(pid int, status, signal int) {
 	c.enqueue(request{kind: reqExited, pid: uint32(pid), status: status, signal: signal})
 }
 
-// Live returns how many traced processes have connected and are not known
-// to have exited, as of the collector's last pass: a program's descendants
-// that are still running once it has exited.
+// Live returns how many traced processes are not known to have exited (or
+// whose last events are not yet delivered), as of the collector's last
+// pass: a program's descendants that are still running once it has exited,
+// counting those forked by a traced process that have not allocated yet.
 func (c *Collector) Live() int { return int(c.live.Load()) }
 
 // SetStacks changes, live, which kinds carry a stack: running processes see
@@ -340,6 +354,7 @@ const (
 	reqExited
 	reqFlush
 	reqClose
+	reqChildren
 )
 
 type request struct {
@@ -348,6 +363,7 @@ type request struct {
 	hello  *hello
 	ring   *ring
 	pid    uint32
+	pids   []uint32 // reqChildren
 	status int
 	signal int
 	done   chan error
@@ -427,6 +443,21 @@ func parseHello(b []byte) (*hello, error) {
 		h.argv = strings.Split(cmd, "\x00")
 	}
 	return h, nil
+}
+
+// parseChildren returns the PIDs of a CHILDREN message; nil if it is
+// malformed.
+func parseChildren(b []byte) []uint32 {
+	le := binary.LittleEndian
+	n := uint64(le.Uint32(b[12:]))
+	if n == 0 || n > childrenMax || uint64(len(b)) != childrenSize+4*n {
+		return nil
+	}
+	pids := make([]uint32, n)
+	for i := range pids {
+		pids[i] = le.Uint32(b[childrenSize+4*i:])
+	}
+	return pids
 }
 
 func (c *Collector) accept() {
@@ -516,6 +547,14 @@ func (c *Collector) serve(uc *net.UnixConn) {
 			return
 		}
 		b := buf[:n]
+		if len(b) >= childrenSize && le.Uint32(b) == hsMagic && le.Uint32(b[4:]) == hsVersion &&
+			le.Uint32(b[8:]) == msgChildren {
+			closeAll(fds)
+			if pids := parseChildren(b); len(pids) > 0 {
+				c.enqueue(request{kind: reqChildren, conn: cn, pids: pids})
+			}
+			continue
+		}
 		if len(b) != ringMsgSize || le.Uint32(b) != hsMagic || le.Uint32(b[4:]) != hsVersion ||
 			le.Uint32(b[8:]) != msgRing || len(fds) != 1 {
 			closeAll(fds)

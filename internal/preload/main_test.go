@@ -18,12 +18,43 @@ import (
 // can kill: it traces the command in the variable's value and never returns.
 const helperEnv = "HEAPSCOPE_PRELOAD_TEST_HELPER"
 
+// countHelperEnv makes the test binary a collector process in block mode
+// that TestFrozenCollector can stop: it traces the command in the
+// variable's value with its own stdin and stdout, and prints what it
+// delivered and lost once the command exited.
+const countHelperEnv = "HEAPSCOPE_PRELOAD_TEST_COUNT"
+
 func TestMain(m *testing.M) {
 	if line := os.Getenv(helperEnv); line != "" {
 		helper(strings.Fields(line))
 		return
 	}
+	if line := os.Getenv(countHelperEnv); line != "" {
+		countHelper(strings.Fields(line))
+		return
+	}
 	testutil.Main(m)
+}
+
+func countHelper(args []string) {
+	sink := &counter{Sink: event.Discard}
+	c, err := New(Config{BufferSize: MinBufferSize, OnFull: Block}, sink)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	if err := c.Prepare(cmd); err != nil || cmd.Start() != nil {
+		os.Exit(1)
+	}
+	cmd.Wait()
+	c.Exited(cmd.Process.Pid, cmd.ProcessState.ExitCode(), 0)
+	if err := c.Close(); err != nil {
+		os.Exit(1)
+	}
+	st := c.Stats()
+	fmt.Printf("delivered %d lost %d sink %d\n", st.Delivered, st.TotalLost(), sink.n)
 }
 
 func helper(args []string) {

@@ -120,12 +120,23 @@ func TestDWARF(t *testing.T) {
 	}
 }
 
+// forkFamilies are the family sets the fork tests run with: the default,
+// and every family, mmap included (the interposer's own mappings must never
+// reach its mmap wrappers in a child being reset).
+var forkFamilies = []event.Family{event.FamilyHeap, event.FamilyAll}
+
 // TestForkExec follows a process that forks and a child that execs, each
 // image in its own stream.
 func TestForkExec(t *testing.T) {
+	for _, fam := range forkFamilies {
+		t.Run(fam.String(), func(t *testing.T) { testForkExec(t, fam) })
+	}
+}
+
+func testForkExec(t *testing.T, fam event.Family) {
 	bin := testutil.MustBuild(t, "preload_fork", testutil.Options{})
 	const k = 500
-	r := trace(t, Config{}, bin, strconv.Itoa(k))
+	r := trace(t, Config{Families: fam}, bin, strconv.Itoa(k))
 	if !r.state.Success() {
 		t.Fatalf("workload failed: %v", r.state)
 	}
@@ -202,9 +213,15 @@ func TestForkExec(t *testing.T) {
 // TestRawFork forks with the system call, running no atfork handlers: the
 // child still gets a stream of its own, and its parent's is untouched.
 func TestRawFork(t *testing.T) {
+	for _, fam := range forkFamilies {
+		t.Run(fam.String(), func(t *testing.T) { testRawFork(t, fam) })
+	}
+}
+
+func testRawFork(t *testing.T, fam event.Family) {
 	bin := testutil.MustBuild(t, "preload_fork", testutil.Options{})
 	const k = 300
-	r := trace(t, Config{}, bin, "raw", strconv.Itoa(k))
+	r := trace(t, Config{Families: fam}, bin, "raw", strconv.Itoa(k))
 	if !r.state.Success() {
 		t.Fatalf("workload failed: %v", r.state)
 	}
@@ -514,5 +531,123 @@ func TestTimes(t *testing.T) {
 	}
 	if x := r.exits[0]; x.Time < r.events[len(r.events)-1].Time || x.Time > after {
 		t.Errorf("exit at %d", x.Time)
+	}
+}
+
+// TestGDBAllFamilies traces gdb running a program with every family: gdb
+// forks the program it debugs, and that child used to die of a SIGSEGV in
+// the interposer's munmap while it reset itself after the fork.
+func TestGDBAllFamilies(t *testing.T) {
+	gdb, err := exec.LookPath("gdb")
+	if err != nil {
+		t.Skip("no gdb")
+	}
+	bin := testutil.MustBuild(t, "preload_fork", testutil.Options{})
+	cmd := exec.Command(gdb, "-batch", "-nx", "-ex", "run", "--args", bin, "exec", "50")
+	r := traceCmd(t, Config{Families: event.FamilyAll}, cmd)
+	if !r.state.Success() {
+		t.Fatalf("gdb failed: %v: %s", r.state, r.stdout)
+	}
+	if strings.Contains(r.stdout, "SIGSEGV") || !strings.Contains(r.stdout, "exited normally") {
+		t.Fatalf("the debugged program did not exit normally:\n%s", r.stdout)
+	}
+	// the debugged program's image was traced: its 50 mallocs of 333
+	n := 0
+	for _, e := range r.events {
+		if e.Func == event.FuncMalloc && e.Size == 333 && r.site(e) == "site_exec" {
+			n++
+		}
+	}
+	if n != 50 {
+		t.Errorf("%d allocations of the program gdb ran, want 50", n)
+	}
+}
+
+// TestDeepBind opens a library with RTLD_DEEPBIND, which would bind its
+// malloc and free to the C library's before ours: its calls are counted
+// and the strdup'd blocks it frees do not show as leaks.
+func TestDeepBind(t *testing.T) {
+	lib := testutil.MustBuild(t, "preload_deeplib", testutil.Options{Flags: []string{"-shared", "-fPIC"}})
+	bin := testutil.MustBuild(t, "preload_deepbind", testutil.Options{Flags: []string{"-ldl"}})
+	const n = 40
+	var stderr strings.Builder
+	cmd := exec.Command(bin, lib, strconv.Itoa(n))
+	cmd.Stderr = &stderr
+	r := traceCmd(t, Config{}, cmd)
+	if !r.state.Success() {
+		t.Fatalf("workload failed: %v: %s", r.state, stderr.String())
+	}
+	live := map[uint64]bool{}
+	mallocs, frees, dups := 0, 0, 0
+	for _, e := range r.of(r.pid) {
+		switch {
+		case e.Kind == event.KindAlloc && e.Size == 7777:
+			mallocs++
+			live[e.Addr] = true
+		case e.Kind == event.KindAlloc && e.Size == 52 && slices.Contains(r.chain(e), "strdup"):
+			dups++
+			live[e.Addr] = true
+		case e.Kind == event.KindFree && live[e.Addr]:
+			frees++
+			delete(live, e.Addr)
+		}
+	}
+	if mallocs != n || dups != n || frees != 2*n || len(live) != 0 {
+		t.Errorf("the deep-bound library: %d mallocs of 7777 and %d strdups (want %d each), %d frees (want %d), %d blocks left live (want 0)",
+			mallocs, dups, n, frees, 2*n, len(live))
+	}
+	if !strings.Contains(stderr.String(), "RTLD_DEEPBIND") || strings.Count(stderr.String(), "RTLD_DEEPBIND") != 1 {
+		t.Errorf("stderr %q: want one note about RTLD_DEEPBIND", stderr.String())
+	}
+}
+
+// waitDescendants waits, as heapscope's run does, until no traced process
+// has been live for 50 ms after the launched program exited.
+func waitDescendants(t *testing.T, c *Collector) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	quiet := time.Now()
+	for time.Since(quiet) < 50*time.Millisecond {
+		if time.Now().After(deadline) {
+			t.Fatal("traced processes still live after 60s")
+		}
+		time.Sleep(5 * time.Millisecond)
+		if c.Live() > 0 {
+			quiet = time.Now()
+		}
+	}
+}
+
+// TestDaemonChild traces a program whose child allocates only 500 ms
+// after the program exited: the child is known from its fork, so the
+// session lasts until it exits and its allocations are recorded.
+func TestDaemonChild(t *testing.T) {
+	bin := testutil.MustBuild(t, "preload_daemon", testutil.Options{})
+	const k = 20
+	rec := newRecorder()
+	c, err := New(Config{}, rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, strconv.Itoa(k))
+	c.Prepare(cmd)
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	reportExit(c, cmd)
+	waitDescendants(t, c)
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rec.check(t)
+	r := &result{recorder: rec, pid: cmd.Process.Pid}
+	n := 0
+	for _, e := range r.events {
+		if e.Func == event.FuncMalloc && e.Size == 5555 && int(e.PID) != r.pid && r.site(e) == "site_daemon" {
+			n++
+		}
+	}
+	if n != k {
+		t.Errorf("%d allocations of the daemon child recorded, want %d", n, k)
 	}
 }

@@ -9,10 +9,15 @@ const (
 	envSocket = "HEAPSCOPE_PRELOAD_SOCKET"
 	envLib    = "HEAPSCOPE_PRELOAD_LIB"
 	envPrefix = "HEAPSCOPE_PRELOAD_"
+	envUID    = "HEAPSCOPE_PRELOAD_UID"
 
-	msgHello   = 1
-	msgWelcome = 2
-	msgRing    = 3
+	msgHello    = 1
+	msgWelcome  = 2
+	msgRing     = 3
+	msgChildren = 4
+
+	childrenSize = 16
+	childrenMax  = 256
 
 	helloContinue  = 1
 	helloTruncated = 2

@@ -137,6 +137,10 @@ func (c *Collector) handle(r *request) {
 				break
 			}
 		}
+	case reqChildren:
+		if c.byConn[r.conn] != nil {
+			c.adopt(r.pids)
+		}
 	case reqFlush:
 		f := &flushReq{done: r.done, targets: map[*ring]uint64{}, deadline: time.Now().Add(flushPatience)}
 		for _, p := range c.procs {
@@ -150,8 +154,43 @@ func (c *Collector) handle(r *request) {
 	}
 }
 
+// adopt notes children a traced process forked: until each connects or
+// exits it counts as live, so that a session does not end under a child
+// that has not allocated yet (a daemon's, whose parent exits at once).
+func (c *Collector) adopt(pids []uint32) {
+	for _, pid := range pids {
+		if _, ok := c.children[pid]; ok || c.tracing(pid) {
+			continue
+		}
+		fd, err := unix.PidfdOpen(int(pid), 0)
+		if err != nil {
+			continue // gone already
+		}
+		c.children[pid] = fd
+	}
+}
+
+// tracing reports whether pid has a live traced image.
+func (c *Collector) tracing(pid uint32) bool {
+	for i := len(c.procs) - 1; i >= 0; i-- {
+		if p := c.procs[i]; p.pid == pid {
+			return !p.dead
+		}
+	}
+	return false
+}
+
+// dropChild forgets a child named by its parent: it connected, or exited.
+func (c *Collector) dropChild(pid uint32) {
+	if fd, ok := c.children[pid]; ok {
+		unix.Close(fd)
+		delete(c.children, pid)
+	}
+}
+
 // hello registers a new image, or a new connection of a known one.
 func (c *Collector) hello(cn *conn, h *hello) {
+	c.dropChild(h.pid)
 	var prev *proc
 	for i := len(c.procs) - 1; i >= 0; i-- {
 		if c.procs[i].pid == h.pid {
@@ -195,6 +234,14 @@ func (p *proc) markDead() {
 func (c *Collector) checkExits() {
 	live := 0
 	defer func() { c.live.Store(int64(live)) }()
+	for pid, fd := range c.children {
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		if n, err := unix.Poll(fds, 0); err == nil && n > 0 {
+			c.dropChild(pid)
+		} else {
+			live++
+		}
+	}
 	for _, p := range c.procs {
 		if p.final {
 			continue
@@ -214,7 +261,9 @@ func (c *Collector) checkExits() {
 		if p.dead && (p.conns == 0 || time.Since(p.deadAt) > eofPatience) {
 			p.final = true
 		}
-		if !p.dead {
+		// An image that ended counts until its stream is final: the
+		// children it named before exiting are known by then.
+		if !p.final {
 			live++
 		}
 	}
@@ -859,5 +908,8 @@ func (c *Collector) shutdown() {
 		f.done <- c.sinkErr
 	}
 	c.flushes = nil
+	for pid := range c.children {
+		c.dropChild(pid)
+	}
 	c.maybeStats(true)
 }

@@ -199,7 +199,7 @@ func TestProtocolMatchesHeader(t *testing.T) {
 	}
 	ints := map[string]int64{
 		"HS_MAGIC": hsMagic, "HS_VERSION": hsVersion, "HS_MSG_HELLO": msgHello, "HS_MSG_WELCOME": msgWelcome,
-		"HS_MSG_RING": msgRing, "HS_HELLO_CONTINUE": helloContinue, "HS_HELLO_TRUNCATED": helloTruncated,
+		"HS_MSG_RING": msgRing, "HS_MSG_CHILDREN": msgChildren, "HS_CHILDREN_SIZE": childrenSize, "HS_CHILDREN_MAX": childrenMax, "HS_HELLO_CONTINUE": helloContinue, "HS_HELLO_TRUNCATED": helloTruncated,
 		"HS_HELLO_SIZE": helloSize, "HS_HELLO_MAX": helloMax, "HS_WELCOME_SIZE": welcomeSize,
 		"HS_RING_MSG_SIZE": ringMsgSize, "HS_CTL_MAGIC": ctlMagic, "HS_CTL_VERSION": ctlVersion,
 		"HS_CTL_FAMILIES": ctlFamilies, "HS_CTL_UNWIND": ctlUnwind, "HS_CTL_MAX_FRAMES": ctlMaxFrames,
@@ -228,7 +228,7 @@ func TestProtocolMatchesHeader(t *testing.T) {
 		"HS_FUNC_DELETE": int64(event.FuncDelete), "HS_FUNC_DELETE_ARRAY": int64(event.FuncDeleteArray),
 		"HS_FUNC_MMAP": int64(event.FuncMmap), "HS_FUNC_MUNMAP": int64(event.FuncMunmap),
 	}
-	strs := map[string]string{"HS_ENV_SOCKET": envSocket, "HS_ENV_LIB": envLib, "HS_ENV_PREFIX": envPrefix}
+	strs := map[string]string{"HS_ENV_SOCKET": envSocket, "HS_ENV_LIB": envLib, "HS_ENV_PREFIX": envPrefix, "HS_ENV_UID": envUID}
 	for name, want := range ints {
 		v, ok := defs[name]
 		if !ok {

@@ -71,19 +71,60 @@ static struct {
 	int (*munmap)(void *, size_t);
 	void *(*mremap)(void *, size_t, size_t, int, ...);
 	int (*dlclose)(void *);
+	void *(*dlopen)(const char *, int);
 } real;
+
+/*
+ * What a thread is doing, as seen by an allocation call that arrives
+ * while it is not done (in_hook):
+ *  HOOK_REAL: running a real function for the program (reallocarray,
+ *    posix_memalign, ...): a nested call is part of it, not recorded.
+ *  HOOK_LIB: our bookkeeping, inside a C library call that may allocate
+ *    (dlsym, pthread_getattr_np, libunwind's first walk, ...): a nested
+ *    call is ours: not recorded, and the blocks it returns are internal
+ *    (their frees, whenever they come, are dropped too).
+ *  HOOK_BUSY: our bookkeeping, calling nothing that allocates: a call can
+ *    only come from a signal handler that interrupted us. It is queued
+ *    (with its stack) and written when the interrupted hook is done.
+ */
+enum { HOOK_NONE, HOOK_REAL, HOOK_BUSY, HOOK_LIB };
+
+/* A call made by a signal handler while this thread was in HOOK_BUSY. */
+#define HS_PEND 4
+struct hs_pend {
+	uint32_t func, kind, nbody, nframes;
+	uint64_t ts, a, b, c, d;
+	uint64_t frames[HS_MAX_FRAMES];
+};
 
 /* Per-thread state. Initial-exec TLS: one %fs-relative access. */
 struct hs_slot;
 struct hs_tls {
-	uint32_t in_hook;   /* inside our bookkeeping: nested calls pass through */
+	uint32_t in_hook;   /* HOOK_*: inside a call of ours */
 	uint32_t gen;       /* g_gen when slot was attached */
 	uint32_t resolving; /* this thread is resolving the real functions */
 	uint32_t swallow;   /* in a real C++ operator: its own malloc or free is not recorded */
 	struct hs_slot *slot;
 	uintptr_t stack_lo, stack_hi;
+	uint32_t unw_warm;  /* libunwind walked this thread once (its TLS is allocated) */
+	uint32_t safe_point; /* waiting for room in a section: a signal handler's call
+	                      * may write to the ring itself */
+	uint32_t stack_locked; /* holds g_stack_lock */
+	uint32_t npend;     /* calls queued by signal handlers (may exceed HS_PEND) */
+	uint32_t pdone;     /* of which written */
+	uint32_t pend_lost; /* queued calls that did not fit */
+	struct hs_pend pend[HS_PEND];
 };
 static __thread struct hs_tls tls __attribute__((tls_model("initial-exec")));
+
+/* Run a C library call that may allocate from inside our bookkeeping. */
+#define IN_LIB(stmt)                                                                                                   \
+	do {                                                                                                           \
+		uint32_t _saved_hook = tls.in_hook;                                                                    \
+		tls.in_hook = HOOK_LIB;                                                                                \
+		stmt;                                                                                                  \
+		tls.in_hook = _saved_hook;                                                                             \
+	} while (0)
 
 /*
  * A bootstrap arena for the allocations dlsym makes before the real
@@ -138,6 +179,7 @@ static void resolve_reals(void)
 		real.munmap = dlsym(RTLD_NEXT, "munmap");
 		real.mremap = dlsym(RTLD_NEXT, "mremap");
 		real.dlclose = dlsym(RTLD_NEXT, "dlclose");
+		real.dlopen = dlsym(RTLD_NEXT, "dlopen");
 		tls.resolving = 0;
 		__atomic_store_n(&reals_state, 2, __ATOMIC_RELEASE);
 		return;
@@ -200,6 +242,94 @@ static int64_t mono_ns(void)
 static long futex(volatile uint32_t *addr, int op, uint32_t val, const struct timespec *ts)
 {
 	return syscall(SYS_futex, addr, op, val, ts, NULL, 0);
+}
+
+/* The library's own mappings: system calls, never our exported wrappers,
+ * which would record them (in a forked child being reset, into the parent's
+ * ring). */
+static void *sys_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+	return (void *)syscall(SYS_mmap, addr, len, prot, flags, fd, off);
+}
+
+static int sys_munmap(void *addr, size_t len)
+{
+	return (int)syscall(SYS_munmap, addr, len);
+}
+
+static void *sys_mremap(void *old, size_t old_len, size_t len, int flags)
+{
+	return (void *)syscall(SYS_mremap, old, old_len, len, flags, NULL);
+}
+
+/*
+ * The live blocks allocated for our own use (in HOOK_LIB): a lock-free
+ * open-addressing set, so that their frees, which the C library may make
+ * much later outside any hook (libunwind's thread-local data when a thread
+ * ends), are dropped instead of showing as frees of unknown blocks.
+ */
+#define HS_INTERNAL_CAP 16384 /* a power of two */
+#define HS_INTERNAL_PROBE 64
+#define HS_INTERNAL_GONE 1 /* a removed entry */
+static uintptr_t *g_internal;
+static uint32_t g_internal_n; /* blocks in the set: frees look only when not 0 */
+
+static inline size_t internal_slot(uintptr_t a)
+{
+	return (size_t)(((uint64_t)a >> 4) * 0x9E3779B97F4A7C15ull >> 40) & (HS_INTERNAL_CAP - 1);
+}
+
+static void internal_add(uintptr_t a)
+{
+	uintptr_t *tab = __atomic_load_n(&g_internal, __ATOMIC_ACQUIRE);
+	if (!tab) {
+		uintptr_t *n = sys_mmap(NULL, HS_INTERNAL_CAP * sizeof *n, PROT_READ | PROT_WRITE,
+		                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (n == MAP_FAILED)
+			return;
+		if (__atomic_compare_exchange_n(&g_internal, &tab, n, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+			tab = n;
+		else
+			sys_munmap(n, HS_INTERNAL_CAP * sizeof *n);
+	}
+	size_t j = internal_slot(a);
+	for (int i = 0; i < HS_INTERNAL_PROBE; i++, j = (j + 1) & (HS_INTERNAL_CAP - 1)) {
+		uintptr_t cur = __atomic_load_n(&tab[j], __ATOMIC_RELAXED);
+		if ((cur == 0 || cur == HS_INTERNAL_GONE) &&
+		    __atomic_compare_exchange_n(&tab[j], &cur, a, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
+			__atomic_add_fetch(&g_internal_n, 1, __ATOMIC_RELEASE);
+			return;
+		}
+	}
+}
+
+/* Removes a from the set; 1 if it was there. */
+static int internal_del(uintptr_t a)
+{
+	uintptr_t *tab = __atomic_load_n(&g_internal, __ATOMIC_ACQUIRE);
+	if (!tab || a <= HS_INTERNAL_GONE)
+		return 0;
+	size_t j = internal_slot(a);
+	for (int i = 0; i < HS_INTERNAL_PROBE; i++, j = (j + 1) & (HS_INTERNAL_CAP - 1)) {
+		uintptr_t cur = __atomic_load_n(&tab[j], __ATOMIC_ACQUIRE);
+		if (cur == 0)
+			return 0;
+		if (cur != a)
+			continue;
+		/* the end of a probe run becomes empty again, not a tombstone */
+		uintptr_t next = __atomic_load_n(&tab[(j + 1) & (HS_INTERNAL_CAP - 1)], __ATOMIC_RELAXED);
+		if (!__atomic_compare_exchange_n(&tab[j], &cur, next == 0 ? 0 : HS_INTERNAL_GONE, 0, __ATOMIC_ACQ_REL,
+		                                 __ATOMIC_RELAXED))
+			return 0;
+		__atomic_sub_fetch(&g_internal_n, 1, __ATOMIC_RELEASE);
+		return 1;
+	}
+	return 0;
+}
+
+static inline int internal_any(void)
+{
+	return __atomic_load_n(&g_internal_n, __ATOMIC_RELAXED) != 0;
 }
 
 static inline volatile uint32_t *ctl32(int off) { return (volatile uint32_t *)(g_ctl + off); }
@@ -348,6 +478,50 @@ static void atfork_parent(void);
 static void atfork_child(void);
 static void slot_exit(void *);
 
+/* Whether uid may run our collector: the one heapscope ran as, or root. */
+static int trusted_uid(uid_t uid, uid_t want)
+{
+	return uid == want || uid == 0;
+}
+
+/*
+ * Whether path names a socket we may connect to: its directory and the
+ * socket itself (neither followed if a symlink) are owned by want (or
+ * root) and writable by no one else. A session that ended leaves its name
+ * free for anyone to recreate in /tmp; the peer's credentials, checked
+ * after connecting, close the race between this check and the connect.
+ */
+static int socket_path_ok(const char *path, uid_t want)
+{
+	static char dir[PATH_MAX];
+	const char *slash = strrchr(path, '/');
+	if (!slash || slash == path || (size_t)(slash - path) >= sizeof dir)
+		return 0;
+	memcpy(dir, path, (size_t)(slash - path));
+	dir[slash - path] = 0;
+	struct stat st;
+	if (lstat(dir, &st) < 0 || !S_ISDIR(st.st_mode) || !trusted_uid(st.st_uid, want) || (st.st_mode & 022))
+		return 0;
+	if (lstat(path, &st) < 0 || !S_ISSOCK(st.st_mode) || !trusted_uid(st.st_uid, want) || (st.st_mode & 022))
+		return 0;
+	return 1;
+}
+
+/* The collector's uid, from the environment; -1 if absent or malformed. */
+static long env_uid(void)
+{
+	const char *v = getenv(HS_ENV_UID);
+	if (!v || !*v)
+		return -1;
+	long u = 0;
+	for (; *v; v++) {
+		if (*v < '0' || *v > '9' || u > 0xffffffffL / 10)
+			return -1;
+		u = u * 10 + (*v - '0');
+	}
+	return u <= 0xfffffffeL ? u : -1;
+}
+
 /*
  * Connect to the collector and say hello. cont says this image was already
  * traced (the program closed our socket). Called with g_lock held and
@@ -356,7 +530,8 @@ static void slot_exit(void *);
 static int connect_locked(int cont)
 {
 	const char *path = getenv(HS_ENV_SOCKET);
-	if (!path || !*path)
+	long uid = env_uid();
+	if (!path || !*path || uid < 0 || !socket_path_ok(path, (uid_t)uid))
 		return 0;
 	struct sockaddr_un sa;
 	memset(&sa, 0, sizeof sa);
@@ -364,10 +539,24 @@ static int connect_locked(int cont)
 	if (strlen(path) >= sizeof sa.sun_path)
 		return 0;
 	strcpy(sa.sun_path, path);
-	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (fd < 0)
 		return 0;
-	if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
+	/* Non-blocking: a listener whose backlog is full (one that never
+	 * accepts) makes connect fail with EAGAIN instead of blocking. A few
+	 * retries, then run untraced. */
+	int r0;
+	for (int tries = 0;; tries++) {
+		r0 = connect(fd, (struct sockaddr *)&sa, sizeof sa);
+		if (r0 == 0 || (errno != EAGAIN && errno != EINTR) || tries >= 100)
+			break;
+		struct timespec pause = {0, 10 * 1000 * 1000};
+		nanosleep(&pause, NULL);
+	}
+	struct ucred cred;
+	socklen_t clen = sizeof cred;
+	if (r0 < 0 || getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) < 0 || clen != sizeof cred ||
+	    !trusted_uid(cred.uid, (uid_t)uid) || fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) < 0) {
 		close(fd);
 		return 0;
 	}
@@ -380,7 +569,8 @@ static int connect_locked(int cont)
 			fd = hi;
 		}
 	}
-	struct timeval tv = {10, 0};
+	/* bounds the handshake with a collector that does not answer */
+	struct timeval tv = {5, 0};
 	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
 	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
 
@@ -440,7 +630,7 @@ static int connect_locked(int cont)
 		return 0;
 	}
 	if (!g_ctl) {
-		void *m = mmap(NULL, HS_CTL_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, cfd, 0);
+		void *m = sys_mmap(NULL, HS_CTL_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, cfd, 0);
 		if (m == MAP_FAILED) {
 			close(cfd);
 			close(fd);
@@ -451,7 +641,7 @@ static int connect_locked(int cont)
 		uint32_t mf = *(uint32_t *)(ctl + HS_CTL_MAX_FRAMES);
 		if (*(uint32_t *)(ctl + HS_CTL_MAGIC) != HS_MAGIC || ring < HS_RING_MIN || ring > HS_RING_MAX ||
 		    (ring & (ring - 1)) || mf < 1 || mf > HS_MAX_FRAMES) {
-			munmap(m, HS_CTL_SIZE);
+			sys_munmap(m, HS_CTL_SIZE);
 			close(cfd);
 			close(fd);
 			return 0;
@@ -475,13 +665,13 @@ static int connect_locked(int cont)
 	g_heartbeat_at = mono_ns();
 	if (!g_atfork_done) {
 		g_atfork_done = 1;
-		void *page = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		void *page = sys_mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 		if (page != MAP_FAILED && madvise(page, 4096, MADV_WIPEONFORK) == 0) {
 			*(volatile uint32_t *)page = 1;
 			g_forkcheck = page;
 		}
-		pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
-		pthread_key_create(&g_key, slot_exit);
+		IN_LIB(pthread_atfork(atfork_prepare, atfork_parent, atfork_child));
+		IN_LIB(pthread_key_create(&g_key, slot_exit));
 	}
 	return 1;
 }
@@ -553,6 +743,9 @@ struct hs_slot {
 	uint32_t index;
 	pid_t tid;
 	uint32_t exiting;     /* the owner ran its thread-exit destructor */
+	uint32_t depth;       /* open sections: a signal handler's record nests in one */
+	uint32_t stalled;     /* gave up waiting: the collector's heartbeat stood still */
+	uint64_t stall_hb;    /* the heartbeat then: drop without waiting until it moves */
 	uint32_t cache_epoch;
 	struct hs_slot *next;
 	struct hs_cache_ent cache[CACHE_SIZE];
@@ -584,13 +777,22 @@ static inline int closed(void)
 	return (__atomic_load_n(g_state, __ATOMIC_RELAXED) & HS_STATE_CLOSED) != 0;
 }
 
+/* How long a thread waits for room while the collector's heartbeat stands
+ * still (a collector stopped or frozen) before it drops, and counts, what
+ * it cannot write. */
+#define HS_STALL_NS 10000000000LL
+
 /*
  * Wait until need bytes are free. Returns 0 when the record cannot be
- * written: the ring is full in drop mode, or the session is over.
+ * written: the ring is full in drop mode, the session is over, or the
+ * collector's heartbeat stood still for HS_STALL_NS (then, until it moves,
+ * later calls give up at once).
  */
 static HS_NOINLINE int make_room(struct hs_slot *s, uint64_t need, int must)
 {
 	unsigned spins = 0, waits = 0;
+	uint64_t hb = 0;
+	int64_t hb_at = 0;
 	for (;;) {
 		s->cached_tail = __atomic_load_n(s->tail_p, __ATOMIC_ACQUIRE);
 		if (s->head + need - s->cached_tail <= s->size)
@@ -602,9 +804,19 @@ static HS_NOINLINE int make_room(struct hs_slot *s, uint64_t need, int must)
 			turn_off();
 			return 0;
 		}
+		if (s->stalled) {
+			if (__atomic_load_n(ctl64(HS_CTL_HEARTBEAT), __ATOMIC_ACQUIRE) == s->stall_hb)
+				return 0;
+			s->stalled = 0;
+		}
+		/* While we wait, a signal handler's call writes to the ring
+		 * itself (see nested): our caller looks at the ring again. */
+		uint32_t was_safe = tls.safe_point;
 		if (spins < 16) {
 			spins++;
+			tls.safe_point = 1;
 			sched_yield();
+			tls.safe_point = was_safe;
 			continue;
 		}
 		__atomic_store_n(s->waiting_p, 1, __ATOMIC_SEQ_CST);
@@ -612,11 +824,23 @@ static HS_NOINLINE int make_room(struct hs_slot *s, uint64_t need, int must)
 		if (s->head + need - t > s->size) {
 			struct timespec ts = {0, 50 * 1000 * 1000};
 			/* the futex word is the tail's low half (little-endian) */
+			tls.safe_point = 1;
 			futex((volatile uint32_t *)s->tail_p, FUTEX_WAIT, (uint32_t)t, &ts);
+			tls.safe_point = was_safe;
 		}
 		__atomic_store_n(s->waiting_p, 0, __ATOMIC_RELAXED);
 		if (++waits % 4 == 0 && collector_gone()) {
 			turn_off();
+			return 0;
+		}
+		uint64_t now_hb = __atomic_load_n(ctl64(HS_CTL_HEARTBEAT), __ATOMIC_ACQUIRE);
+		int64_t now = mono_ns();
+		if (hb_at == 0 || now_hb != hb) {
+			hb = now_hb;
+			hb_at = now;
+		} else if (now - hb_at > HS_STALL_NS) {
+			s->stall_hb = hb;
+			s->stalled = 1;
 			return 0;
 		}
 	}
@@ -624,6 +848,8 @@ static HS_NOINLINE int make_room(struct hs_slot *s, uint64_t need, int must)
 
 static inline void section_begin(struct hs_slot *s)
 {
+	if (s->depth++)
+		return; /* a signal handler's record, inside the section it interrupted */
 	s->seq++;
 	__atomic_store_n(s->seq_p, s->seq, __ATOMIC_RELAXED);
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
@@ -631,6 +857,8 @@ static inline void section_begin(struct hs_slot *s)
 
 static inline void section_end(struct hs_slot *s)
 {
+	if (--s->depth)
+		return;
 	s->seq++;
 	__atomic_store_n(s->seq_p, s->seq, __ATOMIC_RELEASE);
 }
@@ -642,11 +870,17 @@ static inline void section_end(struct hs_slot *s)
 static inline uint64_t *reserve(struct hs_slot *s, uint32_t words, uint64_t *newhead, int must)
 {
 	uint64_t bytes = (uint64_t)words * 8;
-	uint64_t head = s->head;
-	uint64_t off = head & s->mask;
-	uint64_t pad = off + bytes > s->size ? s->size - off : 0;
-	if (HS_UNLIKELY(head + pad + bytes - s->cached_tail > s->size) && !make_room(s, pad + bytes, must))
-		return NULL;
+	uint64_t head, off, pad;
+	for (;;) {
+		head = s->head;
+		off = head & s->mask;
+		pad = off + bytes > s->size ? s->size - off : 0;
+		if (HS_LIKELY(head + pad + bytes - s->cached_tail <= s->size))
+			break;
+		if (!make_room(s, pad + bytes, must))
+			return NULL;
+		/* look again: a signal handler may have written while we waited */
+	}
 	if (pad) {
 		*(uint64_t *)(s->data + off) = HS_REC_PAD | ((pad / 8) << 8);
 		head += pad;
@@ -670,9 +904,11 @@ static inline uint64_t hdr(uint32_t type, uint32_t words, uint32_t arg)
 	return (uint64_t)type | ((uint64_t)words << 8) | ((uint64_t)arg << 32);
 }
 
+/* An event that could not be written while tracing: a full ring in drop
+ * mode, or, in block mode, a collector that stopped draining. */
 static void count_lost(struct hs_slot *s)
 {
-	if (g_on_full == HS_ON_FULL_DROP && g_mode == MODE_ON) {
+	if (g_mode == MODE_ON) {
 		s->lost++;
 		__atomic_store_n(s->lost_p, s->lost, __ATOMIC_RELEASE);
 	}
@@ -720,14 +956,14 @@ static struct hs_slot *new_slot(void)
 		close(fd);
 		return NULL;
 	}
-	uint8_t *map = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	uint8_t *map = sys_mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (map == MAP_FAILED) {
 		close(fd);
 		return NULL;
 	}
-	struct hs_slot *s = mmap(NULL, sizeof *s, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	struct hs_slot *s = sys_mmap(NULL, sizeof *s, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (s == MAP_FAILED) {
-		munmap(map, total);
+		sys_munmap(map, total);
 		close(fd);
 		return NULL;
 	}
@@ -758,8 +994,8 @@ static struct hs_slot *new_slot(void)
 	}
 	close(fd);
 	if (!ok) {
-		munmap(map, total);
-		munmap(s, sizeof *s);
+		sys_munmap(map, total);
+		sys_munmap(s, sizeof *s);
 		return NULL;
 	}
 	g_nslots++;
@@ -857,15 +1093,16 @@ static HS_NOINLINE struct hs_slot *attach(struct hs_tls *t)
 	pthread_setcancelstate(cancel, NULL);
 	if (!s)
 		return NULL;
-	stack_bounds(t);
+	IN_LIB(stack_bounds(t));
+	/* must: in drop mode too, or the collector would credit this thread's
+	 * events to the ring's previous owner. Written before the ring is the
+	 * thread's, so that no signal handler's call goes before it. */
+	if (!write_record(s, HS_REC_THREAD, (uint32_t)s->tid, NULL, 0, 1))
+		return NULL;
 	t->slot = s;
 	t->gen = g_gen;
 	if (g_atfork_done)
-		pthread_setspecific(g_key, s);
-	/* must: in drop mode too, or the collector would credit this thread's
-	 * events to the ring's previous owner */
-	if (!write_record(s, HS_REC_THREAD, (uint32_t)s->tid, NULL, 0, 1))
-		return NULL;
+		IN_LIB(pthread_setspecific(g_key, s));
 	return s;
 }
 
@@ -901,7 +1138,14 @@ static inline int fp_walk(uint64_t *out, int max, uintptr_t fp, uintptr_t lo, ui
 static HS_NOINLINE int dwarf_walk(uint64_t *out, int max)
 {
 	void *buf[HS_MAX_FRAMES + 16];
-	int n = p_unw_backtrace(buf, max + 16);
+	int n;
+	if (HS_LIKELY(tls.unw_warm)) {
+		n = p_unw_backtrace(buf, max + 16);
+	} else {
+		/* the thread's first walk allocates libunwind's thread-local data */
+		IN_LIB(n = p_unw_backtrace(buf, max + 16));
+		tls.unw_warm = 1;
+	}
 	int i = 0, k = 0;
 	while (i < n && (uintptr_t)buf[i] >= g_self_lo && (uintptr_t)buf[i] < g_self_hi)
 		i++;
@@ -947,16 +1191,16 @@ static int g_mods_valid;
 
 static void *map_anon(size_t n)
 {
-	void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	void *p = sys_mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	return p == MAP_FAILED ? NULL : p;
 }
 
 static void stab_reset(void)
 {
 	if (g_stab)
-		munmap(g_stab, g_stab_cap * sizeof *g_stab);
+		sys_munmap(g_stab, g_stab_cap * sizeof *g_stab);
 	if (g_frames)
-		munmap(g_frames, g_frames_cap * 8);
+		sys_munmap(g_frames, g_frames_cap * 8);
 	g_stab = NULL;
 	g_frames = NULL;
 	g_stab_cap = g_stab_len = g_frames_len = g_frames_cap = 0;
@@ -978,7 +1222,7 @@ static int stab_grow(void)
 		t[j] = *e;
 	}
 	if (g_stab)
-		munmap(g_stab, g_stab_cap * sizeof *g_stab);
+		sys_munmap(g_stab, g_stab_cap * sizeof *g_stab);
 	g_stab = t;
 	g_stab_cap = cap;
 	return 1;
@@ -1005,7 +1249,7 @@ static int stab_add(uint64_t h, const uint64_t *f, int n, uint32_t id)
 		size_t cap = g_frames_cap ? g_frames_cap * 2 : 65536;
 		while (cap < g_frames_len + (size_t)n)
 			cap *= 2;
-		uint64_t *nf = g_frames ? mremap(g_frames, g_frames_cap * 8, cap * 8, MREMAP_MAYMOVE) : map_anon(cap * 8);
+		uint64_t *nf = g_frames ? sys_mremap(g_frames, g_frames_cap * 8, cap * 8, MREMAP_MAYMOVE) : map_anon(cap * 8);
 		if (nf == MAP_FAILED || !nf)
 			return 0;
 		g_frames = nf;
@@ -1096,8 +1340,12 @@ static int mod_cb(struct dl_phdr_info *info, size_t size, void *arg)
 	const char *name = info->dlpi_name;
 	if (!name || !*name)
 		name = g_exe;
-	else if (name[0] != '/' && strchr(name, '/') && realpath(name, g_path))
-		name = g_path;
+	else if (name[0] != '/' && strchr(name, '/')) {
+		char *rp;
+		IN_LIB(rp = realpath(name, g_path));
+		if (rp)
+			name = g_path;
+	}
 	size_t plen = strlen(name);
 	if (plen > HS_MODULE_PATH_MAX)
 		plen = HS_MODULE_PATH_MAX;
@@ -1118,7 +1366,7 @@ static int mod_cb(struct dl_phdr_info *info, size_t size, void *arg)
 			}
 			if (sc->next) {
 				memcpy(n, sc->next, sc->len * sizeof *n);
-				munmap(sc->next, sc->cap * sizeof *n);
+				sys_munmap(sc->next, sc->cap * sizeof *n);
 			}
 			sc->next = n;
 			sc->cap = cap;
@@ -1159,7 +1407,7 @@ static int refresh_modules(struct hs_slot *s)
 	dl_iterate_phdr(mod_cb, &sc);
 	if (sc.failed) {
 		if (sc.next)
-			munmap(sc.next, sc.cap * sizeof *sc.next);
+			sys_munmap(sc.next, sc.cap * sizeof *sc.next);
 		g_mods_valid = 0;
 		return 0;
 	}
@@ -1171,7 +1419,7 @@ static int refresh_modules(struct hs_slot *s)
 			sc.next[j - 1] = t;
 		}
 	if (g_mods)
-		munmap(g_mods, g_mods_cap * sizeof *g_mods);
+		sys_munmap(g_mods, g_mods_cap * sizeof *g_mods);
 	g_mods = sc.next;
 	g_mods_len = sc.len;
 	g_mods_cap = sc.cap;
@@ -1187,6 +1435,9 @@ static int refresh_modules(struct hs_slot *s)
 static HS_NOINLINE int define_stack(struct hs_slot *s, uint64_t *f, int n, uint64_t h, uint32_t epoch,
                                     struct hs_cache_ent *ce, uint32_t *id)
 {
+	/* set before locking and cleared after unlocking: a signal handler
+	 * that finds it set queues its call instead of locking */
+	tls.stack_locked = 1;
 	pthread_mutex_lock(&g_stack_lock);
 	int ok = 1;
 	if (g_stab_epoch != epoch) {
@@ -1224,6 +1475,7 @@ static HS_NOINLINE int define_stack(struct hs_slot *s, uint64_t *f, int n, uint6
 		}
 	}
 	pthread_mutex_unlock(&g_stack_lock);
+	tls.stack_locked = 0;
 	if (ok) {
 		ce->hash = h;
 		ce->id = sid;
@@ -1276,7 +1528,7 @@ static inline struct hs_slot *enter(struct hs_tls *t)
 		t->swallow = 0;
 		return NULL;
 	}
-	t->in_hook = 1;
+	t->in_hook = HOOK_BUSY;
 	struct hs_slot *s = t->slot;
 	if (HS_UNLIKELY(!s || t->gen != g_gen)) {
 		t->slot = NULL;
@@ -1298,17 +1550,188 @@ static inline int leave_if_closed(uint32_t st)
 	return 0;
 }
 
+/* The id of the stack f[0..n) (a queued call's), as capture finds it. */
+static int stack_of(struct hs_slot *s, uint64_t *f, int n, uint32_t *id)
+{
+	uint32_t epoch = __atomic_load_n(&g_dl_epoch, __ATOMIC_ACQUIRE);
+	if (HS_UNLIKELY(s->cache_epoch != epoch)) {
+		memset(s->cache, 0, sizeof s->cache);
+		s->cache_epoch = epoch;
+	}
+	uint64_t h = hash_frames(f, n);
+	struct hs_cache_ent *ce = &s->cache[h & (CACHE_SIZE - 1)];
+	if (ce->hash == h) {
+		*id = ce->id;
+		return 1;
+	}
+	return define_stack(s, f, n, h, epoch, ce, id);
+}
+
+/* Queue a call made by a signal handler that interrupted our bookkeeping
+ * (HOOK_BUSY): async-signal-safe, it only fills an entry of the thread's
+ * queue, which the interrupted hook writes out before it returns. */
+static void defer_call(struct hs_tls *t, uint32_t func, uint32_t kind, uint32_t nbody, uint64_t a, uint64_t b,
+                       uint64_t c, uint64_t d, uintptr_t fp)
+{
+	uint32_t i = __atomic_fetch_add(&t->npend, 1, __ATOMIC_RELAXED);
+	if (i >= HS_PEND) {
+		__atomic_add_fetch(&t->pend_lost, 1, __ATOMIC_RELAXED);
+		return;
+	}
+	struct hs_pend *e = &t->pend[i];
+	e->func = func;
+	e->kind = kind;
+	e->nbody = nbody;
+	e->a = a;
+	e->b = b;
+	e->c = c;
+	e->d = d;
+	if (internal_any() && kind == HS_KIND_ALLOC && a)
+		internal_del((uintptr_t)a);
+	volatile uint32_t *state = __atomic_load_n(&g_state, __ATOMIC_ACQUIRE);
+	uint32_t st = state ? __atomic_load_n(state, __ATOMIC_RELAXED) : 0;
+	e->nframes = (st >> kind) & 1 ? (uint32_t)fp_walk(e->frames, (int)g_max_frames, fp, t->stack_lo, t->stack_hi) : 0;
+	e->ts = hs_now();
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+}
+
+/* Write a queued call; it is stamped no earlier than the ring's last
+ * record (the hook it interrupted may have published after it). */
+static void write_pend(struct hs_slot *s, struct hs_pend *e)
+{
+	uint32_t sid = 0;
+	if (e->nframes && !stack_of(s, e->frames, (int)e->nframes, &sid)) {
+		count_lost(s);
+		return;
+	}
+	uint64_t nh;
+	section_begin(s);
+	uint64_t *w = reserve(s, e->nbody + 2, &nh, 0);
+	if (w) {
+		uint64_t last = __atomic_load_n(s->last_ts_p, __ATOMIC_RELAXED);
+		uint64_t ts = e->ts > last ? e->ts : last;
+		uint64_t body[4] = {e->a, e->b, e->c, e->d};
+		w[0] = hdr(e->func, e->nbody + 2, sid);
+		w[1] = ts;
+		memcpy(w + 2, body, (size_t)e->nbody * 8);
+		publish(s, nh, ts);
+	} else {
+		count_lost(s);
+	}
+	section_end(s);
+}
+
+/* Write what signal handlers queued while this thread was in its hook;
+ * handlers may queue more meanwhile. */
+static HS_NOINLINE void flush_pending(struct hs_tls *t, struct hs_slot *s)
+{
+	for (;;) {
+		uint32_t n = __atomic_load_n(&t->npend, __ATOMIC_ACQUIRE);
+		uint32_t lim = n < HS_PEND ? n : HS_PEND;
+		for (; t->pdone < lim; t->pdone++)
+			write_pend(s, &t->pend[t->pdone]);
+		if (__atomic_compare_exchange_n(&t->npend, &n, 0, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+			break;
+	}
+	t->pdone = 0;
+	for (uint32_t l = __atomic_exchange_n(&t->pend_lost, 0, __ATOMIC_RELAXED); l; l--)
+		count_lost(s);
+}
+
+/*
+ * A signal handler's call while this thread is in its hook but not writing
+ * a record (no section open: walking the stack, say), or waiting for room
+ * in the middle of one (make_room): the interrupted hook holds nothing that
+ * a record written now would disturb (its section, if open, stays open
+ * around this one, and it looks at the ring again once it wakes), so the
+ * call is written at once, and waits for room itself. Its stack is walked
+ * with frame pointers and defined without the thread's stack cache (which
+ * the interrupted hook may be reading); if the interrupted hook holds the
+ * stack table's lock, the call is queued instead.
+ */
+static void direct_call(struct hs_tls *t, uint32_t func, uint32_t kind, uint32_t nbody, uint64_t a, uint64_t b,
+                        uint64_t c, uint64_t d, uintptr_t fp)
+{
+	struct hs_slot *s = t->slot;
+	uint32_t st = __atomic_load_n(g_state, __ATOMIC_RELAXED);
+	if (st & HS_STATE_CLOSED)
+		return;
+	if (internal_any() && kind == HS_KIND_ALLOC && a)
+		internal_del((uintptr_t)a);
+	uint32_t sid = 0;
+	if ((st >> kind) & 1) {
+		uint64_t f[HS_MAX_FRAMES + 1];
+		int n = fp_walk(f, (int)g_max_frames, fp, t->stack_lo, t->stack_hi);
+		if (n && t->stack_locked) {
+			defer_call(t, func, kind, nbody, a, b, c, d, fp);
+			return;
+		}
+		struct hs_cache_ent scratch;
+		if (n && !define_stack(s, f, n, hash_frames(f, n), __atomic_load_n(&g_dl_epoch, __ATOMIC_ACQUIRE), &scratch, &sid)) {
+			count_lost(s);
+			return;
+		}
+	}
+	uint64_t nh;
+	section_begin(s);
+	uint64_t *w = reserve(s, nbody + 2, &nh, 0);
+	if (w) {
+		uint64_t ts = hs_now();
+		uint64_t body[4] = {a, b, c, d};
+		w[0] = hdr(func, nbody + 2, sid);
+		w[1] = ts;
+		memcpy(w + 2, body, (size_t)nbody * 8);
+		publish(s, nh, ts);
+	} else {
+		count_lost(s);
+	}
+	section_end(s);
+}
+
+/* A call that arrived while this thread was inside a call of ours. */
+static HS_NOINLINE void nested(struct hs_tls *t, uint32_t func, uint32_t kind, uint32_t nbody, uint64_t a, uint64_t b,
+                               uint64_t c, uint64_t d, uintptr_t fp)
+{
+	if (t->in_hook == HOOK_BUSY) {
+		struct hs_slot *s = t->slot;
+		if (s && t->gen == g_gen && g_mode == MODE_ON && (t->safe_point || s->depth == 0))
+			direct_call(t, func, kind, nbody, a, b, c, d, fp);
+		else
+			defer_call(t, func, kind, nbody, a, b, c, d, fp);
+	} else if (t->in_hook == HOOK_LIB && func != HS_FUNC_MREMAP && kind != HS_KIND_MMAP && kind != HS_KIND_MUNMAP) {
+		if (kind == HS_KIND_REALLOC && c)
+			internal_del((uintptr_t)c);
+		if (a)
+			internal_add((uintptr_t)a);
+	}
+}
+
 /* An event of 2..4 body words: [addr][size][old][oldsize]. */
 static HS_INLINE void record(uint32_t func, uint32_t fam, uint32_t kind, uint32_t nbody, uint64_t a, uint64_t b,
                           uint64_t c, uint64_t d, uintptr_t fp)
 {
 	struct hs_tls *t = &tls;
+	if (HS_UNLIKELY(t->in_hook)) {
+		nested(t, func, kind, nbody, a, b, c, d, fp);
+		return;
+	}
 	struct hs_slot *s = enter(t);
 	if (!s)
 		return;
 	uint32_t st = __atomic_load_n(g_state, __ATOMIC_RELAXED);
 	if (leave_if_closed(st) || HS_UNLIKELY(!(g_families & fam)))
 		goto out;
+	if (HS_UNLIKELY(internal_any()) && func != HS_FUNC_MREMAP && (kind == HS_KIND_ALLOC || kind == HS_KIND_REALLOC)) {
+		/* a realloc of one of our blocks stays ours; a block the
+		 * program gets is not ours, whatever the set remembers */
+		if (kind == HS_KIND_REALLOC && c && internal_del((uintptr_t)c)) {
+			if (a)
+				internal_add((uintptr_t)a);
+			goto out;
+		}
+		if (a)
+			internal_del((uintptr_t)a);
+	}
 	uint32_t sid = 0;
 	if ((st >> kind) & 1) {
 		if (!capture(t, s, fp, &sid)) {
@@ -1336,7 +1759,9 @@ static HS_INLINE void record(uint32_t func, uint32_t fam, uint32_t kind, uint32_
 	}
 	section_end(s);
 out:
-	t->in_hook = 0;
+	if (HS_UNLIKELY(__atomic_load_n(&t->npend, __ATOMIC_RELAXED)) && g_mode == MODE_ON)
+		flush_pending(t, s);
+	t->in_hook = HOOK_NONE;
 }
 
 #define TRACED(fam) (__atomic_load_n(&g_families, __ATOMIC_RELAXED) & (fam))
@@ -1359,7 +1784,7 @@ static inline void ensure_reals(void)
 #define UNTRACED(expr)                                                                                                 \
 	({                                                                                                             \
 		uint32_t _saved = tls.in_hook;                                                                         \
-		tls.in_hook = 1;                                                                                       \
+		tls.in_hook = HOOK_REAL;                                                                               \
 		__typeof__(expr) _r = (expr);                                                                          \
 		tls.in_hook = _saved;                                                                                  \
 		_r;                                                                                                    \
@@ -1398,8 +1823,12 @@ HS_EXPORT void free(void *p)
 	ensure_reals();
 	/* recorded before the block is released, so that whoever gets it next
 	 * is stamped later */
-	if (TRACED(HS_FAM_FREE))
-		record(HS_FUNC_FREE, HS_FAM_FREE, HS_KIND_FREE, 1, (uint64_t)(uintptr_t)p, 0, 0, 0, fp);
+	if (TRACED(HS_FAM_FREE)) {
+		if (HS_UNLIKELY(internal_any()) && internal_del((uintptr_t)p))
+			; /* a block of ours: never shown, nor its free */
+		else
+			record(HS_FUNC_FREE, HS_FAM_FREE, HS_KIND_FREE, 1, (uint64_t)(uintptr_t)p, 0, 0, 0, fp);
+	}
 	if (HS_LIKELY(real.free != NULL))
 		real.free(p);
 }
@@ -1542,6 +1971,35 @@ HS_EXPORT int dlclose(void *h)
 }
 
 /*
+ * RTLD_DEEPBIND makes a library bind malloc and free to the C library's
+ * before ours: its calls would be missed, and blocks the C library
+ * allocated for it (strdup) that it frees would show as leaks. The flag is
+ * dropped, as heaptrack does, and said once. The real dlopen is reached by
+ * a tail call, so that it sees the program as its caller (for the caller's
+ * RUNPATH and namespace), not this library.
+ */
+static HS_NOINLINE void deepbind_note(void)
+{
+	static int said;
+	if (__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+		return;
+	static const char msg[] = "heapscope: dlopen with RTLD_DEEPBIND: the flag is dropped so that the library's "
+	                          "allocations are traced\n";
+	ssize_t r = write(2, msg, sizeof msg - 1);
+	(void)r;
+}
+
+HS_EXPORT void *dlopen(const char *file, int flags)
+{
+	ensure_reals();
+	if (HS_UNLIKELY(flags & RTLD_DEEPBIND) && g_mode != MODE_OFF) {
+		flags &= ~RTLD_DEEPBIND;
+		deepbind_note();
+	}
+	return real.dlopen(file, flags);
+}
+
+/*
  * C++ operator new and delete. The real operators (libstdc++'s) call malloc
  * and free: the operator is recorded, as what the program called, and the
  * first allocation call it makes (its own malloc or free) is not; later ones
@@ -1557,10 +2015,7 @@ static cxx_fn cxx_real(cxx_fn *slot, const char *name)
 {
 	cxx_fn f = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
 	if (!f) {
-		uint32_t saved = tls.in_hook;
-		tls.in_hook = 1;
-		f = (cxx_fn)dlsym(RTLD_NEXT, name);
-		tls.in_hook = saved;
+		IN_LIB(f = (cxx_fn)dlsym(RTLD_NEXT, name));
 		__atomic_store_n(slot, f, __ATOMIC_RELEASE);
 	}
 	return f;
@@ -1648,10 +2103,55 @@ static void atfork_prepare(void)
 	pthread_mutex_lock(&g_stack_lock);
 }
 
+/*
+ * Name the forking thread's children to the collector (HS_MSG_CHILDREN),
+ * connecting first if this process has not yet: before fork returns, so
+ * that the collector knows of the child before this process can exit,
+ * whenever the child first allocates. Errors only lose the notice.
+ */
+static void report_children(void)
+{
+	static char buf[4096];
+	static uint32_t msg[HS_CHILDREN_SIZE / 4 + HS_CHILDREN_MAX];
+	uint32_t saved = tls.in_hook;
+	tls.in_hook = HOOK_LIB;
+	int cancel;
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel);
+	pthread_mutex_lock(&g_lock);
+	if (ensure_connected_locked() && sock_ok()) {
+		ssize_t n = read_file("/proc/thread-self/children", buf, sizeof buf - 1);
+		uint32_t count = 0;
+		for (ssize_t i = 0; n > 0 && i < n && count < HS_CHILDREN_MAX;) {
+			uint32_t pid = 0;
+			while (i < n && buf[i] >= '0' && buf[i] <= '9')
+				pid = pid * 10 + (uint32_t)(buf[i++] - '0');
+			if (pid)
+				msg[HS_CHILDREN_SIZE / 4 + count++] = pid;
+			while (i < n && (buf[i] < '0' || buf[i] > '9'))
+				i++;
+		}
+		if (count) {
+			msg[0] = HS_MAGIC;
+			msg[1] = HS_VERSION;
+			msg[2] = HS_MSG_CHILDREN;
+			msg[3] = count;
+			ssize_t r;
+			do
+				r = send(g_sock, msg, HS_CHILDREN_SIZE + (size_t)count * 4, MSG_NOSIGNAL);
+			while (r < 0 && errno == EINTR);
+		}
+	}
+	pthread_mutex_unlock(&g_lock);
+	pthread_setcancelstate(cancel, NULL);
+	tls.in_hook = saved;
+}
+
 static void atfork_parent(void)
 {
 	pthread_mutex_unlock(&g_stack_lock);
 	pthread_mutex_unlock(&g_lock);
+	if (__atomic_load_n(&g_mode, __ATOMIC_ACQUIRE) != MODE_OFF)
+		report_children();
 }
 
 /*
@@ -1662,20 +2162,25 @@ static void atfork_parent(void)
  */
 static HS_NOINLINE void fork_reset(void)
 {
+	/* Guarded: nothing it calls may record into the parent's ring, which
+	 * this thread's slot still names until the end. */
+	uint32_t saved = tls.in_hook;
+	tls.in_hook = HOOK_BUSY;
+	tls.slot = NULL; /* the parent's ring: no signal handler's call goes there */
 	if (g_forkcheck)
 		*g_forkcheck = 1;
 	pthread_mutex_init(&g_lock, NULL);
 	pthread_mutex_init(&g_stack_lock, NULL);
 	for (struct hs_slot *s = g_slots, *next; s; s = next) {
 		next = s->next;
-		munmap(s->map, HS_RING_DATA + (size_t)s->size);
-		munmap(s, sizeof *s);
+		sys_munmap(s->map, HS_RING_DATA + (size_t)s->size);
+		sys_munmap(s, sizeof *s);
 	}
 	g_slots = NULL;
 	g_nslots = 0;
 	stab_reset();
 	if (g_mods)
-		munmap(g_mods, g_mods_cap * sizeof *g_mods);
+		sys_munmap(g_mods, g_mods_cap * sizeof *g_mods);
 	g_mods = NULL;
 	g_mods_len = g_mods_cap = 0;
 	g_mods_valid = 0;
@@ -1687,6 +2192,7 @@ static HS_NOINLINE void fork_reset(void)
 	tls.slot = NULL;
 	if (g_mode == MODE_ON)
 		g_mode = MODE_UNKNOWN;
+	tls.in_hook = saved;
 }
 
 static void atfork_child(void)
@@ -1747,7 +2253,7 @@ __attribute__((constructor(101))) static void hs_init(void)
 		return;
 	}
 	uint32_t saved = tls.in_hook;
-	tls.in_hook = 1;
+	tls.in_hook = HOOK_LIB;
 	int cancel;
 	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel);
 	pthread_mutex_lock(&g_lock);

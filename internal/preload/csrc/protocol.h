@@ -21,6 +21,10 @@
 #define HS_ENV_SOCKET "HEAPSCOPE_PRELOAD_SOCKET" /* the collector's socket */
 #define HS_ENV_LIB "HEAPSCOPE_PRELOAD_LIB"       /* this library's path, as put in LD_PRELOAD */
 #define HS_ENV_PREFIX "HEAPSCOPE_PRELOAD_"
+/* The effective uid of the collector: the interposer connects only to a
+ * socket in a directory it owns (or root owns), with no group or other
+ * write, and only to a peer running as it (or root) (SO_PEERCRED). */
+#define HS_ENV_UID "HEAPSCOPE_PRELOAD_UID"
 
 /*
  * Socket messages (AF_UNIX, SOCK_SEQPACKET). A process sends HELLO when it
@@ -30,6 +34,8 @@
 #define HS_MSG_HELLO 1u
 #define HS_MSG_WELCOME 2u
 #define HS_MSG_RING 3u
+
+#define HS_MSG_CHILDREN 4u /* a process that forked names its children (see struct hs_children) */
 
 #define HS_HELLO_CONTINUE 1u /* flags: another connection of an image already traced */
 #define HS_HELLO_TRUNCATED 2u /* flags: exe or cmdline was cut to fit */
@@ -63,6 +69,22 @@ struct hs_ring_msg { /* with the ring's memfd as SCM_RIGHTS */
 	uint32_t index;   /* 12: the ring's number within the process */
 };
 #define HS_RING_MSG_SIZE 16
+
+/*
+ * CHILDREN: sent by a traced process right after each fork (from its
+ * atfork handler, before fork returns), naming the live children of the
+ * forking thread, so that the collector knows of a child before its first
+ * allocation, even if its parent exits first. The collector counts a child
+ * it has not yet heard from as live until it connects or exits.
+ */
+struct hs_children { /* followed by count uint32_t PIDs */
+	uint32_t magic;   /* 0 */
+	uint32_t version; /* 4 */
+	uint32_t type;    /* 8: HS_MSG_CHILDREN */
+	uint32_t count;   /* 12 */
+};
+#define HS_CHILDREN_SIZE 16
+#define HS_CHILDREN_MAX 256
 
 /*
  * The control block: one page, shared by the collector and every traced
