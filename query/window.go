@@ -5,6 +5,7 @@ import (
 	"sort"
 
 	"github.com/heapscope/heapscope/analyze"
+	"github.com/heapscope/heapscope/report"
 )
 
 // Filter selects what a question is about. Times are in the trace's clock
@@ -315,4 +316,10 @@ func (x *Index) Profile(res *Result) *analyze.Profile {
 		pr.Timeline = append(pr.Timeline, analyze.Point{Time: pt.Time, Bytes: pt.MaxBytes, Blocks: pt.MaxBlocks})
 	}
 	return pr
+}
+
+// WindowReport is res as a report: package report's renderers (JSON,
+// pprof, collapsed stacks) over the window's counters.
+func (x *Index) WindowReport(res *Result) *report.Report {
+	return report.New(x.Profile(res), x.trace(), x.res)
 }
