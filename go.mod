@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	github.com/cilium/ebpf v0.22.0
+	github.com/evanw/esbuild v0.28.2
 	github.com/google/pprof v0.0.0-20261105003125-4bf881d7fb0b
 	github.com/ianlancetaylor/demangle v0.0.0-20260724033716-83e58baca724
 	github.com/klauspost/compress v1.20.4

@@ -1,0 +1,87 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/heapscope/heapscope/query"
+	"github.com/heapscope/heapscope/symbolize"
+	"github.com/heapscope/heapscope/web"
+)
+
+func init() {
+	register(&command{
+		name:    "serve",
+		args:    "[flags] FILE",
+		summary: "explore a trace in a web browser: timeline, windows, flame graphs, sites",
+		help: `
+serve reads the trace once into an index and serves one page that explores it:
+the summary, the heap over time (drag to select a window that filters every
+view), flame graphs by any cost, the functions and sites tables, the four
+lifetime classes of the window (AIFI, AIFO, AOFI, AOFO) and the histograms.
+The page's assets are in the binary: nothing is fetched from the network.
+The JSON API behind it, under /api/, is documented in web/API.md.
+
+The URL is the first line of standard output. It listens on loopback, on a
+free port, unless --listen says otherwise; it serves until Ctrl-C.`,
+		setup: func(fs *flag.FlagSet) func([]string) error {
+			var lf loadFlags
+			lf.register(fs)
+			listen := fs.String("listen", "127.0.0.1:0", "address to listen on (host:port)")
+			return func(args []string) error {
+				if len(args) != 1 {
+					return usagef("want one trace file")
+				}
+				if lf.from.set || lf.to.set {
+					return usagef("serve reads the whole trace: select a window in the page")
+				}
+				ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+				defer stop()
+				return serve(ctx, os.Stdout, *listen, args[0], query.Options{
+					Symbolize: symbolize.Options{DebugDirs: lf.debugDirs, Sysroot: lf.sysroot},
+				})
+			}
+		},
+	})
+}
+
+// serve listens on addr first (a port in use fails at once, before the
+// trace is read), builds the index of path, prints the URL and serves until
+// ctx ends.
+func serve(ctx context.Context, stdout io.Writer, addr, path string, o query.Options) error {
+	l, err := web.Listen(addr)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	x, err := query.Build(path, o)
+	if err != nil {
+		return err
+	}
+	for _, w := range x.Warnings {
+		fmt.Fprintf(os.Stderr, "heapscope: warning: %s: %s\n", path, w)
+	}
+	srv := &http.Server{Handler: web.New(x), ReadHeaderTimeout: 10 * time.Second}
+	fmt.Fprintf(stdout, "http://%s/\n", l.Addr())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(l) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			return err
+		}
+		return nil
+	}
+}
