@@ -30,12 +30,12 @@ var assets embed.FS
 
 // Limits of the answers: a browser is never sent more than these.
 const (
-	maxPoints    = 4000
-	defPoints    = 1000
-	defMaxNodes  = 5000
-	maxMaxNodes  = 50000
-	defTop       = 200
-	defMinShare  = 0.001
+	maxPoints   = 4000
+	defPoints   = 1000
+	defMaxNodes = 5000
+	maxMaxNodes = 50000
+	defTop      = 200
+	defMinShare = 0.001
 )
 
 // Server answers the API and serves the page for one index.
@@ -51,7 +51,9 @@ func New(x *query.Index) *Server {
 	if err != nil {
 		panic(err) // the embedded tree is fixed at build time
 	}
-	s.mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) { serveFile(w, ui, "index.html", "text/html; charset=utf-8") })
+	s.mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		serveFile(w, ui, "index.html", "text/html; charset=utf-8")
+	})
 	s.mux.HandleFunc("GET /app.js", func(w http.ResponseWriter, r *http.Request) {
 		serveFile(w, ui, "dist/app.js", "text/javascript; charset=utf-8")
 	})
@@ -210,9 +212,9 @@ func (s *Server) needEvents() error {
 // JSON report's fields, without its site lists), and what the index holds.
 type Summary struct {
 	*report.JSON
-	StartNs   int64 `json:"start_ns"` // the first event, from the trace's start
-	EndNs     int64 `json:"end_ns"`   // the last event
-	Index     struct {
+	StartNs int64 `json:"start_ns"` // the first event, from the trace's start
+	EndNs   int64 `json:"end_ns"`   // the last event
+	Index   struct {
 		Events int `json:"events"`
 		Blocks int `json:"blocks"`
 		Sites  int `json:"sites"`
@@ -230,10 +232,10 @@ func (s *Server) summary(w http.ResponseWriter, r *http.Request) {
 
 // Timeline is /api/timeline.
 type Timeline struct {
-	FromNs  int64          `json:"from_ns"`
-	ToNs    int64          `json:"to_ns"`
-	WidthNs int64          `json:"width_ns"`
-	Peak    Point          `json:"peak"` // the peak of the span
+	FromNs  int64           `json:"from_ns"`
+	ToNs    int64           `json:"to_ns"`
+	WidthNs int64           `json:"width_ns"`
+	Peak    Point           `json:"peak"` // the peak of the span
 	Points  []TimelinePoint `json:"points"`
 }
 
@@ -282,15 +284,15 @@ func (s *Server) timeline(w http.ResponseWriter, r *http.Request) {
 // Window is /api/window: the four classes of the window, in total and by
 // site, and the heap at its start, end and peak.
 type Window struct {
-	FromNs  int64          `json:"from_ns"`
-	ToNs    int64          `json:"to_ns"`
-	Total   Classes        `json:"total"`
-	Start   query.Amount   `json:"start"` // live at from_ns: AOFI+AOFO
-	End     query.Amount   `json:"end"`   // live at to_ns: AIFO+AOFO
-	Peak    Point          `json:"peak"`
-	Sites   []SiteClasses  `json:"sites"` // by the sum of the four classes' bytes, at most top
-	More    int            `json:"more"`  // sites left out
-	Unmatch uint64         `json:"unmatched_frees"`
+	FromNs  int64         `json:"from_ns"`
+	ToNs    int64         `json:"to_ns"`
+	Total   Classes       `json:"total"`
+	Start   query.Amount  `json:"start"` // live at from_ns: AOFI+AOFO
+	End     query.Amount  `json:"end"`   // live at to_ns: AIFO+AOFO
+	Peak    Point         `json:"peak"`
+	Sites   []SiteClasses `json:"sites"` // by the sum of the four classes' bytes, at most top
+	More    int           `json:"more"`  // sites left out
+	Unmatch uint64        `json:"unmatched_frees"`
 }
 
 // Classes are the four classes.
@@ -307,9 +309,9 @@ func classes(c [4]query.Amount) Classes {
 
 // SiteClasses is one site's classes.
 type SiteClasses struct {
-	Site    int               `json:"site"`
-	PIDs    []uint32          `json:"pids"`
-	Stack   []report.JSONFrame `json:"stack"`
+	Site  int                `json:"site"`
+	PIDs  []uint32           `json:"pids"`
+	Stack []report.JSONFrame `json:"stack"`
 	Classes
 }
 
