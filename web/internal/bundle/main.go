@@ -6,6 +6,7 @@
 package main
 
 import (
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -14,13 +15,15 @@ import (
 )
 
 func main() {
-	if err := run(); err != nil {
+	out := flag.String("o", filepath.Join("ui", "dist", "app.js"), "the bundle to write")
+	flag.Parse()
+	if err := run(*out); err != nil {
 		fmt.Fprintln(os.Stderr, "bundle:", err)
 		os.Exit(1)
 	}
 }
 
-func run() error {
+func run(out string) error {
 	// go generate runs in the package's directory: web/.
 	ui, err := filepath.Abs("ui")
 	if err != nil {
@@ -46,5 +49,5 @@ func run() error {
 	if len(res.OutputFiles) != 1 {
 		return fmt.Errorf("want one output file, got %d", len(res.OutputFiles))
 	}
-	return os.WriteFile(filepath.Join(ui, "dist", "app.js"), res.OutputFiles[0].Contents, 0o644)
+	return os.WriteFile(out, res.OutputFiles[0].Contents, 0o644)
 }
