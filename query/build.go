@@ -4,14 +4,17 @@ import (
 	"github.com/heapscope/heapscope/event"
 )
 
-type stackKey struct {
-	pid uint32
-	id  event.StackID
-}
+// maxDenseID bounds the stack IDs kept in a slice; larger ones go to a map.
+const maxDenseID = 1 << 22
 
-type blockKey struct {
-	pid  uint32
-	addr uint64
+// bproc is the builder's state for one process.
+type bproc struct {
+	pid    uint32
+	live   map[uint64]uint32 // address → row of the live block there
+	ids    []int32           // StackID → stack index + 1, for small IDs
+	idm    map[event.StackID]int32
+	lastTK uint64 // the thread of the last event, and its last allocation
+	last   *uint64
 }
 
 // builder is the event.Sink that fills an Index. It applies the events with
@@ -20,20 +23,17 @@ type blockKey struct {
 // temporary.
 type builder struct {
 	x        *Index
-	stackIdx map[stackKey]int32
-	live     map[blockKey]int32 // the row of each live block
-	last     map[uint64]uint64  // pid<<32|tid → the address its last heap event allocated, or 0
+	procs    map[uint32]*bproc
+	lastProc *bproc
+	last     map[uint64]*uint64 // pid<<32|tid → the address its last heap event allocated, or 0
+	tooLarge bool
 
-	liveBytes, liveBlocks uint64
+	liveBytes  uint64
+	liveBlocks uint32
 }
 
 func newBuilder() *builder {
-	return &builder{
-		x:        &Index{},
-		stackIdx: map[stackKey]int32{},
-		live:     map[blockKey]int32{},
-		last:     map[uint64]uint64{},
-	}
+	return &builder{x: &Index{}, procs: map[uint32]*bproc{}, last: map[uint64]*uint64{}}
 }
 
 var _ event.Sink = (*builder)(nil)
@@ -44,117 +44,169 @@ func (b *builder) Module(event.Module) error     { return nil }
 func (b *builder) Snapshot(event.Snapshot) error { return nil }
 func (b *builder) Stats(event.Stats) error       { return nil }
 
+func (b *builder) proc(pid uint32) *bproc {
+	if p := b.lastProc; p != nil && p.pid == pid {
+		return p
+	}
+	p := b.procs[pid]
+	if p == nil {
+		p = &bproc{pid: pid, live: map[uint64]uint32{}}
+		b.procs[pid] = p
+	}
+	b.lastProc = p
+	return p
+}
+
+// stackIndex returns the index of stack id of p, adding it.
+func (b *builder) stackIndex(p *bproc, id event.StackID) int32 {
+	if int(id) < len(p.ids) {
+		if i := p.ids[id]; i != 0 {
+			return i - 1
+		}
+	} else if id >= maxDenseID {
+		if i, ok := p.idm[id]; ok {
+			return i - 1
+		}
+	}
+	x := b.x
+	i := int32(len(x.stacks))
+	x.stacks = append(x.stacks, stackRef{pid: p.pid, id: id})
+	if id < maxDenseID {
+		if int(id) >= len(p.ids) {
+			n := max(2*len(p.ids), int(id)+1, 64)
+			p.ids = append(p.ids, make([]int32, n-len(p.ids))...)
+		}
+		p.ids[id] = i + 1
+	} else {
+		if p.idm == nil {
+			p.idm = map[event.StackID]int32{}
+		}
+		p.idm[id] = i + 1
+	}
+	return i
+}
+
 func (b *builder) Stack(st event.Stack) error {
-	i := b.x.stackIndex(b, st.PID, st.ID, nil)
+	i := b.stackIndex(b.proc(st.PID), st.ID)
 	b.x.stacks[i].frames = append([]uint64(nil), st.Frames...)
 	return nil
 }
 
 // row appends a row made by the event numbered seq and returns its index.
-func (b *builder) row(seq int64, pid uint32, e *event.Event, size uint64, flags uint8) int32 {
-	x := b.x
-	i := int32(len(x.bAlloc))
-	end := int64(never)
+func (b *builder) row(seq uint32, p *bproc, e *event.Event, size uint64, flags uint8) uint32 {
+	i := uint32(b.x.rows.len())
+	r := b.x.rows.add()
+	r.alloc, r.end = seq, never
 	if flags&fNoBlock != 0 {
-		end = seq
+		r.end = seq
 	}
-	x.bAlloc = append(x.bAlloc, seq)
-	x.bEnd = append(x.bEnd, end)
-	x.bSize = append(x.bSize, size)
-	x.bStack = append(x.bStack, x.stackIndex(b, pid, e.Stack, nil))
-	x.bTID = append(x.bTID, e.TID)
-	x.bFlags = append(x.bFlags, flags)
+	r.size = size
+	r.stack = b.stackIndex(p, e.Stack)
+	r.tid = e.TID
+	r.flags = flags
 	return i
 }
 
 // alloc makes a live block; a live block at the same address lost its free.
-func (b *builder) alloc(seq int64, e *event.Event, flags uint8) {
-	k := blockKey{e.PID, e.Addr}
-	if old, ok := b.live[k]; ok {
-		b.end(seq, old, fMissed)
+func (b *builder) alloc(seq uint32, ev *evRec, p *bproc, e *event.Event, flags uint8) {
+	if old, ok := p.live[e.Addr]; ok {
+		b.end(seq, ev, old, fMissed)
 	}
-	b.live[k] = b.row(seq, e.PID, e, e.Size, flags)
+	p.live[e.Addr] = b.row(seq, p, e, e.Size, flags)
 	b.liveBytes += e.Size
 	b.liveBlocks++
-	b.x.evKind[seq] |= evMade
+	ev.kind |= evMade
 }
 
-// end ends row r at seq with the given flags (fFreed, fTemp).
-func (b *builder) end(seq int64, r int32, flags uint8) {
-	x := b.x
-	x.bEnd[r] = seq
-	x.bFlags[r] |= flags
-	b.liveBytes -= x.bSize[r]
+// end ends row r at seq with the given flags (fFreed, fTemp, fMissed).
+func (b *builder) end(seq uint32, ev *evRec, r uint32, flags uint8) {
+	row := b.x.rows.at(int(r))
+	row.end = seq
+	row.flags |= flags
+	b.liveBytes -= row.size
 	b.liveBlocks--
-	x.evKind[seq] |= evEnded
+	ev.kind |= evEnded
 }
 
-// free frees addr for thread key tk, as the model does: counted on the
-// block's row, temporary when it is the thread's last allocation.
-func (b *builder) free(seq int64, e *event.Event, addr uint64, tk uint64) {
-	k := blockKey{e.PID, addr}
-	r, ok := b.live[k]
+// free frees addr, as the model does: counted on the block's row, temporary
+// when it is the thread's last allocation.
+func (b *builder) free(seq uint32, ev *evRec, p *bproc, e *event.Event, addr uint64, last uint64) {
+	r, ok := p.live[addr]
 	if !ok {
 		b.x.unmatched = append(b.x.unmatched, seq)
 		return
 	}
-	delete(b.live, k)
+	delete(p.live, addr)
 	fl := uint8(fFreed)
-	if b.last[tk] == addr && b.x.bTID[r] == e.TID {
+	if last == addr && b.x.rows.at(int(r)).tid == e.TID {
 		fl |= fTemp
 	}
-	b.end(seq, r, fl)
+	b.end(seq, ev, r, fl)
 }
 
 func (b *builder) Events(evs []event.Event) error {
 	x := b.x
 	for i := range evs {
 		e := &evs[i]
-		tk := uint64(e.PID)<<32 | uint64(e.TID)
 		switch e.Kind {
-		case event.KindAlloc, event.KindMmap, event.KindFree, event.KindRealloc, event.KindMunmap:
+		case event.KindAlloc, event.KindMmap, event.KindRealloc, event.KindMunmap:
+		case event.KindFree:
+			if e.Addr == 0 {
+				continue // free(NULL) does nothing
+			}
 		default:
 			continue
 		}
-		if e.Kind == event.KindFree && e.Addr == 0 {
-			continue // free(NULL) does nothing
+		if x.evs.len() >= maxEvents {
+			b.tooLarge = true
+			return ErrTooLarge
 		}
-		seq := int64(len(x.evTime))
-		x.evTime = append(x.evTime, e.Time)
-		x.evKind = append(x.evKind, 0)
+		seq := uint32(x.evs.len())
+		ev := x.evs.add()
+		ev.time = e.Time
+		p := b.proc(e.PID)
+		tk := uint64(e.PID)<<32 | uint64(e.TID)
+		if p.last == nil || p.lastTK != tk {
+			l := b.last[tk]
+			if l == nil {
+				l = new(uint64)
+				b.last[tk] = l
+			}
+			p.lastTK, p.last = tk, l
+		}
+		last := p.last
 		switch e.Kind {
 		case event.KindAlloc, event.KindMmap:
 			if e.Addr == 0 {
-				b.row(seq, e.PID, e, 0, fFailed|fNoBlock)
-				b.last[tk] = 0
+				b.row(seq, p, e, 0, fFailed|fNoBlock)
+				*last = 0
 				break
 			}
-			b.alloc(seq, e, 0)
-			b.last[tk] = e.Addr
+			b.alloc(seq, ev, p, e, 0)
+			*last = e.Addr
 		case event.KindFree:
-			b.free(seq, e, e.Addr, tk)
-			b.last[tk] = 0
+			b.free(seq, ev, p, e, e.Addr, *last)
+			*last = 0
 		case event.KindRealloc:
 			if e.Addr == 0 && (e.Size != 0 || e.OldAddr == 0) {
-				b.row(seq, e.PID, e, 0, fRealloc|fFailed|fNoBlock)
-				b.last[tk] = 0
+				b.row(seq, p, e, 0, fRealloc|fFailed|fNoBlock)
+				*last = 0
 				break
 			}
 			if e.OldAddr != 0 {
-				b.free(seq, e, e.OldAddr, tk)
+				b.free(seq, ev, p, e, e.OldAddr, *last)
 			}
 			if e.Addr != 0 {
-				b.alloc(seq, e, fRealloc)
+				b.alloc(seq, ev, p, e, fRealloc)
 			} else {
-				b.row(seq, e.PID, e, 0, fRealloc|fNoBlock)
+				b.row(seq, p, e, 0, fRealloc|fNoBlock)
 			}
-			b.last[tk] = e.Addr
+			*last = e.Addr
 		case event.KindMunmap:
-			b.unmap(seq, e, tk)
-			b.last[tk] = 0
+			b.unmap(seq, ev, p, e, *last)
+			*last = 0
 		}
-		x.evLive = append(x.evLive, b.liveBytes)
-		x.evBlocks = append(x.evBlocks, b.liveBlocks)
+		ev.live, ev.blocks = b.liveBytes, b.liveBlocks
 	}
 	return nil
 }
@@ -163,30 +215,24 @@ func (b *builder) Events(evs []event.Event) error {
 // partial unmap from the start ends the block's row and starts a row for
 // the rest (fCont: not a call, no bytes allocated), at the address after
 // the cut, as the model moves the block.
-func (b *builder) unmap(seq int64, e *event.Event, tk uint64) {
-	x := b.x
-	k := blockKey{e.PID, e.Addr}
-	r, ok := b.live[k]
+func (b *builder) unmap(seq uint32, ev *evRec, p *bproc, e *event.Event, last uint64) {
+	r, ok := p.live[e.Addr]
 	if !ok {
-		x.unmatched = append(x.unmatched, seq)
+		b.x.unmatched = append(b.x.unmatched, seq)
 		return
 	}
-	if e.Size == 0 || e.Size >= x.bSize[r] {
-		b.free(seq, e, e.Addr, tk)
+	old := *b.x.rows.at(int(r))
+	if e.Size == 0 || e.Size >= old.size {
+		b.free(seq, ev, p, e, e.Addr, last)
 		return
 	}
-	delete(b.live, k)
-	rest := x.bSize[r] - e.Size
-	b.end(seq, r, 0)
-	n := int32(len(x.bAlloc))
-	x.bAlloc = append(x.bAlloc, seq)
-	x.bEnd = append(x.bEnd, never)
-	x.bSize = append(x.bSize, rest)
-	x.bStack = append(x.bStack, x.bStack[r])
-	x.bTID = append(x.bTID, x.bTID[r])
-	x.bFlags = append(x.bFlags, fCont|x.bFlags[r]&fRealloc)
-	b.live[blockKey{e.PID, e.Addr + e.Size}] = n
-	b.liveBytes += rest
+	delete(p.live, e.Addr)
+	b.end(seq, ev, r, 0)
+	n := uint32(b.x.rows.len())
+	rest := b.x.rows.add()
+	*rest = rowRec{alloc: seq, end: never, size: old.size - e.Size, stack: old.stack, tid: old.tid, flags: fCont | old.flags&fRealloc}
+	p.live[e.Addr+e.Size] = n
+	b.liveBytes += rest.size
 	b.liveBlocks++
 }
 

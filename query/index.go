@@ -45,7 +45,31 @@ import (
 )
 
 // never is the end of a block that was live when the trace ended.
-const never = math.MaxInt64
+const never = math.MaxUint32
+
+// maxEvents bounds the events of a trace the index holds: sequence numbers
+// are 32 bits, to keep a row small.
+const maxEvents = math.MaxUint32 - 1
+
+// ErrTooLarge is returned for a trace of more than 4 G heap events.
+var ErrTooLarge = errors.New("query: the trace has more heap events than the index can number (2^32-1)")
+
+// evRec is what the index keeps of an event: its time and the heap after it.
+type evRec struct {
+	time   int64
+	live   uint64 // live bytes after the event
+	blocks uint32 // live blocks after it
+	kind   uint8  // evMade | evEnded
+}
+
+// rowRec is a block, or a call that made none.
+type rowRec struct {
+	alloc, end uint32 // sequence numbers: the event that made it, and the one that ended it (never: live at the end)
+	size       uint64
+	stack      int32 // index into Index.stacks
+	tid        uint32
+	flags      uint8
+}
 
 // Row flags.
 const (
@@ -76,25 +100,14 @@ type Index struct {
 	// Warnings are the reader's and the symbolizer's.
 	Warnings []string
 
-	// Per event, by sequence number.
-	evTime   []int64
-	evLive   []uint64
-	evBlocks []uint64
-	evKind   []uint8 // evMade | evEnded
-
-	// Per row, in the order of their allocation (bAlloc ascends).
-	bAlloc []int64
-	bEnd   []int64
-	bSize  []uint64
-	bStack []int32 // index into stacks
-	bTID   []uint32
-	bFlags []uint8
+	evs  chunked[evRec]  // by sequence number
+	rows chunked[rowRec] // in the order of their allocation (alloc ascends)
 
 	stacks []stackRef // by stack index
 	sites  []*Site    // the symbolized, merged call sites
 	res    cachedResolver
 	// unmatched holds the sequence numbers of unmatched frees.
-	unmatched []int64
+	unmatched []uint32
 }
 
 // Event kinds in evKind.
@@ -124,26 +137,26 @@ type Site struct {
 func (x *Index) Sites() []*Site { return x.sites }
 
 // Events returns the number of heap events indexed.
-func (x *Index) Events() int { return len(x.evTime) }
+func (x *Index) Events() int { return x.evs.len() }
 
 // Blocks returns the number of rows (blocks and calls that made none).
-func (x *Index) Blocks() int { return len(x.bAlloc) }
+func (x *Index) Blocks() int { return x.rows.len() }
 
 // Start and End are the times (trace clock) of the first and last indexed
 // event; both are the header's start when there were none.
 func (x *Index) Start() int64 {
-	if len(x.evTime) == 0 {
+	if x.evs.len() == 0 {
 		return x.Header.MonoStart
 	}
-	return x.evTime[0]
+	return x.evs.at(0).time
 }
 
 // End is the time of the last indexed event.
 func (x *Index) End() int64 {
-	if len(x.evTime) == 0 {
+	if x.evs.len() == 0 {
 		return x.Header.MonoStart
 	}
-	return x.evTime[len(x.evTime)-1]
+	return x.evs.at(x.evs.len() - 1).time
 }
 
 // ErrAggregate is returned for questions an aggregate trace (snapshots, not
@@ -163,6 +176,9 @@ func Build(path string, o Options) (*Index, error) {
 	if err := r.Replay(event.Tee(m, b), tracefile.Window{}); err != nil {
 		return nil, fmt.Errorf("reading %s: %w", path, err)
 	}
+	if b.tooLarge {
+		return nil, fmt.Errorf("reading %s: %w", path, ErrTooLarge)
+	}
 	x := b.finish()
 	x.File = path
 	x.Header = r.Header()
@@ -179,23 +195,28 @@ func Build(path string, o Options) (*Index, error) {
 		byPID[st.pid] = append(byPID[st.pid], st.frames...)
 	}
 	for pid, addrs := range byPID {
-		sym.Prefetch(pid, addrs)
-	}
-	for pid, addrs := range byPID {
-		m := x.res[pid]
-		if m == nil {
-			m = map[uint64][]symbolize.Frame{}
-			x.res[pid] = m
-		}
+		// Each address once, in a batch per process: the symbolizer reads
+		// each file's DWARF once for a batch.
+		m := map[uint64][]symbolize.Frame{}
+		uniq := addrs[:0]
 		for _, a := range addrs {
 			if _, ok := m[a]; !ok {
-				m[a] = sym.Frames(pid, a)
+				m[a] = nil
+				uniq = append(uniq, a)
 			}
 		}
+		sym.Prefetch(pid, uniq)
+		for _, a := range uniq {
+			m[a] = sym.Frames(pid, a)
+		}
+		x.res[pid] = m
 	}
 	for _, st := range pr.Stacks {
 		// Stacks of aggregate traces have no rows; give them a site too.
-		x.stackIndex(b, st.PID, st.ID, st.Frames)
+		i := b.stackIndex(b.proc(st.PID), st.ID)
+		if x.stacks[i].frames == nil {
+			x.stacks[i].frames = st.Frames
+		}
 	}
 	x.mergeSites()
 	x.Report = report.New(pr, x.trace(), x.res)
@@ -232,17 +253,6 @@ func (c cachedResolver) Frames(pid uint32, addr uint64) []symbolize.Frame {
 	return []symbolize.Frame{{Address: addr}}
 }
 
-// stackIndex returns the index of (pid, id), adding it.
-func (x *Index) stackIndex(b *builder, pid uint32, id event.StackID, frames []uint64) int32 {
-	k := stackKey{pid, id}
-	if i, ok := b.stackIdx[k]; ok {
-		return i
-	}
-	i := int32(len(x.stacks))
-	b.stackIdx[k] = i
-	x.stacks = append(x.stacks, stackRef{pid: pid, id: id, frames: frames})
-	return i
-}
 
 // frameKey is what identifies a frame for merging stacks into sites: the
 // key package report merges by.

@@ -80,19 +80,20 @@ func TestWholeTraceEqualsReport(t *testing.T) {
 func phases(t *testing.T, x *Index) (gap1, gap2 int64) {
 	t.Helper()
 	var a, b int // indices of the events after the largest gaps
-	for i := 1; i < len(x.evTime); i++ {
-		d := x.evTime[i] - x.evTime[i-1]
+	tm := func(i int) int64 { return x.evs.at(i).time }
+	for i := 1; i < x.evs.len(); i++ {
+		d := tm(i) - tm(i-1)
 		switch {
-		case a == 0 || d > x.evTime[a]-x.evTime[a-1]:
+		case a == 0 || d > tm(a)-tm(a-1):
 			b, a = a, i
-		case b == 0 || d > x.evTime[b]-x.evTime[b-1]:
+		case b == 0 || d > tm(b)-tm(b-1):
 			b = i
 		}
 	}
 	if a > b {
 		a, b = b, a
 	}
-	return (x.evTime[a] + x.evTime[a-1]) / 2, (x.evTime[b] + x.evTime[b-1]) / 2
+	return (tm(a) + tm(a-1)) / 2, (tm(b) + tm(b-1)) / 2
 }
 
 func fnOf(s *Site) string {
@@ -141,7 +142,7 @@ func TestWindowClasses(t *testing.T) {
 		if s == 0 {
 			return 0
 		}
-		return x.evLive[s-1]
+		return x.evs.at(int(s - 1)).live
 	}
 	if c[AOFI].Bytes+c[AOFO].Bytes != at(res.Span.S0) || c[AIFO].Bytes+c[AOFO].Bytes != at(res.Span.S1) {
 		t.Errorf("classes %v disagree with the heap at t0 (%d) and t1 (%d)", c, at(res.Span.S0), at(res.Span.S1))

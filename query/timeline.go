@@ -33,25 +33,27 @@ func (x *Index) Timeline(sp Span, points int) []Bucket {
 	out := make([]Bucket, n)
 	var live, blocks uint64
 	if sp.S0 > 0 {
-		live, blocks = x.evLive[sp.S0-1], x.evBlocks[sp.S0-1]
+		e := x.evs.at(int(sp.S0 - 1))
+		live, blocks = e.live, uint64(e.blocks)
 	}
 	for i := range out {
 		out[i] = Bucket{Time: sp.From + int64(i)*width, Width: width, MaxBytes: live, MaxBlocks: blocks}
 	}
 	b := 0
 	for s := sp.S0; s < sp.S1; s++ {
-		t := x.evTime[s]
+		ev := x.evs.at(int(s))
+		t := ev.time
 		for b+1 < n && t >= out[b+1].Time {
 			out[b].EndBytes, out[b].EndBlocks = live, blocks
 			b++
 			out[b].MaxBytes, out[b].MaxBlocks = live, blocks
 		}
-		live, blocks = x.evLive[s], x.evBlocks[s]
+		live, blocks = ev.live, uint64(ev.blocks)
 		o := &out[b]
 		if live > o.MaxBytes {
 			o.MaxBytes, o.MaxBlocks = live, blocks
 		}
-		k := x.evKind[s]
+		k := ev.kind
 		if k&evMade != 0 {
 			o.Allocs++
 		}

@@ -118,7 +118,7 @@ func (x *Index) Span(f Filter) Span {
 
 // seqAt returns the first sequence number whose time is at or after t.
 func (x *Index) seqAt(t int64) int64 {
-	return int64(sort.Search(len(x.evTime), func(i int) bool { return x.evTime[i] >= t }))
+	return int64(sort.Search(x.evs.len(), func(i int) bool { return x.evs.at(i).time >= t }))
 }
 
 // peakIn returns the state of largest live bytes among the states at the
@@ -132,7 +132,7 @@ func (x *Index) peakIn(s0, s1 int64) int64 {
 		lo = 0
 	}
 	for i := lo; i < s1; i++ {
-		if v := x.evLive[i]; p < 0 || v > best {
+		if v := x.evs.at(int(i)).live; p < 0 || v > best {
 			p, best = i, v
 		}
 	}
@@ -149,26 +149,28 @@ func (x *Index) Window(f Filter) *Result {
 	res := &Result{Filter: f, Span: sp, PeakSeq: x.peakIn(s0, s1)}
 	p := res.PeakSeq
 	if p >= 0 {
-		res.Peak = analyze.Peak{Time: x.evTime[p], Bytes: x.evLive[p], Blocks: x.evBlocks[p]}
+		e := x.evs.at(int(p))
+		res.Peak = analyze.Peak{Time: e.time, Bytes: e.live, Blocks: uint64(e.blocks)}
 	}
 	at := int64(-1)
 	if f.At != 0 {
 		at = x.seqAt(f.At+1) - 1 // the state after the last event at or before At
 	}
 	res.stacks = make([]Costs, len(x.stacks))
-	n := sort.Search(len(x.bAlloc), func(i int) bool { return x.bAlloc[i] >= s1 })
+	n := sort.Search(x.rows.len(), func(i int) bool { return int64(x.rows.at(i).alloc) >= s1 })
 	for i := 0; i < n; i++ {
-		a, e, fl := x.bAlloc[i], x.bEnd[i], x.bFlags[i]
+		row := x.rows.at(i)
+		a, e, fl := int64(row.alloc), int64(row.end), row.flags
 		inside := a >= s0
 		if !inside && e < s0 && (at < 0 || e <= at) {
 			continue // over before the window, and before the instant
 		}
-		st := x.bStack[i]
-		if f.PID != 0 && x.stacks[st].pid != f.PID || f.TID != 0 && x.bTID[i] != f.TID {
+		st := row.stack
+		if f.PID != 0 && x.stacks[st].pid != f.PID || f.TID != 0 && row.tid != f.TID {
 			continue
 		}
 		c := &res.stacks[st]
-		size := x.bSize[i]
+		size := row.size
 		block := fl&fNoBlock == 0
 		if inside && fl&fCont == 0 {
 			if fl&fRealloc != 0 {
@@ -185,7 +187,7 @@ func (x *Index) Window(f Filter) *Result {
 				if e == never {
 					res.Lifetime.Live++
 				} else {
-					res.Lifetime.Buckets[bits.Len64(uint64(x.evTime[e]-x.evTime[a]))]++
+					res.Lifetime.Buckets[bits.Len64(uint64(x.evs.at(int(e)).time-x.evs.at(int(a)).time))]++
 				}
 			}
 			if fl&fTemp != 0 && e < s1 {
@@ -229,8 +231,8 @@ func (x *Index) Window(f Filter) *Result {
 			c.Classes[AOFO].add(size)
 		}
 	}
-	lo := sort.Search(len(x.unmatched), func(i int) bool { return x.unmatched[i] >= s0 })
-	hi := sort.Search(len(x.unmatched), func(i int) bool { return x.unmatched[i] >= s1 })
+	lo := sort.Search(len(x.unmatched), func(i int) bool { return int64(x.unmatched[i]) >= s0 })
+	hi := sort.Search(len(x.unmatched), func(i int) bool { return int64(x.unmatched[i]) >= s1 })
 	res.Unmatch = uint64(hi - lo)
 	res.Sites = make([]Costs, len(x.sites))
 	for i := range res.stacks {
@@ -265,11 +267,11 @@ func (x *Index) Profile(res *Result) *analyze.Profile {
 		HasStats:  whole.HasStats,
 		Peak:      res.Peak,
 	}
-	if res.Span.S0 == 0 && res.Span.S1 == int64(len(x.evTime)) {
+	if res.Span.S0 == 0 && res.Span.S1 == int64(x.evs.len()) {
 		pr.From, pr.To = 0, 0 // the whole trace: no window
 	}
 	if res.Span.S1 > res.Span.S0 {
-		pr.Start, pr.End = x.evTime[res.Span.S0], x.evTime[res.Span.S1-1]
+		pr.Start, pr.End = x.evs.at(int(res.Span.S0)).time, x.evs.at(int(res.Span.S1-1)).time
 	}
 	for i := range res.stacks {
 		c := &res.stacks[i]

@@ -1,6 +1,7 @@
 package web
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/heapscope/heapscope/query"
 	"github.com/heapscope/heapscope/report"
 )
 
@@ -236,5 +238,46 @@ func TestPageTruncatedTrace(t *testing.T) {
 	}
 	if e := eval[bool](t, ctx, `document.getElementById("errors").hidden`); !e {
 		t.Errorf("errors: %s", eval[string](t, ctx, `document.getElementById("errors").textContent`))
+	}
+}
+
+// The self-contained report opens from disk, with no server, and shows the
+// leaks of the whole trace and its flame graph.
+func TestStaticHTML(t *testing.T) {
+	ctx := browser(t)
+	path := trace(t, "serve_phases")
+	x, err := query.Build(path, query.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := WriteHTML(&buf, x); err != nil {
+		t.Fatal(err)
+	}
+	for _, ref := range []string{`src="http`, `href="http`, `src="//`, `url(http`} {
+		if strings.Contains(buf.String(), ref) {
+			t.Errorf("the report refers to the network: %s", ref)
+		}
+	}
+	file := filepath.Join(t.TempDir(), "report.html")
+	if err := os.WriteFile(file, buf.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	settle(t, ctx, chromedp.Navigate("file://"+file))
+	screenshot(t, ctx, artefacts(t), "static")
+	leak := eval[string](t, ctx, `document.querySelector('#summary-table td[data-k="leaked_bytes"]').textContent`)
+	if !strings.Contains(strings.ReplaceAll(leak, "\u202f", ""), "(11400 B) in 7 blocks") {
+		t.Errorf("leaks %q", leak)
+	}
+	if got := lastNumber(eval[string](t, ctx, `document.getElementById("match").textContent`)); got != 11400 {
+		t.Errorf("flame total %d", got)
+	}
+	if e := eval[bool](t, ctx, `document.getElementById("errors").hidden`); !e {
+		t.Errorf("errors: %s", eval[string](t, ctx, `document.getElementById("errors").textContent`))
+	}
+	// The sites and the inverted flame graph are in the file too.
+	settle(t, ctx, chromedp.Click(chromedp.ID("tab-sites")))
+	if top := eval[string](t, ctx, `document.querySelector("#sites-leaks tr:nth-child(2) .fn").textContent`); !strings.HasPrefix(top, "early_leak ") {
+		t.Errorf("top leak %q", top)
 	}
 }

@@ -27,19 +27,26 @@ sizes. --format json writes all of it, every site unless --top is given; its
 schema is in report/JSON.md.
 
 --from and --to take durations from the start of the trace (1.5s, 200ms) and
-report what tracing only that window would have seen.`,
+report what tracing only that window would have seen.
+
+--format html writes one self-contained page (no network; it opens from disk)
+with the summary, the timeline, flame graphs, the functions and sites lists and
+the histograms of the whole trace: 'heapscope serve' explores windows.`,
 		setup: func(fs *flag.FlagSet) func([]string) error {
 			var lf loadFlags
 			lf.register(fs)
-			format := fs.String("format", "text", "text or json")
+			format := fs.String("format", "text", "text, json or html")
 			top := fs.Int("top", 0, "sites per section (text: default 10; json: default all)")
 			out := fs.String("o", "-", "write to this file instead of standard output")
 			return func(args []string) error {
 				if len(args) != 1 {
 					return usagef("want one trace file")
 				}
-				if *format != "text" && *format != "json" {
-					return usagef("--format: want text or json, not %q", *format)
+				if *format != "text" && *format != "json" && *format != "html" {
+					return usagef("--format: want text, json or html, not %q", *format)
+				}
+				if *format == "html" {
+					return writeHTMLReport(&lf, args[0], *out)
 				}
 				if *top < 0 {
 					return usagef("--top must not be negative")

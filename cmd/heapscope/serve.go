@@ -85,3 +85,19 @@ func serve(ctx context.Context, stdout io.Writer, addr, path string, o query.Opt
 		return nil
 	}
 }
+
+// writeHTMLReport is `report --format html`: the page of serve, as one
+// file, for the whole trace.
+func writeHTMLReport(lf *loadFlags, path, out string) error {
+	if lf.from.set || lf.to.set {
+		return usagef("--format html reports the whole trace: use 'heapscope serve' for windows")
+	}
+	x, err := query.Build(path, query.Options{Symbolize: symbolize.Options{DebugDirs: lf.debugDirs, Sysroot: lf.sysroot}})
+	if err != nil {
+		return err
+	}
+	for _, w := range x.Warnings {
+		fmt.Fprintf(os.Stderr, "heapscope: warning: %s: %s\n", path, w)
+	}
+	return writeOutput(out, func(w io.Writer) error { return web.WriteHTML(w, x) })
+}

@@ -371,7 +371,8 @@ async function refresh() {
   const view = new URLSearchParams();
   if (s.vfrom) view.set("from_ns", String(s.vfrom));
   if (s.vto) view.set("to_ns", String(s.vto));
-  view.set("points", String(Math.min(2000, Math.max(100, Math.round($("timeline").getBoundingClientRect().width)))));
+  // A static report holds one timeline, of 1000 points.
+  view.set("points", isStatic() ? "1000" : String(Math.min(2000, Math.max(100, Math.round($("timeline").getBoundingClientRect().width)))));
   const jobs: Promise<void>[] = [];
   const sel: [number, number] | null = s.from || s.to ? [s.from || summary.start_ns, s.to || summary.end_ns] : null;
   jobs.push(
@@ -388,7 +389,7 @@ async function refresh() {
   switch (s.tab) {
     case "flame":
       jobs.push(
-        get<Flame>(`/api/flame?cost=${s.cost}&invert=${s.inv ? 1 : 0}&min_share=${s.share}${amp}`).then((fl) => {
+        get<Flame>(`/api/flame?cost=${s.cost}&invert=${s.inv ? 1 : 0}&min_share=${s.share}${amp}${isStatic() ? "&max_nodes=2000" : ""}`).then((fl) => {
           if (my === seq) renderFlame(fl);
         }),
       );
