@@ -253,7 +253,6 @@ func (c cachedResolver) Frames(pid uint32, addr uint64) []symbolize.Frame {
 	return []symbolize.Frame{{Address: addr}}
 }
 
-
 // frameKey is what identifies a frame for merging stacks into sites: the
 // key package report merges by.
 type frameKey struct {
