@@ -173,7 +173,10 @@ func Build(path string, o Options) (*Index, error) {
 	defer r.Close()
 	b := newBuilder()
 	m := analyze.New(analyze.Options{})
-	if err := r.Replay(event.Tee(m, b), tracefile.Window{}); err != nil {
+	a := newAsync(b)
+	err = r.Replay(event.Tee(m, a), tracefile.Window{})
+	a.wait()
+	if err != nil {
 		return nil, fmt.Errorf("reading %s: %w", path, err)
 	}
 	if b.tooLarge {
