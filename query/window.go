@@ -142,6 +142,17 @@ func (x *Index) peakIn(s0, s1 int64) int64 {
 	return p
 }
 
+// Peak returns the first instant of the span where the heap of every
+// process was largest; ok is false when nothing was live.
+func (x *Index) Peak(sp Span) (p analyze.Peak, ok bool) {
+	i := x.peakIn(sp.S0, sp.S1)
+	if i < 0 {
+		return analyze.Peak{}, false
+	}
+	e := x.evs.at(int(i))
+	return analyze.Peak{Time: e.time, Bytes: e.live, Blocks: uint64(e.blocks)}, true
+}
+
 // Window answers f: every site's costs in its window.
 func (x *Index) Window(f Filter) *Result {
 	sp := x.Span(f)

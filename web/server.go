@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"sort"
 	"strconv"
+	"sync"
 	"syscall"
 
 	"github.com/heapscope/heapscope/query"
@@ -42,6 +43,39 @@ const (
 type Server struct {
 	x   *query.Index
 	mux *http.ServeMux
+
+	mu    sync.Mutex
+	cache []cached // the latest windows answered, newest last
+}
+
+// cached is a window's answer: the page asks for the classes, the flame
+// graph and a table of the same window at once, and each reads every row.
+type cached struct {
+	f   query.Filter
+	res *query.Result
+}
+
+// cacheLen is how many windows the server remembers.
+const cacheLen = 8
+
+// windowOf returns the answer to f, from the cache when it is there.
+func (s *Server) windowOf(f query.Filter) *query.Result {
+	s.mu.Lock()
+	for _, c := range s.cache {
+		if c.f == f {
+			s.mu.Unlock()
+			return c.res
+		}
+	}
+	s.mu.Unlock()
+	res := s.x.Window(f)
+	s.mu.Lock()
+	if len(s.cache) == cacheLen {
+		s.cache = s.cache[1:]
+	}
+	s.cache = append(s.cache, cached{f, res})
+	s.mu.Unlock()
+	return res
 }
 
 // New returns a Server for x.
@@ -269,10 +303,9 @@ func (s *Server) timeline(w http.ResponseWriter, r *http.Request) {
 	}
 	n = min(max(n, 1), maxPoints)
 	sp := s.x.Span(p.f)
-	res := s.x.Window(query.Filter{From: p.f.From, To: p.f.To})
 	out := Timeline{FromNs: s.rel(sp.From), ToNs: s.rel(sp.To), Points: []TimelinePoint{}}
-	if res.PeakSeq >= 0 {
-		out.Peak = Point{TNs: s.rel(res.Peak.Time), Bytes: res.Peak.Bytes, Blocks: res.Peak.Blocks}
+	if pk, ok := s.x.Peak(sp); ok {
+		out.Peak = Point{TNs: s.rel(pk.Time), Bytes: pk.Bytes, Blocks: pk.Blocks}
 	}
 	for _, b := range s.x.Timeline(sp, int(n)) {
 		out.WidthNs = b.Width
@@ -324,7 +357,7 @@ func (s *Server) window(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	res := s.x.Window(p.f)
+	res := s.windowOf(p.f)
 	out := Window{FromNs: s.rel(res.Span.From), ToNs: s.rel(res.Span.To), Total: classes(res.Total.Classes),
 		Start: res.Total.Start, End: res.Total.End, Unmatch: res.Unmatch, Sites: []SiteClasses{}}
 	if res.PeakSeq >= 0 {
@@ -396,7 +429,7 @@ func (s *Server) flame(w http.ResponseWriter, r *http.Request) {
 	}
 	nodes = min(max(nodes, 1), maxMaxNodes)
 	inv := q.Get("invert") == "1" || q.Get("invert") == "true"
-	writeJSON(w, s.x.Flame(s.x.Window(p.f), p.cost, inv, share, int(nodes)))
+	writeJSON(w, s.x.Flame(s.windowOf(p.f), p.cost, inv, share, int(nodes)))
 }
 
 func (s *Server) functions(w http.ResponseWriter, r *http.Request) {
@@ -408,7 +441,7 @@ func (s *Server) functions(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	writeJSON(w, map[string]any{"cost": p.cost.String(), "functions": s.x.Functions(s.x.Window(p.f), p.cost, p.top)})
+	writeJSON(w, map[string]any{"cost": p.cost.String(), "functions": s.x.Functions(s.windowOf(p.f), p.cost, p.top)})
 }
 
 // sites answers with the JSON report of the window: for the whole trace,
@@ -436,7 +469,7 @@ func (s *Server) document(p *params) (*report.JSON, error) {
 		}
 		return s.x.Report.Document(p.top), nil
 	}
-	return s.x.WindowReport(s.x.Window(p.f)).Document(p.top), nil
+	return s.x.WindowReport(s.windowOf(p.f)).Document(p.top), nil
 }
 
 // Histogram is /api/histogram.
@@ -462,7 +495,7 @@ func (s *Server) histogram(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	res := s.x.Window(p.f)
+	res := s.windowOf(p.f)
 	out := Histogram{Sizes: []report.JSONBucket{}, Lifetimes: []LifetimeBucket{}, Live: res.Lifetime.Live}
 	last := 0
 	for i, n := range res.Hist {
@@ -502,7 +535,7 @@ func (s *Server) export(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	} else {
-		rep = s.x.WindowReport(s.x.Window(p.f))
+		rep = s.x.WindowReport(s.windowOf(p.f))
 	}
 	var write func(io.Writer) error
 	switch f := r.URL.Query().Get("format"); f {

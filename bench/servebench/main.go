@@ -119,10 +119,11 @@ func pctl(ds []time.Duration, p float64) time.Duration {
 
 func report(hs, trace string) (time.Duration, int64, error) {
 	cmd := exec.Command(hs, "report", "--format", "json", trace)
-	cmd.Stdout = io.Discard
+	var errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = io.Discard, &errb
 	start := time.Now()
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return 0, 0, fmt.Errorf("report: %v\n%s", err, b)
+	if err := cmd.Run(); err != nil {
+		return 0, 0, fmt.Errorf("report: %v\n%s", err, errb.Bytes())
 	}
 	d := time.Since(start)
 	ru := cmd.ProcessState.SysUsage().(*syscall.Rusage)
