@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"reflect"
 	"strings"
 	"testing"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/google/pprof/profile"
 
+	"github.com/heapscope/heapscope/query"
 	"github.com/heapscope/heapscope/report"
 )
 
@@ -235,5 +237,46 @@ func TestListenPortInUse(t *testing.T) {
 	_, err = Listen(l.Addr().String())
 	if !errors.Is(err, ErrAddrInUse) || !strings.Contains(err.Error(), l.Addr().String()) {
 		t.Errorf("listen on a port in use: %v", err)
+	}
+}
+
+// With a base trace, /api/diff matches sites by their symbolized frames:
+// report_known with 80 rounds against 50 differs only in temp_site's 30
+// more calls, and the totals are each trace's report's.
+func TestAPIDiff(t *testing.T) {
+	cur, base := trace(t, "report_known", "80"), trace(t, "report_known", "50")
+	x, err := query.Build(cur, query.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bx, err := query.Build(base, query.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(NewWithBase(x, bx))
+	defer srv.Close()
+	var d Diff
+	getJSON(t, srv.URL+"/api/diff?cost=calls", &d)
+	want := func(path string) uint64 {
+		rep, err := report.Load(path, report.LoadOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := rep.Document(0).Summary
+		return s.Allocations + s.Reallocations
+	}
+	if d.Total.Value != want(cur) || d.Total.Base != want(base) || d.Total.Delta != 30 {
+		t.Errorf("total %+v, reports %d and %d", d.Total, want(cur), want(base))
+	}
+	if len(d.Sites) != 1 || d.Sites[0].Stack[0].Function != "temp_site" || d.Sites[0].Delta != 30 || d.Sites[0].Value != 80 {
+		t.Errorf("sites %+v", d.Sites)
+	}
+	getJSON(t, srv.URL+"/api/diff?cost=leaks", &d)
+	if d.Total.Delta != 0 || len(d.Sites) != 0 {
+		t.Errorf("leaks differ: %+v", d)
+	}
+	_, plain := serveTrace(t, cur)
+	if c := status(t, plain.URL+"/api/diff"); c != http.StatusBadRequest {
+		t.Errorf("diff without a base: %d", c)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -279,5 +280,33 @@ func TestStaticHTML(t *testing.T) {
 	settle(t, ctx, chromedp.Click(chromedp.ID("tab-sites")))
 	if top := eval[string](t, ctx, `document.querySelector("#sites-leaks tr:nth-child(2) .fn").textContent`); !strings.HasPrefix(top, "early_leak ") {
 		t.Errorf("top leak %q", top)
+	}
+}
+
+// With --base, the Diff view shows each site's difference: temp_site made
+// 30 more calls with 80 rounds than with 50.
+func TestPageDiff(t *testing.T) {
+	ctx := browser(t)
+	x, err := query.Build(trace(t, "report_known", "80"), query.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bx, err := query.Build(trace(t, "report_known", "50"), query.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(NewWithBase(x, bx))
+	defer srv.Close()
+	settle(t, ctx, chromedp.Navigate(srv.URL+"/?tab=diff&cost=calls"))
+	screenshot(t, ctx, artefacts(t), "diff")
+	if hidden := eval[bool](t, ctx, `document.getElementById("tab-diff").hidden`); hidden {
+		t.Fatal("no Diff tab with a base trace")
+	}
+	row := eval[string](t, ctx, `document.querySelector("#diff-table tr:nth-child(2)").textContent`)
+	if !strings.Contains(row, "+30 calls") || !strings.Contains(row, "temp_site") {
+		t.Errorf("first diff row %q", row)
+	}
+	if d := eval[string](t, ctx, `document.getElementById("diff-total").getAttribute("data-delta")`); d != "30" {
+		t.Errorf("total difference %s", d)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -30,18 +31,20 @@ func TestMain(m *testing.M) {
 	testutil.Main(m)
 }
 
-// trace records a trace of the workload once per test binary.
-func trace(t *testing.T, workload string) string {
+// trace records a trace of the workload run with args, once per test
+// binary.
+func trace(t *testing.T, workload string, args ...string) string {
 	t.Helper()
 	tracesMu.Lock()
 	defer tracesMu.Unlock()
-	if p, ok := traceOnce[workload]; ok {
+	name := strings.Join(append([]string{workload}, args...), "-")
+	if p, ok := traceOnce[name]; ok {
 		return p
 	}
 	bin := testutil.MustBuild(t, workload, testutil.Options{})
-	p := filepath.Join(traceDir, workload+".hst")
-	tracetest.Record(t, p, bin)
-	traceOnce[workload] = p
+	p := filepath.Join(traceDir, name+".hst")
+	tracetest.Record(t, p, bin, args...)
+	traceOnce[name] = p
 	return p
 }
 

@@ -41,11 +41,15 @@ const (
 
 // Server answers the API and serves the page for one index.
 type Server struct {
-	x   *query.Index
-	mux *http.ServeMux
+	x    *query.Index
+	base *query.Index // the trace to compare with; nil: none
+	mux  *http.ServeMux
 
 	mu    sync.Mutex
 	cache []cached // the latest windows answered, newest last
+
+	baseOnce sync.Once
+	baseRes  *query.Result
 }
 
 // cached is a window's answer: the page asks for the classes, the flame
@@ -79,8 +83,12 @@ func (s *Server) windowOf(f query.Filter) *query.Result {
 }
 
 // New returns a Server for x.
-func New(x *query.Index) *Server {
-	s := &Server{x: x, mux: http.NewServeMux()}
+func New(x *query.Index) *Server { return NewWithBase(x, nil) }
+
+// NewWithBase returns a Server for x that also compares x with base
+// (/api/diff): what serve --base does.
+func NewWithBase(x, base *query.Index) *Server {
+	s := &Server{x: x, base: base, mux: http.NewServeMux()}
 	ui, err := fs.Sub(assets, "ui")
 	if err != nil {
 		panic(err) // the embedded tree is fixed at build time
@@ -100,6 +108,7 @@ func New(x *query.Index) *Server {
 	s.mux.HandleFunc("GET /api/sites", s.sites)
 	s.mux.HandleFunc("GET /api/histogram", s.histogram)
 	s.mux.HandleFunc("GET /api/export", s.export)
+	s.mux.HandleFunc("GET /api/diff", s.diff)
 	return s
 }
 
@@ -254,6 +263,14 @@ type Summary struct {
 		Sites  int `json:"sites"`
 	} `json:"index"`
 	Costs []string `json:"costs"`
+	// Base is the trace compared with (serve --base), or null.
+	Base *BaseSummary `json:"base"`
+}
+
+// BaseSummary is the base trace of a comparison.
+type BaseSummary struct {
+	File    string             `json:"file"`
+	Summary report.JSONSummary `json:"summary"`
 }
 
 func (s *Server) summary(w http.ResponseWriter, r *http.Request) {
@@ -261,6 +278,9 @@ func (s *Server) summary(w http.ResponseWriter, r *http.Request) {
 	d.Leaks, d.Peak, d.Allocations, d.Timeline = nil, nil, nil, nil
 	out := Summary{JSON: d, StartNs: s.rel(s.x.Start()), EndNs: s.rel(s.x.End()), Costs: query.CostNames()}
 	out.Index.Events, out.Index.Blocks, out.Index.Sites = s.x.Events(), s.x.Blocks(), len(s.x.Sites())
+	if s.base != nil {
+		out.Base = &BaseSummary{File: s.base.File, Summary: s.base.Report.Document(1).Summary}
+	}
 	writeJSON(w, out)
 }
 
@@ -579,4 +599,64 @@ func metricOf(c query.Cost) report.Metric {
 		return report.Temporary
 	}
 	return report.InuseSpace
+}
+
+// Diff is /api/diff: each site's cost in the window of this trace and in
+// the whole base trace, matched by symbolized frames.
+type Diff struct {
+	Cost  string     `json:"cost"`
+	Base  string     `json:"base"` // the base trace's file
+	Total DiffTotal  `json:"total"`
+	Sites []DiffSite `json:"sites"` // by the size of the difference, at most top
+	More  int        `json:"more"`
+}
+
+// DiffTotal is the cost over every site.
+type DiffTotal struct {
+	Value uint64 `json:"value"`
+	Base  uint64 `json:"base"`
+	Delta int64  `json:"delta"`
+}
+
+// DiffSite is one site's cost in both traces.
+type DiffSite struct {
+	Stack []report.JSONFrame `json:"stack"`
+	DiffTotal
+}
+
+func (s *Server) diff(w http.ResponseWriter, r *http.Request) {
+	p, err := s.parse(r)
+	if err == nil && s.base == nil {
+		err = badRequest{"no base trace: start serve with --base FILE"}
+	}
+	if err == nil {
+		err = s.needEvents()
+	}
+	if err == nil && s.base.Aggregate() {
+		err = query.ErrAggregate
+	}
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	res := s.windowOf(p.f)
+	baseRes := s.baseWindow()
+	rows := query.Diff(s.x, res, s.base, baseRes, p.cost)
+	out := Diff{Cost: p.cost.String(), Base: s.base.File, Sites: []DiffSite{}}
+	out.Total.Value, out.Total.Base = p.cost.Of(&res.Total), p.cost.Of(&baseRes.Total)
+	out.Total.Delta = int64(out.Total.Value) - int64(out.Total.Base)
+	if p.top > 0 && len(rows) > p.top {
+		out.More = len(rows) - p.top
+		rows = rows[:p.top]
+	}
+	for _, d := range rows {
+		out.Sites = append(out.Sites, DiffSite{Stack: jsonStack(d.Frames), DiffTotal: DiffTotal{d.Value, d.Base, d.Delta}})
+	}
+	writeJSON(w, out)
+}
+
+// baseWindow is the base trace's whole answer, computed once.
+func (s *Server) baseWindow() *query.Result {
+	s.baseOnce.Do(func() { s.baseRes = s.base.Window(query.Filter{}) })
+	return s.baseRes
 }

@@ -20,7 +20,7 @@ import (
 func init() {
 	register(&command{
 		name:    "serve",
-		args:    "[flags] FILE",
+		args:    "[flags] FILE [--base FILE2]",
 		summary: "explore a trace in a web browser: timeline, windows, flame graphs, sites",
 		help: `
 serve reads the trace once into an index and serves one page that explores it:
@@ -30,12 +30,17 @@ lifetime classes of the window (AIFI, AIFO, AOFI, AOFO) and the histograms.
 The page's assets are in the binary: nothing is fetched from the network.
 The JSON API behind it, under /api/, is documented in web/API.md.
 
+--base FILE2 compares the trace with another (of the same program, say before
+a change): the Diff view gives each site's cost in both, the sites matched by
+their symbolized frames (function, file, line, module), not their addresses.
+
 The URL is the first line of standard output. It listens on loopback, on a
 free port, unless --listen says otherwise; it serves until Ctrl-C.`,
 		setup: func(fs *flag.FlagSet) func([]string) error {
 			var lf loadFlags
 			lf.register(fs)
 			listen := fs.String("listen", "127.0.0.1:0", "address to listen on (host:port)")
+			base := fs.String("base", "", "a trace to compare with")
 			return func(args []string) error {
 				if len(args) != 1 {
 					return usagef("want one trace file")
@@ -45,7 +50,7 @@ free port, unless --listen says otherwise; it serves until Ctrl-C.`,
 				}
 				ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 				defer stop()
-				return serve(ctx, os.Stdout, *listen, args[0], query.Options{
+				return serve(ctx, os.Stdout, *listen, args[0], *base, query.Options{
 					Symbolize: symbolize.Options{DebugDirs: lf.debugDirs, Sysroot: lf.sysroot},
 				})
 			}
@@ -54,9 +59,9 @@ free port, unless --listen says otherwise; it serves until Ctrl-C.`,
 }
 
 // serve listens on addr first (a port in use fails at once, before the
-// trace is read), builds the index of path, prints the URL and serves until
-// ctx ends.
-func serve(ctx context.Context, stdout io.Writer, addr, path string, o query.Options) error {
+// trace is read), builds the index of path (and of base, unless ""), prints
+// the URL and serves until ctx ends.
+func serve(ctx context.Context, stdout io.Writer, addr, path, base string, o query.Options) error {
 	l, err := web.Listen(addr)
 	if err != nil {
 		return err
@@ -69,7 +74,16 @@ func serve(ctx context.Context, stdout io.Writer, addr, path string, o query.Opt
 	for _, w := range x.Warnings {
 		fmt.Fprintf(os.Stderr, "heapscope: warning: %s: %s\n", path, w)
 	}
-	srv := &http.Server{Handler: web.New(x), ReadHeaderTimeout: 10 * time.Second}
+	var bx *query.Index
+	if base != "" {
+		if bx, err = query.Build(base, o); err != nil {
+			return err
+		}
+		for _, w := range bx.Warnings {
+			fmt.Fprintf(os.Stderr, "heapscope: warning: %s: %s\n", base, w)
+		}
+	}
+	srv := &http.Server{Handler: web.NewWithBase(x, bx), ReadHeaderTimeout: 10 * time.Second}
 	fmt.Fprintf(stdout, "http://%s/\n", l.Addr())
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(l) }()

@@ -27,7 +27,7 @@ func TestServe(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
-	go func() { done <- serve(ctx, pw, "127.0.0.1:0", trace, query.Options{}) }()
+	go func() { done <- serve(ctx, pw, "127.0.0.1:0", trace, "", query.Options{}) }()
 	url, err := bufio.NewReader(pr).ReadString('\n')
 	if err != nil || !strings.HasPrefix(url, "http://127.0.0.1:") {
 		t.Fatalf("first line %q, %v", url, err)

@@ -90,6 +90,21 @@ export interface Summary extends ReportJSON {
   end_ns: number;
   index: { events: number; blocks: number; sites: number };
   costs: string[];
+  base: { file: string; summary: ReportSummary } | null;
+}
+
+export interface DiffTotal {
+  value: number;
+  base: number;
+  delta: number;
+}
+
+export interface Diff {
+  cost: string;
+  base: string;
+  total: DiffTotal;
+  sites: (DiffTotal & { stack: Frame[] })[];
+  more: number;
 }
 
 export interface Point {

@@ -14,6 +14,7 @@ import {
   Window,
   Frame,
   Amount,
+  Diff,
 } from "./api";
 import { bytes, bytesExact, count, dur, el, exact, frameText, pct } from "./format";
 import { TimelineView } from "./timeline";
@@ -36,7 +37,7 @@ interface State {
   share: number; // the flame graph's smallest node, a share of the total
 }
 
-const tabs = ["flame", "functions", "sites", "classes", "sizes"];
+const tabs = ["flame", "functions", "sites", "classes", "sizes", "diff"];
 const byteCosts = new Set(["leaks", "peak", "instant", "net", "bytes", "aifi", "aifo", "aofi", "aofo"]);
 const costText: Record<string, string> = {
   leaks: "live at the end (leaks)",
@@ -192,6 +193,8 @@ function renderSummary(s: Summary) {
   sel.append(el("option", { value: "0" }, "all processes"));
   for (const p of s.processes) sel.append(el("option", { value: String(p.pid) }, `${p.pid} ${p.exe.split("/").pop()}`));
   sel.value = String(state.pid);
+  $("tab-diff").hidden = !s.base;
+  if (s.base) $("base-file").textContent = s.base.file;
   const cs = $("cost") as HTMLSelectElement;
   cs.textContent = "";
   for (const c of s.costs) cs.append(el("option", { value: c }, costText[c] ?? c));
@@ -350,6 +353,33 @@ function renderSizes(h: Histogram) {
   ]);
 }
 
+function signed(fmt: (v: number) => string, v: number): string {
+  return v > 0 ? `+${fmt(v)}` : v < 0 ? `−${fmt(-v)}` : fmt(0);
+}
+
+function renderDiff(d: Diff) {
+  const fmt = valueFmt(d.cost);
+  $("diff-total").textContent = `${costText[d.cost] ?? d.cost}: this trace ${fmt(d.total.value)}, base ${fmt(d.total.base)}, difference ${signed(fmt, d.total.delta)}`;
+  $("diff-total").setAttribute("data-delta", String(d.total.delta));
+  const t = $("diff-table");
+  t.textContent = "";
+  t.append(el("tr", {}, el("th", {}, "difference"), el("th", {}, "this trace"), el("th", {}, "base"), el("th", {}, "site")));
+  for (const r of d.sites) {
+    t.append(
+      el(
+        "tr",
+        { "data-delta": String(r.delta) },
+        el("td", { class: `num ${r.delta > 0 ? "up" : "down"}` }, signed(fmt, r.delta)),
+        el("td", { class: "num" }, fmt(r.value)),
+        el("td", { class: "num" }, fmt(r.base)),
+        stackCell(r.stack),
+      ),
+    );
+  }
+  if (d.sites.length === 0) t.append(el("tr", {}, el("td", { colspan: "4", class: "dim" }, "no difference")));
+  if (d.more) t.append(el("tr", {}, el("td", { colspan: "4", class: "dim" }, `${d.more} more sites`)));
+}
+
 // ---- refresh ----
 
 async function refresh() {
@@ -405,6 +435,13 @@ async function refresh() {
       jobs.push(
         get<ReportJSON>(`/api/sites?top=50${amp}`).then((d) => {
           if (my === seq) renderSites(d);
+        }),
+      );
+      break;
+    case "diff":
+      jobs.push(
+        get<Diff>(`/api/diff?cost=${s.cost}&top=200${amp}`).then((d) => {
+          if (my === seq) renderDiff(d);
         }),
       );
       break;
