@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -20,7 +21,7 @@ import (
 func init() {
 	register(&command{
 		name:    "serve",
-		args:    "[flags] FILE [--base FILE2]",
+		args:    "[flags] FILE [--base FILE2] | --session NAME",
 		summary: "explore a trace in a web browser: timeline, windows, flame graphs, sites",
 		help: `
 serve reads the trace once into an index and serves one page that explores it:
@@ -34,6 +35,11 @@ The JSON API behind it, under /api/, is documented in web/API.md.
 a change): the Diff view gives each site's cost in both, the sites matched by
 their symbolized frames (function, file, line, module), not their addresses.
 
+--session NAME follows a running session instead of a file: every second the
+session is flushed and its trace file indexed again, and the page updates
+itself without reloading; when the session ends, the page stays on its last
+state. Each update reads the whole file again.
+
 The URL is the first line of standard output. It listens on loopback, on a
 free port, unless --listen says otherwise; it serves until Ctrl-C.`,
 		setup: func(fs *flag.FlagSet) func([]string) error {
@@ -41,7 +47,18 @@ free port, unless --listen says otherwise; it serves until Ctrl-C.`,
 			lf.register(fs)
 			listen := fs.String("listen", "127.0.0.1:0", "address to listen on (host:port)")
 			base := fs.String("base", "", "a trace to compare with")
+			session := fs.String("session", "", "follow this running session instead of a file")
 			return func(args []string) error {
+				if *session != "" {
+					if len(args) != 0 || *base != "" {
+						return usagef("--session takes no trace file and no --base")
+					}
+					ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+					defer stop()
+					return serveLive(ctx, os.Stdout, *listen, *session, query.Options{
+						Symbolize: symbolize.Options{DebugDirs: lf.debugDirs, Sysroot: lf.sysroot},
+					})
+				}
 				if len(args) != 1 {
 					return usagef("want one trace file")
 				}
@@ -83,7 +100,27 @@ func serve(ctx context.Context, stdout io.Writer, addr, path, base string, o que
 			fmt.Fprintf(os.Stderr, "heapscope: warning: %s: %s\n", base, w)
 		}
 	}
-	srv := &http.Server{Handler: web.NewWithBase(x, bx), ReadHeaderTimeout: 10 * time.Second}
+	return serveOn(ctx, stdout, l, web.NewWithBase(x, bx))
+}
+
+// serveLive is serve --session: the index follows the session.
+func serveLive(ctx context.Context, stdout io.Writer, addr, name string, o query.Options) error {
+	l, err := web.Listen(addr)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	live, err := web.NewLive(name, o, time.Second)
+	if err != nil {
+		return err
+	}
+	go live.Run(ctx)
+	return serveOn(ctx, stdout, l, live)
+}
+
+// serveOn prints the URL of l and serves h on it until ctx ends.
+func serveOn(ctx context.Context, stdout io.Writer, l net.Listener, h http.Handler) error {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	fmt.Fprintf(stdout, "http://%s/\n", l.Addr())
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(l) }()

@@ -501,6 +501,51 @@ function wire() {
   }
 }
 
+interface LiveState {
+  session: string;
+  file: string;
+  running: boolean;
+  version: number;
+  updated: string;
+  error?: string;
+}
+
+// follow polls /api/live every second and redraws every view, keeping the
+// filter, when the server has indexed newer records of the session.
+async function follow(first: LiveState) {
+  let version = first.version;
+  const show = (l: LiveState) => {
+    const b = $("live");
+    b.hidden = false;
+    b.setAttribute("data-running", String(l.running));
+    b.textContent =
+      `${l.running ? "live" : "ended"}: session ${l.session} (${l.file}), updated ${new Date(l.updated).toLocaleTimeString()}` +
+      (l.error ? ` — ${l.error}` : "");
+  };
+  show(first);
+  for (;;) {
+    await new Promise((r) => setTimeout(r, 1000));
+    let l: LiveState;
+    try {
+      l = await get<LiveState>("/api/live");
+    } catch (e) {
+      continue; // the server is busy or gone: try again
+    }
+    show(l);
+    if (l.version !== version) {
+      version = l.version;
+      try {
+        summary = await get<Summary>("/api/summary");
+        renderSummary(summary);
+        await refresh();
+      } catch (e) {
+        showError(e);
+      }
+    }
+    if (!l.running && l.version === version) return;
+  }
+}
+
 async function main() {
   wire();
   try {
@@ -512,6 +557,14 @@ async function main() {
   }
   renderSummary(summary);
   await refresh();
+  if (!isStatic()) {
+    try {
+      const l = await get<LiveState>("/api/live");
+      follow(l);
+    } catch (e) {
+      // not a live session
+    }
+  }
 }
 
 main();
