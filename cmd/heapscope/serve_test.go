@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -62,5 +63,31 @@ func TestServe(t *testing.T) {
 	}
 	if code, errs := runCLI(t, "serve", "--listen", "127.0.0.1:0", filepath.Join(t.TempDir(), "none.hst")); code == 0 || !strings.Contains(errs, "none.hst") {
 		t.Errorf("serve of a missing file: exit %d, %q", code, errs)
+	}
+	if code, errs := runCLI(t, "serve", "--session", "no-such-session-heapscope-cmd"); code == 0 || !strings.Contains(errs, "no-such-session-heapscope-cmd") {
+		t.Errorf("serve of an unknown session: exit %d, %q", code, errs)
+	}
+}
+
+// report --format html writes one page holding the trace's answers.
+func TestReportHTML(t *testing.T) {
+	t.Cleanup(testutil.Cleanup)
+	bin := testutil.MustBuild(t, "report_known", testutil.Options{})
+	dir := t.TempDir()
+	trace := filepath.Join(dir, "known.hst")
+	tracetest.Record(t, trace, bin)
+	out := filepath.Join(dir, "known.html")
+	if code, errs := runCLI(t, "report", "--format", "html", "-o", out, trace); code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := string(b); !strings.Contains(s, "window.HEAPSCOPE_DATA") || !strings.Contains(s, `"leaked_bytes":4024`) || strings.Contains(s, `src="app.js"`) {
+		t.Errorf("the page lacks its data or its script (%d bytes)", len(b))
+	}
+	if code, _ := runCLI(t, "report", "--format", "html", "--from", "1ms", "-o", out, trace); code != 2 {
+		t.Errorf("html with a window: exit %d, want a usage error", code)
 	}
 }
