@@ -338,19 +338,19 @@ function bars(id: string, rows: { label: string; v: number }[]) {
 }
 
 function renderSizes(h: Histogram) {
+  // Empty buckets before the first used one say nothing.
+  const from = (xs: { count: number }[]) => Math.max(0, xs.findIndex((b) => b.count > 0));
   let prev = 0;
-  bars(
-    "sizes-table",
-    h.sizes.map((b) => {
-      const label = `${bytes(prev + (prev ? 1 : 0))} – ${bytes(b.le)}`;
-      prev = b.le;
-      return { label, v: b.count };
-    }),
-  );
-  bars("lifetimes-table", [
-    ...h.lifetimes.map((b) => ({ label: `< ${dur(b.lt_ns)}`, v: b.count })),
-    { label: "never freed", v: h.live },
-  ]);
+  const sizes = h.sizes.map((b) => {
+    const label = b.le <= 1 ? `≤ ${bytes(b.le)}` : prev + 1 === b.le ? bytes(b.le) : `${bytes(prev + 1)} – ${bytes(b.le)}`;
+    prev = b.le;
+    return { label, v: b.count };
+  });
+  bars("sizes-table", sizes.slice(from(h.sizes)));
+  // Bucket 0 holds the blocks freed at the same timestamp as they were
+  // made: shorter than the trace's time resolution.
+  const lifetimes = h.lifetimes.map((b) => ({ label: b.lt_ns <= 1 ? "same timestamp" : `< ${dur(b.lt_ns)}`, v: b.count }));
+  bars("lifetimes-table", [...lifetimes.slice(from(h.lifetimes)), { label: "never freed", v: h.live }]);
 }
 
 function signed(fmt: (v: number) => string, v: number): string {
