@@ -42,11 +42,15 @@ built-in rules for what the C and C++ runtimes keep for the life of a process
 by design (libstdc++'s emergency exception pool, stdio buffers, the dynamic
 loader's and NSS's caches, time zone and locale data). The report gives their
 total and what each rule took; --no-default-suppressions turns the built-in
-rules off.`,
+rules off.
+
+--format html writes one self-contained page (no network; it opens from disk)
+with the summary, the timeline, flame graphs, the functions and sites lists and
+the histograms of the whole trace: 'heapscope serve' explores windows.`,
 		setup: func(fs *flag.FlagSet) func([]string) error {
 			var lf loadFlags
 			lf.register(fs)
-			format := fs.String("format", "text", "text or json")
+			format := fs.String("format", "text", "text, json or html")
 			top := fs.Int("top", 0, "sites per section (text: default 10; json: default all)")
 			fullNames := fs.Bool("full-names", false, "text: print C++ names whole (by default the arguments of templates are elided: std::vector<…>::push_back)")
 			out := fs.String("o", "-", "write to this file instead of standard output")
@@ -54,8 +58,11 @@ rules off.`,
 				if len(args) != 1 {
 					return usagef("want one trace file")
 				}
-				if *format != "text" && *format != "json" {
-					return usagef("--format: want text or json, not %q", *format)
+				if *format != "text" && *format != "json" && *format != "html" {
+					return usagef("--format: want text, json or html, not %q", *format)
+				}
+				if *format == "html" {
+					return writeHTMLReport(&lf, args[0], *out)
 				}
 				if *top < 0 {
 					return usagef("--top must not be negative")

@@ -1,0 +1,221 @@
+// Command servebench measures `heapscope serve` against `heapscope report` on
+// the same trace: the time to the first complete page (the server's index
+// built and the answers the page asks for on load: summary, timeline,
+// window, flame graph) against the report's wall time, the server's memory,
+// and the latency of a click (a new window's classes and flame graph, a
+// zoomed timeline).
+//
+//	go run ./bench/servebench -trace FILE [-reps 3] [-clicks 20] [-o bench/RESULTS-serve.md]
+//
+// A trace of the python3 workload of bench/reportbench is made by
+// `go run ./bench/reportbench -workloads python -reps 1 -keep DIR` (DIR/python.hst).
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/heapscope/heapscope/bench/internal/benchutil"
+)
+
+func main() {
+	trace := flag.String("trace", "", "the trace file")
+	reps := flag.Int("reps", 3, "repetitions of each load, interleaved")
+	clicks := flag.Int("clicks", 20, "clicks (new windows) per repetition")
+	out := flag.String("o", "bench/RESULTS-serve.md", "results file")
+	flag.Parse()
+	if *trace == "" {
+		fmt.Fprintln(os.Stderr, "servebench: -trace FILE is needed")
+		os.Exit(2)
+	}
+	if err := run(*trace, *reps, *clicks, *out); err != nil {
+		fmt.Fprintln(os.Stderr, "servebench:", err)
+		os.Exit(1)
+	}
+}
+
+type serveRun struct {
+	index, page time.Duration // to the URL; to every answer of the first page
+	rssKB       int64         // the server's max RSS after the first page
+	clicks      []time.Duration
+	summary     struct{ Events, Blocks, Sites int }
+}
+
+func run(trace string, reps, clicks int, outFile string) error {
+	tmp, err := os.MkdirTemp("", "servebench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	hs := filepath.Join(tmp, "heapscope")
+	if b, err := exec.Command("go", "build", "-o", hs, "./cmd/heapscope").CombinedOutput(); err != nil {
+		return fmt.Errorf("building heapscope: %v\n%s", err, b)
+	}
+	var reportWall, reportRSS, indexT, pageT, rss []float64
+	var allClicks []time.Duration
+	var last *serveRun
+	for i := 0; i < reps; i++ {
+		w, r, err := report(hs, trace)
+		if err != nil {
+			return err
+		}
+		reportWall, reportRSS = append(reportWall, w.Seconds()), append(reportRSS, float64(r))
+		s, err := serve(hs, trace, clicks, int64(i))
+		if err != nil {
+			return err
+		}
+		indexT, pageT, rss = append(indexT, s.index.Seconds()), append(pageT, s.page.Seconds()), append(rss, float64(s.rssKB))
+		allClicks = append(allClicks, s.clicks...)
+		last = s
+		fmt.Fprintf(os.Stderr, "rep %d: report %s, serve index %s, first page %s, clicks median %s\n", i, w, s.index, s.page, pctl(s.clicks, 0.5))
+	}
+	st, _ := os.Stat(trace)
+	var doc bytes.Buffer
+	fmt.Fprintf(&doc, "# `heapscope serve` against `heapscope report`\n\nWritten by `go run ./bench/servebench -trace %s -reps %d -clicks %d`.\n\n", filepath.Base(trace), reps, clicks)
+	fmt.Fprintf(&doc, "- date: %s\n- machine: %s\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"), benchutil.Machine())
+	fmt.Fprintf(&doc, "- trace: %s (%d bytes): %d heap events, %d blocks and calls, %d sites in the index\n", filepath.Base(trace), st.Size(), last.summary.Events, last.summary.Blocks, last.summary.Sites)
+	fmt.Fprintf(&doc, "- method: `heapscope report --format json TRACE` (output to /dev/null) and `heapscope serve TRACE` run in turn, %d times. \"First page\" is from starting `serve` to the answers of every request the page makes on load (summary, timeline of 1400 points, window classes, flame graph of the leaks), over HTTP on loopback, without the browser's drawing; \"index\" to the URL printed. A click is a new random window: its classes, its flame graph by a cost that changes each click, and the timeline zoomed to it, in turn (all three answered). Medians; max RSS from wait4 (report) and /proc VmHWM (serve). The machine (2 cores) is shared with several engineers' builds and tests: wall times are noisy.\n\n", reps)
+	fmt.Fprintf(&doc, "| measure | median | goal |\n|---|---:|---|\n")
+	rw := benchutil.Median(reportWall)
+	pw := benchutil.Median(pageT)
+	fmt.Fprintf(&doc, "| `heapscope report --format json` wall | %.2fs | |\n", rw)
+	fmt.Fprintf(&doc, "| `heapscope serve`: index built (URL printed) | %.2fs | |\n", benchutil.Median(indexT))
+	fmt.Fprintf(&doc, "| `heapscope serve`: first complete page | %.2fs (%.2f× the report) | ≤ 1.5× the report: %s |\n", pw, pw/rw, yes(pw <= 1.5*rw))
+	fmt.Fprintf(&doc, "| click: median / p95 / max | %s / %s / %s | ≤ 300 ms: %s |\n", pctl(allClicks, 0.5), pctl(allClicks, 0.95), pctl(allClicks, 1), yes(pctl(allClicks, 0.95) <= 300*time.Millisecond))
+	fmt.Fprintf(&doc, "| max RSS: report / serve | %.1f MiB / %.1f MiB | |\n", benchutil.Median(reportRSS)/1024, benchutil.Median(rss)/1024)
+	return os.WriteFile(outFile, doc.Bytes(), 0o644)
+}
+
+func yes(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+func pctl(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	i := int(p*float64(len(s)-1) + 0.5)
+	return s[i].Round(time.Millisecond)
+}
+
+func report(hs, trace string) (time.Duration, int64, error) {
+	cmd := exec.Command(hs, "report", "--format", "json", trace)
+	var errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = io.Discard, &errb
+	start := time.Now()
+	if err := cmd.Run(); err != nil {
+		return 0, 0, fmt.Errorf("report: %v\n%s", err, errb.Bytes())
+	}
+	d := time.Since(start)
+	ru := cmd.ProcessState.SysUsage().(*syscall.Rusage)
+	return d, ru.Maxrss, nil
+}
+
+func get(url string) error {
+	r, err := http.Get(url)
+	if err != nil {
+		return err
+	}
+	defer r.Body.Close()
+	if _, err := io.Copy(io.Discard, r.Body); err != nil {
+		return err
+	}
+	if r.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", url, r.Status)
+	}
+	return nil
+}
+
+func serve(hs, trace string, clicks int, seed int64) (*serveRun, error) {
+	cmd := exec.Command(hs, "serve", trace)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	defer func() {
+		cmd.Process.Signal(os.Interrupt)
+		cmd.Wait()
+	}()
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		return nil, fmt.Errorf("serve printed no URL: %v", err)
+	}
+	s := &serveRun{index: time.Since(start)}
+	u := strings.TrimSpace(line)
+	for _, p := range []string{"api/summary", "api/timeline?points=1400", "api/window?top=100", "api/flame?cost=leaks&invert=0&min_share=0.001"} {
+		if err := get(u + p); err != nil {
+			return nil, err
+		}
+	}
+	s.page = time.Since(start)
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", cmd.Process.Pid)); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmHWM:" {
+				s.rssKB, _ = strconv.ParseInt(f[1], 10, 64)
+			}
+		}
+	}
+	// The span, for the clicks.
+	r, err := http.Get(u + "api/summary")
+	if err != nil {
+		return nil, err
+	}
+	var sum struct {
+		StartNs int64 `json:"start_ns"`
+		EndNs   int64 `json:"end_ns"`
+		Index   struct{ Events, Blocks, Sites int }
+	}
+	err = decode(r, &sum)
+	if err != nil {
+		return nil, err
+	}
+	s.summary = sum.Index
+	rng := rand.New(rand.NewPCG(uint64(seed), 1))
+	costs := []string{"leaks", "peak", "bytes", "calls", "temporary", "net", "aifo"}
+	span := sum.EndNs - sum.StartNs
+	for i := 0; i < clicks; i++ {
+		a := sum.StartNs + rng.Int64N(span)
+		b := a + 1 + rng.Int64N(sum.EndNs-a+1)
+		q := fmt.Sprintf("from_ns=%d&to_ns=%d", a, b)
+		t0 := time.Now()
+		for _, p := range []string{"api/window?top=100&" + q, fmt.Sprintf("api/flame?cost=%s&min_share=0.001&%s", costs[i%len(costs)], q), fmt.Sprintf("api/timeline?points=1400&from_ns=%d&to_ns=%d", a, b)} {
+			if err := get(u + p); err != nil {
+				return nil, err
+			}
+		}
+		s.clicks = append(s.clicks, time.Since(t0))
+	}
+	return s, nil
+}
+
+func decode(r *http.Response, v any) error {
+	defer r.Body.Close()
+	b, err := io.ReadAll(r.Body)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(b, v)
+}

@@ -1,0 +1,154 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/heapscope/heapscope/query"
+	"github.com/heapscope/heapscope/symbolize"
+	"github.com/heapscope/heapscope/web"
+)
+
+func init() {
+	register(&command{
+		name:    "serve",
+		args:    "[flags] FILE [--base FILE2] | --session NAME",
+		summary: "explore a trace in a web browser: timeline, windows, flame graphs, sites",
+		help: `
+serve reads the trace once into an index and serves one page that explores it:
+the summary, the heap over time (drag to select a window that filters every
+view), flame graphs by any cost, the functions and sites tables, the four
+lifetime classes of the window (AIFI, AIFO, AOFI, AOFO) and the histograms.
+The page's assets are in the binary: nothing is fetched from the network.
+The JSON API behind it, under /api/, is documented in web/API.md.
+
+--base FILE2 compares the trace with another (of the same program, say before
+a change): the Diff view gives each site's cost in both, the sites matched by
+their symbolized frames (function, file, line, module), not their addresses.
+
+--session NAME follows a running session instead of a file: every second the
+session is flushed and its trace file indexed again, and the page updates
+itself without reloading; when the session ends, the page stays on its last
+state. Each update reads the whole file again.
+
+The URL is the first line of standard output. It listens on loopback, on a
+free port, unless --listen says otherwise; it serves until Ctrl-C.`,
+		setup: func(fs *flag.FlagSet) func([]string) error {
+			var lf loadFlags
+			lf.register(fs)
+			listen := fs.String("listen", "127.0.0.1:0", "address to listen on (host:port)")
+			base := fs.String("base", "", "a trace to compare with")
+			session := fs.String("session", "", "follow this running session instead of a file")
+			return func(args []string) error {
+				if *session != "" {
+					if len(args) != 0 || *base != "" {
+						return usagef("--session takes no trace file and no --base")
+					}
+					ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+					defer stop()
+					return serveLive(ctx, os.Stdout, *listen, *session, query.Options{
+						Symbolize: symbolize.Options{DebugDirs: lf.debugDirs, Sysroot: lf.sysroot},
+					})
+				}
+				if len(args) != 1 {
+					return usagef("want one trace file")
+				}
+				if lf.from.set || lf.to.set {
+					return usagef("serve reads the whole trace: select a window in the page")
+				}
+				ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+				defer stop()
+				return serve(ctx, os.Stdout, *listen, args[0], *base, query.Options{
+					Symbolize: symbolize.Options{DebugDirs: lf.debugDirs, Sysroot: lf.sysroot},
+				})
+			}
+		},
+	})
+}
+
+// serve listens on addr first (a port in use fails at once, before the
+// trace is read), builds the index of path (and of base, unless ""), prints
+// the URL and serves until ctx ends.
+func serve(ctx context.Context, stdout io.Writer, addr, path, base string, o query.Options) error {
+	l, err := web.Listen(addr)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	x, err := query.Build(path, o)
+	if err != nil {
+		return err
+	}
+	for _, w := range x.Warnings {
+		fmt.Fprintf(os.Stderr, "heapscope: warning: %s: %s\n", path, w)
+	}
+	var bx *query.Index
+	if base != "" {
+		if bx, err = query.Build(base, o); err != nil {
+			return err
+		}
+		for _, w := range bx.Warnings {
+			fmt.Fprintf(os.Stderr, "heapscope: warning: %s: %s\n", base, w)
+		}
+	}
+	return serveOn(ctx, stdout, l, web.NewWithBase(x, bx))
+}
+
+// serveLive is serve --session: the index follows the session.
+func serveLive(ctx context.Context, stdout io.Writer, addr, name string, o query.Options) error {
+	l, err := web.Listen(addr)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	live, err := web.NewLive(name, o, time.Second)
+	if err != nil {
+		return err
+	}
+	go live.Run(ctx)
+	return serveOn(ctx, stdout, l, live)
+}
+
+// serveOn prints the URL of l and serves h on it until ctx ends.
+func serveOn(ctx context.Context, stdout io.Writer, l net.Listener, h http.Handler) error {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	fmt.Fprintf(stdout, "http://%s/\n", l.Addr())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(l) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			return err
+		}
+		return nil
+	}
+}
+
+// writeHTMLReport is `report --format html`: the page of serve, as one
+// file, for the whole trace.
+func writeHTMLReport(lf *loadFlags, path, out string) error {
+	if lf.from.set || lf.to.set {
+		return usagef("--format html reports the whole trace: use 'heapscope serve' for windows")
+	}
+	x, err := query.Build(path, query.Options{Symbolize: symbolize.Options{DebugDirs: lf.debugDirs, Sysroot: lf.sysroot}})
+	if err != nil {
+		return err
+	}
+	for _, w := range x.Warnings {
+		fmt.Fprintf(os.Stderr, "heapscope: warning: %s: %s\n", path, w)
+	}
+	return writeOutput(out, func(w io.Writer) error { return web.WriteHTML(w, x) })
+}

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/heapscope/heapscope/internal/testutil"
+	"github.com/heapscope/heapscope/internal/tracetest"
+	"github.com/heapscope/heapscope/query"
+)
+
+// serve prints the URL as its first line, answers there, and ends when its
+// context does; a port in use is a clear error, before the trace is read.
+func TestServe(t *testing.T) {
+	t.Cleanup(testutil.Cleanup)
+	bin := testutil.MustBuild(t, "report_known", testutil.Options{})
+	trace := filepath.Join(t.TempDir(), "known.hst")
+	tracetest.Record(t, trace, bin)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() { done <- serve(ctx, pw, "127.0.0.1:0", trace, "", query.Options{}) }()
+	url, err := bufio.NewReader(pr).ReadString('\n')
+	if err != nil || !strings.HasPrefix(url, "http://127.0.0.1:") {
+		t.Fatalf("first line %q, %v", url, err)
+	}
+	r, err := http.Get(strings.TrimSpace(url) + "api/summary")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum struct {
+		Summary struct {
+			LeakedBytes uint64 `json:"leaked_bytes"`
+		}
+	}
+	err = json.NewDecoder(r.Body).Decode(&sum)
+	r.Body.Close()
+	if err != nil || sum.Summary.LeakedBytes != 4024 {
+		t.Errorf("summary %+v, %v", sum, err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("serve after Ctrl-C: %v", err)
+	}
+
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	code, errs := runCLI(t, "serve", "--listen", l.Addr().String(), trace)
+	if code == 0 || !strings.Contains(errs, "address already in use") || !strings.Contains(errs, l.Addr().String()) {
+		t.Errorf("serve on a port in use: exit %d, %q", code, errs)
+	}
+	if code, errs := runCLI(t, "serve", "--listen", "127.0.0.1:0", filepath.Join(t.TempDir(), "none.hst")); code == 0 || !strings.Contains(errs, "none.hst") {
+		t.Errorf("serve of a missing file: exit %d, %q", code, errs)
+	}
+	if code, errs := runCLI(t, "serve", "--session", "no-such-session-heapscope-cmd"); code == 0 || !strings.Contains(errs, "no-such-session-heapscope-cmd") {
+		t.Errorf("serve of an unknown session: exit %d, %q", code, errs)
+	}
+}
+
+// report --format html writes one page holding the trace's answers.
+func TestReportHTML(t *testing.T) {
+	t.Cleanup(testutil.Cleanup)
+	bin := testutil.MustBuild(t, "report_known", testutil.Options{})
+	dir := t.TempDir()
+	trace := filepath.Join(dir, "known.hst")
+	tracetest.Record(t, trace, bin)
+	out := filepath.Join(dir, "known.html")
+	if code, errs := runCLI(t, "report", "--format", "html", "-o", out, trace); code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := string(b); !strings.Contains(s, "window.HEAPSCOPE_DATA") || !strings.Contains(s, `"leaked_bytes":4024`) || strings.Contains(s, `src="app.js"`) {
+		t.Errorf("the page lacks its data or its script (%d bytes)", len(b))
+	}
+	if code, _ := runCLI(t, "report", "--format", "html", "--from", "1ms", "-o", out, trace); code != 2 {
+		t.Errorf("html with a window: exit %d, want a usage error", code)
+	}
+}

@@ -1,0 +1,38 @@
+package query
+
+import (
+	"os"
+	"testing"
+)
+
+// BenchmarkBuild indexes the trace named by $HEAPSCOPE_BENCH_TRACE (e.g. the
+// python3 trace of bench/reportbench), and BenchmarkWindow answers a window
+// of its middle third, as a click does.
+func BenchmarkBuild(b *testing.B) {
+	path := os.Getenv("HEAPSCOPE_BENCH_TRACE")
+	if path == "" {
+		b.Skip("set HEAPSCOPE_BENCH_TRACE to a trace file")
+	}
+	for i := 0; i < b.N; i++ {
+		if _, err := Build(path, Options{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkWindow(b *testing.B) {
+	path := os.Getenv("HEAPSCOPE_BENCH_TRACE")
+	if path == "" {
+		b.Skip("set HEAPSCOPE_BENCH_TRACE to a trace file")
+	}
+	x, err := Build(path, Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	d := x.End() - x.Start()
+	f := Filter{From: x.Start() + d/3, To: x.Start() + 2*d/3}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		x.Flame(x.Window(f), CostBytes, false, 0.001, 5000)
+	}
+}

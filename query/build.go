@@ -1,0 +1,239 @@
+package query
+
+import (
+	"github.com/heapscope/heapscope/event"
+)
+
+// maxDenseID bounds the stack IDs kept in a slice; larger ones go to a map.
+const maxDenseID = 1 << 22
+
+// bproc is the builder's state for one process.
+type bproc struct {
+	pid    uint32
+	live   map[uint64]uint32 // address → row of the live block there
+	ids    []int32           // StackID → stack index + 1, for small IDs
+	idm    map[event.StackID]int32
+	lastTK uint64 // the thread of the last event, and its last allocation
+	last   *uint64
+}
+
+// builder is the event.Sink that fills an Index. It applies the events with
+// the heap model's rules (see package analyze): the same blocks are live
+// after each event, the same frees are counted, the same allocations are
+// temporary.
+type builder struct {
+	x        *Index
+	procs    map[uint32]*bproc
+	lastProc *bproc
+	last     map[uint64]*uint64 // pid<<32|tid → the address its last heap event allocated, or 0
+	tooLarge bool
+
+	liveBytes  uint64
+	liveBlocks uint32
+}
+
+func newBuilder() *builder {
+	return &builder{x: &Index{}, procs: map[uint32]*bproc{}, last: map[uint64]*uint64{}}
+}
+
+var _ event.Sink = (*builder)(nil)
+
+func (b *builder) Process(event.Process) error   { return nil }
+func (b *builder) Exit(event.Exit) error         { return nil }
+func (b *builder) Module(event.Module) error     { return nil }
+func (b *builder) Snapshot(event.Snapshot) error { return nil }
+func (b *builder) Stats(event.Stats) error       { return nil }
+
+func (b *builder) proc(pid uint32) *bproc {
+	if p := b.lastProc; p != nil && p.pid == pid {
+		return p
+	}
+	p := b.procs[pid]
+	if p == nil {
+		p = &bproc{pid: pid, live: map[uint64]uint32{}}
+		b.procs[pid] = p
+	}
+	b.lastProc = p
+	return p
+}
+
+// stackIndex returns the index of stack id of p, adding it.
+func (b *builder) stackIndex(p *bproc, id event.StackID) int32 {
+	if int(id) < len(p.ids) {
+		if i := p.ids[id]; i != 0 {
+			return i - 1
+		}
+	} else if id >= maxDenseID {
+		if i, ok := p.idm[id]; ok {
+			return i - 1
+		}
+	}
+	x := b.x
+	i := int32(len(x.stacks))
+	x.stacks = append(x.stacks, stackRef{pid: p.pid, id: id})
+	if id < maxDenseID {
+		if int(id) >= len(p.ids) {
+			n := max(2*len(p.ids), int(id)+1, 64)
+			p.ids = append(p.ids, make([]int32, n-len(p.ids))...)
+		}
+		p.ids[id] = i + 1
+	} else {
+		if p.idm == nil {
+			p.idm = map[event.StackID]int32{}
+		}
+		p.idm[id] = i + 1
+	}
+	return i
+}
+
+func (b *builder) Stack(st event.Stack) error {
+	i := b.stackIndex(b.proc(st.PID), st.ID)
+	b.x.stacks[i].frames = append([]uint64(nil), st.Frames...)
+	return nil
+}
+
+// row appends a row made by the event numbered seq and returns its index.
+func (b *builder) row(seq uint32, p *bproc, e *event.Event, size uint64, flags uint8) uint32 {
+	i := uint32(b.x.rows.len())
+	r := b.x.rows.add()
+	r.alloc, r.end = seq, never
+	if flags&fNoBlock != 0 {
+		r.end = seq
+	}
+	r.size = size
+	r.stack = b.stackIndex(p, e.Stack)
+	r.tid = e.TID
+	r.flags = flags
+	return i
+}
+
+// alloc makes a live block; a live block at the same address lost its free.
+func (b *builder) alloc(seq uint32, ev *evRec, p *bproc, e *event.Event, flags uint8) {
+	if old, ok := p.live[e.Addr]; ok {
+		b.end(seq, ev, old, fMissed)
+	}
+	p.live[e.Addr] = b.row(seq, p, e, e.Size, flags)
+	b.liveBytes += e.Size
+	b.liveBlocks++
+	ev.kind |= evMade
+}
+
+// end ends row r at seq with the given flags (fFreed, fTemp, fMissed).
+func (b *builder) end(seq uint32, ev *evRec, r uint32, flags uint8) {
+	row := b.x.rows.at(int(r))
+	row.end = seq
+	row.flags |= flags
+	b.liveBytes -= row.size
+	b.liveBlocks--
+	ev.kind |= evEnded
+}
+
+// free frees addr, as the model does: counted on the block's row, temporary
+// when it is the thread's last allocation.
+func (b *builder) free(seq uint32, ev *evRec, p *bproc, e *event.Event, addr uint64, last uint64) {
+	r, ok := p.live[addr]
+	if !ok {
+		b.x.unmatched = append(b.x.unmatched, seq)
+		return
+	}
+	delete(p.live, addr)
+	fl := uint8(fFreed)
+	if last == addr && b.x.rows.at(int(r)).tid == e.TID {
+		fl |= fTemp
+	}
+	b.end(seq, ev, r, fl)
+}
+
+func (b *builder) Events(evs []event.Event) error {
+	x := b.x
+	for i := range evs {
+		e := &evs[i]
+		switch e.Kind {
+		case event.KindAlloc, event.KindMmap, event.KindRealloc, event.KindMunmap:
+		case event.KindFree:
+			if e.Addr == 0 {
+				continue // free(NULL) does nothing
+			}
+		default:
+			continue
+		}
+		if x.evs.len() >= maxEvents {
+			b.tooLarge = true
+			return ErrTooLarge
+		}
+		seq := uint32(x.evs.len())
+		ev := x.evs.add()
+		ev.time = e.Time
+		p := b.proc(e.PID)
+		tk := uint64(e.PID)<<32 | uint64(e.TID)
+		if p.last == nil || p.lastTK != tk {
+			l := b.last[tk]
+			if l == nil {
+				l = new(uint64)
+				b.last[tk] = l
+			}
+			p.lastTK, p.last = tk, l
+		}
+		last := p.last
+		switch e.Kind {
+		case event.KindAlloc, event.KindMmap:
+			if e.Addr == 0 {
+				b.row(seq, p, e, 0, fFailed|fNoBlock)
+				*last = 0
+				break
+			}
+			b.alloc(seq, ev, p, e, 0)
+			*last = e.Addr
+		case event.KindFree:
+			b.free(seq, ev, p, e, e.Addr, *last)
+			*last = 0
+		case event.KindRealloc:
+			if e.Addr == 0 && (e.Size != 0 || e.OldAddr == 0) {
+				b.row(seq, p, e, 0, fRealloc|fFailed|fNoBlock)
+				*last = 0
+				break
+			}
+			if e.OldAddr != 0 {
+				b.free(seq, ev, p, e, e.OldAddr, *last)
+			}
+			if e.Addr != 0 {
+				b.alloc(seq, ev, p, e, fRealloc)
+			} else {
+				b.row(seq, p, e, 0, fRealloc|fNoBlock)
+			}
+			*last = e.Addr
+		case event.KindMunmap:
+			b.unmap(seq, ev, p, e, *last)
+			*last = 0
+		}
+		ev.live, ev.blocks = b.liveBytes, b.liveBlocks
+	}
+	return nil
+}
+
+// unmap removes [Addr, Addr+Size) from the mapping that starts at Addr. A
+// partial unmap from the start ends the block's row and starts a row for
+// the rest (fCont: not a call, no bytes allocated), at the address after
+// the cut, as the model moves the block.
+func (b *builder) unmap(seq uint32, ev *evRec, p *bproc, e *event.Event, last uint64) {
+	r, ok := p.live[e.Addr]
+	if !ok {
+		b.x.unmatched = append(b.x.unmatched, seq)
+		return
+	}
+	old := *b.x.rows.at(int(r))
+	if e.Size == 0 || e.Size >= old.size {
+		b.free(seq, ev, p, e, e.Addr, last)
+		return
+	}
+	delete(p.live, e.Addr)
+	b.end(seq, ev, r, 0)
+	n := uint32(b.x.rows.len())
+	rest := b.x.rows.add()
+	*rest = rowRec{alloc: seq, end: never, size: old.size - e.Size, stack: old.stack, tid: old.tid, flags: fCont | old.flags&fRealloc}
+	p.live[e.Addr+e.Size] = n
+	b.liveBytes += rest.size
+	b.liveBlocks++
+}
+
+func (b *builder) finish() *Index { return b.x }

@@ -1,0 +1,271 @@
+package query
+
+import (
+	"fmt"
+	"path"
+	"sort"
+	"strconv"
+
+	"github.com/heapscope/heapscope/symbolize"
+)
+
+// Cost is what a flame graph or a table weighs sites by.
+type Cost uint8
+
+// The costs.
+const (
+	CostLeaks     Cost = iota // bytes live at the window's end
+	CostPeak                  // bytes live at the window's peak
+	CostInstant               // bytes live at Filter.At
+	CostNet                   // bytes live at the end minus at the start (growth; a site that shrank counts 0)
+	CostBytes                 // bytes allocated in the window
+	CostCalls                 // allocation and reallocation calls in the window
+	CostTemporary             // temporary allocations in the window
+	CostAIFI                  // bytes of each class
+	CostAIFO
+	CostAOFI
+	CostAOFO
+	numCosts
+)
+
+var costNames = [numCosts]string{"leaks", "peak", "instant", "net", "bytes", "calls", "temporary", "aifi", "aifo", "aofi", "aofo"}
+
+func (c Cost) String() string {
+	if c < numCosts {
+		return costNames[c]
+	}
+	return fmt.Sprintf("cost(%d)", uint8(c))
+}
+
+// CostNames are the costs' names, in order.
+func CostNames() []string { return costNames[:] }
+
+// ParseCost returns the cost named s.
+func ParseCost(s string) (Cost, error) {
+	for i, n := range costNames {
+		if n == s {
+			return Cost(i), nil
+		}
+	}
+	return 0, fmt.Errorf("unknown cost %q (want one of %v)", s, costNames)
+}
+
+// Of returns c's value in costs.
+func (c Cost) Of(k *Costs) uint64 {
+	switch c {
+	case CostLeaks:
+		return k.End.Bytes
+	case CostPeak:
+		return k.Peak.Bytes
+	case CostInstant:
+		return k.Instant.Bytes
+	case CostNet:
+		if k.End.Bytes > k.Start.Bytes {
+			return k.End.Bytes - k.Start.Bytes
+		}
+		return 0
+	case CostBytes:
+		return k.Bytes
+	case CostCalls:
+		return k.Allocations + k.Reallocations
+	case CostTemporary:
+		return k.Temporary
+	case CostAIFI, CostAIFO, CostAOFI, CostAOFO:
+		return k.Classes[c-CostAIFI].Bytes
+	}
+	return 0
+}
+
+// Node is a node of a flame graph: a frame on a path from the root.
+type Node struct {
+	Name     string `json:"name"`
+	Module   string `json:"module,omitempty"`
+	File     string `json:"file,omitempty"`
+	Line     int    `json:"line,omitempty"`
+	Parent   int    `json:"parent"` // index of the parent node; -1 for the root
+	Depth    int    `json:"depth"`
+	Value    uint64 `json:"value"` // inclusive
+	Self     uint64 `json:"self"`
+	children map[string]int
+}
+
+// Flame is a flame graph: its nodes in depth-first order, the root first,
+// each node's children by descending value.
+type Flame struct {
+	Cost     string `json:"cost"`
+	Inverted bool   `json:"inverted"`
+	Total    uint64 `json:"total"`
+	Nodes    []Node `json:"nodes"`
+	// Hidden counts the nodes left out: below the share asked for, or
+	// beyond the node limit.
+	Hidden int `json:"hidden"`
+}
+
+// FrameName is how a frame is named in a flame graph: its function, else
+// its module and offset, else its address (as package report names it).
+func FrameName(f symbolize.Frame) string {
+	switch {
+	case f.Function != "":
+		return f.Function
+	case f.Module != "":
+		return path.Base(f.Module) + "+0x" + strconv.FormatUint(f.Offset, 16)
+	}
+	return "0x" + strconv.FormatUint(f.Address, 16)
+}
+
+// Flame builds the flame graph of res by cost c: from the callers down
+// (the root is "all", then main's callers...), or inverted, from the
+// allocating functions up. Nodes under minShare of the total are left out,
+// and at most maxNodes are kept (the largest).
+func (x *Index) Flame(res *Result, c Cost, inverted bool, minShare float64, maxNodes int) *Flame {
+	nodes := []Node{{Name: "all", Parent: -1, children: map[string]int{}}}
+	for _, s := range x.sites {
+		v := c.Of(&res.Sites[s.ID])
+		if v == 0 {
+			continue
+		}
+		nodes[0].Value += v
+		cur := 0
+		n := len(s.Frames)
+		if n == 0 {
+			cur = child(&nodes, cur, symbolize.Frame{Function: "[no stack]"})
+			nodes[cur].Value += v
+		}
+		for i := 0; i < n; i++ {
+			f := s.Frames[n-1-i]
+			if inverted {
+				f = s.Frames[i]
+			}
+			cur = child(&nodes, cur, f)
+			nodes[cur].Value += v
+		}
+		nodes[cur].Self += v
+	}
+	fl := &Flame{Cost: c.String(), Inverted: inverted, Total: nodes[0].Value}
+	// Which nodes to keep: at least minShare, and the maxNodes largest
+	// (a parent is never smaller than its child, and sorts first on a tie
+	// by its depth, so that the kept nodes form a tree).
+	min := uint64(minShare * float64(fl.Total))
+	order := make([]int, 0, len(nodes))
+	for i := range nodes {
+		if nodes[i].Value >= min && nodes[i].Value > 0 || i == 0 {
+			order = append(order, i)
+		}
+	}
+	sort.SliceStable(order, func(a, b int) bool {
+		na, nb := &nodes[order[a]], &nodes[order[b]]
+		if na.Value != nb.Value {
+			return na.Value > nb.Value
+		}
+		return na.Depth < nb.Depth
+	})
+	if maxNodes > 0 && len(order) > maxNodes {
+		order = order[:maxNodes]
+	}
+	keep := make([]bool, len(nodes))
+	for _, i := range order {
+		keep[i] = true
+	}
+	fl.Hidden = len(nodes) - len(order)
+	// Depth-first, children by value.
+	var walk func(i, parent int)
+	walk = func(i, parent int) {
+		n := nodes[i]
+		n.Parent = parent
+		me := len(fl.Nodes)
+		kids := make([]int, 0, len(n.children))
+		for _, k := range n.children {
+			if keep[k] {
+				kids = append(kids, k)
+			}
+		}
+		n.children = nil
+		fl.Nodes = append(fl.Nodes, n)
+		sort.Slice(kids, func(a, b int) bool {
+			ka, kb := &nodes[kids[a]], &nodes[kids[b]]
+			if ka.Value != kb.Value {
+				return ka.Value > kb.Value
+			}
+			return ka.Name < kb.Name
+		})
+		for _, k := range kids {
+			walk(k, me)
+		}
+	}
+	walk(0, -1)
+	return fl
+}
+
+func child(nodes *[]Node, parent int, f symbolize.Frame) int {
+	name := FrameName(f)
+	p := &(*nodes)[parent]
+	if i, ok := p.children[name]; ok {
+		return i
+	}
+	i := len(*nodes)
+	p.children[name] = i
+	*nodes = append(*nodes, Node{Name: name, Module: f.Module, File: f.File, Line: f.Line, Depth: p.Depth + 1, children: map[string]int{}})
+	return i
+}
+
+// Function is a row of the functions table: a function's cost where it
+// allocated itself (Self: the innermost frame of the site) and with what it
+// called (Total: anywhere in the site's stack, once per site).
+type Function struct {
+	Name   string `json:"name"`
+	Module string `json:"module,omitempty"`
+	File   string `json:"file,omitempty"`
+	Line   int    `json:"line,omitempty"`
+	Self   uint64 `json:"self"`
+	Total  uint64 `json:"total"`
+}
+
+// Functions returns the functions of res's sites by cost c, by Total
+// descending, at most top (0: all).
+func (x *Index) Functions(res *Result, c Cost, top int) []Function {
+	by := map[string]*Function{}
+	var seen map[string]bool
+	for _, s := range x.sites {
+		v := c.Of(&res.Sites[s.ID])
+		if v == 0 {
+			continue
+		}
+		seen = map[string]bool{}
+		frames := s.Frames
+		if len(frames) == 0 {
+			frames = []symbolize.Frame{{Function: "[no stack]"}}
+		}
+		for i, f := range frames {
+			name := FrameName(f)
+			fn := by[name]
+			if fn == nil {
+				fn = &Function{Name: name, Module: f.Module, File: f.File, Line: f.Line}
+				by[name] = fn
+			}
+			if i == 0 {
+				fn.Self += v
+			}
+			if !seen[name] {
+				seen[name] = true
+				fn.Total += v
+			}
+		}
+	}
+	out := make([]Function, 0, len(by))
+	for _, f := range by {
+		out = append(out, *f)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Total != out[j].Total {
+			return out[i].Total > out[j].Total
+		}
+		if out[i].Self != out[j].Self {
+			return out[i].Self > out[j].Self
+		}
+		return out[i].Name < out[j].Name
+	})
+	if top > 0 && len(out) > top {
+		out = out[:top]
+	}
+	return out
+}

@@ -1,0 +1,338 @@
+// Package query is an index of one trace, built in one pass, that answers the
+// questions of an interactive view without reading the trace again: the heap
+// over time at any resolution, what each call site cost in any time window
+// (live at its end, at its peak, at an instant; net change; bytes and calls;
+// temporaries), the four lifetime classes of a window (WPA's AIFI, AIFO,
+// AOFI, AOFO), the size histogram and the lifetime distribution.
+//
+// The index is columnar. Every heap event gets a sequence number, the order
+// in which the heap model applied it, and three columns: its time and the
+// live bytes and blocks after it. Every block (and every call that made no
+// block: a failed allocation, a realloc that freed) is a row: the sequence
+// numbers of its allocation and of its end (free, realloc, munmap, or
+// "never"), its size, its stack and thread, and flags. Windows are cut by
+// sequence number, not time, so that events sharing a timestamp (the trace's
+// time resolution is 10µs by default) are ordered exactly as the model
+// ordered them, and the peak found here is the model's.
+//
+// The whole trace also goes through analyze.Model, so that the summary of the
+// full trace is the text report's own; the index's whole-trace answers equal
+// it (the tests check that), and its windowed answers use the same counters
+// (analyze.Stack), rendered by package report.
+//
+// # Windows
+//
+// A window [From, To) here knows every block allocated before From, as WPA
+// does: a block is allocated inside (AI) or before (AO) the window, and freed
+// inside it (FI) or still live at its end (FO). `heapscope report --from
+// --to` instead reports what tracing only the window would have seen; the
+// two agree on what the window allocated (calls, bytes, and AIFO, which is
+// the windowed report's leaks) and differ on frees of older blocks, which
+// the report calls unmatched.
+package query
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+
+	"github.com/heapscope/heapscope/analyze"
+	"github.com/heapscope/heapscope/event"
+	"github.com/heapscope/heapscope/report"
+	"github.com/heapscope/heapscope/symbolize"
+	"github.com/heapscope/heapscope/tracefile"
+)
+
+// never is the end of a block that was live when the trace ended.
+const never = math.MaxUint32
+
+// maxEvents bounds the events of a trace the index holds: sequence numbers
+// are 32 bits, to keep a row small.
+const maxEvents = math.MaxUint32 - 1
+
+// ErrTooLarge is returned for a trace of more than 4 G heap events.
+var ErrTooLarge = errors.New("query: the trace has more heap events than the index can number (2^32-1)")
+
+// evRec is what the index keeps of an event: its time and the heap after it.
+type evRec struct {
+	time   int64
+	live   uint64 // live bytes after the event
+	blocks uint32 // live blocks after it
+	kind   uint8  // evMade | evEnded
+}
+
+// rowRec is a block, or a call that made none.
+type rowRec struct {
+	alloc, end uint32 // sequence numbers: the event that made it, and the one that ended it (never: live at the end)
+	size       uint64
+	stack      int32 // index into Index.stacks
+	tid        uint32
+	flags      uint8
+}
+
+// Row flags.
+const (
+	fRealloc = 1 << iota // made by a realloc call
+	fFailed              // the call returned NULL: no block
+	fNoBlock             // a call that made no block (failed, or a realloc that only freed)
+	fTemp                // freed directly after it was made (see analyze)
+	fFreed               // ended by a counted free (not by a lost free or a partial munmap)
+	fCont                // the rest of a mapping after a partial munmap: not a call
+	fMissed              // ended by a new block at its address: its free was lost
+)
+
+// Options tune Build.
+type Options struct {
+	// Symbolize configures the symbolizer.
+	Symbolize symbolize.Options
+}
+
+// Index is one trace, indexed. It is immutable once built and safe for
+// concurrent use.
+type Index struct {
+	// File is the trace's path.
+	File string
+	// Header is the trace's header.
+	Header tracefile.Header
+	// Report is the whole trace's report, as `heapscope report` makes it.
+	Report *report.Report
+	// Warnings are the reader's and the symbolizer's.
+	Warnings []string
+
+	evs  chunked[evRec]  // by sequence number
+	rows chunked[rowRec] // in the order of their allocation (alloc ascends)
+
+	stacks []stackRef // by stack index
+	sites  []*Site    // the symbolized, merged call sites
+	res    cachedResolver
+	// unmatched holds the sequence numbers of unmatched frees.
+	unmatched []uint32
+}
+
+// Event kinds in evKind.
+const (
+	evMade  = 1 << iota // a block was made
+	evEnded             // a block ended
+)
+
+// stackRef is a (process, stack) of the trace, and its call site.
+type stackRef struct {
+	pid    uint32
+	id     event.StackID
+	frames []uint64
+	site   int32
+}
+
+// Site is a call site: the stacks of one or more processes that are the
+// same once symbolized and stripped of the allocator's frames (as in package
+// report).
+type Site struct {
+	ID     int               // index in Index.Sites
+	Frames []symbolize.Frame // innermost first
+	PIDs   []uint32
+}
+
+// Sites returns the call sites.
+func (x *Index) Sites() []*Site { return x.sites }
+
+// Events returns the number of heap events indexed.
+func (x *Index) Events() int { return x.evs.len() }
+
+// Blocks returns the number of rows (blocks and calls that made none).
+func (x *Index) Blocks() int { return x.rows.len() }
+
+// Start and End are the times (trace clock) of the first and last indexed
+// event; both are the header's start when there were none.
+func (x *Index) Start() int64 {
+	if x.evs.len() == 0 {
+		return x.Header.MonoStart
+	}
+	return x.evs.at(0).time
+}
+
+// End is the time of the last indexed event.
+func (x *Index) End() int64 {
+	if x.evs.len() == 0 {
+		return x.Header.MonoStart
+	}
+	return x.evs.at(x.evs.len() - 1).time
+}
+
+// ErrAggregate is returned for questions an aggregate trace (snapshots, not
+// every event) cannot answer.
+var ErrAggregate = errors.New("query: an aggregate trace has no per-event history")
+
+// Build reads the trace at path once, through the heap model and the
+// index, and symbolizes its stacks.
+func Build(path string, o Options) (*Index, error) {
+	r, err := tracefile.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	b := newBuilder()
+	m := analyze.New(analyze.Options{})
+	a := newAsync(b)
+	err = r.Replay(event.Tee(m, a), tracefile.Window{})
+	a.wait()
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", path, err)
+	}
+	if b.tooLarge {
+		return nil, fmt.Errorf("reading %s: %w", path, ErrTooLarge)
+	}
+	x := b.finish()
+	x.File = path
+	x.Header = r.Header()
+	pr := m.Profile()
+
+	sym := symbolize.New(o.Symbolize)
+	defer sym.Close()
+	for _, mod := range pr.Modules {
+		sym.AddModule(mod)
+	}
+	x.res = cachedResolver{}
+	byPID := map[uint32][]uint64{}
+	for _, st := range x.stacks {
+		byPID[st.pid] = append(byPID[st.pid], st.frames...)
+	}
+	for pid, addrs := range byPID {
+		// Each address once, in a batch per process: the symbolizer reads
+		// each file's DWARF once for a batch.
+		m := map[uint64][]symbolize.Frame{}
+		uniq := addrs[:0]
+		for _, a := range addrs {
+			if _, ok := m[a]; !ok {
+				m[a] = nil
+				uniq = append(uniq, a)
+			}
+		}
+		sym.Prefetch(pid, uniq)
+		for _, a := range uniq {
+			m[a] = sym.Frames(pid, a)
+		}
+		x.res[pid] = m
+	}
+	for _, st := range pr.Stacks {
+		// Stacks of aggregate traces have no rows; give them a site too.
+		i := b.stackIndex(b.proc(st.PID), st.ID)
+		if x.stacks[i].frames == nil {
+			x.stacks[i].frames = st.Frames
+		}
+	}
+	x.mergeSites()
+	x.Report = report.New(pr, x.trace(), x.res)
+	x.Warnings = dedup(append(r.Warnings(), sym.Warnings()...))
+	x.Report.Trace.Warnings = x.Warnings
+	return x, nil
+}
+
+// trace describes the trace for package report.
+func (x *Index) trace() report.Trace {
+	return report.Trace{
+		File:      x.File,
+		Session:   x.Header.Session,
+		Provider:  x.Header.Provider,
+		Start:     x.Header.MonoStart,
+		WallStart: x.Header.WallStart,
+		Warnings:  x.Warnings,
+	}
+}
+
+// Aggregate reports whether the trace holds snapshots rather than every
+// event, so that windows cannot be answered.
+func (x *Index) Aggregate() bool { return x.Report.Profile.Aggregate }
+
+// cachedResolver holds every address of every stack, symbolized once at
+// build time: the index answers without the symbolizer's files open.
+type cachedResolver map[uint32]map[uint64][]symbolize.Frame
+
+// Frames implements report.Resolver.
+func (c cachedResolver) Frames(pid uint32, addr uint64) []symbolize.Frame {
+	if fs, ok := c[pid][addr]; ok {
+		return fs
+	}
+	return []symbolize.Frame{{Address: addr}}
+}
+
+// frameKey is what identifies a frame for merging stacks into sites: the
+// key package report merges by.
+type frameKey struct {
+	function, file, module string
+	line                   int
+	offset, address        uint64
+	inlined                bool
+}
+
+func keyOf(f symbolize.Frame) frameKey {
+	k := frameKey{function: f.Function, file: f.File, module: f.Module, line: f.Line, inlined: f.Inlined}
+	switch {
+	case f.Function != "":
+	case f.Module != "":
+		k.offset = f.Offset
+	default:
+		k.address = f.Address
+	}
+	return k
+}
+
+// mergeSites symbolizes each stack, trims the allocator's frames and merges
+// the stacks that become the same.
+func (x *Index) mergeSites() {
+	frameIDs := map[frameKey]uint32{}
+	bySite := map[string]int32{}
+	var buf []symbolize.Frame
+	var kb []byte
+	for i := range x.stacks {
+		st := &x.stacks[i]
+		buf = buf[:0]
+		for _, a := range st.frames {
+			buf = append(buf, x.res.Frames(st.pid, a)...)
+		}
+		fs := report.TrimAllocator(buf)
+		kb = kb[:0]
+		for _, f := range fs {
+			k := keyOf(f)
+			id, ok := frameIDs[k]
+			if !ok {
+				id = uint32(len(frameIDs))
+				frameIDs[k] = id
+			}
+			kb = append(kb, byte(id), byte(id>>8), byte(id>>16), byte(id>>24))
+		}
+		si, ok := bySite[string(kb)]
+		if !ok {
+			si = int32(len(x.sites))
+			bySite[string(kb)] = si
+			x.sites = append(x.sites, &Site{ID: int(si), Frames: append([]symbolize.Frame(nil), fs...)})
+		}
+		s := x.sites[si]
+		if n := len(s.PIDs); n == 0 || s.PIDs[n-1] != st.pid {
+			s.PIDs = append(s.PIDs, st.pid)
+		}
+		st.site = si
+	}
+	for _, s := range x.sites {
+		sort.Slice(s.PIDs, func(i, j int) bool { return s.PIDs[i] < s.PIDs[j] })
+		out := s.PIDs[:0]
+		for i, p := range s.PIDs {
+			if i == 0 || p != s.PIDs[i-1] {
+				out = append(out, p)
+			}
+		}
+		s.PIDs = out
+	}
+}
+
+func dedup(ss []string) []string {
+	seen := map[string]bool{}
+	out := []string{}
+	for _, s := range ss {
+		if !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	return out
+}

@@ -1,0 +1,234 @@
+package query
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/heapscope/heapscope/internal/testutil"
+	"github.com/heapscope/heapscope/internal/tracetest"
+	"github.com/heapscope/heapscope/report"
+)
+
+func TestMain(m *testing.M) { testutil.Main(m) }
+
+func record(t *testing.T, workload string) string {
+	t.Helper()
+	bin := testutil.MustBuild(t, workload, testutil.Options{})
+	path := filepath.Join(t.TempDir(), workload+".hst")
+	tracetest.Record(t, path, bin)
+	return path
+}
+
+func build(t *testing.T, path string) *Index {
+	t.Helper()
+	x, err := Build(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return x
+}
+
+// comparable drops what differs by construction between a report of the
+// model and one of the index: the timeline (the model's is sampled, the
+// index's bucketed) and the events (the model counts free(NULL)).
+func comparable(d *report.JSON) *report.JSON {
+	d.Timeline = nil
+	d.Trace.Events = 0
+	d.Trace.DurationNs = 0
+	return d
+}
+
+func roundTrip(t *testing.T, d *report.JSON) string {
+	b, err := json.MarshalIndent(d, "", " ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// The index's answer for the whole trace, rendered by package report, is
+// the report of the heap model: the same sites, leaks, peak, histogram and
+// totals.
+func TestWholeTraceEqualsReport(t *testing.T) {
+	for _, w := range []string{"report_known", "serve_phases"} {
+		t.Run(w, func(t *testing.T) {
+			path := record(t, w)
+			x := build(t, path)
+			rep, err := report.Load(path, report.LoadOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := comparable(rep.Document(0))
+			got := comparable(report.New(x.Profile(x.Window(Filter{})), x.trace(), x.res).Document(0))
+			if g, w := roundTrip(t, got), roundTrip(t, want); g != w {
+				t.Errorf("index:\n%s\nreport:\n%s", g, w)
+			}
+			// The index's own report (of the model) is the report too.
+			if g, w := roundTrip(t, comparable(x.Report.Document(0))), roundTrip(t, want); g != w {
+				t.Errorf("index's report:\n%s\nreport:\n%s", g, w)
+			}
+		})
+	}
+}
+
+// phases finds the two pauses of serve_phases in the index's events: the
+// two largest gaps between consecutive events. It returns the middle of
+// each.
+func phases(t *testing.T, x *Index) (gap1, gap2 int64) {
+	t.Helper()
+	var a, b int // indices of the events after the largest gaps
+	tm := func(i int) int64 { return x.evs.at(i).time }
+	for i := 1; i < x.evs.len(); i++ {
+		d := tm(i) - tm(i-1)
+		switch {
+		case a == 0 || d > tm(a)-tm(a-1):
+			b, a = a, i
+		case b == 0 || d > tm(b)-tm(b-1):
+			b = i
+		}
+	}
+	if a > b {
+		a, b = b, a
+	}
+	return (tm(a) + tm(a-1)) / 2, (tm(b) + tm(b-1)) / 2
+}
+
+func fnOf(s *Site) string {
+	if len(s.Frames) == 0 {
+		return ""
+	}
+	return s.Frames[0].Function
+}
+
+// The window of serve_phases' middle phase has the classes the program
+// made, by site and in total, and they agree with the timeline.
+func TestWindowClasses(t *testing.T) {
+	x := build(t, record(t, "serve_phases"))
+	g1, g2 := phases(t, x)
+	res := x.Window(Filter{From: g1, To: g2})
+	want := map[string][4]Amount{
+		"early_leak":  {AOFO: {10000, 5}},
+		"early_freed": {AOFI: {1200, 4}},
+		"mid_temp":    {AIFI: {640, 10}},
+		"mid_kept":    {AIFO: {15000, 3}},
+	}
+	var total [4]Amount
+	for fn, w := range want {
+		for c := range w {
+			total[c].Bytes += w[c].Bytes
+			total[c].Blocks += w[c].Blocks
+		}
+		_ = fn
+	}
+	for _, s := range x.Sites() {
+		fn := fnOf(s)
+		if w, ok := want[fn]; ok {
+			if got := res.Sites[s.ID].Classes; got != w {
+				t.Errorf("%s: classes %v, want %v", fn, got, w)
+			}
+		} else if res.Sites[s.ID].Classes != [4]Amount{} {
+			t.Errorf("%s: classes %v, want none", fn, res.Sites[s.ID].Classes)
+		}
+	}
+	if res.Total.Classes != total {
+		t.Errorf("total classes %v, want %v", res.Total.Classes, total)
+	}
+	// AOFI+AOFO is the heap at t0, AIFO+AOFO at t1, as the timeline has them.
+	c := res.Total.Classes
+	at := func(s int64) uint64 {
+		if s == 0 {
+			return 0
+		}
+		return x.evs.at(int(s - 1)).live
+	}
+	if c[AOFI].Bytes+c[AOFO].Bytes != at(res.Span.S0) || c[AIFO].Bytes+c[AOFO].Bytes != at(res.Span.S1) {
+		t.Errorf("classes %v disagree with the heap at t0 (%d) and t1 (%d)", c, at(res.Span.S0), at(res.Span.S1))
+	}
+	if res.Total.Temporary != 10 || res.Total.Allocations != 13 || res.Total.Bytes != 15640 || res.Total.Frees != 14 {
+		t.Errorf("window totals %+v", res.Total)
+	}
+	if res.Peak.Bytes != 25000 || res.Peak.Blocks != 8 {
+		t.Errorf("window peak %+v, want 25000 bytes in 8 blocks", res.Peak)
+	}
+}
+
+// What the window allocated agrees with `report --from --to`: its calls
+// and bytes, and its leaks are the window's AIFO.
+func TestWindowAgreesWithWindowedReport(t *testing.T) {
+	path := record(t, "serve_phases")
+	x := build(t, path)
+	g1, g2 := phases(t, x)
+	start := x.Header.MonoStart
+	rep, err := report.Load(path, report.LoadOptions{From: timeD(g1 - start), To: timeD(g2 - start)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := x.Window(Filter{From: g1, To: g2})
+	d := rep.Document(0)
+	byFn := map[string]uint64{}
+	for _, l := range d.Leaks {
+		byFn[l.Stack[0].Function] += l.Bytes
+	}
+	got := map[string]uint64{}
+	for _, s := range x.Sites() {
+		if b := res.Sites[s.ID].Classes[AIFO].Bytes; b > 0 {
+			got[fnOf(s)] += b
+		}
+	}
+	if !reflect.DeepEqual(got, byFn) {
+		t.Errorf("AIFO by function %v, windowed report's leaks %v", got, byFn)
+	}
+	if d.Summary.Allocations != res.Total.Allocations || d.Summary.BytesAllocated != res.Total.Bytes ||
+		d.Summary.TemporaryAllocations != res.Total.Temporary {
+		t.Errorf("window totals %+v, windowed report %+v", res.Total, d.Summary)
+	}
+}
+
+// A window outside the trace is clamped to it.
+func TestWindowClamped(t *testing.T) {
+	x := build(t, record(t, "serve_phases"))
+	for _, f := range []Filter{{From: -5, To: 1}, {From: x.End() + 1e9, To: x.End() + 2e9}, {From: 0, To: 1 << 62}} {
+		sp := x.Span(f)
+		if sp.From < x.Start() || sp.To > x.End()+1 || sp.From > sp.To || sp.S0 < 0 || sp.S1 > int64(x.Events()) {
+			t.Errorf("%+v: span %+v outside the trace [%d, %d]", f, sp, x.Start(), x.End())
+		}
+		x.Window(f)
+		x.Timeline(sp, 100)
+	}
+	whole := x.Window(Filter{From: 0, To: 1 << 62})
+	if whole.Total.End.Bytes != 11400 || whole.Total.End.Blocks != 7 {
+		t.Errorf("leaks of the clamped whole %+v", whole.Total.End)
+	}
+}
+
+// The timeline's buckets keep the peak and end with the heap at the end.
+func TestTimeline(t *testing.T) {
+	x := build(t, record(t, "serve_phases"))
+	sp := x.Span(Filter{})
+	for _, n := range []int{1, 7, 500} {
+		tl := x.Timeline(sp, n)
+		if len(tl) == 0 || len(tl) > n {
+			t.Fatalf("%d points: got %d", n, len(tl))
+		}
+		var max, allocs uint64
+		for _, b := range tl {
+			max = maxU(max, b.MaxBytes)
+			allocs += b.Allocs
+		}
+		if max != 25000 || tl[len(tl)-1].EndBytes != 11400 || allocs != 24 {
+			t.Errorf("%d points: max %d, end %d, allocs %d", n, max, tl[len(tl)-1].EndBytes, allocs)
+		}
+	}
+}
+
+func maxU(a, b uint64) uint64 {
+	if a > b {
+		return a
+	}
+	return b
+}
+
+func timeD(ns int64) time.Duration { return time.Duration(ns) }

@@ -1,0 +1,148 @@
+package query
+
+import (
+	"math/rand"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/heapscope/heapscope/event"
+	"github.com/heapscope/heapscope/report"
+	"github.com/heapscope/heapscope/tracefile"
+)
+
+// writeRandomTrace writes a few processes and threads allocating,
+// reallocating (moving, in place, to 0, failing), freeing, freeing what
+// was never allocated, losing frees (a new block at a live address) and
+// freeing NULL, with many timestamps shared, from many stacks.
+func writeRandomTrace(t *testing.T, path string, seed int64) {
+	t.Helper()
+	const start = int64(1_000_000_000)
+	w, err := tracefile.Create(path, tracefile.Header{Session: "random", Provider: "preload", MonoStart: start,
+		WallStart: time.Unix(1700000000, 0)}, tracefile.Options{ChunkSize: 16 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	must := func(err error) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for pid := uint32(1); pid <= 3; pid++ {
+		must(w.Process(event.Process{PID: pid, Time: start, Exe: "/bin/true"}))
+		for id := event.StackID(1); id <= 40; id++ {
+			must(w.Stack(event.Stack{PID: pid, ID: id, Frames: []uint64{0x1000 + uint64(id)*8, 0x1020}}))
+		}
+	}
+	rng := rand.New(rand.NewSource(seed))
+	var live [4][]uint64
+	tm := start
+	next := uint64(0x100000)
+	for i := 0; i < 40000; i++ {
+		if rng.Intn(3) == 0 {
+			tm += int64(rng.Intn(50000)) // else the same timestamp
+		}
+		pid := uint32(1 + rng.Intn(3))
+		e := event.Event{Time: tm, PID: pid, TID: pid*10 + uint32(rng.Intn(2)), Stack: event.StackID(1 + rng.Intn(40))}
+		l := &live[pid]
+		switch r := rng.Intn(100); {
+		case r < 45 || len(*l) == 0:
+			next += 16
+			e.Kind, e.Func, e.Addr, e.Size = event.KindAlloc, event.FuncMalloc, next, uint64(rng.Intn(2000))
+			if r < 2 {
+				e.Addr = 0 // failed
+			} else {
+				*l = append(*l, next)
+			}
+		case r < 47: // a new block where one is live: its free was lost
+			j := rng.Intn(len(*l))
+			e.Kind, e.Func, e.Addr, e.Size = event.KindAlloc, event.FuncMalloc, (*l)[j], 64
+		case r < 55:
+			j := rng.Intn(len(*l))
+			e.Kind, e.Func, e.OldAddr, e.Size = event.KindRealloc, event.FuncRealloc, (*l)[j], uint64(rng.Intn(4000))
+			switch rng.Intn(4) {
+			case 0: // in place
+				e.Addr = e.OldAddr
+			case 1: // to size 0: freed
+				e.Size = 0
+				(*l)[j] = (*l)[len(*l)-1]
+				*l = (*l)[:len(*l)-1]
+			case 2: // failed
+			default:
+				next += 16
+				e.Addr = next
+				(*l)[j] = next
+			}
+		case r < 57:
+			e.Kind, e.Func, e.Addr = event.KindFree, event.FuncFree, 0x10 // never allocated
+		case r < 58:
+			e.Kind, e.Func = event.KindFree, event.FuncFree // free(NULL)
+		default:
+			j := rng.Intn(len(*l))
+			e.Kind, e.Func, e.Addr = event.KindFree, event.FuncFree, (*l)[j]
+			(*l)[j] = (*l)[len(*l)-1]
+			*l = (*l)[:len(*l)-1]
+		}
+		must(w.Events([]event.Event{e}))
+	}
+	must(w.Stats(event.Stats{Time: tm + 1, Delivered: 40000}))
+	must(w.Close())
+}
+
+// On random traces with every kind of event the index's whole-trace answer
+// is the heap model's report, and every window's classes agree with the
+// heap at its ends.
+func TestRandomTraces(t *testing.T) {
+	for seed := int64(1); seed <= 3; seed++ {
+		path := filepath.Join(t.TempDir(), "random.hst")
+		writeRandomTrace(t, path, seed)
+		x := build(t, path)
+		rep, err := report.Load(path, report.LoadOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := comparable(rep.Document(0))
+		got := comparable(report.New(x.Profile(x.Window(Filter{})), x.trace(), x.res).Document(0))
+		if g, w := roundTrip(t, got), roundTrip(t, want); g != w {
+			t.Fatalf("seed %d: the index's report differs from the model's", seed)
+		}
+		if got.Summary.MissedFrees == 0 || got.Summary.UnmatchedFrees == 0 || got.Summary.FailedAllocations == 0 || got.Summary.TemporaryAllocations == 0 {
+			t.Errorf("seed %d: the trace lacks a case: %+v", seed, got.Summary)
+		}
+		rng := rand.New(rand.NewSource(seed))
+		span := x.End() - x.Start()
+		for k := 0; k < 20; k++ {
+			a := x.Start() + rng.Int63n(span)
+			b := a + 1 + rng.Int63n(x.End()-a+1)
+			res := x.Window(Filter{From: a, To: b})
+			c := res.Total.Classes
+			live := func(s int64) (uint64, uint64) {
+				if s == 0 {
+					return 0, 0
+				}
+				e := x.evs.at(int(s - 1))
+				return e.live, uint64(e.blocks)
+			}
+			b0, n0 := live(res.Span.S0)
+			b1, n1 := live(res.Span.S1)
+			if c[AOFI].Bytes+c[AOFO].Bytes != b0 || c[AOFI].Blocks+c[AOFO].Blocks != n0 ||
+				c[AIFO].Bytes+c[AOFO].Bytes != b1 || c[AIFO].Blocks+c[AOFO].Blocks != n1 {
+				t.Errorf("seed %d window %d: classes %v, heap at t0 %d/%d, at t1 %d/%d", seed, k, c, b0, n0, b1, n1)
+			}
+			if k >= 3 {
+				continue
+			}
+			// What the window allocated is what `report --from --to` sees.
+			base := x.Header.MonoStart
+			wr, err := report.Load(path, report.LoadOptions{From: time.Duration(a - base), To: time.Duration(b - base)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ws := wr.Document(0).Summary
+			if ws.LeakedBytes != c[AIFO].Bytes || ws.LeakedBlocks != c[AIFO].Blocks || ws.BytesAllocated != res.Total.Bytes ||
+				ws.Allocations != res.Total.Allocations || ws.Reallocations != res.Total.Reallocations || ws.TemporaryAllocations != res.Total.Temporary {
+				t.Errorf("seed %d window %d: windowed report %+v, index AIFO %+v, totals %+v", seed, k, ws, c[AIFO], res.Total)
+			}
+		}
+	}
+}

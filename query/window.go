@@ -1,0 +1,338 @@
+package query
+
+import (
+	"math/bits"
+	"sort"
+
+	"github.com/heapscope/heapscope/analyze"
+	"github.com/heapscope/heapscope/report"
+)
+
+// Filter selects what a question is about. Times are in the trace's clock
+// (CLOCK_MONOTONIC ns); a window outside the trace is clamped to it.
+type Filter struct {
+	From, To int64  // the window [From, To); To 0: the end of the trace
+	At       int64  // an instant for the "live at an instant" cost; 0: none
+	PID      uint32 // only this process (0: all)
+	TID      uint32 // only this thread (0: all)
+}
+
+// Span is a window cut to the trace, as sequence numbers: the events
+// [S0, S1) happened in it.
+type Span struct {
+	From, To int64 // clamped, trace clock
+	S0, S1   int64
+}
+
+// Amount is bytes and blocks.
+type Amount struct {
+	Bytes  uint64 `json:"bytes"`
+	Blocks uint64 `json:"blocks"`
+}
+
+func (a *Amount) add(size uint64) { a.Bytes += size; a.Blocks++ }
+
+// The four classes of a block against a window [t0, t1), as WPA names them.
+const (
+	AIFI = iota // allocated inside, freed inside
+	AIFO        // allocated inside, still live at t1
+	AOFI        // allocated before t0, freed inside
+	AOFO        // allocated before t0, still live at t1
+)
+
+// ClassNames are the classes' names, by their constants.
+var ClassNames = [4]string{"AIFI", "AIFO", "AOFI", "AOFO"}
+
+// Costs are what one stack or site cost in a window.
+type Costs struct {
+	Allocations   uint64 // calls that returned a new block, failed ones included, made in the window
+	Reallocations uint64
+	Failed        uint64
+	Bytes         uint64 // bytes allocated in the window
+	Frees         uint64 // blocks freed in the window (of any age)
+	Temporary     uint64 // blocks made and freed right after, in the window
+
+	Start   Amount    // live at the window's start
+	End     Amount    // live at its end
+	Peak    Amount    // live at the window's peak instant
+	Instant Amount    // live at Filter.At
+	Classes [4]Amount // AIFI, AIFO, AOFI, AOFO
+}
+
+func (c *Costs) add(o *Costs) {
+	c.Allocations += o.Allocations
+	c.Reallocations += o.Reallocations
+	c.Failed += o.Failed
+	c.Bytes += o.Bytes
+	c.Frees += o.Frees
+	c.Temporary += o.Temporary
+	for _, p := range [][2]*Amount{{&c.Start, &o.Start}, {&c.End, &o.End}, {&c.Peak, &o.Peak}, {&c.Instant, &o.Instant},
+		{&c.Classes[0], &o.Classes[0]}, {&c.Classes[1], &o.Classes[1]}, {&c.Classes[2], &o.Classes[2]}, {&c.Classes[3], &o.Classes[3]}} {
+		p[0].Bytes += p[1].Bytes
+		p[0].Blocks += p[1].Blocks
+	}
+}
+
+// Result is the answer to a window: the costs of every site, and the
+// totals.
+type Result struct {
+	Filter Filter
+	Span   Span
+	// Peak is the instant of the window where the heap (of every process)
+	// was largest: its sequence number (-1: none), time and size.
+	PeakSeq  int64
+	Peak     analyze.Peak
+	Sites    []Costs // by Site.ID
+	Total    Costs
+	Unmatch  uint64     // unmatched frees in the window
+	Missed   uint64     // blocks whose free was lost, ended in the window
+	Hist     [65]uint64 // allocation sizes: bucket i holds sizes in (2^(i-1), 2^i]
+	Lifetime Lifetimes
+
+	stacks []Costs // by stack index
+}
+
+// Lifetimes is the distribution of how long the blocks allocated in a
+// window lived: Buckets[i] counts lifetimes in [2^(i-1), 2^i) ns (bucket 0:
+// under 1 ns, the same timestamp), Live those still live at the end of the
+// trace.
+type Lifetimes struct {
+	Buckets [64]uint64
+	Live    uint64
+}
+
+// Span cuts f's window to the trace.
+func (x *Index) Span(f Filter) Span {
+	start, end := x.Start(), x.End()+1
+	from, to := f.From, f.To
+	if to == 0 || to > end {
+		to = end
+	}
+	from = min(max(from, start), end)
+	to = max(to, start)
+	if from > to {
+		from = to
+	}
+	return Span{From: from, To: to, S0: x.seqAt(from), S1: x.seqAt(to)}
+}
+
+// seqAt returns the first sequence number whose time is at or after t.
+func (x *Index) seqAt(t int64) int64 {
+	return int64(sort.Search(x.evs.len(), func(i int) bool { return x.evs.at(i).time >= t }))
+}
+
+// peakIn returns the state of largest live bytes among the states at the
+// window's start (after event s0-1) and after each of its events: the
+// first such, as the model takes the first instant of its peak.
+func (x *Index) peakIn(s0, s1 int64) int64 {
+	p := int64(-1)
+	var best uint64
+	lo := s0 - 1
+	if lo < 0 {
+		lo = 0
+	}
+	for i := lo; i < s1; i++ {
+		if v := x.evs.at(int(i)).live; p < 0 || v > best {
+			p, best = i, v
+		}
+	}
+	if p >= 0 && best == 0 {
+		return -1 // nothing was live
+	}
+	return p
+}
+
+// Peak returns the first instant of the span where the heap of every
+// process was largest; ok is false when nothing was live.
+func (x *Index) Peak(sp Span) (p analyze.Peak, ok bool) {
+	i := x.peakIn(sp.S0, sp.S1)
+	if i < 0 {
+		return analyze.Peak{}, false
+	}
+	e := x.evs.at(int(i))
+	return analyze.Peak{Time: e.time, Bytes: e.live, Blocks: uint64(e.blocks)}, true
+}
+
+// Window answers f: every site's costs in its window.
+func (x *Index) Window(f Filter) *Result {
+	sp := x.Span(f)
+	s0, s1 := sp.S0, sp.S1
+	res := &Result{Filter: f, Span: sp, PeakSeq: x.peakIn(s0, s1)}
+	p := res.PeakSeq
+	if p >= 0 {
+		e := x.evs.at(int(p))
+		res.Peak = analyze.Peak{Time: e.time, Bytes: e.live, Blocks: uint64(e.blocks)}
+	}
+	at := int64(-1)
+	if f.At != 0 {
+		at = x.seqAt(f.At+1) - 1 // the state after the last event at or before At
+	}
+	res.stacks = make([]Costs, len(x.stacks))
+	n := sort.Search(x.rows.len(), func(i int) bool { return int64(x.rows.at(i).alloc) >= s1 })
+	for i := 0; i < n; i++ {
+		row := x.rows.at(i)
+		a, e, fl := int64(row.alloc), int64(row.end), row.flags
+		inside := a >= s0
+		if !inside && e < s0 && (at < 0 || e <= at) {
+			continue // over before the window, and before the instant
+		}
+		st := row.stack
+		if f.PID != 0 && x.stacks[st].pid != f.PID || f.TID != 0 && row.tid != f.TID {
+			continue
+		}
+		c := &res.stacks[st]
+		size := row.size
+		block := fl&fNoBlock == 0
+		if inside && fl&fCont == 0 {
+			if fl&fRealloc != 0 {
+				c.Reallocations++
+			} else {
+				c.Allocations++
+			}
+			if fl&fFailed != 0 {
+				c.Failed++
+			}
+			if block {
+				c.Bytes += size
+				res.Hist[sizeBucket(size)]++
+				if e == never {
+					res.Lifetime.Live++
+				} else {
+					res.Lifetime.Buckets[bits.Len64(uint64(x.evs.at(int(e)).time-x.evs.at(int(a)).time))]++
+				}
+			}
+			if fl&fTemp != 0 && e < s1 {
+				c.Temporary++
+			}
+		}
+		if !block {
+			continue
+		}
+		if e >= s0 && e < s1 {
+			if fl&fFreed != 0 {
+				c.Frees++
+			}
+			if fl&fMissed != 0 {
+				res.Missed++
+			}
+		}
+		if at >= 0 && a <= at && at < e {
+			c.Instant.add(size)
+		}
+		if p >= 0 && a <= p && p < e {
+			c.Peak.add(size)
+		}
+		if e < s0 {
+			continue
+		}
+		if !inside {
+			c.Start.add(size)
+		}
+		if e >= s1 {
+			c.End.add(size)
+		}
+		switch {
+		case inside && e < s1:
+			c.Classes[AIFI].add(size)
+		case inside:
+			c.Classes[AIFO].add(size)
+		case e < s1:
+			c.Classes[AOFI].add(size)
+		default:
+			c.Classes[AOFO].add(size)
+		}
+	}
+	lo := sort.Search(len(x.unmatched), func(i int) bool { return int64(x.unmatched[i]) >= s0 })
+	hi := sort.Search(len(x.unmatched), func(i int) bool { return int64(x.unmatched[i]) >= s1 })
+	res.Unmatch = uint64(hi - lo)
+	res.Sites = make([]Costs, len(x.sites))
+	for i := range res.stacks {
+		res.Sites[x.stacks[i].site].add(&res.stacks[i])
+	}
+	for i := range res.Sites {
+		res.Total.add(&res.Sites[i])
+	}
+	return res
+}
+
+func sizeBucket(size uint64) int {
+	if size == 0 {
+		return 0
+	}
+	return bits.Len64(size - 1)
+}
+
+// Profile returns the window's answer as an analyze.Profile, for package
+// report's renderers: each stack's counters in the window, its live bytes
+// at the window's end as its leaks, at the window's peak as its peak. For
+// the whole trace it is the heap model's profile (the timeline aside: the
+// index's is bucketed by time).
+func (x *Index) Profile(res *Result) *analyze.Profile {
+	whole := x.Report.Profile
+	pr := &analyze.Profile{
+		From:      res.Span.From,
+		To:        res.Span.To,
+		Processes: whole.Processes,
+		Modules:   whole.Modules,
+		Stats:     whole.Stats,
+		HasStats:  whole.HasStats,
+		Peak:      res.Peak,
+	}
+	if res.Span.S0 == 0 && res.Span.S1 == int64(x.evs.len()) {
+		pr.From, pr.To = 0, 0 // the whole trace: no window
+	}
+	if res.Span.S1 > res.Span.S0 {
+		pr.Start, pr.End = x.evs.at(int(res.Span.S0)).time, x.evs.at(int(res.Span.S1-1)).time
+	}
+	for i := range res.stacks {
+		c := &res.stacks[i]
+		if c.Allocations == 0 && c.Reallocations == 0 && c.Frees == 0 && c.End.Blocks == 0 {
+			continue
+		}
+		st := &x.stacks[i]
+		pr.Stacks = append(pr.Stacks, analyze.Stack{
+			PID: st.pid, ID: st.id, Frames: st.frames,
+			Allocations: c.Allocations, Reallocations: c.Reallocations, Failed: c.Failed,
+			Bytes: c.Bytes, Frees: c.Frees, Temporary: c.Temporary,
+			LiveBytes: c.End.Bytes, LiveBlocks: c.End.Blocks, PeakBytes: c.Peak.Bytes, PeakBlocks: c.Peak.Blocks,
+		})
+	}
+	sum := &pr.Summary
+	sum.Events = uint64(res.Span.S1 - res.Span.S0)
+	sum.UnmatchedFrees = res.Unmatch
+	sum.MissedFrees = res.Missed
+	for i := range pr.Stacks {
+		s := &pr.Stacks[i]
+		sum.Allocations += s.Allocations
+		sum.Reallocations += s.Reallocations
+		sum.Failed += s.Failed
+		sum.Frees += s.Frees
+		sum.BytesAllocated += s.Bytes
+		sum.Temporary += s.Temporary
+		sum.LeakedBytes += s.LiveBytes
+		sum.LeakedBlocks += s.LiveBlocks
+	}
+	last := 0
+	for i, n := range res.Hist {
+		if n != 0 {
+			last = i + 1
+		}
+	}
+	for i := 0; i < last; i++ {
+		le := ^uint64(0)
+		if i < 64 {
+			le = 1 << i
+		}
+		pr.Histogram = append(pr.Histogram, analyze.Bucket{Le: le, Count: res.Hist[i]})
+	}
+	for _, pt := range x.Timeline(res.Span, analyze.DefaultTimelinePoints) {
+		pr.Timeline = append(pr.Timeline, analyze.Point{Time: pt.Time, Bytes: pt.MaxBytes, Blocks: pt.MaxBlocks})
+	}
+	return pr
+}
+
+// WindowReport is res as a report: package report's renderers (JSON,
+// pprof, collapsed stacks) over the window's counters.
+func (x *Index) WindowReport(res *Result) *report.Report {
+	return report.New(x.Profile(res), x.trace(), x.res)
+}

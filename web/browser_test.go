@@ -1,0 +1,312 @@
+package web
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/heapscope/heapscope/query"
+	"github.com/heapscope/heapscope/report"
+)
+
+// browser starts headless Chromium for a test. Without Chromium the test is
+// skipped, unless HEAPSCOPE_REQUIRE_BROWSER=1 (CI sets it): then it fails.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	path := ""
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			path = p
+			break
+		}
+	}
+	if path == "" {
+		if os.Getenv("HEAPSCOPE_REQUIRE_BROWSER") == "1" {
+			t.Fatal("HEAPSCOPE_REQUIRE_BROWSER=1 and no chromium on PATH (apt-get install chromium)")
+		}
+		t.Skip("no chromium on PATH (set HEAPSCOPE_REQUIRE_BROWSER=1 to fail instead)")
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox,
+		chromedp.DisableGPU, chromedp.WindowSize(1400, 1000), chromedp.UserDataDir(t.TempDir()))
+	actx, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
+	t.Cleanup(cancel)
+	ctx, cancel2 := chromedp.NewContext(actx)
+	t.Cleanup(cancel2)
+	ctx, cancel3 := context.WithTimeout(ctx, 2*time.Minute)
+	t.Cleanup(cancel3)
+	return ctx
+}
+
+// artefacts is where the screenshots go: $HEAPSCOPE_ARTIFACTS, else a
+// temporary directory of the test.
+func artefacts(t *testing.T) string {
+	if d := os.Getenv("HEAPSCOPE_ARTIFACTS"); d != "" {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	return t.TempDir()
+}
+
+func do(t *testing.T, ctx context.Context, steps ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	if err := chromedp.Do(ctx, steps...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func eval[T any](t *testing.T, ctx context.Context, js string) T {
+	t.Helper()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](js))
+	if err != nil {
+		t.Fatalf("%s: %v", js, err)
+	}
+	return v
+}
+
+// settle waits until the page has drawn the answers of its latest refresh.
+func settle(t *testing.T, ctx context.Context, act ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	do(t, ctx, chromedp.Evaluate[chromedp.Void](`document.body.removeAttribute("data-ready")`))
+	do(t, ctx, act...)
+	do(t, ctx, chromedp.WaitReady(chromedp.CSS(`body[data-ready]`)))
+}
+
+func screenshot(t *testing.T, ctx context.Context, dir, name string) {
+	t.Helper()
+	b, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, name+".png")
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot %s", p)
+}
+
+// digits keeps the digits of s: "11.1 KiB (11 400 B)" → the exact count
+// when it is the last number.
+func lastNumber(s string) uint64 {
+	s = strings.ReplaceAll(s, "\u202f", "")
+	f := strings.FieldsFunc(s, func(r rune) bool { return r < '0' || r > '9' })
+	if len(f) == 0 {
+		return 0
+	}
+	n, _ := strconv.ParseUint(f[len(f)-1], 10, 64)
+	return n
+}
+
+// The page shows serve_phases' trace as a direct reading of it and the
+// JSON report give it: the leak total, the top leak's function, the classes
+// of a window given in the URL and of one selected by dragging on the
+// timeline, and the share of a search.
+func TestPageShowsTrace(t *testing.T) {
+	ctx := browser(t)
+	path := trace(t, "serve_phases")
+	_, srv := serveTrace(t, path)
+	shots := artefacts(t)
+	rep, err := report.Load(path, report.LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := rep.Document(0)
+
+	settle(t, ctx, chromedp.Navigate(srv.URL+"/"))
+	screenshot(t, ctx, shots, "flame")
+	leak := eval[string](t, ctx, `document.querySelector('#summary-table td[data-k="leaked_bytes"]').textContent`)
+	if !strings.Contains(strings.ReplaceAll(leak, "\u202f", ""), fmt.Sprintf("(%d B) in %d blocks", want.Summary.LeakedBytes, want.Summary.LeakedBlocks)) {
+		t.Errorf("the page's leaks %q, the report's %d bytes in %d blocks", leak, want.Summary.LeakedBytes, want.Summary.LeakedBlocks)
+	}
+	if got := lastNumber(eval[string](t, ctx, `document.getElementById("match").textContent`)); got != want.Summary.LeakedBytes {
+		t.Errorf("the flame graph's total %d, leaks %d", got, want.Summary.LeakedBytes)
+	}
+	if w := eval[bool](t, ctx, `document.getElementById("warnings").hidden`); !w {
+		t.Errorf("warnings shown for a good trace: %s", eval[string](t, ctx, `document.getElementById("warnings").textContent`))
+	}
+
+	// The sites: the top leak is early_leak's, as in the report.
+	settle(t, ctx, chromedp.Click(chromedp.ID("tab-sites")))
+	screenshot(t, ctx, shots, "sites")
+	top := eval[string](t, ctx, `document.querySelector("#sites-leaks tr:nth-child(2) .fn").textContent`)
+	if fn := want.Leaks[0].Stack[0].Function; !strings.HasPrefix(top, fn+" ") || fn != "early_leak" {
+		t.Errorf("top leak on the page %q, in the report %q", top, fn)
+	}
+
+	// A window in the URL: the classes are the direct computation's.
+	ev := readEvents(t, path)
+	g1, g2 := ev.gaps()
+	classesOnPage := func() [4][2]uint64 {
+		var out [4][2]uint64
+		for i, c := range []string{"aifi", "aifo", "aofi", "aofo"} {
+			for j := 0; j < 2; j++ {
+				v := eval[string](t, ctx, fmt.Sprintf(`document.querySelector("#class-%s td:nth-of-type(%d)").getAttribute("data-v")`, c, j+1))
+				out[i][j], _ = strconv.ParseUint(v, 10, 64)
+			}
+		}
+		return out
+	}
+	settle(t, ctx, chromedp.Navigate(fmt.Sprintf("%s/?from=%d&to=%d&tab=classes", srv.URL, g1, g2)))
+	screenshot(t, ctx, shots, "classes")
+	if got, want := classesOnPage(), ev.classes(g1, g2); got != want {
+		t.Errorf("window from the URL: the page's classes %v, direct %v", got, want)
+	}
+	if got := classesOnPage(); got[0][0] != 640 || got[1][0] != 15000 || got[2][0] != 1200 || got[3][0] != 10000 {
+		t.Errorf("middle phase on the page: %v", got)
+	}
+
+	// Drag across the middle of the timeline: the URL gets the window,
+	// and the classes shown are the direct computation's for it.
+	settle(t, ctx, chromedp.Navigate(srv.URL+"/?tab=classes"))
+	box := eval[[]float64](t, ctx, `(() => { const r = document.getElementById("timeline").getBoundingClientRect(); return [r.left, r.top, r.width, r.height]; })()`)
+	y := box[1] + box[3]/3
+	x0, x1 := box[0]+box[2]*0.35, box[0]+box[2]*0.65
+	settle(t, ctx,
+		chromedp.MouseEvent(chromedp.MousePressed, x0, y, chromedp.ButtonLeft),
+		chromedp.MouseEvent(chromedp.MouseMoved, (x0+x1)/2, y, chromedp.ButtonLeft),
+		chromedp.MouseEvent(chromedp.MouseMoved, x1, y, chromedp.ButtonLeft),
+		chromedp.MouseEvent(chromedp.MouseReleased, x1, y, chromedp.ButtonLeft),
+	)
+	loc, err := chromedp.Run(ctx, chromedp.Location())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var from, to int64
+	for _, kv := range strings.Split(loc[strings.Index(loc, "?")+1:], "&") {
+		k, v, _ := strings.Cut(kv, "=")
+		n, _ := strconv.ParseInt(v, 10, 64)
+		switch k {
+		case "from":
+			from = n
+		case "to":
+			to = n
+		}
+	}
+	if from == 0 || to <= from {
+		t.Fatalf("after a drag the URL is %s", loc)
+	}
+	screenshot(t, ctx, shots, "dragged")
+	if got, want := classesOnPage(), ev.classes(from, to); got != want {
+		t.Errorf("dragged window [%d, %d): the page's classes %v, direct %v", from, to, got, want)
+	}
+
+	// A search gives the share of the matches: early_leak has 10000 of the
+	// 11400 leaked bytes.
+	settle(t, ctx, chromedp.Navigate(srv.URL+"/?q=early_leak"))
+	screenshot(t, ctx, shots, "search")
+	if m := eval[string](t, ctx, `document.getElementById("match").textContent`); !strings.Contains(m, "87.7%") {
+		t.Errorf("search share %q", m)
+	}
+	for _, tab := range []string{"functions", "sizes"} {
+		settle(t, ctx, chromedp.Navigate(srv.URL+"/?tab="+tab))
+		screenshot(t, ctx, shots, tab)
+	}
+	if n := eval[int](t, ctx, `document.querySelectorAll("#sizes-table tr").length`); n == 0 {
+		t.Errorf("no size histogram")
+	}
+}
+
+// A truncated trace opens, with the reader's warning shown on the page.
+func TestPageTruncatedTrace(t *testing.T) {
+	ctx := browser(t)
+	b, err := os.ReadFile(trace(t, "serve_phases"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut := filepath.Join(t.TempDir(), "cut.hst")
+	if err := os.WriteFile(cut, b[:len(b)*2/3], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, srv := serveTrace(t, cut)
+	settle(t, ctx, chromedp.Navigate(srv.URL+"/"))
+	screenshot(t, ctx, artefacts(t), "truncated")
+	if hidden := eval[bool](t, ctx, `document.getElementById("warnings").hidden`); hidden {
+		t.Fatal("no warning shown for a truncated trace")
+	}
+	if w := eval[string](t, ctx, `document.getElementById("warnings").textContent`); !strings.Contains(w, "cut") {
+		t.Errorf("warnings %q", w)
+	}
+	if e := eval[bool](t, ctx, `document.getElementById("errors").hidden`); !e {
+		t.Errorf("errors: %s", eval[string](t, ctx, `document.getElementById("errors").textContent`))
+	}
+}
+
+// The self-contained report opens from disk, with no server, and shows the
+// leaks of the whole trace and its flame graph.
+func TestStaticHTML(t *testing.T) {
+	ctx := browser(t)
+	path := trace(t, "serve_phases")
+	x, err := query.Build(path, query.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := WriteHTML(&buf, x); err != nil {
+		t.Fatal(err)
+	}
+	for _, ref := range []string{`src="http`, `href="http`, `src="//`, `url(http`} {
+		if strings.Contains(buf.String(), ref) {
+			t.Errorf("the report refers to the network: %s", ref)
+		}
+	}
+	file := filepath.Join(t.TempDir(), "report.html")
+	if err := os.WriteFile(file, buf.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	settle(t, ctx, chromedp.Navigate("file://"+file))
+	screenshot(t, ctx, artefacts(t), "static")
+	leak := eval[string](t, ctx, `document.querySelector('#summary-table td[data-k="leaked_bytes"]').textContent`)
+	if !strings.Contains(strings.ReplaceAll(leak, "\u202f", ""), "(11400 B) in 7 blocks") {
+		t.Errorf("leaks %q", leak)
+	}
+	if got := lastNumber(eval[string](t, ctx, `document.getElementById("match").textContent`)); got != 11400 {
+		t.Errorf("flame total %d", got)
+	}
+	if e := eval[bool](t, ctx, `document.getElementById("errors").hidden`); !e {
+		t.Errorf("errors: %s", eval[string](t, ctx, `document.getElementById("errors").textContent`))
+	}
+	// The sites and the inverted flame graph are in the file too.
+	settle(t, ctx, chromedp.Click(chromedp.ID("tab-sites")))
+	if top := eval[string](t, ctx, `document.querySelector("#sites-leaks tr:nth-child(2) .fn").textContent`); !strings.HasPrefix(top, "early_leak ") {
+		t.Errorf("top leak %q", top)
+	}
+}
+
+// With --base, the Diff view shows each site's difference: temp_site made
+// 30 more calls with 80 rounds than with 50.
+func TestPageDiff(t *testing.T) {
+	ctx := browser(t)
+	x, err := query.Build(trace(t, "report_known", "80"), query.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bx, err := query.Build(trace(t, "report_known", "50"), query.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(NewWithBase(x, bx))
+	defer srv.Close()
+	settle(t, ctx, chromedp.Navigate(srv.URL+"/?tab=diff&cost=calls"))
+	screenshot(t, ctx, artefacts(t), "diff")
+	if hidden := eval[bool](t, ctx, `document.getElementById("tab-diff").hidden`); hidden {
+		t.Fatal("no Diff tab with a base trace")
+	}
+	row := eval[string](t, ctx, `document.querySelector("#diff-table tr:nth-child(2)").textContent`)
+	if !strings.Contains(row, "+30 calls") || !strings.Contains(row, "temp_site") {
+		t.Errorf("first diff row %q", row)
+	}
+	if d := eval[string](t, ctx, `document.getElementById("diff-total").getAttribute("data-delta")`); d != "30" {
+		t.Errorf("total difference %s", d)
+	}
+}

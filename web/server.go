@@ -1,0 +1,662 @@
+// Package web serves a trace's index (package query) over HTTP: a JSON API
+// under /api/ (see API.md) and one page, embedded in the binary, that draws
+// the timeline, flame graphs, tables and window classes from it. Nothing is
+// fetched from the network: the page's script is bundled at go generate time
+// (see ui/) and committed.
+package web
+
+import (
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"net/http"
+	"sort"
+	"strconv"
+	"sync"
+	"syscall"
+
+	"github.com/heapscope/heapscope/query"
+	"github.com/heapscope/heapscope/report"
+	"github.com/heapscope/heapscope/symbolize"
+)
+
+//go:generate go run ./internal/bundle
+
+//go:embed ui/index.html ui/dist/app.js ui/style.css
+var assets embed.FS
+
+// Limits of the answers: a browser is never sent more than these.
+const (
+	maxPoints   = 4000
+	defPoints   = 1000
+	defMaxNodes = 5000
+	maxMaxNodes = 50000
+	defTop      = 200
+	defMinShare = 0.001
+)
+
+// Server answers the API and serves the page for one index.
+type Server struct {
+	x    *query.Index
+	base *query.Index // the trace to compare with; nil: none
+	mux  *http.ServeMux
+
+	mu    sync.Mutex
+	cache []cached // the latest windows answered, newest last
+
+	baseOnce sync.Once
+	baseRes  *query.Result
+}
+
+// cached is a window's answer: the page asks for the classes, the flame
+// graph and a table of the same window at once, and each reads every row.
+type cached struct {
+	f   query.Filter
+	res *query.Result
+}
+
+// cacheLen is how many windows the server remembers.
+const cacheLen = 8
+
+// windowOf returns the answer to f, from the cache when it is there.
+func (s *Server) windowOf(f query.Filter) *query.Result {
+	s.mu.Lock()
+	for _, c := range s.cache {
+		if c.f == f {
+			s.mu.Unlock()
+			return c.res
+		}
+	}
+	s.mu.Unlock()
+	res := s.x.Window(f)
+	s.mu.Lock()
+	if len(s.cache) == cacheLen {
+		s.cache = s.cache[1:]
+	}
+	s.cache = append(s.cache, cached{f, res})
+	s.mu.Unlock()
+	return res
+}
+
+// New returns a Server for x.
+func New(x *query.Index) *Server { return NewWithBase(x, nil) }
+
+// NewWithBase returns a Server for x that also compares x with base
+// (/api/diff): what serve --base does.
+func NewWithBase(x, base *query.Index) *Server {
+	s := &Server{x: x, base: base, mux: http.NewServeMux()}
+	ui, err := fs.Sub(assets, "ui")
+	if err != nil {
+		panic(err) // the embedded tree is fixed at build time
+	}
+	s.mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		serveFile(w, ui, "index.html", "text/html; charset=utf-8")
+	})
+	s.mux.HandleFunc("GET /app.js", func(w http.ResponseWriter, r *http.Request) {
+		serveFile(w, ui, "dist/app.js", "text/javascript; charset=utf-8")
+	})
+	s.mux.HandleFunc("GET /style.css", func(w http.ResponseWriter, r *http.Request) { serveFile(w, ui, "style.css", "text/css; charset=utf-8") })
+	s.mux.HandleFunc("GET /api/summary", s.summary)
+	s.mux.HandleFunc("GET /api/timeline", s.timeline)
+	s.mux.HandleFunc("GET /api/window", s.window)
+	s.mux.HandleFunc("GET /api/flame", s.flame)
+	s.mux.HandleFunc("GET /api/functions", s.functions)
+	s.mux.HandleFunc("GET /api/sites", s.sites)
+	s.mux.HandleFunc("GET /api/histogram", s.histogram)
+	s.mux.HandleFunc("GET /api/export", s.export)
+	s.mux.HandleFunc("GET /api/diff", s.diff)
+	return s
+}
+
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	// The page is self-contained: nothing else may be loaded or framed.
+	h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'")
+	h.Set("X-Content-Type-Options", "nosniff")
+	s.mux.ServeHTTP(w, r)
+}
+
+func serveFile(w http.ResponseWriter, fsys fs.FS, name, ctype string) {
+	b, err := fs.ReadFile(fsys, name)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", ctype)
+	w.Write(b)
+}
+
+// ErrAddrInUse is returned by Listen when the address is taken.
+var ErrAddrInUse = errors.New("address already in use")
+
+// Listen listens on addr (host:port; port 0 picks a free one). A port in use
+// is an error wrapping ErrAddrInUse.
+func Listen(addr string) (net.Listener, error) {
+	l, err := net.Listen("tcp", addr)
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return nil, fmt.Errorf("listen on %s: %w (another program has it: choose another --listen)", addr, ErrAddrInUse)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", addr, err)
+	}
+	return l, nil
+}
+
+// badRequest is a parameter the API cannot use.
+type badRequest struct{ msg string }
+
+func (e badRequest) Error() string { return e.msg }
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	enc := json.NewEncoder(w)
+	if err := enc.Encode(v); err != nil {
+		// The client went away; nothing to tell it.
+		return
+	}
+}
+
+func writeErr(w http.ResponseWriter, err error) {
+	code := http.StatusInternalServerError
+	var br badRequest
+	if errors.As(err, &br) {
+		code = http.StatusBadRequest
+	}
+	if errors.Is(err, query.ErrAggregate) {
+		code = http.StatusUnprocessableEntity
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	json.NewEncoder(w).Encode(map[string]string{"error": err.Error()})
+}
+
+// params are the query parameters every question shares.
+type params struct {
+	f     query.Filter
+	cost  query.Cost
+	top   int
+	query map[string][]string
+}
+
+func intParam(q map[string][]string, name string, def int64) (int64, error) {
+	v := q[name]
+	if len(v) == 0 || v[0] == "" {
+		return def, nil
+	}
+	n, err := strconv.ParseInt(v[0], 10, 64)
+	if err != nil {
+		return 0, badRequest{fmt.Sprintf("%s: want an integer, not %q", name, v[0])}
+	}
+	return n, nil
+}
+
+// parse reads from_ns, to_ns, at_ns (from the trace's start), pid, tid,
+// cost and top.
+func (s *Server) parse(r *http.Request) (*params, error) {
+	q := r.URL.Query()
+	p := &params{query: q}
+	base := s.x.Header.MonoStart
+	var vals [6]int64
+	for i, name := range []string{"from_ns", "to_ns", "at_ns", "pid", "tid", "top"} {
+		def := int64(0)
+		if name == "top" {
+			def = defTop
+		}
+		v, err := intParam(q, name, def)
+		if err != nil {
+			return nil, err
+		}
+		vals[i] = v
+	}
+	if vals[0] != 0 {
+		p.f.From = base + vals[0]
+	}
+	if vals[1] > 0 {
+		p.f.To = base + vals[1]
+		if vals[1] <= vals[0] {
+			return nil, badRequest{fmt.Sprintf("to_ns (%d) must be after from_ns (%d)", vals[1], vals[0])}
+		}
+	}
+	if vals[2] > 0 {
+		p.f.At = base + vals[2]
+	}
+	if vals[3] < 0 || vals[3] > 1<<32-1 || vals[4] < 0 || vals[4] > 1<<32-1 {
+		return nil, badRequest{"pid and tid must be process and thread ids"}
+	}
+	p.f.PID, p.f.TID = uint32(vals[3]), uint32(vals[4])
+	p.top = int(max(vals[5], 0))
+	p.cost = query.CostLeaks
+	if c := q.Get("cost"); c != "" {
+		cost, err := query.ParseCost(c)
+		if err != nil {
+			return nil, badRequest{err.Error()}
+		}
+		p.cost = cost
+	}
+	return p, nil
+}
+
+// rel turns a trace-clock time into ns from the trace's start.
+func (s *Server) rel(t int64) int64 { return t - s.x.Header.MonoStart }
+
+func (s *Server) needEvents() error {
+	if s.x.Aggregate() {
+		return query.ErrAggregate
+	}
+	return nil
+}
+
+// Summary is /api/summary: the report's summary of the whole trace (the
+// JSON report's fields, without its site lists), and what the index holds.
+type Summary struct {
+	*report.JSON
+	StartNs int64 `json:"start_ns"` // the first event, from the trace's start
+	EndNs   int64 `json:"end_ns"`   // the last event
+	Index   struct {
+		Events int `json:"events"`
+		Blocks int `json:"blocks"`
+		Sites  int `json:"sites"`
+	} `json:"index"`
+	Costs []string `json:"costs"`
+	// Base is the trace compared with (serve --base), or null.
+	Base *BaseSummary `json:"base"`
+}
+
+// BaseSummary is the base trace of a comparison.
+type BaseSummary struct {
+	File    string             `json:"file"`
+	Summary report.JSONSummary `json:"summary"`
+}
+
+func (s *Server) summary(w http.ResponseWriter, r *http.Request) {
+	d := s.x.Report.Document(1)
+	d.Leaks, d.Peak, d.Allocations, d.Timeline = nil, nil, nil, nil
+	out := Summary{JSON: d, StartNs: s.rel(s.x.Start()), EndNs: s.rel(s.x.End()), Costs: query.CostNames()}
+	out.Index.Events, out.Index.Blocks, out.Index.Sites = s.x.Events(), s.x.Blocks(), len(s.x.Sites())
+	if s.base != nil {
+		out.Base = &BaseSummary{File: s.base.File, Summary: s.base.Report.Document(1).Summary}
+	}
+	writeJSON(w, out)
+}
+
+// Timeline is /api/timeline.
+type Timeline struct {
+	FromNs  int64           `json:"from_ns"`
+	ToNs    int64           `json:"to_ns"`
+	WidthNs int64           `json:"width_ns"`
+	Peak    Point           `json:"peak"` // the peak of the span
+	Points  []TimelinePoint `json:"points"`
+}
+
+// Point is an instant and the heap then.
+type Point struct {
+	TNs    int64  `json:"t_ns"`
+	Bytes  uint64 `json:"bytes"`
+	Blocks uint64 `json:"blocks"`
+}
+
+// TimelinePoint is a bucket of the timeline, its time from the trace's
+// start.
+type TimelinePoint struct {
+	TNs int64 `json:"t_ns"`
+	query.Bucket
+}
+
+func (s *Server) timeline(w http.ResponseWriter, r *http.Request) {
+	p, err := s.parse(r)
+	if err == nil {
+		err = s.needEvents()
+	}
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	n, err := intParam(p.query, "points", defPoints)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	n = min(max(n, 1), maxPoints)
+	sp := s.x.Span(p.f)
+	out := Timeline{FromNs: s.rel(sp.From), ToNs: s.rel(sp.To), Points: []TimelinePoint{}}
+	if pk, ok := s.x.Peak(sp); ok {
+		out.Peak = Point{TNs: s.rel(pk.Time), Bytes: pk.Bytes, Blocks: pk.Blocks}
+	}
+	for _, b := range s.x.Timeline(sp, int(n)) {
+		out.WidthNs = b.Width
+		out.Points = append(out.Points, TimelinePoint{TNs: s.rel(b.Time), Bucket: b})
+	}
+	writeJSON(w, out)
+}
+
+// Window is /api/window: the four classes of the window, in total and by
+// site, and the heap at its start, end and peak.
+type Window struct {
+	FromNs  int64         `json:"from_ns"`
+	ToNs    int64         `json:"to_ns"`
+	Total   Classes       `json:"total"`
+	Start   query.Amount  `json:"start"` // live at from_ns: AOFI+AOFO
+	End     query.Amount  `json:"end"`   // live at to_ns: AIFO+AOFO
+	Peak    Point         `json:"peak"`
+	Sites   []SiteClasses `json:"sites"` // by the sum of the four classes' bytes, at most top
+	More    int           `json:"more"`  // sites left out
+	Unmatch uint64        `json:"unmatched_frees"`
+}
+
+// Classes are the four classes.
+type Classes struct {
+	AIFI query.Amount `json:"aifi"`
+	AIFO query.Amount `json:"aifo"`
+	AOFI query.Amount `json:"aofi"`
+	AOFO query.Amount `json:"aofo"`
+}
+
+func classes(c [4]query.Amount) Classes {
+	return Classes{AIFI: c[query.AIFI], AIFO: c[query.AIFO], AOFI: c[query.AOFI], AOFO: c[query.AOFO]}
+}
+
+// SiteClasses is one site's classes.
+type SiteClasses struct {
+	Site  int                `json:"site"`
+	PIDs  []uint32           `json:"pids"`
+	Stack []report.JSONFrame `json:"stack"`
+	Classes
+}
+
+func (s *Server) window(w http.ResponseWriter, r *http.Request) {
+	p, err := s.parse(r)
+	if err == nil {
+		err = s.needEvents()
+	}
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	res := s.windowOf(p.f)
+	out := Window{FromNs: s.rel(res.Span.From), ToNs: s.rel(res.Span.To), Total: classes(res.Total.Classes),
+		Start: res.Total.Start, End: res.Total.End, Unmatch: res.Unmatch, Sites: []SiteClasses{}}
+	if res.PeakSeq >= 0 {
+		out.Peak = Point{TNs: s.rel(res.Peak.Time), Bytes: res.Peak.Bytes, Blocks: res.Peak.Blocks}
+	}
+	type ranked struct {
+		id  int
+		sum uint64
+	}
+	var rs []ranked
+	for i := range res.Sites {
+		var sum uint64
+		for _, c := range res.Sites[i].Classes {
+			sum += c.Bytes
+		}
+		if sum > 0 {
+			rs = append(rs, ranked{i, sum})
+		}
+	}
+	sort.Slice(rs, func(a, b int) bool {
+		if rs[a].sum != rs[b].sum {
+			return rs[a].sum > rs[b].sum
+		}
+		return rs[a].id < rs[b].id
+	})
+	if p.top > 0 && len(rs) > p.top {
+		out.More = len(rs) - p.top
+		rs = rs[:p.top]
+	}
+	sites := s.x.Sites()
+	for _, k := range rs {
+		st := sites[k.id]
+		out.Sites = append(out.Sites, SiteClasses{Site: k.id, PIDs: st.PIDs, Stack: jsonStack(st.Frames), Classes: classes(res.Sites[k.id].Classes)})
+	}
+	writeJSON(w, out)
+}
+
+func jsonStack(fs []symbolize.Frame) []report.JSONFrame {
+	out := make([]report.JSONFrame, len(fs))
+	for i, f := range fs {
+		out[i] = report.JSONFrame{Function: f.Function, File: f.File, Line: f.Line, Module: f.Module,
+			Address: "0x" + strconv.FormatUint(f.Address, 16), Offset: "0x" + strconv.FormatUint(f.Offset, 16), Inlined: f.Inlined}
+	}
+	return out
+}
+
+func (s *Server) flame(w http.ResponseWriter, r *http.Request) {
+	p, err := s.parse(r)
+	if err == nil {
+		err = s.needEvents()
+	}
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	q := r.URL.Query()
+	share := defMinShare
+	if v := q.Get("min_share"); v != "" {
+		share, err = strconv.ParseFloat(v, 64)
+		if err != nil || share < 0 || share > 1 {
+			writeErr(w, badRequest{fmt.Sprintf("min_share: want a number from 0 to 1, not %q", v)})
+			return
+		}
+	}
+	nodes, err := intParam(q, "max_nodes", defMaxNodes)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	nodes = min(max(nodes, 1), maxMaxNodes)
+	inv := q.Get("invert") == "1" || q.Get("invert") == "true"
+	writeJSON(w, s.x.Flame(s.windowOf(p.f), p.cost, inv, share, int(nodes)))
+}
+
+func (s *Server) functions(w http.ResponseWriter, r *http.Request) {
+	p, err := s.parse(r)
+	if err == nil {
+		err = s.needEvents()
+	}
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, map[string]any{"cost": p.cost.String(), "functions": s.x.Functions(s.windowOf(p.f), p.cost, p.top)})
+}
+
+// sites answers with the JSON report of the window: for the whole trace,
+// `heapscope report --format json --top N`'s document itself.
+func (s *Server) sites(w http.ResponseWriter, r *http.Request) {
+	p, err := s.parse(r)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	d, err := s.document(p)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, d)
+}
+
+// document is the JSON report of p's window: the index's report for the
+// whole trace, and else the window's.
+func (s *Server) document(p *params) (*report.JSON, error) {
+	if p.f == (query.Filter{}) || s.x.Aggregate() {
+		if p.f != (query.Filter{}) {
+			return nil, query.ErrAggregate
+		}
+		return s.x.Report.Document(p.top), nil
+	}
+	return s.x.WindowReport(s.windowOf(p.f)).Document(p.top), nil
+}
+
+// Histogram is /api/histogram.
+type Histogram struct {
+	Sizes     []report.JSONBucket `json:"sizes"`
+	Lifetimes []LifetimeBucket    `json:"lifetimes"`
+	Live      uint64              `json:"live"` // blocks of the window never freed
+}
+
+// LifetimeBucket counts blocks that lived less than LtNs (and at least the
+// previous bucket's LtNs).
+type LifetimeBucket struct {
+	LtNs  uint64 `json:"lt_ns"`
+	Count uint64 `json:"count"`
+}
+
+func (s *Server) histogram(w http.ResponseWriter, r *http.Request) {
+	p, err := s.parse(r)
+	if err == nil {
+		err = s.needEvents()
+	}
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	res := s.windowOf(p.f)
+	out := Histogram{Sizes: []report.JSONBucket{}, Lifetimes: []LifetimeBucket{}, Live: res.Lifetime.Live}
+	last := 0
+	for i, n := range res.Hist {
+		if n != 0 {
+			last = i + 1
+		}
+	}
+	for i := 0; i < last; i++ {
+		le := ^uint64(0)
+		if i < 64 {
+			le = 1 << i
+		}
+		out.Sizes = append(out.Sizes, report.JSONBucket{Le: le, Count: res.Hist[i]})
+	}
+	last = 0
+	for i, n := range res.Lifetime.Buckets {
+		if n != 0 {
+			last = i + 1
+		}
+	}
+	for i := 0; i < last; i++ {
+		out.Lifetimes = append(out.Lifetimes, LifetimeBucket{LtNs: 1 << i, Count: res.Lifetime.Buckets[i]})
+	}
+	writeJSON(w, out)
+}
+
+func (s *Server) export(w http.ResponseWriter, r *http.Request) {
+	p, err := s.parse(r)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	var rep *report.Report
+	if p.f == (query.Filter{}) {
+		rep = s.x.Report
+	} else if err := s.needEvents(); err != nil {
+		writeErr(w, err)
+		return
+	} else {
+		rep = s.x.WindowReport(s.windowOf(p.f))
+	}
+	var write func(io.Writer) error
+	switch f := r.URL.Query().Get("format"); f {
+	case "pprof":
+		w.Header().Set("Content-Type", "application/octet-stream")
+		w.Header().Set("Content-Disposition", `attachment; filename="heapscope.pb.gz"`)
+		write = rep.WritePprof
+	case "collapsed":
+		m, err := report.ParseMetric(r.URL.Query().Get("metric"))
+		if r.URL.Query().Get("metric") == "" {
+			m, err = metricOf(p.cost), nil
+		}
+		if err != nil {
+			writeErr(w, badRequest{err.Error()})
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("Content-Disposition", `attachment; filename="heapscope.collapsed.txt"`)
+		write = func(w io.Writer) error { return rep.WriteCollapsed(w, m) }
+	case "json", "":
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Disposition", `attachment; filename="heapscope.json"`)
+		write = func(w io.Writer) error { return rep.WriteJSON(w, p.top) }
+	default:
+		writeErr(w, badRequest{fmt.Sprintf("format: want pprof, collapsed or json, not %q", f)})
+		return
+	}
+	write(w)
+}
+
+// metricOf is the collapsed-stacks metric nearest a cost.
+func metricOf(c query.Cost) report.Metric {
+	switch c {
+	case query.CostPeak:
+		return report.PeakSpace
+	case query.CostBytes:
+		return report.AllocSpace
+	case query.CostCalls:
+		return report.AllocObjects
+	case query.CostTemporary:
+		return report.Temporary
+	}
+	return report.InuseSpace
+}
+
+// Diff is /api/diff: each site's cost in the window of this trace and in
+// the whole base trace, matched by symbolized frames.
+type Diff struct {
+	Cost  string     `json:"cost"`
+	Base  string     `json:"base"` // the base trace's file
+	Total DiffTotal  `json:"total"`
+	Sites []DiffSite `json:"sites"` // by the size of the difference, at most top
+	More  int        `json:"more"`
+}
+
+// DiffTotal is the cost over every site.
+type DiffTotal struct {
+	Value uint64 `json:"value"`
+	Base  uint64 `json:"base"`
+	Delta int64  `json:"delta"`
+}
+
+// DiffSite is one site's cost in both traces.
+type DiffSite struct {
+	Stack []report.JSONFrame `json:"stack"`
+	DiffTotal
+}
+
+func (s *Server) diff(w http.ResponseWriter, r *http.Request) {
+	p, err := s.parse(r)
+	if err == nil && s.base == nil {
+		err = badRequest{"no base trace: start serve with --base FILE"}
+	}
+	if err == nil {
+		err = s.needEvents()
+	}
+	if err == nil && s.base.Aggregate() {
+		err = query.ErrAggregate
+	}
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	res := s.windowOf(p.f)
+	baseRes := s.baseWindow()
+	rows := query.Diff(s.x, res, s.base, baseRes, p.cost)
+	out := Diff{Cost: p.cost.String(), Base: s.base.File, Sites: []DiffSite{}}
+	out.Total.Value, out.Total.Base = p.cost.Of(&res.Total), p.cost.Of(&baseRes.Total)
+	out.Total.Delta = int64(out.Total.Value) - int64(out.Total.Base)
+	if p.top > 0 && len(rows) > p.top {
+		out.More = len(rows) - p.top
+		rows = rows[:p.top]
+	}
+	for _, d := range rows {
+		out.Sites = append(out.Sites, DiffSite{Stack: jsonStack(d.Frames), DiffTotal: DiffTotal{d.Value, d.Base, d.Delta}})
+	}
+	writeJSON(w, out)
+}
+
+// baseWindow is the base trace's whole answer, computed once.
+func (s *Server) baseWindow() *query.Result {
+	s.baseOnce.Do(func() { s.baseRes = s.base.Window(query.Filter{}) })
+	return s.baseRes
+}
