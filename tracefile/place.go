@@ -190,9 +190,12 @@ func (w *Writer) writeAt(b []byte, off int64) error {
 	w.written += int64(n)
 	w.unsynced = true
 	if err != nil {
-		w.err = fmt.Errorf("tracefile: writing %s at %d: %w", w.f.Name(), off, err)
+		err = fmt.Errorf("tracefile: writing %s at %d: %w", w.f.Name(), off, err)
+		if w.err == nil {
+			w.err = err
+		}
 	}
-	return w.err
+	return err
 }
 
 func (w *Writer) writeChunk(h *chunkHeader, b []byte) error {
@@ -202,7 +205,32 @@ func (w *Writer) writeChunk(h *chunkHeader, b []byte) error {
 	w.chunks = append(w.chunks, indexEntry{w.pos, *h})
 	w.pos += int64(len(b))
 	w.seq++
+	w.kept += uint64(h.events)
 	return nil
+}
+
+// salvage ends a file whose writing failed (w.err is set): it tries to
+// write the final stats, which count what was lost, and the index where the
+// chunk that failed began, and cuts the file there, so a reader finds the
+// counts and not a torn chunk. A write that failed on a full disk often
+// left room for these over the torn chunk's bytes; if not, the file ends
+// with the chunks written whole, which a reader recovers. mu is held.
+func (w *Writer) salvage() {
+	if w.f == nil {
+		return
+	}
+	h, b := w.build(&chunk{stats: true}, flagFinal|flagError, false)
+	if w.hdr.Mode != Circular || w.pos+int64(len(b)) <= w.ringEnd {
+		if w.writeChunk(h, b) == nil {
+			w.hwm = max(w.hwm, w.pos)
+			if w.finishFile() == nil {
+				return
+			}
+		}
+	}
+	if w.hdr.Mode != Circular {
+		w.f.Truncate(w.pos) // the torn chunk's bytes, if the disk let it
+	}
 }
 
 // indexBytes is the size of the index and trailer for n chunks.
@@ -339,10 +367,10 @@ func (w *Writer) finishFile() error {
 		}
 		at += int64(len(b))
 	}
-	if w.hdr.Mode == Circular {
-		if err := w.f.Truncate(at); err != nil {
-			return fmt.Errorf("tracefile: %w", err)
-		}
+	// Circular: the ring's older bytes past the index; after a failed
+	// write (salvage): a torn chunk's.
+	if err := w.f.Truncate(at); err != nil {
+		return fmt.Errorf("tracefile: %w", err)
 	}
 	return w.sync()
 }

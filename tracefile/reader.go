@@ -617,6 +617,10 @@ func (r *Reader) replayChunk(e indexEntry, st *replayState, w Window, defs, tl b
 		r.warn("the trace reached its maximum size (%d bytes): the events after this were not written (counted as lost, %v)",
 			r.hdr.MaxSize, event.LostFileLimit)
 	}
+	if h.flags&flagError != 0 {
+		r.warn("writing the trace failed (a full disk?): the events after this were not written (counted as lost, %v)",
+			event.LostFileLimit)
+	}
 	defs = defs && h.defsLen > 0
 	tl = tl && h.hasTimeline() && w.overlaps(h.minTime, h.maxTime)
 	if !defs && !tl {

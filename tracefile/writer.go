@@ -122,6 +122,7 @@ type Writer struct {
 	lostLimit uint64
 	lostOver  uint64
 	given     uint64 // events passed to Events
+	kept      uint64 // events in the chunks written whole
 	stopped   bool
 
 	err       error
@@ -399,13 +400,18 @@ func (w *Writer) Exit(x event.Exit) error {
 	return w.cutIfFull()
 }
 
-// Events implements event.Sink. It does not keep evs.
+// Events implements event.Sink. It does not keep evs. After an error the
+// events are counted (as lost, see FileStats) and the error returned.
 func (w *Writer) Events(evs []event.Event) error {
+	w.mu.Lock()
+	if !w.closed {
+		w.given += uint64(len(evs))
+	}
+	w.mu.Unlock()
 	if err := w.lock(); err != nil {
 		return err
 	}
 	defer w.mu.Unlock()
-	w.given += uint64(len(evs))
 	if w.stopped {
 		w.lostLimit += uint64(len(evs))
 		return nil
@@ -464,9 +470,10 @@ func (w *Writer) Snapshot(s event.Snapshot) error {
 
 // FileStats returns s, a session's counts, as they stand for the file:
 // the events the writer kept in no file (after a sequential file reached
-// its maximum size, or overwritten in a circular one) moved from delivered
-// to lost, so that delivered is what reached the file and delivered + lost
-// stays the calls made. The trace's stats records hold the same.
+// its maximum size, overwritten in a circular one, or not written because
+// writing failed, e.g. a full disk) moved from delivered to lost, so that
+// delivered is what reached the file and delivered + lost stays the calls
+// made. The trace's stats records hold the same.
 func (w *Writer) FileStats(s event.Stats) event.Stats {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -478,6 +485,15 @@ func (w *Writer) fileStats(s event.Stats) event.Stats {
 	// A provider's count lags (it comes every flush interval): the
 	// events the writer was given are delivered at least.
 	s.Delivered = max(s.Delivered, w.given)
+	if w.err != nil {
+		// The file stopped at an error: what it holds is the chunks
+		// written whole, and everything else given or delivered after is
+		// lost (counted as the file's limit: the file took no more).
+		s.Lost[event.LostFileLimit] += s.Delivered - min(s.Delivered, w.kept)
+		s.Lost[event.LostOverwritten] += w.lostOver
+		s.Delivered = min(s.Delivered, w.kept) - min(w.kept, w.lostOver)
+		return s
+	}
 	s.Lost[event.LostFileLimit] += w.lostLimit
 	s.Lost[event.LostOverwritten] += w.lostOver
 	s.Delivered -= min(s.Delivered, w.lostLimit+w.lostOver)
@@ -489,11 +505,15 @@ func (w *Writer) fileStats(s event.Stats) event.Stats {
 // event.LostOverwritten), taking those from s.Delivered, and the bytes
 // written before storing it.
 func (w *Writer) Stats(s event.Stats) error {
+	w.mu.Lock()
+	if !w.closed {
+		w.stats = s // also after an error: Close may still write them
+	}
+	w.mu.Unlock()
 	if err := w.lock(); err != nil {
 		return err
 	}
 	defer w.mu.Unlock()
-	w.stats = s
 	if w.stopped {
 		return nil
 	}
@@ -549,6 +569,8 @@ func (w *Writer) Close() error {
 	}
 	if err == nil {
 		err = w.finishFile()
+	} else {
+		w.salvage()
 	}
 	w.quit = true
 	w.cond.Broadcast()
