@@ -53,6 +53,7 @@ type Model struct {
 
 	events, unmatched, missed uint64
 	start, end                int64
+	firstEv, lastEv           int64 // the first and last heap events' times
 
 	modules  []event.Module
 	stats    event.Stats
@@ -281,6 +282,7 @@ func (m *Model) Stats(st event.Stats) error {
 // before) take the shortest path.
 func (m *Model) Events(evs []event.Event) error {
 	from, to, start, end, n := m.from, m.to, m.start, m.end, uint64(0)
+	first, last := m.firstEv, m.lastEv
 	for i := range evs {
 		e := &evs[i]
 		if e.Time < from || e.Time >= to {
@@ -295,6 +297,10 @@ func (m *Model) Events(evs []event.Event) error {
 		if e.Time < start || start == 0 {
 			start = e.Time
 		}
+		if e.Time < first || first == 0 {
+			first = e.Time
+		}
+		last = max(last, e.Time)
 		switch e.Kind {
 		case event.KindAlloc, event.KindMmap:
 			var si int32
@@ -339,6 +345,7 @@ func (m *Model) Events(evs []event.Event) error {
 		m.timeline.add(e.Time, m.liveBytes, m.liveBlocks)
 	}
 	m.start, m.end, m.events = start, end, m.events+n
+	m.firstEv, m.lastEv = first, last
 	return nil
 }
 
@@ -581,14 +588,16 @@ func (a *frameArena) store(f []uint64) []uint64 {
 // than once, and more records may follow it.
 func (m *Model) Profile() *Profile {
 	pr := &Profile{
-		From:      m.from,
-		Start:     m.start,
-		End:       m.end,
-		Modules:   append([]event.Module(nil), m.modules...),
-		Stats:     m.stats,
-		HasStats:  m.hasStats,
-		Peak:      m.peak,
-		Aggregate: len(m.snaps) > 0,
+		From:       m.from,
+		Start:      m.start,
+		End:        m.end,
+		FirstEvent: m.firstEv,
+		LastEvent:  m.lastEv,
+		Modules:    append([]event.Module(nil), m.modules...),
+		Stats:      m.stats,
+		HasStats:   m.hasStats,
+		Peak:       m.peak,
+		Aggregate:  len(m.snaps) > 0,
 	}
 	if m.to != math.MaxInt64 {
 		pr.To = m.to
