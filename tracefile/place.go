@@ -9,6 +9,7 @@ import (
 type job struct {
 	tl     *timelineEncoder
 	defs   []byte // definitions, uncompressed
+	cuts   []int  // where in defs a frame begins
 	stats  bool   // a stats record is due
 	flags  uint8
 	exited []uint32 // pids that exited in the chunk
@@ -45,10 +46,10 @@ func (w *Writer) cut(flags uint8) error {
 		return w.err
 	}
 	j := &job{
-		tl: w.tl, defs: w.defs, stats: w.statsDirty, flags: flags, exited: w.exited,
+		tl: w.tl, defs: w.defs, cuts: w.defCuts, stats: w.statsDirty, flags: flags, exited: w.exited,
 		entryStart: w.cutEntry, entryEnd: len(w.entries),
 	}
-	w.tl, w.defs, w.exited = w.spare.tl, w.spare.defs[:0], w.spare.exited[:0]
+	w.tl, w.defs, w.defCuts, w.exited = w.spare.tl, w.spare.defs[:0], w.spare.cuts[:0], w.spare.exited[:0]
 	w.tl.reset()
 	w.statsDirty = false
 	w.cutEntry = len(w.entries)
@@ -90,7 +91,7 @@ func (w *Writer) compressor() {
 			c.minT, c.maxT = j.tl.minTime, j.tl.maxTime
 		}
 		if len(j.defs) > 0 {
-			c.defs, c.defsRaw = w.enc.EncodeAll(j.defs, w.defComp[:0]), len(j.defs)
+			c.defs, c.defsRaw = encodeFrames(w.defEnc, j.defs, j.cuts, w.defComp[:0]), len(j.defs)
 			w.defComp = c.defs
 		}
 		w.mu.Lock()
@@ -129,7 +130,7 @@ func (w *Writer) build(c *chunk, flags uint8, full bool) (*chunkHeader, []byte) 
 	if full {
 		defs, raw = nil, 0
 		if d := w.fullDefs(c); len(d) > 0 {
-			w.fullComp = w.enc.EncodeAll(d, w.fullComp[:0])
+			w.fullComp = encodeFrames(w.defEnc, d, w.fullCuts, w.fullComp[:0])
 			defs, raw = w.fullComp, len(d)
 		}
 	}
@@ -139,7 +140,7 @@ func (w *Writer) build(c *chunk, flags uint8, full bool) (*chunkHeader, []byte) 
 		// be a series of frames): the counts are those of now, and the
 		// bytes include this chunk's (all but this frame).
 		rec := w.statsRecord(int64(len(b) + len(c.tl)))
-		b = w.enc.EncodeAll(rec, b)
+		b = w.defEnc.EncodeAll(rec, b)
 		raw += len(rec)
 	}
 	if n := len(b) - chunkHeaderSize; n > 0 {
@@ -175,9 +176,13 @@ func (w *Writer) statsRecord(pending int64) []byte {
 func (w *Writer) fullDefs(c *chunk) []byte {
 	all := w.hdr.Mode == Circular
 	b := w.full[:0]
+	w.fullCuts = w.fullCuts[:0]
 	for i, e := range w.entries[:c.entryEnd] {
 		if e.exit && (!all || i >= c.entryStart) || e.dead && !all {
 			continue
+		}
+		if len(b)-lastCut(w.fullCuts) >= defFrameRaw {
+			w.fullCuts = append(w.fullCuts, len(b))
 		}
 		b = append(b, w.log[e.start:e.end]...)
 	}

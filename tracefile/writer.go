@@ -89,6 +89,7 @@ type Writer struct {
 	// The chunk being filled.
 	tl         *timelineEncoder
 	defs       []byte   // definitions
+	defCuts    []int    // where in defs a new zstd frame begins (see defFrameRaw)
 	statsDirty bool     // a stats record is due
 	exited     []uint32 // pids with an Exit in the timeline
 	lastTime   int64
@@ -101,6 +102,8 @@ type Writer struct {
 	spare    job // the buffers of the last job done, for reuse
 	bgDone   chan struct{}
 	enc      *zstd.Encoder
+	defEnc   *zstd.Encoder // for definitions and stats: frames with checksums
+	fullCuts []int
 	coder    *streamCoder // the timelines' streams, with enc
 	tlComp   []byte
 	defComp  []byte
@@ -169,7 +172,17 @@ func Create(path string, h Header, o Options) (*Writer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tracefile: %w", err)
 	}
+	// A definitions frame carries zstd's content checksum: a reader of a
+	// damaged section keeps the frames whose checksum holds (see
+	// defFrameRaw).
+	defEnc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(level), zstd.WithAllLitEntropyCompression(true),
+		zstd.WithEncoderConcurrency(1), zstd.WithEncoderCRC(true))
+	if err != nil {
+		enc.Close()
+		return nil, fmt.Errorf("tracefile: %w", err)
+	}
 	w := &Writer{
+		defEnc:    defEnc,
 		hdr:       h,
 		pattern:   path,
 		chunkSize: o.ChunkSize,
@@ -185,6 +198,7 @@ func Create(path string, h Header, o Options) (*Writer, error) {
 	w.reserve = w.statsChunkBound()
 	if err := w.openFile(); err != nil {
 		enc.Close()
+		defEnc.Close()
 		return nil, err
 	}
 	go w.compressor()
@@ -250,7 +264,7 @@ func (w *Writer) statsChunkBound() int64 {
 		s.Lost[i] = math.MaxUint64
 	}
 	raw := appendStats(nil, &s)
-	return chunkHeaderSize + alignUp(int64(len(w.enc.EncodeAll(raw, nil)))+16)
+	return chunkHeaderSize + alignUp(int64(len(w.defEnc.EncodeAll(raw, nil)))+16)
 }
 
 func (w *Writer) filePath(part int) string {
@@ -361,6 +375,9 @@ func (w *Writer) def(pid uint32, encode func([]byte) []byte) error {
 		}
 	}
 	start := len(w.defs)
+	if last := lastCut(w.defCuts); start-last >= defFrameRaw {
+		w.defCuts = append(w.defCuts, start)
+	}
 	w.defs = encode(w.defs)
 	if n := len(w.defs) - start; n > maxDefRecord {
 		w.defs = w.defs[:start]
@@ -374,6 +391,35 @@ func (w *Writer) def(pid uint32, encode func([]byte) []byte) error {
 		w.remember(pid, w.defs[start:], false)
 	}
 	return w.cutIfFull()
+}
+
+// defFrameRaw is about the most bytes of definitions in one zstd frame. A
+// section's frames each start at a record and carry a checksum of their
+// own, so that a reader of a damaged section loses only the records of the
+// frames that are damaged, not the section's every process, module and
+// stack. Smaller frames lose less and compress worse: on the python3 run
+// of TestCompactVsHeaptrack, frames of 64 KiB made the trace 1% larger
+// than one frame per section, of 16 KiB 6%, of 4 KiB 13%.
+const defFrameRaw = 64 << 10
+
+func lastCut(cuts []int) int {
+	if len(cuts) == 0 {
+		return 0
+	}
+	return cuts[len(cuts)-1]
+}
+
+// encodeFrames compresses raw with enc into dst, one frame from each cut
+// (an offset in raw where a record begins) to the next.
+func encodeFrames(enc *zstd.Encoder, raw []byte, cuts []int, dst []byte) []byte {
+	from := 0
+	for _, c := range append(cuts, len(raw)) {
+		if c > from {
+			dst = enc.EncodeAll(raw[from:c], dst)
+			from = c
+		}
+	}
+	return dst
 }
 
 func (w *Writer) remember(pid uint32, rec []byte, exit bool) {
@@ -577,6 +623,7 @@ func (w *Writer) Close() error {
 	w.mu.Unlock()
 	<-w.bgDone
 	w.enc.Close()
+	w.defEnc.Close()
 	if cerr := w.f.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("tracefile: %w", cerr)
 	}
