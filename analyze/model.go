@@ -73,6 +73,7 @@ type proc struct {
 	known bool    // a Process record was seen
 	ids   []int32 // StackID → site index + 1, for small IDs
 	idm   map[event.StackID]int32
+	maps  *mappings // live mmap pages; nil until the first
 }
 
 // thread is a thread's last heap event, for temporaries: the address it
@@ -302,7 +303,7 @@ func (m *Model) Events(evs []event.Event) error {
 		}
 		last = max(last, e.Time)
 		switch e.Kind {
-		case event.KindAlloc, event.KindMmap:
+		case event.KindAlloc:
 			var si int32
 			if id := e.Stack; int(id) < len(p.ids) && p.ids[id] != 0 {
 				si = p.ids[id] - 1
@@ -335,8 +336,19 @@ func (m *Model) Events(evs []event.Event) error {
 			t.last = 0
 		case event.KindRealloc:
 			m.realloc(p, t, e)
+		case event.KindMmap:
+			si := m.siteOf(p, e.Stack)
+			m.sites[si].allocs++
+			if e.Addr == 0 {
+				m.sites[si].failed++
+				t.last = 0
+				break
+			}
+			m.mmap(p, si, t, e.Addr, e.Size)
+			t.last = e.Addr
+			m.peaked(e.Time)
 		case event.KindMunmap:
-			m.unmap(p, t, e.Addr, e.Size)
+			m.munmap(p, t, e.Addr, e.Size)
 			t.last = 0
 		default:
 			n--
@@ -365,6 +377,10 @@ func (m *Model) realloc(p *proc, t *thread, e *event.Event) {
 		// Failed: the old block is untouched.
 		m.sites[si].failed++
 		t.last = 0
+		return
+	}
+	if e.Heap == event.HeapMmap {
+		m.mremap(p, si, t, e)
 		return
 	}
 	if e.OldAddr != 0 {
@@ -536,31 +552,6 @@ func (m *Model) free(p *proc, t *thread, addr uint64) {
 	if t.last == addr && b.tid == t.tid {
 		m.sites[b.site].temporary++
 	}
-}
-
-// unmap removes [addr, addr+size) from the mapping that starts at addr. A
-// partial unmap from the start shrinks the block; one that starts inside a
-// mapping is not tracked and counts as unmatched.
-func (m *Model) unmap(p *proc, t *thread, addr, size uint64) {
-	b, ok := m.blocks.take(p, addr)
-	if !ok {
-		m.unmatched++
-		return
-	}
-	if size == 0 || size >= b.size {
-		m.release(b, true)
-		if t.last == addr && b.tid == t.tid {
-			m.sites[b.site].temporary++
-		}
-		return
-	}
-	s := &m.sites[b.site]
-	m.touch(s)
-	s.liveBytes -= size
-	s.freedBytes += size
-	m.liveBytes -= size
-	b.size -= size
-	m.blocks.put(p, addr+size, b)
 }
 
 // frameArena stores stack frames in large shared chunks, so that many small
