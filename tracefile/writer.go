@@ -450,14 +450,14 @@ func (w *Writer) Exit(x event.Exit) error {
 // events are counted (as lost, see FileStats) and the error returned.
 func (w *Writer) Events(evs []event.Event) error {
 	w.mu.Lock()
-	if !w.closed {
-		w.given += uint64(len(evs))
-	}
-	w.mu.Unlock()
-	if err := w.lock(); err != nil {
-		return err
-	}
 	defer w.mu.Unlock()
+	if w.closed {
+		return ErrClosed
+	}
+	w.given += uint64(len(evs))
+	if w.err != nil {
+		return w.err
+	}
 	if w.stopped {
 		w.lostLimit += uint64(len(evs))
 		return nil
@@ -552,14 +552,14 @@ func (w *Writer) fileStats(s event.Stats) event.Stats {
 // written before storing it.
 func (w *Writer) Stats(s event.Stats) error {
 	w.mu.Lock()
-	if !w.closed {
-		w.stats = s // also after an error: Close may still write them
-	}
-	w.mu.Unlock()
-	if err := w.lock(); err != nil {
-		return err
-	}
 	defer w.mu.Unlock()
+	if w.closed {
+		return ErrClosed
+	}
+	w.stats = s // also after an error: Close may still write them
+	if w.err != nil {
+		return w.err
+	}
 	if w.stopped {
 		return nil
 	}
