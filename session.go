@@ -398,11 +398,23 @@ func (s *Session) Stop() error {
 		if err := s.entry.Release(); err != nil {
 			errList = append(errList, err)
 		}
-		s.stopErr = errors.Join(errList...)
+		s.stopErr = joinDistinct(errList)
 		close(s.stopped)
 	})
 	<-s.stopped
 	return s.stopErr
+}
+
+// joinDistinct joins errs, each message once: a write error of the trace
+// file comes back from the provider, the stats and the close alike.
+func joinDistinct(errList []error) error {
+	var kept []error
+	for _, err := range errList {
+		if !slices.ContainsFunc(kept, func(k error) bool { return k.Error() == err.Error() }) {
+			kept = append(kept, err)
+		}
+	}
+	return errors.Join(kept...)
 }
 
 // Wait blocks until the session ends: its last process exited, or Stop was

@@ -53,6 +53,7 @@ type Model struct {
 
 	events, unmatched, missed uint64
 	start, end                int64
+	firstEv, lastEv           int64 // the first and last heap events' times
 
 	modules  []event.Module
 	stats    event.Stats
@@ -72,6 +73,7 @@ type proc struct {
 	known bool    // a Process record was seen
 	ids   []int32 // StackID → site index + 1, for small IDs
 	idm   map[event.StackID]int32
+	maps  *mappings // live mmap pages; nil until the first
 }
 
 // thread is a thread's last heap event, for temporaries: the address it
@@ -281,6 +283,7 @@ func (m *Model) Stats(st event.Stats) error {
 // before) take the shortest path.
 func (m *Model) Events(evs []event.Event) error {
 	from, to, start, end, n := m.from, m.to, m.start, m.end, uint64(0)
+	first, last := m.firstEv, m.lastEv
 	for i := range evs {
 		e := &evs[i]
 		if e.Time < from || e.Time >= to {
@@ -295,8 +298,12 @@ func (m *Model) Events(evs []event.Event) error {
 		if e.Time < start || start == 0 {
 			start = e.Time
 		}
+		if e.Time < first || first == 0 {
+			first = e.Time
+		}
+		last = max(last, e.Time)
 		switch e.Kind {
-		case event.KindAlloc, event.KindMmap:
+		case event.KindAlloc:
 			var si int32
 			if id := e.Stack; int(id) < len(p.ids) && p.ids[id] != 0 {
 				si = p.ids[id] - 1
@@ -329,8 +336,19 @@ func (m *Model) Events(evs []event.Event) error {
 			t.last = 0
 		case event.KindRealloc:
 			m.realloc(p, t, e)
+		case event.KindMmap:
+			si := m.siteOf(p, e.Stack)
+			m.sites[si].allocs++
+			if e.Addr == 0 {
+				m.sites[si].failed++
+				t.last = 0
+				break
+			}
+			m.mmap(p, si, t, e.Addr, e.Size)
+			t.last = e.Addr
+			m.peaked(e.Time)
 		case event.KindMunmap:
-			m.unmap(p, t, e.Addr, e.Size)
+			m.munmap(p, t, e.Addr, e.Size)
 			t.last = 0
 		default:
 			n--
@@ -339,6 +357,7 @@ func (m *Model) Events(evs []event.Event) error {
 		m.timeline.add(e.Time, m.liveBytes, m.liveBlocks)
 	}
 	m.start, m.end, m.events = start, end, m.events+n
+	m.firstEv, m.lastEv = first, last
 	return nil
 }
 
@@ -358,6 +377,10 @@ func (m *Model) realloc(p *proc, t *thread, e *event.Event) {
 		// Failed: the old block is untouched.
 		m.sites[si].failed++
 		t.last = 0
+		return
+	}
+	if e.Heap == event.HeapMmap {
+		m.mremap(p, si, t, e)
 		return
 	}
 	if e.OldAddr != 0 {
@@ -531,31 +554,6 @@ func (m *Model) free(p *proc, t *thread, addr uint64) {
 	}
 }
 
-// unmap removes [addr, addr+size) from the mapping that starts at addr. A
-// partial unmap from the start shrinks the block; one that starts inside a
-// mapping is not tracked and counts as unmatched.
-func (m *Model) unmap(p *proc, t *thread, addr, size uint64) {
-	b, ok := m.blocks.take(p, addr)
-	if !ok {
-		m.unmatched++
-		return
-	}
-	if size == 0 || size >= b.size {
-		m.release(b, true)
-		if t.last == addr && b.tid == t.tid {
-			m.sites[b.site].temporary++
-		}
-		return
-	}
-	s := &m.sites[b.site]
-	m.touch(s)
-	s.liveBytes -= size
-	s.freedBytes += size
-	m.liveBytes -= size
-	b.size -= size
-	m.blocks.put(p, addr+size, b)
-}
-
 // frameArena stores stack frames in large shared chunks, so that many small
 // stacks cost no allocation each.
 type frameArena struct{ chunk []uint64 }
@@ -581,14 +579,16 @@ func (a *frameArena) store(f []uint64) []uint64 {
 // than once, and more records may follow it.
 func (m *Model) Profile() *Profile {
 	pr := &Profile{
-		From:      m.from,
-		Start:     m.start,
-		End:       m.end,
-		Modules:   append([]event.Module(nil), m.modules...),
-		Stats:     m.stats,
-		HasStats:  m.hasStats,
-		Peak:      m.peak,
-		Aggregate: len(m.snaps) > 0,
+		From:       m.from,
+		Start:      m.start,
+		End:        m.end,
+		FirstEvent: m.firstEv,
+		LastEvent:  m.lastEv,
+		Modules:    append([]event.Module(nil), m.modules...),
+		Stats:      m.stats,
+		HasStats:   m.hasStats,
+		Peak:       m.peak,
+		Aggregate:  len(m.snaps) > 0,
 	}
 	if m.to != math.MaxInt64 {
 		pr.To = m.to

@@ -390,6 +390,70 @@ func TestTimelineBounded(t *testing.T) {
 	}
 }
 
+// TestMappingRanges: mappings are ranges, split and trimmed as the kernel
+// does: an aligned mapping (map twice, trim both ends), a hole punched in
+// the middle, a MAP_FIXED mapping over part of a live one, an munmap across
+// several mappings, mremap of part of one, and an munmap of pages never
+// mapped (unmatched).
+func TestMappingRanges(t *testing.T) {
+	const pg = 0x1000
+	mmap := func(stack event.StackID, addr, size uint64) event.Event {
+		return event.Event{Kind: event.KindMmap, Func: event.FuncMmap, Heap: event.HeapMmap, Stack: stack, Addr: addr, Size: size}
+	}
+	munmap := func(addr, size uint64) event.Event {
+		return event.Event{Kind: event.KindMunmap, Func: event.FuncMunmap, Heap: event.HeapMmap, Addr: addr, Size: size}
+	}
+	mremap := func(stack event.StackID, old, oldSize, addr, size uint64) event.Event {
+		return event.Event{Kind: event.KindRealloc, Func: event.FuncMremap, Heap: event.HeapMmap, Stack: stack,
+			OldAddr: old, OldSize: oldSize, Addr: addr, Size: size}
+	}
+	for _, c := range []struct {
+		name             string
+		evs              []event.Event
+		leaked, blocks   uint64
+		unmatched, frees uint64
+		byStack          map[event.StackID]uint64 // live bytes
+	}{
+		{"aligned", []event.Event{mmap(1, 0x100000, 32*pg), munmap(0x100000, 5*pg), munmap(0x100000+21*pg, 11*pg)},
+			16 * pg, 1, 0, 0, map[event.StackID]uint64{1: 16 * pg}},
+		{"middle", []event.Event{mmap(1, 0x100000, 8*pg), munmap(0x100000+2*pg, 3*pg)},
+			5 * pg, 1, 0, 0, nil},
+		{"middle then the rest", []event.Event{mmap(1, 0x100000, 8*pg), munmap(0x100000+2*pg, 3*pg),
+			munmap(0x100000, 2*pg), munmap(0x100000+5*pg, 3*pg)},
+			0, 0, 0, 1, nil},
+		{"fixed overlay", []event.Event{mmap(1, 0x100000, 8*pg), mmap(2, 0x100000+2*pg, 2*pg)},
+			8 * pg, 2, 0, 0, map[event.StackID]uint64{1: 6 * pg, 2: 2 * pg}},
+		{"fixed over all", []event.Event{mmap(1, 0x100000, 2*pg), mmap(1, 0x100000+2*pg, 2*pg), mmap(2, 0x100000, 4*pg)},
+			4 * pg, 1, 0, 2, map[event.StackID]uint64{1: 0, 2: 4 * pg}},
+		{"across mappings", []event.Event{mmap(1, 0x100000, 4*pg), mmap(2, 0x100000+4*pg, 4*pg), munmap(0x100000+3*pg, 2*pg)},
+			6 * pg, 2, 0, 0, map[event.StackID]uint64{1: 3 * pg, 2: 3 * pg}},
+		{"mremap part", []event.Event{mmap(1, 0x100000, 8*pg), mremap(2, 0x100000+6*pg, 2*pg, 0x900000, 4*pg)},
+			10 * pg, 2, 0, 0, map[event.StackID]uint64{1: 6 * pg, 2: 4 * pg}},
+		{"mremap grow in place", []event.Event{mmap(1, 0x100000, 2*pg), mremap(2, 0x100000, 2*pg, 0x100000, 6*pg)},
+			6 * pg, 1, 0, 1, map[event.StackID]uint64{1: 0, 2: 6 * pg}},
+		{"never mapped", []event.Event{mmap(1, 0x100000, 2*pg), munmap(0x200000, pg)},
+			2 * pg, 1, 1, 0, nil},
+	} {
+		var s seq
+		for _, e := range c.evs {
+			s.add(e)
+		}
+		p := run(t, Options{}, &s)
+		sum := p.Summary
+		if sum.LeakedBytes != c.leaked || sum.LeakedBlocks != c.blocks || sum.UnmatchedFrees != c.unmatched || sum.Frees != c.frees {
+			t.Errorf("%s: leaked %d B in %d blocks, %d unmatched, %d frees; want %d B in %d, %d, %d", c.name,
+				sum.LeakedBytes, sum.LeakedBlocks, sum.UnmatchedFrees, sum.Frees, c.leaked, c.blocks, c.unmatched, c.frees)
+		}
+		for id, want := range c.byStack {
+			for _, st := range p.Stacks {
+				if st.ID == id && st.LiveBytes != want {
+					t.Errorf("%s: stack %d: %d B live, want %d", c.name, id, st.LiveBytes, want)
+				}
+			}
+		}
+	}
+}
+
 func maxu(a, b uint64) uint64 {
 	if a > b {
 		return a
@@ -401,10 +465,10 @@ func TestMunmap(t *testing.T) {
 	var s seq
 	s.add(event.Event{Kind: event.KindMmap, Func: event.FuncMmap, Heap: event.HeapMmap, Stack: 1, Addr: 0x10000, Size: 0x3000}).
 		add(event.Event{Kind: event.KindMunmap, Func: event.FuncMunmap, Heap: event.HeapMmap, Addr: 0x10000, Size: 0x1000}).
-		add(event.Event{Kind: event.KindMunmap, Func: event.FuncMunmap, Heap: event.HeapMmap, Addr: 0x12000, Size: 0x1000}). // inside: untracked
-		add(event.Event{Kind: event.KindMunmap, Func: event.FuncMunmap, Heap: event.HeapMmap, Addr: 0x11000, Size: 0x2000})
+		add(event.Event{Kind: event.KindMunmap, Func: event.FuncMunmap, Heap: event.HeapMmap, Addr: 0x12000, Size: 0x1000}). // the tail
+		add(event.Event{Kind: event.KindMunmap, Func: event.FuncMunmap, Heap: event.HeapMmap, Addr: 0x11000, Size: 0x2000})  // the rest, and gone pages
 	p := run(t, Options{}, &s)
-	if p.Summary.LeakedBytes != 0 || p.Summary.LeakedBlocks != 0 || p.Summary.UnmatchedFrees != 1 || p.Peak.Bytes != 0x3000 {
+	if p.Summary.LeakedBytes != 0 || p.Summary.LeakedBlocks != 0 || p.Summary.UnmatchedFrees != 0 || p.Summary.Frees != 1 || p.Peak.Bytes != 0x3000 {
 		t.Errorf("summary %+v peak %+v", p.Summary, p.Peak)
 	}
 }

@@ -93,6 +93,11 @@ type Profile struct {
 	// the window (events, snapshots, process starts and exits); 0 when
 	// there were none.
 	Start, End int64
+	// FirstEvent and LastEvent are the times of the first and last heap
+	// events in the window: the time a trace's events cover, which for a
+	// circular file or a part of a newfile series is much less than the
+	// session's (0 when there were none). Rates are per this span.
+	FirstEvent, LastEvent int64
 
 	Processes []Process
 	Modules   []event.Module // every module record, in the order received

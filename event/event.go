@@ -400,7 +400,7 @@ const (
 	LostRingFull    LostReason = iota // the kernel ring buffer was full (eBPF stream mode)
 	LostMapFull                       // a BPF map was full (aggregate mode, in-flight calls)
 	LostBufferFull                    // the in-process buffer was full and the policy was to drop (preload)
-	LostFileLimit                     // the trace file reached its maximum size (sequential mode)
+	LostFileLimit                     // the trace file reached its maximum size (sequential mode), or writing it failed (a full disk)
 	LostOverwritten                   // overwritten by newer data (circular mode)
 	LostOther                         // anything else; see the provider's warnings
 

@@ -409,6 +409,24 @@ func (r *Report) Duration() time.Duration {
 	return time.Duration(r.Profile.End - start)
 }
 
+// CallRate is the allocation calls (allocations and reallocations) per
+// second over the time the trace's events cover, its first event to its
+// last: a circular file or one part of a newfile series covers only the
+// end or a piece of the session, and a rate over the session's duration
+// would be too low by as much. An aggregate trace (snapshots, no events)
+// uses Duration. 0 when the span is empty.
+func (r *Report) CallRate() float64 {
+	span := time.Duration(r.Profile.LastEvent - r.Profile.FirstEvent)
+	if r.Profile.Aggregate || r.Profile.FirstEvent == 0 {
+		span = r.Duration()
+	}
+	if span <= 0 {
+		return 0
+	}
+	s := r.Profile.Summary
+	return float64(s.Allocations+s.Reallocations) / span.Seconds()
+}
+
 // rel returns t relative to the trace's start.
 func (r *Report) rel(t int64) time.Duration {
 	if t == 0 {

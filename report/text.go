@@ -181,8 +181,8 @@ func (t *textWriter) summary() {
 	dur := r.Duration()
 	row("duration", "%s", fmtDur(dur))
 	rate := ""
-	if dur > 0 {
-		rate = fmt.Sprintf(" (%s/s)", fmtCount(uint64(float64(s.Allocations+s.Reallocations)/dur.Seconds())))
+	if cr := r.CallRate(); cr > 0 {
+		rate = fmt.Sprintf(" (%s/s)", fmtCount(uint64(cr)))
 	}
 	row("allocation calls", "%s%s", fmtCount(s.Allocations+s.Reallocations), rate)
 	if p.Missing.Has(analyze.NoReallocSplit) {

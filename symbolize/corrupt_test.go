@@ -3,8 +3,10 @@ package symbolize
 import (
 	"bytes"
 	"debug/elf"
+	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -165,5 +167,107 @@ func TestCorruptFile(t *testing.T) {
 	ws := s.Warnings()
 	if len(ws) == 0 || !strings.HasPrefix(ws[0], path+": ") || !strings.Contains(ws[0], "DWARF") {
 		t.Errorf("warnings: %q", ws)
+	}
+}
+
+// TestHugeSizes: a small binary whose headers claim sections of 3.75 GiB
+// (an uncompressed section's size in its section header, a compressed one's
+// decompressed size in its compression header) must not make the
+// symbolizer allocate anything like that: every size read from a file is
+// bounded by the file's size. FuzzObject found a 21 KB file that made
+// `report` allocate 3.8 GiB.
+func TestHugeSizes(t *testing.T) {
+	const huge = 0xF000_0000
+	plain, err := os.ReadFile(testutil.MustBuild(t, "symbolize_inline", testutil.Options{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	zlib, err := os.ReadFile(testutil.MustBuild(t, "symbolize_inline", testutil.Options{Flags: []string{"-gz=zlib"}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type crafted struct {
+		name string
+		data []byte
+	}
+	var cases []crafted
+	for _, sec := range []string{".debug_abbrev", ".debug_info", ".debug_str", ".debug_line", ".debug_line_str", ".debug_aranges",
+		".debug_rnglists", ".symtab", ".strtab", ".dynsym", ".dynstr", ".gnu_debuglink", ".note.gnu.build-id"} {
+		// The section header's size.
+		data := bytes.Clone(plain)
+		f, err := elf.NewFile(bytes.NewReader(data))
+		if err != nil {
+			t.Fatal(err)
+		}
+		shoff := f.ByteOrder.Uint64(data[0x28:])
+		for i, s := range f.Sections {
+			if s.Name == sec {
+				f.ByteOrder.PutUint64(data[shoff+uint64(i)*64+32:], huge)
+				cases = append(cases, crafted{sec + " size", data})
+			}
+		}
+		// The compression header's size (Elf64_Chdr: type, reserved, size).
+		data = bytes.Clone(zlib)
+		if f, err = elf.NewFile(bytes.NewReader(data)); err != nil {
+			t.Fatal(err)
+		}
+		if s := f.Section(sec); s != nil && s.Flags&elf.SHF_COMPRESSED != 0 {
+			f.ByteOrder.PutUint64(data[s.Offset+8:], huge)
+			cases = append(cases, crafted{sec + " compressed size", data})
+		}
+	}
+	// Program headers' sizes: of the notes (the build-id) and of the
+	// segments (Elf64_Phdr: type, flags, offset, vaddr, paddr, filesz).
+	{
+		f, err := elf.NewFile(bytes.NewReader(plain))
+		if err != nil {
+			t.Fatal(err)
+		}
+		phoff := f.ByteOrder.Uint64(plain[0x20:])
+		for i, p := range f.Progs {
+			if p.Type == elf.PT_NOTE || p.Type == elf.PT_LOAD {
+				data := bytes.Clone(plain)
+				f.ByteOrder.PutUint64(data[phoff+uint64(i)*56+32:], huge)
+				cases = append(cases, crafted{fmt.Sprintf("program header %d (%v) size", i, p.Type), data})
+			}
+		}
+	}
+	if len(cases) < 20 {
+		t.Fatalf("only %d crafted files", len(cases))
+	}
+	for _, c := range cases {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		ef, err := newELF(bytes.NewReader(c.data))
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		var warnings []string
+		warn := func(format string, args ...any) { warnings = append(warnings, fmt.Sprintf(format, args...)) }
+		obj := newObject("crafted", &elfFile{ef, bytes.NewReader(c.data)}, nil, true, warn)
+		for _, s := range obj.syms {
+			obj.lookup(s.addr)
+		}
+		// And through a Symbolizer, from a file on disk, as `report` reads.
+		path := filepath.Join(t.TempDir(), "crafted")
+		if err := os.WriteFile(path, c.data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		sym := New(Options{})
+		sym.AddModule(event.Module{PID: 1, Start: 0x10000, End: 0x10000 + 0x100000, Path: path})
+		for _, s := range obj.syms {
+			sym.Frames(1, 0x10000+s.addr+1)
+		}
+		sym.Close()
+		runtime.ReadMemStats(&after)
+		alloc := after.TotalAlloc - before.TotalAlloc
+		t.Logf("%s: %d KiB allocated (file %d KiB); warnings %q", c.name, alloc>>10, len(c.data)>>10, warnings)
+		if alloc > 64<<20 {
+			t.Errorf("%s: %d MiB allocated for a file of %d KiB", c.name, alloc>>20, len(c.data)>>10)
+		}
+		if len(warnings) == 0 && strings.HasPrefix(c.name, ".debug") {
+			t.Errorf("%s: no warning", c.name)
+		}
 	}
 }

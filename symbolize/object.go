@@ -376,6 +376,10 @@ func newObject(name string, main, debug *elfFile, demangle bool, warn func(strin
 		if f == nil {
 			continue
 		}
+		if err := tablesInFile(f); err != nil {
+			warn("%s: symbols: %v", name, err)
+			continue
+		}
 		if err := b.add(f.File); err != nil {
 			warn("%s: symbols: %v", name, err)
 		}
@@ -392,6 +396,24 @@ func newObject(name string, main, debug *elfFile, demangle bool, warn func(strin
 		warn("%s: no symbols and no debug information: its frames are module+offset", name)
 	}
 	return o
+}
+
+// tablesInFile checks that f's symbol and string tables lie within the
+// file, before package elf reads them: their sizes come from the file.
+func tablesInFile(f *elfFile) error {
+	n, ok := fileSize(f.r)
+	if !ok {
+		return nil
+	}
+	for _, s := range f.Sections {
+		switch s.Type {
+		case elf.SHT_SYMTAB, elf.SHT_DYNSYM, elf.SHT_STRTAB:
+			if s.Offset > n || s.FileSize > n-s.Offset {
+				return fmt.Errorf("section %s: %d bytes at offset %d: beyond the end of the file (%d bytes)", s.Name, s.FileSize, s.Offset, n)
+			}
+		}
+	}
+	return nil
 }
 
 // segments returns the PT_LOAD segments of f, or only the executable ones.

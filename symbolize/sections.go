@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"sort"
 	"strings"
 
@@ -18,6 +19,26 @@ import (
 // maxSection bounds the decompressed size of one section: a corrupt header
 // must not make us allocate without limit.
 const maxSection = 1 << 32
+
+// maxRatio bounds how many times larger than its compressed bytes a
+// section may declare itself: deflate cannot expand more than 1032 times,
+// and DWARF compressed with zstd is nowhere near that. A header that claims
+// more is corrupt (or a bomb), and what is allocated for a section stays
+// within a fixed multiple of the file's size.
+const maxRatio = 1032
+
+// fileSize returns the size of the file r reads, when r can tell.
+func fileSize(r io.ReaderAt) (uint64, bool) {
+	switch r := r.(type) {
+	case interface{ Size() int64 }: // bytes.Reader, io.SectionReader
+		return uint64(max(r.Size(), 0)), true
+	case interface{ Stat() (os.FileInfo, error) }: // os.File
+		if fi, err := r.Stat(); err == nil && fi.Mode().IsRegular() {
+			return uint64(max(fi.Size(), 0)), true
+		}
+	}
+	return 0, false
+}
 
 const (
 	compressNone = 0
@@ -73,6 +94,11 @@ const keepAfter = 2
 // newSection describes s of f, whose bytes r reads. A compression header
 // is read now; nothing else is.
 func newSection(f *elf.File, s *elf.Section, r io.ReaderAt) (*dwSection, error) {
+	// Every size below is read from the file: each is bounded by the
+	// file's size, or by a multiple of it, before anything is allocated.
+	if n, ok := fileSize(r); ok && (s.Offset > n || s.FileSize > n-s.Offset) {
+		return nil, fmt.Errorf("%d bytes at offset %d: beyond the end of the file (%d bytes)", s.FileSize, s.Offset, n)
+	}
 	d := &dwSection{name: s.Name, r: r, off: s.Offset, fsize: s.FileSize, size: s.FileSize, order: f.ByteOrder}
 	switch {
 	case strings.HasPrefix(s.Name, ".zdebug_"):
@@ -113,6 +139,9 @@ func newSection(f *elf.File, s *elf.Section, r io.ReaderAt) (*dwSection, error) 
 	}
 	if d.size > maxSection {
 		return nil, fmt.Errorf("%d bytes decompressed: too large", d.size)
+	}
+	if d.comp != compressNone && d.size/maxRatio > d.fsize {
+		return nil, fmt.Errorf("%d bytes decompressed from %d: more than %d times its compressed size", d.size, d.fsize, maxRatio)
 	}
 	return d, nil
 }
@@ -394,7 +423,11 @@ func initialLength(order binary.ByteOrder) func(b []byte) (uint64, bool, error) 
 			if len(b) < 12 {
 				return 0, false, nil
 			}
-			return order.Uint64(b[4:]) + 12, true, nil
+			n := order.Uint64(b[4:])
+			if n > maxSection {
+				return 0, false, fmt.Errorf("unit length %#x", n)
+			}
+			return n + 12, true, nil
 		default:
 			return 0, false, fmt.Errorf("reserved unit length %#x", l)
 		}

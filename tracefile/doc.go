@@ -13,5 +13,8 @@
 // worth of events, NewFile starts a new, self-contained file at the maximum
 // size. Every chunk is complete on its own, so a file cut anywhere (the
 // writer killed, the disk full) reads back every chunk before the cut, and
-// Flush puts everything written so far on disk.
+// Flush puts everything written so far on disk. A write error (a full disk)
+// stops the file: what it could not take is counted as lost. A damaged
+// chunk loses only what the damage touched: a chunk's definitions are in
+// frames with checksums of their own, and its timeline has its own.
 package tracefile

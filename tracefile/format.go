@@ -48,6 +48,7 @@ const (
 	flagStop  = 1 << 1 // sequential mode: the file reached its maximum size; later events were not written
 	flagFinal = 1 << 2 // written by Close
 	flagRoll  = 1 << 3 // newfile mode: the last chunk of a file; the trace continues in the next file
+	flagError = 1 << 4 // the writer stopped at a write error (a full disk); later events were not written
 )
 
 // Definition record tags (the definitions section).
@@ -168,7 +169,7 @@ func (h *chunkHeader) unmarshal(b []byte) string {
 		return "consistent section sizes"
 	case h.tlRaw == 0 && h.events != 0:
 		return "no events without a timeline"
-	case h.flags&^(flagFull|flagStop|flagFinal|flagRoll) != 0:
+	case h.flags&^(flagFull|flagStop|flagFinal|flagRoll|flagError) != 0:
 		return "known chunk flags"
 	case h.minTime > h.maxTime:
 		return "a time range with min <= max"

@@ -9,6 +9,7 @@ import (
 type job struct {
 	tl     *timelineEncoder
 	defs   []byte // definitions, uncompressed
+	cuts   []int  // where in defs a frame begins
 	stats  bool   // a stats record is due
 	flags  uint8
 	exited []uint32 // pids that exited in the chunk
@@ -45,10 +46,10 @@ func (w *Writer) cut(flags uint8) error {
 		return w.err
 	}
 	j := &job{
-		tl: w.tl, defs: w.defs, stats: w.statsDirty, flags: flags, exited: w.exited,
+		tl: w.tl, defs: w.defs, cuts: w.defCuts, stats: w.statsDirty, flags: flags, exited: w.exited,
 		entryStart: w.cutEntry, entryEnd: len(w.entries),
 	}
-	w.tl, w.defs, w.exited = w.spare.tl, w.spare.defs[:0], w.spare.exited[:0]
+	w.tl, w.defs, w.defCuts, w.exited = w.spare.tl, w.spare.defs[:0], w.spare.cuts[:0], w.spare.exited[:0]
 	w.tl.reset()
 	w.statsDirty = false
 	w.cutEntry = len(w.entries)
@@ -90,7 +91,7 @@ func (w *Writer) compressor() {
 			c.minT, c.maxT = j.tl.minTime, j.tl.maxTime
 		}
 		if len(j.defs) > 0 {
-			c.defs, c.defsRaw = w.enc.EncodeAll(j.defs, w.defComp[:0]), len(j.defs)
+			c.defs, c.defsRaw = encodeFrames(w.defEnc, j.defs, j.cuts, w.defComp[:0]), len(j.defs)
 			w.defComp = c.defs
 		}
 		w.mu.Lock()
@@ -129,7 +130,7 @@ func (w *Writer) build(c *chunk, flags uint8, full bool) (*chunkHeader, []byte) 
 	if full {
 		defs, raw = nil, 0
 		if d := w.fullDefs(c); len(d) > 0 {
-			w.fullComp = w.enc.EncodeAll(d, w.fullComp[:0])
+			w.fullComp = encodeFrames(w.defEnc, d, w.fullCuts, w.fullComp[:0])
 			defs, raw = w.fullComp, len(d)
 		}
 	}
@@ -139,7 +140,7 @@ func (w *Writer) build(c *chunk, flags uint8, full bool) (*chunkHeader, []byte) 
 		// be a series of frames): the counts are those of now, and the
 		// bytes include this chunk's (all but this frame).
 		rec := w.statsRecord(int64(len(b) + len(c.tl)))
-		b = w.enc.EncodeAll(rec, b)
+		b = w.defEnc.EncodeAll(rec, b)
 		raw += len(rec)
 	}
 	if n := len(b) - chunkHeaderSize; n > 0 {
@@ -175,9 +176,13 @@ func (w *Writer) statsRecord(pending int64) []byte {
 func (w *Writer) fullDefs(c *chunk) []byte {
 	all := w.hdr.Mode == Circular
 	b := w.full[:0]
+	w.fullCuts = w.fullCuts[:0]
 	for i, e := range w.entries[:c.entryEnd] {
 		if e.exit && (!all || i >= c.entryStart) || e.dead && !all {
 			continue
+		}
+		if len(b)-lastCut(w.fullCuts) >= defFrameRaw {
+			w.fullCuts = append(w.fullCuts, len(b))
 		}
 		b = append(b, w.log[e.start:e.end]...)
 	}
@@ -190,9 +195,12 @@ func (w *Writer) writeAt(b []byte, off int64) error {
 	w.written += int64(n)
 	w.unsynced = true
 	if err != nil {
-		w.err = fmt.Errorf("tracefile: writing %s at %d: %w", w.f.Name(), off, err)
+		err = fmt.Errorf("tracefile: writing %s at %d: %w", w.f.Name(), off, err)
+		if w.err == nil {
+			w.err = err
+		}
 	}
-	return w.err
+	return err
 }
 
 func (w *Writer) writeChunk(h *chunkHeader, b []byte) error {
@@ -202,7 +210,32 @@ func (w *Writer) writeChunk(h *chunkHeader, b []byte) error {
 	w.chunks = append(w.chunks, indexEntry{w.pos, *h})
 	w.pos += int64(len(b))
 	w.seq++
+	w.kept += uint64(h.events)
 	return nil
+}
+
+// salvage ends a file whose writing failed (w.err is set): it tries to
+// write the final stats, which count what was lost, and the index where the
+// chunk that failed began, and cuts the file there, so a reader finds the
+// counts and not a torn chunk. A write that failed on a full disk often
+// left room for these over the torn chunk's bytes; if not, the file ends
+// with the chunks written whole, which a reader recovers. mu is held.
+func (w *Writer) salvage() {
+	if w.f == nil {
+		return
+	}
+	h, b := w.build(&chunk{stats: true}, flagFinal|flagError, false)
+	if w.hdr.Mode != Circular || w.pos+int64(len(b)) <= w.ringEnd {
+		if w.writeChunk(h, b) == nil {
+			w.hwm = max(w.hwm, w.pos)
+			if w.finishFile() == nil {
+				return
+			}
+		}
+	}
+	if w.hdr.Mode != Circular {
+		w.f.Truncate(w.pos) // the torn chunk's bytes, if the disk let it
+	}
 }
 
 // indexBytes is the size of the index and trailer for n chunks.
@@ -339,10 +372,10 @@ func (w *Writer) finishFile() error {
 		}
 		at += int64(len(b))
 	}
-	if w.hdr.Mode == Circular {
-		if err := w.f.Truncate(at); err != nil {
-			return fmt.Errorf("tracefile: %w", err)
-		}
+	// Circular: the ring's older bytes past the index; after a failed
+	// write (salvage): a torn chunk's.
+	if err := w.f.Truncate(at); err != nil {
+		return fmt.Errorf("tracefile: %w", err)
 	}
 	return w.sync()
 }

@@ -498,6 +498,15 @@ type replayState struct {
 	haveStats bool
 	hold      bool
 	held      []event.Exit
+
+	// After damage to definitions (see damage.go).
+	pids      map[uint32]bool
+	stackKeys []uint64            // stacks seen, until damage
+	stacks    map[uint64]struct{} // stacks seen, after damage
+	damaged   bool
+	kept      []event.Event
+	dropped   int // events
+	unnamed   int // processes made up
 }
 
 func (s *replayState) Stats(x event.Stats) error {
@@ -506,6 +515,9 @@ func (s *replayState) Stats(x event.Stats) error {
 }
 
 func (s *replayState) exitDef(x event.Exit) error {
+	if err := s.ensure(x.PID, x.Time); err != nil {
+		return err
+	}
 	if s.hold {
 		s.held = append(s.held, x)
 		return nil
@@ -542,6 +554,7 @@ func (r *Reader) Replay(s event.Sink, w Window) error {
 	if err != nil {
 		return err
 	}
+	r.warnDropped(st)
 	if r.snap.dropped > 0 {
 		r.warn("%d snapshot parts had lost their first part and were dropped", r.snap.dropped)
 	}
@@ -617,6 +630,10 @@ func (r *Reader) replayChunk(e indexEntry, st *replayState, w Window, defs, tl b
 		r.warn("the trace reached its maximum size (%d bytes): the events after this were not written (counted as lost, %v)",
 			r.hdr.MaxSize, event.LostFileLimit)
 	}
+	if h.flags&flagError != 0 {
+		r.warn("writing the trace failed (a full disk?): the events after this were not written (counted as lost, %v)",
+			event.LostFileLimit)
+	}
 	defs = defs && h.defsLen > 0
 	tl = tl && h.hasTimeline() && w.overlaps(h.minTime, h.maxTime)
 	if !defs && !tl {
@@ -639,8 +656,13 @@ func (r *Reader) replayChunk(e indexEntry, st *replayState, w Window, defs, tl b
 		return fmt.Errorf("tracefile: %w", err)
 	}
 	if defs {
-		raw, err := r.section(e, buf[:h.defsLen], h.defsCRC, h.defsRaw, "definitions")
-		if raw == nil {
+		var raw []byte
+		var err error
+		if comp := buf[:h.defsLen]; crc(comp) != h.defsCRC {
+			// Keep the intact frames, and the timeline.
+			raw = r.recoverDefs(e, comp, h.defsRaw)
+			st.damage()
+		} else if raw, err = r.section(e, comp, h.defsCRC, h.defsRaw, "definitions"); err != nil {
 			return err
 		}
 		if err := decodeDefs(raw, st); err != nil {
@@ -654,7 +676,7 @@ func (r *Reader) replayChunk(e indexEntry, st *replayState, w Window, defs, tl b
 			return nil
 		}
 		r.timelines++
-		if err := r.tld.decode(sec, h.tlRaw, r.dec, w, st.Sink); err != nil {
+		if err := r.tld.decode(sec, h.tlRaw, r.dec, w, st.timelineSink()); err != nil {
 			return r.sectionErr(e, "timeline", err)
 		}
 	}

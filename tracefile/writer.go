@@ -101,6 +101,7 @@ type Writer struct {
 	// The chunk being filled.
 	tl         *timelineEncoder
 	defs       []byte   // definitions
+	defCuts    []int    // where in defs a new zstd frame begins (see defFrameRaw)
 	statsDirty bool     // a stats record is due
 	exited     []uint32 // pids with an Exit in the timeline
 	lastTime   int64
@@ -113,6 +114,8 @@ type Writer struct {
 	spare    job // the buffers of the last job done, for reuse
 	bgDone   chan struct{}
 	enc      *zstd.Encoder
+	defEnc   *zstd.Encoder // for definitions and stats: frames with checksums
+	fullCuts []int
 	coder    *streamCoder // the timelines' streams, with enc
 	tlComp   []byte
 	defComp  []byte
@@ -134,6 +137,7 @@ type Writer struct {
 	lostLimit uint64
 	lostOver  uint64
 	given     uint64 // events passed to Events
+	kept      uint64 // events in the chunks written whole
 	stopped   bool
 
 	err       error
@@ -182,7 +186,17 @@ func Create(path string, h Header, o Options) (*Writer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tracefile: %w", err)
 	}
+	// A definitions frame carries zstd's content checksum: a reader of a
+	// damaged section keeps the frames whose checksum holds (see
+	// defFrameRaw).
+	defEnc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(level), zstd.WithAllLitEntropyCompression(true),
+		zstd.WithEncoderConcurrency(1), zstd.WithEncoderCRC(true))
+	if err != nil {
+		enc.Close()
+		return nil, fmt.Errorf("tracefile: %w", err)
+	}
 	w := &Writer{
+		defEnc:    defEnc,
 		hdr:       h,
 		pattern:   path,
 		chunkSize: o.ChunkSize,
@@ -199,6 +213,7 @@ func Create(path string, h Header, o Options) (*Writer, error) {
 	w.reserve = w.statsChunkBound()
 	if err := w.openFile(); err != nil {
 		enc.Close()
+		defEnc.Close()
 		return nil, err
 	}
 	if !o.Hold {
@@ -272,7 +287,7 @@ func (w *Writer) statsChunkBound() int64 {
 		s.Lost[i] = math.MaxUint64
 	}
 	raw := appendStats(nil, &s)
-	return chunkHeaderSize + alignUp(int64(len(w.enc.EncodeAll(raw, nil)))+16)
+	return chunkHeaderSize + alignUp(int64(len(w.defEnc.EncodeAll(raw, nil)))+16)
 }
 
 func (w *Writer) filePath(part int) string {
@@ -398,6 +413,9 @@ func (w *Writer) def(pid uint32, encode func([]byte) []byte) error {
 		}
 	}
 	start := len(w.defs)
+	if last := lastCut(w.defCuts); start-last >= defFrameRaw {
+		w.defCuts = append(w.defCuts, start)
+	}
 	w.defs = encode(w.defs)
 	if n := len(w.defs) - start; n > maxDefRecord {
 		w.defs = w.defs[:start]
@@ -411,6 +429,35 @@ func (w *Writer) def(pid uint32, encode func([]byte) []byte) error {
 		w.remember(pid, w.defs[start:], false)
 	}
 	return w.cutIfFull()
+}
+
+// defFrameRaw is about the most bytes of definitions in one zstd frame. A
+// section's frames each start at a record and carry a checksum of their
+// own, so that a reader of a damaged section loses only the records of the
+// frames that are damaged, not the section's every process, module and
+// stack. Smaller frames lose less and compress worse: on the python3 run
+// of TestCompactVsHeaptrack, frames of 64 KiB made the trace 1% larger
+// than one frame per section, of 16 KiB 6%, of 4 KiB 13%.
+const defFrameRaw = 64 << 10
+
+func lastCut(cuts []int) int {
+	if len(cuts) == 0 {
+		return 0
+	}
+	return cuts[len(cuts)-1]
+}
+
+// encodeFrames compresses raw with enc into dst, one frame from each cut
+// (an offset in raw where a record begins) to the next.
+func encodeFrames(enc *zstd.Encoder, raw []byte, cuts []int, dst []byte) []byte {
+	from := 0
+	for _, c := range append(cuts, len(raw)) {
+		if c > from {
+			dst = enc.EncodeAll(raw[from:c], dst)
+			from = c
+		}
+	}
+	return dst
 }
 
 func (w *Writer) remember(pid uint32, rec []byte, exit bool) {
@@ -437,13 +484,18 @@ func (w *Writer) Exit(x event.Exit) error {
 	return w.cutIfFull()
 }
 
-// Events implements event.Sink. It does not keep evs.
+// Events implements event.Sink. It does not keep evs. After an error the
+// events are counted (as lost, see FileStats) and the error returned.
 func (w *Writer) Events(evs []event.Event) error {
-	if err := w.lock(); err != nil {
-		return err
-	}
+	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.closed {
+		return ErrClosed
+	}
 	w.given += uint64(len(evs))
+	if w.err != nil {
+		return w.err
+	}
 	if w.stopped {
 		w.lostLimit += uint64(len(evs))
 		return nil
@@ -502,9 +554,10 @@ func (w *Writer) Snapshot(s event.Snapshot) error {
 
 // FileStats returns s, a session's counts, as they stand for the file:
 // the events the writer kept in no file (after a sequential file reached
-// its maximum size, or overwritten in a circular one) moved from delivered
-// to lost, so that delivered is what reached the file and delivered + lost
-// stays the calls made. The trace's stats records hold the same.
+// its maximum size, overwritten in a circular one, or not written because
+// writing failed, e.g. a full disk) moved from delivered to lost, so that
+// delivered is what reached the file and delivered + lost stays the calls
+// made. The trace's stats records hold the same.
 func (w *Writer) FileStats(s event.Stats) event.Stats {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -516,6 +569,15 @@ func (w *Writer) fileStats(s event.Stats) event.Stats {
 	// A provider's count lags (it comes every flush interval): the
 	// events the writer was given are delivered at least.
 	s.Delivered = max(s.Delivered, w.given)
+	if w.err != nil {
+		// The file stopped at an error: what it holds is the chunks
+		// written whole, and everything else given or delivered after is
+		// lost (counted as the file's limit: the file took no more).
+		s.Lost[event.LostFileLimit] += s.Delivered - min(s.Delivered, w.kept)
+		s.Lost[event.LostOverwritten] += w.lostOver
+		s.Delivered = min(s.Delivered, w.kept) - min(w.kept, w.lostOver)
+		return s
+	}
 	s.Lost[event.LostFileLimit] += w.lostLimit
 	s.Lost[event.LostOverwritten] += w.lostOver
 	s.Delivered -= min(s.Delivered, w.lostLimit+w.lostOver)
@@ -527,11 +589,15 @@ func (w *Writer) fileStats(s event.Stats) event.Stats {
 // event.LostOverwritten), taking those from s.Delivered, and the bytes
 // written before storing it.
 func (w *Writer) Stats(s event.Stats) error {
-	if err := w.lock(); err != nil {
-		return err
-	}
+	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.stats = s
+	if w.closed {
+		return ErrClosed
+	}
+	w.stats = s // also after an error: Close may still write them
+	if w.err != nil {
+		return w.err
+	}
 	if w.stopped {
 		return nil
 	}
@@ -587,12 +653,15 @@ func (w *Writer) Close() error {
 	}
 	if err == nil {
 		err = w.finishFile()
+	} else {
+		w.salvage()
 	}
 	w.quit = true
 	w.cond.Broadcast()
 	w.mu.Unlock()
 	<-w.bgDone
 	w.enc.Close()
+	w.defEnc.Close()
 	if cerr := w.f.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("tracefile: %w", cerr)
 	}

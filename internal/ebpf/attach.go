@@ -245,8 +245,16 @@ func (t *Tracer) attachTarget(pid int, pidx uint16, tg target) ([]link.Link, err
 		case sites.RoleWrapAlloc, sites.RoleWrapFree:
 			g = &wrap
 		}
+		c := cookie(s, tg.heap, pidx)
+		if s.Role == sites.RoleFree && tg.heap == event.HeapLibc {
+			win, err := t.freeWindow(tg, s)
+			if err != nil {
+				return nil, err
+			}
+			c |= win << cookieWinShift
+		}
 		g.addrs = append(g.addrs, s.ProbeOffset())
-		g.cookie = append(g.cookie, cookie(s, tg.heap, pidx))
+		g.cookie = append(g.cookie, c)
 	}
 
 	var links []link.Link

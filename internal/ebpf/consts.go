@@ -19,6 +19,9 @@ const (
 	cookieSPShift   = 16
 	cookieSPMax     = 1<<16 - 1
 	cookiePidxShift = 32
+	cookieWinShift  = 48 // a free site's window of internal callers
+	maxWindows      = 16
+	windowRanges    = 4
 
 	// Aggregate mode's tables.
 	bucketSlots = 8

@@ -58,6 +58,8 @@ func TestHeaderConstants(t *testing.T) {
 		"BUCKET_SLOTS":       bucketSlots,
 		"PIDX_SHIFT":         pidxShift,
 		"MAX_PIDX":           maxPidx,
+		"MAX_WINDOWS":        maxWindows,
+		"WINDOW_RANGES":      windowRanges,
 	}
 	for k := event.KindAlloc; k.Valid(); k++ {
 		want["KIND_"+strings.ToUpper(k.String())] = int64(k)

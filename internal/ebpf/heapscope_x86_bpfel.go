@@ -88,12 +88,19 @@ type heapscopeTotalVal struct {
 	Pad        uint32
 }
 
+type heapscopeWindow struct {
+	_  structs.HostLayout
+	Lo [4]int64
+	Hi [4]int64
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	heapscopeMapCounters         = "counters"
 	heapscopeMapEvents           = "events"
+	heapscopeMapInternalFrees    = "internal_frees"
 	heapscopeMapLiveKeys         = "live_keys"
 	heapscopeMapLiveVals         = "live_vals"
 	heapscopeMapStacks           = "stacks"
@@ -191,15 +198,16 @@ type heapscopeProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type heapscopeMapSpecs struct {
-	Counters   *ebpf.MapSpec `ebpf:"counters"`
-	Events     *ebpf.MapSpec `ebpf:"events"`
-	LiveKeys   *ebpf.MapSpec `ebpf:"live_keys"`
-	LiveVals   *ebpf.MapSpec `ebpf:"live_vals"`
-	Stacks     *ebpf.MapSpec `ebpf:"stacks"`
-	Threads    *ebpf.MapSpec `ebpf:"threads"`
-	TotalsKeys *ebpf.MapSpec `ebpf:"totals_keys"`
-	TotalsVals *ebpf.MapSpec `ebpf:"totals_vals"`
-	Traced     *ebpf.MapSpec `ebpf:"traced"`
+	Counters      *ebpf.MapSpec `ebpf:"counters"`
+	Events        *ebpf.MapSpec `ebpf:"events"`
+	InternalFrees *ebpf.MapSpec `ebpf:"internal_frees"`
+	LiveKeys      *ebpf.MapSpec `ebpf:"live_keys"`
+	LiveVals      *ebpf.MapSpec `ebpf:"live_vals"`
+	Stacks        *ebpf.MapSpec `ebpf:"stacks"`
+	Threads       *ebpf.MapSpec `ebpf:"threads"`
+	TotalsKeys    *ebpf.MapSpec `ebpf:"totals_keys"`
+	TotalsVals    *ebpf.MapSpec `ebpf:"totals_vals"`
+	Traced        *ebpf.MapSpec `ebpf:"traced"`
 }
 
 // heapscopeVariableSpecs contains global variables before they are loaded into the kernel.
@@ -236,21 +244,23 @@ func (o *heapscopeObjects) Close() error {
 //
 // It can be passed to loadHeapscopeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type heapscopeMaps struct {
-	Counters   *ebpf.Map `ebpf:"counters"`
-	Events     *ebpf.Map `ebpf:"events"`
-	LiveKeys   *ebpf.Map `ebpf:"live_keys"`
-	LiveVals   *ebpf.Map `ebpf:"live_vals"`
-	Stacks     *ebpf.Map `ebpf:"stacks"`
-	Threads    *ebpf.Map `ebpf:"threads"`
-	TotalsKeys *ebpf.Map `ebpf:"totals_keys"`
-	TotalsVals *ebpf.Map `ebpf:"totals_vals"`
-	Traced     *ebpf.Map `ebpf:"traced"`
+	Counters      *ebpf.Map `ebpf:"counters"`
+	Events        *ebpf.Map `ebpf:"events"`
+	InternalFrees *ebpf.Map `ebpf:"internal_frees"`
+	LiveKeys      *ebpf.Map `ebpf:"live_keys"`
+	LiveVals      *ebpf.Map `ebpf:"live_vals"`
+	Stacks        *ebpf.Map `ebpf:"stacks"`
+	Threads       *ebpf.Map `ebpf:"threads"`
+	TotalsKeys    *ebpf.Map `ebpf:"totals_keys"`
+	TotalsVals    *ebpf.Map `ebpf:"totals_vals"`
+	Traced        *ebpf.Map `ebpf:"traced"`
 }
 
 func (m *heapscopeMaps) Close() error {
 	return _HeapscopeClose(
 		m.Counters,
 		m.Events,
+		m.InternalFrees,
 		m.LiveKeys,
 		m.LiveVals,
 		m.Stacks,

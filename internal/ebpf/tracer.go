@@ -36,14 +36,18 @@ type Tracer struct {
 
 	attachMu sync.Mutex // one Attach, Detach or Close at a time
 
-	mu       sync.Mutex // guards procs, pidxUsed and closed
+	mu       sync.Mutex // guards procs, pidxUsed, closed, internalRanges and windows
 	procs    map[int]*tracee
 	pidxUsed []bool // aggregate mode: process indexes in use
-	closed   bool
-	done     chan struct{}
-	doneOnce sync.Once
-	closing  chan struct{} // closed when Close begins
-	finished chan struct{} // closed when Close ends
+	// glibc's own frees (internalfree.go): each file's ranges, and the
+	// windows in the BPF map, by index - 1.
+	internalRanges map[string][][2]uint64
+	windows        []window
+	closed         bool
+	done           chan struct{}
+	doneOnce       sync.Once
+	closing        chan struct{} // closed when Close begins
+	finished       chan struct{} // closed when Close ends
 
 	// out serializes what is sent to the sink, and guards the tables that
 	// decide what has been sent.

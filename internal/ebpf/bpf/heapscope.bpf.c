@@ -58,6 +58,23 @@ struct {
 	__uint(max_entries, NUM_COUNTERS);
 } counters SEC(".maps");
 
+// glibc frees what it holds itself at a thread's exit (the thread's tcache
+// and the chunks cached in it, chunks the program freed long before): calls
+// into its own allocator that are not the program's. A window is the code of
+// the functions that do it, as offsets of their return addresses from the
+// free probe's address (the same in every process mapping that libc); the
+// free site's cookie says which window applies.
+struct window {
+	__s64 lo[WINDOW_RANGES], hi[WINDOW_RANGES];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct window);
+	__uint(max_entries, MAX_WINDOWS);
+} internal_frees SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
@@ -694,6 +711,17 @@ static __always_inline int do_free(struct pt_regs *ctx)
 	__u64 sp = PT_REGS_SP(ctx) + COOKIE_SP(cookie);
 	__u64 stack = NO_STACK;
 	int own = 1; // the stack is free's, not delete's
+
+	__u32 wi = COOKIE_WINDOW(cookie);
+	if (wi) {
+		// At the entry sp points at the return address; the probe may
+		// be past the entry, by COOKIE_SP.
+		struct window *w = bpf_map_lookup_elem(&internal_frees, &wi);
+		__s64 rel = (__s64)(read_user_u64(sp) - PT_REGS_IP(ctx));
+		for (int i = 0; w && i < WINDOW_RANGES; i++)
+			if (rel >= w->lo[i] && rel < w->hi[i])
+				return 0; // glibc freeing its own, at a thread's exit
+	}
 
 	struct thread *t = thread_state(0);
 	if (t && t->state == STATE_ALLOC && sp <= t->sp)

@@ -66,6 +66,11 @@
 #define COOKIE_HEAP(c) ((__u8)((c) >> 8))
 #define COOKIE_SP(c) ((__u64)(__u16)((c) >> 16))
 #define COOKIE_PIDX(c) (((c) >> 32) & MAX_PIDX)
+// A free site's window of glibc's internal callers (see internal_frees);
+// 0: none.
+#define COOKIE_WINDOW(c) ((__u32)((c) >> 48) & (MAX_WINDOWS - 1))
+#define MAX_WINDOWS 16
+#define WINDOW_RANGES 4
 
 // A stack walk reads the user stack to the end of a page at once (at most
 // WINDOW bytes), not frame by frame: a read of user memory costs several
