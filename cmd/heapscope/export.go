@@ -23,13 +23,18 @@ pprof viewer.
 --format collapsed writes one line per stack, root first, frames joined by ';',
 then the value of --metric: the input of flamegraph.pl and speedscope.
 Metrics: alloc_space, alloc_objects, inuse_space, inuse_objects, temporary,
-peak_space.`,
+peak_space.
+
+--base BASE (pprof only) writes the difference FILE minus BASE, stacks matched
+by their symbolized frames as 'heapscope diff' does: what 'go tool pprof -base'
+shows, with negative values where FILE has less.`,
 		setup: func(fs *flag.FlagSet) func([]string) error {
 			var lf loadFlags
 			lf.register(fs)
 			format := fs.String("format", "pprof", "pprof or collapsed")
 			metric := fs.String("metric", "alloc_space", "collapsed: the value of each stack")
 			out := fs.String("o", "", "output file ('-' for standard output)")
+			base := fs.String("base", "", "pprof: write the difference from this trace (go tool pprof -base semantics)")
 			return func(args []string) error {
 				if len(args) != 1 {
 					return usagef("want one trace file")
@@ -46,6 +51,9 @@ peak_space.`,
 				case "collapsed":
 				default:
 					return usagef("--format: want pprof or collapsed, not %q", *format)
+				}
+				if *base != "" {
+					return exportDiff(&lf, *format, *base, args[0], *out)
 				}
 				rep, err := lf.load(args[0])
 				if err != nil {
