@@ -73,6 +73,10 @@ func (f *loadFlags) loadDiff(base, new string) (*report.Diff, error) {
 		rep *report.Report
 		err error
 	}
+	if f.progress == nil {
+		f.progress = startProgress(base, new)
+		defer func() { f.progress.finish(); f.progress = nil }()
+	}
 	bc := make(chan result, 1)
 	go func() {
 		r, err := f.load(base)

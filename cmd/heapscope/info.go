@@ -81,15 +81,19 @@ func (s *infoSink) seen(t int64) {
 
 // info prints the description of the trace file at path.
 func info(out io.Writer, path string) error {
-	r, err := tracefile.Open(path)
+	prog := startProgress(path)
+	defer prog.finish()
+	r, f, err := openCounted(path, prog)
 	if err != nil {
 		return err
 	}
+	defer f.Close()
 	defer r.Close()
 	s := &infoSink{exits: map[uint32]event.Exit{}, kinds: map[event.Kind]uint64{}}
 	if err := r.Replay(s, tracefile.Window{}); err != nil {
 		return err
 	}
+	prog.finish()
 	h := r.Header()
 	size := int64(-1)
 	if fi, err := os.Stat(path); err == nil {

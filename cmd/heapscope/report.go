@@ -64,6 +64,9 @@ type loadFlags struct {
 	from, to  durationFlag
 	debugDirs stringList
 	sysroot   string
+	// progress, when set, counts the reads of every load (diff's two);
+	// else each load shows its own.
+	progress *progress
 }
 
 func (f *loadFlags) register(fs *flag.FlagSet) {
@@ -120,11 +123,19 @@ func (f *loadFlags) load(path string) (*report.Report, error) {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(25)
 	}
+	prog := f.progress
+	if prog == nil {
+		prog = startProgress(path)
+	}
 	rep, err := report.Load(path, report.LoadOptions{
-		From:      f.from.d,
-		To:        f.to.d,
-		Symbolize: symbolize.Options{DebugDirs: f.debugDirs, Sysroot: f.sysroot},
+		From:         f.from.d,
+		To:           f.to.d,
+		Symbolize:    symbolize.Options{DebugDirs: f.debugDirs, Sysroot: f.sysroot},
+		ReadProgress: prog.counter(),
 	})
+	if f.progress == nil {
+		prog.finish() // before the warnings are printed
+	}
 	if err != nil {
 		return nil, err
 	}
