@@ -116,6 +116,7 @@ const historyLen = 120
 type Sampler struct {
 	t        *Tail
 	prevTime time.Time
+	prevEnd  int64 // the trace time of the last record read at the previous frame
 	prevPID  uint32
 	prevLive map[string]uint64 // by site key, for the process shown
 	prevCall uint64
@@ -133,6 +134,7 @@ func (s *Sampler) Sample(pid uint32) (*Frame, error) {
 	}
 	now := time.Now()
 	p := s.t.Profile()
+	end := p.End
 	f := &Frame{Time: now, PID: pid, Stats: p.Stats, HasStats: p.HasStats}
 	for _, pr := range p.Processes {
 		f.PIDs = append(f.PIDs, pr.PID)
@@ -150,7 +152,13 @@ func (s *Sampler) Sample(pid uint32) (*Frame, error) {
 	if !s.prevTime.IsZero() {
 		f.Elapsed = now.Sub(s.prevTime)
 	}
+	// Rates are over the trace's time between the last records of the two
+	// frames: what was read, not when it was read (the file lags the
+	// session by up to a flush, and a busy machine delays the polls).
 	secs := f.Elapsed.Seconds()
+	if s.prevEnd != 0 && end > s.prevEnd {
+		secs = float64(end-s.prevEnd) / 1e9
+	}
 	if samePID && secs > 0 {
 		f.Allocs = float64(calls-s.prevCall) / secs
 		f.Frees = float64(frees-s.prevFree) / secs
@@ -181,6 +189,7 @@ func (s *Sampler) Sample(pid uint32) (*Frame, error) {
 	}
 	f.History = append([]uint64(nil), s.history...)
 	s.prevTime, s.prevPID, s.prevLive, s.prevCall, s.prevFree = now, pid, live, calls, frees
+	s.prevEnd = end
 	return f, nil
 }
 

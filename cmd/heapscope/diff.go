@@ -66,31 +66,23 @@ For a pprof profile of the difference, use 'heapscope export --base BASE NEW'.`,
 	})
 }
 
-// loadDiff reads the two traces, at the same time (each load is mostly one
-// core's work), and compares them.
+// loadDiff reads the two traces, one after the other: each load keeps the
+// cores busy already (decoding, the model, the symbolizer), and loading
+// both at once was slower on a busy 2-core machine (see bench/RESULTS-diff.md).
 func (f *loadFlags) loadDiff(base, new string) (*report.Diff, error) {
-	type result struct {
-		rep *report.Report
-		err error
-	}
 	if f.progress == nil {
 		f.progress = startProgress(base, new)
 		defer func() { f.progress.finish(); f.progress = nil }()
 	}
-	bc := make(chan result, 1)
-	go func() {
-		r, err := f.load(base)
-		bc <- result{r, err}
-	}()
-	nr, nerr := f.load(new)
-	b := <-bc
-	if b.err != nil {
-		return nil, fmt.Errorf("base %s: %w", base, b.err)
+	b, err := f.load(base)
+	if err != nil {
+		return nil, fmt.Errorf("base %s: %w", base, err)
 	}
-	if nerr != nil {
-		return nil, fmt.Errorf("new %s: %w", new, nerr)
+	n, err := f.load(new)
+	if err != nil {
+		return nil, fmt.Errorf("new %s: %w", new, err)
 	}
-	return report.NewDiff(b.rep, nr), nil
+	return report.NewDiff(b, n), nil
 }
 
 // exportDiff is `export --base BASE FILE`: the pprof profile of FILE minus

@@ -88,6 +88,14 @@ func (p *progress) finish() {
 	signal.Stop(p.sigs)
 }
 
+// clearLine clears the meter's line, which the next tick draws again: for
+// a message printed while the meter runs.
+func (p *progress) clearLine() {
+	if p != nil {
+		fmt.Fprint(p.w, "\r\x1b[K")
+	}
+}
+
 func (p *progress) run() {
 	defer close(p.done)
 	tick := time.NewTicker(250 * time.Millisecond)

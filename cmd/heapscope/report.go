@@ -139,6 +139,9 @@ func (f *loadFlags) load(path string) (*report.Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	if f.progress != nil && len(rep.Trace.Warnings) > 0 {
+		f.progress.clearLine() // a shared meter goes on after the warnings
+	}
 	for _, w := range rep.Trace.Warnings {
 		fmt.Fprintf(os.Stderr, "heapscope: warning: %s: %s\n", path, w)
 	}

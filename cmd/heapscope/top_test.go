@@ -143,6 +143,14 @@ func TestTopInTerminal(t *testing.T) {
 		})
 	}
 	p.keys("l")
+	// p cycles the process shown: the one traced, then all again.
+	p.keys("p")
+	p.waitFor("pid N shown, grow_heap first", func(s string) bool {
+		_, fn := firstSite(s)
+		return regexp.MustCompile(`— pid \d+ —`).MatchString(s) && fn == "grow_heap"
+	})
+	p.keys("p")
+	p.waitFor("all processes again", func(s string) bool { return strings.Contains(s, "— all processes —") })
 	p.keys("Enter")
 	p.waitFor("grow_heap's stack expanded", func(s string) bool {
 		return regexp.MustCompile(`(?m)^\s{40,}main\s+\S*top_grow\.c:\d+`).MatchString(s)
