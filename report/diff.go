@@ -247,6 +247,10 @@ func (d *Diff) WriteText(w io.Writer, o DiffOptions) error {
 		if r.Profile.HasStats && r.Profile.Stats.TotalLost() > 0 {
 			p("  lost events in %s: %s: its numbers are low by what was lost\n", r.Trace.File, lostText(&r.Profile.Stats))
 		}
+		// An aggregate trace lacks some counts: their changes mean nothing.
+		for _, l := range r.Profile.Missing.Describe() {
+			p("  note: %s: %s\n", r.Trace.File, l)
+		}
 	}
 	p("\n")
 	all := d.Sorted(o.By, 0)
@@ -352,11 +356,13 @@ type DiffJSON struct {
 
 // DiffJSONTrace is one side of a diff: the trace and its totals.
 type DiffJSONTrace struct {
-	File       string   `json:"file"`
-	Provider   string   `json:"provider"`
-	Totals     Counts   `json:"totals"`
-	LostEvents uint64   `json:"lost_events"`
-	Warnings   []string `json:"warnings"`
+	File       string `json:"file"`
+	Provider   string `json:"provider"`
+	Totals     Counts `json:"totals"`
+	LostEvents uint64 `json:"lost_events"`
+	// Limitations say which counts the trace lacks (an aggregate trace).
+	Limitations []string `json:"limitations"`
+	Warnings    []string `json:"warnings"`
 }
 
 // DiffJSONSite is one changed stack.
@@ -370,7 +376,8 @@ type DiffJSONSite struct {
 // Document returns the diff as WriteJSON writes it.
 func (d *Diff) Document(o DiffOptions) *DiffJSON {
 	side := func(r *Report, t Counts) DiffJSONTrace {
-		j := DiffJSONTrace{File: r.Trace.File, Provider: r.Trace.Provider, Totals: t, Warnings: r.Trace.Warnings}
+		j := DiffJSONTrace{File: r.Trace.File, Provider: r.Trace.Provider, Totals: t, Warnings: r.Trace.Warnings,
+			Limitations: append([]string{}, r.Profile.Missing.Describe()...)}
 		if r.Profile.HasStats {
 			j.LostEvents = r.Profile.Stats.TotalLost()
 		}
