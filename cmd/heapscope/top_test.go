@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heapscope/heapscope/internal/ebpf"
 	"github.com/heapscope/heapscope/internal/registry"
 	"github.com/heapscope/heapscope/internal/testutil"
 )
@@ -282,4 +283,46 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// TestTopAttach attaches to a running process with eBPF: top shows its
+// growing site, and stops the session it started on SIGINT.
+func TestTopAttach(t *testing.T) {
+	testutil.SkipWithoutEBPF(t, ebpf.Available())
+	t.Cleanup(testutil.Cleanup)
+	bin := testutil.MustBuild(t, "top_grow", testutil.Options{})
+	w := exec.Command(bin, "60")
+	stdout, err := w.StdoutPipe()
+	rmust(t, err)
+	rmust(t, w.Start())
+	t.Cleanup(func() { w.Process.Kill(); w.Wait() })
+	if line, _ := bufio.NewReader(stdout).ReadString('\n'); line != "started\n" {
+		t.Fatalf("workload said %q", line)
+	}
+	trace := filepath.Join(t.TempDir(), "attach.hst")
+	top := cli(t, "top", "--interval", "500ms", "-o", trace, "-p", strconv.Itoa(w.Process.Pid))
+	var out syncBuffer
+	var errb bytes.Buffer
+	top.Stdout, top.Stderr = &out, &errb
+	rmust(t, top.Start())
+	growth := regexp.MustCompile(`(?m)^\s+\S+ [KMG]?i?B\s+\+(\S+ [KMG]?i?B)\s+[\d,]+\s+0\s+grow_heap`)
+	var gs [][]string
+	for deadline := time.Now().Add(30 * time.Second); len(gs) < 3 && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		gs = growth.FindAllStringSubmatch(out.String(), -1)
+	}
+	top.Process.Signal(syscall.SIGINT)
+	if err := top.Wait(); err != nil {
+		t.Fatalf("top: %v: %s\n%s", err, errb.String(), out.String())
+	}
+	if len(gs) < 3 {
+		t.Fatalf("top -p never showed grow_heap growing three times:\n%s", out.String())
+	}
+	for _, g := range gs[1:] {
+		if v := parseSize(t, g[1]); v < 200000*0.9 || v > 200000*1.1 {
+			t.Errorf("growth %s, want 200000 B/s ±10%%", g[1])
+		}
+	}
+	if !strings.Contains(errb.String(), "stopped; trace in "+trace) {
+		t.Errorf("top did not stop its session: %q", errb.String())
+	}
 }
