@@ -78,11 +78,15 @@ func (d Delta) of(m Metric) int64 {
 // SiteDiff is one stack's counts in the two traces. A stack missing from
 // one trace has zero counts there.
 type SiteDiff struct {
-	Stack     []symbolize.Frame // innermost first, from the new trace where it is there
 	Base, New Counts
 	Delta     Delta
+	site      *Site // in the new trace where it is there
 	key       string
 }
+
+// Stack returns the stack, innermost first, from the new trace where it is
+// there.
+func (s *SiteDiff) Stack() []symbolize.Frame { return s.site.Stack() }
 
 // Diff compares two reports stack by stack. Stacks are matched by their
 // symbolized frames (function, file and line; module and offset for a frame
@@ -96,30 +100,68 @@ type Diff struct {
 	Sites                 []*SiteDiff // every stack of either trace, in no order
 }
 
+// diffFrame is what a frame is matched by.
+type diffFrame struct {
+	function, file, module string
+	line                   int
+	inlined                bool
+	offset, address        uint64
+}
+
+func diffFrameOf(f *symbolize.Frame) diffFrame {
+	k := diffFrame{function: f.Function, file: f.File, line: f.Line, inlined: f.Inlined}
+	switch {
+	case f.Function != "":
+	case f.Module != "":
+		// The base name: two builds live at different paths.
+		k.module, k.offset = path.Base(f.Module), f.Offset
+	default:
+		k.address = f.Address
+	}
+	return k
+}
+
 // NewDiff compares base with new.
 func NewDiff(base, new *Report) *Diff {
 	d := &Diff{Base: base, New: new, BaseTotals: totals(base), NewTotals: totals(new)}
+	// Frames get numbers shared by the two reports; a stack's key is its
+	// numbers' bytes.
+	global := map[diffFrame]uint32{}
 	byKey := map[string]*SiteDiff{}
-	get := func(s *Site) *SiteDiff {
-		st := s.Stack()
-		k := diffKey(st)
-		sd := byKey[k]
-		if sd == nil {
-			sd = &SiteDiff{Stack: st, key: k}
-			byKey[k] = sd
-			d.Sites = append(d.Sites, sd)
+	var kb []byte
+	add := func(r *Report, isNew bool) {
+		ids := make([]uint32, len(r.table.frames))
+		for i := range ids {
+			k := diffFrameOf(&r.table.frames[i])
+			g, ok := global[k]
+			if !ok {
+				g = uint32(len(global))
+				global[k] = g
+			}
+			ids[i] = g
 		}
-		return sd
+		for _, s := range r.Sites {
+			kb = kb[:0]
+			for _, id := range s.ids {
+				g := ids[id]
+				kb = append(kb, byte(g), byte(g>>8), byte(g>>16), byte(g>>24))
+			}
+			sd := byKey[string(kb)]
+			if sd == nil {
+				sd = &SiteDiff{site: s, key: string(kb)}
+				byKey[sd.key] = sd
+				d.Sites = append(d.Sites, sd)
+			}
+			if isNew {
+				sd.New.add(siteCounts(s))
+			} else {
+				sd.Base.add(siteCounts(s))
+			}
+		}
 	}
 	// The new trace first, so that shared stacks show its frames.
-	for _, s := range new.Sites {
-		sd := get(s)
-		sd.New.add(siteCounts(s))
-	}
-	for _, s := range base.Sites {
-		sd := get(s)
-		sd.Base.add(siteCounts(s))
-	}
+	add(new, true)
+	add(base, false)
 	for _, sd := range d.Sites {
 		sd.Delta = delta(sd.Base, sd.New)
 	}
@@ -134,9 +176,8 @@ func totals(r *Report) Counts {
 // TotalDelta is the change of the traces' totals.
 func (d *Diff) TotalDelta() Delta { return delta(d.BaseTotals, d.NewTotals) }
 
-// diffKey is a stack as a reader sees it, without addresses: the frames'
-// functions with file and line, and, for frames without a function, the
-// module's base name (two builds live at different paths) and offset.
+// diffKey is a group of frames as a string, for the pprof profile's
+// locations: what diffFrame matches by.
 func diffKey(st []symbolize.Frame) string {
 	var b strings.Builder
 	for _, f := range st {
@@ -268,15 +309,16 @@ func (d *Diff) WriteText(w io.Writer, o DiffOptions) error {
 	}
 	for _, s := range all {
 		p("  %s\n", siteChange(s))
-		if len(s.Stack) == 0 {
+		st := s.Stack()
+		if len(st) == 0 {
 			p("      [no stack recorded]\n")
 		}
-		for i := range s.Stack {
+		for i := range st {
 			if i == o.MaxFrames {
-				p("      … %d more frames\n", len(s.Stack)-i)
+				p("      … %d more frames\n", len(st)-i)
 				break
 			}
-			p("      %s\n", frameText(&s.Stack[i]))
+			p("      %s\n", frameText(&st[i]))
 		}
 	}
 	for _, r := range []*Report{d.Base, d.New} {
@@ -393,7 +435,7 @@ func (d *Diff) Document(o DiffOptions) *DiffJSON {
 		sorted = sorted[:o.Top]
 	}
 	for _, s := range sorted {
-		doc.Sites = append(doc.Sites, DiffJSONSite{Base: s.Base, New: s.New, Change: s.Delta, Stack: jsonStack(s.Stack)})
+		doc.Sites = append(doc.Sites, DiffJSONSite{Base: s.Base, New: s.New, Change: s.Delta, Stack: jsonStack(s.Stack())})
 	}
 	return doc
 }
@@ -454,7 +496,7 @@ func (d *Diff) Pprof() (*profile.Profile, error) {
 	for _, s := range d.Sorted(nil, 0) {
 		dd := s.Delta
 		var ls []*profile.Location
-		frames := s.Stack
+		frames := s.Stack()
 		if len(frames) == 0 {
 			frames = []symbolize.Frame{{Function: "[no stack]"}}
 		}
