@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/heapscope/heapscope/analyze"
 	"github.com/heapscope/heapscope/event"
 	"github.com/heapscope/heapscope/symbolize"
 )
@@ -24,6 +25,9 @@ type Frame struct {
 	Stats    event.Stats
 	HasStats bool
 	Sites    []Site // every site with live bytes, calls or temporaries, unsorted
+	// NoTemporaries: the trace cannot tell temporaries (an aggregate
+	// trace); Site.Temporary is 0.
+	NoTemporaries bool
 }
 
 // Site is one call site's row.
@@ -135,7 +139,7 @@ func (s *Sampler) Sample(pid uint32) (*Frame, error) {
 	now := time.Now()
 	p := s.t.Profile()
 	end := p.End
-	f := &Frame{Time: now, PID: pid, Stats: p.Stats, HasStats: p.HasStats}
+	f := &Frame{Time: now, PID: pid, Stats: p.Stats, HasStats: p.HasStats, NoTemporaries: p.Missing.Has(analyze.NoTemporaries)}
 	for _, pr := range p.Processes {
 		f.PIDs = append(f.PIDs, pr.PID)
 	}

@@ -311,7 +311,7 @@ func writePlainFrame(w io.Writer, name, state string, f *live.Frame, top int) {
 			break
 		}
 		n++
-		fmt.Fprintf(w, "%12s %12s %12s %12s  %s\n", fmtSize(s.Live), growthWord(s), fmtNum(s.Calls), fmtNum(s.Temporary), s.Name())
+		fmt.Fprintf(w, "%12s %12s %12s %12s  %s\n", fmtSize(s.Live), growthWord(s), fmtNum(s.Calls), tempWord(f, s), s.Name())
 	}
 	fmt.Fprintln(w)
 }
@@ -321,6 +321,14 @@ func lostWord(f *live.Frame) string {
 		return "?"
 	}
 	return fmtNum(f.Stats.TotalLost())
+}
+
+// tempWord is a site's temporaries, or "–" where the trace cannot tell.
+func tempWord(f *live.Frame, s *live.Site) string {
+	if f.NoTemporaries {
+		return "–"
+	}
+	return fmtNum(s.Temporary)
 }
 
 func growthWord(s *live.Site) string {

@@ -219,7 +219,7 @@ func (m *topModel) render() string {
 		if i == m.sel {
 			mark = ">"
 		}
-		add("%s%11s %12s %12s %12s  %s", mark, fmtSize(s.Live), growthWord(s), fmtNum(s.Calls), fmtNum(s.Temporary), s.Name())
+		add("%s%11s %12s %12s %12s  %s", mark, fmtSize(s.Live), growthWord(s), fmtNum(s.Calls), tempWord(f, s), s.Name())
 		if i == m.sel && stackLines > 0 {
 			for j, fr := range s.Stack {
 				if j == stackLines-1 {
