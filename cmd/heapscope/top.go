@@ -373,6 +373,9 @@ func runTopTUI(src *topSource, interval time.Duration) error {
 	p := tea.NewProgram(m)
 	_, err := p.Run()
 	ferr := src.finish(os.Stderr)
+	if errors.Is(err, tea.ErrInterrupted) {
+		err = nil // SIGINT from elsewhere: as q
+	}
 	if err != nil {
 		return err
 	}
