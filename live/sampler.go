@@ -126,6 +126,7 @@ type Sampler struct {
 	prevCall uint64
 	prevFree uint64
 	history  []uint64
+	last     *Frame
 }
 
 // NewSampler samples t.
@@ -133,10 +134,18 @@ func NewSampler(t *Tail) *Sampler { return &Sampler{t: t} }
 
 // Sample polls the file and returns a frame of process pid (0: all).
 func (s *Sampler) Sample(pid uint32) (*Frame, error) {
-	if _, err := s.t.Poll(); err != nil {
+	n, err := s.t.Poll()
+	if err != nil {
 		return nil, err
 	}
 	now := time.Now()
+	if n == 0 && s.last != nil && s.last.PID == pid {
+		// Nothing new in the file (the session flushes less often than
+		// the frames come): the last frame stands, its rates too.
+		f := *s.last
+		f.Time = now
+		return &f, nil
+	}
 	p := s.t.Profile()
 	end := p.End
 	f := &Frame{Time: now, PID: pid, Stats: p.Stats, HasStats: p.HasStats, NoTemporaries: p.Missing.Has(analyze.NoTemporaries)}
@@ -159,7 +168,8 @@ func (s *Sampler) Sample(pid uint32) (*Frame, error) {
 	// Rates are over the trace's time between the last records of the two
 	// frames: what was read, not when it was read (the file lags the
 	// session by up to a flush, and a busy machine delays the polls).
-	secs := f.Elapsed.Seconds()
+	// Without records before and after, there is no rate to give.
+	secs := 0.0
 	if s.prevEnd != 0 && end > s.prevEnd {
 		secs = float64(end-s.prevEnd) / 1e9
 	}
@@ -192,6 +202,7 @@ func (s *Sampler) Sample(pid uint32) (*Frame, error) {
 		s.history = s.history[len(s.history)-historyLen:]
 	}
 	f.History = append([]uint64(nil), s.history...)
+	s.last = f
 	s.prevTime, s.prevPID, s.prevLive, s.prevCall, s.prevFree = now, pid, live, calls, frees
 	s.prevEnd = end
 	return f, nil

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -56,6 +57,11 @@ session ends or Ctrl-C.`,
 				if *interval < 10*time.Millisecond {
 					return usagef("--interval must be at least 10ms")
 				}
+				if sf.flushInterval == 0 {
+					// What the session delivers every interval is what
+					// each refresh reads.
+					sf.flushInterval = *interval
+				}
 				src, err := openTopSource(&sf, pids, args)
 				if err != nil {
 					return err
@@ -73,7 +79,7 @@ session ends or Ctrl-C.`,
 type topSource struct {
 	name  string
 	tail  *live.Tail
-	flush func() error          // deliver what the session captured to its file
+	check func() error          // before each sample: notes whether a joined session ended
 	done  <-chan struct{}       // closed when the session ends
 	stop  func() error          // on quit; nil for a joined session
 	files func() []string       // the trace files, for the last words
@@ -158,7 +164,7 @@ func ownSource(s *heapscope.Session, cmd *exec.Cmd) (*topSource, error) {
 	return &topSource{
 		name:  s.Name(),
 		tail:  t,
-		flush: s.Flush,
+		check: func() error { return nil },
 		done:  s.Done(),
 		files: s.Files,
 		stop: func() error {
@@ -196,17 +202,17 @@ func joinSource(name string) (*topSource, error) {
 		return nil, err
 	}
 	done := make(chan struct{})
-	ended := false
+	var ended atomic.Bool // set by a sample, read by the view
 	return &topSource{
 		name: name,
 		tail: t,
-		flush: func() error {
-			if ended {
+		check: func() error {
+			if ended.Load() {
 				return nil
 			}
-			if _, err := heapscope.Control(name, heapscope.ControlFlush); err != nil {
+			if _, err := heapscope.Control(name, heapscope.ControlQuery); err != nil {
 				if errors.Is(err, heapscope.ErrNotRunning) {
-					ended = true
+					ended.Store(true)
 					close(done)
 					return nil
 				}
@@ -217,7 +223,7 @@ func joinSource(name string) (*topSource, error) {
 		done:  done,
 		files: func() []string { return st.Files },
 		state: func() (string, bool) {
-			if ended {
+			if ended.Load() {
 				return "ended", true
 			}
 			return "joined", false
@@ -249,9 +255,12 @@ func ownedByUs(path string) error {
 	return nil
 }
 
-// sample delivers the session's events to its file and reads them.
+// sample reads what the session has written since the last sample. The
+// session's own flush timer delivers its events to the file: flushing it
+// from here as well doubled the flushes, which in eBPF's aggregate mode
+// take a snapshot of the kernel's maps each.
 func (src *topSource) sample(smp *live.Sampler, pid uint32) (*live.Frame, error) {
-	if err := src.flush(); err != nil && !errors.Is(err, heapscope.ErrNotRunning) {
+	if err := src.check(); err != nil {
 		return nil, err
 	}
 	return smp.Sample(pid)
