@@ -166,3 +166,31 @@ func TestDiffAcrossProviders(t *testing.T) {
 		t.Errorf("diff of a preload and an eBPF trace:\n%s", b)
 	}
 }
+
+// TestDiffTwoBuilds diffs runs of two builds of diff_leak whose functions lie
+// at other offsets (aligned to 64 bytes in one: grow_leak at 0x1210 and
+// 0x1240 with this machine's gcc): the stacks match by function, file and
+// line, and only grow_leak changed.
+func TestDiffTwoBuilds(t *testing.T) {
+	t.Cleanup(testutil.Cleanup)
+	a := testutil.MustBuild(t, "diff_leak", testutil.Options{})
+	b := testutil.MustBuild(t, "diff_leak", testutil.Options{Flags: []string{"-falign-functions=64"}})
+	dir := t.TempDir()
+	base, new := filepath.Join(dir, "a.hst"), filepath.Join(dir, "b.hst")
+	recordPreload(t, base, a, "3")
+	recordPreload(t, new, b, "6")
+	out := filepath.Join(dir, "diff.json")
+	if code, errs := runCLI(t, "diff", "--format", "json", "-o", out, base, new); code != 0 {
+		t.Fatalf("diff: exit %d: %s", code, errs)
+	}
+	data, err := os.ReadFile(out)
+	rmust(t, err)
+	var d report.DiffJSON
+	rmust(t, json.Unmarshal(data, &d))
+	if len(d.Sites) != 1 || len(d.Sites[0].Stack) == 0 || d.Sites[0].Stack[0].Function != "grow_leak" || d.Sites[0].Change.LeakedBytes != 3000 {
+		t.Fatalf("diff of two builds:\n%s", data)
+	}
+	if s := d.Sites[0]; s.Base.Calls != 3 || s.New.Calls != 6 {
+		t.Errorf("grow_leak's calls: %d in the base, %d in the new build; want 3 and 6", s.Base.Calls, s.New.Calls)
+	}
+}
