@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	pathpkg "path"
 	"runtime"
 	"strings"
@@ -41,6 +42,63 @@ type LoadOptions struct {
 	// Suppressions are the rules whose leaks the report shows as
 	// suppressed (see Report.Suppress), e.g. suppress.Defaults().
 	Suppressions []*suppress.Rule
+
+	// ReadProgress, when set, is called with the length of every read of
+	// the file, from several goroutines: for a progress meter. The
+	// definitions are read by every worker, so the sum may pass the
+	// file's size.
+	ReadProgress func(n int64)
+}
+
+// opener opens the trace, counting what is read when progress is set; it
+// keeps the files it opened itself for closeAll (a Reader made by
+// tracefile.NewReader does not close its file).
+type opener struct {
+	progress func(int64)
+	mu       sync.Mutex
+	files    []*os.File
+}
+
+func (o *opener) open(path string) (*tracefile.Reader, error) {
+	if o.progress == nil {
+		return tracefile.Open(path)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("tracefile: %w", err)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("tracefile: %w", err)
+	}
+	r, err := tracefile.NewReader(countingReaderAt{f, o.progress}, st.Size())
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	o.mu.Lock()
+	o.files = append(o.files, f)
+	o.mu.Unlock()
+	return r, nil
+}
+
+func (o *opener) closeAll() {
+	for _, f := range o.files {
+		f.Close()
+	}
+}
+
+// countingReaderAt passes the length of each read to n.
+type countingReaderAt struct {
+	f *os.File
+	n func(int64)
+}
+
+func (c countingReaderAt) ReadAt(b []byte, off int64) (int, error) {
+	n, err := c.f.ReadAt(b, off)
+	c.n(int64(n))
+	return n, err
 }
 
 // Load reads the trace file at path through the heap model, symbolizes its
@@ -59,7 +117,9 @@ func Load(path string, o LoadOptions) (*Report, error) {
 	if o.To != 0 && o.To <= o.From {
 		return nil, fmt.Errorf("report: the window's end (%s) is not after its start (%s)", o.To, o.From)
 	}
-	r, err := tracefile.Open(path)
+	op := &opener{progress: o.ReadProgress}
+	defer op.closeAll()
+	r, err := op.open(path)
 	if err != nil {
 		return nil, err
 	}
@@ -106,12 +166,12 @@ func Load(path string, o LoadOptions) (*Report, error) {
 		w.finish()
 		return nil, fmt.Errorf("reading %s: %w", path, err)
 	}
-	ws, sawSnapshots, err := replayPieces(path, pieces, sink, workers, w)
+	ws, sawSnapshots, err := replayPieces(path, op.open, pieces, sink, workers, w)
 	warnings = append(warnings, ws...)
 	if err == nil && sawSnapshots && win.From != 0 {
 		// An aggregate trace's totals in a window are differences from
 		// the last snapshot before it, which the windowed pass skipped.
-		err = replaySnapshots(path, win.From, sink)
+		err = replaySnapshots(op.open, path, win.From, sink)
 	}
 	w.finish()
 	if err != nil {
@@ -344,7 +404,7 @@ const batchEvents = 4096
 // snapshots to m in order. A single piece carries the definitions and stats
 // too (to m, and the definitions to w); several do not: a first pass gave
 // them. It returns the readers' warnings and whether there were snapshots.
-func replayPieces(path string, pieces []tracefile.Window, m event.Sink, workers int, w *warmer) ([]string, bool, error) {
+func replayPieces(path string, open func(string) (*tracefile.Reader, error), pieces []tracefile.Window, m event.Sink, workers int, w *warmer) ([]string, bool, error) {
 	workers = max(1, min(workers, len(pieces)))
 	var defs *warmer
 	if len(pieces) == 1 {
@@ -367,7 +427,7 @@ func replayPieces(path string, pieces []tracefile.Window, m event.Sink, workers 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r, err := tracefile.Open(path)
+			r, err := open(path)
 			if err != nil {
 				mu.Lock()
 				openErr = err
@@ -552,8 +612,8 @@ func (s *pieceSink) Stats(st event.Stats) error {
 }
 
 // replaySnapshots passes the snapshots taken before from to m.
-func replaySnapshots(path string, from int64, m event.Sink) error {
-	r, err := tracefile.Open(path)
+func replaySnapshots(open func(string) (*tracefile.Reader, error), path string, from int64, m event.Sink) error {
+	r, err := open(path)
 	if err != nil {
 		return err
 	}

@@ -27,13 +27,19 @@ peak_space.
 
 --pid, --exe, --suppressions and --no-default-suppressions are report's:
 suppressed leaks are not "in use" (inuse_*). Without -o, a pprof profile
-(binary) is not written to a terminal.`,
+(binary) is not written to a terminal.
+
+
+--base BASE (pprof only) writes the difference FILE minus BASE, stacks matched
+by their symbolized frames as 'heapscope diff' does: what 'go tool pprof -base'
+shows, with negative values where FILE has less.`,
 		setup: func(fs *flag.FlagSet) func([]string) error {
 			var lf loadFlags
 			lf.register(fs)
 			format := fs.String("format", "pprof", "pprof or collapsed")
 			metric := fs.String("metric", "alloc_space", "collapsed: the value of each stack")
 			out := fs.String("o", "", "output file ('-' for standard output)")
+			base := fs.String("base", "", "pprof: write the difference from this trace (go tool pprof -base semantics)")
 			return func(args []string) error {
 				if len(args) != 1 {
 					return usagef("want one trace file")
@@ -50,6 +56,9 @@ suppressed leaks are not "in use" (inuse_*). Without -o, a pprof profile
 				case "collapsed":
 				default:
 					return usagef("--format: want pprof or collapsed, not %q", *format)
+				}
+				if *base != "" {
+					return exportDiff(&lf, *format, *base, args[0], *out)
 				}
 				rep, err := lf.load(args[0])
 				if err != nil {

@@ -95,10 +95,13 @@ func (s *infoSink) seen(t int64) {
 // info prints the description of the trace file at path, of the processes
 // sel selects.
 func info(out io.Writer, path string, sel analyze.Processes) error {
-	r, err := tracefile.Open(path)
+	prog := startProgress(path)
+	defer prog.finish()
+	r, f, err := openCounted(path, prog)
 	if err != nil {
 		return err
 	}
+	defer f.Close()
 	defer r.Close()
 	s := &infoSink{exits: map[uint32][]event.Exit{}, kinds: map[event.Kind]uint64{}}
 	var sink event.Sink = s
@@ -116,6 +119,7 @@ func info(out io.Writer, path string, sel analyze.Processes) error {
 		}
 		return fmt.Errorf("%s has no process of %s; its processes: %s: %w", path, sel, strings.Join(have, ", "), report.ErrNoProcess)
 	}
+	prog.finish()
 	h := r.Header()
 	size := int64(-1)
 	if fi, err := os.Stat(path); err == nil {

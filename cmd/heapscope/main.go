@@ -31,6 +31,10 @@ type command struct {
 
 var commands = map[string]*command{}
 
+// rawArgs are the running command's arguments as given, before flag
+// parsing: for a command that must know whether "--" was there.
+var rawArgs []string
+
 func register(c *command) { commands[c.name] = c }
 
 // exitError carries an exit status out of a command without printing more.
@@ -87,6 +91,7 @@ func mainArgs(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "heapscope %s: %v (see 'heapscope %s --help')\n", name, err, name)
 		return 2
 	}
+	rawArgs = args[1:]
 	err = run(rest)
 	var ee exitError
 	var ue usageError

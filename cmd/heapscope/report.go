@@ -90,6 +90,9 @@ type loadFlags struct {
 	sysroot      string
 	suppressions stringList
 	noDefaults   bool
+	// progress, when set, counts the reads of every load (diff's two);
+	// else each load shows its own.
+	progress *progress
 }
 
 func (f *loadFlags) register(fs *flag.FlagSet) {
@@ -173,15 +176,26 @@ func (f *loadFlags) load(path string) (*report.Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	prog := f.progress
+	if prog == nil {
+		prog = startProgress(path)
+	}
 	rep, err := report.Load(path, report.LoadOptions{
 		From:         f.from.d,
 		To:           f.to.d,
 		Symbolize:    symbolize.Options{DebugDirs: f.debugDirs, Sysroot: f.sysroot},
 		Suppressions: rules,
 		Processes:    f.processes(),
+		ReadProgress: prog.counter(),
 	})
+	if f.progress == nil {
+		prog.finish() // before the warnings are printed
+	}
 	if err != nil {
 		return nil, err
+	}
+	if f.progress != nil && len(rep.Trace.Warnings) > 0 {
+		f.progress.clearLine() // a shared meter goes on after the warnings
 	}
 	for _, w := range rep.Trace.Warnings {
 		fmt.Fprintf(os.Stderr, "heapscope: warning: %s: %s\n", path, w)

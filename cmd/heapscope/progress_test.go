@@ -1,0 +1,76 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/heapscope/heapscope/internal/testutil"
+)
+
+func TestProgressLine(t *testing.T) {
+	t0 := time.Now()
+	p := &progress{w: io.Discard, label: "x.hst", total: 100 << 20, start: t0}
+	p.read.Store(25 << 20)
+	if got, want := p.line(t0.Add(5*time.Second)), "reading x.hst: 25.0 MiB of 100.0 MiB (25%), 5.0 MiB/s, 15s left"; got != want {
+		t.Errorf("line %q, want %q", got, want)
+	}
+	// Definitions read again by each worker: never past 100%.
+	p.read.Store(120 << 20)
+	if got, want := p.line(t0.Add(5*time.Second)), "reading x.hst: 100.0 MiB of 100.0 MiB (100%), analysing"; got != want {
+		t.Errorf("line %q, want %q", got, want)
+	}
+	var nilp *progress
+	nilp.add(1)
+	nilp.finish()
+	if nilp.counter() != nil {
+		t.Error("a nil meter counts")
+	}
+}
+
+// TestReportProgress reads a large trace (20M malloc+free pairs of churn,
+// about 45 MB) with `heapscope report`: on a terminal (a tmux pane) it shows
+// progress, and Ctrl-C stops it at once, leaving no output file; with
+// standard error not a terminal it prints nothing.
+func TestReportProgress(t *testing.T) {
+	t.Cleanup(testutil.Cleanup)
+	churn := testutil.MustBuild(t, "churn", testutil.Options{})
+	dir := t.TempDir()
+	big := filepath.Join(dir, "big.hst")
+	if code, errs := exitCode(t, cli(t, "run", "-q", "-o", big, "--", churn, "20000000", "1")); code != 0 {
+		t.Fatalf("run churn: exit %d: %s", code, errs)
+	}
+
+	// Not a terminal: nothing on standard error.
+	if code, errs := exitCode(t, cli(t, "report", "-o", filepath.Join(dir, "quiet.txt"), big)); code != 0 || errs != "" {
+		t.Errorf("report with stderr not a terminal: exit %d, stderr %q; want 0 and nothing", code, errs)
+	}
+
+	out, done := filepath.Join(dir, "rep.txt"), filepath.Join(dir, "done")
+	// The trap keeps the shell, not heapscope, from dying of the Ctrl-C.
+	p := newTmuxPane(t, fmt.Sprintf("trap true INT; %s report -o %s %s; echo rc=$? > %s; sleep 60", cliBinary(t), out, big, done))
+	meter := regexp.MustCompile(`reading big\.hst: [\d.]+ [KMG]?i?B of [\d.]+ MiB \(\d+%\), [\d.]+ [KMG]?i?B/s, \d+s left`)
+	p.waitFor("the progress meter", func(s string) bool { return meter.MatchString(s) })
+	p.keys("C-c")
+	var rc []byte
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if b, _ := os.ReadFile(done); strings.HasSuffix(string(b), "\n") {
+			rc = b
+			break
+		}
+	}
+	if string(rc) != "rc=130\n" {
+		t.Errorf("after Ctrl-C: %q, want rc=130", rc)
+	}
+	if _, err := os.Stat(out); !os.IsNotExist(err) {
+		t.Errorf("the interrupted report left %s (%v)", out, err)
+	}
+	if s := p.screen(); meter.MatchString(s) {
+		t.Errorf("the meter's line was left on the screen:\n%s", s)
+	}
+}

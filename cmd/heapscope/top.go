@@ -1,0 +1,385 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	tea "charm.land/bubbletea/v2"
+
+	"github.com/heapscope/heapscope"
+	"github.com/heapscope/heapscope/live"
+	"github.com/heapscope/heapscope/symbolize"
+)
+
+func init() {
+	register(&command{
+		name:       "top",
+		flagsFirst: true,
+		args:       "[flags] NAME | -p PID[,PID...] | -- PROGRAM [ARGS...]",
+		summary:    "a live view of a session's heap: live bytes, rates, lost events, the sites growing",
+		help: `
+heapscope top NAME joins the live session NAME (started by run or attach,
+here or in another shell) and leaves it running when it quits. top -p PID
+attaches to running processes with eBPF, and top -- PROGRAM launches a
+program with the preload provider (its standard input and output are
+discarded); a top that started its session stops it when it quits (the
+launched program is sent SIGINT) and keeps its trace file, as run and attach do.
+
+Every --interval the view shows the live bytes and blocks, with a sparkline of
+the last two minutes, the allocation and free rates, lost events, then the
+sites by live bytes with their growth per second over the last interval,
+their allocation calls and temporaries. Keys: s cycles the order (or l live,
+g growth, c calls, t temporaries), p cycles the process shown (all, then each),
+up/down (k/j) select a site, enter expands its stack, space pauses, q or
+Ctrl-C quits.
+
+top follows the session's trace file, so the session must write one
+(sequential mode; not realtime, circular or newfile). When standard output is
+not a terminal, top prints a plain table every interval instead, until the
+session ends or Ctrl-C.`,
+		setup: func(fs *flag.FlagSet) func([]string) error {
+			var sf sessionFlags
+			sf.register(fs)
+			var pids pidList
+			fs.Var(&pids, "p", "attach to these process ids with eBPF, comma-separated or repeated")
+			interval := fs.Duration("interval", time.Second, "refresh interval")
+			top := fs.Int("top", 10, "plain table: sites per refresh")
+			return func(args []string) error {
+				if *interval < 10*time.Millisecond {
+					return usagef("--interval must be at least 10ms")
+				}
+				if sf.flushInterval == 0 {
+					// What the session delivers every interval is what
+					// each refresh reads.
+					sf.flushInterval = *interval
+				}
+				src, err := openTopSource(&sf, pids, args)
+				if err != nil {
+					return err
+				}
+				if isTerminal(os.Stdout) && isTerminal(os.Stdin) {
+					return runTopTUI(src, *interval)
+				}
+				return runTopPlain(src, *interval, *top, os.Stdout)
+			}
+		},
+	})
+}
+
+// topSource is the session top shows and how it is left.
+type topSource struct {
+	name  string
+	tail  *live.Tail
+	check func() error          // before each sample: notes whether a joined session ended
+	done  <-chan struct{}       // closed when the session ends
+	stop  func() error          // on quit; nil for a joined session
+	files func() []string       // the trace files, for the last words
+	state func() (string, bool) // a word on the session, and whether it ended
+}
+
+func openTopSource(sf *sessionFlags, pids pidList, args []string) (*topSource, error) {
+	switch {
+	case len(pids) > 0 && len(args) > 0:
+		return nil, usagef("give a session NAME, -p PID or -- PROGRAM, not more than one")
+	case len(pids) > 0:
+		props, stacks, err := sf.properties("pid", pids[0])
+		if err != nil {
+			return nil, err
+		}
+		props.Provider = heapscope.ProviderEBPF
+		name := sf.sessionName("top", os.Getpid())
+		s, err := heapscope.Start(name, props, pids, stacks)
+		if err != nil {
+			return nil, startError(err)
+		}
+		return ownSource(s, nil)
+	case len(args) == 0:
+		return nil, usagef("give a session NAME, -p PID or -- PROGRAM")
+	}
+	// "--" ends the flags; a NAME is one argument that no "--" preceded.
+	if len(args) == 1 && !dashDash(rawArgs) {
+		return joinSource(args[0])
+	}
+	path, err := exec.LookPath(args[0])
+	if err != nil {
+		return nil, err
+	}
+	props, stacks, err := sf.properties(args[0], os.Getpid())
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(path, args[1:]...)
+	cmd.Args[0] = args[0]
+	s, err := heapscope.Launch(sf.sessionName(args[0], os.Getpid()), props, cmd, stacks)
+	if err != nil {
+		return nil, startError(err)
+	}
+	return ownSource(s, cmd)
+}
+
+// dashDash reports whether the command's arguments hold "--".
+func dashDash(args []string) bool {
+	for _, a := range args {
+		if a == "--" {
+			return true
+		}
+	}
+	return false
+}
+
+// ownSource follows a session this process started.
+func ownSource(s *heapscope.Session, cmd *exec.Cmd) (*topSource, error) {
+	files := s.Files()
+	if err := followable(s.Properties(), files); err != nil {
+		s.Stop()
+		if cmd != nil {
+			cmd.Process.Signal(os.Interrupt)
+		}
+		return nil, err
+	}
+	t, err := live.Open(files[0], symbolize.Options{})
+	if err != nil {
+		s.Stop()
+		return nil, err
+	}
+	return &topSource{
+		name:  s.Name(),
+		tail:  t,
+		check: func() error { return nil },
+		done:  s.Done(),
+		files: s.Files,
+		stop: func() error {
+			err := s.Stop()
+			if cmd != nil {
+				cmd.Process.Signal(os.Interrupt)
+			}
+			return err
+		},
+		state: func() (string, bool) {
+			select {
+			case <-s.Done():
+				return "ended", true
+			default:
+				return "tracing", false
+			}
+		},
+	}, nil
+}
+
+// joinSource follows the live session name, run by another process.
+func joinSource(name string) (*topSource, error) {
+	st, err := heapscope.Control(name, heapscope.ControlQuery)
+	if err != nil {
+		return nil, err
+	}
+	if err := followable(st.Properties, st.Files); err != nil {
+		return nil, fmt.Errorf("session %q: %w", name, err)
+	}
+	if err := ownedByUs(st.Files[0]); err != nil {
+		return nil, err
+	}
+	t, err := live.Open(st.Files[0], symbolize.Options{})
+	if err != nil {
+		return nil, err
+	}
+	done := make(chan struct{})
+	var ended atomic.Bool // set by a sample, read by the view
+	return &topSource{
+		name: name,
+		tail: t,
+		check: func() error {
+			if ended.Load() {
+				return nil
+			}
+			if _, err := heapscope.Control(name, heapscope.ControlQuery); err != nil {
+				if errors.Is(err, heapscope.ErrNotRunning) {
+					ended.Store(true)
+					close(done)
+					return nil
+				}
+				return err
+			}
+			return nil
+		},
+		done:  done,
+		files: func() []string { return st.Files },
+		state: func() (string, bool) {
+			if ended.Load() {
+				return "ended", true
+			}
+			return "joined", false
+		},
+	}, nil
+}
+
+// followable says why top cannot follow a session's files, if it cannot.
+func followable(p heapscope.Properties, files []string) error {
+	switch {
+	case p.LogFileMode == heapscope.RealTime || len(files) == 0:
+		return errors.New("the session writes no trace file (realtime mode): top follows the trace file")
+	case p.LogFileMode == heapscope.Circular, p.LogFileMode == heapscope.NewFile:
+		return fmt.Errorf("top follows a sequential trace file, not a %s one", p.LogFileMode)
+	}
+	return nil
+}
+
+// ownedByUs refuses a file of another user (root's are trusted): a joined
+// session's file is named by its owner, whom top does not otherwise know.
+func ownedByUs(path string) error {
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		return err
+	}
+	if st.Uid != uint32(os.Geteuid()) && st.Uid != 0 {
+		return fmt.Errorf("%s belongs to uid %d, not to us: not followed", path, st.Uid)
+	}
+	return nil
+}
+
+// sample reads what the session has written since the last sample. The
+// session's own flush timer delivers its events to the file: flushing it
+// from here as well doubled the flushes, which in eBPF's aggregate mode
+// take a snapshot of the kernel's maps each.
+func (src *topSource) sample(smp *live.Sampler, pid uint32) (*live.Frame, error) {
+	if err := src.check(); err != nil {
+		return nil, err
+	}
+	return smp.Sample(pid)
+}
+
+// finish stops a session top started and says where its trace is.
+func (src *topSource) finish(w io.Writer) error {
+	var err error
+	if src.stop != nil {
+		err = src.stop()
+		fmt.Fprintf(w, "heapscope top: session %q stopped; trace in %s\n", src.name, strings.Join(src.files(), ", "))
+	}
+	src.tail.Close()
+	return err
+}
+
+// runTopPlain prints a table every interval until the session ends or
+// SIGINT/SIGTERM.
+func runTopPlain(src *topSource, interval time.Duration, top int, w io.Writer) error {
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	smp := live.NewSampler(src.tail)
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		ended := false
+		select {
+		case <-tick.C:
+		case <-src.done:
+			ended = true
+		case <-sigs:
+			return src.finish(os.Stderr)
+		}
+		f, err := src.sample(smp, 0)
+		if err != nil {
+			src.finish(os.Stderr)
+			return err
+		}
+		f.Sort(live.ByLive)
+		state, _ := src.state()
+		writePlainFrame(w, src.name, state, f, top)
+		if ended {
+			return src.finish(os.Stderr)
+		}
+	}
+}
+
+func writePlainFrame(w io.Writer, name, state string, f *live.Frame, top int) {
+	fmt.Fprintf(w, "%s  session %q (%s)  live %s in %s blocks  allocs %.0f/s  frees %.0f/s  lost %s\n",
+		f.Time.Format("15:04:05"), name, state, fmtSize(f.Live), fmtNum(f.Blocks), f.Allocs, f.Frees, lostWord(f))
+	fmt.Fprintf(w, "%12s %12s %12s %12s  %s\n", "LIVE", "GROWTH/s", "CALLS", "TEMPORARY", "SITE")
+	n := 0
+	for i := range f.Sites {
+		s := &f.Sites[i]
+		if n == top {
+			break
+		}
+		n++
+		fmt.Fprintf(w, "%12s %12s %12s %12s  %s\n", fmtSize(s.Live), growthWord(s), fmtNum(s.Calls), tempWord(f, s), s.Name())
+	}
+	fmt.Fprintln(w)
+}
+
+func lostWord(f *live.Frame) string {
+	if !f.HasStats {
+		return "?"
+	}
+	return fmtNum(f.Stats.TotalLost())
+}
+
+// tempWord is a site's temporaries, or "–" where the trace cannot tell.
+func tempWord(f *live.Frame, s *live.Site) string {
+	if f.NoTemporaries {
+		return "–"
+	}
+	return fmtNum(s.Temporary)
+}
+
+func growthWord(s *live.Site) string {
+	if !s.HasGrowth {
+		return "–"
+	}
+	if s.Growth < 0 {
+		return "-" + fmtSize(uint64(-s.Growth))
+	}
+	return "+" + fmtSize(uint64(s.Growth))
+}
+
+// fmtSize writes n bytes in binary units.
+func fmtSize(n uint64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := uint64(unit), 0
+	for m := n / unit; m >= unit && exp < 5; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+func fmtNum(n uint64) string {
+	s := fmt.Sprint(n)
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
+
+// runTopTUI runs the full-screen view.
+func runTopTUI(src *topSource, interval time.Duration) error {
+	m := &topModel{src: src, smp: live.NewSampler(src.tail), interval: interval}
+	p := tea.NewProgram(m)
+	_, err := p.Run()
+	ferr := src.finish(os.Stderr)
+	if errors.Is(err, tea.ErrInterrupted) {
+		err = nil // SIGINT from elsewhere: as q
+	}
+	if err != nil {
+		return err
+	}
+	if m.err != nil {
+		return m.err
+	}
+	return ferr
+}

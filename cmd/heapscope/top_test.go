@@ -1,0 +1,328 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/heapscope/heapscope/internal/ebpf"
+	"github.com/heapscope/heapscope/internal/registry"
+	"github.com/heapscope/heapscope/internal/testutil"
+)
+
+// tmuxPane runs a command in a detached tmux session of its own (its own
+// server socket), in a real pseudo-terminal of 120x40.
+type tmuxPane struct {
+	t      *testing.T
+	socket string
+}
+
+func newTmuxPane(t *testing.T, shellCmd string) *tmuxPane {
+	t.Helper()
+	if _, err := exec.LookPath("tmux"); err != nil {
+		t.Skip("tmux is not installed")
+	}
+	p := &tmuxPane{t: t, socket: fmt.Sprintf("heapscope-test-%d", os.Getpid())}
+	p.tmux("-f", "/dev/null", "new-session", "-d", "-s", "top", "-x", "120", "-y", "40", shellCmd)
+	t.Cleanup(func() { exec.Command("tmux", "-L", p.socket, "kill-server").Run() })
+	return p
+}
+
+func (p *tmuxPane) tmux(args ...string) string {
+	p.t.Helper()
+	out, err := exec.Command("tmux", append([]string{"-L", p.socket}, args...)...).CombinedOutput()
+	if err != nil {
+		p.t.Fatalf("tmux %q: %v: %s", args, err, out)
+	}
+	return string(out)
+}
+
+func (p *tmuxPane) screen() string { return p.tmux("capture-pane", "-p", "-t", "top") }
+
+func (p *tmuxPane) keys(k ...string) { p.tmux(append([]string{"send-keys", "-t", "top"}, k...)...) }
+
+// waitFor returns the first screen for which ok holds, or fails after 20s.
+func (p *tmuxPane) waitFor(what string, ok func(string) bool) string {
+	p.t.Helper()
+	var s string
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if s = p.screen(); ok(s) {
+			return s
+		}
+	}
+	p.t.Fatalf("the screen never showed %s:\n%s", what, s)
+	return ""
+}
+
+// siteRow is a row of top's site table.
+var siteRow = regexp.MustCompile(`(?m)^[> ]\s*(\S+ [KMG]?i?B)\s+(\S+(?: [KMG]?i?B)?)\s+([\d,]+)\s+([\d,]+)\s+(\S+)`)
+
+// firstSite returns the growth column and the function of the first row.
+func firstSite(screen string) (growth, fn string) {
+	m := siteRow.FindStringSubmatch(screen)
+	if m == nil {
+		return "", ""
+	}
+	return m[2], m[5]
+}
+
+func parseSize(t *testing.T, s string) float64 {
+	t.Helper()
+	f := strings.Fields(strings.TrimPrefix(s, "+"))
+	if len(f) != 2 {
+		t.Fatalf("size %q", s)
+	}
+	v, err := strconv.ParseFloat(f[0], 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mul := map[string]float64{"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}[f[1]]
+	return v * mul
+}
+
+// TestTopInTerminal launches top_grow, whose heap grows by 200,000 bytes a
+// second through grow_heap, under `heapscope top` in a tmux pane: the
+// screen shows grow_heap first with that growth, the keys change the
+// order, pause and expand the stack, and q quits with the terminal's modes
+// as they were.
+func TestTopInTerminal(t *testing.T) {
+	t.Cleanup(testutil.Cleanup)
+	bin := testutil.MustBuild(t, "top_grow", testutil.Options{})
+	hs := cliBinary(t)
+	dir := t.TempDir()
+	trace := filepath.Join(dir, "top.hst")
+	done := filepath.Join(dir, "done")
+	const rate = 200000
+	shell := fmt.Sprintf("before=$(stty -g); %s=%s %s top --interval 1s -o %s -- %s 120 %d; rc=$?; "+
+		"after=$(stty -g); if [ \"$before\" = \"$after\" ]; then echo RESTORED rc=$rc; else echo NOT RESTORED rc=$rc; fi > %s; sleep 60",
+		registry.DirEnv, registryDir(t), hs, trace, bin, rate, done)
+	p := newTmuxPane(t, shell)
+
+	// Two frames at least: the second has a growth.
+	s := p.waitFor("grow_heap first with a growth", func(s string) bool {
+		g, fn := firstSite(s)
+		return fn == "grow_heap" && strings.HasPrefix(g, "+")
+	})
+	if !strings.Contains(s, "sorted by live") {
+		t.Errorf("the default order is not live:\n%s", s)
+	}
+	// Several frames: each growth within 10% of the truth.
+	for i := 0; i < 3; i++ {
+		g, fn := firstSite(s)
+		if fn != "grow_heap" {
+			t.Fatalf("first site %q, want grow_heap:\n%s", fn, s)
+		}
+		if got := parseSize(t, g); got < rate*0.9 || got > rate*1.1 {
+			t.Errorf("grow_heap's growth %s (%.0f B/s), want %d B/s ±10%%:\n%s", g, got, rate, s)
+		}
+		prev := s
+		s = p.waitFor("a new frame", func(s string) bool { return s != prev && siteRow.MatchString(s) })
+	}
+
+	for _, c := range []struct{ key, order, first string }{
+		{"c", "calls", "churn_site"},
+		{"g", "growth", "grow_heap"},
+		{"t", "temporaries", "churn_site"},
+		{"l", "live", "grow_heap"},
+		{"s", "growth", "grow_heap"}, // s cycles: live → growth
+		{"s", "calls", "churn_site"},
+	} {
+		p.keys(c.key)
+		p.waitFor(fmt.Sprintf("sorted by %s, %s first, after %q", c.order, c.first, c.key), func(s string) bool {
+			_, fn := firstSite(s)
+			return strings.Contains(s, "sorted by "+c.order+" ") && fn == c.first
+		})
+	}
+	p.keys("l")
+	// p cycles the process shown: the one traced, then all again.
+	p.keys("p")
+	p.waitFor("pid N shown, grow_heap first", func(s string) bool {
+		_, fn := firstSite(s)
+		return regexp.MustCompile(`— pid \d+ —`).MatchString(s) && fn == "grow_heap"
+	})
+	p.keys("p")
+	p.waitFor("all processes again", func(s string) bool { return strings.Contains(s, "— all processes —") })
+	p.keys("Enter")
+	p.waitFor("grow_heap's stack expanded", func(s string) bool {
+		return regexp.MustCompile(`(?m)^\s{40,}main\s+\S*top_grow\.c:\d+`).MatchString(s)
+	})
+	p.keys("Space")
+	p.waitFor("paused", func(s string) bool { return strings.Contains(s, "paused") })
+	p.keys("Space")
+	p.keys("q")
+	var msg []byte
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if b, _ := os.ReadFile(done); bytes.HasSuffix(b, []byte("\n")) {
+			msg = b
+			break
+		}
+	}
+	if string(msg) != "RESTORED rc=0\n" {
+		t.Fatalf("after q: %q (want the terminal's modes restored and exit 0):\n%s", msg, p.screen())
+	}
+	// (The message wraps at the pane's width.)
+	if s := p.screen(); strings.Contains(s, "sorted by") || !strings.Contains(strings.ReplaceAll(s, "\n", ""), "stopped; trace in "+trace) {
+		t.Errorf("after q the screen still shows top, or not where the trace is:\n%s", s)
+	}
+	// The session top started is stopped, its trace complete.
+	if tr := readTrace(t, trace); tr.allocs[1000] == 0 {
+		t.Errorf("the trace has no allocation of grow_heap's 1000 bytes: %v", tr.allocs)
+	}
+}
+
+// TestTopPlain: without a terminal, top prints a table every interval and
+// ends with the program; a name or pid that does not exist is a one-line
+// error.
+func TestTopPlain(t *testing.T) {
+	t.Cleanup(testutil.Cleanup)
+	bin := testutil.MustBuild(t, "top_grow", testutil.Options{})
+	trace := filepath.Join(t.TempDir(), "plain.hst")
+	cmd := cli(t, "top", "--interval", "500ms", "-o", trace, "--", bin, "3")
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	code, errs := exitCode(t, cmd)
+	if code != 0 {
+		t.Fatalf("top: exit %d: %s", code, errs)
+	}
+	frames := strings.Split(strings.TrimSpace(out.String()), "\n\n")
+	if len(frames) < 3 {
+		t.Fatalf("%d frames in 3 seconds at 500ms:\n%s", len(frames), out.String())
+	}
+	last := frames[len(frames)-1]
+	if _, fn := firstSite(last); fn != "grow_heap" || !strings.Contains(last, "(ended)") {
+		t.Errorf("last frame:\n%s", last)
+	}
+	// 3 seconds at 200,000 B/s: 600 blocks of 1000 bytes live at the end.
+	if !regexp.MustCompile(`(?m)\s+60\d\s+0\s+grow_heap`).MatchString(last) {
+		t.Errorf("grow_heap made about 600 calls:\n%s", last)
+	}
+
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"top", "no-such-session"}, 1, `session "no-such-session": no such session`},
+		{[]string{"top", "-p", "1073741824", "-o", filepath.Join(t.TempDir(), "x.hst")}, 1, "pid 1073741824: no such process"},
+		{[]string{"top"}, 2, "give a session NAME"},
+		{[]string{"top", "--interval", "1ms", "x"}, 2, "--interval"},
+	} {
+		code, stderr := exitCode(t, cli(t, c.args...))
+		if code != c.code || !strings.Contains(stderr, c.want) || strings.Count(strings.TrimSpace(stderr), "\n") > 0 {
+			t.Errorf("%q: exit %d (want %d), stderr %q (want one line with %q)", c.args, code, c.code, stderr, c.want)
+		}
+	}
+}
+
+// TestTopJoin joins a session by name from another process: top shows its
+// growing site, and leaves the session running when it quits.
+func TestTopJoin(t *testing.T) {
+	t.Cleanup(testutil.Cleanup)
+	bin := testutil.MustBuild(t, "top_grow", testutil.Options{})
+	name := fmt.Sprintf("TopJoin-%d", os.Getpid())
+	run := cli(t, "run", "-q", "--name", name, "-o", filepath.Join(t.TempDir(), "run.hst"), "--", bin, "60")
+	stdout, err := run.StdoutPipe()
+	rmust(t, err)
+	rmust(t, run.Start())
+	t.Cleanup(func() { run.Process.Kill(); run.Wait() })
+	if line, _ := bufio.NewReader(stdout).ReadString('\n'); line != "started\n" {
+		t.Fatalf("workload said %q", line)
+	}
+
+	top := cli(t, "top", "--interval", "500ms", name)
+	var out syncBuffer
+	top.Stdout = &out
+	rmust(t, top.Start())
+	growth := regexp.MustCompile(`(?m)^\s+\S+ [KMG]?i?B\s+\+(\S+ [KMG]?i?B)\s+[\d,]+\s+0\s+grow_heap`)
+	var gs [][]string
+	for deadline := time.Now().Add(20 * time.Second); len(gs) < 3 && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		gs = growth.FindAllStringSubmatch(out.String(), -1)
+	}
+	top.Process.Signal(syscall.SIGINT)
+	if err := top.Wait(); err != nil {
+		t.Fatalf("top: %v\n%s", err, out.String())
+	}
+	if len(gs) < 3 {
+		t.Fatalf("top never showed grow_heap growing three times:\n%s", out.String())
+	}
+	for _, g := range gs[1:] { // the first interval is from top's start, not a whole one
+		if v := parseSize(t, g[1]); v < 200000*0.9 || v > 200000*1.1 {
+			t.Errorf("growth %s, want 200000 B/s ±10%%", g[1])
+		}
+	}
+	// top joined the session: it runs on.
+	if code, errs := exitCode(t, cli(t, "query", name)); code != 0 {
+		t.Errorf("the session ended with top: query: %d %s", code, errs)
+	}
+	exitCode(t, cli(t, "stop", name))
+}
+
+// syncBuffer is a bytes.Buffer that a process writes while the test reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestTopAttach attaches to a running process with eBPF: top shows its
+// growing site, and stops the session it started on SIGINT.
+func TestTopAttach(t *testing.T) {
+	testutil.SkipWithoutEBPF(t, ebpf.Available())
+	t.Cleanup(testutil.Cleanup)
+	bin := testutil.MustBuild(t, "top_grow", testutil.Options{})
+	w := exec.Command(bin, "60")
+	stdout, err := w.StdoutPipe()
+	rmust(t, err)
+	rmust(t, w.Start())
+	t.Cleanup(func() { w.Process.Kill(); w.Wait() })
+	if line, _ := bufio.NewReader(stdout).ReadString('\n'); line != "started\n" {
+		t.Fatalf("workload said %q", line)
+	}
+	trace := filepath.Join(t.TempDir(), "attach.hst")
+	top := cli(t, "top", "--interval", "500ms", "-o", trace, "-p", strconv.Itoa(w.Process.Pid))
+	var out syncBuffer
+	var errb bytes.Buffer
+	top.Stdout, top.Stderr = &out, &errb
+	rmust(t, top.Start())
+	growth := regexp.MustCompile(`(?m)^\s+\S+ [KMG]?i?B\s+\+(\S+ [KMG]?i?B)\s+[\d,]+\s+0\s+grow_heap`)
+	var gs [][]string
+	for deadline := time.Now().Add(30 * time.Second); len(gs) < 3 && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		gs = growth.FindAllStringSubmatch(out.String(), -1)
+	}
+	top.Process.Signal(syscall.SIGINT)
+	if err := top.Wait(); err != nil {
+		t.Fatalf("top: %v: %s\n%s", err, errb.String(), out.String())
+	}
+	if len(gs) < 3 {
+		t.Fatalf("top -p never showed grow_heap growing three times:\n%s", out.String())
+	}
+	for _, g := range gs[1:] {
+		if v := parseSize(t, g[1]); v < 200000*0.9 || v > 200000*1.1 {
+			t.Errorf("growth %s, want 200000 B/s ±10%%", g[1])
+		}
+	}
+	if !strings.Contains(errb.String(), "stopped; trace in "+trace) {
+		t.Errorf("top did not stop its session: %q", errb.String())
+	}
+}

@@ -1,0 +1,241 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	tea "charm.land/bubbletea/v2"
+
+	"github.com/heapscope/heapscope/live"
+)
+
+// topModel is the full-screen view of `heapscope top`. One sample is in
+// flight at a time: the next tick is scheduled when a frame arrives, so the
+// sampler is never used by two goroutines.
+type topModel struct {
+	src      *topSource
+	smp      *live.Sampler
+	interval time.Duration
+
+	frame    *live.Frame
+	order    live.Order
+	pid      uint32 // the process shown; 0: all
+	sel      int    // the selected site, in the sorted list
+	expanded bool
+	paused   bool
+	ended    bool
+	err      error
+	width    int
+	height   int
+}
+
+type tickMsg struct{}
+
+type frameMsg struct {
+	f     *live.Frame
+	ended bool
+	err   error
+}
+
+func (m *topModel) sampleCmd() tea.Cmd {
+	src, smp, pid := m.src, m.smp, m.pid
+	return func() tea.Msg {
+		f, err := src.sample(smp, pid)
+		_, ended := src.state()
+		return frameMsg{f, ended, err}
+	}
+}
+
+func (m *topModel) tick() tea.Cmd {
+	return tea.Tick(m.interval, func(time.Time) tea.Msg { return tickMsg{} })
+}
+
+func (m *topModel) Init() tea.Cmd { return m.sampleCmd() }
+
+func (m *topModel) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
+	switch msg := msg.(type) {
+	case tea.WindowSizeMsg:
+		m.width, m.height = msg.Width, msg.Height
+	case tickMsg:
+		if m.paused || m.ended {
+			return m, m.tick()
+		}
+		return m, m.sampleCmd()
+	case frameMsg:
+		if msg.err != nil {
+			m.err = msg.err
+			return m, tea.Quit
+		}
+		m.frame, m.ended = msg.f, msg.ended
+		m.frame.Sort(m.order)
+		m.sel = min(m.sel, max(0, len(m.frame.Sites)-1))
+		return m, m.tick()
+	case tea.KeyPressMsg:
+		return m, m.key(msg.String())
+	}
+	return m, nil
+}
+
+// key acts on a key press.
+func (m *topModel) key(k string) tea.Cmd {
+	resort := func(o live.Order) {
+		m.order = o
+		if m.frame != nil {
+			m.frame.Sort(o)
+		}
+		m.sel = 0
+	}
+	switch k {
+	case "q", "ctrl+c", "esc":
+		return tea.Quit
+	case "s":
+		resort(m.order.Next())
+	case "l":
+		resort(live.ByLive)
+	case "g":
+		resort(live.ByGrowth)
+	case "c":
+		resort(live.ByCalls)
+	case "t":
+		resort(live.ByTemporary)
+	case "p", "tab":
+		m.pid = m.nextPID()
+		m.sel = 0
+		if !m.paused && !m.ended {
+			// Show the process now; the pending tick samples again.
+			return m.sampleCmd()
+		}
+	case "up", "k":
+		m.sel = max(0, m.sel-1)
+	case "down", "j":
+		if m.frame != nil {
+			m.sel = min(len(m.frame.Sites)-1, m.sel+1)
+		}
+	case "enter", "e":
+		m.expanded = !m.expanded
+	case "space", " ":
+		m.paused = !m.paused
+	}
+	return nil
+}
+
+// nextPID cycles all → each process → all.
+func (m *topModel) nextPID() uint32 {
+	if m.frame == nil || len(m.frame.PIDs) == 0 {
+		return 0
+	}
+	pids := m.frame.PIDs
+	if m.pid == 0 {
+		return pids[0]
+	}
+	for i, p := range pids {
+		if p == m.pid && i+1 < len(pids) {
+			return pids[i+1]
+		}
+	}
+	return 0
+}
+
+var sparkChars = []rune("▁▂▃▄▅▆▇█")
+
+// sparkline draws the last width values, scaled to their maximum.
+func sparkline(vs []uint64, width int) string {
+	if len(vs) > width {
+		vs = vs[len(vs)-width:]
+	}
+	var top uint64
+	for _, v := range vs {
+		top = max(top, v)
+	}
+	var b strings.Builder
+	for _, v := range vs {
+		i := 0
+		if top > 0 {
+			i = int(v * uint64(len(sparkChars)-1) / top)
+		}
+		b.WriteRune(sparkChars[i])
+	}
+	return b.String()
+}
+
+func (m *topModel) View() tea.View {
+	v := tea.NewView(m.render())
+	v.AltScreen = true
+	v.WindowTitle = "heapscope top " + m.src.name
+	return v
+}
+
+func (m *topModel) render() string {
+	w, h := m.width, m.height
+	if w <= 0 {
+		w = 100
+	}
+	if h <= 0 {
+		h = 30
+	}
+	var lines []string
+	add := func(format string, args ...any) {
+		s := fmt.Sprintf(format, args...)
+		if r := []rune(s); len(r) > w {
+			s = string(r[:w])
+		}
+		lines = append(lines, s)
+	}
+	state, _ := m.src.state()
+	if m.paused {
+		state += ", paused"
+	}
+	proc := "all processes"
+	if m.pid != 0 {
+		proc = fmt.Sprintf("pid %d", m.pid)
+	}
+	add("heapscope top — session %q (%s) — %s — every %s", m.src.name, state, proc, m.interval)
+	f := m.frame
+	if f == nil {
+		add("reading the trace…")
+		return strings.Join(lines, "\n")
+	}
+	add("live %s in %s blocks   allocs %.0f/s   frees %.0f/s   lost events %s",
+		fmtSize(f.Live), fmtNum(f.Blocks), f.Allocs, f.Frees, lostWord(f))
+	add("%s", sparkline(f.History, max(10, w-2)))
+	add("")
+	add("sorted by %s   keys: s sort  l g c t  p process  ↑↓ select  enter stack  space pause  q quit", m.order)
+	add("%12s %12s %12s %12s  %s", "LIVE", "GROWTH/s", "CALLS", "TEMPORARY", "SITE")
+	rows := h - len(lines) - 1
+	stackLines := 0
+	if m.expanded && m.sel < len(f.Sites) {
+		stackLines = min(len(f.Sites[m.sel].Stack)+1, rows/2)
+	}
+	rows -= stackLines
+	// Keep the selected row on the screen.
+	first := 0
+	if m.sel >= rows {
+		first = m.sel - rows + 1
+	}
+	for i := first; i < len(f.Sites) && i < first+rows; i++ {
+		s := &f.Sites[i]
+		mark := " "
+		if i == m.sel {
+			mark = ">"
+		}
+		add("%s%11s %12s %12s %12s  %s", mark, fmtSize(s.Live), growthWord(s), fmtNum(s.Calls), tempWord(f, s), s.Name())
+		if i == m.sel && stackLines > 0 {
+			for j, fr := range s.Stack {
+				if j == stackLines-1 {
+					break
+				}
+				loc := fr.File
+				if loc != "" && fr.Line > 0 {
+					loc = fmt.Sprintf("%s:%d", fr.File, fr.Line)
+				}
+				name := fr.Function
+				if name == "" {
+					name = fmt.Sprintf("%s+0x%x", fr.Module, fr.Offset)
+				}
+				add("%52s%s  %s", "", name, loc)
+			}
+		}
+	}
+	return strings.Join(lines, "\n")
+}
