@@ -4,15 +4,21 @@ package preload
 // the layout). TestProtocolMatchesHeader checks that the two agree.
 const (
 	hsMagic   = 0x31505348
-	hsVersion = 1
+	hsVersion = 2
 
 	envSocket = "HEAPSCOPE_PRELOAD_SOCKET"
 	envLib    = "HEAPSCOPE_PRELOAD_LIB"
 	envPrefix = "HEAPSCOPE_PRELOAD_"
 
-	msgHello   = 1
-	msgWelcome = 2
-	msgRing    = 3
+	msgHello    = 1
+	msgWelcome  = 2
+	msgRing     = 3
+	msgTables   = 4
+	msgTableReq = 5
+	msgTable    = 6
+
+	tableReqSize = 24
+	tableMsgSize = 88
 
 	helloContinue  = 1
 	helloTruncated = 2
@@ -38,12 +44,14 @@ const (
 	stateStacks = 0xff
 	stateClosed = 0x80000000
 
-	unwindFP    = 0
-	unwindDWARF = 1
-	onFullBlock = 0
-	onFullDrop  = 1
-	clockTSC    = 0
-	clockMono   = 1
+	unwindFP       = 0
+	unwindDWARF    = 1
+	unwindTables   = 2
+	unwindTablesFP = 3
+	onFullBlock    = 0
+	onFullDrop     = 1
+	clockTSC       = 0
+	clockMono      = 1
 
 	maxFrames = 127
 
