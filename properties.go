@@ -123,11 +123,20 @@ const (
 	// DWARF uses the call-frame information (libunwind), for code built
 	// without frame pointers; slower.
 	DWARF
+	// Tables walks with compact unwind tables built from each file's
+	// .eh_frame (package unwind): the stacks DWARF gives, at about the
+	// frame-pointer walk's cost once a file's table arrived; libunwind
+	// stands in until then and where a table has no rule. `heapscope run`'s
+	// default.
+	Tables
 )
 
 func (u Unwind) String() string {
-	if u == DWARF {
+	switch u {
+	case DWARF:
 		return "dwarf"
+	case Tables:
+		return "tables"
 	}
 	return "fp"
 }
@@ -301,11 +310,12 @@ func (p Properties) Validate() error {
 	if p.OnFull == Drop && p.Provider == ProviderEBPF {
 		return bad("OnFull applies to the preload provider; the ebpf provider always drops and counts")
 	}
-	if p.Unwind > DWARF {
+	if p.Unwind > Tables {
 		return bad("unknown unwinder %d", p.Unwind)
 	}
-	if p.Unwind == DWARF && p.Provider == ProviderEBPF {
-		return bad("DWARF unwinding needs the preload provider; the ebpf provider follows frame pointers")
+	if p.Unwind != FramePointers && p.Provider == ProviderEBPF {
+		name := map[Unwind]string{DWARF: "DWARF", Tables: "table"}[p.Unwind]
+		return bad("%s unwinding needs the preload provider; the ebpf provider follows frame pointers", name)
 	}
 	d := p.withDefaults(ProviderEBPF)
 	if int64(d.BufferSize)*1024*int64(d.MaximumBuffers) > maxRingBytes {
@@ -391,6 +401,8 @@ func (u *Unwind) UnmarshalText(b []byte) error {
 		*u = FramePointers
 	case "dwarf":
 		*u = DWARF
+	case "tables":
+		*u = Tables
 	default:
 		return fmt.Errorf("unknown unwinder %q: %w", b, errs.ErrInvalidFlags)
 	}
