@@ -106,6 +106,9 @@ func Load(path string, o LoadOptions) (*Report, error) {
 		WallStart: h.WallStart,
 	}, newSymTable(sym))
 	rep.Trace.Warnings = dedupStrings(append(warnings, sym.Warnings()...))
+	if note := rep.CutNote(headerUnwind(h)); note != "" {
+		rep.Trace.Warnings = append(rep.Trace.Warnings, note)
+	}
 	return rep, nil
 }
 

@@ -85,10 +85,10 @@ func topLeak(d *report.JSON) []report.JSONFrame {
 // default reach the program's own modules, and are the same stacks as
 // libunwind's. With --unwind fp they are not (so the program tests
 // something: Debian builds these without frame pointers).
-func checkDefaultMatchesDWARF(t *testing.T, name string, env []string, own []string, argv ...string) {
-	def := traceAndReport(t, name+"-default", env, nil, argv...)
-	dw := traceAndReport(t, name+"-dwarf", env, []string{"--unwind", "dwarf"}, argv...)
-	fp := traceAndReport(t, name+"-fp", env, []string{"--unwind", "fp"}, argv...)
+func checkDefaultMatchesDWARF(t *testing.T, name string, env []string, own []string, argv ...string) (def, dw, fp *report.JSON) {
+	def = traceAndReport(t, name+"-default", env, nil, argv...)
+	dw = traceAndReport(t, name+"-dwarf", env, []string{"--unwind", "dwarf"}, argv...)
+	fp = traceAndReport(t, name+"-fp", env, []string{"--unwind", "fp"}, argv...)
 	type pick struct {
 		what string
 		get  func(*report.JSON) []report.JSONFrame
@@ -109,6 +109,17 @@ func checkDefaultMatchesDWARF(t *testing.T, name string, env []string, own []str
 		fn := functions(d)
 		t.Logf("%s: %s, default (%d frames):\n  %s", name, p.what, len(fn), strings.Join(fn[:min(len(fn), 12)], "\n  "))
 	}
+	return def, dw, fp
+}
+
+// cutWarning returns the report's warning about stacks cut short, or "".
+func cutWarning(d *report.JSON) string {
+	for _, w := range d.Warnings {
+		if strings.Contains(w, "stacks cut") {
+			return w
+		}
+	}
+	return ""
 }
 
 func TestDefaultUnwindSqlite3(t *testing.T) {
@@ -131,5 +142,19 @@ func TestDefaultUnwindPython(t *testing.T) {
 
 func TestDefaultUnwindCXX(t *testing.T) {
 	bin := testutil.MustBuild(t, "unwind_cxx", testutil.Options{CXX: true, NoFramePointers: true, Opt: "2"})
-	checkDefaultMatchesDWARF(t, "cxx", nil, []string{filepath.Base(bin)}, bin)
+	def, _, fp := checkDefaultMatchesDWARF(t, "cxx", nil, []string{filepath.Base(bin)}, bin)
+	// the report says when stacks end early, naming the module and the fix
+	w := cutWarning(fp)
+	if !strings.Contains(w, "libstdc++.so.6") || !strings.Contains(w, "--unwind tables") {
+		t.Errorf("--unwind fp: cut-stack warning %q, want it to name libstdc++.so.6 and suggest --unwind tables", w)
+	}
+	// the default's only short stack is libstdc++'s emergency pool,
+	// allocated before tracing was set up
+	if w := cutWarning(def); strings.Contains(w, filepath.Base(bin)) {
+		t.Errorf("default: cut-stack warning names the program: %q", w)
+	}
+	deep := traceAndReport(t, "cxx-deep", nil, []string{"--max-frames", "4"}, bin)
+	if w := cutWarning(deep); !strings.Contains(w, "depth limit") || !strings.Contains(w, "--max-frames") {
+		t.Errorf("--max-frames 4: cut-stack warning %q, want the depth limit and --max-frames", w)
+	}
 }

@@ -287,7 +287,7 @@ func TestConfig(t *testing.T) {
 	if _, err := New(Config{}, nil); !errors.Is(err, errs.ErrInvalidFlags) {
 		t.Errorf("New with a nil sink: %v", err)
 	}
-	for s, want := range map[string]Unwind{"fp": UnwindFP, "dwarf": UnwindDWARF} {
+	for s, want := range map[string]Unwind{"fp": UnwindFP, "dwarf": UnwindDWARF, "tables": UnwindTables} {
 		if u, err := ParseUnwind(s); err != nil || u != want || u.String() != s {
 			t.Errorf("ParseUnwind(%q) = %v, %v", s, u, err)
 		}
