@@ -1440,8 +1440,12 @@ static int uw_scan_cb(struct dl_phdr_info *info, size_t size, void *arg)
 					name = g_exe;
 				else if (name[0] != '/' && realpath(name, g_uw_path))
 					name = g_uw_path;
-				if (name[0] == '/')
+				if (name[0] == '/') {
 					uw_ask(t, name);
+				} else { /* no file to build from (the vDSO): fall back there */
+					t->state = UWT_NONE;
+					g_uw_wanted--;
+				}
 			}
 		}
 		if (!sc->set)
