@@ -1591,9 +1591,12 @@ static void uw_poll(void)
 
 enum { UW_OK, UW_STOP, UW_FALL, UW_STALE };
 
+static HS_NOINLINE int uw_rule_slow(uint64_t pc, uint32_t epoch, uint32_t *rule, struct uw_cache_ent *ce);
+
 /* The rule for the frame whose return address is pc: *rule packs
- * cfa_off | kind << 16 | aux << 24. */
-static inline int uw_rule(uint64_t pc, uint32_t epoch, uint32_t *rule)
+ * cfa_off | kind << 16 | aux << 24. The cache is checked inline: a walk
+ * makes one check per frame. */
+static HS_INLINE int uw_rule(uint64_t pc, uint32_t epoch, uint32_t *rule)
 {
 	struct uw_cache_ent *ce = &g_uwcache[uw_slot(pc)];
 	uint64_t k = __atomic_load_n(&ce->k, __ATOMIC_RELAXED), v = __atomic_load_n(&ce->v, __ATOMIC_RELAXED);
@@ -1601,6 +1604,12 @@ static inline int uw_rule(uint64_t pc, uint32_t epoch, uint32_t *rule)
 		*rule = (uint32_t)v;
 		return ((*rule >> 16) & 0xff) == UW_NOMOD ? UW_STOP : UW_OK;
 	}
+	return uw_rule_slow(pc, epoch, rule, ce);
+}
+
+/* A cache miss: find the module and search its table. */
+static HS_NOINLINE int uw_rule_slow(uint64_t pc, uint32_t epoch, uint32_t *rule, struct uw_cache_ent *ce)
+{
 	const struct uw_set *set = __atomic_load_n(&g_uwset, __ATOMIC_ACQUIRE);
 	if (!set || set->epoch != epoch)
 		return UW_STALE;
