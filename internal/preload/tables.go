@@ -169,10 +169,12 @@ func (s *tableServer) make(id []byte, path string) (fd int, built bool, size int
 			s.cache = c
 		}
 	}
-	f, err := os.Open(path)
+	// O_NONBLOCK: a FIFO at that path must not hold the server
+	ofd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
 	if err != nil {
-		return -1, false, 0, err
+		return -1, false, 0, &os.PathError{Op: "open", Path: path, Err: err}
 	}
+	f := os.NewFile(uintptr(ofd), path)
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
