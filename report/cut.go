@@ -49,6 +49,10 @@ func (r *Report) CutNote(unwind string, maxFrames int) string {
 		if stackRoots[last.Function] {
 			continue
 		}
+		// a stripped program's _start has no name: its caller's is enough
+		if n := len(s.ids); n >= 2 && last.Function == "" && strings.HasPrefix(r.table.frames[s.ids[n-2]].Function, "__libc_start_main") {
+			continue
+		}
 		cutSites++
 		cutBytes += s.Bytes
 		mod := path.Base(last.Module)

@@ -127,8 +127,21 @@ func TestDefaultUnwindSqlite3(t *testing.T) {
 	if _, err := os.Stat(sqlite); err != nil {
 		t.Fatalf("Debian's sqlite3 is needed: %v", err)
 	}
-	checkDefaultMatchesDWARF(t, "sqlite3", nil, []string{"sqlite3"}, sqlite, ":memory:",
+	def, _, fp := checkDefaultMatchesDWARF(t, "sqlite3", nil, []string{"sqlite3"}, sqlite, ":memory:",
 		"create table t(a integer, b text); insert into t select value, hex(randomblob(16)) from generate_series(1,20000); create index ti on t(b); select count(*) from t;")
+	checkCutWarnings(t, def, fp)
+}
+
+// checkCutWarnings: the default's stacks are whole (a stripped program's
+// nameless _start included), fp's are cut and the report says so.
+func checkCutWarnings(t *testing.T, def, fp *report.JSON) {
+	t.Helper()
+	if w := cutWarning(def); w != "" {
+		t.Errorf("default: %q", w)
+	}
+	if w := cutWarning(fp); !strings.Contains(w, "stacks cut short") {
+		t.Errorf("--unwind fp: no cut-stack warning (warnings %q)", fp.Warnings)
+	}
 }
 
 func TestDefaultUnwindPython(t *testing.T) {
@@ -137,7 +150,8 @@ func TestDefaultUnwindPython(t *testing.T) {
 		t.Fatalf("Debian's python3.11 is needed: %v", err)
 	}
 	script := "import json\nkeep=[]\ndef grow(n):\n    return [{'k': i, 's': str(i)*5} for i in range(n)]\nfor r in range(5):\n    d = grow(20000)\nkeep.append(grow(30000))\nprint(len(json.dumps(keep)))\n"
-	checkDefaultMatchesDWARF(t, "python3", []string{"PYTHONMALLOC=malloc", "PYTHONHASHSEED=0"}, []string{"python3.11"}, py, "-c", script)
+	def, _, fp := checkDefaultMatchesDWARF(t, "python3", []string{"PYTHONMALLOC=malloc", "PYTHONHASHSEED=0"}, []string{"python3.11"}, py, "-c", script)
+	checkCutWarnings(t, def, fp)
 }
 
 func TestDefaultUnwindCXX(t *testing.T) {
