@@ -526,7 +526,7 @@ func TestTimes(t *testing.T) {
 func TestUnwindTables(t *testing.T) {
 	bin := testutil.MustBuild(t, "preload_tables", testutil.Options{NoFramePointers: true, Opt: "2"})
 	want := []string{"site_b", "site_a", "main"}
-	const n = 150
+	const n = 300
 	for _, u := range []Unwind{unwindTablesOnly, UnwindTables} {
 		var c *Collector
 		r := traceWith(t, Config{Unwind: u}, func(col *Collector) { c = col }, bin, strconv.Itoa(n))
@@ -552,7 +552,7 @@ func TestUnwindTables(t *testing.T) {
 		}
 		switch u {
 		case unwindTablesOnly:
-			// the tables arrive within milliseconds; the walk is 2 ms apart
+			// the tables arrive within milliseconds; the calls are 2 ms apart
 			if last := chains[n-1]; len(last) < 3 || !slices.Equal(last[:3], want) {
 				t.Errorf("tables only: last chain %v, want it to start %v", last, want)
 			}
