@@ -524,6 +524,7 @@ func TestTimes(t *testing.T) {
 // chains are the tables' work; with UnwindTables every chain is complete,
 // the first ones through libunwind.
 func TestUnwindTables(t *testing.T) {
+	t.Setenv("XDG_CACHE_HOME", t.TempDir()) // tables built here, not read from the user's cache
 	bin := testutil.MustBuild(t, "preload_tables", testutil.Options{NoFramePointers: true, Opt: "2"})
 	want := []string{"site_b", "site_a", "main"}
 	const n = 300
