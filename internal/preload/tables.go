@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"runtime"
 	"sync"
 	"syscall"
 	"time"
@@ -22,13 +23,21 @@ import (
 // tableServer answers the interposers' requests for unwind tables
 // (--unwind tables). A table is built once per file and session (and once
 // per user, through the on-disk cache), kept in a sealed memfd, and the
-// same memfd is sent to every process that maps the file.
+// same memfd is sent to every process that maps the file. Tables of
+// different files are built in parallel, up to one per CPU.
 type tableServer struct {
 	mu     sync.Mutex
 	opened bool
 	cache  *unwind.Cache // nil: no usable cache folder
-	fds    map[string]int
+	fds    map[string]*tableEntry
 	stats  TableStats
+	slots  chan struct{} // bounds the builds running at once
+}
+
+// tableEntry is one file's table: fd is valid once done is closed.
+type tableEntry struct {
+	done chan struct{}
+	fd   int // -1: none
 }
 
 // TableStats says what the session's unwind tables cost.
@@ -36,7 +45,7 @@ type TableStats struct {
 	Files    int           // tables made (built or read from the cache)
 	Built    int           // of which built from CFI
 	Bytes    int64         // their total size
-	Time     time.Duration // time spent making them
+	Time     time.Duration // time spent making them, summed over files (built in parallel)
 	Failures int           // files that got no table (no CFI, unreadable, untrusted)
 }
 
@@ -107,24 +116,28 @@ func (c *Collector) serveTables(uc *net.UnixConn) {
 		if idLen == 0 || idLen > buildIDMax || pathLen == 0 || pathLen > modulePathMax || tableReqSize+idLen+pathLen != uint64(n) {
 			continue
 		}
-		id := b[tableReqSize : tableReqSize+idLen]
+		id := append([]byte(nil), b[tableReqSize:tableReqSize+idLen]...)
 		path := string(b[tableReqSize+idLen:])
-		fd := c.tables.get(id, path)
-		reply := make([]byte, tableMsgSize)
-		le.PutUint32(reply, hsMagic)
-		le.PutUint32(reply[4:], hsVersion)
-		le.PutUint32(reply[8:], msgTable)
-		le.PutUint32(reply[16:], uint32(idLen))
-		copy(reply[24:], id)
-		var rights []byte
-		if fd >= 0 {
-			rights = unix.UnixRights(fd)
-		} else {
-			le.PutUint32(reply[12:], 1)
-		}
-		if _, _, err := uc.WriteMsgUnix(reply, rights, nil); err != nil {
-			return
-		}
+		// one goroutine per request: a large file's build does not hold
+		// up the process's other tables (c.wg: Close waits for it)
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			fd := c.tables.get(id, path)
+			reply := make([]byte, tableMsgSize)
+			le.PutUint32(reply, hsMagic)
+			le.PutUint32(reply[4:], hsVersion)
+			le.PutUint32(reply[8:], msgTable)
+			le.PutUint32(reply[16:], uint32(len(id)))
+			copy(reply[24:], id)
+			var rights []byte
+			if fd >= 0 {
+				rights = unix.UnixRights(fd)
+			} else {
+				le.PutUint32(reply[12:], 1)
+			}
+			uc.WriteMsgUnix(reply, rights, nil) // a process that went away needs no answer
+		}()
 	}
 }
 
@@ -132,43 +145,56 @@ func (c *Collector) serveTables(uc *net.UnixConn) {
 // build-id must be id, or -1 when there is none. The descriptor stays the
 // server's.
 func (s *tableServer) get(id []byte, path string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	key := hex.EncodeToString(id)
-	if fd, ok := s.fds[key]; ok {
-		return fd
+	s.mu.Lock()
+	if e, ok := s.fds[key]; ok {
+		s.mu.Unlock()
+		<-e.done
+		return e.fd
 	}
 	if s.fds == nil {
-		s.fds = map[string]int{}
+		s.fds = map[string]*tableEntry{}
+		s.slots = make(chan struct{}, max(1, runtime.NumCPU()))
 	}
-	start := time.Now()
-	fd, built, size, err := s.make(id, path)
-	if err != nil {
-		s.stats.Failures++
-		fd = -1
-	} else {
-		s.stats.Files++
-		s.stats.Bytes += int64(size)
-		if built {
-			s.stats.Built++
-		}
-	}
-	s.stats.Time += time.Since(start)
-	s.fds[key] = fd
-	return fd
-}
-
-// make builds (or reads from the cache) the table of path and puts it in
-// a sealed memfd. The path comes from the traced process: the file must be
-// a regular file owned by root or by us, writable by no one else, with the
-// build-id the process reported.
-func (s *tableServer) make(id []byte, path string) (fd int, built bool, size int, err error) {
 	if !s.opened {
 		s.opened = true
 		if c, err := unwind.OpenCache(""); err == nil {
 			s.cache = c
 		}
 	}
+	e := &tableEntry{done: make(chan struct{}), fd: -1}
+	s.fds[key] = e
+	slots := s.slots
+	s.mu.Unlock()
+
+	slots <- struct{}{}
+	start := time.Now()
+	fd, built, size, err := s.make(id, path)
+	took := time.Since(start)
+	<-slots
+
+	s.mu.Lock()
+	if err != nil {
+		s.stats.Failures++
+	} else {
+		e.fd = fd
+		s.stats.Files++
+		s.stats.Bytes += int64(size)
+		if built {
+			s.stats.Built++
+		}
+	}
+	s.stats.Time += took
+	s.mu.Unlock()
+	close(e.done)
+	return e.fd
+}
+
+// make builds (or reads from the cache) the table of path and puts it in
+// a sealed memfd; s.cache is set before any make runs. The path comes from the traced process: the file must be
+// a regular file owned by root or by us, writable by no one else, with the
+// build-id the process reported.
+func (s *tableServer) make(id []byte, path string) (fd int, built bool, size int, err error) {
 	// O_NONBLOCK: a FIFO at that path must not hold the server
 	ofd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
 	if err != nil {
@@ -237,9 +263,13 @@ func sealedMemfd(b []byte) (int, error) {
 func (s *tableServer) close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, fd := range s.fds {
-		if fd >= 0 {
-			unix.Close(fd)
+	for _, e := range s.fds {
+		select {
+		case <-e.done:
+			if e.fd >= 0 {
+				unix.Close(e.fd)
+			}
+		default: // still building: its builder owns the fd (cannot happen after Close's wait)
 		}
 	}
 	s.fds = nil
