@@ -133,11 +133,20 @@ const (
 	// DWARF uses the call-frame information (libunwind), for code built
 	// without frame pointers; slower.
 	DWARF
+	// Tables walks with compact unwind tables built from each file's
+	// .eh_frame (package unwind): the stacks DWARF gives, at about the
+	// frame-pointer walk's cost once a file's table arrived; libunwind
+	// stands in until then and where a table has no rule. `heapscope run`'s
+	// default.
+	Tables
 )
 
 func (u Unwind) String() string {
-	if u == DWARF {
+	switch u {
+	case DWARF:
 		return "dwarf"
+	case Tables:
+		return "tables"
 	}
 	return "fp"
 }
@@ -351,11 +360,12 @@ func (p Properties) Validate() error {
 		// A uprobe cannot wait for room: "block" would drop all the same.
 		return bad("OnFull block with the ebpf provider: it cannot make the traced thread wait; it drops and counts (OnFull drop)")
 	}
-	if p.Unwind > DWARF {
+	if p.Unwind > Tables {
 		return bad("unknown unwinder %d", p.Unwind)
 	}
-	if p.Unwind == DWARF && p.Provider == ProviderEBPF {
-		return bad("DWARF unwinding needs the preload provider; the ebpf provider follows frame pointers")
+	if p.Unwind != FramePointers && p.Provider == ProviderEBPF {
+		name := map[Unwind]string{DWARF: "DWARF", Tables: "table"}[p.Unwind]
+		return bad("%s unwinding needs the preload provider; the ebpf provider follows frame pointers", name)
 	}
 	d := p.withDefaults(ProviderEBPF)
 	if int64(d.BufferSize)*1024*int64(d.MaximumBuffers) > maxRingBytes {
@@ -443,6 +453,8 @@ func (u *Unwind) UnmarshalText(b []byte) error {
 		*u = FramePointers
 	case "dwarf":
 		*u = DWARF
+	case "tables":
+		*u = Tables
 	default:
 		return fmt.Errorf("unknown unwinder %q: %w", b, errs.ErrInvalidFlags)
 	}

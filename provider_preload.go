@@ -24,8 +24,11 @@ type preloadBackend struct {
 
 func newPreload(s *Session) (backend, error) {
 	unwind := preload.UnwindFP
-	if s.props.Unwind == DWARF {
+	switch s.props.Unwind {
+	case DWARF:
 		unwind = preload.UnwindDWARF
+	case Tables:
+		unwind = preload.UnwindTables
 	}
 	onFull := preload.Block
 	if s.props.OnFull == Drop {

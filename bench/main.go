@@ -65,6 +65,9 @@ var modes = []mode{
 		defer benchutil.RemoveGlob(out + "*")
 		return output(exec.Command("heaptrack", append([]string{"-o", out, e.churn}, args...)...))
 	}},
+	{"heapscope run (preload, default: tables)", func(e *benchEnv, args []string) ([]byte, float64, error) {
+		return e.run(args)
+	}},
 	{"heapscope run (preload, fp)", func(e *benchEnv, args []string) ([]byte, float64, error) {
 		return e.run(args, "--unwind", "fp")
 	}},

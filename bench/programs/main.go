@@ -66,9 +66,13 @@ var modes = []mode{
 		err := e.exec(p, append([]string{"heaptrack", "-o", out}, p.argv...))
 		return out + ".zst", err
 	}},
+	{"heapscope run (default: tables)", func(e *env, p program) (string, error) {
+		out := filepath.Join(e.tmp, "hs-tables-"+p.name+".hst")
+		return out, e.exec(p, append([]string{e.heapscope, "run", "-q", "-o", out, "--"}, p.argv...))
+	}},
 	{"heapscope run (fp)", func(e *env, p program) (string, error) {
 		out := filepath.Join(e.tmp, "hs-fp-"+p.name+".hst")
-		return out, e.exec(p, append([]string{e.heapscope, "run", "-q", "-o", out, "--"}, p.argv...))
+		return out, e.exec(p, append([]string{e.heapscope, "run", "-q", "--unwind", "fp", "-o", out, "--"}, p.argv...))
 	}},
 	{"heapscope run (dwarf)", func(e *env, p program) (string, error) {
 		out := filepath.Join(e.tmp, "hs-dwarf-"+p.name+".hst")
@@ -177,7 +181,7 @@ func run(reps int, outFile string) error {
 	var doc bytes.Buffer
 	fmt.Fprintf(&doc, "# Real programs: heapscope run against heaptrack\n\nWritten by `go run ./bench/programs -reps %d`.\n\n", reps)
 	fmt.Fprintf(&doc, "- date: %s\n- machine: %s\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"), benchutil.Machine())
-	fmt.Fprintf(&doc, "- method: each program runs untraced, under `heaptrack`, and under `heapscope run` (frame-pointer and DWARF stacks), interleaved, %d times; wall times are medians and include the tracer's start and end (heaptrack's interpreter, heapscope's collector and file), not heapscope's summary (`-q`)\n", reps)
+	fmt.Fprintf(&doc, "- method: each program runs untraced, under `heaptrack`, and under `heapscope run` (its default unwind tables, frame-pointer and DWARF stacks), interleaved, %d times; wall times are medians and include the tracer's start and end (heaptrack's interpreter, heapscope's collector and file), not heapscope's summary (`-q`)\n", reps)
 	fmt.Fprintf(&doc, "- events: heaptrack's are the `+` (allocation) and `-` (free) records of its trace; heapscope's are the events in its trace (it keeps a time, thread and address for each)\n\n")
 	for _, p := range programs {
 		fmt.Fprintf(&doc, "- %s: `%s`", p.name, strings.Join(p.env, " "))

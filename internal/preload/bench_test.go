@@ -77,7 +77,8 @@ func churnValue(out []byte, name string) (float64, error) {
 // workload reports:
 //
 //	untraced, heaptrack (if installed), fp (the default: frame-pointer
-//	stacks on allocations), nostacks, dwarf (--unwind dwarf),
+//	stacks on allocations), nostacks, dwarf (--unwind dwarf), tables
+//	(--unwind tables, heapscope run's default),
 //
 // and fp's overhead over untraced as a fraction of heaptrack's.
 func BenchmarkChurn(b *testing.B) {
@@ -100,6 +101,7 @@ func BenchmarkChurn(b *testing.B) {
 		{"fp", traced(Config{})},
 		{"nostacks", traced(Config{Stacks: NoStacks})},
 		{"dwarf", traced(Config{Unwind: UnwindDWARF})},
+		{"tables", traced(Config{Unwind: UnwindTables})},
 	}
 	if _, err := exec.LookPath("heaptrack"); err == nil {
 		modes = append(modes, mode{"heaptrack", func(b *testing.B, threads int) float64 {
@@ -132,6 +134,7 @@ func BenchmarkChurn(b *testing.B) {
 			if ht, ok := med["heaptrack"]; ok && ht > med["untraced"] {
 				b.ReportMetric((med["fp"]-med["untraced"])/(ht-med["untraced"]), "fp-overhead/heaptrack")
 				b.ReportMetric((med["dwarf"]-med["untraced"])/(ht-med["untraced"]), "dwarf-overhead/heaptrack")
+				b.ReportMetric((med["tables"]-med["untraced"])/(ht-med["untraced"]), "tables-overhead/heaptrack")
 			}
 			b.ReportMetric(0, "ns/op")
 		})

@@ -51,6 +51,8 @@ type Collector struct {
 	conns   map[*net.UnixConn]struct{}
 	stacks  event.KindSet
 
+	tables tableServer // unwind tables for --unwind tables
+
 	statsMu sync.Mutex
 	stats   event.Stats
 
@@ -339,6 +341,7 @@ func (c *Collector) Close() error {
 	}
 	c.mu.Unlock()
 	c.wg.Wait()
+	c.tables.close()
 	c.release()
 	return c.closeErr
 }
@@ -553,6 +556,11 @@ func (c *Collector) serve(uc *net.UnixConn) {
 			if pids := parseChildren(b); len(pids) > 0 {
 				c.enqueue(request{kind: reqChildren, conn: cn, pids: pids})
 			}
+			continue
+		}
+		if len(b) == ringMsgSize && le.Uint32(b) == hsMagic && le.Uint32(b[4:]) == hsVersion &&
+			le.Uint32(b[8:]) == msgTables && len(fds) == 1 && c.cfg.Unwind >= UnwindTables {
+			c.startTables(fds[0])
 			continue
 		}
 		if len(b) != ringMsgSize || le.Uint32(b) != hsMagic || le.Uint32(b[4:]) != hsVersion ||

@@ -36,6 +36,17 @@ const (
 	// pointers. Slower; allocations made before the interposer's
 	// constructor ran are still walked with frame pointers.
 	UnwindDWARF
+	// UnwindTables walks with compact unwind tables the collector builds
+	// from each file's .eh_frame (package unwind): DWARF-correct stacks at
+	// about the frame-pointer walk's cost once the tables arrived. Where no
+	// table answers (not arrived yet, no rule for the address) the stack is
+	// walked with libunwind, as UnwindDWARF does, or with frame pointers
+	// when libunwind is not installed.
+	UnwindTables
+
+	// unwindTablesOnly is UnwindTables with the frame pointer, not libunwind,
+	// where no table answers: tests use it to see the tables at work.
+	unwindTablesOnly
 )
 
 func (u Unwind) String() string {
@@ -44,17 +55,21 @@ func (u Unwind) String() string {
 		return "fp"
 	case UnwindDWARF:
 		return "dwarf"
+	case UnwindTables:
+		return "tables"
 	}
 	return fmt.Sprintf("unwind(%d)", uint8(u))
 }
 
-// ParseUnwind returns the Unwind named s: "fp" or "dwarf".
+// ParseUnwind returns the Unwind named s: "fp", "dwarf" or "tables".
 func ParseUnwind(s string) (Unwind, error) {
 	switch s {
 	case "fp":
 		return UnwindFP, nil
 	case "dwarf":
 		return UnwindDWARF, nil
+	case "tables":
+		return UnwindTables, nil
 	}
 	return 0, fmt.Errorf("unknown unwind method %q: %w", s, errs.ErrInvalidFlags)
 }
@@ -154,7 +169,7 @@ func (c Config) withDefaults() (Config, error) {
 	if err := checkStacks(c.Stacks); err != nil {
 		return Config{}, err
 	}
-	if c.Unwind > UnwindDWARF {
+	if c.Unwind > unwindTablesOnly {
 		return bad("unknown unwind method %d", c.Unwind)
 	}
 	switch {

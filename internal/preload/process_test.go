@@ -651,3 +651,54 @@ func TestDaemonChild(t *testing.T) {
 		t.Errorf("%d allocations of the daemon child recorded, want %d", n, k)
 	}
 }
+
+// TestUnwindTables walks an -O2 build without frame pointers with the
+// unwind tables: once the collector sent them, every allocation has the
+// whole chain main→site_a→site_b. With unwindTablesOnly the frame pointer,
+// not libunwind, stands in where no table answers yet, so the complete
+// chains are the tables' work; with UnwindTables every chain is complete,
+// the first ones through libunwind.
+func TestUnwindTables(t *testing.T) {
+	t.Setenv("XDG_CACHE_HOME", t.TempDir()) // tables built here, not read from the user's cache
+	bin := testutil.MustBuild(t, "preload_tables", testutil.Options{NoFramePointers: true, Opt: "2"})
+	want := []string{"site_b", "site_a", "main"}
+	const n = 300
+	for _, u := range []Unwind{unwindTablesOnly, UnwindTables} {
+		var c *Collector
+		r := traceWith(t, Config{Unwind: u}, func(col *Collector) { c = col }, bin, strconv.Itoa(n))
+		var chains [][]string
+		for _, e := range r.of(r.pid) {
+			if e.Func == event.FuncMalloc && e.Size == 4097 {
+				chains = append(chains, r.chain(e))
+			}
+		}
+		if len(chains) != n {
+			t.Fatalf("unwind %v: %d allocations of 4097 bytes, want %d", u, len(chains), n)
+		}
+		full := 0
+		for _, ch := range chains {
+			if len(ch) >= 3 && slices.Equal(ch[:3], want) {
+				full++
+			}
+		}
+		st := c.TableStats()
+		t.Logf("unwind %v: %d of %d chains complete; tables: %+v", u, full, n, st)
+		if st.Files == 0 {
+			t.Errorf("unwind %v: the collector sent no table", u)
+		}
+		switch u {
+		case unwindTablesOnly:
+			// the tables arrive within milliseconds; the calls are 2 ms apart
+			if last := chains[n-1]; len(last) < 3 || !slices.Equal(last[:3], want) {
+				t.Errorf("tables only: last chain %v, want it to start %v", last, want)
+			}
+			if full < n/2 {
+				t.Errorf("tables only: %d of %d chains complete", full, n)
+			}
+		default:
+			if full != n {
+				t.Errorf("tables: %d of %d chains complete", full, n)
+			}
+		}
+	}
+}

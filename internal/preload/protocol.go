@@ -4,7 +4,7 @@ package preload
 // the layout). TestProtocolMatchesHeader checks that the two agree.
 const (
 	hsMagic   = 0x31505348
-	hsVersion = 1
+	hsVersion = 2
 
 	envSocket = "HEAPSCOPE_PRELOAD_SOCKET"
 	envLib    = "HEAPSCOPE_PRELOAD_LIB"
@@ -18,6 +18,13 @@ const (
 
 	childrenSize = 16
 	childrenMax  = 256
+
+	msgTables   = 5
+	msgTableReq = 6
+	msgTable    = 7
+
+	tableReqSize = 24
+	tableMsgSize = 88
 
 	helloContinue  = 1
 	helloTruncated = 2
@@ -43,12 +50,14 @@ const (
 	stateStacks = 0xff
 	stateClosed = 0x80000000
 
-	unwindFP    = 0
-	unwindDWARF = 1
-	onFullBlock = 0
-	onFullDrop  = 1
-	clockTSC    = 0
-	clockMono   = 1
+	unwindFP       = 0
+	unwindDWARF    = 1
+	unwindTables   = 2
+	unwindTablesFP = 3
+	onFullBlock    = 0
+	onFullDrop     = 1
+	clockTSC       = 0
+	clockMono      = 1
 
 	maxFrames = 127
 

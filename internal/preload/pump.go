@@ -81,8 +81,10 @@ func (c *Collector) pump() {
 		}
 		progress := c.consumed() != before
 		c.finish(false)
-		c.serviceFlushes()
+		// stats first: a Flush that returns sees Stats() count what it
+		// delivered
 		c.maybeStats(false)
+		c.serviceFlushes()
 		if closeReq != nil {
 			c.shutdown()
 			closeReq.done <- c.sinkErr

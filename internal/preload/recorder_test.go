@@ -273,10 +273,19 @@ type result struct {
 // closes the collector, checking the sink contract.
 func traceCmd(t testing.TB, cfg Config, cmd *exec.Cmd) *result {
 	t.Helper()
+	return traceCmdWith(t, cfg, nil, cmd)
+}
+
+// traceCmdWith is traceCmd that hands the collector to use first.
+func traceCmdWith(t testing.TB, cfg Config, use func(*Collector), cmd *exec.Cmd) *result {
+	t.Helper()
 	rec := newRecorder()
 	c, err := New(cfg, rec)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if use != nil {
+		use(c)
 	}
 	if err := c.Prepare(cmd); err != nil {
 		t.Fatal(err)
@@ -310,6 +319,12 @@ func traceCmd(t testing.TB, cfg Config, cmd *exec.Cmd) *result {
 func trace(t testing.TB, cfg Config, bin string, args ...string) *result {
 	t.Helper()
 	return traceCmd(t, cfg, exec.Command(bin, args...))
+}
+
+// traceWith runs bin with args traced, handing the collector to use.
+func traceWith(t testing.TB, cfg Config, use func(*Collector), bin string, args ...string) *result {
+	t.Helper()
+	return traceCmdWith(t, cfg, use, exec.Command(bin, args...))
 }
 
 // reportExit tells c how cmd ended, as a launcher would.

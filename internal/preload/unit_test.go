@@ -227,6 +227,8 @@ func TestProtocolMatchesHeader(t *testing.T) {
 		"HS_FUNC_NEW": int64(event.FuncNew), "HS_FUNC_NEW_ARRAY": int64(event.FuncNewArray),
 		"HS_FUNC_DELETE": int64(event.FuncDelete), "HS_FUNC_DELETE_ARRAY": int64(event.FuncDeleteArray),
 		"HS_FUNC_MMAP": int64(event.FuncMmap), "HS_FUNC_MUNMAP": int64(event.FuncMunmap),
+		"HS_MSG_TABLES": msgTables, "HS_MSG_TABLE_REQ": msgTableReq, "HS_MSG_TABLE": msgTable,
+		"HS_TABLE_REQ_SIZE": tableReqSize, "HS_TABLE_MSG_SIZE": tableMsgSize, "HS_UNWIND_TABLES": unwindTables, "HS_UNWIND_TABLES_FP": unwindTablesFP,
 	}
 	strs := map[string]string{"HS_ENV_SOCKET": envSocket, "HS_ENV_LIB": envLib, "HS_ENV_PREFIX": envPrefix, "HS_ENV_UID": envUID}
 	for name, want := range ints {
@@ -285,7 +287,7 @@ func TestConfig(t *testing.T) {
 	if _, err := New(Config{}, nil); !errors.Is(err, errs.ErrInvalidFlags) {
 		t.Errorf("New with a nil sink: %v", err)
 	}
-	for s, want := range map[string]Unwind{"fp": UnwindFP, "dwarf": UnwindDWARF} {
+	for s, want := range map[string]Unwind{"fp": UnwindFP, "dwarf": UnwindDWARF, "tables": UnwindTables} {
 		if u, err := ParseUnwind(s); err != nil || u != want || u.String() != s {
 			t.Errorf("ParseUnwind(%q) = %v, %v", s, u, err)
 		}

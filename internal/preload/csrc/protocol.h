@@ -15,7 +15,7 @@
 #include <stdint.h>
 
 #define HS_MAGIC 0x31505348u /* "HSP1" */
-#define HS_VERSION 1u
+#define HS_VERSION 2u
 
 /* Environment of a traced process. */
 #define HS_ENV_SOCKET "HEAPSCOPE_PRELOAD_SOCKET" /* the collector's socket */
@@ -36,6 +36,40 @@
 #define HS_MSG_RING 3u
 
 #define HS_MSG_CHILDREN 4u /* a process that forked names its children (see struct hs_children) */
+
+/*
+ * Unwind tables (--unwind tables). The interposer makes a SOCK_SEQPACKET
+ * socketpair and sends one end in a TABLES message (struct hs_ring_msg,
+ * index 0). On that channel it asks for the table of a loaded file
+ * (TABLE_REQ) and the collector answers each request with a TABLE message:
+ * status 0 with the table's sealed memfd (F_SEAL_WRITE|SHRINK|GROW; the
+ * format of unwind/FORMAT.md), otherwise no table (fall back). The main
+ * socket carries nothing new.
+ */
+#define HS_MSG_TABLES 5u
+#define HS_MSG_TABLE_REQ 6u
+#define HS_MSG_TABLE 7u
+
+struct hs_table_req { /* followed by id_len bytes of build-id, then path_len bytes of path */
+	uint32_t magic;    /* 0 */
+	uint32_t version;  /* 4 */
+	uint32_t type;     /* 8: HS_MSG_TABLE_REQ */
+	uint32_t id_len;   /* 12: 1..HS_BUILD_ID_MAX */
+	uint32_t path_len; /* 16: 1..HS_MODULE_PATH_MAX */
+	uint32_t reserved; /* 20 */
+};
+#define HS_TABLE_REQ_SIZE 24
+
+struct hs_table_msg { /* with the table's memfd as SCM_RIGHTS when status is 0 */
+	uint32_t magic;    /* 0 */
+	uint32_t version;  /* 4 */
+	uint32_t type;     /* 8: HS_MSG_TABLE */
+	uint32_t status;   /* 12: 0 = table attached; otherwise none for this file */
+	uint32_t id_len;   /* 16 */
+	uint32_t reserved; /* 20 */
+	uint8_t id[64];    /* 24: the build-id asked for (HS_BUILD_ID_MAX) */
+};
+#define HS_TABLE_MSG_SIZE 88
 
 #define HS_HELLO_CONTINUE 1u /* flags: another connection of an image already traced */
 #define HS_HELLO_TRUNCATED 2u /* flags: exe or cmdline was cut to fit */
@@ -110,6 +144,8 @@ struct hs_children { /* followed by count uint32_t PIDs */
 
 #define HS_UNWIND_FP 0u
 #define HS_UNWIND_DWARF 1u
+#define HS_UNWIND_TABLES 2u /* unwind tables, libunwind where they have no answer */
+#define HS_UNWIND_TABLES_FP 3u /* unwind tables, frame pointers where they have no answer (tests) */
 #define HS_ON_FULL_BLOCK 0u
 #define HS_ON_FULL_DROP 1u
 #define HS_CLOCK_TSC 0u       /* timestamps are rdtsc */
