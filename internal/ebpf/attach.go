@@ -46,6 +46,11 @@ func (t *Tracer) Attach(pid int, opts ...AttachOption) error {
 	}
 	t.attachMu.Lock()
 	defer t.attachMu.Unlock()
+	return t.attachLocked(pid, o)
+}
+
+// attachLocked is Attach, called with attachMu held.
+func (t *Tracer) attachLocked(pid int, o attachOptions) error {
 	t.mu.Lock()
 	closed := t.closed
 	_, traced := t.procs[pid]
@@ -144,6 +149,14 @@ func (t *Tracer) attach(p *tracee) error {
 			closeLinks(p.links)
 			p.links = nil
 			return fmt.Errorf("ebpf: pid %d: tracing its mmap calls: %w", pid, err)
+		}
+	}
+	if t.following() {
+		if err := t.objs.follow.Put(uint32(pid), uint8(1)); err != nil {
+			closeLinks(p.links)
+			p.links = nil
+			t.objs.traced.Delete(uint32(pid))
+			return fmt.Errorf("ebpf: pid %d: following its children: %w", pid, err)
 		}
 	}
 
@@ -406,6 +419,9 @@ func (t *Tracer) end(p *tracee, exited bool) {
 		closeLinks(p.links)
 		if t.cfg.Families&event.FamilyMmap != 0 {
 			t.objs.traced.Delete(uint32(p.pid))
+		}
+		if t.following() {
+			t.objs.follow.Delete(uint32(p.pid))
 		}
 		if !exited {
 			t.clearThreads(p.pid)

@@ -92,6 +92,15 @@ type Config struct {
 	// and Close.
 	FlushInterval time.Duration
 
+	// NoFollowFork traces only the processes attached, as they run on
+	// across exec: the processes they fork are not traced, and an exec is
+	// not told apart. By default a process a traced process forks is
+	// traced from its first instruction (it is held until its probes are
+	// in), and an exec starts a new image of the process: the old one
+	// ends with an Exit, the new one begins with a Process record and is
+	// probed anew before its first instruction.
+	NoFollowFork bool
+
 	// noMulti forces classic uprobes even where uprobe_multi links work
 	// (tests of the fallback).
 	noMulti bool

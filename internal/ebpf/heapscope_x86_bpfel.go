@@ -49,6 +49,15 @@ type heapscopeLiveVal struct {
 	Stack uint64
 }
 
+type heapscopeNote struct {
+	_    structs.HostLayout
+	Time uint64
+	Kind uint32
+	Pid  uint32
+	Ppid uint32
+	Held int32
+}
+
 type heapscopeStack struct {
 	_  structs.HostLayout
 	Ip [128]uint64
@@ -94,6 +103,7 @@ type heapscopeTotalVal struct {
 const (
 	heapscopeMapCounters         = "counters"
 	heapscopeMapEvents           = "events"
+	heapscopeMapFollow           = "follow"
 	heapscopeMapLiveKeys         = "live_keys"
 	heapscopeMapLiveVals         = "live_vals"
 	heapscopeMapStacks           = "stacks"
@@ -115,6 +125,8 @@ const (
 	heapscopeProgMremapExit      = "mremap_exit"
 	heapscopeProgMunmapEnter     = "munmap_enter"
 	heapscopeProgMunmapExit      = "munmap_exit"
+	heapscopeProgOnExec          = "on_exec"
+	heapscopeProgOnFork          = "on_fork"
 	heapscopeProgWrapEnter       = "wrap_enter"
 	heapscopeProgWrapEnterMulti  = "wrap_enter_multi"
 	heapscopeVarAggregate        = "aggregate"
@@ -124,6 +136,7 @@ const (
 	heapscopeVarTotalsMask       = "totals_mask"
 	heapscopeVarUnusedEvent      = "unused_event"
 	heapscopeVarUnusedLib        = "unused_lib"
+	heapscopeVarUnusedNote       = "unused_note"
 	heapscopeVarWakeupMask       = "wakeup_mask"
 )
 
@@ -183,6 +196,8 @@ type heapscopeProgramSpecs struct {
 	MremapExit      *ebpf.ProgramSpec `ebpf:"mremap_exit"`
 	MunmapEnter     *ebpf.ProgramSpec `ebpf:"munmap_enter"`
 	MunmapExit      *ebpf.ProgramSpec `ebpf:"munmap_exit"`
+	OnExec          *ebpf.ProgramSpec `ebpf:"on_exec"`
+	OnFork          *ebpf.ProgramSpec `ebpf:"on_fork"`
 	WrapEnter       *ebpf.ProgramSpec `ebpf:"wrap_enter"`
 	WrapEnterMulti  *ebpf.ProgramSpec `ebpf:"wrap_enter_multi"`
 }
@@ -193,6 +208,7 @@ type heapscopeProgramSpecs struct {
 type heapscopeMapSpecs struct {
 	Counters   *ebpf.MapSpec `ebpf:"counters"`
 	Events     *ebpf.MapSpec `ebpf:"events"`
+	Follow     *ebpf.MapSpec `ebpf:"follow"`
 	LiveKeys   *ebpf.MapSpec `ebpf:"live_keys"`
 	LiveVals   *ebpf.MapSpec `ebpf:"live_vals"`
 	Stacks     *ebpf.MapSpec `ebpf:"stacks"`
@@ -213,6 +229,7 @@ type heapscopeVariableSpecs struct {
 	TotalsMask  *ebpf.VariableSpec `ebpf:"totals_mask"`
 	UnusedEvent *ebpf.VariableSpec `ebpf:"unused_event"`
 	UnusedLib   *ebpf.VariableSpec `ebpf:"unused_lib"`
+	UnusedNote  *ebpf.VariableSpec `ebpf:"unused_note"`
 	WakeupMask  *ebpf.VariableSpec `ebpf:"wakeup_mask"`
 }
 
@@ -238,6 +255,7 @@ func (o *heapscopeObjects) Close() error {
 type heapscopeMaps struct {
 	Counters   *ebpf.Map `ebpf:"counters"`
 	Events     *ebpf.Map `ebpf:"events"`
+	Follow     *ebpf.Map `ebpf:"follow"`
 	LiveKeys   *ebpf.Map `ebpf:"live_keys"`
 	LiveVals   *ebpf.Map `ebpf:"live_vals"`
 	Stacks     *ebpf.Map `ebpf:"stacks"`
@@ -251,6 +269,7 @@ func (m *heapscopeMaps) Close() error {
 	return _HeapscopeClose(
 		m.Counters,
 		m.Events,
+		m.Follow,
 		m.LiveKeys,
 		m.LiveVals,
 		m.Stacks,
@@ -272,6 +291,7 @@ type heapscopeVariables struct {
 	TotalsMask  *ebpf.Variable `ebpf:"totals_mask"`
 	UnusedEvent *ebpf.Variable `ebpf:"unused_event"`
 	UnusedLib   *ebpf.Variable `ebpf:"unused_lib"`
+	UnusedNote  *ebpf.Variable `ebpf:"unused_note"`
 	WakeupMask  *ebpf.Variable `ebpf:"wakeup_mask"`
 }
 
@@ -293,6 +313,8 @@ type heapscopePrograms struct {
 	MremapExit      *ebpf.Program `ebpf:"mremap_exit"`
 	MunmapEnter     *ebpf.Program `ebpf:"munmap_enter"`
 	MunmapExit      *ebpf.Program `ebpf:"munmap_exit"`
+	OnExec          *ebpf.Program `ebpf:"on_exec"`
+	OnFork          *ebpf.Program `ebpf:"on_fork"`
 	WrapEnter       *ebpf.Program `ebpf:"wrap_enter"`
 	WrapEnterMulti  *ebpf.Program `ebpf:"wrap_enter_multi"`
 }
@@ -313,6 +335,8 @@ func (p *heapscopePrograms) Close() error {
 		p.MremapExit,
 		p.MunmapEnter,
 		p.MunmapExit,
+		p.OnExec,
+		p.OnFork,
 		p.WrapEnter,
 		p.WrapEnterMulti,
 	)

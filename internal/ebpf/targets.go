@@ -66,12 +66,12 @@ func findTargets(pid int) ([]target, error) {
 
 	var targets []target
 	for _, p := range paths {
-		heap, ok := classify(p, exe)
+		open := root + p
+		heap, own, ok := classify(open, p, exe)
 		if !ok {
 			continue
 		}
-		open := root + p
-		ss, err := findSites(open)
+		ss, err := findSites(open, own)
 		if err != nil {
 			return nil, fmt.Errorf("pid %d: %s: %w", pid, p, err)
 		}
@@ -83,30 +83,49 @@ func findTargets(pid int) ([]target, error) {
 }
 
 // classify says whether a mapped file is one whose allocator functions are
-// probed, and the heap its C allocator stands for: the executable (a static
-// binary, or one with its own malloc), the C library, and any file whose
-// C++ operator new and delete it may define (the C++ runtime).
-func classify(path, exe string) (event.Heap, bool) {
-	if path == exe {
-		return event.HeapExe, true
-	}
+// probed, the heap its C allocator stands for, and whether it is an
+// allocator of its own (see sites.FindOwn): the executable (a static
+// binary, or one with its own malloc), the C library, any file whose C++
+// operator new and delete it may define (the C++ runtime), and jemalloc,
+// tcmalloc and mimalloc, as a shared library (linked or preloaded) or
+// linked into the executable. Of the files, only the executable is opened
+// here, to read its symbols.
+func classify(open, path, exe string) (heap event.Heap, own, ok bool) {
 	base := filepath.Base(path)
 	switch {
 	case strings.HasPrefix(base, "libc.so"), strings.HasPrefix(base, "libc-"):
-		return event.HeapLibc, true
+		return event.HeapLibc, false, true
 	case strings.HasPrefix(base, "libstdc++.so"), strings.HasPrefix(base, "libc++.so"), strings.HasPrefix(base, "libc++abi.so"):
-		return event.HeapLibc, true
+		return event.HeapLibc, false, true
+	case strings.HasPrefix(base, "libjemalloc.so"):
+		return event.HeapJemalloc, true, true
+	case strings.HasPrefix(base, "libtcmalloc"):
+		return event.HeapTcmalloc, true, true
+	case strings.HasPrefix(base, "libmimalloc"):
+		return event.HeapMimalloc, true, true
+	case path != exe:
+		return 0, false, false
 	}
-	return 0, false
+	if f, err := elf.Open(open); err == nil {
+		defer f.Close()
+		if h, found := sites.Identify(f); found {
+			return h, true, true
+		}
+	}
+	return event.HeapExe, false, true
 }
 
-func findSites(path string) ([]sites.Site, error) {
+func findSites(path string, own bool) ([]sites.Site, error) {
 	f, err := elf.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	ss, err := sites.Find(f)
+	find := sites.Find
+	if own {
+		find = sites.FindOwn
+	}
+	ss, err := find(f)
 	if errors.Is(err, sites.ErrNotELF64) {
 		return nil, nil
 	}

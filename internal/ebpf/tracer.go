@@ -31,6 +31,10 @@ type Tracer struct {
 	multi bool // uprobe_multi links
 	rd    *ringbuf.Reader
 	sys   []link.Link // mmap syscall tracepoints
+	// forks are the fork and exec tracepoints, when children are followed
+	// (see Config.NoFollowFork).
+	forks     []link.Link
+	followErr error // why children are not followed, when they cannot be
 	// live and totals are aggregate mode's tables, mapped.
 	live, totals *table
 
@@ -72,6 +76,9 @@ type Tracer struct {
 	flushed    chan struct{}
 	readerDone chan struct{}
 	readerErr  error
+
+	warnMu   sync.Mutex
+	warnings []error
 
 	watch  *watcher
 	wg     sync.WaitGroup // the snapshot ticker
@@ -121,7 +128,16 @@ func New(cfg Config, sink event.Sink) (*Tracer, error) {
 	}
 	t.multi = !cfg.noMulti && features.HaveBPFLinkUprobeMulti() == nil
 	if err := t.load(); err != nil {
-		return nil, err
+		if cfg.NoFollowFork {
+			return nil, err
+		}
+		// A kernel before 6.13 has no bpf_send_signal_task: trace
+		// without following children rather than not at all.
+		t.followErr = err
+		t.cfg.NoFollowFork = true
+		if err := t.load(); err != nil {
+			return nil, err
+		}
 	}
 	if t.watch, err = newWatcher(t); err != nil {
 		t.coll.Close()
@@ -134,8 +150,14 @@ func New(cfg Config, sink event.Sink) (*Tracer, error) {
 			return nil, err
 		}
 	}
+	if t.following() {
+		if err := t.attachFollow(); err != nil {
+			t.closeKernelObjects()
+			return nil, err
+		}
+	}
 	// The ring carries the events in stream mode, and in both modes the
-	// loader's lists of libraries.
+	// loader's lists of libraries (and the notes of forks and execs).
 	if t.rd, err = ringbuf.NewReader(t.objs.events); err != nil {
 		t.closeKernelObjects()
 		return nil, fmt.Errorf("ebpf: ring buffer reader: %w", err)
@@ -203,6 +225,11 @@ func (t *Tracer) load() error {
 				delete(spec.Programs, name)
 			}
 			continue
+		case "on_fork", "on_exec":
+			if !t.following() {
+				delete(spec.Programs, name)
+			}
+			continue
 		}
 		if multi != t.multi {
 			delete(spec.Programs, name)
@@ -226,6 +253,7 @@ func (t *Tracer) load() error {
 		stacks:     coll.Maps["stacks"],
 		counters:   coll.Maps["counters"],
 		traced:     coll.Maps["traced"],
+		follow:     coll.Maps["follow"],
 		stackKinds: coll.Variables["stack_kinds"],
 	}
 	if t.cfg.Mode == Aggregate {
@@ -260,8 +288,8 @@ func (t *Tracer) checkTableMemory(liveSlots, totalSlots int) error {
 
 // objects are the loaded maps and variables the Go side uses.
 type objects struct {
-	events, stacks, counters, traced *ebpf.Map
-	stackKinds                       *ebpf.Variable
+	events, stacks, counters, traced, follow *ebpf.Map
+	stackKinds                               *ebpf.Variable
 }
 
 // closeTables unmaps aggregate mode's tables.
@@ -289,10 +317,10 @@ func boolByte(b bool) uint8 {
 }
 
 func (t *Tracer) closeKernelObjects() {
-	for _, l := range t.sys {
+	for _, l := range append(t.sys, t.forks...) {
 		l.Close()
 	}
-	t.sys = nil
+	t.sys, t.forks = nil, nil
 	if t.watch != nil {
 		t.watch.close()
 	}
@@ -431,6 +459,12 @@ func (t *Tracer) Close() error {
 	sort.Slice(procs, func(i, j int) bool { return procs[i].pid < procs[j].pid })
 	t.wg.Wait() // the snapshot ticker
 
+	// No fork or exec is held from here on; those held already are
+	// continued by their followers (whose Attach fails once this returns).
+	for _, l := range t.forks {
+		l.Close()
+	}
+	t.forks = nil
 	// No exit is noticed from here on; those noticed already finish.
 	t.watch.close()
 	for _, l := range t.sys {

@@ -576,8 +576,11 @@ static __always_inline int do_alloc_enter(struct pt_regs *ctx)
 	if (t->state == STATE_ALLOC) {
 		if (sp <= t->sp) {
 			// Called by a traced allocation (realloc(NULL, n) jumps
-			// to malloc): that outer call is the event.
+			// to malloc): that outer call is the event, but the block
+			// comes from the inner allocator (glibc's reallocarray
+			// calling jemalloc's realloc).
 			t->depth++;
+			t->heap = COOKIE_HEAP(cookie);
 			return 0;
 		}
 		// Shallower than an allocation whose return never came.
@@ -684,6 +687,21 @@ int alloc_exit(struct pt_regs *ctx) { return do_alloc_exit(ctx); }
 
 // --- free (entry probe only) ---
 
+// note_delete follows an operator delete probed as a free (an allocator's
+// own, like jemalloc's or tcmalloc's, rather than the C++ runtime's wrapper
+// of free): it is the event, and the free it may call with the same block
+// is not another.
+static __always_inline void note_delete(struct thread *t, __u64 sp, __u64 ptr)
+{
+	if (!t)
+		t = thread_state(1);
+	if (!t)
+		return;
+	t->state = STATE_FREED;
+	t->sp = sp;
+	t->a0 = ptr;
+}
+
 static __always_inline int do_free(struct pt_regs *ctx)
 {
 	__u64 ptr = PT_REGS_PARM1(ctx);
@@ -698,12 +716,16 @@ static __always_inline int do_free(struct pt_regs *ctx)
 	struct thread *t = thread_state(0);
 	if (t && t->state == STATE_ALLOC && sp <= t->sp)
 		return 0; // realloc(p, 0) freeing p: part of the realloc event
+	if (t && t->state == STATE_FREED && sp <= t->sp && t->a0 == ptr) {
+		t->state = STATE_IDLE;
+		return 0; // the free an operator delete reported already calls
+	}
 	if (t && t->state == STATE_DELETE && sp <= t->sp && t->a0 == ptr) {
 		func = t->func;
 		stack = t->stack;
 		own = 0;
 		t->state = STATE_IDLE;
-	} else if (!(families & FAMILY_FREE)) {
+	} else if (!(families & family_of(func))) {
 		return 0;
 	}
 	if (own && wants_stack(KIND_FREE)) {
@@ -718,6 +740,8 @@ static __always_inline int do_free(struct pt_regs *ctx)
 			count(CTR_STACKS_LOST);
 	}
 	record(KIND_FREE, func, COOKIE_HEAP(cookie), ptr, 0, 0, 0, stack, COOKIE_PIDX(cookie));
+	if (own && func != FUNC_FREE)
+		note_delete(t, sp, ptr);
 	return 0;
 }
 
@@ -919,6 +943,87 @@ int munmap_exit(struct sys_exit_ctx *ctx) { return do_sys_exit(ctx, FUNC_MUNMAP)
 SEC("tracepoint/syscalls/sys_exit_mremap")
 int mremap_exit(struct sys_exit_ctx *ctx) { return do_sys_exit(ctx, FUNC_MREMAP); }
 
+// --- children: fork and exec ---
+//
+// A followed process's fork adds the child to the followed (and, when the
+// parent's mmap calls are traced, the traced) processes, and stops it
+// before its first instruction; so does its exec, before the first
+// instruction of the new program. User space attaches the probes for the
+// child or the new program, which is only then continued: nothing it
+// does is missed. (Probes are attached per process: the parent's do not
+// run for its child.)
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __u32);
+	__type(value, __u8);
+	__uint(max_entries, 16384);
+} follow SEC(".maps");
+
+// Only the fields used, relocated by CO-RE.
+struct task_struct {
+	int pid;
+	int tgid;
+} __attribute__((preserve_access_index));
+
+enum pid_type { PIDTYPE_PID, PIDTYPE_TGID };
+
+extern int bpf_send_signal_task(struct task_struct *task, int sig, enum pid_type type, __u64 value) __ksym;
+
+#define SIGSTOP_ 19
+
+// hold stops task's process and tells user space, or (the ring is full)
+// does neither: a process not held is not followed.
+static __always_inline int hold(struct task_struct *task, __u32 kind, __u32 pid, __u32 ppid)
+{
+	struct note *n = bpf_ringbuf_reserve(&events, sizeof(*n), 0);
+	if (!n) {
+		count(CTR_LOST_OTHER);
+		return -1;
+	}
+	n->time = bpf_ktime_get_ns();
+	n->kind = kind;
+	n->pid = pid;
+	n->ppid = ppid;
+	n->held = bpf_send_signal_task(task, SIGSTOP_, PIDTYPE_TGID, 0);
+	bpf_ringbuf_submit(n, BPF_RB_FORCE_WAKEUP);
+	return 0;
+}
+
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(on_fork, struct task_struct *parent, struct task_struct *child)
+{
+	if (child->pid != child->tgid)
+		return 0; // a thread
+	__u32 ptgid = parent->tgid, tgid = child->tgid;
+	__u8 *f = bpf_map_lookup_elem(&follow, &ptgid);
+	if (!f)
+		return 0;
+	// Before the note: user space may undo these as soon as it reads it.
+	__u8 v = *f, one = 1;
+	int mmaps = bpf_map_lookup_elem(&traced, &ptgid) != 0;
+	bpf_map_update_elem(&follow, &tgid, &v, BPF_ANY);
+	if (mmaps)
+		bpf_map_update_elem(&traced, &tgid, &one, BPF_ANY);
+	if (hold(child, NOTE_FORK, tgid, ptgid)) {
+		bpf_map_delete_elem(&follow, &tgid);
+		if (mmaps)
+			bpf_map_delete_elem(&traced, &tgid);
+	}
+	return 0;
+}
+
+SEC("tp_btf/sched_process_exec")
+int BPF_PROG(on_exec, struct task_struct *p, int old_pid, void *bprm)
+{
+	__u32 tgid = p->tgid;
+	if (!bpf_map_lookup_elem(&follow, &tgid))
+		return 0;
+	hold(p, NOTE_EXEC, tgid, 0);
+	return 0;
+}
+
 // Keep the record types in BTF for bpf2go.
 const struct event *unused_event __attribute__((unused));
 const struct lib *unused_lib __attribute__((unused));
+const struct note *unused_note __attribute__((unused));

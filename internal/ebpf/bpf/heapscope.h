@@ -48,6 +48,9 @@
 #define HEAP_LIBC 0
 #define HEAP_EXE 1
 #define HEAP_MMAP 2
+#define HEAP_JEMALLOC 3
+#define HEAP_TCMALLOC 4
+#define HEAP_MIMALLOC 5
 
 // Indexes of the per-CPU counters. The first six are event.LostReason.
 #define CTR_LOST_RING_FULL 0
@@ -93,6 +96,7 @@ struct stack {
 #define STATE_ALLOC 1  // between an allocation's entry and its return
 #define STATE_NEW 2    // in operator new, before its malloc
 #define STATE_DELETE 3 // in operator delete, before its free
+#define STATE_FREED 4  // in an operator delete already reported, before its free
 
 struct thread {
 	__u64 a0;    // size asked; operator delete: the block
@@ -141,6 +145,20 @@ struct lib {
 	__u32 pid;
 	__u32 index; // position in the loader's list
 	char name[LIB_NAME_MAX];
+};
+
+// A fork or an exec of a followed process (the follow map), sent through
+// the ring; told from struct event and struct lib by its size. The process
+// it names is held (stopped) when held is 0, until user space has attached
+// its probes and continues it; else held is the error of the signal.
+#define NOTE_FORK 1
+#define NOTE_EXEC 2
+struct note {
+	__u64 time;
+	__u32 kind;
+	__u32 pid;  // the new process (fork) or the process that exec'd
+	__u32 ppid; // fork: the process that forked
+	__s32 held;
 };
 
 // Aggregate mode keeps its live blocks and per-stack totals in tables of
