@@ -181,6 +181,12 @@ type Properties struct {
 	// MaxFrames is the deepest stack recorded, at most MaxFrames; 0 means
 	// MaxFrames.
 	MaxFrames int
+	// NoFollowFork keeps the eBPF provider to the processes it is given,
+	// followed across exec as one image: the processes they fork are not
+	// traced. By default they are, each from its first instruction, and an
+	// exec starts a new image of the process. (The preload provider always
+	// follows children.)
+	NoFollowFork bool
 	// Hooks, when set, are installed before tracing begins, so that they see
 	// the first event (as ETW's EventRecordCallback is given with the
 	// session's log file). SetHooks replaces them later.

@@ -37,6 +37,7 @@ func newEBPF(s *Session) (backend, error) {
 		Stacks:        stacks,
 		RingSize:      s.props.ringBytes(),
 		FlushInterval: s.props.FlushTimer,
+		NoFollowFork:  s.props.NoFollowFork,
 	}, s.sink)
 	if err != nil {
 		return nil, err

@@ -21,7 +21,9 @@ func init() {
 		summary: "trace the heap of running processes (eBPF; needs root or CAP_BPF+CAP_PERFMON)",
 		help: `
 Places uprobes on the allocator of each process; nothing in the process
-changes and nothing restarts. The session ends when the last process exits,
+changes and nothing restarts. The processes they fork are traced too, each
+from its first instruction (held, with SIGSTOP, until its probes are in;
+--no-follow-fork leaves them alone). The session ends when the last process exits,
 after --duration, on Ctrl-C or SIGTERM, or on 'heapscope stop NAME'. Use
 'heapscope update NAME' to add or remove processes while it runs.`,
 		setup: func(fs *flag.FlagSet) func([]string) error {
@@ -30,6 +32,7 @@ after --duration, on Ctrl-C or SIGTERM, or on 'heapscope stop NAME'. Use
 			var pids pidList
 			fs.Var(&pids, "p", "process id(s) to trace, comma-separated or repeated")
 			duration := fs.Duration("duration", 0, "stop after this long (0: until the processes exit or Ctrl-C)")
+			noFollow := fs.Bool("no-follow-fork", false, "trace only the given processes, not the children they fork (an exec goes on as the same process)")
 			return func(args []string) error {
 				if len(args) > 0 {
 					return usagef("unexpected arguments %q", args)
@@ -46,6 +49,7 @@ after --duration, on Ctrl-C or SIGTERM, or on 'heapscope stop NAME'. Use
 					return err
 				}
 				props.Provider = heapscope.ProviderEBPF
+				props.NoFollowFork = *noFollow
 				return attach(sf, props, stacks, pids, *duration)
 			}
 		},
