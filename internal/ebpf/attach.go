@@ -122,6 +122,14 @@ func (t *Tracer) attach(p *tracee) error {
 		return fmt.Errorf("ebpf: %w", err)
 	}
 
+	if t.uw != nil {
+		// Before the probes: the first stacks are unwound with them.
+		if missing, err := t.uw.load(uint32(pid)); err != nil {
+			t.warn(err)
+		} else {
+			t.warnTables(missing)
+		}
+	}
 	// Hold the output while probes go in, so that no event of the process
 	// is sent before its Process record.
 	t.out.Lock()
@@ -422,6 +430,9 @@ func (t *Tracer) end(p *tracee, exited bool) {
 		}
 		if t.following() {
 			t.objs.follow.Delete(uint32(p.pid))
+		}
+		if t.uw != nil {
+			t.uw.forget(uint32(p.pid))
 		}
 		if !exited {
 			t.clearThreads(p.pid)

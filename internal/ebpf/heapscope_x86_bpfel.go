@@ -97,6 +97,20 @@ type heapscopeTotalVal struct {
 	Pad        uint32
 }
 
+type heapscopeUwProc struct {
+	_   structs.HostLayout
+	N   uint32
+	Pad uint32
+	R   [256]struct {
+		_     structs.HostLayout
+		Start uint64
+		End   uint64
+		Bias  uint64
+		First uint32
+		Count uint32
+	}
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -111,6 +125,8 @@ const (
 	heapscopeMapTotalsKeys       = "totals_keys"
 	heapscopeMapTotalsVals       = "totals_vals"
 	heapscopeMapTraced           = "traced"
+	heapscopeMapUwEntries        = "uw_entries"
+	heapscopeMapUwProcs          = "uw_procs"
 	heapscopeProgAllocEnter      = "alloc_enter"
 	heapscopeProgAllocEnterMulti = "alloc_enter_multi"
 	heapscopeProgAllocExit       = "alloc_exit"
@@ -137,6 +153,7 @@ const (
 	heapscopeVarUnusedEvent      = "unused_event"
 	heapscopeVarUnusedLib        = "unused_lib"
 	heapscopeVarUnusedNote       = "unused_note"
+	heapscopeVarUw               = "uw"
 	heapscopeVarWakeupMask       = "wakeup_mask"
 )
 
@@ -216,6 +233,8 @@ type heapscopeMapSpecs struct {
 	TotalsKeys *ebpf.MapSpec `ebpf:"totals_keys"`
 	TotalsVals *ebpf.MapSpec `ebpf:"totals_vals"`
 	Traced     *ebpf.MapSpec `ebpf:"traced"`
+	UwEntries  *ebpf.MapSpec `ebpf:"uw_entries"`
+	UwProcs    *ebpf.MapSpec `ebpf:"uw_procs"`
 }
 
 // heapscopeVariableSpecs contains global variables before they are loaded into the kernel.
@@ -230,6 +249,7 @@ type heapscopeVariableSpecs struct {
 	UnusedEvent *ebpf.VariableSpec `ebpf:"unused_event"`
 	UnusedLib   *ebpf.VariableSpec `ebpf:"unused_lib"`
 	UnusedNote  *ebpf.VariableSpec `ebpf:"unused_note"`
+	Uw          *ebpf.VariableSpec `ebpf:"uw"`
 	WakeupMask  *ebpf.VariableSpec `ebpf:"wakeup_mask"`
 }
 
@@ -263,6 +283,8 @@ type heapscopeMaps struct {
 	TotalsKeys *ebpf.Map `ebpf:"totals_keys"`
 	TotalsVals *ebpf.Map `ebpf:"totals_vals"`
 	Traced     *ebpf.Map `ebpf:"traced"`
+	UwEntries  *ebpf.Map `ebpf:"uw_entries"`
+	UwProcs    *ebpf.Map `ebpf:"uw_procs"`
 }
 
 func (m *heapscopeMaps) Close() error {
@@ -277,6 +299,8 @@ func (m *heapscopeMaps) Close() error {
 		m.TotalsKeys,
 		m.TotalsVals,
 		m.Traced,
+		m.UwEntries,
+		m.UwProcs,
 	)
 }
 
@@ -292,6 +316,7 @@ type heapscopeVariables struct {
 	UnusedEvent *ebpf.Variable `ebpf:"unused_event"`
 	UnusedLib   *ebpf.Variable `ebpf:"unused_lib"`
 	UnusedNote  *ebpf.Variable `ebpf:"unused_note"`
+	Uw          *ebpf.Variable `ebpf:"uw"`
 	WakeupMask  *ebpf.Variable `ebpf:"wakeup_mask"`
 }
 

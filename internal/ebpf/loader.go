@@ -112,6 +112,15 @@ func (t *Tracer) library(l *heapscopeLib) {
 		return // the maps are read again if a stack needs it
 	}
 	t.sendModules(ms, mods)
+	if t.uw != nil && !t.uw.knows(l.Pid, name) {
+		// A library loaded after attach: its table, away from the
+		// reader (building one can take a tenth of a second).
+		go func() {
+			if missing, err := t.uw.load(l.Pid); err == nil {
+				t.warnTables(missing)
+			}
+		}()
+	}
 }
 
 func cString(b []int8) string {

@@ -34,7 +34,8 @@ type Tracer struct {
 	// forks are the fork and exec tracepoints, when children are followed
 	// (see Config.NoFollowFork).
 	forks     []link.Link
-	followErr error // why children are not followed, when they cannot be
+	followErr error    // why children are not followed, when they cannot be
+	uw        *uwState // unwind tables (Config.UnwindTables)
 	// live and totals are aggregate mode's tables, mapped.
 	live, totals *table
 
@@ -189,11 +190,15 @@ func (t *Tracer) load() error {
 		set("families", uint32(t.cfg.Families)),
 		set("wakeup_mask", wakeupMask),
 		set("stack_kinds", stackMask(t.cfg.Stacks)),
+		set("uw", boolByte(t.cfg.UnwindTables)),
 	); err != nil {
 		return err
 	}
 
 	spec.Maps["stacks"].MaxEntries = uint32(t.cfg.StackMapSize)
+	if t.cfg.UnwindTables {
+		spec.Maps["uw_entries"].MaxEntries = uint32(t.cfg.UnwindEntries)
+	}
 	liveSlots, totalSlots := bucketSlots, bucketSlots // unused in stream mode
 	if t.cfg.Mode == Stream {
 		spec.Maps["events"].MaxEntries = uint32(t.cfg.RingSize)
@@ -256,6 +261,12 @@ func (t *Tracer) load() error {
 		follow:     coll.Maps["follow"],
 		stackKinds: coll.Variables["stack_kinds"],
 	}
+	if t.cfg.UnwindTables {
+		if t.uw, err = newUWState(coll.Maps["uw_entries"], coll.Maps["uw_procs"]); err != nil {
+			coll.Close()
+			return err
+		}
+	}
 	if t.cfg.Mode == Aggregate {
 		if t.live, err = mapTable(coll.Maps["live_keys"], coll.Maps["live_vals"]); err != nil {
 			coll.Close()
@@ -292,8 +303,9 @@ type objects struct {
 	stackKinds                               *ebpf.Variable
 }
 
-// closeTables unmaps aggregate mode's tables.
+// closeTables unmaps aggregate mode's tables and the unwind tables.
 func (t *Tracer) closeTables() {
+	t.uw.close()
 	if t.live != nil {
 		t.live.close()
 		t.totals.close()

@@ -58,6 +58,25 @@ struct {
 	__uint(max_entries, NUM_COUNTERS);
 } counters SEC(".maps");
 
+// Unwinding with tables (see heapscope.h), when uw is set at load time.
+volatile const __u8 uw;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(max_entries, 1); // sized by the loader
+} uw_entries SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, __u32);
+	__type(value, struct uw_proc);
+	__uint(max_entries, 4096);
+} uw_procs SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
@@ -167,6 +186,10 @@ struct walk {
 	__u64 fp, lo, hash;
 	__u32 n;
 	__u32 same; // the frames so far are those of the thread's last stack
+	// Unwinding with tables: the process's ranges, and the registers of
+	// the frame being unwound (lo is its stack pointer, fp its rbp).
+	struct uw_proc *uw;
+	__u64 pc;
 };
 
 static __always_inline __u64 mix(__u64 h, __u64 v)
@@ -223,6 +246,125 @@ static long walk_step(__u32 i, struct walk *w)
 	return 0;
 }
 
+// wread reads the 8-byte-aligned word at addr of the user stack, from the
+// window (which it moves to addr when addr is not in it).
+static __always_inline int wread(struct walk *w, __u64 addr, __u64 *v)
+{
+	if (addr & 7)
+		return -1;
+	__u64 off = addr - w->wbase;
+	if (addr < w->wbase || off + 8 > w->wlen) {
+		load_window(w, addr, 8);
+		off = 0;
+	}
+	if (off + 8 > w->wlen)
+		return -1;
+	*v = w->win[(off >> 3) & (WINDOW / 8 - 1)];
+	return 0;
+}
+
+// uw_find returns the table entry for pc (a caller's: pc - 1 is looked up)
+// in the process's ranges, or 0 (fallback) when no table covers it.
+static __always_inline __u64 uw_find(struct uw_proc *p, __u64 pc)
+{
+	__u32 n = p->n;
+	if (n == 0 || n > UW_MAX_RANGES)
+		return 0;
+	// The last range with start <= pc.
+	__u32 lo = 0;
+#pragma unroll
+	for (int i = 0; i < 8; i++) {
+		__u32 half = n >> 1;
+		if (n > 1) {
+			__u32 mid = (lo + half) & (UW_MAX_RANGES - 1);
+			if (p->r[mid].start <= pc)
+				lo = mid;
+			n -= half;
+		}
+	}
+	struct uw_range *r = &p->r[lo & (UW_MAX_RANGES - 1)];
+	if (pc < r->start || pc >= r->end || r->count < 2)
+		return 0;
+	__u64 a = pc - r->bias;
+	if (a >> 32)
+		return 0;
+	// The last entry with addr <= a.
+	__u32 first = r->first, cnt = r->count, at = first;
+	__u64 *e = bpf_map_lookup_elem(&uw_entries, &at);
+	if (!e || (__u32)*e > a)
+		return 0;
+#pragma unroll
+	for (int i = 0; i < UW_SEARCH_STEPS; i++) {
+		__u32 half = cnt >> 1;
+		if (cnt > 1) {
+			__u32 mid = at + half;
+			e = bpf_map_lookup_elem(&uw_entries, &mid);
+			if (!e)
+				return 0;
+			if ((__u32)*e <= a)
+				at = mid;
+			cnt -= half;
+		}
+	}
+	if (at == first + r->count - 1)
+		return 0; // the end marker: past the covered range
+	e = bpf_map_lookup_elem(&uw_entries, &at);
+	return e ? *e : 0;
+}
+
+// uw_step unwinds one frame with the tables, or by the frame pointer where
+// they have no rule: from the frame of return address w->pc (stack pointer
+// w->lo, rbp w->fp) to its caller's.
+static long uw_step(__u32 i, struct walk *w)
+{
+	__u32 at = (i + 1) & 127;
+	if (i + 1 >= MAX_FRAMES) {
+		count(CTR_STACKS_CUT);
+		return 1;
+	}
+	__u64 e = uw_find(w->uw, w->pc - 1);
+	__u8 kind = e >> 48;
+	__u64 off = (e >> 32) & 0xffff;
+	__s8 aux = e >> 56;
+	__u64 cfa, ret = 0, fp = w->fp;
+	switch (kind) {
+	case UW_KIND_END:
+		return 1;
+	case UW_KIND_RSP:
+		cfa = w->lo + off;
+		break;
+	case UW_KIND_RBP:
+		cfa = w->fp + off;
+		break;
+	case UW_KIND_PLT:
+		cfa = w->lo + off + ((w->pc & 15) >= (__u8)aux ? 8 : 0);
+		aux = 0;
+		break;
+	default:
+		// No rule: the frame pointer, if it is one (above the stack
+		// pointer, within the stack).
+		count(CTR_UW_FALLBACK);
+		if (w->fp < w->lo || w->fp - w->lo > MAX_STACK_SPAN)
+			return 1;
+		cfa = w->fp + 16;
+		aux = -2;
+	}
+	if (cfa <= w->lo || cfa - w->lo > MAX_STACK_SPAN)
+		return 1; // a caller's frame is above its callee's
+	if (wread(w, cfa - 8, &ret) || !ret)
+		return 1;
+	if (aux && wread(w, cfa + (__s64)aux * 8, &fp))
+		return 1;
+	w->same &= w->s->ip[at] == ret;
+	w->s->ip[at] = ret;
+	w->hash = mix(w->hash, ret);
+	w->n = at + 1;
+	w->pc = ret;
+	w->lo = cfa;
+	w->fp = fp;
+	return 0;
+}
+
 // same_step compares frame i of the new stack with the stored one.
 static long same_step(__u32 i, struct walk *w)
 {
@@ -251,12 +393,25 @@ static __u64 take_stack(struct thread *t, __u64 first, __u64 fp, __u64 sp, __u64
 	struct walk w = {.s = s, .win = t->window, .fp = fp, .lo = sp, .n = 1};
 	// One read for the return address and, usually, the first frames.
 	load_window(&w, first ? sp : ret, 8);
+	// The caller's stack pointer: at a return, sp; at an entry, above
+	// the return address.
+	__u64 csp = first ? sp : ret + 8;
 	if (!first && w.wlen >= 8)
 		first = t->window[0];
 	w.same = t->last_stack != NO_STACK && s->ip[0] == first;
 	s->ip[0] = first;
 	w.hash = mix(0x9E3779B97F4A7C15ULL, first);
-	bpf_loop(MAX_FRAMES - 1, walk_step, &w, 0);
+	if (uw) {
+		__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+		w.uw = bpf_map_lookup_elem(&uw_procs, &tgid);
+	}
+	if (w.uw) {
+		w.pc = first;
+		w.lo = csp;
+		bpf_loop(MAX_FRAMES - 1, uw_step, &w, 0);
+	} else {
+		bpf_loop(MAX_FRAMES - 1, walk_step, &w, 0);
+	}
 	__u32 n = w.n & 127;
 	s->ip[n] = 0;
 	if (w.same && n == t->last_n)

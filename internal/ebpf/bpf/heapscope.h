@@ -60,7 +60,9 @@
 #define CTR_DELIVERED 7 // aggregate mode: calls accounted in the maps
 #define CTR_UNMATCHED 8 // aggregate mode: frees of blocks never seen
 #define CTR_LIBS_LOST 9 // library records the ring had no room for
-#define NUM_COUNTERS 10
+#define CTR_STACKS_CUT 10 // stacks cut at MAX_FRAMES
+#define CTR_UW_FALLBACK 11 // frames unwound by frame pointer where tables were used
+#define NUM_COUNTERS 12
 
 // A probe's cookie: the function it is on, the heap, how far the stack
 // pointer has moved between the function's entry and the probed
@@ -159,6 +161,30 @@ struct note {
 	__u32 pid;  // the new process (fork) or the process that exec'd
 	__u32 ppid; // fork: the process that forked
 	__s32 held;
+};
+
+// Unwinding with tables (Config.Unwind): the unwind package's entries
+// (unwind/FORMAT.md), {u32 addr, u16 cfa_off, u8 kind, u8 aux} as one u64,
+// of every file in one array (uw_entries), each file's a run of it; and for
+// each process the ranges of its executable mappings, sorted by start, each
+// naming its file's run and the bias that turns a pc into an entry's addr.
+#define UW_KIND_FALLBACK 0
+#define UW_KIND_RSP 1
+#define UW_KIND_RBP 2
+#define UW_KIND_PLT 3
+#define UW_KIND_END 4
+#define UW_MAX_RANGES 256 // a power of two: 8 steps of binary search
+#define UW_SEARCH_STEPS 24 // enough for a file of 2^24 entries
+struct uw_range {
+	__u64 start, end; // the mapping
+	__u64 bias;       // addr = pc - bias
+	__u32 first;      // the file's first entry in uw_entries
+	__u32 count;      // its entries, the last one the end marker
+};
+struct uw_proc {
+	__u32 n;
+	__u32 pad;
+	struct uw_range r[UW_MAX_RANGES];
 };
 
 // Aggregate mode keeps its live blocks and per-stack totals in tables of
