@@ -112,7 +112,7 @@ func (o OnFull) String() string {
 	return "block"
 }
 
-// Unwind is how the preload provider walks stacks.
+// Unwind is how a provider walks stacks.
 type Unwind uint8
 
 // The unwinders.
@@ -120,8 +120,10 @@ const (
 	// FramePointers follows the frame-pointer chain: fast, but stops at code
 	// built without frame pointers.
 	FramePointers Unwind = iota
-	// DWARF uses the call-frame information (libunwind), for code built
-	// without frame pointers; slower.
+	// DWARF uses the call-frame information, for code built without frame
+	// pointers; slower. The preload provider interprets it with libunwind;
+	// the eBPF provider unwinds in BPF with tables built from it (package
+	// unwind), falling back to frame pointers where a file has none.
 	DWARF
 )
 
@@ -175,8 +177,7 @@ type Properties struct {
 	// OnFull is the preload provider's policy when its buffers are full. The
 	// eBPF provider always drops and counts.
 	OnFull OnFull
-	// Unwind is the preload provider's stack walker. The eBPF provider
-	// always follows frame pointers.
+	// Unwind is the stack walker (both providers).
 	Unwind Unwind
 	// MaxFrames is the deepest stack recorded, at most MaxFrames; 0 means
 	// MaxFrames.
@@ -309,9 +310,6 @@ func (p Properties) Validate() error {
 	}
 	if p.Unwind > DWARF {
 		return bad("unknown unwinder %d", p.Unwind)
-	}
-	if p.Unwind == DWARF && p.Provider == ProviderEBPF {
-		return bad("DWARF unwinding needs the preload provider; the ebpf provider follows frame pointers")
 	}
 	d := p.withDefaults(ProviderEBPF)
 	if int64(d.BufferSize)*1024*int64(d.MaximumBuffers) > maxRingBytes {

@@ -17,6 +17,7 @@ func TestValidate(t *testing.T) {
 		{LogFileMode: NewFile, LogFileName: "t-%d.hst", MaximumFileSize: 10},
 		{LogFileName: "t.hst", Provider: ProviderEBPF, Mode: Aggregate},
 		{LogFileName: "t.hst", Provider: ProviderPreload, Unwind: DWARF, OnFull: Drop},
+		{LogFileName: "t.hst", Provider: ProviderEBPF, Unwind: DWARF},
 		{LogFileName: "t.hst", BufferSize: 1024, MinimumBuffers: 2, MaximumBuffers: 2},
 	}
 	for _, p := range ok {
@@ -38,7 +39,6 @@ func TestValidate(t *testing.T) {
 		{Properties{LogFileName: "t", BufferSize: 2048}, ErrInvalidFlags},
 		{Properties{LogFileName: "t", MinimumBuffers: 8, MaximumBuffers: 4}, ErrInvalidFlags},
 		{Properties{LogFileName: "t", Provider: ProviderPreload, Mode: Aggregate}, ErrInvalidFlags},
-		{Properties{LogFileName: "t", Provider: ProviderEBPF, Unwind: DWARF}, ErrInvalidFlags},
 		{Properties{LogFileName: "t", Provider: ProviderEBPF, OnFull: Drop}, ErrInvalidFlags},
 		{Properties{LogFileName: "t", Provider: "dtrace"}, ErrInvalidFlags},
 		{Properties{LogFileName: "t", EnableFlags: 1 << 30}, ErrInvalidFlags},

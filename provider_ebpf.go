@@ -38,6 +38,7 @@ func newEBPF(s *Session) (backend, error) {
 		RingSize:      s.props.ringBytes(),
 		FlushInterval: s.props.FlushTimer,
 		NoFollowFork:  s.props.NoFollowFork,
+		UnwindTables:  s.props.Unwind == DWARF,
 	}, s.sink)
 	if err != nil {
 		return nil, err

@@ -32,6 +32,7 @@ after --duration, on Ctrl-C or SIGTERM, or on 'heapscope stop NAME'. Use
 			var pids pidList
 			fs.Var(&pids, "p", "process id(s) to trace, comma-separated or repeated")
 			duration := fs.Duration("duration", 0, "stop after this long (0: until the processes exit or Ctrl-C)")
+			unwind := fs.String("unwind", "fp", "stack walker: fp (frame pointers) or dwarf (unwind tables from each file's call frame information, in BPF: for code built without frame pointers)")
 			noFollow := fs.Bool("no-follow-fork", false, "trace only the given processes, not the children they fork (an exec goes on as the same process)")
 			return func(args []string) error {
 				if len(args) > 0 {
@@ -50,6 +51,13 @@ after --duration, on Ctrl-C or SIGTERM, or on 'heapscope stop NAME'. Use
 				}
 				props.Provider = heapscope.ProviderEBPF
 				props.NoFollowFork = *noFollow
+				switch *unwind {
+				case "fp":
+				case "dwarf":
+					props.Unwind = heapscope.DWARF
+				default:
+					return usagef("--unwind: want fp or dwarf, not %q", *unwind)
+				}
 				return attach(sf, props, stacks, pids, *duration)
 			}
 		},
