@@ -27,8 +27,9 @@ import (
 const (
 	uwMaxRanges = 256
 	// DefaultUnwindEntries is the room, in 8-byte entries, for the tables
-	// of all files when Config.UnwindEntries is 0: 16 MiB of kernel memory.
-	DefaultUnwindEntries = 1 << 21
+	// of all files when Config.UnwindEntries is 0: 8 MiB of kernel memory
+	// (python3.11 and libc take 0.75 MiB of it).
+	DefaultUnwindEntries = 1 << 20
 )
 
 // uwFile is a file's table, as loaded into the shared array.

@@ -12,6 +12,7 @@ import (
 	"github.com/heapscope/heapscope/event"
 	"github.com/heapscope/heapscope/internal/preload"
 	"github.com/heapscope/heapscope/internal/testutil"
+	"github.com/heapscope/heapscope/unwind"
 )
 
 var cfiBuild = testutil.Options{NoFramePointers: true, Flags: []string{"-fno-optimize-sibling-calls"}}
@@ -292,4 +293,24 @@ func matchSites(t *testing.T, got, want map[string]uint64) (total, match, wantTo
 		wantTotal += b
 	}
 	return total, match, wantTotal
+}
+
+// BenchmarkUnwindTableBuild measures building the unwind table of a large
+// module, as the tracer does once per file: the time, the memory it
+// allocates (B/op), and the table's entries and size.
+func BenchmarkUnwindTableBuild(b *testing.B) {
+	for _, path := range []string{"/usr/bin/python3.11", "/usr/lib/x86_64-linux-gnu/libc.so.6", "/usr/lib/x86_64-linux-gnu/libstdc++.so.6"} {
+		b.Run(filepath.Base(path), func(b *testing.B) {
+			b.ReportAllocs()
+			var tb *unwind.Table
+			for i := 0; i < b.N; i++ {
+				var err error
+				if tb, err = unwind.Build(path); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(len(tb.Entries)), "entries")
+			b.ReportMetric(float64(tb.Size()), "table-bytes")
+		})
+	}
 }
