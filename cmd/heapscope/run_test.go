@@ -225,7 +225,7 @@ func TestRunErrors(t *testing.T) {
 		{[]string{"run"}, 2, "no program"},
 		{[]string{"run", "--unwind", "sideways", "--", "true"}, 2, "--unwind"},
 		{[]string{"run", "--log-mode", "circular", "-o", filepath.Join(dir, "c.hst"), "--", "true"}, 2, "MaximumFileSize"},
-		{[]string{"run", "--provider", "ebpf", "--unwind", "dwarf", "--", "true"}, 2, "DWARF"},
+		{[]string{"attach", "--unwind", "sideways", "-p", "1"}, 2, "--unwind"},
 		{[]string{"run", "--bogus", "--", "true"}, 2, "bogus"},
 		{[]string{"attach"}, 2, "-p"},
 		{[]string{"attach", "-p", "1073741824", "-o", filepath.Join(dir, "a.hst")}, 1, "no such process"},
