@@ -29,17 +29,16 @@ func findLoader(pid int) (*loader, error) {
 		return nil, err
 	}
 	var base uint64
-	path := ""
+	path, open := "", ""
 	for _, m := range maps {
 		if m.File() && m.Offset == 0 && strings.HasPrefix(filepath.Base(m.Path), "ld-") {
-			path, base = m.Path, m.Start
+			path, base, open = m.Path, m.Start, proc.MappedFile(pid, m)
 			break
 		}
 	}
 	if path == "" {
 		return nil, nil
 	}
-	open := fmt.Sprintf("/proc/%d/root%s", pid, path)
 	f, err := elf.Open(open)
 	if err != nil {
 		return nil, fmt.Errorf("pid %d: %w", pid, err)

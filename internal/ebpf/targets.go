@@ -48,15 +48,27 @@ func findTargets(pid int) ([]target, error) {
 			paths = append(paths, p)
 		}
 	}
+	// How this process opens each file: through the process's root, or
+	// its mapping when that is not the file (see proc.MappedFile).
+	opens := map[string]string{}
+	open := func(p string) string {
+		if o, ok := opens[p]; ok {
+			return o
+		}
+		return root + p
+	}
 	for _, m := range maps {
 		if m.Exec() && m.File() {
 			add(m.Path)
+			if _, ok := opens[m.Path]; !ok {
+				opens[m.Path] = proc.MappedFile(pid, m)
+			}
 		}
 	}
 	if !seen[exe] {
 		add(exe)
 	}
-	if libs, err := pendingLibraries(pid, root, exe, seen); err != nil {
+	if libs, err := pendingLibraries(pid, root, exe, open(exe), seen); err != nil {
 		return nil, err
 	} else {
 		for _, l := range libs {
@@ -66,7 +78,7 @@ func findTargets(pid int) ([]target, error) {
 
 	var targets []target
 	for _, p := range paths {
-		open := root + p
+		open := open(p)
 		heap, own, ok := classify(open, p, exe)
 		if !ok {
 			continue
@@ -136,8 +148,8 @@ func findSites(path string, own bool) ([]sites.Site, error) {
 // will load, when it is such a process: a dynamic executable none of whose
 // libraries is mapped yet. It asks the program's own dynamic loader, with
 // the process's library path and preloads, what it would map.
-func pendingLibraries(pid int, root, exe string, mapped map[string]bool) ([]string, error) {
-	f, err := elf.Open(root + exe)
+func pendingLibraries(pid int, root, exe, openExe string, mapped map[string]bool) ([]string, error) {
+	f, err := elf.Open(openExe)
 	if err != nil {
 		return nil, fmt.Errorf("pid %d: %w", pid, err)
 	}

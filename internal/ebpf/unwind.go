@@ -79,7 +79,7 @@ func (u *uwState) file(pid uint32, m proc.Mapping) *uwFile {
 	}
 	f := &uwFile{path: m.Path}
 	u.files[key] = f
-	open := fmt.Sprintf("/proc/%d/root%s", pid, m.Path)
+	open := proc.MappedFile(int(pid), m)
 	ef, err := elf.Open(open)
 	if err != nil {
 		f.err = err
