@@ -79,6 +79,11 @@ func (t *Tracer) attachFollow() error {
 func (t *Tracer) note(n heapscopeNote) {
 	held := n.Held == 0
 	pid := int(n.Pid)
+	if held {
+		t.heldMu.Lock()
+		t.held[pid] = true
+		t.heldMu.Unlock()
+	}
 	go func() {
 		switch n.Kind {
 		case noteFork:
@@ -91,7 +96,7 @@ func (t *Tracer) note(n heapscopeNote) {
 
 // followFork traces a child of a traced process, then continues it.
 func (t *Tracer) followFork(pid int, held bool) {
-	defer resume(pid, held)
+	defer t.resume(pid, held)
 	if err := t.Attach(pid); err != nil {
 		t.forget(pid)
 		t.warn(fmt.Errorf("ebpf: following child %d: %w", pid, err))
@@ -101,7 +106,7 @@ func (t *Tracer) followFork(pid int, held bool) {
 // followExec ends the traced image of pid that exec'd, and traces the new
 // one from its first instruction, then continues it.
 func (t *Tracer) followExec(pid int, held bool) {
-	defer resume(pid, held)
+	defer t.resume(pid, held)
 	t.attachMu.Lock()
 	defer t.attachMu.Unlock()
 	t.mu.Lock()
@@ -138,10 +143,28 @@ func (t *Tracer) forget(pid int) {
 }
 
 // resume continues a process the BPF side stopped.
-func resume(pid int, held bool) {
-	if held {
+func (t *Tracer) resume(pid int, held bool) {
+	if !held {
+		return
+	}
+	t.heldMu.Lock()
+	defer t.heldMu.Unlock()
+	if t.held[pid] {
+		delete(t.held, pid)
 		unix.Kill(pid, unix.SIGCONT)
 	}
+}
+
+// resumeAll continues the processes still held, whose followers wait for
+// Close to end (and would then not trace them): Close must not return
+// with a process of the user's stopped.
+func (t *Tracer) resumeAll() {
+	t.heldMu.Lock()
+	defer t.heldMu.Unlock()
+	for pid := range t.held {
+		unix.Kill(pid, unix.SIGCONT)
+	}
+	clear(t.held)
 }
 
 // warn keeps the first warnings of things that went wrong without ending

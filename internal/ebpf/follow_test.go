@@ -2,13 +2,17 @@ package ebpf
 
 import (
 	"fmt"
+	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/heapscope/heapscope/event"
+	"github.com/heapscope/heapscope/internal/proc"
 	"github.com/heapscope/heapscope/internal/testutil"
 )
 
@@ -211,4 +215,29 @@ func TestNoFollowFork(t *testing.T) {
 	if n := len(rec.eventsOf(child)); n != 0 {
 		t.Errorf("%d events of the child, not followed", n)
 	}
+}
+
+// TestCloseResumesHeld: a process still held when Close returns (its
+// follower waits for Close, and the program may exit right after) is
+// continued by Close, not left stopped.
+func TestCloseResumesHeld(t *testing.T) {
+	tr := newTracer(t, Config{}, newRecorder(t))
+	cmd := exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	pid := cmd.Process.Pid
+	// As the BPF side holds a child at its fork: stopped, and noted.
+	if err := unix.Kill(pid, unix.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { st, err := proc.ReadStat(pid); return err == nil && st.State == 'T' })
+	tr.heldMu.Lock()
+	tr.held[pid] = true
+	tr.heldMu.Unlock()
+	if err := tr.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { st, err := proc.ReadStat(pid); return err == nil && st.State != 'T' })
 }

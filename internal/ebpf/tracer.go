@@ -80,6 +80,8 @@ type Tracer struct {
 
 	warnMu   sync.Mutex
 	warnings []error
+	heldMu   sync.Mutex
+	held     map[int]bool // processes the BPF side stopped, until continued
 
 	watch  *watcher
 	wg     sync.WaitGroup // the snapshot ticker
@@ -126,6 +128,7 @@ func New(cfg Config, sink event.Sink) (*Tracer, error) {
 		nextStack: map[uint32]event.StackID{},
 		modules:   map[uint32]*moduleSet{},
 		flushed:   make(chan struct{}),
+		held:      map[int]bool{},
 	}
 	t.multi = !cfg.noMulti && features.HaveBPFLinkUprobeMulti() == nil
 	if err := t.load(); err != nil {
@@ -490,6 +493,8 @@ func (t *Tracer) Close() error {
 	t.drain()
 	t.rd.Close()
 	<-t.readerDone
+	// Every note has been read: what is held now waits for this Close.
+	t.resumeAll()
 
 	t.life.Lock()
 	t.statsMu.Lock()
