@@ -91,8 +91,11 @@
 //
 // # Limits
 //
-// Stacks are walked with frame pointers: code built without them gives
-// short or wrong stacks. An allocator other than glibc, jemalloc, tcmalloc
+// Stacks are walked with frame pointers unless Config.UnwindTables is set:
+// then with unwind tables built from each file's call frame information
+// (package unwind; see unwind.go), by frame pointer only where a file has
+// no table or a table no rule. Stacks stop at 127 frames; a stack cut there
+// is counted (UnwindCounters), but the event model has no mark for it yet. An allocator other than glibc, jemalloc, tcmalloc
 // and mimalloc is probed only when the executable defines the standard
 // names (malloc, free, ...). The probes are x86-64
 // only. Aggregate mode traces at most 32767 processes at once, and counts
