@@ -86,6 +86,9 @@ type heapscopeThread struct {
 	LastN     uint32
 	Pad3      uint32
 	Window    [513]uint64
+	Rules     [128]uint64
+	RulesGen  uint32
+	Pad4      uint32
 }
 
 type heapscopeTotalVal struct {
@@ -100,7 +103,7 @@ type heapscopeTotalVal struct {
 type heapscopeUwProc struct {
 	_   structs.HostLayout
 	N   uint32
-	Pad uint32
+	Gen uint32
 	R   [256]struct {
 		_     structs.HostLayout
 		Start uint64

@@ -53,6 +53,7 @@ type uwState struct {
 	files   map[string]*uwFile
 	procs   *ebpf.Map
 	loaded  map[uint32]map[string]bool // per process: the files in its ranges
+	gen     uint32                     // the last generation of ranges given
 }
 
 func newUWState(entries, procs *ebpf.Map) (*uwState, error) {
@@ -153,6 +154,13 @@ func (u *uwState) load(pid uint32) ([]*uwFile, error) {
 		v.N++
 	}
 	sort.Slice(v.R[:v.N], func(i, j int) bool { return v.R[i].Start < v.R[j].Start })
+	// Never 0 (a thread's rules start at 0), never reused: a thread's
+	// cached rules are of one generation of one process's ranges.
+	u.gen++
+	if u.gen == 0 {
+		u.gen++
+	}
+	v.Gen = u.gen
 	if err := u.procs.Put(pid, &v); err != nil {
 		return missing, fmt.Errorf("ebpf: pid %d: loading its unwind ranges: %w", pid, err)
 	}

@@ -190,6 +190,9 @@ struct walk {
 	// the frame being unwound (lo is its stack pointer, fp its rbp).
 	struct uw_proc *uw;
 	__u64 pc;
+	__u64 *rules; // the thread's rules of the last stack's frames
+	__u32 reuse;  // they are valid (same generation of ranges)
+	__u32 pad;
 };
 
 static __always_inline __u64 mix(__u64 h, __u64 v)
@@ -322,7 +325,15 @@ static long uw_step(__u32 i, struct walk *w)
 		count(CTR_STACKS_CUT);
 		return 1;
 	}
-	__u64 e = uw_find(w->uw, w->pc - 1);
+	// A frame of the thread's last stack, with all those before it the
+	// same: its rule is the one found then.
+	__u64 e;
+	if (w->reuse && w->same) {
+		e = w->rules[i & 127];
+	} else {
+		e = uw_find(w->uw, w->pc - 1);
+		w->rules[i & 127] = e;
+	}
 	__u8 kind = e >> 48;
 	__u64 off = (e >> 32) & 0xffff;
 	__s8 aux = e >> 56;
@@ -408,7 +419,11 @@ static __u64 take_stack(struct thread *t, __u64 first, __u64 fp, __u64 sp, __u64
 	if (w.uw) {
 		w.pc = first;
 		w.lo = csp;
+		w.rules = t->rules;
+		__u32 gen = w.uw->gen;
+		w.reuse = t->rules_gen == gen;
 		bpf_loop(MAX_FRAMES - 1, uw_step, &w, 0);
+		t->rules_gen = gen;
 	} else {
 		bpf_loop(MAX_FRAMES - 1, walk_step, &w, 0);
 	}

@@ -120,6 +120,12 @@ struct thread {
 	__u32 last_n;         // scratch's frames
 	__u32 pad3;
 	__u64 window[WINDOW / 8 + 1]; // user stack read at once, and a slot to spare
+	// Unwinding with tables: the rule found for each frame of the last
+	// stack (scratch), under the process's ranges of generation rules_gen.
+	// A stack whose frames so far are the last one's reuses them.
+	__u64 rules[MAX_FRAMES + 1];
+	__u32 rules_gen;
+	__u32 pad4;
 };
 
 struct event {
@@ -183,7 +189,7 @@ struct uw_range {
 };
 struct uw_proc {
 	__u32 n;
-	__u32 pad;
+	__u32 gen; // changed by user space with the ranges: cached rules are stale
 	struct uw_range r[UW_MAX_RANGES];
 };
 
