@@ -23,6 +23,16 @@ func Build(path string) (*Table, error) {
 		return nil, fmt.Errorf("unwind: %w", err)
 	}
 	defer f.Close()
+	t, err := BuildELF(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return t, nil
+}
+
+// BuildELF is Build for a file already open, with the .debug_frame of its
+// separate debug file (found by build-id in DebugDirs) when there is one.
+func BuildELF(f *elf.File) (*Table, error) {
 	var dbg *elf.File
 	if id := BuildID(f); len(id) > 1 {
 		for _, dir := range DebugDirs {
@@ -37,11 +47,7 @@ func Build(path string) (*Table, error) {
 			}
 		}
 	}
-	t, err := BuildFile(f, dbg)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return t, nil
+	return BuildFile(f, dbg)
 }
 
 // BuildID returns the file's GNU build-id, or nil.

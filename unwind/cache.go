@@ -71,8 +71,13 @@ func trusted(fi fs.FileInfo, dir bool) error {
 	return nil
 }
 
+// builderRevision names the builder's rules in cache file names: a
+// builder that derives different entries from the same CFI bumps it, so
+// that tables built by an older one are not reused.
+const builderRevision = 1
+
 func (c *Cache) path(buildID []byte) string {
-	return filepath.Join(c.dir, hex.EncodeToString(buildID)+".v1.hsuw")
+	return filepath.Join(c.dir, fmt.Sprintf("%s.v%d.b%d.hsuw", hex.EncodeToString(buildID), version, builderRevision))
 }
 
 // Get returns the cached table of the file with this build-id, or an error

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"sort"
 	"time"
 )
 
@@ -129,11 +128,19 @@ func (t *Table) Lookup(vaddr uint64) (e Entry, ok bool) {
 		return Entry{}, false
 	}
 	a := uint32(vaddr - t.Base)
-	i := sort.Search(len(t.Entries), func(i int) bool { return t.Entries[i].Addr > a }) - 1
-	if i < 0 || i == len(t.Entries)-1 {
+	lo, hi := 0, len(t.Entries) // the first entry with Addr > a is in [lo, hi]
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		if t.Entries[mid].Addr <= a {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	if lo == 0 || lo == len(t.Entries) {
 		return Entry{}, false
 	}
-	return t.Entries[i], true
+	return t.Entries[lo-1], true
 }
 
 // The serialized header (FORMAT.md).
