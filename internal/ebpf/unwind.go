@@ -86,13 +86,13 @@ func (u *uwState) file(pid uint32, m proc.Mapping) *uwFile {
 		f.err = err
 		return f
 	}
+	defer ef.Close()
 	for _, p := range ef.Progs {
 		if p.Type == elf.PT_LOAD && p.Flags&elf.PF_X != 0 {
 			f.segs = append(f.segs, p.ProgHeader)
 		}
 	}
-	ef.Close()
-	tb, err := unwind.Build(open)
+	tb, err := unwind.BuildELF(ef)
 	if err != nil {
 		f.err = err
 		return f
