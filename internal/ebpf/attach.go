@@ -84,6 +84,9 @@ func (t *Tracer) attachLocked(pid int, o attachOptions) error {
 		}
 	}
 	if err := t.attach(p); err != nil {
+		if t.uw != nil {
+			t.uw.forget(uint32(pid))
+		}
 		t.freePidx(p.pidx)
 		unix.Close(pidfd)
 		return err

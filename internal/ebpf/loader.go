@@ -114,9 +114,16 @@ func (t *Tracer) library(l *heapscopeLib) {
 	if t.uw != nil && !t.uw.knows(l.Pid, name) {
 		// A library loaded after attach: its table, away from the
 		// reader (building one can take a tenth of a second).
+		pid := l.Pid
 		go func() {
-			if missing, err := t.uw.load(l.Pid); err == nil {
+			if missing, err := t.uw.load(pid); err == nil {
 				t.warnTables(missing)
+			}
+			t.mu.Lock()
+			_, traced := t.procs[int(pid)]
+			t.mu.Unlock()
+			if !traced {
+				t.uw.forget(pid) // it ended meanwhile
 			}
 		}()
 	}

@@ -3,6 +3,7 @@ package ebpf
 import (
 	"debug/elf"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"sort"
 	"sync"
@@ -64,12 +65,20 @@ func newUWState(entries, procs *ebpf.Map) (*uwState, error) {
 	return &uwState{entries: b, files: map[string]*uwFile{}, procs: procs, loaded: map[uint32]map[string]bool{}}, nil
 }
 
+// close unmaps the entries; a load after it fails.
 func (u *uwState) close() {
-	if u != nil && u.entries != nil {
+	if u == nil {
+		return
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.entries != nil {
 		unix.Munmap(u.entries)
 		u.entries = nil
 	}
 }
+
+var errUWClosed = errors.New("ebpf: unwind tables closed")
 
 // file returns the table of the file mapped as m in pid, building and
 // loading it the first time the file is seen.
@@ -124,6 +133,9 @@ func (u *uwState) load(pid uint32) ([]*uwFile, error) {
 	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
+	if u.entries == nil {
+		return nil, errUWClosed
+	}
 	var v heapscopeUwProc
 	var missing []*uwFile
 	files := map[string]bool{}
