@@ -122,7 +122,7 @@ func (o OnFull) String() string {
 	return fmt.Sprintf("OnFull(%d)", uint8(o))
 }
 
-// Unwind is how the preload provider walks stacks.
+// Unwind is how a provider walks stacks.
 type Unwind uint8
 
 // The unwinders.
@@ -130,14 +130,18 @@ const (
 	// FramePointers follows the frame-pointer chain: fast, but stops at code
 	// built without frame pointers.
 	FramePointers Unwind = iota
-	// DWARF uses the call-frame information (libunwind), for code built
-	// without frame pointers; slower.
+	// DWARF uses the call-frame information, for code built without frame
+	// pointers; slower. The preload provider interprets it with libunwind;
+	// the eBPF provider unwinds in BPF with tables built from it (package
+	// unwind), falling back to frame pointers where a file has none.
 	DWARF
 	// Tables walks with compact unwind tables built from each file's
 	// .eh_frame (package unwind): the stacks DWARF gives, at about the
-	// frame-pointer walk's cost once a file's table arrived; libunwind
-	// stands in until then and where a table has no rule. `heapscope run`'s
-	// default.
+	// frame-pointer walk's cost. In the preload provider libunwind stands
+	// in until a file's table arrived and where a table has no rule; the
+	// eBPF provider walks the same tables in BPF (as it does for DWARF),
+	// falling back to the frame pointer. The CLI's default for run and
+	// attach.
 	Tables
 )
 
@@ -227,12 +231,17 @@ type Properties struct {
 	// blocks (the default) or drops; the eBPF provider drops and counts, and
 	// rejects Block with ErrInvalidFlags.
 	OnFull OnFull
-	// Unwind is the preload provider's stack walker. The eBPF provider
-	// always follows frame pointers.
+	// Unwind is the stack walker (both providers).
 	Unwind Unwind
 	// MaxFrames is the deepest stack recorded, at most MaxFrames; 0 means
 	// MaxFrames.
 	MaxFrames int
+	// NoFollowFork keeps the eBPF provider to the processes it is given,
+	// followed across exec as one image: the processes they fork are not
+	// traced. By default they are, each from its first instruction, and an
+	// exec starts a new image of the process. (The preload provider always
+	// follows children.)
+	NoFollowFork bool
 	// Hooks, when set, are installed before tracing begins, so that they see
 	// the first event (as ETW's EventRecordCallback is given with the
 	// session's log file). SetHooks replaces them later.
@@ -362,10 +371,6 @@ func (p Properties) Validate() error {
 	}
 	if p.Unwind > Tables {
 		return bad("unknown unwinder %d", p.Unwind)
-	}
-	if p.Unwind != FramePointers && p.Provider == ProviderEBPF {
-		name := map[Unwind]string{DWARF: "DWARF", Tables: "table"}[p.Unwind]
-		return bad("%s unwinding needs the preload provider; the ebpf provider follows frame pointers", name)
 	}
 	d := p.withDefaults(ProviderEBPF)
 	if int64(d.BufferSize)*1024*int64(d.MaximumBuffers) > maxRingBytes {

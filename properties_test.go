@@ -21,6 +21,8 @@ func TestValidate(t *testing.T) {
 		{LogFileName: "t.hst", Provider: ProviderPreload, Unwind: DWARF, OnFull: Drop},
 		{LogFileName: "t.hst", Provider: ProviderEBPF, OnFull: Drop},
 		{LogFileName: "t.hst", Provider: ProviderPreload, Unwind: Tables},
+		{LogFileName: "t.hst", Provider: ProviderEBPF, Unwind: DWARF},
+		{LogFileName: "t.hst", Provider: ProviderEBPF, Unwind: Tables},
 		{LogFileName: "t.hst", BufferSize: 1024, MinimumBuffers: 2, MaximumBuffers: 2},
 	}
 	for _, p := range ok {
@@ -42,9 +44,7 @@ func TestValidate(t *testing.T) {
 		{Properties{LogFileName: "t", BufferSize: 2048}, ErrInvalidFlags},
 		{Properties{LogFileName: "t", MinimumBuffers: 8, MaximumBuffers: 4}, ErrInvalidFlags},
 		{Properties{LogFileName: "t", Provider: ProviderPreload, Mode: Aggregate}, ErrInvalidFlags},
-		{Properties{LogFileName: "t", Provider: ProviderEBPF, Unwind: DWARF}, ErrInvalidFlags},
 		{Properties{LogFileName: "t", Provider: ProviderEBPF, OnFull: Block}, ErrInvalidFlags},
-		{Properties{LogFileName: "t", Provider: ProviderEBPF, Unwind: Tables}, ErrInvalidFlags},
 		{Properties{LogFileName: "t", Unwind: Tables + 1}, ErrInvalidFlags},
 		{Properties{LogFileName: "t", Provider: "dtrace"}, ErrInvalidFlags},
 		{Properties{LogFileName: "t", EnableFlags: 1 << 30}, ErrInvalidFlags},

@@ -37,6 +37,8 @@ func newEBPF(s *Session) (backend, error) {
 		Stacks:        stacks,
 		RingSize:      s.props.ringBytes(),
 		FlushInterval: s.props.FlushTimer,
+		NoFollowFork:  s.props.NoFollowFork,
+		UnwindTables:  s.props.Unwind == DWARF || s.props.Unwind == Tables,
 	}, s.sink)
 	if err != nil {
 		return nil, err

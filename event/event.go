@@ -241,9 +241,12 @@ type Heap uint16
 
 // The allocators heapscope tells apart.
 const (
-	HeapLibc Heap = iota // the C library's malloc (glibc)
-	HeapExe              // a malloc family defined in the executable (static binaries, bundled allocators)
-	HeapMmap             // anonymous mappings
+	HeapLibc     Heap = iota // the C library's malloc (glibc)
+	HeapExe                  // a malloc family defined in the executable (static binaries, bundled allocators)
+	HeapMmap                 // anonymous mappings
+	HeapJemalloc             // jemalloc (a shared library, preloaded, or linked into the executable)
+	HeapTcmalloc             // gperftools' tcmalloc
+	HeapMimalloc             // Microsoft's mimalloc
 )
 
 func (h Heap) String() string {
@@ -254,6 +257,12 @@ func (h Heap) String() string {
 		return "exe"
 	case HeapMmap:
 		return "mmap"
+	case HeapJemalloc:
+		return "jemalloc"
+	case HeapTcmalloc:
+		return "tcmalloc"
+	case HeapMimalloc:
+		return "mimalloc"
 	}
 	return fmt.Sprintf("heap(%d)", uint16(h))
 }

@@ -20,7 +20,9 @@ func init() {
 		summary: "trace the heap of running processes (eBPF; needs root or CAP_BPF+CAP_PERFMON)",
 		help: `
 Places uprobes on the allocator of each process; nothing in the process
-changes and nothing restarts. The session ends when the last process exits,
+changes and nothing restarts. The processes they fork are traced too, each
+from its first instruction (held, with SIGSTOP, until its probes are in;
+--no-follow-fork leaves them alone). The session ends when the last process exits,
 after --duration, on Ctrl-C or SIGTERM, or on 'heapscope stop NAME'. Use
 'heapscope update NAME' to add or remove processes while it runs.`,
 		setup: func(fs *flag.FlagSet) func([]string) error {
@@ -29,6 +31,8 @@ after --duration, on Ctrl-C or SIGTERM, or on 'heapscope stop NAME'. Use
 			var pids pidList
 			fs.Var(&pids, "p", "process id(s) to trace, comma-separated or repeated")
 			duration := fs.Duration("duration", 0, "stop after this long (0: until the processes exit or Ctrl-C)")
+			unwind := fs.String("unwind", "tables", "stack walker: tables (unwind tables built from each file's .eh_frame, walked in BPF: complete stacks on code\nbuilt without frame pointers; dwarf is a synonym) or fp (frame pointers only: short stacks on such code)")
+			noFollow := fs.Bool("no-follow-fork", false, "trace only the given processes, not the children they fork (an exec goes on as the same process)")
 			return func(args []string) error {
 				if len(args) > 0 {
 					return usagef("unexpected arguments %q", args)
@@ -45,6 +49,14 @@ after --duration, on Ctrl-C or SIGTERM, or on 'heapscope stop NAME'. Use
 					return err
 				}
 				props.Provider = heapscope.ProviderEBPF
+				props.NoFollowFork = *noFollow
+				switch *unwind {
+				case "fp":
+				case "tables", "dwarf":
+					props.Unwind = heapscope.Tables
+				default:
+					return usagef("--unwind: want tables, fp or dwarf, not %q", *unwind)
+				}
 				return attach(sf, props, stacks, pids, *duration)
 			}
 		},

@@ -34,7 +34,7 @@ nothing); trace them with --provider ebpf.`,
 			var sf sessionFlags
 			sf.register(fs)
 			provider := fs.String("provider", "preload", "preload (LD_PRELOAD interposer) or ebpf (uprobes)")
-			unwind := fs.String("unwind", "tables", "preload stack walker: tables (unwind tables built from each file's .eh_frame; complete stacks on code without frame pointers), fp (frame pointers only: fastest, short stacks on code built without them) or dwarf (libunwind at every frame)")
+			unwind := fs.String("unwind", "tables", "stack walker: tables (unwind tables built from each file's .eh_frame; complete stacks on code without frame pointers;\nwith --provider ebpf walked in BPF), fp (frame pointers only: fastest, short stacks on code built without them)\nor dwarf (preload: libunwind at every frame; ebpf: the same as tables)")
 			onFull := fs.String("on-full", "", "when the collector falls behind: with preload, block (the default: exact, slows the program)\nor drop (count losses); with ebpf, drop only (the default: a uprobe cannot wait)")
 			return func(args []string) error {
 				if len(args) == 0 {
@@ -45,18 +45,12 @@ nothing); trace them with --provider ebpf.`,
 					return err
 				}
 				props.Provider = heapscope.Provider(*provider)
-				unwindSet := false
-				fs.Visit(func(f *flag.Flag) { unwindSet = unwindSet || f.Name == "unwind" })
 				switch *unwind {
 				case "fp":
 				case "dwarf":
 					props.Unwind = heapscope.DWARF
 				case "tables":
-					// the ebpf provider follows frame pointers: the default
-					// is the preload provider's
-					if unwindSet || props.Provider != heapscope.ProviderEBPF {
-						props.Unwind = heapscope.Tables
-					}
+					props.Unwind = heapscope.Tables
 				default:
 					return usagef("--unwind: want tables, fp or dwarf, not %q", *unwind)
 				}

@@ -46,6 +46,11 @@ func (t *Tracer) Attach(pid int, opts ...AttachOption) error {
 	}
 	t.attachMu.Lock()
 	defer t.attachMu.Unlock()
+	return t.attachLocked(pid, o)
+}
+
+// attachLocked is Attach, called with attachMu held.
+func (t *Tracer) attachLocked(pid int, o attachOptions) error {
 	t.mu.Lock()
 	closed := t.closed
 	_, traced := t.procs[pid]
@@ -79,6 +84,9 @@ func (t *Tracer) Attach(pid int, opts ...AttachOption) error {
 		}
 	}
 	if err := t.attach(p); err != nil {
+		if t.uw != nil {
+			t.uw.forget(uint32(pid))
+		}
 		t.freePidx(p.pidx)
 		unix.Close(pidfd)
 		return err
@@ -117,6 +125,14 @@ func (t *Tracer) attach(p *tracee) error {
 		return fmt.Errorf("ebpf: %w", err)
 	}
 
+	if t.uw != nil {
+		// Before the probes: the first stacks are unwound with them.
+		if missing, err := t.uw.load(uint32(pid)); err != nil {
+			t.warn(err)
+		} else {
+			t.warnTables(missing)
+		}
+	}
 	// Hold the output while probes go in, so that no event of the process
 	// is sent before its Process record.
 	t.out.Lock()
@@ -144,6 +160,14 @@ func (t *Tracer) attach(p *tracee) error {
 			closeLinks(p.links)
 			p.links = nil
 			return fmt.Errorf("ebpf: pid %d: tracing its mmap calls: %w", pid, err)
+		}
+	}
+	if t.following() {
+		if err := t.objs.follow.Put(uint32(pid), uint8(1)); err != nil {
+			closeLinks(p.links)
+			p.links = nil
+			t.objs.traced.Delete(uint32(pid))
+			return fmt.Errorf("ebpf: pid %d: following its children: %w", pid, err)
 		}
 	}
 
@@ -414,6 +438,12 @@ func (t *Tracer) end(p *tracee, exited bool) {
 		closeLinks(p.links)
 		if t.cfg.Families&event.FamilyMmap != 0 {
 			t.objs.traced.Delete(uint32(p.pid))
+		}
+		if t.following() {
+			t.objs.follow.Delete(uint32(p.pid))
+		}
+		if t.uw != nil {
+			t.uw.forget(uint32(p.pid))
 		}
 		if !exited {
 			t.clearThreads(p.pid)

@@ -142,20 +142,30 @@ func BenchmarkTracer(b *testing.B) {
 		reportNs(b, w, "ns_per_pair", "ns/pair")
 		reportNs(b, w, "cpu_ns_per_pair", "cpu-ns/pair")
 	})
+	// The same loop built without frame pointers, unwound with tables.
+	noFP := testutil.MustBuild(b, "ebpf_churn", testutil.Options{NoFramePointers: true, Flags: []string{"-fno-optimize-sibling-calls"}})
 	for _, c := range []struct {
 		name  string
 		cfg   *Config
-		depth int // frames above the loop's
+		depth int  // frames above the loop's
+		noFP  bool // the build without frame pointers
 	}{
-		{"untraced", nil, 0},
-		{"stream/alloc-stacks", &Config{Mode: Stream}, 0},
-		{"stream/alloc-stacks/depth-24", &Config{Mode: Stream}, 24},
-		{"stream/no-stacks", &Config{Mode: Stream, Stacks: NoStacks}, 0},
-		{"aggregate/alloc-stacks", &Config{Mode: Aggregate}, 0},
-		{"aggregate/alloc-stacks/depth-24", &Config{Mode: Aggregate}, 24},
-		{"aggregate/no-stacks", &Config{Mode: Aggregate, Stacks: NoStacks}, 0},
+		{"untraced", nil, 0, false},
+		{"stream/alloc-stacks", &Config{Mode: Stream}, 0, false},
+		{"stream/alloc-stacks/depth-24", &Config{Mode: Stream}, 24, false},
+		{"stream/no-stacks", &Config{Mode: Stream, Stacks: NoStacks}, 0, false},
+		{"aggregate/alloc-stacks", &Config{Mode: Aggregate}, 0, false},
+		{"aggregate/alloc-stacks/depth-24", &Config{Mode: Aggregate}, 24, false},
+		{"aggregate/no-stacks", &Config{Mode: Aggregate, Stacks: NoStacks}, 0, false},
+		{"stream/alloc-stacks/depth-24/tables", &Config{Mode: Stream, UnwindTables: true}, 24, false},
+		{"stream/alloc-stacks/depth-24/no-fp/tables", &Config{Mode: Stream, UnwindTables: true}, 24, true},
+		{"aggregate/alloc-stacks/depth-24/no-fp/tables", &Config{Mode: Aggregate, UnwindTables: true}, 24, true},
 	} {
 		b.Run(c.name, func(b *testing.B) {
+			bin := bin
+			if c.noFP {
+				bin = noFP
+			}
 			w := startWorkloadNoReady(b, bin, strconv.Itoa(b.N), "1", "wait", strconv.Itoa(c.depth))
 			var tr *Tracer
 			if c.cfg != nil {

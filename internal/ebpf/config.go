@@ -92,6 +92,26 @@ type Config struct {
 	// and Close.
 	FlushInterval time.Duration
 
+	// NoFollowFork traces only the processes attached, as they run on
+	// across exec: the processes they fork are not traced, and an exec is
+	// not told apart. By default a process a traced process forks is
+	// traced from its first instruction (it is held until its probes are
+	// in), and an exec starts a new image of the process: the old one
+	// ends with an Exit, the new one begins with a Process record and is
+	// probed anew before its first instruction.
+	NoFollowFork bool
+
+	// UnwindTables walks stacks with unwind tables built from each mapped
+	// file's call frame information (package unwind), falling back to the
+	// frame pointer where a file has none: complete stacks through code
+	// built without frame pointers (Debian's python3, libc). Stacks are
+	// cut at 127 frames. Off by default: experimental.
+	UnwindTables bool
+	// UnwindEntries is the room for the tables of all files, in 8-byte
+	// entries (0: DefaultUnwindEntries). A file whose table does not fit
+	// unwinds by frame pointer.
+	UnwindEntries int
+
 	// noMulti forces classic uprobes even where uprobe_multi links work
 	// (tests of the fallback).
 	noMulti bool
@@ -136,6 +156,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.StackMapSize == 0 {
 		c.StackMapSize = DefaultStackMapSize
+	}
+	if c.UnwindEntries < 0 || c.UnwindEntries > maxMapSize {
+		return c, fmt.Errorf("unwind entries %d: %w", c.UnwindEntries, errs.ErrInvalidFlags)
+	}
+	if c.UnwindEntries == 0 {
+		c.UnwindEntries = DefaultUnwindEntries
 	}
 	if c.MaxLive > maxMapSize || c.StackMapSize > maxMapSize {
 		return c, fmt.Errorf("map of over %d entries: %w", maxMapSize, errs.ErrInvalidFlags)

@@ -12,7 +12,9 @@ const (
 	ctrDelivered    = 7
 	ctrUnmatched    = 8
 	ctrLibsLost     = 9
-	numCounters     = 10
+	ctrStacksCut    = 10
+	ctrUWFallback   = 11
+	numCounters     = 12
 
 	// Cookie layout.
 	cookieHeapShift = 8

@@ -51,10 +51,16 @@ func TestHeaderConstants(t *testing.T) {
 		"CTR_UNMATCHED":      ctrUnmatched,
 		"NUM_COUNTERS":       numCounters,
 		"CTR_LIBS_LOST":      ctrLibsLost,
+		"CTR_STACKS_CUT":     ctrStacksCut,
+		"CTR_UW_FALLBACK":    ctrUWFallback,
+		"UW_MAX_RANGES":      uwMaxRanges,
 		"NO_STACK":           0,
 		"HEAP_LIBC":          int64(event.HeapLibc),
 		"HEAP_EXE":           int64(event.HeapExe),
 		"HEAP_MMAP":          int64(event.HeapMmap),
+		"HEAP_JEMALLOC":      int64(event.HeapJemalloc),
+		"HEAP_TCMALLOC":      int64(event.HeapTcmalloc),
+		"HEAP_MIMALLOC":      int64(event.HeapMimalloc),
 		"BUCKET_SLOTS":       bucketSlots,
 		"PIDX_SHIFT":         pidxShift,
 		"MAX_PIDX":           maxPidx,
@@ -90,6 +96,9 @@ func TestHeaderConstants(t *testing.T) {
 	if unsafe.Sizeof(heapscopeLiveVal{}) != liveValSize || unsafe.Sizeof(heapscopeTotalVal{}) != totalValSize {
 		t.Errorf("struct live_val and total_val are %d and %d bytes, the tables read %d and %d",
 			unsafe.Sizeof(heapscopeLiveVal{}), unsafe.Sizeof(heapscopeTotalVal{}), liveValSize, totalValSize)
+	}
+	if unsafe.Sizeof(heapscopeNote{}) != noteSize {
+		t.Errorf("struct note is %d bytes, decodeNote reads %d", unsafe.Sizeof(heapscopeNote{}), noteSize)
 	}
 	if unsafe.Sizeof(heapscopeLib{}) != libSize {
 		t.Errorf("struct lib is %d bytes, decodeLib reads %d", unsafe.Sizeof(heapscopeLib{}), libSize)

@@ -8,8 +8,13 @@
 // allocator functions of the files it maps (package sites finds them): the
 // C library's malloc, calloc, realloc, reallocarray, free, posix_memalign,
 // aligned_alloc, memalign, valloc and pvalloc; the same functions when the
-// executable defines them (a static binary); and the C++ runtime's operator
-// new and delete, all variants. Probes are attached per process (a PID
+// executable defines them (a static binary); the C++ runtime's operator
+// new and delete, all variants; and jemalloc, tcmalloc and mimalloc
+// wherever they are mapped (a shared library, linked or LD_PRELOADed, or
+// linked into the executable, told by a symbol only each defines), with
+// their own names for the same functions (je_malloc, tc_malloc, mi_malloc,
+// jemalloc's mallocx, rallocx, dallocx and sdallocx). Each event says in
+// event.Heap which allocator the block came from. Probes are attached per process (a PID
 // filter on each uprobe, with uprobe_multi links where the kernel has them),
 // so untraced processes never trap.
 //
@@ -20,8 +25,25 @@
 // An allocation is seen at its entry (arguments) and its return (the block,
 // and the stack: only complete there). operator new and delete are seen at
 // their entry, which leaves a note for the malloc or free they call: one
-// event, named after the operator. Calls nested in a traced call
-// (realloc(NULL, n) jumping to malloc) are part of the outer event.
+// event, named after the operator. An allocator's own operator new or
+// delete that calls no PLT entry (jemalloc's sized delete, tcmalloc's new)
+// is probed as an allocation or free function itself. Calls nested in a
+// traced call (realloc(NULL, n) jumping to malloc) are part of the outer
+// event, with the inner call's heap (glibc's reallocarray calling jemalloc's
+// realloc is jemalloc's).
+//
+// # Children
+//
+// Unless Config.NoFollowFork is set, a process a traced process forks is
+// traced from its first instruction: the sched_process_fork tracepoint
+// adds it to the followed processes and stops it (bpf_send_signal_task,
+// SIGSTOP, Linux 6.13) before it runs; the tracer attaches its probes and
+// continues it (SIGCONT). An exec of a followed process is held the same
+// way: the old image ends (its Exit, status -1) and the new one is
+// attached from scratch, with a Process record of its own under the same
+// pid. A parent that waits with WUNTRACED sees the stop and the continue.
+// On a kernel without bpf_send_signal_task children are not followed
+// (FollowsChildren says why).
 //
 // mmap, munmap and mremap come from the syscall tracepoints, which BPF
 // cannot limit to one process: their programs run for every process and
@@ -69,9 +91,13 @@
 //
 // # Limits
 //
-// Stacks are walked with frame pointers: code built without them gives
-// short or wrong stacks. An allocator in a shared library other than the C
-// library (an LD_PRELOADed jemalloc) is not probed. The probes are x86-64
+// Stacks are walked with frame pointers unless Config.UnwindTables is set:
+// then with unwind tables built from each file's call frame information
+// (package unwind; see unwind.go), by frame pointer only where a file has
+// no table or a table no rule. Stacks stop at 127 frames; a stack cut there
+// is counted (UnwindCounters), but the event model has no mark for it yet. An allocator other than glibc, jemalloc, tcmalloc
+// and mimalloc is probed only when the executable defines the standard
+// names (malloc, free, ...). The probes are x86-64
 // only. Aggregate mode traces at most 32767 processes at once, and counts
 // a block above 2^48 (possible only with 5-level page tables, when a
 // program asks for such addresses) as lost (event.LostOther).

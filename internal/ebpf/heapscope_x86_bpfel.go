@@ -49,6 +49,15 @@ type heapscopeLiveVal struct {
 	Stack uint64
 }
 
+type heapscopeNote struct {
+	_    structs.HostLayout
+	Time uint64
+	Kind uint32
+	Pid  uint32
+	Ppid uint32
+	Held int32
+}
+
 type heapscopeStack struct {
 	_  structs.HostLayout
 	Ip [128]uint64
@@ -77,6 +86,9 @@ type heapscopeThread struct {
 	LastN     uint32
 	Pad3      uint32
 	Window    [513]uint64
+	Rules     [128]uint64
+	RulesGen  uint32
+	Pad4      uint32
 }
 
 type heapscopeTotalVal struct {
@@ -86,6 +98,20 @@ type heapscopeTotalVal struct {
 	Stack      uint64
 	Pidx       uint32
 	Pad        uint32
+}
+
+type heapscopeUwProc struct {
+	_   structs.HostLayout
+	N   uint32
+	Gen uint32
+	R   [256]struct {
+		_     structs.HostLayout
+		Start uint64
+		End   uint64
+		Bias  uint64
+		First uint32
+		Count uint32
+	}
 }
 
 type heapscopeWindow struct {
@@ -100,6 +126,7 @@ type heapscopeWindow struct {
 const (
 	heapscopeMapCounters         = "counters"
 	heapscopeMapEvents           = "events"
+	heapscopeMapFollow           = "follow"
 	heapscopeMapInternalFrees    = "internal_frees"
 	heapscopeMapLiveKeys         = "live_keys"
 	heapscopeMapLiveVals         = "live_vals"
@@ -108,6 +135,8 @@ const (
 	heapscopeMapTotalsKeys       = "totals_keys"
 	heapscopeMapTotalsVals       = "totals_vals"
 	heapscopeMapTraced           = "traced"
+	heapscopeMapUwEntries        = "uw_entries"
+	heapscopeMapUwProcs          = "uw_procs"
 	heapscopeProgAllocEnter      = "alloc_enter"
 	heapscopeProgAllocEnterMulti = "alloc_enter_multi"
 	heapscopeProgAllocExit       = "alloc_exit"
@@ -122,6 +151,8 @@ const (
 	heapscopeProgMremapExit      = "mremap_exit"
 	heapscopeProgMunmapEnter     = "munmap_enter"
 	heapscopeProgMunmapExit      = "munmap_exit"
+	heapscopeProgOnExec          = "on_exec"
+	heapscopeProgOnFork          = "on_fork"
 	heapscopeProgWrapEnter       = "wrap_enter"
 	heapscopeProgWrapEnterMulti  = "wrap_enter_multi"
 	heapscopeVarAggregate        = "aggregate"
@@ -131,6 +162,8 @@ const (
 	heapscopeVarTotalsMask       = "totals_mask"
 	heapscopeVarUnusedEvent      = "unused_event"
 	heapscopeVarUnusedLib        = "unused_lib"
+	heapscopeVarUnusedNote       = "unused_note"
+	heapscopeVarUw               = "uw"
 	heapscopeVarWakeupMask       = "wakeup_mask"
 )
 
@@ -190,6 +223,8 @@ type heapscopeProgramSpecs struct {
 	MremapExit      *ebpf.ProgramSpec `ebpf:"mremap_exit"`
 	MunmapEnter     *ebpf.ProgramSpec `ebpf:"munmap_enter"`
 	MunmapExit      *ebpf.ProgramSpec `ebpf:"munmap_exit"`
+	OnExec          *ebpf.ProgramSpec `ebpf:"on_exec"`
+	OnFork          *ebpf.ProgramSpec `ebpf:"on_fork"`
 	WrapEnter       *ebpf.ProgramSpec `ebpf:"wrap_enter"`
 	WrapEnterMulti  *ebpf.ProgramSpec `ebpf:"wrap_enter_multi"`
 }
@@ -200,6 +235,7 @@ type heapscopeProgramSpecs struct {
 type heapscopeMapSpecs struct {
 	Counters      *ebpf.MapSpec `ebpf:"counters"`
 	Events        *ebpf.MapSpec `ebpf:"events"`
+	Follow        *ebpf.MapSpec `ebpf:"follow"`
 	InternalFrees *ebpf.MapSpec `ebpf:"internal_frees"`
 	LiveKeys      *ebpf.MapSpec `ebpf:"live_keys"`
 	LiveVals      *ebpf.MapSpec `ebpf:"live_vals"`
@@ -208,6 +244,8 @@ type heapscopeMapSpecs struct {
 	TotalsKeys    *ebpf.MapSpec `ebpf:"totals_keys"`
 	TotalsVals    *ebpf.MapSpec `ebpf:"totals_vals"`
 	Traced        *ebpf.MapSpec `ebpf:"traced"`
+	UwEntries     *ebpf.MapSpec `ebpf:"uw_entries"`
+	UwProcs       *ebpf.MapSpec `ebpf:"uw_procs"`
 }
 
 // heapscopeVariableSpecs contains global variables before they are loaded into the kernel.
@@ -221,6 +259,8 @@ type heapscopeVariableSpecs struct {
 	TotalsMask  *ebpf.VariableSpec `ebpf:"totals_mask"`
 	UnusedEvent *ebpf.VariableSpec `ebpf:"unused_event"`
 	UnusedLib   *ebpf.VariableSpec `ebpf:"unused_lib"`
+	UnusedNote  *ebpf.VariableSpec `ebpf:"unused_note"`
+	Uw          *ebpf.VariableSpec `ebpf:"uw"`
 	WakeupMask  *ebpf.VariableSpec `ebpf:"wakeup_mask"`
 }
 
@@ -246,6 +286,7 @@ func (o *heapscopeObjects) Close() error {
 type heapscopeMaps struct {
 	Counters      *ebpf.Map `ebpf:"counters"`
 	Events        *ebpf.Map `ebpf:"events"`
+	Follow        *ebpf.Map `ebpf:"follow"`
 	InternalFrees *ebpf.Map `ebpf:"internal_frees"`
 	LiveKeys      *ebpf.Map `ebpf:"live_keys"`
 	LiveVals      *ebpf.Map `ebpf:"live_vals"`
@@ -254,12 +295,15 @@ type heapscopeMaps struct {
 	TotalsKeys    *ebpf.Map `ebpf:"totals_keys"`
 	TotalsVals    *ebpf.Map `ebpf:"totals_vals"`
 	Traced        *ebpf.Map `ebpf:"traced"`
+	UwEntries     *ebpf.Map `ebpf:"uw_entries"`
+	UwProcs       *ebpf.Map `ebpf:"uw_procs"`
 }
 
 func (m *heapscopeMaps) Close() error {
 	return _HeapscopeClose(
 		m.Counters,
 		m.Events,
+		m.Follow,
 		m.InternalFrees,
 		m.LiveKeys,
 		m.LiveVals,
@@ -268,6 +312,8 @@ func (m *heapscopeMaps) Close() error {
 		m.TotalsKeys,
 		m.TotalsVals,
 		m.Traced,
+		m.UwEntries,
+		m.UwProcs,
 	)
 }
 
@@ -282,6 +328,8 @@ type heapscopeVariables struct {
 	TotalsMask  *ebpf.Variable `ebpf:"totals_mask"`
 	UnusedEvent *ebpf.Variable `ebpf:"unused_event"`
 	UnusedLib   *ebpf.Variable `ebpf:"unused_lib"`
+	UnusedNote  *ebpf.Variable `ebpf:"unused_note"`
+	Uw          *ebpf.Variable `ebpf:"uw"`
 	WakeupMask  *ebpf.Variable `ebpf:"wakeup_mask"`
 }
 
@@ -303,6 +351,8 @@ type heapscopePrograms struct {
 	MremapExit      *ebpf.Program `ebpf:"mremap_exit"`
 	MunmapEnter     *ebpf.Program `ebpf:"munmap_enter"`
 	MunmapExit      *ebpf.Program `ebpf:"munmap_exit"`
+	OnExec          *ebpf.Program `ebpf:"on_exec"`
+	OnFork          *ebpf.Program `ebpf:"on_fork"`
 	WrapEnter       *ebpf.Program `ebpf:"wrap_enter"`
 	WrapEnterMulti  *ebpf.Program `ebpf:"wrap_enter_multi"`
 }
@@ -323,6 +373,8 @@ func (p *heapscopePrograms) Close() error {
 		p.MremapExit,
 		p.MunmapEnter,
 		p.MunmapExit,
+		p.OnExec,
+		p.OnFork,
 		p.WrapEnter,
 		p.WrapEnterMulti,
 	)

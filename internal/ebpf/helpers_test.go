@@ -26,7 +26,9 @@ type recorder struct {
 	modules   []event.Module
 	stacks    map[uint32]map[event.StackID][]uint64
 	events    []event.Event
+	images    []int // for each event, how many Process records of its pid came before it
 	snapshots []event.Snapshot
+	snapImage []int // the same for each snapshot
 	stats     []event.Stats
 	calls     int // Sink calls in flight, to catch concurrent use
 	// uncovered are frames of stacks that lay in no Module sent before
@@ -112,13 +114,11 @@ func (r *recorder) Events(evs []event.Event) error {
 		if e.Stack != 0 && r.stacks[e.PID][e.Stack] == nil {
 			r.t.Errorf("event refers to stack %d of pid %d before it was sent", e.Stack, e.PID)
 		}
-		known := false
-		for _, p := range r.processes {
-			known = known || p.PID == e.PID
-		}
-		if !known {
+		image := r.image(e.PID)
+		if image == 0 {
 			r.t.Errorf("event of pid %d before its Process", e.PID)
 		}
+		r.images = append(r.images, image)
 	}
 	r.events = append(r.events, evs...)
 	return nil
@@ -134,7 +134,20 @@ func (r *recorder) Snapshot(s event.Snapshot) error {
 		}
 	}
 	r.snapshots = append(r.snapshots, s)
+	r.snapImage = append(r.snapImage, r.image(s.PID))
 	return nil
+}
+
+// image returns how many Process records of pid have come. Called with mu
+// held.
+func (r *recorder) image(pid uint32) int {
+	n := 0
+	for _, p := range r.processes {
+		if p.PID == pid {
+			n++
+		}
+	}
+	return n
 }
 
 func (r *recorder) Stats(s event.Stats) error {

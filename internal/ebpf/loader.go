@@ -29,17 +29,16 @@ func findLoader(pid int) (*loader, error) {
 		return nil, err
 	}
 	var base uint64
-	path := ""
+	path, open := "", ""
 	for _, m := range maps {
 		if m.File() && m.Offset == 0 && strings.HasPrefix(filepath.Base(m.Path), "ld-") {
-			path, base = m.Path, m.Start
+			path, base, open = m.Path, m.Start, proc.MappedFile(pid, m)
 			break
 		}
 	}
 	if path == "" {
 		return nil, nil
 	}
-	open := fmt.Sprintf("/proc/%d/root%s", pid, path)
 	f, err := elf.Open(open)
 	if err != nil {
 		return nil, fmt.Errorf("pid %d: %w", pid, err)
@@ -112,6 +111,22 @@ func (t *Tracer) library(l *heapscopeLib) {
 		return // the maps are read again if a stack needs it
 	}
 	t.sendModules(ms, mods)
+	if t.uw != nil && !t.uw.knows(l.Pid, name) {
+		// A library loaded after attach: its table, away from the
+		// reader (building one can take a tenth of a second).
+		pid := l.Pid
+		go func() {
+			if missing, err := t.uw.load(pid); err == nil {
+				t.warnTables(missing)
+			}
+			t.mu.Lock()
+			_, traced := t.procs[int(pid)]
+			t.mu.Unlock()
+			if !traced {
+				t.uw.forget(pid) // it ended meanwhile
+			}
+		}()
+	}
 }
 
 func cString(b []int8) string {

@@ -35,7 +35,13 @@ func TestAttachMidCall(t *testing.T) {
 		if err := tr.Attach(pid); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(40 * time.Millisecond)
+		// Until it has made enough calls (a thread left inside a call
+		// makes none: the wait times out), not for a fixed time, which on
+		// a loaded machine is too few calls.
+		for deadline := time.Now().Add(20 * time.Second); len(rec.eventsOf(pid))-seen < 4000 && time.Now().Before(deadline); {
+			time.Sleep(20 * time.Millisecond)
+			mustFlush(t, tr)
+		}
 		if err := tr.Detach(pid); err != nil {
 			t.Fatal(err)
 		}

@@ -28,6 +28,7 @@ func (t *Tracer) read() {
 	var rec ringbuf.Record
 	var pending []heapscopeEvent
 	var lib heapscopeLib
+	var note heapscopeNote
 	// The deadline is set after each delivery: an event waits at most
 	// FlushInterval after the last one. (Setting it for each record
 	// costs a clock read per event.)
@@ -55,6 +56,11 @@ func (t *Tracer) read() {
 				// order.
 				deliver()
 				t.library(&lib)
+			} else if decodeNote(rec.RawSample, &note) {
+				// What the process did before is delivered
+				// before its follower ends the image.
+				deliver()
+				t.note(note)
 			}
 			if rec.Remaining == 0 || len(pending) >= maxBatch {
 				deliver()

@@ -48,15 +48,27 @@ func findTargets(pid int) ([]target, error) {
 			paths = append(paths, p)
 		}
 	}
+	// How this process opens each file: through the process's root, or
+	// its mapping when that is not the file (see proc.MappedFile).
+	opens := map[string]string{}
+	open := func(p string) string {
+		if o, ok := opens[p]; ok {
+			return o
+		}
+		return root + p
+	}
 	for _, m := range maps {
 		if m.Exec() && m.File() {
 			add(m.Path)
+			if _, ok := opens[m.Path]; !ok {
+				opens[m.Path] = proc.MappedFile(pid, m)
+			}
 		}
 	}
 	if !seen[exe] {
 		add(exe)
 	}
-	if libs, err := pendingLibraries(pid, root, exe, seen); err != nil {
+	if libs, err := pendingLibraries(pid, root, exe, open(exe), seen); err != nil {
 		return nil, err
 	} else {
 		for _, l := range libs {
@@ -66,12 +78,12 @@ func findTargets(pid int) ([]target, error) {
 
 	var targets []target
 	for _, p := range paths {
-		heap, ok := classify(p, exe)
+		open := open(p)
+		heap, own, ok := classify(open, p, exe)
 		if !ok {
 			continue
 		}
-		open := root + p
-		ss, err := findSites(open)
+		ss, err := findSites(open, own)
 		if err != nil {
 			return nil, fmt.Errorf("pid %d: %s: %w", pid, p, err)
 		}
@@ -83,30 +95,49 @@ func findTargets(pid int) ([]target, error) {
 }
 
 // classify says whether a mapped file is one whose allocator functions are
-// probed, and the heap its C allocator stands for: the executable (a static
-// binary, or one with its own malloc), the C library, and any file whose
-// C++ operator new and delete it may define (the C++ runtime).
-func classify(path, exe string) (event.Heap, bool) {
-	if path == exe {
-		return event.HeapExe, true
-	}
+// probed, the heap its C allocator stands for, and whether it is an
+// allocator of its own (see sites.FindOwn): the executable (a static
+// binary, or one with its own malloc), the C library, any file whose C++
+// operator new and delete it may define (the C++ runtime), and jemalloc,
+// tcmalloc and mimalloc, as a shared library (linked or preloaded) or
+// linked into the executable. Of the files, only the executable is opened
+// here, to read its symbols.
+func classify(open, path, exe string) (heap event.Heap, own, ok bool) {
 	base := filepath.Base(path)
 	switch {
 	case strings.HasPrefix(base, "libc.so"), strings.HasPrefix(base, "libc-"):
-		return event.HeapLibc, true
+		return event.HeapLibc, false, true
 	case strings.HasPrefix(base, "libstdc++.so"), strings.HasPrefix(base, "libc++.so"), strings.HasPrefix(base, "libc++abi.so"):
-		return event.HeapLibc, true
+		return event.HeapLibc, false, true
+	case strings.HasPrefix(base, "libjemalloc.so"):
+		return event.HeapJemalloc, true, true
+	case strings.HasPrefix(base, "libtcmalloc"):
+		return event.HeapTcmalloc, true, true
+	case strings.HasPrefix(base, "libmimalloc"):
+		return event.HeapMimalloc, true, true
+	case path != exe:
+		return 0, false, false
 	}
-	return 0, false
+	if f, err := elf.Open(open); err == nil {
+		defer f.Close()
+		if h, found := sites.Identify(f); found {
+			return h, true, true
+		}
+	}
+	return event.HeapExe, false, true
 }
 
-func findSites(path string) ([]sites.Site, error) {
+func findSites(path string, own bool) ([]sites.Site, error) {
 	f, err := elf.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	ss, err := sites.Find(f)
+	find := sites.Find
+	if own {
+		find = sites.FindOwn
+	}
+	ss, err := find(f)
 	if errors.Is(err, sites.ErrNotELF64) {
 		return nil, nil
 	}
@@ -117,8 +148,8 @@ func findSites(path string) ([]sites.Site, error) {
 // will load, when it is such a process: a dynamic executable none of whose
 // libraries is mapped yet. It asks the program's own dynamic loader, with
 // the process's library path and preloads, what it would map.
-func pendingLibraries(pid int, root, exe string, mapped map[string]bool) ([]string, error) {
-	f, err := elf.Open(root + exe)
+func pendingLibraries(pid int, root, exe, openExe string, mapped map[string]bool) ([]string, error) {
+	f, err := elf.Open(openExe)
 	if err != nil {
 		return nil, fmt.Errorf("pid %d: %w", pid, err)
 	}

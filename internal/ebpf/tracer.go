@@ -31,6 +31,11 @@ type Tracer struct {
 	multi bool // uprobe_multi links
 	rd    *ringbuf.Reader
 	sys   []link.Link // mmap syscall tracepoints
+	// forks are the fork and exec tracepoints, when children are followed
+	// (see Config.NoFollowFork).
+	forks     []link.Link
+	followErr error    // why children are not followed, when they cannot be
+	uw        *uwState // unwind tables (Config.UnwindTables)
 	// live and totals are aggregate mode's tables, mapped.
 	live, totals *table
 
@@ -77,6 +82,11 @@ type Tracer struct {
 	readerDone chan struct{}
 	readerErr  error
 
+	warnMu   sync.Mutex
+	warnings []error
+	heldMu   sync.Mutex
+	held     map[int]bool // processes the BPF side stopped, until continued
+
 	watch  *watcher
 	wg     sync.WaitGroup // the snapshot ticker
 	ending sync.WaitGroup // ends of exited processes in progress
@@ -122,10 +132,20 @@ func New(cfg Config, sink event.Sink) (*Tracer, error) {
 		nextStack: map[uint32]event.StackID{},
 		modules:   map[uint32]*moduleSet{},
 		flushed:   make(chan struct{}),
+		held:      map[int]bool{},
 	}
 	t.multi = !cfg.noMulti && features.HaveBPFLinkUprobeMulti() == nil
 	if err := t.load(); err != nil {
-		return nil, err
+		if cfg.NoFollowFork {
+			return nil, err
+		}
+		// A kernel before 6.13 has no bpf_send_signal_task: trace
+		// without following children rather than not at all.
+		t.followErr = err
+		t.cfg.NoFollowFork = true
+		if err := t.load(); err != nil {
+			return nil, err
+		}
 	}
 	if t.watch, err = newWatcher(t); err != nil {
 		t.coll.Close()
@@ -138,8 +158,14 @@ func New(cfg Config, sink event.Sink) (*Tracer, error) {
 			return nil, err
 		}
 	}
+	if t.following() {
+		if err := t.attachFollow(); err != nil {
+			t.closeKernelObjects()
+			return nil, err
+		}
+	}
 	// The ring carries the events in stream mode, and in both modes the
-	// loader's lists of libraries.
+	// loader's lists of libraries (and the notes of forks and execs).
 	if t.rd, err = ringbuf.NewReader(t.objs.events); err != nil {
 		t.closeKernelObjects()
 		return nil, fmt.Errorf("ebpf: ring buffer reader: %w", err)
@@ -171,11 +197,15 @@ func (t *Tracer) load() error {
 		set("families", uint32(t.cfg.Families)),
 		set("wakeup_mask", wakeupMask),
 		set("stack_kinds", stackMask(t.cfg.Stacks)),
+		set("uw", boolByte(t.cfg.UnwindTables)),
 	); err != nil {
 		return err
 	}
 
 	spec.Maps["stacks"].MaxEntries = uint32(t.cfg.StackMapSize)
+	if t.cfg.UnwindTables {
+		spec.Maps["uw_entries"].MaxEntries = uint32(t.cfg.UnwindEntries)
+	}
 	liveSlots, totalSlots := bucketSlots, bucketSlots // unused in stream mode
 	if t.cfg.Mode == Stream {
 		spec.Maps["events"].MaxEntries = uint32(t.cfg.RingSize)
@@ -207,6 +237,11 @@ func (t *Tracer) load() error {
 				delete(spec.Programs, name)
 			}
 			continue
+		case "on_fork", "on_exec":
+			if !t.following() {
+				delete(spec.Programs, name)
+			}
+			continue
 		}
 		if multi != t.multi {
 			delete(spec.Programs, name)
@@ -230,7 +265,14 @@ func (t *Tracer) load() error {
 		stacks:     coll.Maps["stacks"],
 		counters:   coll.Maps["counters"],
 		traced:     coll.Maps["traced"],
+		follow:     coll.Maps["follow"],
 		stackKinds: coll.Variables["stack_kinds"],
+	}
+	if t.cfg.UnwindTables {
+		if t.uw, err = newUWState(coll.Maps["uw_entries"], coll.Maps["uw_procs"]); err != nil {
+			coll.Close()
+			return err
+		}
 	}
 	if t.cfg.Mode == Aggregate {
 		if t.live, err = mapTable(coll.Maps["live_keys"], coll.Maps["live_vals"]); err != nil {
@@ -264,12 +306,13 @@ func (t *Tracer) checkTableMemory(liveSlots, totalSlots int) error {
 
 // objects are the loaded maps and variables the Go side uses.
 type objects struct {
-	events, stacks, counters, traced *ebpf.Map
-	stackKinds                       *ebpf.Variable
+	events, stacks, counters, traced, follow *ebpf.Map
+	stackKinds                               *ebpf.Variable
 }
 
-// closeTables unmaps aggregate mode's tables.
+// closeTables unmaps aggregate mode's tables and the unwind tables.
 func (t *Tracer) closeTables() {
+	t.uw.close()
 	if t.live != nil {
 		t.live.close()
 		t.totals.close()
@@ -293,10 +336,10 @@ func boolByte(b bool) uint8 {
 }
 
 func (t *Tracer) closeKernelObjects() {
-	for _, l := range t.sys {
+	for _, l := range append(t.sys, t.forks...) {
 		l.Close()
 	}
-	t.sys = nil
+	t.sys, t.forks = nil, nil
 	if t.watch != nil {
 		t.watch.close()
 	}
@@ -435,6 +478,12 @@ func (t *Tracer) Close() error {
 	sort.Slice(procs, func(i, j int) bool { return procs[i].pid < procs[j].pid })
 	t.wg.Wait() // the snapshot ticker
 
+	// No fork or exec is held from here on; those held already are
+	// continued by their followers (whose Attach fails once this returns).
+	for _, l := range t.forks {
+		l.Close()
+	}
+	t.forks = nil
 	// No exit is noticed from here on; those noticed already finish.
 	t.watch.close()
 	for _, l := range t.sys {
@@ -448,6 +497,8 @@ func (t *Tracer) Close() error {
 	t.drain()
 	t.rd.Close()
 	<-t.readerDone
+	// Every note has been read: what is held now waits for this Close.
+	t.resumeAll()
 
 	t.life.Lock()
 	t.statsMu.Lock()

@@ -15,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/heapscope/heapscope/event"
 	"github.com/heapscope/heapscope/internal/errs"
 )
@@ -180,6 +182,27 @@ func parseMapsLine(line string) (Mapping, error) {
 	return m, nil
 }
 
+// MappedFile returns a path by which this process can open the file of
+// mapping m of pid: the path the maps give, under /proc/PID/root, when that
+// is the mapped file (the same device and inode); otherwise
+// /proc/PID/map_files/START-END, which is the mapped file whatever the
+// namespaces (a process chrooted in a mount namespace of its own has paths
+// in its maps that are neither this process's nor its own). Opening the
+// latter needs CAP_SYS_ADMIN.
+func MappedFile(pid int, m Mapping) string {
+	p := path(pid, "root") + m.Path
+	var st unix.Stat_t
+	if err := unix.Stat(p, &st); err == nil && st.Ino == m.Inode && devString(st.Dev) == m.Dev {
+		return p
+	}
+	return fmt.Sprintf("%s/%x-%x", path(pid, "map_files"), m.Start, m.End)
+}
+
+// devString formats a device number as /proc/PID/maps does.
+func devString(dev uint64) string {
+	return fmt.Sprintf("%02x:%02x", unix.Major(dev), unix.Minor(dev))
+}
+
 // Modules returns the executable file mappings of a process as module
 // records, with their build-ids. Files are read through /proc/PID/root so that
 // processes in other mount namespaces are described by their own files.
@@ -196,7 +219,7 @@ func Modules(pid int, now int64) ([]event.Module, error) {
 		}
 		id, ok := ids[m.Path]
 		if !ok {
-			id, _ = BuildID(path(pid, "root") + m.Path)
+			id, _ = BuildID(MappedFile(pid, m))
 			ids[m.Path] = id
 		}
 		mods = append(mods, event.Module{

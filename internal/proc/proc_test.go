@@ -2,6 +2,7 @@ package proc
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -119,4 +120,34 @@ func FuzzParseStat(f *testing.F) {
 func FuzzParseMaps(f *testing.F) {
 	f.Add([]byte("7f00-7f10 r-xp 00001000 fd:01 1234 /lib/x.so\n"))
 	f.Fuzz(func(t *testing.T, b []byte) { ParseMaps(b) })
+}
+
+// TestMappedFile: a file mapped by a process of this mount namespace is
+// opened through /proc/PID/root and the path its maps give; one whose path
+// there is another file's, through /proc/PID/map_files.
+func TestMappedFile(t *testing.T) {
+	maps, err := ReadMaps(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range maps {
+		if !m.Exec() || !m.File() {
+			continue
+		}
+		want := fmt.Sprintf("/proc/%d/root%s", os.Getpid(), m.Path)
+		if got := MappedFile(os.Getpid(), m); got != want {
+			t.Errorf("%s: %s, want %s", m.Path, got, want)
+		}
+		m.Inode++ // another file at the same path
+		want = fmt.Sprintf("/proc/%d/map_files/%x-%x", os.Getpid(), m.Start, m.End)
+		got := MappedFile(os.Getpid(), m)
+		if got != want {
+			t.Errorf("%s, another inode: %s, want %s", m.Path, got, want)
+		}
+		if _, err := os.Stat(got); err != nil {
+			t.Errorf("%s: %v", got, err)
+		}
+		return
+	}
+	t.Fatal("no executable file mapping")
 }

@@ -75,6 +75,25 @@ struct {
 	__uint(max_entries, MAX_WINDOWS);
 } internal_frees SEC(".maps");
 
+// Unwinding with tables (see heapscope.h), when uw is set at load time.
+volatile const __u8 uw;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(max_entries, 1); // sized by the loader
+} uw_entries SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, __u32);
+	__type(value, struct uw_proc);
+	__uint(max_entries, 4096);
+} uw_procs SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
@@ -184,6 +203,13 @@ struct walk {
 	__u64 fp, lo, hash;
 	__u32 n;
 	__u32 same; // the frames so far are those of the thread's last stack
+	// Unwinding with tables: the process's ranges, and the registers of
+	// the frame being unwound (lo is its stack pointer, fp its rbp).
+	struct uw_proc *uw;
+	__u64 pc;
+	__u64 *rules; // the thread's rules of the last stack's frames
+	__u32 reuse;  // they are valid (same generation of ranges)
+	__u32 pad;
 };
 
 static __always_inline __u64 mix(__u64 h, __u64 v)
@@ -240,6 +266,133 @@ static long walk_step(__u32 i, struct walk *w)
 	return 0;
 }
 
+// wread reads the 8-byte-aligned word at addr of the user stack, from the
+// window (which it moves to addr when addr is not in it).
+static __always_inline int wread(struct walk *w, __u64 addr, __u64 *v)
+{
+	if (addr & 7)
+		return -1;
+	__u64 off = addr - w->wbase;
+	if (addr < w->wbase || off + 8 > w->wlen) {
+		load_window(w, addr, 8);
+		off = 0;
+	}
+	if (off + 8 > w->wlen)
+		return -1;
+	*v = w->win[(off >> 3) & (WINDOW / 8 - 1)];
+	return 0;
+}
+
+// uw_find returns the table entry for pc (a caller's: pc - 1 is looked up)
+// in the process's ranges, or 0 (fallback) when no table covers it.
+static __always_inline __u64 uw_find(struct uw_proc *p, __u64 pc)
+{
+	__u32 n = p->n;
+	if (n == 0 || n > UW_MAX_RANGES)
+		return 0;
+	// The last range with start <= pc.
+	__u32 lo = 0;
+#pragma unroll
+	for (int i = 0; i < 8; i++) {
+		__u32 half = n >> 1;
+		if (n > 1) {
+			__u32 mid = (lo + half) & (UW_MAX_RANGES - 1);
+			if (p->r[mid].start <= pc)
+				lo = mid;
+			n -= half;
+		}
+	}
+	struct uw_range *r = &p->r[lo & (UW_MAX_RANGES - 1)];
+	if (pc < r->start || pc >= r->end || r->count < 2)
+		return 0;
+	__u64 a = pc - r->bias;
+	if (a >> 32)
+		return 0;
+	// The last entry with addr <= a.
+	__u32 first = r->first, cnt = r->count, at = first;
+	__u64 *e = bpf_map_lookup_elem(&uw_entries, &at);
+	if (!e || (__u32)*e > a)
+		return 0;
+#pragma unroll
+	for (int i = 0; i < UW_SEARCH_STEPS; i++) {
+		__u32 half = cnt >> 1;
+		if (cnt > 1) {
+			__u32 mid = at + half;
+			e = bpf_map_lookup_elem(&uw_entries, &mid);
+			if (!e)
+				return 0;
+			if ((__u32)*e <= a)
+				at = mid;
+			cnt -= half;
+		}
+	}
+	if (at == first + r->count - 1)
+		return 0; // the end marker: past the covered range
+	e = bpf_map_lookup_elem(&uw_entries, &at);
+	return e ? *e : 0;
+}
+
+// uw_step unwinds one frame with the tables, or by the frame pointer where
+// they have no rule: from the frame of return address w->pc (stack pointer
+// w->lo, rbp w->fp) to its caller's.
+static long uw_step(__u32 i, struct walk *w)
+{
+	__u32 at = (i + 1) & 127;
+	if (i + 1 >= MAX_FRAMES) {
+		count(CTR_STACKS_CUT);
+		return 1;
+	}
+	// A frame of the thread's last stack, with all those before it the
+	// same: its rule is the one found then.
+	__u64 e;
+	if (w->reuse && w->same) {
+		e = w->rules[i & 127];
+	} else {
+		e = uw_find(w->uw, w->pc - 1);
+		w->rules[i & 127] = e;
+	}
+	__u8 kind = e >> 48;
+	__u64 off = (e >> 32) & 0xffff;
+	__s8 aux = e >> 56;
+	__u64 cfa, ret = 0, fp = w->fp;
+	switch (kind) {
+	case UW_KIND_END:
+		return 1;
+	case UW_KIND_RSP:
+		cfa = w->lo + off;
+		break;
+	case UW_KIND_RBP:
+		cfa = w->fp + off;
+		break;
+	case UW_KIND_PLT:
+		cfa = w->lo + off + ((w->pc & 15) >= (__u8)aux ? 8 : 0);
+		aux = 0;
+		break;
+	default:
+		// No rule: the frame pointer, if it is one (above the stack
+		// pointer, within the stack).
+		count(CTR_UW_FALLBACK);
+		if (w->fp < w->lo || w->fp - w->lo > MAX_STACK_SPAN)
+			return 1;
+		cfa = w->fp + 16;
+		aux = -2;
+	}
+	if (cfa <= w->lo || cfa - w->lo > MAX_STACK_SPAN)
+		return 1; // a caller's frame is above its callee's
+	if (wread(w, cfa - 8, &ret) || !ret)
+		return 1;
+	if (aux && wread(w, cfa + (__s64)aux * 8, &fp))
+		return 1;
+	w->same &= w->s->ip[at] == ret;
+	w->s->ip[at] = ret;
+	w->hash = mix(w->hash, ret);
+	w->n = at + 1;
+	w->pc = ret;
+	w->lo = cfa;
+	w->fp = fp;
+	return 0;
+}
+
 // same_step compares frame i of the new stack with the stored one.
 static long same_step(__u32 i, struct walk *w)
 {
@@ -268,12 +421,29 @@ static __u64 take_stack(struct thread *t, __u64 first, __u64 fp, __u64 sp, __u64
 	struct walk w = {.s = s, .win = t->window, .fp = fp, .lo = sp, .n = 1};
 	// One read for the return address and, usually, the first frames.
 	load_window(&w, first ? sp : ret, 8);
+	// The caller's stack pointer: at a return, sp; at an entry, above
+	// the return address.
+	__u64 csp = first ? sp : ret + 8;
 	if (!first && w.wlen >= 8)
 		first = t->window[0];
 	w.same = t->last_stack != NO_STACK && s->ip[0] == first;
 	s->ip[0] = first;
 	w.hash = mix(0x9E3779B97F4A7C15ULL, first);
-	bpf_loop(MAX_FRAMES - 1, walk_step, &w, 0);
+	if (uw) {
+		__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+		w.uw = bpf_map_lookup_elem(&uw_procs, &tgid);
+	}
+	if (w.uw) {
+		w.pc = first;
+		w.lo = csp;
+		w.rules = t->rules;
+		__u32 gen = w.uw->gen;
+		w.reuse = t->rules_gen == gen;
+		bpf_loop(MAX_FRAMES - 1, uw_step, &w, 0);
+		t->rules_gen = gen;
+	} else {
+		bpf_loop(MAX_FRAMES - 1, walk_step, &w, 0);
+	}
 	__u32 n = w.n & 127;
 	s->ip[n] = 0;
 	if (w.same && n == t->last_n)
@@ -593,8 +763,11 @@ static __always_inline int do_alloc_enter(struct pt_regs *ctx)
 	if (t->state == STATE_ALLOC) {
 		if (sp <= t->sp) {
 			// Called by a traced allocation (realloc(NULL, n) jumps
-			// to malloc): that outer call is the event.
+			// to malloc): that outer call is the event, but the block
+			// comes from the inner allocator (glibc's reallocarray
+			// calling jemalloc's realloc).
 			t->depth++;
+			t->heap = COOKIE_HEAP(cookie);
 			return 0;
 		}
 		// Shallower than an allocation whose return never came.
@@ -701,6 +874,21 @@ int alloc_exit(struct pt_regs *ctx) { return do_alloc_exit(ctx); }
 
 // --- free (entry probe only) ---
 
+// note_delete follows an operator delete probed as a free (an allocator's
+// own, like jemalloc's or tcmalloc's, rather than the C++ runtime's wrapper
+// of free): it is the event, and the free it may call with the same block
+// is not another.
+static __always_inline void note_delete(struct thread *t, __u64 sp, __u64 ptr)
+{
+	if (!t)
+		t = thread_state(1);
+	if (!t)
+		return;
+	t->state = STATE_FREED;
+	t->sp = sp;
+	t->a0 = ptr;
+}
+
 static __always_inline int do_free(struct pt_regs *ctx)
 {
 	__u64 ptr = PT_REGS_PARM1(ctx);
@@ -726,12 +914,16 @@ static __always_inline int do_free(struct pt_regs *ctx)
 	struct thread *t = thread_state(0);
 	if (t && t->state == STATE_ALLOC && sp <= t->sp)
 		return 0; // realloc(p, 0) freeing p: part of the realloc event
+	if (t && t->state == STATE_FREED && sp <= t->sp && t->a0 == ptr) {
+		t->state = STATE_IDLE;
+		return 0; // the free an operator delete reported already calls
+	}
 	if (t && t->state == STATE_DELETE && sp <= t->sp && t->a0 == ptr) {
 		func = t->func;
 		stack = t->stack;
 		own = 0;
 		t->state = STATE_IDLE;
-	} else if (!(families & FAMILY_FREE)) {
+	} else if (!(families & family_of(func))) {
 		return 0;
 	}
 	if (own && wants_stack(KIND_FREE)) {
@@ -746,6 +938,8 @@ static __always_inline int do_free(struct pt_regs *ctx)
 			count(CTR_STACKS_LOST);
 	}
 	record(KIND_FREE, func, COOKIE_HEAP(cookie), ptr, 0, 0, 0, stack, COOKIE_PIDX(cookie));
+	if (own && func != FUNC_FREE)
+		note_delete(t, sp, ptr);
 	return 0;
 }
 
@@ -947,6 +1141,87 @@ int munmap_exit(struct sys_exit_ctx *ctx) { return do_sys_exit(ctx, FUNC_MUNMAP)
 SEC("tracepoint/syscalls/sys_exit_mremap")
 int mremap_exit(struct sys_exit_ctx *ctx) { return do_sys_exit(ctx, FUNC_MREMAP); }
 
+// --- children: fork and exec ---
+//
+// A followed process's fork adds the child to the followed (and, when the
+// parent's mmap calls are traced, the traced) processes, and stops it
+// before its first instruction; so does its exec, before the first
+// instruction of the new program. User space attaches the probes for the
+// child or the new program, which is only then continued: nothing it
+// does is missed. (Probes are attached per process: the parent's do not
+// run for its child.)
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __u32);
+	__type(value, __u8);
+	__uint(max_entries, 16384);
+} follow SEC(".maps");
+
+// Only the fields used, relocated by CO-RE.
+struct task_struct {
+	int pid;
+	int tgid;
+} __attribute__((preserve_access_index));
+
+enum pid_type { PIDTYPE_PID, PIDTYPE_TGID };
+
+extern int bpf_send_signal_task(struct task_struct *task, int sig, enum pid_type type, __u64 value) __ksym;
+
+#define SIGSTOP_ 19
+
+// hold stops task's process and tells user space, or (the ring is full)
+// does neither: a process not held is not followed.
+static __always_inline int hold(struct task_struct *task, __u32 kind, __u32 pid, __u32 ppid)
+{
+	struct note *n = bpf_ringbuf_reserve(&events, sizeof(*n), 0);
+	if (!n) {
+		count(CTR_LOST_OTHER);
+		return -1;
+	}
+	n->time = bpf_ktime_get_ns();
+	n->kind = kind;
+	n->pid = pid;
+	n->ppid = ppid;
+	n->held = bpf_send_signal_task(task, SIGSTOP_, PIDTYPE_TGID, 0);
+	bpf_ringbuf_submit(n, BPF_RB_FORCE_WAKEUP);
+	return 0;
+}
+
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(on_fork, struct task_struct *parent, struct task_struct *child)
+{
+	if (child->pid != child->tgid)
+		return 0; // a thread
+	__u32 ptgid = parent->tgid, tgid = child->tgid;
+	__u8 *f = bpf_map_lookup_elem(&follow, &ptgid);
+	if (!f)
+		return 0;
+	// Before the note: user space may undo these as soon as it reads it.
+	__u8 v = *f, one = 1;
+	int mmaps = bpf_map_lookup_elem(&traced, &ptgid) != 0;
+	bpf_map_update_elem(&follow, &tgid, &v, BPF_ANY);
+	if (mmaps)
+		bpf_map_update_elem(&traced, &tgid, &one, BPF_ANY);
+	if (hold(child, NOTE_FORK, tgid, ptgid)) {
+		bpf_map_delete_elem(&follow, &tgid);
+		if (mmaps)
+			bpf_map_delete_elem(&traced, &tgid);
+	}
+	return 0;
+}
+
+SEC("tp_btf/sched_process_exec")
+int BPF_PROG(on_exec, struct task_struct *p, int old_pid, void *bprm)
+{
+	__u32 tgid = p->tgid;
+	if (!bpf_map_lookup_elem(&follow, &tgid))
+		return 0;
+	hold(p, NOTE_EXEC, tgid, 0);
+	return 0;
+}
+
 // Keep the record types in BTF for bpf2go.
 const struct event *unused_event __attribute__((unused));
 const struct lib *unused_lib __attribute__((unused));
+const struct note *unused_note __attribute__((unused));

@@ -48,6 +48,9 @@
 #define HEAP_LIBC 0
 #define HEAP_EXE 1
 #define HEAP_MMAP 2
+#define HEAP_JEMALLOC 3
+#define HEAP_TCMALLOC 4
+#define HEAP_MIMALLOC 5
 
 // Indexes of the per-CPU counters. The first six are event.LostReason.
 #define CTR_LOST_RING_FULL 0
@@ -57,7 +60,9 @@
 #define CTR_DELIVERED 7 // aggregate mode: calls accounted in the maps
 #define CTR_UNMATCHED 8 // aggregate mode: frees of blocks never seen
 #define CTR_LIBS_LOST 9 // library records the ring had no room for
-#define NUM_COUNTERS 10
+#define CTR_STACKS_CUT 10 // stacks cut at MAX_FRAMES
+#define CTR_UW_FALLBACK 11 // frames unwound by frame pointer where tables were used
+#define NUM_COUNTERS 12
 
 // A probe's cookie: the function it is on, the heap, how far the stack
 // pointer has moved between the function's entry and the probed
@@ -98,6 +103,7 @@ struct stack {
 #define STATE_ALLOC 1  // between an allocation's entry and its return
 #define STATE_NEW 2    // in operator new, before its malloc
 #define STATE_DELETE 3 // in operator delete, before its free
+#define STATE_FREED 4  // in an operator delete already reported, before its free
 
 struct thread {
 	__u64 a0;    // size asked; operator delete: the block
@@ -119,6 +125,12 @@ struct thread {
 	__u32 last_n;         // scratch's frames
 	__u32 pad3;
 	__u64 window[WINDOW / 8 + 1]; // user stack read at once, and a slot to spare
+	// Unwinding with tables: the rule found for each frame of the last
+	// stack (scratch), under the process's ranges of generation rules_gen.
+	// A stack whose frames so far are the last one's reuses them.
+	__u64 rules[MAX_FRAMES + 1];
+	__u32 rules_gen;
+	__u32 pad4;
 };
 
 struct event {
@@ -146,6 +158,44 @@ struct lib {
 	__u32 pid;
 	__u32 index; // position in the loader's list
 	char name[LIB_NAME_MAX];
+};
+
+// A fork or an exec of a followed process (the follow map), sent through
+// the ring; told from struct event and struct lib by its size. The process
+// it names is held (stopped) when held is 0, until user space has attached
+// its probes and continues it; else held is the error of the signal.
+#define NOTE_FORK 1
+#define NOTE_EXEC 2
+struct note {
+	__u64 time;
+	__u32 kind;
+	__u32 pid;  // the new process (fork) or the process that exec'd
+	__u32 ppid; // fork: the process that forked
+	__s32 held;
+};
+
+// Unwinding with tables (Config.Unwind): the unwind package's entries
+// (unwind/FORMAT.md), {u32 addr, u16 cfa_off, u8 kind, u8 aux} as one u64,
+// of every file in one array (uw_entries), each file's a run of it; and for
+// each process the ranges of its executable mappings, sorted by start, each
+// naming its file's run and the bias that turns a pc into an entry's addr.
+#define UW_KIND_FALLBACK 0
+#define UW_KIND_RSP 1
+#define UW_KIND_RBP 2
+#define UW_KIND_PLT 3
+#define UW_KIND_END 4
+#define UW_MAX_RANGES 256 // a power of two: 8 steps of binary search
+#define UW_SEARCH_STEPS 24 // enough for a file of 2^24 entries
+struct uw_range {
+	__u64 start, end; // the mapping
+	__u64 bias;       // addr = pc - bias
+	__u32 first;      // the file's first entry in uw_entries
+	__u32 count;      // its entries, the last one the end marker
+};
+struct uw_proc {
+	__u32 n;
+	__u32 gen; // changed by user space with the ranges: cached rules are stale
+	struct uw_range r[UW_MAX_RANGES];
 };
 
 // Aggregate mode keeps its live blocks and per-stack totals in tables of

@@ -88,6 +88,19 @@ var cFuncs = map[string]event.Func{
 	"pvalloc":        event.FuncPvalloc,
 }
 
+// Other allocators' own names for the C functions, besides the standard
+// ones they also define: jemalloc's with its configurable prefix (je_ in
+// builds that keep the C library's malloc) and its extended API,
+// tcmalloc's and mimalloc's.
+var prefixes = []string{"je_", "tc_", "mi_"}
+
+var jemallocFuncs = map[string]event.Func{
+	"mallocx":  event.FuncMalloc,
+	"rallocx":  event.FuncRealloc,
+	"dallocx":  event.FuncFree,
+	"sdallocx": event.FuncFree,
+}
+
 // cxxFunc classifies the Itanium-mangled names of operator new and delete
 // (all variants: sized, aligned, nothrow) on LP64.
 func cxxFunc(name string) (event.Func, bool) {
@@ -107,7 +120,16 @@ func cxxFunc(name string) (event.Func, bool) {
 // Classify returns the function and role a symbol name stands for, if it is
 // an allocator entry point.
 func Classify(name string) (event.Func, Role, bool) {
-	if f, ok := cFuncs[name]; ok {
+	f, ok := cFuncs[name]
+	for _, p := range prefixes {
+		if rest, cut := strings.CutPrefix(name, p); cut && !ok {
+			f, ok = cFuncs[rest]
+		}
+	}
+	if !ok {
+		f, ok = jemallocFuncs[strings.TrimPrefix(name, "je_")]
+	}
+	if ok {
 		r := RoleAlloc
 		if f == event.FuncFree {
 			r = RoleFree
@@ -131,7 +153,16 @@ var ErrNotELF64 = errors.New("not an x86-64 ELF file")
 // names at one address, like glibc's memalign and aligned_alloc) give one
 // site, named after the first in this order: the C names, then the C++
 // ones. A file that defines none gives none.
-func Find(f *elf.File) ([]Site, error) {
+func Find(f *elf.File) ([]Site, error) { return findIn(f, false) }
+
+// FindOwn is Find for a file that is itself an allocator (jemalloc,
+// tcmalloc, mimalloc; see Identify), whose operator new and delete may be
+// its own entry points rather than wrappers of malloc and free: one that
+// calls nothing through the PLT is probed as an allocation or a free
+// function (RoleAlloc, RoleFree) and reports its calls itself.
+func FindOwn(f *elf.File) ([]Site, error) { return findIn(f, true) }
+
+func findIn(f *elf.File, own bool) ([]Site, error) {
 	if f.Class != elf.ELFCLASS64 || f.Machine != elf.EM_X86_64 {
 		return nil, ErrNotELF64
 	}
@@ -171,6 +202,13 @@ func Find(f *elf.File) ([]Site, error) {
 			return nil, fmt.Errorf("%s: %w", s.Symbol, err)
 		}
 		s.Offset = off
+		if own && (s.Role == RoleWrapAlloc || s.Role == RoleWrapFree) && !callsPLT(f, s.Addr, code) {
+			if s.Role == RoleWrapAlloc {
+				s.Role = RoleAlloc
+			} else {
+				s.Role = RoleFree
+			}
+		}
 		s.Placement = Place(code, s.Role)
 		sites = append(sites, *s)
 	}
@@ -214,4 +252,66 @@ func fileOffset(f *elf.File, addr, size uint64) (uint64, []byte, error) {
 		return off, code, nil
 	}
 	return 0, nil, fmt.Errorf("address %#x is in no executable segment", addr)
+}
+
+// allocatorMarks are symbols only one allocator defines.
+var allocatorMarks = map[string]event.Heap{
+	"mallocx":    event.HeapJemalloc,
+	"je_mallocx": event.HeapJemalloc,
+	"je_malloc":  event.HeapJemalloc,
+	"tc_malloc":  event.HeapTcmalloc,
+	"mi_malloc":  event.HeapMimalloc,
+}
+
+// Identify says which allocator other than a C library's f defines, by a
+// symbol only it defines: jemalloc, tcmalloc or mimalloc, whether f is the
+// allocator's shared library or a program or library it is linked into.
+func Identify(f *elf.File) (event.Heap, bool) {
+	for _, load := range []func() ([]elf.Symbol, error){f.DynamicSymbols, f.Symbols} {
+		syms, _ := load()
+		for _, s := range syms {
+			if s.Section == elf.SHN_UNDEF || elf.ST_TYPE(s.Info) != elf.STT_FUNC {
+				continue
+			}
+			name, _, _ := strings.Cut(s.Name, "@")
+			if h, ok := allocatorMarks[name]; ok {
+				return h, true
+			}
+		}
+	}
+	return 0, false
+}
+
+// callsPLT reports whether the function at addr, whose code is code, calls
+// or jumps to a PLT entry: an operator new or delete that does is a
+// wrapper of malloc or free (jemalloc's delete jumps to free@plt).
+func callsPLT(f *elf.File, addr uint64, code []byte) bool {
+	var plts [][2]uint64
+	for _, sec := range f.Sections {
+		if strings.HasPrefix(sec.Name, ".plt") {
+			plts = append(plts, [2]uint64{sec.Addr, sec.Addr + sec.Size})
+		}
+	}
+	for off := 0; off < len(code); {
+		in, err := x86asm.Decode(code[off:], 64)
+		if err != nil {
+			return false
+		}
+		pc := addr + uint64(off) + uint64(in.Len)
+		off += in.Len
+		if in.Op != x86asm.CALL && in.Op != x86asm.JMP {
+			continue
+		}
+		rel, ok := in.Args[0].(x86asm.Rel)
+		if !ok {
+			continue
+		}
+		to := pc + uint64(int64(rel))
+		for _, p := range plts {
+			if to >= p[0] && to < p[1] {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -129,7 +129,7 @@ func TestClassify(t *testing.T) {
 			t.Errorf("Classify(%q) = %v, %v", name, f, ok)
 		}
 	}
-	for _, name := range []string{"mallocx", "_Znwj", "__libc_malloc_impl", "freeaddrinfo"} {
+	for _, name := range []string{"nallocx", "_Znwj", "__libc_malloc_impl", "freeaddrinfo"} {
 		if _, _, ok := Classify(name); ok {
 			t.Errorf("Classify(%q) accepted", name)
 		}
@@ -140,5 +140,68 @@ func TestFindNotELF64(t *testing.T) {
 	f := &elf.File{FileHeader: elf.FileHeader{Class: elf.ELFCLASS32, Machine: elf.EM_386}}
 	if _, err := Find(f); err != ErrNotELF64 {
 		t.Errorf("Find(32-bit) = %v", err)
+	}
+}
+
+// TestClassifyOtherAllocators: the names other allocators give the C
+// functions (jemalloc's je_ prefix and extended API, tcmalloc's tc_,
+// mimalloc's mi_) are entry points of the same roles.
+func TestClassifyOtherAllocators(t *testing.T) {
+	for name, want := range map[string]event.Func{
+		"je_malloc": event.FuncMalloc, "je_free": event.FuncFree, "je_posix_memalign": event.FuncPosixMemalign,
+		"mallocx": event.FuncMalloc, "je_rallocx": event.FuncRealloc, "sdallocx": event.FuncFree, "dallocx": event.FuncFree,
+		"tc_calloc": event.FuncCalloc, "tc_free": event.FuncFree, "mi_realloc": event.FuncRealloc, "mi_aligned_alloc": event.FuncAlignedAlloc,
+	} {
+		f, role, ok := Classify(name)
+		wantRole := RoleAlloc
+		if want == event.FuncFree {
+			wantRole = RoleFree
+		}
+		if !ok || f != want || role != wantRole {
+			t.Errorf("Classify(%q) = %v %v %v, want %v %v", name, f, role, ok, want, wantRole)
+		}
+	}
+	for _, name := range []string{"je_", "tc_version", "mi_stats_print", "xmalloc"} {
+		if f, _, ok := Classify(name); ok {
+			t.Errorf("Classify(%q) = %v, want none", name, f)
+		}
+	}
+}
+
+// TestFindOwnJemalloc: in Debian's jemalloc, operator delete jumps to
+// free@plt (a wrapper, as the C++ runtime's), while sized delete and
+// operator new do the work themselves (probed as a free and an allocation).
+// Identify names the allocator.
+func TestFindOwnJemalloc(t *testing.T) {
+	const lib = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
+	f, err := elf.Open(lib)
+	if err != nil {
+		t.Fatalf("%v (Debian package libjemalloc2)", err)
+	}
+	defer f.Close()
+	if h, ok := Identify(f); !ok || h != event.HeapJemalloc {
+		t.Errorf("Identify = %v %v, want jemalloc", h, ok)
+	}
+	ss, err := FindOwn(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roles := map[string]Role{}
+	for _, s := range ss {
+		roles[s.Symbol] = s.Role
+	}
+	for sym, want := range map[string]Role{"_ZdlPv": RoleWrapFree, "_ZdlPvm": RoleFree, "_Znwm": RoleAlloc, "malloc": RoleAlloc, "free": RoleFree} {
+		if got, ok := roles[sym]; !ok || got != want {
+			t.Errorf("%s: role %v (found %v), want %v", sym, got, ok, want)
+		}
+	}
+	libc := libraries()["libc"]
+	g, err := elf.Open(libc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	if h, ok := Identify(g); ok {
+		t.Errorf("Identify(libc) = %v, want none", h)
 	}
 }

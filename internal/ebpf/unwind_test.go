@@ -1,0 +1,316 @@
+package ebpf
+
+import (
+	"bufio"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/heapscope/heapscope/event"
+	"github.com/heapscope/heapscope/internal/preload"
+	"github.com/heapscope/heapscope/internal/testutil"
+	"github.com/heapscope/heapscope/unwind"
+)
+
+var cfiBuild = testutil.Options{NoFramePointers: true, Flags: []string{"-fno-optimize-sibling-calls"}}
+
+// cfiChains runs ebpf_cfi, built without frame pointers, attached while it
+// waits, and returns, for each allocation size the workload makes (101 in
+// leak_a, 202 in leak_b, 404 in churn), the call chains its stacks gave
+// (function names, innermost first, to main) with their counts, and the
+// blocks of each size left live.
+func cfiChains(t *testing.T, cfg Config, k int) (map[uint64]map[string]int, map[uint64]int, *Tracer) {
+	bin := testutil.MustBuild(t, "ebpf_cfi", cfiBuild)
+	rec := newRecorder(t)
+	tr := newTracer(t, cfg, rec)
+	w := startWorkload(t, bin, strconv.Itoa(k))
+	if err := tr.Attach(w.pid()); err != nil {
+		t.Fatal(err)
+	}
+	w.release(t)
+	log := parseLog(t, w.lines(t, "done"))
+	mustFlush(t, tr)
+	chains, leaks := rec.chains(w.pid(), siteRanges(t, bin, log.sites))
+	return chains, leaks, tr
+}
+
+// chains returns what cfiChains does from the events of pid.
+func (rec *recorder) chains(pid int, r ranges) (map[uint64]map[string]int, map[uint64]int) {
+	name := func(ret uint64) string {
+		for n := range r {
+			if r.in(n, ret) {
+				return n
+			}
+		}
+		return "?"
+	}
+	chains := map[uint64]map[string]int{}
+	live := map[uint64]uint64{}
+	for _, e := range rec.eventsOf(pid) {
+		switch e.Kind {
+		case event.KindAlloc:
+			if e.Size != 101 && e.Size != 202 && e.Size != 404 {
+				continue
+			}
+			live[e.Addr] = e.Size
+			var names []string
+			for _, f := range rec.frames(pid, e.Stack) {
+				n := name(f)
+				names = append(names, n)
+				if n == "main" || len(names) == 6 {
+					break
+				}
+			}
+			c := chains[e.Size]
+			if c == nil {
+				c = map[string]int{}
+				chains[e.Size] = c
+			}
+			c[strings.Join(names, " ")]++
+		case event.KindFree:
+			delete(live, e.Addr)
+		}
+	}
+	leaks := map[uint64]int{}
+	for _, size := range live {
+		leaks[size]++
+	}
+	return chains, leaks
+}
+
+// dwarfChains is cfiChains with the preload provider's DWARF unwinding
+// (run --unwind dwarf) on the same binary.
+func dwarfChains(t *testing.T, k int) (map[uint64]map[string]int, map[uint64]int) {
+	bin := testutil.MustBuild(t, "ebpf_cfi", cfiBuild)
+	rec := newRecorder(t)
+	c, err := preload.New(preload.Config{Unwind: preload.UnwindDWARF}, rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, strconv.Itoa(k))
+	if err := c.Prepare(cmd); err != nil {
+		t.Fatal(err)
+	}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w := &workload{cmd: cmd, stdin: stdin, out: bufio.NewScanner(stdout)}
+	w.expect(t, "ready")
+	w.release(t)
+	log := parseLog(t, w.lines(t, "done"))
+	w.release(t)
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	c.Exited(cmd.Process.Pid, 0, 0)
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return rec.chains(cmd.Process.Pid, siteRanges(t, bin, log.sites))
+}
+
+// TestUnwindTables traces code built without frame pointers: with unwind
+// tables, every stack is the whole call chain to main (leak_a's through
+// mid_a and top_a, leak_b's through mid_b or mid_b2 by turns) and the leaks
+// are exact per function, as the preload provider's DWARF unwinding (run
+// --unwind dwarf) gives them on the same binary; the frame-pointer walk, on the same binary, does
+// not find them (which shows the workload tests the tables).
+func TestUnwindTables(t *testing.T) {
+	const k = 200
+	chains, leaks, tr := cfiChains(t, Config{UnwindTables: true}, k)
+	want := map[uint64]map[string]int{
+		101: {"leak_a mid_a top_a main": k},
+		202: {"leak_b mid_b top_b main": k / 2, "leak_b mid_b2 top_b main": k / 2},
+		404: {"churn main": k},
+	}
+	if fmt.Sprint(chains) != fmt.Sprint(want) {
+		t.Errorf("call chains by size:\n got %v\nwant %v", chains, want)
+	}
+	if fmt.Sprint(leaks) != fmt.Sprint(map[uint64]int{101: k, 202: k}) {
+		t.Errorf("leaks by size %v, want %d of 101 and of 202", leaks, k)
+	}
+	for _, tb := range tr.UnwindTables() {
+		t.Logf("%s: %d entries, %d bytes, built in %v, %.1f%% fallback, err %v", tb.Path, tb.Entries, tb.Bytes, tb.BuildTime, tb.Fallback, tb.Err)
+	}
+	cut, fallback := tr.UnwindCounters()
+	t.Logf("%d stacks cut, %d frames by frame pointer", cut, fallback)
+	for _, err := range tr.Warnings() {
+		t.Errorf("warning: %v", err)
+	}
+
+	dchains, dleaks := dwarfChains(t, k)
+	if fmt.Sprint(dchains) != fmt.Sprint(chains) || fmt.Sprint(dleaks) != fmt.Sprint(leaks) {
+		t.Errorf("run --unwind dwarf on the same binary: chains %v, leaks %v", dchains, dleaks)
+	}
+
+	fp, _, _ := cfiChains(t, Config{}, 20)
+	if n := fp[101]["leak_a mid_a top_a main"]; n == 20 {
+		t.Errorf("the frame-pointer walk found leak_a's whole chain in code without frame pointers: the workload tests nothing")
+	}
+}
+
+// pyLeak is a Python script that leaks through a known function: 3000 to
+// 3099-byte bytearrays (malloc'd by the interpreter's raw allocator)
+// kept in a list, from nested Python calls.
+const pyLeak = `
+import sys
+sys.stdout.write("ready\n"); sys.stdout.flush(); sys.stdin.readline()
+keep = []
+def leak(n):
+    for i in range(n):
+        keep.append(bytearray(3000 + i % 100))
+def outer(n):
+    leak(n)
+    keep.extend(bytearray(3000 + i % 100) for i in range(n))
+for _ in range(20):
+    outer(100)
+sys.stdout.write("done\n"); sys.stdout.flush(); sys.stdin.readline()
+`
+
+// siteBytes returns the bytes of pid's allocations of 3000 to 3100 bytes
+// by site: their first 8 frames, each as file name and file offset (so
+// that two runs of one program compare).
+func (rec *recorder) siteBytes(pid int) map[string]uint64 {
+	rec.mu.Lock()
+	var mods []event.Module
+	for _, m := range rec.modules {
+		if m.PID == uint32(pid) {
+			mods = append(mods, m)
+		}
+	}
+	rec.mu.Unlock()
+	out := map[string]uint64{}
+	for _, e := range rec.eventsOf(pid) {
+		if e.Kind != event.KindAlloc || e.Size < 3000 || e.Size >= 3101 {
+			continue
+		}
+		var key []string
+		for i, f := range rec.frames(pid, e.Stack) {
+			if i == 8 {
+				break
+			}
+			s := fmt.Sprintf("%#x", f)
+			for _, m := range mods {
+				if f > m.Start && f <= m.End {
+					s = fmt.Sprintf("%s+%#x", filepath.Base(m.Path), f-m.Start+m.Offset)
+				}
+			}
+			key = append(key, s)
+		}
+		out[strings.Join(key, " ")] += e.Size
+	}
+	return out
+}
+
+// TestUnwindTablesPython attaches to Debian's python3.11 (built without
+// frame pointers) running a script that leaks through a known function:
+// the allocation sites' first 8 frames match those of run --unwind dwarf
+// (the preload provider's DWARF unwinding) for at least 95% of the bytes.
+func TestUnwindTablesPython(t *testing.T) {
+	py, err := exec.LookPath("/usr/bin/python3.11")
+	if err != nil {
+		t.Fatalf("%v (Debian package python3.11)", err)
+	}
+	attached := func(cfg Config) map[string]uint64 {
+		rec := newRecorder(t)
+		tr := newTracer(t, cfg, rec)
+		w := startWorkload(t, py, "-c", pyLeak)
+		if err := tr.Attach(w.pid()); err != nil {
+			t.Fatal(err)
+		}
+		w.release(t)
+		w.expect(t, "done")
+		mustFlush(t, tr)
+		for _, tb := range tr.UnwindTables() {
+			t.Logf("%s: %d entries, %d bytes, built in %v, %.1f%% fallback, err %v", tb.Path, tb.Entries, tb.Bytes, tb.BuildTime, tb.Fallback, tb.Err)
+		}
+		return rec.siteBytes(w.pid())
+	}
+	got := attached(Config{UnwindTables: true})
+
+	drec := newRecorder(t)
+	c, err := preload.New(preload.Config{Unwind: preload.UnwindDWARF}, drec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(py, "-c", pyLeak)
+	if err := c.Prepare(cmd); err != nil {
+		t.Fatal(err)
+	}
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	dw := &workload{cmd: cmd, stdin: stdin, out: bufio.NewScanner(stdout)}
+	dw.expect(t, "ready")
+	dw.release(t)
+	dw.expect(t, "done")
+	dw.release(t)
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	c.Exited(cmd.Process.Pid, 0, 0)
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	want := drec.siteBytes(cmd.Process.Pid)
+
+	total, match, wantTotal := matchSites(t, got, want)
+	t.Logf("%d sites, %d bytes; DWARF run: %d sites, %d bytes; %d bytes match", len(got), total, len(want), wantTotal, match)
+	if total == 0 || total != wantTotal || float64(match) < 0.95*float64(total) {
+		t.Errorf("%d of %d bytes in sites whose first 8 frames match the DWARF run's (%d bytes there)", match, total, wantTotal)
+	}
+	// The frame-pointer walk on the same program does not find them.
+	if total, match, _ := matchSites(t, attached(Config{}), want); float64(match) >= 0.95*float64(total) {
+		t.Errorf("the frame-pointer walk matched %d of %d bytes: the test tests nothing", match, total)
+	}
+}
+
+// matchSites returns the bytes of got, those in sites of want, and the
+// bytes of want.
+func matchSites(t *testing.T, got, want map[string]uint64) (total, match, wantTotal uint64) {
+	for site, b := range got {
+		total += b
+		if want[site] > 0 {
+			match += b
+		} else {
+			t.Logf("site of %d bytes not in the DWARF run: %s", b, site)
+		}
+	}
+	for _, b := range want {
+		wantTotal += b
+	}
+	return total, match, wantTotal
+}
+
+// BenchmarkUnwindTableBuild measures building the unwind table of a large
+// module, as the tracer does once per file: the time, the memory it
+// allocates (B/op), and the table's entries and size.
+func BenchmarkUnwindTableBuild(b *testing.B) {
+	for _, path := range []string{"/usr/bin/python3.11", "/usr/lib/x86_64-linux-gnu/libc.so.6", "/usr/lib/x86_64-linux-gnu/libstdc++.so.6"} {
+		b.Run(filepath.Base(path), func(b *testing.B) {
+			b.ReportAllocs()
+			var tb *unwind.Table
+			for i := 0; i < b.N; i++ {
+				var err error
+				if tb, err = unwind.Build(path); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(len(tb.Entries)), "entries")
+			b.ReportMetric(float64(tb.Size()), "table-bytes")
+		})
+	}
+}
