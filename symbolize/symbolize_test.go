@@ -501,7 +501,7 @@ func TestRust(t *testing.T) {
 	if err != nil {
 		home, _ := os.UserHomeDir()
 		if rustc = filepath.Join(home, ".cargo", "bin", "rustc"); !fileExists(rustc) {
-			t.Skip("no rustc on this machine")
+			testutil.SkipWithout(t, fmt.Errorf("rustc: %w", err))
 		}
 	}
 	src, err := filepath.Abs("testdata/rust_frames.rs")

@@ -12,6 +12,7 @@ import (
 	"github.com/heapscope/heapscope"
 	"github.com/heapscope/heapscope/event"
 	"github.com/heapscope/heapscope/internal/registry"
+	"github.com/heapscope/heapscope/internal/testutil"
 	"github.com/heapscope/heapscope/tracefile"
 )
 
@@ -93,9 +94,7 @@ func replay(t *testing.T, path string) (*collector, []string) {
 // the chunk's events whose definitions are intact kept, with a warning
 // saying what was lost; what is recovered is exactly what was written.
 func TestDamagedDefinitions(t *testing.T) {
-	if _, err := exec.LookPath("python3"); err != nil {
-		t.Skip("no python3")
-	}
+	testutil.Tool(t, "python3")
 	t.Setenv(registry.DirEnv, t.TempDir())
 	dir := t.TempDir()
 	path := filepath.Join(dir, "python.hst")

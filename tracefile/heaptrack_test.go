@@ -15,6 +15,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/heapscope/heapscope/event"
+	"github.com/heapscope/heapscope/internal/testutil"
 )
 
 // The python3 run both tools record: PYTHONMALLOC=malloc sends every
@@ -70,13 +71,11 @@ func (g *gapSampler) next() int64 {
 func heaptrackRun(t testing.TB, dir string) (raw, interpreted string) {
 	t.Helper()
 	for _, tool := range []string{"heaptrack", "zstd", "/usr/bin/python3.11"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not installed: %v", tool, err)
-		}
+		testutil.Tool(t, tool)
 	}
 	interp := "/usr/lib/heaptrack/libexec/heaptrack_interpret"
 	if _, err := os.Stat(interp); err != nil {
-		t.Skipf("heaptrack_interpret not found: %v", err)
+		testutil.SkipWithout(t, err)
 	}
 	cmd := exec.Command("heaptrack", "-r", "-o", filepath.Join(dir, "py"), "/usr/bin/python3.11", "-c", pythonScript)
 	cmd.Env = append(os.Environ(), "PYTHONMALLOC=malloc")

@@ -29,9 +29,7 @@ type tmuxPane struct {
 
 func newTmuxPane(t *testing.T, shellCmd string) *tmuxPane {
 	t.Helper()
-	if _, err := exec.LookPath("tmux"); err != nil {
-		t.Skip("tmux is not installed")
-	}
+	testutil.Tool(t, "tmux")
 	p := &tmuxPane{t: t, socket: fmt.Sprintf("heapscope-test-%d", os.Getpid())}
 	p.tmux("-f", "/dev/null", "new-session", "-d", "-s", "top", "-x", "120", "-y", "40", shellCmd)
 	t.Cleanup(func() { exec.Command("tmux", "-L", p.socket, "kill-server").Run() })

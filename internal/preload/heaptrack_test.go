@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/heapscope/heapscope/event"
+	"github.com/heapscope/heapscope/internal/testutil"
 )
 
 // The programs compared with heaptrack: real ones, not workloads of ours.
@@ -45,9 +46,7 @@ type heaptrackRun struct {
 
 func needTools(t *testing.T, tools ...string) {
 	for _, tool := range tools {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not installed (CI installs it): %v", tool, err)
-		}
+		testutil.Tool(t, tool)
 	}
 }
 
@@ -237,9 +236,7 @@ func TestHeaptrackSQLite(t *testing.T) {
 func TestHeaptrackPython(t *testing.T) {
 	needTools(t, "heaptrack", "heaptrack_print")
 	const python = "/usr/bin/python3.11"
-	if _, err := os.Stat(python); err != nil {
-		t.Skipf("%s not installed: %v", python, err)
-	}
+	testutil.Tool(t, python)
 	compareWithHeaptrack(t, func() *exec.Cmd {
 		cmd := exec.Command(python, "-c", pythonScript)
 		cmd.Env = append(os.Environ(), "PYTHONMALLOC=malloc", "PYTHONHASHSEED=0", "PYTHONDONTWRITEBYTECODE=1")

@@ -538,10 +538,7 @@ func TestTimes(t *testing.T) {
 // forks the program it debugs, and that child used to die of a SIGSEGV in
 // the interposer's munmap while it reset itself after the fork.
 func TestGDBAllFamilies(t *testing.T) {
-	gdb, err := exec.LookPath("gdb")
-	if err != nil {
-		t.Skip("no gdb")
-	}
+	gdb := testutil.Tool(t, "gdb")
 	bin := testutil.MustBuild(t, "preload_fork", testutil.Options{})
 	cmd := exec.Command(gdb, "-batch", "-nx", "-ex", "run", "--args", bin, "exec", "50")
 	r := traceCmd(t, Config{Families: event.FamilyAll}, cmd)

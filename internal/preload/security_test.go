@@ -85,9 +85,7 @@ func TestSocketHijack(t *testing.T) {
 	cred := otherCred(t)
 	// the system's python: the other user cannot reach one under /root
 	python := "/usr/bin/python3"
-	if _, err := os.Stat(python); err != nil {
-		t.Skip("no /usr/bin/python3")
-	}
+	testutil.Tool(t, python)
 	later := testutil.MustBuild(t, "preload_later", testutil.Options{})
 	prog := testutil.MustBuild(t, "preload_fork", testutil.Options{})
 
@@ -277,9 +275,7 @@ print("bytes %d" % got["bytes"], flush=True)
 func TestSocketPeerCred(t *testing.T) {
 	cred := otherCred(t)
 	python := "/usr/bin/python3"
-	if _, err := os.Stat(python); err != nil {
-		t.Skip("no /usr/bin/python3")
-	}
+	testutil.Tool(t, python)
 	lib, err := LibraryPath()
 	if err != nil {
 		t.Fatal(err)

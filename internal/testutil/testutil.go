@@ -161,3 +161,31 @@ func SkipWithoutEBPF(tb testing.TB, err error) {
 	}
 	tb.Skipf("eBPF unavailable, skipping: %v", err)
 }
+
+// RequireToolsEnv is the environment variable that makes tests needing a
+// program or file the machine may lack (heaptrack, valgrind, gdb, tmux,
+// rustc, python3.11, libstdc++) fail, not skip, when it is missing. CI sets
+// it and installs them: a skip there would hide a missing install step.
+const RequireToolsEnv = "HEAPSCOPE_REQUIRE_TOOLS"
+
+// Tool returns the path of the program name, looked up in PATH (or name
+// itself when it has a slash). When it is missing the test is skipped, or
+// fails when RequireToolsEnv is set.
+func Tool(tb testing.TB, name string) string {
+	tb.Helper()
+	path, err := exec.LookPath(name)
+	if err != nil {
+		SkipWithout(tb, err)
+	}
+	return path
+}
+
+// SkipWithout skips the test because something it needs is missing (err
+// says what), or fails it when RequireToolsEnv is set.
+func SkipWithout(tb testing.TB, err error) {
+	tb.Helper()
+	if os.Getenv(RequireToolsEnv) != "" {
+		tb.Fatalf("missing and %s is set: %v", RequireToolsEnv, err)
+	}
+	tb.Skipf("missing, skipping: %v", err)
+}
