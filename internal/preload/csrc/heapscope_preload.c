@@ -85,6 +85,8 @@ struct hs_tls {
 };
 static __thread struct hs_tls tls __attribute__((tls_model("initial-exec")));
 
+#include "sample.h"
+
 /*
  * A bootstrap arena for the allocations dlsym makes before the real
  * functions are known. Its blocks are never freed or traced.
@@ -463,6 +465,7 @@ static int connect_locked(int cont)
 		g_ring_size = ring;
 		g_state = (volatile uint32_t *)(ctl + HS_CTL_STATE);
 		__atomic_store_n(&g_families, *(uint32_t *)(ctl + HS_CTL_FAMILIES), __ATOMIC_RELEASE);
+		sample_configure(ctl);
 		__atomic_store_n(&g_ctl, ctl, __ATOMIC_RELEASE);
 	}
 	close(cfd);
@@ -1343,7 +1346,7 @@ out:
 
 static HS_INLINE void rec_alloc(uint32_t func, uint32_t fam, void *p, uint64_t size, uintptr_t fp)
 {
-	if (TRACED(fam))
+	if (TRACED(fam) && sample_alloc(p, size))
 		record(func, fam, HS_KIND_ALLOC, 2, (uint64_t)(uintptr_t)p, size, 0, 0, fp);
 }
 
@@ -1398,7 +1401,7 @@ HS_EXPORT void free(void *p)
 	ensure_reals();
 	/* recorded before the block is released, so that whoever gets it next
 	 * is stamped later */
-	if (TRACED(HS_FAM_FREE))
+	if (TRACED(HS_FAM_FREE) && sample_free(p))
 		record(HS_FUNC_FREE, HS_FAM_FREE, HS_KIND_FREE, 1, (uint64_t)(uintptr_t)p, 0, 0, 0, fp);
 	if (HS_LIKELY(real.free != NULL))
 		real.free(p);
@@ -1419,8 +1422,9 @@ HS_EXPORT void *realloc(void *p, size_t n)
 	ensure_reals();
 	if (HS_UNLIKELY(is_boot(p) || !real.realloc))
 		return p ? boot_realloc(p, n) : malloc(n);
+	int smp = sample_realloc_begin(p);
 	void *q = real.realloc(p, n);
-	if (TRACED(HS_FAM_REALLOC))
+	if (TRACED(HS_FAM_REALLOC) && sample_realloc_end(smp, &p, q, n))
 		record(HS_FUNC_REALLOC, HS_FAM_REALLOC, HS_KIND_REALLOC, 3, (uint64_t)(uintptr_t)q, n, (uint64_t)(uintptr_t)p, 0, fp);
 	return q;
 }
@@ -1440,8 +1444,9 @@ HS_EXPORT void *reallocarray(void *p, size_t n, size_t size)
 		return p ? boot_realloc(p, total) : malloc(total);
 	}
 	/* glibc's reallocarray calls realloc: that one is not the program's call */
+	int smp = sample_realloc_begin(p);
 	void *q = UNTRACED(real.reallocarray(p, n, size));
-	if (TRACED(HS_FAM_REALLOC))
+	if (TRACED(HS_FAM_REALLOC) && sample_realloc_end(smp, &p, q, total))
 		record(HS_FUNC_REALLOCARRAY, HS_FAM_REALLOC, HS_KIND_REALLOC, 3, (uint64_t)(uintptr_t)q, total, (uint64_t)(uintptr_t)p, 0,
 		       fp);
 	return q;
@@ -1613,7 +1618,8 @@ static void cxx_end(struct cxx_call *c)
 			f(a, b, c);                                                                                    \
 			return;                                                                                        \
 		}                                                                                                      \
-		record(FUNC, HS_FAM_CXX, HS_KIND_FREE, 1, a, 0, 0, 0, fp);                                             \
+		if (sample_free((void *)a))                                                                            \
+			record(FUNC, HS_FAM_CXX, HS_KIND_FREE, 1, a, 0, 0, 0, fp);                                     \
 		struct cxx_call call __attribute__((cleanup(cxx_end))) = {1, FUNC, 0, fp};                             \
 		tls.swallow = 1;                                                                                       \
 		f(a, b, c);                                                                                            \
