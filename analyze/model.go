@@ -16,6 +16,10 @@ type Options struct {
 	From, To int64
 	// TimelinePoints bounds the timeline (default 512).
 	TimelinePoints int
+	// SampleRate is the trace's sampling rate (tracefile.Header's), 0 for
+	// an exact trace: a sampled trace's totals are estimated from it (see
+	// SampleWeights).
+	SampleRate int64
 }
 
 // DefaultTimelinePoints is the timeline's bound when Options leave it 0.
@@ -52,6 +56,8 @@ type Model struct {
 	hist                  [65]uint64
 
 	events, unmatched, missed uint64
+	rate                      int64  // the trace's sampling rate; 0: exact
+	sampled                   uint64 // allocations recorded, in a sampled trace
 	start, end                int64
 
 	modules  []event.Module
@@ -123,6 +129,7 @@ func New(o Options) *Model {
 		threads:  map[uint64]*thread{},
 		blocks:   newBlockTable(),
 		timeline: newTimeline(o.TimelinePoints),
+		rate:     max(o.SampleRate, 0),
 	}
 	if o.TimelinePoints <= 0 {
 		m.timeline = newTimeline(DefaultTimelinePoints)
@@ -294,6 +301,11 @@ func (m *Model) Events(evs []event.Event) error {
 		end = max(end, e.Time)
 		if e.Time < start || start == 0 {
 			start = e.Time
+		}
+		if m.rate > 0 {
+			m.sampledEvent(p, t, e)
+			m.timeline.add(e.Time, m.liveBytes, m.liveBlocks)
+			continue
 		}
 		switch e.Kind {
 		case event.KindAlloc, event.KindMmap:
@@ -581,14 +593,15 @@ func (a *frameArena) store(f []uint64) []uint64 {
 // than once, and more records may follow it.
 func (m *Model) Profile() *Profile {
 	pr := &Profile{
-		From:      m.from,
-		Start:     m.start,
-		End:       m.end,
-		Modules:   append([]event.Module(nil), m.modules...),
-		Stats:     m.stats,
-		HasStats:  m.hasStats,
-		Peak:      m.peak,
-		Aggregate: len(m.snaps) > 0,
+		From:       m.from,
+		Start:      m.start,
+		End:        m.end,
+		Modules:    append([]event.Module(nil), m.modules...),
+		Stats:      m.stats,
+		HasStats:   m.hasStats,
+		Peak:       m.peak,
+		Aggregate:  len(m.snaps) > 0,
+		SampleRate: m.rate,
 	}
 	if m.to != math.MaxInt64 {
 		pr.To = m.to
@@ -616,6 +629,10 @@ func (m *Model) Profile() *Profile {
 	sum.Events = m.events
 	sum.UnmatchedFrees = m.unmatched
 	sum.MissedFrees = m.missed
+	sum.Sampled = m.sampled
+	if m.rate > 0 {
+		pr.Missing |= NoTemporaries
+	}
 	for i := range pr.Stacks {
 		s := &pr.Stacks[i]
 		sum.Allocations += s.Allocations
