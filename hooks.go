@@ -55,7 +55,7 @@ type sessionSink struct {
 	live      map[liveKey]struct{}
 	stacks    map[stackKey][]uint64
 	unmatched atomic.Uint64
-	written   atomic.Int64 // bytes in the trace file(s), read without the lock
+	written   atomic.Int64  // bytes in the trace file(s), read without the lock
 	sampling  bool          // the session samples: count what it recorded
 	sampled   atomic.Uint64 // allocations and reallocations recorded, when sampling
 	call      Call
