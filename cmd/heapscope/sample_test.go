@@ -20,7 +20,8 @@ import (
 // 64KiB` with several seeds, and checks the report's estimates against the
 // totals the program prints: bytes allocated within 5% for every site of at
 // least 64 MiB, bytes leaked within 10% for every site leaking at least 16
-// MiB. The sites are big enough that a seed fails with a probability of
+// MiB; a site that leaks nothing (site_realloc too) has no estimated leak;
+// no free is unmatched. The sites are big enough that a seed fails with a probability of
 // about 1e-4 (4 standard deviations). It logs each site's mean error and
 // spread over the seeds: an unbiased estimator's mean error is near 0.
 func TestSampleAccuracy(t *testing.T) {
@@ -51,7 +52,7 @@ func TestSampleAccuracy(t *testing.T) {
 				sites[f[1]] = truth{a, l}
 			}
 		}
-		if len(sites) != 7 {
+		if len(sites) != 8 {
 			t.Fatalf("the workload printed %d sites: %s", len(sites), out)
 		}
 		js := filepath.Join(dir, fmt.Sprintf("s%d.json", seed))
@@ -64,6 +65,11 @@ func TestSampleAccuracy(t *testing.T) {
 		}
 		if d.Trace.SampledAllocations == 0 || d.Trace.SampledAllocations*50 > 8_000_000 {
 			t.Errorf("seed %d: %d allocations recorded of about 8 million: not sampled", seed, d.Trace.SampledAllocations)
+		}
+		// A free is recorded only for a block whose allocation was: none
+		// is unmatched, and none is missed (a sampled block's free lost).
+		if d.Summary.UnmatchedFrees != 0 || d.Summary.MissedFrees != 0 {
+			t.Errorf("seed %d: %d unmatched frees, %d missed frees; want none", seed, d.Summary.UnmatchedFrees, d.Summary.MissedFrees)
 		}
 		got := byFunction(d)
 		for name, tr := range sites {
@@ -102,7 +108,7 @@ func TestSampleAccuracy(t *testing.T) {
 		}
 		return mean, math.Sqrt(sd / float64(len(v)-1))
 	}
-	for _, name := range []string{"site_large", "site_small", "site_medium", "site_mixed", "site_tiny", "leak_large", "leak_small"} {
+	for _, name := range []string{"site_large", "site_small", "site_medium", "site_mixed", "site_tiny", "leak_large", "leak_small", "site_realloc"} {
 		var a, l []float64
 		for _, e := range errs[name] {
 			a, l = append(a, e[0]), append(l, e[1])

@@ -90,6 +90,20 @@ __attribute__((noinline)) static void leak_small(void)
 	report("leak_small", 400 * MiB, 100 * MiB);
 }
 
+// 500 blocks grown by realloc twice, then freed: realloc of sampled and
+// unsampled blocks. Nothing leaks.
+__attribute__((noinline)) static void site_realloc(void)
+{
+	for (int i = 0; i < 500; i++) {
+		void *p = malloc(100);
+		p = realloc(p, 3000);
+		p = realloc(p, 100000);
+		sink = p;
+		free(p);
+	}
+	report("site_realloc", 500ul * (100 + 3000 + 100000), 0);
+}
+
 int main(void)
 {
 	site_large();
@@ -99,5 +113,6 @@ int main(void)
 	site_tiny();
 	leak_large();
 	leak_small();
+	site_realloc();
 	return 0;
 }
