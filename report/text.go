@@ -118,6 +118,10 @@ func (t *textWriter) header() {
 		t.printf(" (%s)", strings.Join(attrs, ", "))
 	}
 	t.printf("\n")
+	if p := r.Profile; p.Estimated() {
+		t.printf("This trace was sampled: one allocation per %s allocated on average was recorded (%s here).\n", fmtRate(p.SampleRate), plural(p.Summary.Sampled, "allocation"))
+		t.printf("Every byte and block count below is %s: each allocation\nrecorded of S bytes counts S/(1-exp(-S/R)) bytes and 1/(1-exp(-S/R)) blocks. Temporaries are not available when sampled.\n", estimatedNote(p))
+	}
 	var totals map[uint32]*ProcessTotals
 	if len(r.Profile.Processes) > 1 {
 		totals = r.ByProcess()
@@ -162,10 +166,6 @@ func (t *textWriter) header() {
 		}
 		t.printf("window: from %s to %s; blocks allocated before it are unknown, frees of them are unmatched\n", from, to)
 	}
-	if p := r.Profile; p.Estimated() {
-		t.printf("\nThis trace was sampled: one allocation per %s allocated on average was recorded (%s here).\n", fmtRate(p.SampleRate), plural(p.Summary.Sampled, "allocation"))
-		t.printf("Every byte and block count below is %s: each allocation\nrecorded of S bytes counts S/(1-exp(-S/R)) bytes and 1/(1-exp(-S/R)) blocks. Temporaries are not available when sampled.\n", estimatedNote(p))
-	}
 	if p := r.Profile; p.Missing != 0 && p.Aggregate {
 		t.printf("\nThis trace holds snapshots (aggregate mode), not every event, so this report has:\n")
 		for _, d := range p.Missing.Describe() {
@@ -183,7 +183,7 @@ func (t *textWriter) summary() {
 	}
 	t.printf("SUMMARY")
 	if e := estimatedNote(p); e != "" {
-		t.printf(" (%s)", e)
+		t.printf(": %s", e)
 	}
 	t.printf("\n")
 	dur := r.Duration()

@@ -142,7 +142,7 @@ func TestSamplePprof(t *testing.T) {
 	}
 	// The run's summary says what it sampled.
 	for _, want := range []string{
-		"SUMMARY (estimated (sampled every 64 KiB on average))",
+		"SUMMARY: estimated (sampled every 64 KiB on average)",
 		"temporary              not available when sampled",
 		"sampling  one allocation per 65536 bytes allocated on average: ",
 	} {
