@@ -41,7 +41,7 @@ static __thread struct {
 
 static inline struct hs_slot *enter(struct hs_tls *t);
 
-static pthread_mutex_t g_sset_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t g_sset_lock __attribute__((aligned(64))) = PTHREAD_MUTEX_INITIALIZER;
 
 static void sset_lock(void) { pthread_mutex_lock(&g_sset_lock); }
 static void sset_unlock(void) { pthread_mutex_unlock(&g_sset_lock); }
@@ -129,12 +129,13 @@ static HS_INLINE int smp_draw(uint64_t n, uint64_t r)
 #define SSET_MIN 4096
 
 struct hs_sset {
+	/* read by every lookup: kept off the line the writers dirty */
 	uint64_t mask, shift;
-	uint64_t used, tombs;
-	uint64_t slots[];
+	uint64_t used __attribute__((aligned(64))), tombs;
+	uint64_t slots[] __attribute__((aligned(64)));
 };
 
-static struct hs_sset *g_sset;
+static struct hs_sset *g_sset __attribute__((aligned(64)));
 
 static inline uint64_t sset_home(const struct hs_sset *t, uint64_t a)
 {
