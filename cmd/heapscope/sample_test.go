@@ -5,11 +5,14 @@ import (
 	"bytes"
 	"fmt"
 	"math"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/heapscope/heapscope"
 	"github.com/heapscope/heapscope/internal/testutil"
@@ -183,4 +186,37 @@ func TestSamplePprof(t *testing.T) {
 	if err != nil || !strings.Contains(string(raw), "Period: 65536") {
 		t.Errorf("the profile's period is not the sampling rate: %v\n%s", err, raw)
 	}
+}
+
+// TestSampleQuery: `heapscope query` on a running sampled session shows the
+// rate and how many allocations it recorded.
+func TestSampleQuery(t *testing.T) {
+	t.Cleanup(testutil.Cleanup)
+	bin := testutil.MustBuild(t, "preload_wait", testutil.Options{})
+	name := fmt.Sprintf("sample-query-%d", os.Getpid())
+	run := cli(t, "run", "-q", "--name", name, "--sample", "4KiB", "--flush-interval", "10ms",
+		"-o", filepath.Join(t.TempDir(), "q.hst"), "--", bin, "20000")
+	stdin, err := run.StdinPipe()
+	rmust(t, err)
+	stdout, err := run.StdoutPipe()
+	rmust(t, err)
+	rmust(t, run.Start())
+	defer run.Wait()
+	defer stdin.Close()
+	lines := bufio.NewScanner(stdout)
+	if !lines.Scan() || lines.Text() != "phase 1" {
+		t.Fatalf("the workload did not start: %q", lines.Text())
+	}
+	// 20000 blocks of 48 bytes are about 234 samples at 4 KiB: wait until
+	// the collector delivered some.
+	re := regexp.MustCompile(`sampling  one allocation per 4096 bytes allocated on average: (\d+) allocations recorded`)
+	var out []byte
+	for i := 0; i < 100; i++ {
+		out, err = cli(t, "query", name).CombinedOutput()
+		if m := re.FindSubmatch(out); err == nil && m != nil && string(m[1]) != "0" {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Errorf("query never showed the sampling rate and a count above 0: %v\n%s", err, out)
 }
