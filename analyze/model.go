@@ -631,7 +631,9 @@ func (m *Model) Profile() *Profile {
 	sum.MissedFrees = m.missed
 	sum.Sampled = m.sampled
 	if m.rate > 0 {
-		pr.Missing |= NoTemporaries
+		// The providers record neither every event nor a failed
+		// allocation when they sample.
+		pr.Missing |= NoTemporaries | NoFailed
 	}
 	for i := range pr.Stacks {
 		s := &pr.Stacks[i]

@@ -16,7 +16,9 @@ import (
 // whole number: each block counts floor(1/p) or one more, chosen by a hash
 // of its address and time with the probability of the fraction, so that
 // counts stay whole and unbiased, and its free takes away what it added.
-// Temporaries need every event: a sampled profile reports NoTemporaries.
+// Temporaries need every event, and the providers do not record failed
+// allocations when they sample: a sampled profile reports NoTemporaries and
+// NoFailed.
 // A realloc of a recorded block weighs its new block by the new size.
 
 // SampleWeights returns what one recorded allocation of size bytes stands

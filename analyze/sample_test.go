@@ -38,7 +38,7 @@ func TestSampledModel(t *testing.T) {
 	s.free(0x9000)
 	s.realloc(3, 0xa000, 0xb000, 32) // the old weights go, the new block weighs by its size
 	p := run(t, Options{SampleRate: r}, s)
-	if p.SampleRate != r || !p.Estimated() || !p.Missing.Has(NoTemporaries) {
+	if p.SampleRate != r || !p.Estimated() || !p.Missing.Has(NoTemporaries|NoFailed) {
 		t.Fatalf("rate %d, estimated %v, missing %v", p.SampleRate, p.Estimated(), p.Missing)
 	}
 	if p.Summary.Sampled != 4 {

@@ -198,7 +198,9 @@ func (t *textWriter) summary() {
 	} else {
 		row("  reallocations", "%s", fmtCount(s.Reallocations))
 	}
-	if p.Missing.Has(analyze.NoFailed) {
+	if p.Estimated() {
+		row("  failed", "not recorded when sampled")
+	} else if p.Missing.Has(analyze.NoFailed) {
 		row("  failed", "unknown (aggregate trace)")
 	} else if s.Failed > 0 {
 		row("  failed", "%s (returned NULL)", fmtCount(s.Failed))

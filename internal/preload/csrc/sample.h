@@ -278,7 +278,7 @@ static HS_INLINE int sample_alloc(void *p, uint64_t n)
 			return 1;
 	}
 	if (!p || HS_LIKELY(!smp_draw(n, r)))
-		return 0; /* a failed allocation is not drawn: it makes no block */
+		return 0; /* a failed allocation is not drawn nor recorded: it makes no block */
 	sset_insert((uint64_t)(uintptr_t)p);
 	return 1;
 }
