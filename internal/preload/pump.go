@@ -81,8 +81,9 @@ func (c *Collector) pump() {
 		}
 		progress := c.consumed() != before
 		c.finish(false)
-		c.serviceFlushes()
+		// Stats first: a Flush that returns has its events counted too.
 		c.maybeStats(false)
+		c.serviceFlushes()
 		if closeReq != nil {
 			c.shutdown()
 			closeReq.done <- c.sinkErr
