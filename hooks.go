@@ -55,7 +55,9 @@ type sessionSink struct {
 	live      map[liveKey]struct{}
 	stacks    map[stackKey][]uint64
 	unmatched atomic.Uint64
-	written   atomic.Int64 // bytes in the trace file(s), read without the lock
+	written   atomic.Int64  // bytes in the trace file(s), read without the lock
+	sampling  bool          // the session samples: count what it recorded
+	sampled   atomic.Uint64 // allocations and reallocations recorded, when sampling
 	call      Call
 }
 
@@ -143,6 +145,15 @@ func (s *sessionSink) Events(evs []event.Event) error {
 		for i := range evs {
 			s.deliver(h, &evs[i])
 		}
+	}
+	if s.sampling {
+		n := 0
+		for i := range evs {
+			if k := evs[i].Kind; k == event.KindAlloc || k == event.KindRealloc {
+				n++
+			}
+		}
+		s.sampled.Add(uint64(n))
 	}
 	return err
 }

@@ -251,6 +251,13 @@ type Properties struct {
 	// order of events is exact whatever it is; coarser times make smaller
 	// files (see tracefile/FORMAT.md).
 	TimeResolution time.Duration
+	// Sample, in bytes, turns on sampling: one allocation per Sample bytes
+	// allocated is recorded on average (an allocation of S bytes with
+	// probability 1 - exp(-S/Sample)), with the free and realloc of each
+	// block recorded, and reports scale what they show back up. 0 records
+	// every event. Preload provider only; it excludes what needs every
+	// event (see Validate). The hooks see only the sampled events.
+	Sample int64
 }
 
 // withDefaults returns p with its zero fields filled in, for provider.
@@ -372,6 +379,9 @@ func (p Properties) Validate() error {
 	if p.Unwind > Tables {
 		return bad("unknown unwinder %d", p.Unwind)
 	}
+	if err := p.validateSample(); err != nil {
+		return err
+	}
 	d := p.withDefaults(ProviderEBPF)
 	if int64(d.BufferSize)*1024*int64(d.MaximumBuffers) > maxRingBytes {
 		return fmt.Errorf("%d buffers of %d KB exceed %d GiB: %w", d.MaximumBuffers, d.BufferSize, maxRingBytes>>30, errs.ErrOutOfMemory)
@@ -407,6 +417,7 @@ func (p Properties) text() [][2]string {
 		{"unwind", p.Unwind.String()},
 		{"max_frames", strconv.Itoa(p.MaxFrames)},
 		{"time_resolution", p.TimeResolution.String()},
+		{"sample", strconv.FormatInt(p.Sample, 10)},
 	}
 }
 

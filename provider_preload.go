@@ -47,6 +47,8 @@ func newPreload(s *Session) (backend, error) {
 		BufferSize:    size,
 		OnFull:        onFull,
 		FlushInterval: s.props.FlushTimer,
+		SampleRate:    s.props.Sample,
+		SampleSeed:    sampleSeed(),
 	}, s.sink)
 	if err != nil {
 		return nil, err

@@ -190,7 +190,7 @@ func newSession(name string, props Properties, defaultProvider Provider, stackEv
 		stacks:  stackEvents,
 		stopped: make(chan struct{}),
 		drained: make(chan struct{}),
-		sink:    &sessionSink{},
+		sink:    &sessionSink{sampling: props.Sample > 0},
 	}
 	s.sink.setHooks(props.Hooks)
 	entry, err := registry.Acquire(dir, registry.Info{
@@ -472,6 +472,9 @@ type Status struct {
 	Started    time.Time   `json:"started"`
 	Stats      event.Stats `json:"stats"`
 	Files      []string    `json:"files,omitempty"`
+	// Sampled counts the allocations and reallocations recorded so far
+	// when the session samples (Properties.Sample > 0).
+	Sampled uint64 `json:"sampled,omitempty"`
 }
 
 // Status returns the session's current state.
@@ -482,5 +485,6 @@ func (s *Session) Status() Status {
 	return Status{
 		Name: s.name, Owner: os.Getpid(), Provider: s.props.Provider, Properties: s.props,
 		PIDs: s.b.pids(), Stacks: stacks.String(), Started: s.started, Stats: s.Stats(), Files: s.Files(),
+		Sampled: s.sink.sampled.Load(),
 	}
 }

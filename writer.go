@@ -22,6 +22,7 @@ func createWriter(s *Session) (traceWriter, error) {
 		Properties: props,
 		Clock:      "CLOCK_MONOTONIC",
 		MaxSize:    s.props.MaximumFileSize << 20,
+		SampleRate: s.props.Sample,
 	}
 	h.Hostname, _ = os.Hostname()
 	var uts unix.Utsname

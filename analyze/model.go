@@ -16,6 +16,10 @@ type Options struct {
 	From, To int64
 	// TimelinePoints bounds the timeline (default 512).
 	TimelinePoints int
+	// SampleRate is the trace's sampling rate (tracefile.Header's), 0 for
+	// an exact trace: a sampled trace's totals are estimated from it (see
+	// SampleWeights).
+	SampleRate int64
 }
 
 // DefaultTimelinePoints is the timeline's bound when Options leave it 0.
@@ -52,6 +56,8 @@ type Model struct {
 	hist                  [65]uint64
 
 	events, unmatched, missed uint64
+	rate                      int64  // the trace's sampling rate; 0: exact
+	sampled                   uint64 // allocations recorded, in a sampled trace
 	start, end                int64
 	firstEv, lastEv           int64 // the first and last heap events' times
 
@@ -125,6 +131,7 @@ func New(o Options) *Model {
 		threads:  map[uint64]*thread{},
 		blocks:   newBlockTable(),
 		timeline: newTimeline(o.TimelinePoints),
+		rate:     max(o.SampleRate, 0),
 	}
 	if o.TimelinePoints <= 0 {
 		m.timeline = newTimeline(DefaultTimelinePoints)
@@ -302,6 +309,11 @@ func (m *Model) Events(evs []event.Event) error {
 			first = e.Time
 		}
 		last = max(last, e.Time)
+		if m.rate > 0 {
+			m.sampledEvent(p, t, e)
+			m.timeline.add(e.Time, m.liveBytes, m.liveBlocks)
+			continue
+		}
 		switch e.Kind {
 		case event.KindAlloc:
 			var si int32
@@ -589,6 +601,7 @@ func (m *Model) Profile() *Profile {
 		HasStats:   m.hasStats,
 		Peak:       m.peak,
 		Aggregate:  len(m.snaps) > 0,
+		SampleRate: m.rate,
 	}
 	if m.to != math.MaxInt64 {
 		pr.To = m.to
@@ -616,6 +629,12 @@ func (m *Model) Profile() *Profile {
 	sum.Events = m.events
 	sum.UnmatchedFrees = m.unmatched
 	sum.MissedFrees = m.missed
+	sum.Sampled = m.sampled
+	if m.rate > 0 {
+		// The providers record neither every event nor a failed
+		// allocation when they sample.
+		pr.Missing |= NoTemporaries | NoFailed
+	}
 	for i := range pr.Stacks {
 		s := &pr.Stacks[i]
 		sum.Allocations += s.Allocations

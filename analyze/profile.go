@@ -117,7 +117,15 @@ type Profile struct {
 	Aggregate bool
 	// Missing says which parts this profile cannot give.
 	Missing Missing
+	// SampleRate is the trace's sampling rate in bytes, 0 when every event
+	// was recorded. When it is set, every byte and object count (summary,
+	// stacks, peak, timeline, histogram) is an estimate, scaled up from
+	// the allocations recorded (see SampleWeights).
+	SampleRate int64
 }
+
+// Estimated reports whether p's counts are estimates from a sampled trace.
+func (p *Profile) Estimated() bool { return p.SampleRate > 0 }
 
 // Summary holds the totals of a profile, over every process and stack.
 type Summary struct {
@@ -137,6 +145,10 @@ type Summary struct {
 	// address without a free in between: their free was lost. Zero when
 	// no events were lost.
 	MissedFrees uint64
+	// Sampled counts the allocations and reallocations recorded in a
+	// sampled trace (Profile.SampleRate > 0): the raw sample the estimates
+	// are scaled up from. 0 in an exact trace.
+	Sampled uint64
 }
 
 // Peak is the instant the live heap was largest.
@@ -209,7 +221,7 @@ var missingText = []struct {
 	text string
 }{
 	{NoPeakInstant, "no peak instant: the peak shown is the largest live total at a snapshot (a lower bound)"},
-	{NoTemporaries, "no temporary allocations: the trace holds snapshots, not every event"},
+	{NoTemporaries, "no temporary allocations: the trace does not hold every event (snapshots, or sampled)"},
 	{NoTimeline, "no full timeline: only the snapshot instants"},
 	{NoHistogram, "no allocation size histogram"},
 	{NoReallocSplit, "reallocations are counted among allocations"},

@@ -74,12 +74,35 @@ var modes = []mode{
 	{"heapscope run (preload, dwarf)", func(e *benchEnv, args []string) ([]byte, float64, error) {
 		return e.run(args, "--unwind", "dwarf")
 	}},
+	{"heapscope run (preload, --sample 512KiB)", func(e *benchEnv, args []string) ([]byte, float64, error) {
+		return e.run(args, "--sample", "512KiB")
+	}},
+	// jemalloc's own sampled heap profiler, for side by side with sampling
+	// mode: the same workload under jemalloc, without and with profiling at
+	// one sample per 2^19 bytes (512 KiB) on average.
+	{"jemalloc (untraced)", func(e *benchEnv, args []string) ([]byte, float64, error) {
+		return e.jemalloc(args, "")
+	}},
+	{"jemalloc prof (lg_prof_sample:19)", func(e *benchEnv, args []string) ([]byte, float64, error) {
+		return e.jemalloc(args, "prof:true,lg_prof_sample:19")
+	}},
 	{"heapscope attach (ebpf, stream)", func(e *benchEnv, args []string) ([]byte, float64, error) {
 		return e.attach(args, "--mode", "stream")
 	}},
 	{"heapscope attach (ebpf, aggregate)", func(e *benchEnv, args []string) ([]byte, float64, error) {
 		return e.attach(args, "--mode", "aggregate")
 	}},
+}
+
+// jemallocLib is Debian's libjemalloc2, built with profiling (config.prof).
+const jemallocLib = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
+
+// jemalloc runs the workload with jemalloc preloaded and MALLOC_CONF conf.
+func (e *benchEnv) jemalloc(args []string, conf string) ([]byte, float64, error) {
+	cmd := exec.Command(e.churn, args...)
+	cmd.Env = append(os.Environ(), "LD_PRELOAD="+jemallocLib, "MALLOC_CONF="+conf)
+	cmd.Dir = e.tmp // where a profile dump would go
+	return output(cmd)
 }
 
 // run traces the workload with `heapscope run`.

@@ -53,6 +53,12 @@ type JSONTrace struct {
 	Events     uint64   `json:"events"`      // heap events read (in the window)
 	LostEvents uint64   `json:"lost_events"` // from the last stats record; 0 when none
 	Aggregate  bool     `json:"aggregate"`   // from snapshots, not every event
+	// SampleRate is the sampling rate in bytes (0: every event recorded);
+	// when set, every count of the document is an estimate, Estimated says
+	// so in words, and SampledAllocations is the number recorded.
+	SampleRate         int64  `json:"sample_rate"`
+	Estimated          string `json:"estimated,omitempty"`
+	SampledAllocations uint64 `json:"sampled_allocations"`
 }
 
 // JSONSummary holds the totals.
@@ -187,6 +193,7 @@ func (r *Report) document(top int, sites bool) *JSON {
 			DurationNs: int64(r.Duration()),
 			Events:     p.Summary.Events,
 			Aggregate:  p.Aggregate,
+			SampleRate: p.SampleRate, Estimated: estimatedNote(p), SampledAllocations: p.Summary.Sampled,
 		},
 		Summary: JSONSummary{
 			Allocations:          p.Summary.Allocations,

@@ -136,7 +136,7 @@ func Load(path string, o LoadOptions) (*Report, error) {
 		// The model takes a core of its own.
 		workers = max(1, runtime.GOMAXPROCS(0)-1)
 	}
-	m := analyze.New(analyze.Options{From: win.From, To: win.To, TimelinePoints: o.TimelinePoints})
+	m := analyze.New(analyze.Options{From: win.From, To: win.To, TimelinePoints: o.TimelinePoints, SampleRate: h.SampleRate})
 	sym := symbolize.New(o.Symbolize)
 	defer sym.Close()
 	w := newWarmer(sym)

@@ -19,7 +19,9 @@ import (
 // with its pid, with the allocator's frames dropped. Inlined frames are
 // Lines of one Location, innermost first; Mappings come from the trace's
 // module records. Frames that could not be symbolized get a function named
-// after their module and offset, so that viewers show them as such.
+// after their module and offset, so that viewers show them as such. A
+// sampled trace's values are estimates, already scaled up, and its Period is
+// the sampling rate, as in a Go heap profile.
 func (r *Report) Pprof() (*profile.Profile, error) {
 	b := newPprofBuilder(r.Profile.Modules)
 	p := b.p
@@ -31,6 +33,11 @@ func (r *Report) Pprof() (*profile.Profile, error) {
 	}
 	p.PeriodType = &profile.ValueType{Type: "space", Unit: "bytes"}
 	p.Period = 1
+	if r.Profile.Estimated() {
+		// As Go's runtime writes a sampled heap profile: values already
+		// scaled up, the period the mean bytes between samples.
+		p.Period = r.Profile.SampleRate
+	}
 	if !r.Trace.WallStart.IsZero() {
 		p.TimeNanos = r.Trace.WallStart.UnixNano()
 	}
@@ -82,6 +89,9 @@ func (r *Report) pprofComments() []string {
 		fmt.Sprintf("leaked %d bytes in %d blocks", lb, lk),
 		fmt.Sprintf("%d allocations, %d reallocations, %d frees, %d temporary, %d unmatched frees",
 			s.Allocations, s.Reallocations, s.Frees, s.Temporary, s.UnmatchedFrees),
+	}
+	if e := estimatedNote(pr); e != "" {
+		c = append(c, fmt.Sprintf("values %s, from %d allocations recorded", e, s.Sampled))
 	}
 	if sb, sk, n := r.SuppressedTotal(); n > 0 {
 		c = append(c, fmt.Sprintf("suppressed %d bytes in %d blocks by %d rules (not in inuse_*)", sb, sk, n))

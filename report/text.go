@@ -118,6 +118,10 @@ func (t *textWriter) header() {
 		t.printf(" (%s)", strings.Join(attrs, ", "))
 	}
 	t.printf("\n")
+	if p := r.Profile; p.Estimated() {
+		t.printf("This trace was sampled: one allocation per %s allocated on average was recorded (%s here).\n", fmtRate(p.SampleRate), plural(p.Summary.Sampled, "allocation"))
+		t.printf("Every byte and block count below is %s: each allocation\nrecorded of S bytes counts S/(1-exp(-S/R)) bytes and 1/(1-exp(-S/R)) blocks. Temporaries are not available when sampled.\n", estimatedNote(p))
+	}
 	var totals map[uint32]*ProcessTotals
 	if len(r.Profile.Processes) > 1 {
 		totals = r.ByProcess()
@@ -162,7 +166,7 @@ func (t *textWriter) header() {
 		}
 		t.printf("window: from %s to %s; blocks allocated before it are unknown, frees of them are unmatched\n", from, to)
 	}
-	if p := r.Profile; p.Missing != 0 {
+	if p := r.Profile; p.Missing != 0 && p.Aggregate {
 		t.printf("\nThis trace holds snapshots (aggregate mode), not every event, so this report has:\n")
 		for _, d := range p.Missing.Describe() {
 			t.printf("  - %s\n", d)
@@ -177,7 +181,11 @@ func (t *textWriter) summary() {
 	row := func(label, format string, args ...any) {
 		t.printf("  %-22s %s\n", label, fmt.Sprintf(format, args...))
 	}
-	t.printf("SUMMARY\n")
+	t.printf("SUMMARY")
+	if e := estimatedNote(p); e != "" {
+		t.printf(": %s", e)
+	}
+	t.printf("\n")
 	dur := r.Duration()
 	row("duration", "%s", fmtDur(dur))
 	rate := ""
@@ -190,7 +198,9 @@ func (t *textWriter) summary() {
 	} else {
 		row("  reallocations", "%s", fmtCount(s.Reallocations))
 	}
-	if p.Missing.Has(analyze.NoFailed) {
+	if p.Estimated() {
+		row("  failed", "not recorded when sampled")
+	} else if p.Missing.Has(analyze.NoFailed) {
 		row("  failed", "unknown (aggregate trace)")
 	} else if s.Failed > 0 {
 		row("  failed", "%s (returned NULL)", fmtCount(s.Failed))
@@ -207,7 +217,10 @@ func (t *textWriter) summary() {
 	if sb, sk, n := r.SuppressedTotal(); n > 0 {
 		row("suppressed", "%s in %s by %s (not leaks of the program: see SUPPRESSED)", fmtBytesExact(sb), plural(sk, "block"), plural(uint64(n), "rule"))
 	}
-	if p.Missing.Has(analyze.NoTemporaries) {
+	if p.Estimated() {
+		row("temporary", "not available when sampled (it needs every event)")
+		row("sampled", "%s recorded, one per %s allocated on average", plural(s.Sampled, "allocation"), fmtRate(p.SampleRate))
+	} else if p.Missing.Has(analyze.NoTemporaries) {
 		row("temporary", "unknown (aggregate trace)")
 	} else {
 		row("temporary", "%s (%s of allocation calls): freed by the next heap call of the thread that made them", fmtCount(s.Temporary), pct(s.Temporary, s.Allocations+s.Reallocations))
@@ -281,6 +294,7 @@ func (t *textWriter) suppressed() {
 func (t *textWriter) section(title, note string, key func(*Site) uint64, head func(*Site) string) {
 	all := t.r.sorted(key, 0)
 	t.printf("%s", title)
+	note = joinNote(note, t.r.Profile)
 	if note != "" {
 		t.printf(" (%s)", note)
 	}
@@ -372,7 +386,7 @@ func (t *textWriter) histogram() {
 		t.printf(": not recorded in an aggregate trace\n\n")
 		return
 	}
-	t.printf(" (calls that returned a block, by requested size)\n")
+	t.printf(" (%s)\n", joinNote("calls that returned a block, by requested size", p))
 	var top uint64
 	for _, b := range p.Histogram {
 		top = max(top, b.Count)

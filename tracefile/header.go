@@ -70,6 +70,11 @@ type Header struct {
 	MonoStart  int64     // Clock's reading, in ns, when the session started
 	Mode       Mode
 	MaxSize    int64 // bytes per file; 0 means unlimited (Sequential only)
+	// SampleRate is the mean number of bytes allocated per recorded
+	// allocation when the session sampled (an allocation of S bytes was
+	// recorded with probability 1 - exp(-S/SampleRate)); 0 means every
+	// event was recorded, as in every trace written before sampling existed.
+	SampleRate int64
 
 	// Part is set by the writer: in NewFile mode, the number this file
 	// stands for in the path (1, 2, ...); otherwise 0.
@@ -96,6 +101,7 @@ const (
 	hMaxSize   = 10
 	hPart      = 11
 	hTimeRes   = 12
+	hSample    = 13
 )
 
 // marshalHeader returns the file header: fixed part, body, checksum and
@@ -131,6 +137,9 @@ func marshalHeader(h *Header) []byte {
 		num(hPart, int64(h.Part))
 	}
 	num(hTimeRes, int64(h.TimeResolution))
+	if h.SampleRate != 0 {
+		num(hSample, h.SampleRate)
+	}
 
 	b := make([]byte, fileHeaderFixed, alignUp(int64(fileHeaderFixed+len(body)+4)))
 	copy(b, fileMagic)
@@ -228,6 +237,9 @@ func unmarshalHeader(b []byte, h *Header) (int, string) {
 			x, ok = num()
 			ok = ok && x >= 1 && x <= maxTimeResolution
 			h.TimeResolution = time.Duration(x)
+		case hSample:
+			h.SampleRate, ok = num()
+			ok = ok && h.SampleRate >= 0 && h.SampleRate <= maxSampleRate
 		}
 		if !ok {
 			return at, fmt.Sprintf("a valid value for header field %d", tag)
@@ -235,6 +247,9 @@ func unmarshalHeader(b []byte, h *Header) (int, string) {
 	}
 	return 0, ""
 }
+
+// maxSampleRate bounds the header's sampling rate: one sample per TiB.
+const maxSampleRate = 1 << 40
 
 // stringAt decodes a length-prefixed string at b[i:]. It returns the index
 // after it, or -1.

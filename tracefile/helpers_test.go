@@ -236,7 +236,7 @@ func testHeader(mode Mode, maxSize int64) Header {
 		Properties: []Property{{"BufferSize", "64"}, {"LogFileMode", mode.String()}, {"Empty", ""}},
 		Hostname:   "host", Kernel: "6.18.0", Clock: "CLOCK_MONOTONIC",
 		WallStart: time.Unix(1_800_000_000, 123456789), MonoStart: 1_000_000_000,
-		Mode: mode, MaxSize: maxSize,
+		Mode: mode, MaxSize: maxSize, SampleRate: 64 << 10,
 	}
 }
 

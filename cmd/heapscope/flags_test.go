@@ -15,7 +15,7 @@ import (
 
 // goFieldNames are Properties' Go fields: a user types flags, and an error
 // must name those.
-var goFieldNames = regexp.MustCompile(`MaximumFileSize|MinimumBuffers|MaximumBuffers|BufferSize|FlushTimer|MaxFrames|TimeResolution|LogFileName|LogFileMode|EnableFlags`)
+var goFieldNames = regexp.MustCompile(`MaximumFileSize|MinimumBuffers|MaximumBuffers|BufferSize|FlushTimer|MaxFrames|TimeResolution|LogFileName|LogFileMode|EnableFlags|Sample:`)
 
 // TestSessionFlagErrors: a value out of range is an error that names the
 // flag and its range, with exit status 2 (a usage error); 0 is never read
@@ -42,6 +42,11 @@ func TestSessionFlagErrors(t *testing.T) {
 		{[]string{"--log-mode", "circular"}, "--max-size"},
 		{[]string{"--log-mode", "newfile", "--max-size", "1"}, "-o"},
 		{[]string{"--stacks", ""}, "--stacks: empty"},
+		{[]string{"--sample", "-64KiB"}, `--sample: size "-64KiB": negative`},
+		{[]string{"--sample", "lots"}, `--sample: size "lots": not a size`},
+		{[]string{"--sample", "1.5"}, `--sample: size "1.5": not a whole number of bytes`},
+		{[]string{"--sample", "64XB"}, `--sample: size "64XB": unknown unit "xb"`},
+		{[]string{"--sample", "2TiB"}, `--sample: 2199023255552 bytes: at most 1099511627776`},
 	} {
 		for _, cmd := range []string{"run", "attach"} {
 			args := append([]string{cmd, "-o", out}, c.flags...)
@@ -61,6 +66,26 @@ func TestSessionFlagErrors(t *testing.T) {
 	}
 	if _, err := os.Stat(out); err == nil {
 		t.Errorf("a rejected command left a trace file")
+	}
+}
+
+// TestSampleExcludes: --sample with an option whose answer needs every
+// event is a usage error that names both.
+func TestSampleExcludes(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "t.hst")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "--sample", "64KiB", "--events", "all", "--", "true"}, "--sample: --events mmap: mmap and munmap are not sampled"},
+		{[]string{"run", "--sample", "64KiB", "--provider", "ebpf", "--", "true"}, "--sample: sampling needs the preload provider"},
+		{[]string{"attach", "--sample", "64KiB", "-p", "1"}, "--sample: sampling needs the preload provider"},
+		{[]string{"attach", "--sample", "64KiB", "--mode", "aggregate", "-p", "1"}, "--sample: sampling needs the preload provider"},
+	} {
+		code, stderr := exitCode(t, cli(t, append(c.args[:1:1], append([]string{"-o", out}, c.args[1:]...)...)...))
+		if code != 2 || !strings.Contains(stderr, c.want) {
+			t.Errorf("%q: exit %d, stderr %q; want exit 2 and %q", c.args, code, stderr, c.want)
+		}
 	}
 }
 

@@ -148,6 +148,9 @@ func info(out io.Writer, path string, sel analyze.Processes) error {
 	}
 	line("mode", "%s", mode)
 	line("format", "version %d, times to %v", h.Version, h.TimeResolution)
+	if h.SampleRate > 0 {
+		line("sampling", "one allocation per %d bytes allocated on average (the reports' numbers are estimates)", h.SampleRate)
+	}
 	if len(h.Properties) > 0 {
 		var kv []string
 		for _, p := range h.Properties {

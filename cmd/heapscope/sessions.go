@@ -131,6 +131,9 @@ func printStatus(w io.Writer, st heapscope.Status) {
 }
 
 func printStats(w io.Writer, st heapscope.Status) {
+	if r := st.Properties.Sample; r > 0 {
+		fmt.Fprintf(w, "sampling  one allocation per %d bytes allocated on average: %d allocations recorded\n", r, st.Sampled)
+	}
 	fmt.Fprintf(w, "delivered %d events, %d bytes written\n", st.Stats.Delivered, st.Stats.Bytes)
 	fmt.Fprintf(w, "lost      %d events", st.Stats.TotalLost())
 	var parts []string

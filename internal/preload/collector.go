@@ -172,6 +172,8 @@ func (c *Collector) setup() error {
 	le.PutUint32(c.ctl[ctlRingSize:], uint32(c.cfg.BufferSize))
 	le.PutUint32(c.ctl[ctlOnFull:], uint32(c.cfg.OnFull))
 	le.PutUint32(c.ctl[ctlClock:], c.clk.mode)
+	le.PutUint64(c.ctl[ctlSampleRate:], uint64(c.cfg.SampleRate))
+	le.PutUint64(c.ctl[ctlSampleSeed:], c.cfg.SampleSeed)
 	atomic.StoreUint32(c.state, stackBits(c.cfg.Stacks))
 	return nil
 }

@@ -150,6 +150,14 @@ type Config struct {
 	// FlushInterval bounds how long an event published by an idle thread
 	// waits before the sink sees it; 0 means DefaultFlushInterval.
 	FlushInterval time.Duration
+	// SampleRate, when more than 0, records one allocation per SampleRate
+	// bytes allocated on average (an allocation of S bytes with probability
+	// 1 - exp(-S/SampleRate)), and only the frees and reallocs of the blocks
+	// recorded; 0 records every event.
+	SampleRate int64
+	// SampleSeed seeds the sampling of every thread, for repeatable tests;
+	// 0 seeds each thread from its clock.
+	SampleSeed uint64
 }
 
 // withDefaults validates c and fills in its zero fields.
@@ -165,6 +173,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Stacks == 0 {
 		c.Stacks = DefaultStacks
+	}
+	if c.SampleRate < 0 {
+		return bad("negative sampling rate %d", c.SampleRate)
 	}
 	if err := checkStacks(c.Stacks); err != nil {
 		return Config{}, err

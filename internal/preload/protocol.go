@@ -33,19 +33,21 @@ const (
 	welcomeSize    = 16
 	ringMsgSize    = 16
 
-	ctlMagic     = 0
-	ctlVersion   = 4
-	ctlFamilies  = 8
-	ctlUnwind    = 12
-	ctlMaxFrames = 16
-	ctlRingSize  = 20
-	ctlOnFull    = 24
-	ctlClock     = 28
-	ctlState     = 64
-	ctlDoorbell  = 128
-	ctlSleeping  = 132
-	ctlHeartbeat = 192
-	ctlSize      = 4096
+	ctlMagic      = 0
+	ctlVersion    = 4
+	ctlFamilies   = 8
+	ctlUnwind     = 12
+	ctlMaxFrames  = 16
+	ctlRingSize   = 20
+	ctlOnFull     = 24
+	ctlClock      = 28
+	ctlSampleRate = 32
+	ctlSampleSeed = 40
+	ctlState      = 64
+	ctlDoorbell   = 128
+	ctlSleeping   = 132
+	ctlHeartbeat  = 192
+	ctlSize       = 4096
 
 	stateStacks = 0xff
 	stateClosed = 0x80000000

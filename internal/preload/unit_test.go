@@ -204,6 +204,7 @@ func TestProtocolMatchesHeader(t *testing.T) {
 		"HS_RING_MSG_SIZE": ringMsgSize, "HS_CTL_MAGIC": ctlMagic, "HS_CTL_VERSION": ctlVersion,
 		"HS_CTL_FAMILIES": ctlFamilies, "HS_CTL_UNWIND": ctlUnwind, "HS_CTL_MAX_FRAMES": ctlMaxFrames,
 		"HS_CTL_RING_SIZE": ctlRingSize, "HS_CTL_ON_FULL": ctlOnFull, "HS_CTL_CLOCK": ctlClock,
+		"HS_CTL_SAMPLE_RATE": ctlSampleRate, "HS_CTL_SAMPLE_SEED": ctlSampleSeed,
 		"HS_CTL_STATE": ctlState, "HS_CTL_DOORBELL": ctlDoorbell, "HS_CTL_SLEEPING": ctlSleeping,
 		"HS_CTL_HEARTBEAT": ctlHeartbeat, "HS_CTL_SIZE": ctlSize, "HS_STATE_STACKS": stateStacks,
 		"HS_STATE_CLOSED": stateClosed, "HS_UNWIND_FP": unwindFP, "HS_UNWIND_DWARF": unwindDWARF,

@@ -126,6 +126,8 @@ static __thread struct hs_tls tls __attribute__((tls_model("initial-exec")));
 		tls.in_hook = _saved_hook;                                                                             \
 	} while (0)
 
+#include "sample.h"
+
 /*
  * A bootstrap arena for the allocations dlsym makes before the real
  * functions are known. Its blocks are never freed or traced.
@@ -653,6 +655,7 @@ static int connect_locked(int cont)
 		g_ring_size = ring;
 		g_state = (volatile uint32_t *)(ctl + HS_CTL_STATE);
 		__atomic_store_n(&g_families, *(uint32_t *)(ctl + HS_CTL_FAMILIES), __ATOMIC_RELEASE);
+		sample_configure(ctl);
 		__atomic_store_n(&g_ctl, ctl, __ATOMIC_RELEASE);
 	}
 	close(cfd);
@@ -2302,7 +2305,7 @@ out:
 
 static HS_INLINE void rec_alloc(uint32_t func, uint32_t fam, void *p, uint64_t size, uintptr_t fp)
 {
-	if (TRACED(fam))
+	if (TRACED(fam) && sample_alloc(p, size))
 		record(func, fam, HS_KIND_ALLOC, 2, (uint64_t)(uintptr_t)p, size, 0, 0, fp);
 }
 
@@ -2360,7 +2363,7 @@ HS_EXPORT void free(void *p)
 	if (TRACED(HS_FAM_FREE)) {
 		if (HS_UNLIKELY(internal_any()) && internal_del((uintptr_t)p))
 			; /* a block of ours: never shown, nor its free */
-		else
+		else if (sample_free(p))
 			record(HS_FUNC_FREE, HS_FAM_FREE, HS_KIND_FREE, 1, (uint64_t)(uintptr_t)p, 0, 0, 0, fp);
 	}
 	if (HS_LIKELY(real.free != NULL))
@@ -2382,8 +2385,9 @@ HS_EXPORT void *realloc(void *p, size_t n)
 	ensure_reals();
 	if (HS_UNLIKELY(is_boot(p) || !real.realloc))
 		return p ? boot_realloc(p, n) : malloc(n);
+	int smp = sample_realloc_begin(p);
 	void *q = real.realloc(p, n);
-	if (TRACED(HS_FAM_REALLOC))
+	if (TRACED(HS_FAM_REALLOC) && sample_realloc_end(smp, &p, q, n))
 		record(HS_FUNC_REALLOC, HS_FAM_REALLOC, HS_KIND_REALLOC, 3, (uint64_t)(uintptr_t)q, n, (uint64_t)(uintptr_t)p, 0, fp);
 	return q;
 }
@@ -2403,8 +2407,9 @@ HS_EXPORT void *reallocarray(void *p, size_t n, size_t size)
 		return p ? boot_realloc(p, total) : malloc(total);
 	}
 	/* glibc's reallocarray calls realloc: that one is not the program's call */
+	int smp = sample_realloc_begin(p);
 	void *q = UNTRACED(real.reallocarray(p, n, size));
-	if (TRACED(HS_FAM_REALLOC))
+	if (TRACED(HS_FAM_REALLOC) && sample_realloc_end(smp, &p, q, total))
 		record(HS_FUNC_REALLOCARRAY, HS_FAM_REALLOC, HS_KIND_REALLOC, 3, (uint64_t)(uintptr_t)q, total, (uint64_t)(uintptr_t)p, 0,
 		       fp);
 	return q;
@@ -2602,7 +2607,8 @@ static void cxx_end(struct cxx_call *c)
 			f(a, b, c);                                                                                    \
 			return;                                                                                        \
 		}                                                                                                      \
-		record(FUNC, HS_FAM_CXX, HS_KIND_FREE, 1, a, 0, 0, 0, fp);                                             \
+		if (sample_free((void *)a))                                                                            \
+			record(FUNC, HS_FAM_CXX, HS_KIND_FREE, 1, a, 0, 0, 0, fp);                                     \
 		struct cxx_call call __attribute__((cleanup(cxx_end))) = {1, FUNC, 0, fp};                             \
 		tls.swallow = 1;                                                                                       \
 		f(a, b, c);                                                                                            \

@@ -1,0 +1,126 @@
+package analyze
+
+import (
+	"math"
+
+	"github.com/heapscope/heapscope/event"
+)
+
+// Sampled traces. When a trace was sampled at rate R (tracefile.Header's
+// SampleRate), an allocation of S bytes was recorded with probability
+// p = 1 - exp(-S/R), and so was the free or realloc of each block recorded.
+// The model counts each recorded block as S/p bytes and 1/p objects, scaled
+// per block before anything is summed, which makes every total an unbiased
+// estimate: bytes allocated, frees, live and leaked bytes and blocks, the
+// peak, the timeline, per-stack totals and the size histogram. 1/p is not a
+// whole number: each block counts floor(1/p) or one more, chosen by a hash
+// of its address and time with the probability of the fraction, so that
+// counts stay whole and unbiased, and its free takes away what it added.
+// Temporaries need every event, and the providers do not record failed
+// allocations when they sample: a sampled profile reports NoTemporaries and
+// NoFailed.
+// A realloc of a recorded block weighs its new block by the new size.
+
+// SampleWeights returns what one recorded allocation of size bytes stands
+// for in a trace sampled at rate: size/p bytes and 1/p objects, with
+// p = 1 - exp(-size/rate). A size of 0 (never sampled by the providers)
+// stands for itself.
+func SampleWeights(size uint64, rate int64) (bytes, objects float64) {
+	if rate <= 0 || size == 0 {
+		return float64(size), 1
+	}
+	p := -math.Expm1(-float64(size) / float64(rate))
+	return float64(size) / p, 1 / p
+}
+
+// sampledBlock is a recorded block's weights: its bytes and a whole number
+// of objects (stored in block.tid: temporaries, its use, are off).
+func (m *Model) sampledBlock(size, addr uint64, t int64) (uint64, uint32) {
+	b, o := SampleWeights(size, m.rate)
+	n := math.Floor(o)
+	if frac := o - n; frac > 0 {
+		h := (addr ^ uint64(t)*0x9e3779b97f4a7c15) * 0xbf58476d1ce4e5b9
+		h ^= h >> 31
+		if float64(h>>11)*0x1p-53 < frac {
+			n++
+		}
+	}
+	return uint64(math.Round(b)), uint32(min(n, math.MaxUint32))
+}
+
+// sampledEvent applies one heap event of a sampled trace.
+func (m *Model) sampledEvent(p *proc, t *thread, e *event.Event) {
+	switch e.Kind {
+	case event.KindAlloc, event.KindMmap:
+		si := m.siteOf(p, e.Stack)
+		if e.Addr == 0 {
+			m.sites[si].allocs++
+			m.sites[si].failed++
+			return
+		}
+		n := m.sampledAlloc(p, si, e)
+		m.sites[si].allocs += n
+		m.sampled++
+	case event.KindFree, event.KindMunmap:
+		if e.Addr != 0 {
+			m.sampledFree(p, e.Addr)
+		}
+	case event.KindRealloc:
+		si := m.siteOf(p, e.Stack)
+		if e.Addr == 0 && (e.Size != 0 || e.OldAddr == 0) {
+			m.sites[si].reallocs++
+			m.sites[si].failed++
+			return
+		}
+		if e.OldAddr != 0 {
+			m.sampledFree(p, e.OldAddr)
+		}
+		n := uint64(1)
+		if e.Addr != 0 {
+			n = m.sampledAlloc(p, si, e)
+		}
+		m.sites[si].reallocs += n
+		m.sampled++
+	}
+}
+
+func (m *Model) sampledAlloc(p *proc, si int32, e *event.Event) uint64 {
+	bytes, n := m.sampledBlock(e.Size, e.Addr, e.Time)
+	if old, ok := m.blocks.put(p, e.Addr, block{size: bytes, site: si, tid: n}); ok {
+		m.missed++
+		m.sampledRelease(old, false)
+	}
+	s := &m.sites[si]
+	m.touch(s)
+	s.liveBytes += bytes
+	s.liveBlocks += uint64(n)
+	s.bytes += bytes
+	m.liveBytes += bytes
+	m.liveBlocks += uint64(n)
+	m.hist[sizeBucket(e.Size)] += uint64(n)
+	m.peaked(e.Time)
+	return uint64(n)
+}
+
+func (m *Model) sampledFree(p *proc, addr uint64) {
+	b, ok := m.blocks.take(p, addr)
+	if !ok {
+		m.unmatched++
+		return
+	}
+	m.sampledRelease(b, true)
+}
+
+func (m *Model) sampledRelease(b block, counted bool) {
+	s := &m.sites[b.site]
+	m.touch(s)
+	n := uint64(b.tid)
+	s.liveBytes -= b.size
+	s.liveBlocks -= n
+	if counted {
+		s.frees += n
+		s.freedBytes += b.size
+	}
+	m.liveBytes -= b.size
+	m.liveBlocks -= n
+}
