@@ -35,11 +35,14 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	pathpkg "path"
 	"sort"
+	"strings"
 
 	"github.com/heapscope/heapscope/analyze"
 	"github.com/heapscope/heapscope/event"
 	"github.com/heapscope/heapscope/report"
+	"github.com/heapscope/heapscope/suppress"
 	"github.com/heapscope/heapscope/symbolize"
 	"github.com/heapscope/heapscope/tracefile"
 )
@@ -86,6 +89,14 @@ const (
 type Options struct {
 	// Symbolize configures the symbolizer.
 	Symbolize symbolize.Options
+	// Processes selects the processes indexed, as report's --pid and --exe
+	// do (the zero value: all). Build fails with report.ErrNoProcess when
+	// it selects none.
+	Processes analyze.Processes
+	// Suppressions are the rules whose leaks the reports (the whole
+	// trace's and each window's) show as suppressed, as `heapscope report`
+	// does.
+	Suppressions []*suppress.Rule
 }
 
 // Index is one trace, indexed. It is immutable once built and safe for
@@ -106,6 +117,8 @@ type Index struct {
 	stacks []stackRef // by stack index
 	sites  []*Site    // the symbolized, merged call sites
 	res    cachedResolver
+	rules  []*suppress.Rule
+	supOpt suppress.Options
 	// unmatched holds the sequence numbers of unmatched frees.
 	unmatched []uint32
 }
@@ -174,7 +187,14 @@ func Build(path string, o Options) (*Index, error) {
 	b := newBuilder()
 	m := analyze.New(analyze.Options{})
 	a := newAsync(b)
-	err = r.Replay(event.Tee(m, a), tracefile.Window{})
+	sink := event.Tee(m, a)
+	var filter *analyze.Filter
+	if !o.Processes.All() {
+		// Before the tee: the model and the index see the same events.
+		filter = analyze.NewFilter(sink, o.Processes)
+		sink = filter
+	}
+	err = r.Replay(sink, tracefile.Window{})
 	a.wait()
 	if err != nil {
 		return nil, fmt.Errorf("reading %s: %w", path, err)
@@ -186,6 +206,14 @@ func Build(path string, o Options) (*Index, error) {
 	x.File = path
 	x.Header = r.Header()
 	pr := m.Profile()
+	if filter != nil && len(pr.Processes) == 0 {
+		var have []string
+		for _, p := range filter.Seen() {
+			have = append(have, fmt.Sprintf("%d (%s)", p.PID, pathpkg.Base(p.Exe)))
+		}
+		return nil, fmt.Errorf("%s has no process of %s; its processes: %s: %w", path, o.Processes, strings.Join(dedup(have), ", "), report.ErrNoProcess)
+	}
+	x.rules, x.supOpt = o.Suppressions, suppress.Options{Sysroot: o.Symbolize.Sysroot}
 
 	sym := symbolize.New(o.Symbolize)
 	defer sym.Close()
@@ -225,6 +253,7 @@ func Build(path string, o Options) (*Index, error) {
 	x.Report = report.New(pr, x.trace(), x.res)
 	x.Warnings = dedup(append(r.Warnings(), sym.Warnings()...))
 	x.Report.Trace.Warnings = x.Warnings
+	x.Report.Suppress(x.rules, x.supOpt)
 	return x, nil
 }
 

@@ -332,7 +332,10 @@ func (x *Index) Profile(res *Result) *analyze.Profile {
 }
 
 // WindowReport is res as a report: package report's renderers (JSON,
-// pprof, collapsed stacks) over the window's counters.
+// pprof, collapsed stacks) over the window's counters, the index's
+// suppressions applied to the window's leaks.
 func (x *Index) WindowReport(res *Result) *report.Report {
-	return report.New(x.Profile(res), x.trace(), x.res)
+	rep := report.New(x.Profile(res), x.trace(), x.res)
+	rep.Suppress(x.rules, x.supOpt)
+	return rep
 }
