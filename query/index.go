@@ -57,19 +57,11 @@ const maxEvents = math.MaxUint32 - 1
 // ErrTooLarge is returned for a trace of more than 4 G heap events.
 var ErrTooLarge = errors.New("query: the trace has more heap events than the index can number (2^32-1)")
 
-// evRec is what the index keeps of an event: its time and the heap after it.
-type evRec struct {
-	time   int64
-	live   uint64 // live bytes after the event
-	blocks uint32 // live blocks after it
-	kind   uint8  // evMade | evEnded
-}
-
-// rowRec is a block, or a call that made none.
+// rowRec is a block, or a call that made none: 24 bytes.
 type rowRec struct {
 	alloc, end uint32 // sequence numbers: the event that made it, and the one that ended it (never: live at the end)
-	size       uint64
-	stack      int32 // index into Index.stacks
+	size       uint32 // with fBig, in Index.big
+	stack      int32  // index into Index.stacks
 	tid        uint32
 	flags      uint8
 }
@@ -83,6 +75,7 @@ const (
 	fFreed               // ended by a counted free (not by a lost free or a partial munmap)
 	fCont                // the rest of a mapping after a partial munmap: not a call
 	fMissed              // ended by a new block at its address: its free was lost
+	fBig                 // the size does not fit rowRec.size: it is in Index.big
 )
 
 // Options tune Build.
@@ -111,8 +104,9 @@ type Index struct {
 	// Warnings are the reader's and the symbolizer's.
 	Warnings []string
 
-	evs  chunked[evRec]  // by sequence number
-	rows chunked[rowRec] // in the order of their allocation (alloc ascends)
+	evs  events            // by sequence number
+	rows chunked[rowRec]   // in the order of their allocation (alloc ascends)
+	big  map[uint32]uint64 // row → size, for the rows of sizes of 4 GiB and more
 
 	stacks []stackRef // by stack index
 	sites  []*Site    // the symbolized, merged call sites
@@ -161,7 +155,7 @@ func (x *Index) Start() int64 {
 	if x.evs.len() == 0 {
 		return x.Header.MonoStart
 	}
-	return x.evs.at(0).time
+	return x.evs.time(0)
 }
 
 // End is the time of the last indexed event.
@@ -169,7 +163,15 @@ func (x *Index) End() int64 {
 	if x.evs.len() == 0 {
 		return x.Header.MonoStart
 	}
-	return x.evs.at(x.evs.len() - 1).time
+	return x.evs.time(x.evs.len() - 1)
+}
+
+// size returns the size of row r, i.
+func (x *Index) size(r *rowRec, i int) uint64 {
+	if r.flags&fBig != 0 {
+		return x.big[uint32(i)]
+	}
+	return uint64(r.size)
 }
 
 // ErrAggregate is returned for questions an aggregate trace (snapshots, not

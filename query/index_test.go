@@ -80,7 +80,7 @@ func TestWholeTraceEqualsReport(t *testing.T) {
 func phases(t *testing.T, x *Index) (gap1, gap2 int64) {
 	t.Helper()
 	var a, b int // indices of the events after the largest gaps
-	tm := func(i int) int64 { return x.evs.at(i).time }
+	tm := func(i int) int64 { return x.evs.time(i) }
 	for i := 1; i < x.evs.len(); i++ {
 		d := tm(i) - tm(i-1)
 		switch {
@@ -142,7 +142,8 @@ func TestWindowClasses(t *testing.T) {
 		if s == 0 {
 			return 0
 		}
-		return x.evs.at(int(s - 1)).live
+		live, _ := x.evs.state(int(s - 1))
+		return live
 	}
 	if c[AOFI].Bytes+c[AOFO].Bytes != at(res.Span.S0) || c[AIFO].Bytes+c[AOFO].Bytes != at(res.Span.S1) {
 		t.Errorf("classes %v disagree with the heap at t0 (%d) and t1 (%d)", c, at(res.Span.S0), at(res.Span.S1))
@@ -232,3 +233,33 @@ func maxU(a, b uint64) uint64 {
 }
 
 func timeD(ns int64) time.Duration { return time.Duration(ns) }
+
+// The event columns give back the times added, across chunks, in chunks
+// whose times fit offsets from their first and in those that do not (a
+// trace idle for seconds, a time before the chunk's first).
+func TestEventsColumn(t *testing.T) {
+	var c events
+	var want []int64
+	tm := int64(1e12)
+	for i := 0; i < 3*chunkLen+5; i++ {
+		switch {
+		case i == chunkLen+100:
+			tm += 5e9
+		case i == 2*chunkLen+7:
+			tm -= 1000 // before the chunk's first
+		default:
+			tm += int64(i % 7)
+		}
+		want = append(want, tm)
+		c.add(tm, uint64(i), uint32(i), uint8(i&3))
+	}
+	if c.wide[0] != nil || c.wide[1] == nil || c.wide[2] == nil || c.wide[3] != nil {
+		t.Errorf("wide chunks: %v %v %v %v", c.wide[0] != nil, c.wide[1] != nil, c.wide[2] != nil, c.wide[3] != nil)
+	}
+	for i, w := range want {
+		live, blocks := c.state(i)
+		if got := c.time(i); got != w || live != uint64(i) || blocks != uint32(i) || c.kind(i) != uint8(i&3) {
+			t.Fatalf("event %d: time %d, state %d/%d, kind %d; want time %d", i, got, live, blocks, c.kind(i), w)
+		}
+	}
+}

@@ -42,6 +42,9 @@ func writeRandomTrace(t *testing.T, path string, seed int64) {
 		if rng.Intn(3) == 0 {
 			tm += int64(rng.Intn(50000)) // else the same timestamp
 		}
+		if i == 30000 {
+			tm += 5e9 // idle: the index keeps this part's times whole
+		}
 		pid := uint32(1 + rng.Intn(3))
 		e := event.Event{Time: tm, PID: pid, TID: pid*10 + uint32(rng.Intn(2)), Stack: event.StackID(1 + rng.Intn(40))}
 		l := &live[pid]
@@ -49,6 +52,9 @@ func writeRandomTrace(t *testing.T, path string, seed int64) {
 		case r < 45 || len(*l) == 0:
 			next += 16
 			e.Kind, e.Func, e.Addr, e.Size = event.KindAlloc, event.FuncMalloc, next, uint64(rng.Intn(2000))
+			if rng.Intn(1000) == 0 {
+				e.Size = 5<<30 + uint64(rng.Intn(100)) // beyond a row's 32 bits
+			}
 			if r < 2 {
 				e.Addr = 0 // failed
 			} else {
@@ -120,8 +126,8 @@ func TestRandomTraces(t *testing.T) {
 				if s == 0 {
 					return 0, 0
 				}
-				e := x.evs.at(int(s - 1))
-				return e.live, uint64(e.blocks)
+				live, blocks := x.evs.state(int(s - 1))
+				return live, uint64(blocks)
 			}
 			b0, n0 := live(res.Span.S0)
 			b1, n1 := live(res.Span.S1)

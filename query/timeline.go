@@ -33,31 +33,31 @@ func (x *Index) Timeline(sp Span, points int) []Bucket {
 	out := make([]Bucket, n)
 	var live, blocks uint64
 	if sp.S0 > 0 {
-		e := x.evs.at(int(sp.S0 - 1))
-		live, blocks = e.live, uint64(e.blocks)
+		l, k := x.evs.state(int(sp.S0 - 1))
+		live, blocks = l, uint64(k)
 	}
 	for i := range out {
 		out[i] = Bucket{Time: sp.From + int64(i)*width, Width: width, MaxBytes: live, MaxBlocks: blocks}
 	}
 	b := 0
 	for s := sp.S0; s < sp.S1; s++ {
-		ev := x.evs.at(int(s))
-		t := ev.time
+		t := x.evs.time(int(s))
 		for b+1 < n && t >= out[b+1].Time {
 			out[b].EndBytes, out[b].EndBlocks = live, blocks
 			b++
 			out[b].MaxBytes, out[b].MaxBlocks = live, blocks
 		}
-		live, blocks = ev.live, uint64(ev.blocks)
+		l, k := x.evs.state(int(s))
+		live, blocks = l, uint64(k)
 		o := &out[b]
 		if live > o.MaxBytes {
 			o.MaxBytes, o.MaxBlocks = live, blocks
 		}
-		k := ev.kind
-		if k&evMade != 0 {
+		kind := x.evs.kind(int(s))
+		if kind&evMade != 0 {
 			o.Allocs++
 		}
-		if k&evEnded != 0 {
+		if kind&evEnded != 0 {
 			o.Frees++
 		}
 	}

@@ -118,7 +118,7 @@ func (x *Index) Span(f Filter) Span {
 
 // seqAt returns the first sequence number whose time is at or after t.
 func (x *Index) seqAt(t int64) int64 {
-	return int64(sort.Search(x.evs.len(), func(i int) bool { return x.evs.at(i).time >= t }))
+	return int64(sort.Search(x.evs.len(), func(i int) bool { return x.evs.time(i) >= t }))
 }
 
 // peakIn returns the state of largest live bytes among the states at the
@@ -132,7 +132,7 @@ func (x *Index) peakIn(s0, s1 int64) int64 {
 		lo = 0
 	}
 	for i := lo; i < s1; i++ {
-		if v := x.evs.at(int(i)).live; p < 0 || v > best {
+		if v, _ := x.evs.state(int(i)); p < 0 || v > best {
 			p, best = i, v
 		}
 	}
@@ -149,8 +149,13 @@ func (x *Index) Peak(sp Span) (p analyze.Peak, ok bool) {
 	if i < 0 {
 		return analyze.Peak{}, false
 	}
-	e := x.evs.at(int(i))
-	return analyze.Peak{Time: e.time, Bytes: e.live, Blocks: uint64(e.blocks)}, true
+	return x.peakAt(i), true
+}
+
+// peakAt is the heap after event i, as a peak.
+func (x *Index) peakAt(i int64) analyze.Peak {
+	live, blocks := x.evs.state(int(i))
+	return analyze.Peak{Time: x.evs.time(int(i)), Bytes: live, Blocks: uint64(blocks)}
 }
 
 // Window answers f: every site's costs in its window.
@@ -160,8 +165,7 @@ func (x *Index) Window(f Filter) *Result {
 	res := &Result{Filter: f, Span: sp, PeakSeq: x.peakIn(s0, s1)}
 	p := res.PeakSeq
 	if p >= 0 {
-		e := x.evs.at(int(p))
-		res.Peak = analyze.Peak{Time: e.time, Bytes: e.live, Blocks: uint64(e.blocks)}
+		res.Peak = x.peakAt(p)
 	}
 	at := int64(-1)
 	if f.At != 0 {
@@ -181,7 +185,7 @@ func (x *Index) Window(f Filter) *Result {
 			continue
 		}
 		c := &res.stacks[st]
-		size := row.size
+		size := x.size(row, i)
 		block := fl&fNoBlock == 0
 		if inside && fl&fCont == 0 {
 			if fl&fRealloc != 0 {
@@ -198,7 +202,7 @@ func (x *Index) Window(f Filter) *Result {
 				if e == never {
 					res.Lifetime.Live++
 				} else {
-					res.Lifetime.Buckets[bits.Len64(uint64(x.evs.at(int(e)).time-x.evs.at(int(a)).time))]++
+					res.Lifetime.Buckets[bits.Len64(uint64(x.evs.time(int(e))-x.evs.time(int(a))))]++
 				}
 			}
 			if fl&fTemp != 0 && e < s1 {
@@ -282,7 +286,7 @@ func (x *Index) Profile(res *Result) *analyze.Profile {
 		pr.From, pr.To = 0, 0 // the whole trace: no window
 	}
 	if res.Span.S1 > res.Span.S0 {
-		pr.Start, pr.End = x.evs.at(int(res.Span.S0)).time, x.evs.at(int(res.Span.S1-1)).time
+		pr.Start, pr.End = x.evs.time(int(res.Span.S0)), x.evs.time(int(res.Span.S1-1))
 	}
 	for i := range res.stacks {
 		c := &res.stacks[i]
