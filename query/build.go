@@ -12,7 +12,7 @@ const maxDenseID = 1 << 22
 // bproc is the builder's state for one process.
 type bproc struct {
 	pid    uint32
-	live   map[uint64]liveRef // address → the live block there
+	live   liveTable // address → the live block there
 	ids    []int32            // StackID → stack index + 1, for small IDs
 	idm    map[event.StackID]int32
 	lastTK uint64 // the thread of the last event, and its last allocation
@@ -52,7 +52,7 @@ func (b *builder) proc(pid uint32) *bproc {
 	}
 	p := b.procs[pid]
 	if p == nil {
-		p = &bproc{pid: pid, live: map[uint64]liveRef{}}
+		p = &bproc{pid: pid}
 		b.procs[pid] = p
 	}
 	b.lastProc = p
@@ -129,11 +129,11 @@ func (b *builder) row(seq uint32, stack int32, tid uint32, size uint64, flags ui
 
 // alloc makes a live block; a live block at the same address lost its free.
 func (b *builder) alloc(seq uint32, kind *uint8, p *bproc, e *event.Event, flags uint8) {
-	if old, ok := p.live[e.Addr]; ok {
+	if old, ok := p.live.get(e.Addr); ok {
 		b.end(seq, kind, old, fMissed)
 	}
 	r := b.row(seq, b.stackIndex(p, e.Stack), e.TID, e.Size, flags)
-	p.live[e.Addr] = liveRef{row: r, tid: e.TID, size: e.Size}
+	p.live.put(e.Addr, liveRef{row: r, tid: e.TID, size: e.Size})
 	b.liveBytes += e.Size
 	b.liveBlocks++
 	*kind |= evMade
@@ -152,12 +152,12 @@ func (b *builder) end(seq uint32, kind *uint8, l liveRef, flags uint8) {
 // free frees addr, as the model does: counted on the block's row, temporary
 // when it is the thread's last allocation.
 func (b *builder) free(seq uint32, kind *uint8, p *bproc, e *event.Event, addr uint64, last uint64) {
-	l, ok := p.live[addr]
+	l, ok := p.live.get(addr)
 	if !ok {
 		b.x.unmatched = append(b.x.unmatched, seq)
 		return
 	}
-	delete(p.live, addr)
+	p.live.del(addr)
 	fl := uint8(fFreed)
 	if last == addr && l.tid == e.TID {
 		fl |= fTemp
@@ -236,7 +236,7 @@ func (b *builder) Events(evs []event.Event) error {
 // the rest (fCont: not a call, no bytes allocated), at the address after
 // the cut, as the model moves the block.
 func (b *builder) unmap(seq uint32, kind *uint8, p *bproc, e *event.Event, last uint64) {
-	l, ok := p.live[e.Addr]
+	l, ok := p.live.get(e.Addr)
 	if !ok {
 		b.x.unmatched = append(b.x.unmatched, seq)
 		return
@@ -246,11 +246,11 @@ func (b *builder) unmap(seq uint32, kind *uint8, p *bproc, e *event.Event, last 
 		return
 	}
 	old := *b.x.rows.at(int(l.row))
-	delete(p.live, e.Addr)
+	p.live.del(e.Addr)
 	b.end(seq, kind, l, 0)
 	size := l.size - e.Size
 	n := b.row(seq, old.stack, old.tid, size, fCont|old.flags&fRealloc)
-	p.live[e.Addr+e.Size] = liveRef{row: n, tid: l.tid, size: size}
+	p.live.put(e.Addr+e.Size, liveRef{row: n, tid: l.tid, size: size})
 	b.liveBytes += size
 	b.liveBlocks++
 }
