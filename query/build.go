@@ -13,7 +13,7 @@ const maxDenseID = 1 << 22
 type bproc struct {
 	pid    uint32
 	live   liveTable // address → the live block there
-	ids    []int32            // StackID → stack index + 1, for small IDs
+	ids    []int32   // StackID → stack index + 1, for small IDs
 	idm    map[event.StackID]int32
 	lastTK uint64 // the thread of the last event, and its last allocation
 	last   *uint64
