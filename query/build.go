@@ -35,7 +35,10 @@ type builder struct {
 }
 
 func newBuilder() *builder {
-	return &builder{x: &Index{}, procs: map[uint32]*bproc{}, last: map[uint64]*uint64{}}
+	x := &Index{}
+	a := newArena(x)
+	x.evs.recs.arena, x.evs.kinds.arena, x.rows.arena = a, a, a
+	return &builder{x: x, procs: map[uint32]*bproc{}, last: map[uint64]*uint64{}}
 }
 
 var _ event.Sink = (*builder)(nil)

@@ -5,9 +5,13 @@ import "math"
 // chunked is an append-only column in chunks of fixed size: appending never
 // copies what is stored (a doubling slice of a 20 M-event trace copies
 // gigabytes), and memory grows one chunk at a time.
+//
+// T holds no pointers: its chunks may be in an arena (see arena), set by
+// the index before the first add.
 type chunked[T any] struct {
 	chunks [][]T
 	n      int
+	arena  *arena
 }
 
 const (
@@ -19,7 +23,7 @@ const (
 // add appends a zero value and returns a pointer to it.
 func (c *chunked[T]) add() *T {
 	if c.n&chunkMask == 0 {
-		c.chunks = append(c.chunks, make([]T, chunkLen))
+		c.chunks = append(c.chunks, newChunk[T](c.arena))
 	}
 	p := &c.chunks[c.n>>chunkBits][c.n&chunkMask]
 	c.n++
