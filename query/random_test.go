@@ -3,6 +3,7 @@ package query
 import (
 	"math/rand"
 	"path/filepath"
+	"reflect"
 	"testing"
 	"time"
 
@@ -149,6 +150,32 @@ func TestRandomTraces(t *testing.T) {
 				ws.Allocations != res.Total.Allocations || ws.Reallocations != res.Total.Reallocations || ws.TemporaryAllocations != res.Total.Temporary {
 				t.Errorf("seed %d window %d: windowed report %+v, index AIFO %+v, totals %+v", seed, k, ws, c[AIFO], res.Total)
 			}
+		}
+	}
+}
+
+// A window read in several parts on several goroutines is the window read
+// in one.
+func TestWindowParts(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "random.hst")
+	writeRandomTrace(t, path, 4)
+	x := build(t, path)
+	defer func(p, m int) { scanMinPart, scanMaxParts = p, m }(scanMinPart, scanMaxParts)
+	rng := rand.New(rand.NewSource(4))
+	span := x.End() - x.Start()
+	for k := 0; k < 10; k++ {
+		f := Filter{}
+		if k > 0 {
+			f.From = x.Start() + rng.Int63n(span)
+			f.To = f.From + 1 + rng.Int63n(x.End()-f.From+1)
+			f.At = x.Start() + rng.Int63n(span)
+		}
+		scanMinPart, scanMaxParts = 1<<30, 1
+		one := x.Window(f)
+		scanMinPart, scanMaxParts = 997, 5
+		parts := x.Window(f)
+		if !reflect.DeepEqual(one, parts) {
+			t.Errorf("window %d: in parts %+v, in one %+v", k, parts.Total, one.Total)
 		}
 	}
 }
