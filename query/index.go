@@ -38,6 +38,7 @@ import (
 	pathpkg "path"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/heapscope/heapscope/analyze"
 	"github.com/heapscope/heapscope/event"
@@ -111,8 +112,12 @@ type Index struct {
 	stacks []stackRef // by stack index
 	sites  []*Site    // the symbolized, merged call sites
 	res    cachedResolver
-	rules  []*suppress.Rule
-	supOpt suppress.Options
+	// tries are the flame graphs' trees of the sites, top-down and
+	// inverted, made on first use.
+	trieOnce [2]sync.Once
+	tries    [2]*trie
+	rules    []*suppress.Rule
+	supOpt   suppress.Options
 	// unmatched holds the sequence numbers of unmatched frees.
 	unmatched []uint32
 }
