@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heapscope/heapscope/event"
 	"github.com/heapscope/heapscope/internal/testutil"
 	"github.com/heapscope/heapscope/internal/tracetest"
 	"github.com/heapscope/heapscope/report"
@@ -262,4 +263,101 @@ func TestEventsColumn(t *testing.T) {
 			t.Fatalf("event %d: time %d, state %d/%d, kind %d; want time %d", i, got, live, blocks, c.kind(i), w)
 		}
 	}
+}
+
+// Timeline and the peak of a window, which read the event columns a chunk
+// at a time, agree with reading them an event at a time, on an index of
+// several chunks, one of them of whole times (an idle gap of 5 s).
+func TestTimelineChunks(t *testing.T) {
+	b := newBuilder()
+	var evs []event.Event
+	tm := int64(1e9)
+	var live []uint64
+	for i := 0; i < 3*chunkLen+100; i++ {
+		tm += int64(i % 5 * 1000)
+		if i == chunkLen+10 {
+			tm += 5e9
+		}
+		e := event.Event{Time: tm, PID: 1, TID: 1, Stack: 1}
+		if len(live) > 0 && i%3 == 0 {
+			e.Kind, e.Addr = event.KindFree, live[len(live)-1]
+			live = live[:len(live)-1]
+		} else {
+			e.Kind, e.Addr, e.Size = event.KindAlloc, uint64(0x1000+16*i), uint64(1+i%700)
+			live = append(live, e.Addr)
+		}
+		evs = append(evs, e)
+	}
+	if err := b.Events(evs); err != nil {
+		t.Fatal(err)
+	}
+	x := b.finish()
+	if x.evs.wide[1] == nil {
+		t.Fatal("no chunk of whole times")
+	}
+	for _, w := range [][2]int64{{0, 0}, {x.Start() + 3e9, x.Start() + 6e9}, {x.Start() + 1000, x.Start() + 2e6}} {
+		sp := x.Span(Filter{From: w[0], To: w[1]})
+		for _, points := range []int{1, 7, 1400} {
+			got := x.Timeline(sp, points)
+			want := timelineOneByOne(x, sp, points)
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("window %v, %d points: timelines differ", w, points)
+			}
+		}
+		p := int64(-1)
+		var best uint64
+		for i := max(sp.S0-1, 0); i < sp.S1; i++ {
+			if v, _ := x.evs.state(int(i)); p < 0 || v > best {
+				p, best = i, v
+			}
+		}
+		if got := x.peakIn(sp.S0, sp.S1); got != p {
+			t.Errorf("window %v: peak at %d, want %d", w, got, p)
+		}
+	}
+}
+
+// timelineOneByOne is Timeline reading an event at a time.
+func timelineOneByOne(x *Index, sp Span, points int) []Bucket {
+	dur := sp.To - sp.From
+	width := max((dur+int64(points)-1)/int64(points), 1)
+	n := int((dur + width - 1) / width)
+	out := make([]Bucket, n)
+	var live, blocks uint64
+	if sp.S0 > 0 {
+		l, k := x.evs.state(int(sp.S0 - 1))
+		live, blocks = l, uint64(k)
+	}
+	for i := range out {
+		out[i] = Bucket{Time: sp.From + int64(i)*width, Width: width, MaxBytes: live, MaxBlocks: blocks}
+	}
+	b := 0
+	for s := sp.S0; s < sp.S1; s++ {
+		t := x.evs.time(int(s))
+		for b+1 < n && t >= out[b+1].Time {
+			out[b].EndBytes, out[b].EndBlocks = live, blocks
+			b++
+			out[b].MaxBytes, out[b].MaxBlocks = live, blocks
+		}
+		l, k := x.evs.state(int(s))
+		live, blocks = l, uint64(k)
+		o := &out[b]
+		if live > o.MaxBytes {
+			o.MaxBytes, o.MaxBlocks = live, blocks
+		}
+		kind := x.evs.kind(int(s))
+		if kind&evMade != 0 {
+			o.Allocs++
+		}
+		if kind&evEnded != 0 {
+			o.Frees++
+		}
+	}
+	for ; b < n; b++ {
+		out[b].EndBytes, out[b].EndBlocks = live, blocks
+		if b+1 < n {
+			out[b+1].MaxBytes, out[b+1].MaxBlocks = live, blocks
+		}
+	}
+	return out
 }

@@ -137,10 +137,16 @@ func (x *Index) peakIn(s0, s1 int64) int64 {
 	if lo < 0 {
 		lo = 0
 	}
-	for i := lo; i < s1; i++ {
-		if v, _ := x.evs.state(int(i)); p < 0 || v > best {
-			p, best = i, v
+	for i := int(lo); i < int(s1); {
+		// A chunk at a time, over its array.
+		recs := x.evs.recs.chunks[i>>chunkBits][i&chunkMask:]
+		recs = recs[:min(len(recs), int(s1)-i)]
+		for j := range recs {
+			if v := recs[j].live; p < 0 || v > best {
+				p, best = int64(i+j), v
+			}
 		}
+		i += len(recs)
 	}
 	if p >= 0 && best == 0 {
 		return -1 // nothing was live
