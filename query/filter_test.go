@@ -78,8 +78,32 @@ func TestBuildSuppressions(t *testing.T) {
 	if got := roundTrip(t, comparable(x.WindowReport(x.Window(Filter{})).Document(0))); got != want {
 		t.Errorf("index's window:\n%s\nreport:\n%s", got, want)
 	}
+	// The flame graphs and the functions of the leaks leave the
+	// suppressed sites out: their total is the report's leaks.
+	leaked, _ := rep.Leaked()
+	sb, _, _ := rep.SuppressedTotal()
+	res := x.Window(Filter{})
+	for _, inv := range []bool{false, true} {
+		if fl := x.Flame(res, CostLeaks, inv, 0, 0); fl.Total != leaked || fl.Suppressed != sb {
+			t.Errorf("flame graph of the leaks (inverted %v): total %d, suppressed %d; report: leaked %d, suppressed %d", inv, fl.Total, fl.Suppressed, leaked, sb)
+		}
+	}
+	if fl := x.Flame(res, CostBytes, false, 0, 0); fl.Suppressed != 0 || fl.Total != rep.Profile.Summary.BytesAllocated {
+		t.Errorf("flame graph of the bytes: total %d, suppressed %d; want %d, 0", fl.Total, fl.Suppressed, rep.Profile.Summary.BytesAllocated)
+	}
+	var self uint64
+	for _, f := range x.Functions(res, CostLeaks, 0) {
+		self += f.Self
+	}
+	if self != leaked {
+		t.Errorf("functions of the leaks: selves %d, want %d", self, leaked)
+	}
 	// Without rules nothing is suppressed.
-	if n := len(build(t, path).Report.Suppressed); n != 0 {
+	all := build(t, path)
+	if n := len(all.Report.Suppressed); n != 0 {
 		t.Errorf("no rules: %d suppressions", n)
+	}
+	if fl := all.Flame(all.Window(Filter{}), CostLeaks, false, 0, 0); fl.Total != leaked+sb || fl.Suppressed != 0 {
+		t.Errorf("no rules: flame graph of the leaks: total %d, suppressed %d; want %d, 0", fl.Total, fl.Suppressed, leaked+sb)
 	}
 }

@@ -98,6 +98,10 @@ type Flame struct {
 	// Hidden counts the nodes left out: below the share asked for, or
 	// beyond the node limit.
 	Hidden int `json:"hidden"`
+	// Suppressed is what the leaks of suppressed sites (Options.
+	// Suppressions) would have added to Total: the leaks cost leaves them
+	// out, as the report does.
+	Suppressed uint64 `json:"suppressed,omitempty"`
 }
 
 // FrameName is how a frame is named in a flame graph: its function, else
@@ -124,9 +128,14 @@ func (x *Index) Flame(res *Result, c Cost, inverted bool, minShare float64, maxN
 	nodes := []Node{{Name: "all", Parent: -1}}
 	kids := [][]int{nil}
 	at := make([]int32, len(tr.nodes)) // trie node → node + 1
+	var suppressed uint64
 	for _, s := range x.sites {
 		v := c.Of(&res.Sites[s.ID])
 		if v == 0 {
+			continue
+		}
+		if c == CostLeaks && x.Suppressed(s.ID) {
+			suppressed += v
 			continue
 		}
 		nodes[0].Value += v
@@ -146,7 +155,7 @@ func (x *Index) Flame(res *Result, c Cost, inverted bool, minShare float64, maxN
 		}
 		nodes[cur].Self += v
 	}
-	fl := &Flame{Cost: c.String(), Inverted: inverted, Total: nodes[0].Value}
+	fl := &Flame{Cost: c.String(), Inverted: inverted, Total: nodes[0].Value, Suppressed: suppressed}
 	// Which nodes to keep: at least minShare, and the maxNodes largest
 	// (a parent is never smaller than its child, and sorts first on a tie
 	// by its depth, so that the kept nodes form a tree).
@@ -279,7 +288,7 @@ func (x *Index) Functions(res *Result, c Cost, top int) []Function {
 	var seen map[string]bool
 	for _, s := range x.sites {
 		v := c.Of(&res.Sites[s.ID])
-		if v == 0 {
+		if v == 0 || c == CostLeaks && x.Suppressed(s.ID) {
 			continue
 		}
 		seen = map[string]bool{}

@@ -117,7 +117,10 @@ type Index struct {
 	trieOnce [2]sync.Once
 	tries    [2]*trie
 	rules    []*suppress.Rule
-	supOpt   suppress.Options
+	// suppressed says, by site, that a rule matches its stack: its leaks
+	// are suppressed (nil: no rules).
+	suppressed []bool
+	supOpt     suppress.Options
 	// unmatched holds the sequence numbers of unmatched frees.
 	unmatched []uint32
 }
@@ -144,6 +147,10 @@ type Site struct {
 	Frames []symbolize.Frame // innermost first
 	PIDs   []uint32
 }
+
+// Suppressed reports whether the leaks of site id are suppressed by a rule
+// of Options.Suppressions, as the report suppresses them.
+func (x *Index) Suppressed(id int) bool { return id < len(x.suppressed) && x.suppressed[id] }
 
 // Sites returns the call sites.
 func (x *Index) Sites() []*Site { return x.sites }
@@ -257,6 +264,13 @@ func Build(path string, o Options) (*Index, error) {
 		}
 	}
 	x.mergeSites()
+	if len(x.rules) > 0 {
+		m := suppress.NewMatcher(x.rules, x.supOpt)
+		x.suppressed = make([]bool, len(x.sites))
+		for _, s := range x.sites {
+			x.suppressed[s.ID] = m.Match(s.Frames) != nil
+		}
+	}
 	x.Report = report.New(pr, x.trace(), x.res)
 	x.Warnings = dedup(append(r.Warnings(), sym.Warnings()...))
 	x.Report.Trace.Warnings = x.Warnings
