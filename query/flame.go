@@ -330,3 +330,94 @@ func (x *Index) Functions(res *Result, c Cost, top int) []Function {
 	}
 	return out
 }
+
+// Neighbour is a caller or a callee of a function, and what the sites
+// through it cost.
+type Neighbour struct {
+	Name  string `json:"name"`
+	Value uint64 `json:"value"`
+}
+
+// Callers is the caller/callee view of one function: what the sites whose
+// stacks hold it cost (Total, each site once; Self, the sites where it is
+// the innermost frame), by the function that called it (Callers; "[root]"
+// when it is the outermost frame) and by the function it called (Callees;
+// "[self]" when it allocated itself). A site that holds the function
+// several times (recursion) counts once for each distinct neighbour.
+type Callers struct {
+	Cost     string      `json:"cost"`
+	Function string      `json:"function"`
+	Self     uint64      `json:"self"`
+	Total    uint64      `json:"total"`
+	Callers  []Neighbour `json:"callers"`
+	Callees  []Neighbour `json:"callees"`
+}
+
+// The neighbours' names at the ends of a stack.
+const (
+	RootCaller = "[root]"
+	SelfCallee = "[self]"
+)
+
+// Callers returns the caller/callee view of the function named fn (as
+// FrameName names it) in res by cost c, at most top neighbours each way
+// (0: all), by value descending.
+func (x *Index) Callers(res *Result, c Cost, fn string, top int) *Callers {
+	out := &Callers{Cost: c.String(), Function: fn}
+	callers, callees := map[string]uint64{}, map[string]uint64{}
+	seenUp, seenDown := map[string]bool{}, map[string]bool{}
+	for _, s := range x.sites {
+		v := c.Of(&res.Sites[s.ID])
+		if v == 0 || c == CostLeaks && x.Suppressed(s.ID) {
+			continue
+		}
+		clear(seenUp)
+		clear(seenDown)
+		found := false
+		for i, f := range s.Frames { // innermost first
+			if FrameName(f) != fn {
+				continue
+			}
+			found = true
+			up, down := RootCaller, SelfCallee
+			if i+1 < len(s.Frames) {
+				up = FrameName(s.Frames[i+1])
+			}
+			if i > 0 {
+				down = FrameName(s.Frames[i-1])
+			} else {
+				out.Self += v
+			}
+			if !seenUp[up] {
+				seenUp[up] = true
+				callers[up] += v
+			}
+			if !seenDown[down] {
+				seenDown[down] = true
+				callees[down] += v
+			}
+		}
+		if found {
+			out.Total += v
+		}
+	}
+	out.Callers, out.Callees = ranked(callers, top), ranked(callees, top)
+	return out
+}
+
+func ranked(m map[string]uint64, top int) []Neighbour {
+	out := make([]Neighbour, 0, len(m))
+	for k, v := range m {
+		out = append(out, Neighbour{Name: k, Value: v})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Value != out[j].Value {
+			return out[i].Value > out[j].Value
+		}
+		return out[i].Name < out[j].Name
+	})
+	if top > 0 && len(out) > top {
+		out = out[:top]
+	}
+	return out
+}

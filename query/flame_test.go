@@ -186,3 +186,28 @@ func TestFlameTrie(t *testing.T) {
 		}
 	}
 }
+
+// The caller/callee view of report_known's leaks: main called leak_site
+// (3000 bytes) and calloc_site (1024) and allocated nothing itself;
+// leak_site allocated its 3000 itself, called from main.
+func TestCallers(t *testing.T) {
+	x := build(t, record(t, "report_known"))
+	res := x.Window(Filter{})
+	m := x.Callers(res, CostLeaks, "main", 0)
+	if m.Total != 4024 || m.Self != 0 || len(m.Callers) != 1 || m.Callers[0].Value != 4024 {
+		t.Errorf("main: %+v", m)
+	}
+	if want := []Neighbour{{"leak_site", 3000}, {"calloc_site", 1024}}; !reflect.DeepEqual(m.Callees, want) {
+		t.Errorf("main's callees %+v, want %+v", m.Callees, want)
+	}
+	l := x.Callers(res, CostLeaks, "leak_site", 0)
+	if l.Total != 3000 || l.Self != 3000 || !reflect.DeepEqual(l.Callers, []Neighbour{{"main", 3000}}) || !reflect.DeepEqual(l.Callees, []Neighbour{{SelfCallee, 3000}}) {
+		t.Errorf("leak_site: %+v", l)
+	}
+	if n := x.Callers(res, CostLeaks, "no_such_function", 0); n.Total != 0 || len(n.Callers)+len(n.Callees) != 0 {
+		t.Errorf("an unknown function: %+v", n)
+	}
+	if top := x.Callers(res, CostLeaks, "main", 1); len(top.Callees) != 1 || top.Callees[0].Name != "leak_site" {
+		t.Errorf("top 1: %+v", top.Callees)
+	}
+}
