@@ -26,8 +26,9 @@ func init() {
 		help: `
 serve reads the trace once into an index and serves one page that explores it:
 the summary, the heap over time (drag to select a window that filters every
-view), flame graphs by any cost, the functions and sites tables, the four
-lifetime classes of the window (AIFI, AIFO, AOFI, AOFO) and the histograms.
+view), flame graphs by any cost, the functions table with each function's
+callers and callees, the sites tables, the four lifetime classes of the window
+(AIFI, AIFO, AOFI, AOFO) and the histograms.
 The page's assets are in the binary: nothing is fetched from the network.
 The JSON API behind it, under /api/, is documented in web/API.md.
 
