@@ -35,24 +35,28 @@ func (c *chunked[T]) at(i int) *T { return &c.chunks[i>>chunkBits][i&chunkMask] 
 
 func (c *chunked[T]) len() int { return c.n }
 
-// evRec is what the index keeps of an event besides its time: the heap
-// after it. 16 bytes with the time's offset; the kinds are a column apart.
+// evRec is what the index keeps of an event besides its kind: its time and
+// the heap after it, in 12 bytes, the time and the live bytes as offsets
+// from their chunk's first. The kinds are a column apart.
 type evRec struct {
-	dt     uint32 // time - the chunk's base time, unless the chunk is wide
+	dt     uint32 // time - the chunk's base time, unless its times are whole
 	blocks uint32 // live blocks after the event
-	live   uint64 // live bytes after it
+	dlive  int32  // live bytes after it - the chunk's base, unless they are whole
 }
 
 // events are the event columns, by sequence number. A time is kept as an
 // offset of 32 bits from the first time of its chunk of 64 Ki events (4.29
-// s): 8 bytes an event less than a time of its own, over 20 M events. A
-// chunk that spans more (a trace idle for seconds between two events) keeps
-// its times whole.
+// s), and the live bytes as a signed offset of 32 bits from the chunk's
+// first (2 GiB): 12 bytes an event less than both whole, over 20 M events.
+// A chunk that spans more (a trace idle for seconds between two events, a
+// heap that changes by gigabytes) keeps those values whole.
 type events struct {
-	recs  chunked[evRec]
-	kinds chunked[uint8]
-	base  []int64   // by chunk: the time of its first event
-	wide  [][]int64 // by chunk: its times, when they do not fit offsets; else nil
+	recs     chunked[evRec]
+	kinds    chunked[uint8]
+	base     []int64    // by chunk: the time of its first event
+	wide     [][]int64  // by chunk: its times, when they do not fit offsets; else nil
+	baseLive []uint64   // by chunk: the live bytes after its first event
+	wideLive [][]uint64 // by chunk: its live bytes, when they do not fit offsets; else nil
 }
 
 func (c *events) len() int { return c.recs.len() }
@@ -64,10 +68,13 @@ func (c *events) add(t int64, live uint64, blocks uint32, kind uint8) {
 	if i&chunkMask == 0 {
 		c.base = append(c.base, t)
 		c.wide = append(c.wide, nil)
+		c.baseLive = append(c.baseLive, live)
+		c.wideLive = append(c.wideLive, nil)
 	}
 	r := c.recs.add()
 	*c.kinds.add() = kind
-	r.live, r.blocks = live, blocks
+	c.setLive(r, i, k, live)
+	r.blocks = blocks
 	if w := c.wide[k]; w != nil {
 		w[i&chunkMask] = t
 		return
@@ -85,6 +92,26 @@ func (c *events) add(t int64, live uint64, blocks uint32, kind uint8) {
 	c.wide[k] = w
 }
 
+// setLive stores live, the live bytes after event i of chunk k, in r or in
+// the chunk's whole values.
+func (c *events) setLive(r *evRec, i, k int, live uint64) {
+	if w := c.wideLive[k]; w != nil {
+		w[i&chunkMask] = live
+		return
+	}
+	d := int64(live - c.baseLive[k])
+	if d >= math.MinInt32 && d <= math.MaxInt32 {
+		r.dlive = int32(d)
+		return
+	}
+	w := make([]uint64, chunkLen)
+	for j := k << chunkBits; j < i; j++ {
+		w[j&chunkMask] = c.baseLive[k] + uint64(int64(c.recs.at(j).dlive))
+	}
+	w[i&chunkMask] = live
+	c.wideLive[k] = w
+}
+
 // time returns the time of event i.
 func (c *events) time(i int) int64 {
 	k := i >> chunkBits
@@ -98,6 +125,10 @@ func (c *events) kind(i int) uint8 { return *c.kinds.at(i) }
 
 // state returns the live bytes and blocks after event i.
 func (c *events) state(i int) (uint64, uint32) {
-	r := c.recs.at(i)
-	return r.live, r.blocks
+	k := i >> chunkBits
+	r := &c.recs.chunks[k][i&chunkMask]
+	if w := c.wideLive[k]; w != nil {
+		return w[i&chunkMask], r.blocks
+	}
+	return c.baseLive[k] + uint64(int64(r.dlive)), r.blocks
 }

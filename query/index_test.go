@@ -235,9 +235,24 @@ func maxU(a, b uint64) uint64 {
 
 func timeD(ns int64) time.Duration { return time.Duration(ns) }
 
-// The event columns give back the times added, across chunks, in chunks
-// whose times fit offsets from their first and in those that do not (a
-// trace idle for seconds, a time before the chunk's first).
+// liveOf is TestEventsColumn's live bytes after event i: growing, and in
+// the third chunk, by 5 GiB at once, then back down (offsets that do not
+// fit 32 bits, both ways); in the fourth, below its first.
+func liveOf(i int) uint64 {
+	v := uint64(1<<32 + i)
+	switch {
+	case i == 2*chunkLen+9:
+		v += 5 << 30
+	case i >= 3*chunkLen+3:
+		v -= 3 << 30
+	}
+	return v
+}
+
+// The event columns give back the times and heap sizes added, across
+// chunks, in chunks whose values fit offsets from their first and in those
+// that do not (a trace idle for seconds, a time before the chunk's first,
+// a heap that changes by gigabytes).
 func TestEventsColumn(t *testing.T) {
 	var c events
 	var want []int64
@@ -252,22 +267,26 @@ func TestEventsColumn(t *testing.T) {
 			tm += int64(i % 7)
 		}
 		want = append(want, tm)
-		c.add(tm, uint64(i), uint32(i), uint8(i&3))
+		c.add(tm, liveOf(i), uint32(i), uint8(i&3))
 	}
 	if c.wide[0] != nil || c.wide[1] == nil || c.wide[2] == nil || c.wide[3] != nil {
 		t.Errorf("wide chunks: %v %v %v %v", c.wide[0] != nil, c.wide[1] != nil, c.wide[2] != nil, c.wide[3] != nil)
 	}
+	if c.wideLive[0] != nil || c.wideLive[1] != nil || c.wideLive[2] == nil || c.wideLive[3] == nil {
+		t.Errorf("wide live chunks: %v %v %v %v", c.wideLive[0] != nil, c.wideLive[1] != nil, c.wideLive[2] != nil, c.wideLive[3] != nil)
+	}
 	for i, w := range want {
 		live, blocks := c.state(i)
-		if got := c.time(i); got != w || live != uint64(i) || blocks != uint32(i) || c.kind(i) != uint8(i&3) {
-			t.Fatalf("event %d: time %d, state %d/%d, kind %d; want time %d", i, got, live, blocks, c.kind(i), w)
+		if got := c.time(i); got != w || live != liveOf(i) || blocks != uint32(i) || c.kind(i) != uint8(i&3) {
+			t.Fatalf("event %d: time %d, state %d/%d, kind %d; want time %d, live %d", i, got, live, blocks, c.kind(i), w, liveOf(i))
 		}
 	}
 }
 
 // Timeline and the peak of a window, which read the event columns a chunk
 // at a time, agree with reading them an event at a time, on an index of
-// several chunks, one of them of whole times (an idle gap of 5 s).
+// several chunks, one of them of whole times (an idle gap of 5 s), one of
+// whole heap sizes (a block of 5 GiB).
 func TestTimelineChunks(t *testing.T) {
 	b := newBuilder()
 	var evs []event.Event
@@ -284,6 +303,9 @@ func TestTimelineChunks(t *testing.T) {
 			live = live[:len(live)-1]
 		} else {
 			e.Kind, e.Addr, e.Size = event.KindAlloc, uint64(0x1000+16*i), uint64(1+i%700)
+			if i == 2*chunkLen+50 {
+				e.Size = 5 << 30 // the heap grows by more than an offset holds
+			}
 			live = append(live, e.Addr)
 		}
 		evs = append(evs, e)
@@ -292,10 +314,11 @@ func TestTimelineChunks(t *testing.T) {
 		t.Fatal(err)
 	}
 	x := b.finish()
-	if x.evs.wide[1] == nil {
-		t.Fatal("no chunk of whole times")
+	if x.evs.wide[1] == nil || x.evs.wideLive[2] == nil {
+		t.Fatal("no chunk of whole times, or of whole heap sizes")
 	}
-	for _, w := range [][2]int64{{0, 0}, {x.Start() + 3e9, x.Start() + 6e9}, {x.Start() + 1000, x.Start() + 2e6}} {
+	mid := x.evs.time(2*chunkLen + 60) // inside the chunk of whole heap sizes
+	for _, w := range [][2]int64{{0, 0}, {x.Start() + 3e9, x.Start() + 6e9}, {x.Start() + 1000, x.Start() + 2e6}, {mid, 0}, {mid, x.evs.time(2*chunkLen + 5000)}} {
 		sp := x.Span(Filter{From: w[0], To: w[1]})
 		for _, points := range []int{1, 7, 1400} {
 			got := x.Timeline(sp, points)

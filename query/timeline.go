@@ -49,6 +49,7 @@ func (x *Index) Timeline(sp Span, points int) []Bucket {
 		recs := x.evs.recs.chunks[k][off : off+m]
 		kinds := x.evs.kinds.chunks[k][off : off+m]
 		base, wide := x.evs.base[k], x.evs.wide[k]
+		baseLive, wideLive := x.evs.baseLive[k], x.evs.wideLive[k]
 		next := int64(math.MaxInt64) // the start of the next bucket
 		if b+1 < n {
 			next = out[b+1].Time
@@ -68,7 +69,10 @@ func (x *Index) Timeline(sp Span, points int) []Bucket {
 					next = out[b+1].Time
 				}
 			}
-			live, blocks = r.live, uint64(r.blocks)
+			live, blocks = baseLive+uint64(int64(r.dlive)), uint64(r.blocks)
+			if wideLive != nil {
+				live = wideLive[off+j]
+			}
 			o := &out[b]
 			if live > o.MaxBytes {
 				o.MaxBytes, o.MaxBlocks = live, blocks

@@ -139,10 +139,16 @@ func (x *Index) peakIn(s0, s1 int64) int64 {
 	}
 	for i := int(lo); i < int(s1); {
 		// A chunk at a time, over its array.
-		recs := x.evs.recs.chunks[i>>chunkBits][i&chunkMask:]
+		k, off := i>>chunkBits, i&chunkMask
+		recs := x.evs.recs.chunks[k][off:]
 		recs = recs[:min(len(recs), int(s1)-i)]
+		base, wide := x.evs.baseLive[k], x.evs.wideLive[k]
 		for j := range recs {
-			if v := recs[j].live; p < 0 || v > best {
+			v := base + uint64(int64(recs[j].dlive))
+			if wide != nil {
+				v = wide[off+j]
+			}
+			if p < 0 || v > best {
 				p, best = int64(i+j), v
 			}
 		}
