@@ -36,3 +36,25 @@ func BenchmarkWindow(b *testing.B) {
 		x.Flame(x.Window(f), CostBytes, false, 0.001, 5000)
 	}
 }
+
+// BenchmarkClick is what the server computes for a click in the page: a
+// new window's classes (the window), its flame graph and its timeline.
+func BenchmarkClick(b *testing.B) {
+	path := os.Getenv("HEAPSCOPE_BENCH_TRACE")
+	if path == "" {
+		b.Skip("set HEAPSCOPE_BENCH_TRACE to a trace file")
+	}
+	x, err := Build(path, Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	d := x.End() - x.Start()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		// Windows of a third of the trace, from its start to its end.
+		from := x.Start() + int64(i%7)*d/10
+		f := Filter{From: from, To: from + d/3}
+		x.Flame(x.Window(f), CostBytes, false, 0.001, 5000)
+		x.Timeline(x.Span(f), 1400)
+	}
+}

@@ -78,15 +78,14 @@ func (c Cost) Of(k *Costs) uint64 {
 
 // Node is a node of a flame graph: a frame on a path from the root.
 type Node struct {
-	Name     string `json:"name"`
-	Module   string `json:"module,omitempty"`
-	File     string `json:"file,omitempty"`
-	Line     int    `json:"line,omitempty"`
-	Parent   int    `json:"parent"` // index of the parent node; -1 for the root
-	Depth    int    `json:"depth"`
-	Value    uint64 `json:"value"` // inclusive
-	Self     uint64 `json:"self"`
-	children map[string]int
+	Name   string `json:"name"`
+	Module string `json:"module,omitempty"`
+	File   string `json:"file,omitempty"`
+	Line   int    `json:"line,omitempty"`
+	Parent int    `json:"parent"` // index of the parent node; -1 for the root
+	Depth  int    `json:"depth"`
+	Value  uint64 `json:"value"` // inclusive
+	Self   uint64 `json:"self"`
 }
 
 // Flame is a flame graph: its nodes in depth-first order, the root first,
@@ -99,6 +98,10 @@ type Flame struct {
 	// Hidden counts the nodes left out: below the share asked for, or
 	// beyond the node limit.
 	Hidden int `json:"hidden"`
+	// Suppressed is what the leaks of suppressed sites (Options.
+	// Suppressions) would have added to Total: the leaks cost leaves them
+	// out, as the report does.
+	Suppressed uint64 `json:"suppressed,omitempty"`
 }
 
 // FrameName is how a frame is named in a flame graph: its function, else
@@ -118,30 +121,41 @@ func FrameName(f symbolize.Frame) string {
 // allocating functions up. Nodes under minShare of the total are left out,
 // and at most maxNodes are kept (the largest).
 func (x *Index) Flame(res *Result, c Cost, inverted bool, minShare float64, maxNodes int) *Flame {
-	nodes := []Node{{Name: "all", Parent: -1, children: map[string]int{}}}
+	tr := x.trieOf(inverted)
+	// The tree of the sites that cost something: trie nodes are numbered
+	// here in the order these sites first reach them, and named by the
+	// frame of the first that does, as if it were built from them alone.
+	nodes := []Node{{Name: "all", Parent: -1}}
+	kids := [][]int{nil}
+	at := make([]int32, len(tr.nodes)) // trie node → node + 1
+	var suppressed uint64
 	for _, s := range x.sites {
 		v := c.Of(&res.Sites[s.ID])
 		if v == 0 {
 			continue
 		}
+		if c == CostLeaks && x.Suppressed(s.ID) {
+			suppressed += v
+			continue
+		}
 		nodes[0].Value += v
 		cur := 0
-		n := len(s.Frames)
-		if n == 0 {
-			cur = child(&nodes, cur, symbolize.Frame{Function: "[no stack]"})
-			nodes[cur].Value += v
-		}
-		for i := 0; i < n; i++ {
-			f := s.Frames[n-1-i]
-			if inverted {
-				f = s.Frames[i]
+		for i, t := range tr.paths[s.ID] {
+			k := int(at[t]) - 1
+			if k < 0 {
+				f := tr.frame(s, i)
+				k = len(nodes)
+				at[t] = int32(k + 1)
+				nodes = append(nodes, Node{Name: tr.nodes[t].name, Module: f.Module, File: f.File, Line: f.Line, Depth: nodes[cur].Depth + 1})
+				kids = append(kids, nil)
+				kids[cur] = append(kids[cur], k)
 			}
-			cur = child(&nodes, cur, f)
+			cur = k
 			nodes[cur].Value += v
 		}
 		nodes[cur].Self += v
 	}
-	fl := &Flame{Cost: c.String(), Inverted: inverted, Total: nodes[0].Value}
+	fl := &Flame{Cost: c.String(), Inverted: inverted, Total: nodes[0].Value, Suppressed: suppressed}
 	// Which nodes to keep: at least minShare, and the maxNodes largest
 	// (a parent is never smaller than its child, and sorts first on a tie
 	// by its depth, so that the kept nodes form a tree).
@@ -167,28 +181,28 @@ func (x *Index) Flame(res *Result, c Cost, inverted bool, minShare float64, maxN
 		keep[i] = true
 	}
 	fl.Hidden = len(nodes) - len(order)
+	fl.Nodes = make([]Node, 0, len(order))
 	// Depth-first, children by value.
 	var walk func(i, parent int)
 	walk = func(i, parent int) {
 		n := nodes[i]
 		n.Parent = parent
 		me := len(fl.Nodes)
-		kids := make([]int, 0, len(n.children))
-		for _, k := range n.children {
+		ks := make([]int, 0, len(kids[i]))
+		for _, k := range kids[i] {
 			if keep[k] {
-				kids = append(kids, k)
+				ks = append(ks, k)
 			}
 		}
-		n.children = nil
 		fl.Nodes = append(fl.Nodes, n)
-		sort.Slice(kids, func(a, b int) bool {
-			ka, kb := &nodes[kids[a]], &nodes[kids[b]]
+		sort.Slice(ks, func(a, b int) bool {
+			ka, kb := &nodes[ks[a]], &nodes[ks[b]]
 			if ka.Value != kb.Value {
 				return ka.Value > kb.Value
 			}
 			return ka.Name < kb.Name
 		})
-		for _, k := range kids {
+		for _, k := range ks {
 			walk(k, me)
 		}
 	}
@@ -196,16 +210,63 @@ func (x *Index) Flame(res *Result, c Cost, inverted bool, minShare float64, maxN
 	return fl
 }
 
-func child(nodes *[]Node, parent int, f symbolize.Frame) int {
-	name := FrameName(f)
-	p := &(*nodes)[parent]
-	if i, ok := p.children[name]; ok {
-		return i
+// trie is the tree of every site's frames, from the callers down or
+// inverted, built once: a flame graph then only adds its costs along
+// each site's path, with no names to hash.
+type trie struct {
+	inverted bool
+	nodes    []trieNode
+	paths    [][]int32 // by site: its nodes from the root's child down
+}
+
+type trieNode struct {
+	name     string
+	children map[string]int32
+}
+
+// noStack is the frame of a site without frames.
+var noStack = symbolize.Frame{Function: "[no stack]"}
+
+// frame returns the frame of site s at step i of its path.
+func (tr *trie) frame(s *Site, i int) symbolize.Frame {
+	n := len(s.Frames)
+	switch {
+	case n == 0:
+		return noStack
+	case tr.inverted:
+		return s.Frames[i]
 	}
-	i := len(*nodes)
-	p.children[name] = i
-	*nodes = append(*nodes, Node{Name: name, Module: f.Module, File: f.File, Line: f.Line, Depth: p.Depth + 1, children: map[string]int{}})
-	return i
+	return s.Frames[n-1-i]
+}
+
+// trieOf returns the trie of the sites, made on first use.
+func (x *Index) trieOf(inverted bool) *trie {
+	k := 0
+	if inverted {
+		k = 1
+	}
+	x.trieOnce[k].Do(func() {
+		tr := &trie{inverted: inverted, nodes: []trieNode{{children: map[string]int32{}}}, paths: make([][]int32, len(x.sites))}
+		for _, s := range x.sites {
+			steps := max(len(s.Frames), 1)
+			path := make([]int32, 0, steps)
+			cur := int32(0)
+			for i := 0; i < steps; i++ {
+				name := FrameName(tr.frame(s, i))
+				nx, ok := tr.nodes[cur].children[name]
+				if !ok {
+					nx = int32(len(tr.nodes))
+					tr.nodes[cur].children[name] = nx
+					tr.nodes = append(tr.nodes, trieNode{name: name, children: map[string]int32{}})
+				}
+				path = append(path, nx)
+				cur = nx
+			}
+			tr.paths[s.ID] = path
+		}
+		x.tries[k] = tr
+	})
+	return x.tries[k]
 }
 
 // Function is a row of the functions table: a function's cost where it
@@ -227,7 +288,7 @@ func (x *Index) Functions(res *Result, c Cost, top int) []Function {
 	var seen map[string]bool
 	for _, s := range x.sites {
 		v := c.Of(&res.Sites[s.ID])
-		if v == 0 {
+		if v == 0 || c == CostLeaks && x.Suppressed(s.ID) {
 			continue
 		}
 		seen = map[string]bool{}
@@ -261,6 +322,97 @@ func (x *Index) Functions(res *Result, c Cost, top int) []Function {
 		}
 		if out[i].Self != out[j].Self {
 			return out[i].Self > out[j].Self
+		}
+		return out[i].Name < out[j].Name
+	})
+	if top > 0 && len(out) > top {
+		out = out[:top]
+	}
+	return out
+}
+
+// Neighbour is a caller or a callee of a function, and what the sites
+// through it cost.
+type Neighbour struct {
+	Name  string `json:"name"`
+	Value uint64 `json:"value"`
+}
+
+// Callers is the caller/callee view of one function: what the sites whose
+// stacks hold it cost (Total, each site once; Self, the sites where it is
+// the innermost frame), by the function that called it (Callers; "[root]"
+// when it is the outermost frame) and by the function it called (Callees;
+// "[self]" when it allocated itself). A site that holds the function
+// several times (recursion) counts once for each distinct neighbour.
+type Callers struct {
+	Cost     string      `json:"cost"`
+	Function string      `json:"function"`
+	Self     uint64      `json:"self"`
+	Total    uint64      `json:"total"`
+	Callers  []Neighbour `json:"callers"`
+	Callees  []Neighbour `json:"callees"`
+}
+
+// The neighbours' names at the ends of a stack.
+const (
+	RootCaller = "[root]"
+	SelfCallee = "[self]"
+)
+
+// Callers returns the caller/callee view of the function named fn (as
+// FrameName names it) in res by cost c, at most top neighbours each way
+// (0: all), by value descending.
+func (x *Index) Callers(res *Result, c Cost, fn string, top int) *Callers {
+	out := &Callers{Cost: c.String(), Function: fn}
+	callers, callees := map[string]uint64{}, map[string]uint64{}
+	seenUp, seenDown := map[string]bool{}, map[string]bool{}
+	for _, s := range x.sites {
+		v := c.Of(&res.Sites[s.ID])
+		if v == 0 || c == CostLeaks && x.Suppressed(s.ID) {
+			continue
+		}
+		clear(seenUp)
+		clear(seenDown)
+		found := false
+		for i, f := range s.Frames { // innermost first
+			if FrameName(f) != fn {
+				continue
+			}
+			found = true
+			up, down := RootCaller, SelfCallee
+			if i+1 < len(s.Frames) {
+				up = FrameName(s.Frames[i+1])
+			}
+			if i > 0 {
+				down = FrameName(s.Frames[i-1])
+			} else {
+				out.Self += v
+			}
+			if !seenUp[up] {
+				seenUp[up] = true
+				callers[up] += v
+			}
+			if !seenDown[down] {
+				seenDown[down] = true
+				callees[down] += v
+			}
+		}
+		if found {
+			out.Total += v
+		}
+	}
+	out.Callers, out.Callees = ranked(callers, top), ranked(callees, top)
+	return out
+}
+
+func ranked(m map[string]uint64, top int) []Neighbour {
+	out := make([]Neighbour, 0, len(m))
+	for k, v := range m {
+		out = append(out, Neighbour{Name: k, Value: v})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Value != out[j].Value {
+			return out[i].Value > out[j].Value
 		}
 		return out[i].Name < out[j].Name
 	})

@@ -35,11 +35,15 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	pathpkg "path"
 	"sort"
+	"strings"
+	"sync"
 
 	"github.com/heapscope/heapscope/analyze"
 	"github.com/heapscope/heapscope/event"
 	"github.com/heapscope/heapscope/report"
+	"github.com/heapscope/heapscope/suppress"
 	"github.com/heapscope/heapscope/symbolize"
 	"github.com/heapscope/heapscope/tracefile"
 )
@@ -54,19 +58,11 @@ const maxEvents = math.MaxUint32 - 1
 // ErrTooLarge is returned for a trace of more than 4 G heap events.
 var ErrTooLarge = errors.New("query: the trace has more heap events than the index can number (2^32-1)")
 
-// evRec is what the index keeps of an event: its time and the heap after it.
-type evRec struct {
-	time   int64
-	live   uint64 // live bytes after the event
-	blocks uint32 // live blocks after it
-	kind   uint8  // evMade | evEnded
-}
-
-// rowRec is a block, or a call that made none.
+// rowRec is a block, or a call that made none: 24 bytes.
 type rowRec struct {
 	alloc, end uint32 // sequence numbers: the event that made it, and the one that ended it (never: live at the end)
-	size       uint64
-	stack      int32 // index into Index.stacks
+	size       uint32 // with fBig, in Index.big
+	stack      int32  // index into Index.stacks
 	tid        uint32
 	flags      uint8
 }
@@ -80,12 +76,21 @@ const (
 	fFreed               // ended by a counted free (not by a lost free or a partial munmap)
 	fCont                // the rest of a mapping after a partial munmap: not a call
 	fMissed              // ended by a new block at its address: its free was lost
+	fBig                 // the size does not fit rowRec.size: it is in Index.big
 )
 
 // Options tune Build.
 type Options struct {
 	// Symbolize configures the symbolizer.
 	Symbolize symbolize.Options
+	// Processes selects the processes indexed, as report's --pid and --exe
+	// do (the zero value: all). Build fails with report.ErrNoProcess when
+	// it selects none.
+	Processes analyze.Processes
+	// Suppressions are the rules whose leaks the reports (the whole
+	// trace's and each window's) show as suppressed, as `heapscope report`
+	// does.
+	Suppressions []*suppress.Rule
 }
 
 // Index is one trace, indexed. It is immutable once built and safe for
@@ -100,12 +105,22 @@ type Index struct {
 	// Warnings are the reader's and the symbolizer's.
 	Warnings []string
 
-	evs  chunked[evRec]  // by sequence number
-	rows chunked[rowRec] // in the order of their allocation (alloc ascends)
+	evs  events            // by sequence number
+	rows chunked[rowRec]   // in the order of their allocation (alloc ascends)
+	big  map[uint32]uint64 // row → size, for the rows of sizes of 4 GiB and more
 
 	stacks []stackRef // by stack index
 	sites  []*Site    // the symbolized, merged call sites
 	res    cachedResolver
+	// tries are the flame graphs' trees of the sites, top-down and
+	// inverted, made on first use.
+	trieOnce [2]sync.Once
+	tries    [2]*trie
+	rules    []*suppress.Rule
+	// suppressed says, by site, that a rule matches its stack: its leaks
+	// are suppressed (nil: no rules).
+	suppressed []bool
+	supOpt     suppress.Options
 	// unmatched holds the sequence numbers of unmatched frees.
 	unmatched []uint32
 }
@@ -133,6 +148,10 @@ type Site struct {
 	PIDs   []uint32
 }
 
+// Suppressed reports whether the leaks of site id are suppressed by a rule
+// of Options.Suppressions, as the report suppresses them.
+func (x *Index) Suppressed(id int) bool { return id < len(x.suppressed) && x.suppressed[id] }
+
 // Sites returns the call sites.
 func (x *Index) Sites() []*Site { return x.sites }
 
@@ -148,7 +167,7 @@ func (x *Index) Start() int64 {
 	if x.evs.len() == 0 {
 		return x.Header.MonoStart
 	}
-	return x.evs.at(0).time
+	return x.evs.time(0)
 }
 
 // End is the time of the last indexed event.
@@ -156,7 +175,15 @@ func (x *Index) End() int64 {
 	if x.evs.len() == 0 {
 		return x.Header.MonoStart
 	}
-	return x.evs.at(x.evs.len() - 1).time
+	return x.evs.time(x.evs.len() - 1)
+}
+
+// size returns the size of row r, i.
+func (x *Index) size(r *rowRec, i int) uint64 {
+	if r.flags&fBig != 0 {
+		return x.big[uint32(i)]
+	}
+	return uint64(r.size)
 }
 
 // ErrAggregate is returned for questions an aggregate trace (snapshots, not
@@ -174,7 +201,14 @@ func Build(path string, o Options) (*Index, error) {
 	b := newBuilder()
 	m := analyze.New(analyze.Options{})
 	a := newAsync(b)
-	err = r.Replay(event.Tee(m, a), tracefile.Window{})
+	sink := event.Tee(m, a)
+	var filter *analyze.Filter
+	if !o.Processes.All() {
+		// Before the tee: the model and the index see the same events.
+		filter = analyze.NewFilter(sink, o.Processes)
+		sink = filter
+	}
+	err = r.Replay(sink, tracefile.Window{})
 	a.wait()
 	if err != nil {
 		return nil, fmt.Errorf("reading %s: %w", path, err)
@@ -186,6 +220,14 @@ func Build(path string, o Options) (*Index, error) {
 	x.File = path
 	x.Header = r.Header()
 	pr := m.Profile()
+	if filter != nil && len(pr.Processes) == 0 {
+		var have []string
+		for _, p := range filter.Seen() {
+			have = append(have, fmt.Sprintf("%d (%s)", p.PID, pathpkg.Base(p.Exe)))
+		}
+		return nil, fmt.Errorf("%s has no process of %s; its processes: %s: %w", path, o.Processes, strings.Join(dedup(have), ", "), report.ErrNoProcess)
+	}
+	x.rules, x.supOpt = o.Suppressions, suppress.Options{Sysroot: o.Symbolize.Sysroot}
 
 	sym := symbolize.New(o.Symbolize)
 	defer sym.Close()
@@ -222,9 +264,17 @@ func Build(path string, o Options) (*Index, error) {
 		}
 	}
 	x.mergeSites()
+	if len(x.rules) > 0 {
+		m := suppress.NewMatcher(x.rules, x.supOpt)
+		x.suppressed = make([]bool, len(x.sites))
+		for _, s := range x.sites {
+			x.suppressed[s.ID] = m.Match(s.Frames) != nil
+		}
+	}
 	x.Report = report.New(pr, x.trace(), x.res)
 	x.Warnings = dedup(append(r.Warnings(), sym.Warnings()...))
 	x.Report.Trace.Warnings = x.Warnings
+	x.Report.Suppress(x.rules, x.supOpt)
 	return x, nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heapscope/heapscope/event"
 	"github.com/heapscope/heapscope/internal/testutil"
 	"github.com/heapscope/heapscope/internal/tracetest"
 	"github.com/heapscope/heapscope/report"
@@ -80,7 +81,7 @@ func TestWholeTraceEqualsReport(t *testing.T) {
 func phases(t *testing.T, x *Index) (gap1, gap2 int64) {
 	t.Helper()
 	var a, b int // indices of the events after the largest gaps
-	tm := func(i int) int64 { return x.evs.at(i).time }
+	tm := func(i int) int64 { return x.evs.time(i) }
 	for i := 1; i < x.evs.len(); i++ {
 		d := tm(i) - tm(i-1)
 		switch {
@@ -142,7 +143,8 @@ func TestWindowClasses(t *testing.T) {
 		if s == 0 {
 			return 0
 		}
-		return x.evs.at(int(s - 1)).live
+		live, _ := x.evs.state(int(s - 1))
+		return live
 	}
 	if c[AOFI].Bytes+c[AOFO].Bytes != at(res.Span.S0) || c[AIFO].Bytes+c[AOFO].Bytes != at(res.Span.S1) {
 		t.Errorf("classes %v disagree with the heap at t0 (%d) and t1 (%d)", c, at(res.Span.S0), at(res.Span.S1))
@@ -232,3 +234,153 @@ func maxU(a, b uint64) uint64 {
 }
 
 func timeD(ns int64) time.Duration { return time.Duration(ns) }
+
+// liveOf is TestEventsColumn's live bytes after event i: growing, and in
+// the third chunk, by 5 GiB at once, then back down (offsets that do not
+// fit 32 bits, both ways); in the fourth, below its first.
+func liveOf(i int) uint64 {
+	v := uint64(1<<32 + i)
+	switch {
+	case i == 2*chunkLen+9:
+		v += 5 << 30
+	case i >= 3*chunkLen+3:
+		v -= 3 << 30
+	}
+	return v
+}
+
+// The event columns give back the times and heap sizes added, across
+// chunks, in chunks whose values fit offsets from their first and in those
+// that do not (a trace idle for seconds, a time before the chunk's first,
+// a heap that changes by gigabytes).
+func TestEventsColumn(t *testing.T) {
+	var c events
+	var want []int64
+	tm := int64(1e12)
+	for i := 0; i < 3*chunkLen+5; i++ {
+		switch {
+		case i == chunkLen+100:
+			tm += 5e9
+		case i == 2*chunkLen+7:
+			tm -= 1000 // before the chunk's first
+		default:
+			tm += int64(i % 7)
+		}
+		want = append(want, tm)
+		c.add(tm, liveOf(i), uint32(i), uint8(i&3))
+	}
+	if c.wide[0] != nil || c.wide[1] == nil || c.wide[2] == nil || c.wide[3] != nil {
+		t.Errorf("wide chunks: %v %v %v %v", c.wide[0] != nil, c.wide[1] != nil, c.wide[2] != nil, c.wide[3] != nil)
+	}
+	if c.wideLive[0] != nil || c.wideLive[1] != nil || c.wideLive[2] == nil || c.wideLive[3] == nil {
+		t.Errorf("wide live chunks: %v %v %v %v", c.wideLive[0] != nil, c.wideLive[1] != nil, c.wideLive[2] != nil, c.wideLive[3] != nil)
+	}
+	for i, w := range want {
+		live, blocks := c.state(i)
+		if got := c.time(i); got != w || live != liveOf(i) || blocks != uint32(i) || c.kind(i) != uint8(i&3) {
+			t.Fatalf("event %d: time %d, state %d/%d, kind %d; want time %d, live %d", i, got, live, blocks, c.kind(i), w, liveOf(i))
+		}
+	}
+}
+
+// Timeline and the peak of a window, which read the event columns a chunk
+// at a time, agree with reading them an event at a time, on an index of
+// several chunks, one of them of whole times (an idle gap of 5 s), one of
+// whole heap sizes (a block of 5 GiB).
+func TestTimelineChunks(t *testing.T) {
+	b := newBuilder()
+	var evs []event.Event
+	tm := int64(1e9)
+	var live []uint64
+	for i := 0; i < 3*chunkLen+100; i++ {
+		tm += int64(i % 5 * 1000)
+		if i == chunkLen+10 {
+			tm += 5e9
+		}
+		e := event.Event{Time: tm, PID: 1, TID: 1, Stack: 1}
+		if len(live) > 0 && i%3 == 0 {
+			e.Kind, e.Addr = event.KindFree, live[len(live)-1]
+			live = live[:len(live)-1]
+		} else {
+			e.Kind, e.Addr, e.Size = event.KindAlloc, uint64(0x1000+16*i), uint64(1+i%700)
+			if i == 2*chunkLen+50 {
+				e.Size = 5 << 30 // the heap grows by more than an offset holds
+			}
+			live = append(live, e.Addr)
+		}
+		evs = append(evs, e)
+	}
+	if err := b.Events(evs); err != nil {
+		t.Fatal(err)
+	}
+	x := b.finish()
+	if x.evs.wide[1] == nil || x.evs.wideLive[2] == nil {
+		t.Fatal("no chunk of whole times, or of whole heap sizes")
+	}
+	mid := x.evs.time(2*chunkLen + 60) // inside the chunk of whole heap sizes
+	for _, w := range [][2]int64{{0, 0}, {x.Start() + 3e9, x.Start() + 6e9}, {x.Start() + 1000, x.Start() + 2e6}, {mid, 0}, {mid, x.evs.time(2*chunkLen + 5000)}} {
+		sp := x.Span(Filter{From: w[0], To: w[1]})
+		for _, points := range []int{1, 7, 1400} {
+			got := x.Timeline(sp, points)
+			want := timelineOneByOne(x, sp, points)
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("window %v, %d points: timelines differ", w, points)
+			}
+		}
+		p := int64(-1)
+		var best uint64
+		for i := max(sp.S0-1, 0); i < sp.S1; i++ {
+			if v, _ := x.evs.state(int(i)); p < 0 || v > best {
+				p, best = i, v
+			}
+		}
+		if got := x.peakIn(sp.S0, sp.S1); got != p {
+			t.Errorf("window %v: peak at %d, want %d", w, got, p)
+		}
+	}
+}
+
+// timelineOneByOne is Timeline reading an event at a time.
+func timelineOneByOne(x *Index, sp Span, points int) []Bucket {
+	dur := sp.To - sp.From
+	width := max((dur+int64(points)-1)/int64(points), 1)
+	n := int((dur + width - 1) / width)
+	out := make([]Bucket, n)
+	var live, blocks uint64
+	if sp.S0 > 0 {
+		l, k := x.evs.state(int(sp.S0 - 1))
+		live, blocks = l, uint64(k)
+	}
+	for i := range out {
+		out[i] = Bucket{Time: sp.From + int64(i)*width, Width: width, MaxBytes: live, MaxBlocks: blocks}
+	}
+	b := 0
+	for s := sp.S0; s < sp.S1; s++ {
+		t := x.evs.time(int(s))
+		for b+1 < n && t >= out[b+1].Time {
+			out[b].EndBytes, out[b].EndBlocks = live, blocks
+			b++
+			out[b].MaxBytes, out[b].MaxBlocks = live, blocks
+		}
+		l, k := x.evs.state(int(s))
+		live, blocks = l, uint64(k)
+		o := &out[b]
+		if live > o.MaxBytes {
+			o.MaxBytes, o.MaxBlocks = live, blocks
+		}
+		kind := x.evs.kind(int(s))
+		if kind&evMade != 0 {
+			o.Allocs++
+		}
+		if kind&evEnded != 0 {
+			o.Frees++
+		}
+	}
+	for ; b < n; b++ {
+		out[b].EndBytes, out[b].EndBlocks = live, blocks
+		if b+1 < n {
+			out[b+1].MaxBytes, out[b+1].MaxBlocks = live, blocks
+		}
+	}
+	return out
+}

@@ -3,6 +3,7 @@ package query
 import (
 	"math/rand"
 	"path/filepath"
+	"reflect"
 	"testing"
 	"time"
 
@@ -42,6 +43,9 @@ func writeRandomTrace(t *testing.T, path string, seed int64) {
 		if rng.Intn(3) == 0 {
 			tm += int64(rng.Intn(50000)) // else the same timestamp
 		}
+		if i == 30000 {
+			tm += 5e9 // idle: the index keeps this part's times whole
+		}
 		pid := uint32(1 + rng.Intn(3))
 		e := event.Event{Time: tm, PID: pid, TID: pid*10 + uint32(rng.Intn(2)), Stack: event.StackID(1 + rng.Intn(40))}
 		l := &live[pid]
@@ -49,6 +53,9 @@ func writeRandomTrace(t *testing.T, path string, seed int64) {
 		case r < 45 || len(*l) == 0:
 			next += 16
 			e.Kind, e.Func, e.Addr, e.Size = event.KindAlloc, event.FuncMalloc, next, uint64(rng.Intn(2000))
+			if rng.Intn(1000) == 0 {
+				e.Size = 5<<30 + uint64(rng.Intn(100)) // beyond a row's 32 bits
+			}
 			if r < 2 {
 				e.Addr = 0 // failed
 			} else {
@@ -120,8 +127,8 @@ func TestRandomTraces(t *testing.T) {
 				if s == 0 {
 					return 0, 0
 				}
-				e := x.evs.at(int(s - 1))
-				return e.live, uint64(e.blocks)
+				live, blocks := x.evs.state(int(s - 1))
+				return live, uint64(blocks)
 			}
 			b0, n0 := live(res.Span.S0)
 			b1, n1 := live(res.Span.S1)
@@ -143,6 +150,32 @@ func TestRandomTraces(t *testing.T) {
 				ws.Allocations != res.Total.Allocations || ws.Reallocations != res.Total.Reallocations || ws.TemporaryAllocations != res.Total.Temporary {
 				t.Errorf("seed %d window %d: windowed report %+v, index AIFO %+v, totals %+v", seed, k, ws, c[AIFO], res.Total)
 			}
+		}
+	}
+}
+
+// A window read in several parts on several goroutines is the window read
+// in one.
+func TestWindowParts(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "random.hst")
+	writeRandomTrace(t, path, 4)
+	x := build(t, path)
+	defer func(p, m int) { scanMinPart, scanMaxParts = p, m }(scanMinPart, scanMaxParts)
+	rng := rand.New(rand.NewSource(4))
+	span := x.End() - x.Start()
+	for k := 0; k < 10; k++ {
+		f := Filter{}
+		if k > 0 {
+			f.From = x.Start() + rng.Int63n(span)
+			f.To = f.From + 1 + rng.Int63n(x.End()-f.From+1)
+			f.At = x.Start() + rng.Int63n(span)
+		}
+		scanMinPart, scanMaxParts = 1<<30, 1
+		one := x.Window(f)
+		scanMinPart, scanMaxParts = 997, 5
+		parts := x.Window(f)
+		if !reflect.DeepEqual(one, parts) {
+			t.Errorf("window %d: in parts %+v, in one %+v", k, parts.Total, one.Total)
 		}
 	}
 }

@@ -1,5 +1,7 @@
 package query
 
+import "math"
+
 // Bucket is one point of a timeline: the heap during [Time, Time+Width).
 type Bucket struct {
 	Time      int64  `json:"t"`     // start of the bucket, trace clock
@@ -33,33 +35,57 @@ func (x *Index) Timeline(sp Span, points int) []Bucket {
 	out := make([]Bucket, n)
 	var live, blocks uint64
 	if sp.S0 > 0 {
-		e := x.evs.at(int(sp.S0 - 1))
-		live, blocks = e.live, uint64(e.blocks)
+		l, k := x.evs.state(int(sp.S0 - 1))
+		live, blocks = l, uint64(k)
 	}
 	for i := range out {
 		out[i] = Bucket{Time: sp.From + int64(i)*width, Width: width, MaxBytes: live, MaxBlocks: blocks}
 	}
 	b := 0
-	for s := sp.S0; s < sp.S1; s++ {
-		ev := x.evs.at(int(s))
-		t := ev.time
-		for b+1 < n && t >= out[b+1].Time {
-			out[b].EndBytes, out[b].EndBlocks = live, blocks
-			b++
-			out[b].MaxBytes, out[b].MaxBlocks = live, blocks
+	for s := int(sp.S0); s < int(sp.S1); {
+		// A chunk at a time, over its arrays.
+		k, off := s>>chunkBits, s&chunkMask
+		m := min(chunkLen-off, int(sp.S1)-s)
+		recs := x.evs.recs.chunks[k][off : off+m]
+		kinds := x.evs.kinds.chunks[k][off : off+m]
+		base, wide := x.evs.base[k], x.evs.wide[k]
+		baseLive, wideLive := x.evs.baseLive[k], x.evs.wideLive[k]
+		next := int64(math.MaxInt64) // the start of the next bucket
+		if b+1 < n {
+			next = out[b+1].Time
 		}
-		live, blocks = ev.live, uint64(ev.blocks)
-		o := &out[b]
-		if live > o.MaxBytes {
-			o.MaxBytes, o.MaxBlocks = live, blocks
+		for j := range recs {
+			r := &recs[j]
+			t := base + int64(r.dt)
+			if wide != nil {
+				t = wide[off+j]
+			}
+			for t >= next {
+				out[b].EndBytes, out[b].EndBlocks = live, blocks
+				b++
+				out[b].MaxBytes, out[b].MaxBlocks = live, blocks
+				next = math.MaxInt64
+				if b+1 < n {
+					next = out[b+1].Time
+				}
+			}
+			live, blocks = baseLive+uint64(int64(r.dlive)), uint64(r.blocks)
+			if wideLive != nil {
+				live = wideLive[off+j]
+			}
+			o := &out[b]
+			if live > o.MaxBytes {
+				o.MaxBytes, o.MaxBlocks = live, blocks
+			}
+			kind := kinds[j]
+			if kind&evMade != 0 {
+				o.Allocs++
+			}
+			if kind&evEnded != 0 {
+				o.Frees++
+			}
 		}
-		k := ev.kind
-		if k&evMade != 0 {
-			o.Allocs++
-		}
-		if k&evEnded != 0 {
-			o.Frees++
-		}
+		s += m
 	}
 	for ; b < n; b++ {
 		out[b].EndBytes, out[b].EndBlocks = live, blocks

@@ -2,7 +2,9 @@ package query
 
 import (
 	"math/bits"
+	"runtime"
 	"sort"
+	"sync"
 
 	"github.com/heapscope/heapscope/analyze"
 	"github.com/heapscope/heapscope/report"
@@ -31,6 +33,8 @@ type Amount struct {
 }
 
 func (a *Amount) add(size uint64) { a.Bytes += size; a.Blocks++ }
+
+func (a *Amount) plus(o Amount) { a.Bytes += o.Bytes; a.Blocks += o.Blocks }
 
 // The four classes of a block against a window [t0, t1), as WPA names them.
 const (
@@ -66,10 +70,12 @@ func (c *Costs) add(o *Costs) {
 	c.Bytes += o.Bytes
 	c.Frees += o.Frees
 	c.Temporary += o.Temporary
-	for _, p := range [][2]*Amount{{&c.Start, &o.Start}, {&c.End, &o.End}, {&c.Peak, &o.Peak}, {&c.Instant, &o.Instant},
-		{&c.Classes[0], &o.Classes[0]}, {&c.Classes[1], &o.Classes[1]}, {&c.Classes[2], &o.Classes[2]}, {&c.Classes[3], &o.Classes[3]}} {
-		p[0].Bytes += p[1].Bytes
-		p[0].Blocks += p[1].Blocks
+	c.Start.plus(o.Start)
+	c.End.plus(o.End)
+	c.Peak.plus(o.Peak)
+	c.Instant.plus(o.Instant)
+	for i := range c.Classes {
+		c.Classes[i].plus(o.Classes[i])
 	}
 }
 
@@ -118,7 +124,7 @@ func (x *Index) Span(f Filter) Span {
 
 // seqAt returns the first sequence number whose time is at or after t.
 func (x *Index) seqAt(t int64) int64 {
-	return int64(sort.Search(x.evs.len(), func(i int) bool { return x.evs.at(i).time >= t }))
+	return int64(sort.Search(x.evs.len(), func(i int) bool { return x.evs.time(i) >= t }))
 }
 
 // peakIn returns the state of largest live bytes among the states at the
@@ -131,10 +137,22 @@ func (x *Index) peakIn(s0, s1 int64) int64 {
 	if lo < 0 {
 		lo = 0
 	}
-	for i := lo; i < s1; i++ {
-		if v := x.evs.at(int(i)).live; p < 0 || v > best {
-			p, best = i, v
+	for i := int(lo); i < int(s1); {
+		// A chunk at a time, over its array.
+		k, off := i>>chunkBits, i&chunkMask
+		recs := x.evs.recs.chunks[k][off:]
+		recs = recs[:min(len(recs), int(s1)-i)]
+		base, wide := x.evs.baseLive[k], x.evs.wideLive[k]
+		for j := range recs {
+			v := base + uint64(int64(recs[j].dlive))
+			if wide != nil {
+				v = wide[off+j]
+			}
+			if p < 0 || v > best {
+				p, best = int64(i+j), v
+			}
 		}
+		i += len(recs)
 	}
 	if p >= 0 && best == 0 {
 		return -1 // nothing was live
@@ -149,8 +167,13 @@ func (x *Index) Peak(sp Span) (p analyze.Peak, ok bool) {
 	if i < 0 {
 		return analyze.Peak{}, false
 	}
-	e := x.evs.at(int(i))
-	return analyze.Peak{Time: e.time, Bytes: e.live, Blocks: uint64(e.blocks)}, true
+	return x.peakAt(i), true
+}
+
+// peakAt is the heap after event i, as a peak.
+func (x *Index) peakAt(i int64) analyze.Peak {
+	live, blocks := x.evs.state(int(i))
+	return analyze.Peak{Time: x.evs.time(int(i)), Bytes: live, Blocks: uint64(blocks)}
 }
 
 // Window answers f: every site's costs in its window.
@@ -160,16 +183,96 @@ func (x *Index) Window(f Filter) *Result {
 	res := &Result{Filter: f, Span: sp, PeakSeq: x.peakIn(s0, s1)}
 	p := res.PeakSeq
 	if p >= 0 {
-		e := x.evs.at(int(p))
-		res.Peak = analyze.Peak{Time: e.time, Bytes: e.live, Blocks: uint64(e.blocks)}
+		res.Peak = x.peakAt(p)
 	}
 	at := int64(-1)
 	if f.At != 0 {
 		at = x.seqAt(f.At+1) - 1 // the state after the last event at or before At
 	}
-	res.stacks = make([]Costs, len(x.stacks))
 	n := sort.Search(x.rows.len(), func(i int) bool { return int64(x.rows.at(i).alloc) >= s1 })
-	for i := 0; i < n; i++ {
+	q := windowScan{f: f, s0: s0, s1: s1, p: p, at: at}
+	parts := parallel(n, func(w *windowPart, lo, hi int) { x.scanRows(&q, w, lo, hi) }, len(x.stacks))
+	res.stacks = parts[0].stacks
+	res.Hist, res.Lifetime, res.Missed = parts[0].hist, parts[0].life, parts[0].missed
+	for _, w := range parts[1:] {
+		for i := range w.stacks {
+			res.stacks[i].add(&w.stacks[i])
+		}
+		for i, v := range w.hist {
+			res.Hist[i] += v
+		}
+		for i, v := range w.life.Buckets {
+			res.Lifetime.Buckets[i] += v
+		}
+		res.Lifetime.Live += w.life.Live
+		res.Missed += w.missed
+	}
+	lo := sort.Search(len(x.unmatched), func(i int) bool { return int64(x.unmatched[i]) >= s0 })
+	hi := sort.Search(len(x.unmatched), func(i int) bool { return int64(x.unmatched[i]) >= s1 })
+	res.Unmatch = uint64(hi - lo)
+	res.Sites = make([]Costs, len(x.sites))
+	for i := range res.stacks {
+		res.Sites[x.stacks[i].site].add(&res.stacks[i])
+	}
+	for i := range res.Sites {
+		res.Total.add(&res.Sites[i])
+	}
+	return res
+}
+
+// windowScan is a window's question, as sequence numbers.
+type windowScan struct {
+	f      Filter
+	s0, s1 int64
+	p, at  int64 // the peak's and the instant's events; -1: none
+}
+
+// windowPart is what one goroutine's rows cost.
+type windowPart struct {
+	stacks []Costs
+	hist   [65]uint64
+	life   Lifetimes
+	missed uint64
+}
+
+// The window's rows are read in parts of at least scanMinPart rows, on at
+// most scanMaxParts goroutines (0: GOMAXPROCS); variables for the tests.
+var scanMinPart, scanMaxParts = chunkLen, 0
+
+// parallel runs scan over [0, n) in parts on the available cores, each
+// part with counters of its own (nstacks stacks), and returns the parts,
+// in order. A small window is answered on one core.
+func parallel(n int, scan func(w *windowPart, lo, hi int), nstacks int) []*windowPart {
+	maxParts := scanMaxParts
+	if maxParts <= 0 {
+		maxParts = min(runtime.GOMAXPROCS(0), 8)
+	}
+	k := max(1, min(maxParts, n/scanMinPart))
+	per := (n + k - 1) / k
+	parts := make([]*windowPart, k)
+	var wg sync.WaitGroup
+	for j := range parts {
+		w := &windowPart{stacks: make([]Costs, nstacks)}
+		parts[j] = w
+		lo, hi := min(j*per, n), min((j+1)*per, n)
+		if j == k-1 {
+			scan(w, lo, hi)
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			scan(w, lo, hi)
+		}()
+	}
+	wg.Wait()
+	return parts
+}
+
+// scanRows adds the costs of rows [lo, hi) to w.
+func (x *Index) scanRows(q *windowScan, w *windowPart, lo, hi int) {
+	f, s0, s1, p, at := q.f, q.s0, q.s1, q.p, q.at
+	for i := lo; i < hi; i++ {
 		row := x.rows.at(i)
 		a, e, fl := int64(row.alloc), int64(row.end), row.flags
 		inside := a >= s0
@@ -180,8 +283,8 @@ func (x *Index) Window(f Filter) *Result {
 		if f.PID != 0 && x.stacks[st].pid != f.PID || f.TID != 0 && row.tid != f.TID {
 			continue
 		}
-		c := &res.stacks[st]
-		size := row.size
+		c := &w.stacks[st]
+		size := x.size(row, i)
 		block := fl&fNoBlock == 0
 		if inside && fl&fCont == 0 {
 			if fl&fRealloc != 0 {
@@ -194,11 +297,11 @@ func (x *Index) Window(f Filter) *Result {
 			}
 			if block {
 				c.Bytes += size
-				res.Hist[sizeBucket(size)]++
+				w.hist[sizeBucket(size)]++
 				if e == never {
-					res.Lifetime.Live++
+					w.life.Live++
 				} else {
-					res.Lifetime.Buckets[bits.Len64(uint64(x.evs.at(int(e)).time-x.evs.at(int(a)).time))]++
+					w.life.Buckets[bits.Len64(uint64(x.evs.time(int(e))-x.evs.time(int(a))))]++
 				}
 			}
 			if fl&fTemp != 0 && e < s1 {
@@ -213,7 +316,7 @@ func (x *Index) Window(f Filter) *Result {
 				c.Frees++
 			}
 			if fl&fMissed != 0 {
-				res.Missed++
+				w.missed++
 			}
 		}
 		if at >= 0 && a <= at && at < e {
@@ -242,17 +345,6 @@ func (x *Index) Window(f Filter) *Result {
 			c.Classes[AOFO].add(size)
 		}
 	}
-	lo := sort.Search(len(x.unmatched), func(i int) bool { return int64(x.unmatched[i]) >= s0 })
-	hi := sort.Search(len(x.unmatched), func(i int) bool { return int64(x.unmatched[i]) >= s1 })
-	res.Unmatch = uint64(hi - lo)
-	res.Sites = make([]Costs, len(x.sites))
-	for i := range res.stacks {
-		res.Sites[x.stacks[i].site].add(&res.stacks[i])
-	}
-	for i := range res.Sites {
-		res.Total.add(&res.Sites[i])
-	}
-	return res
 }
 
 func sizeBucket(size uint64) int {
@@ -282,7 +374,7 @@ func (x *Index) Profile(res *Result) *analyze.Profile {
 		pr.From, pr.To = 0, 0 // the whole trace: no window
 	}
 	if res.Span.S1 > res.Span.S0 {
-		pr.Start, pr.End = x.evs.at(int(res.Span.S0)).time, x.evs.at(int(res.Span.S1-1)).time
+		pr.Start, pr.End = x.evs.time(int(res.Span.S0)), x.evs.time(int(res.Span.S1-1))
 	}
 	for i := range res.stacks {
 		c := &res.stacks[i]
@@ -332,7 +424,10 @@ func (x *Index) Profile(res *Result) *analyze.Profile {
 }
 
 // WindowReport is res as a report: package report's renderers (JSON,
-// pprof, collapsed stacks) over the window's counters.
+// pprof, collapsed stacks) over the window's counters, the index's
+// suppressions applied to the window's leaks.
 func (x *Index) WindowReport(res *Result) *report.Report {
-	return report.New(x.Profile(res), x.trace(), x.res)
+	rep := report.New(x.Profile(res), x.trace(), x.res)
+	rep.Suppress(x.rules, x.supOpt)
+	return rep
 }

@@ -310,3 +310,59 @@ func TestPageDiff(t *testing.T) {
 		t.Errorf("total difference %s", d)
 	}
 }
+
+// The caller/callee view: with fn=main in the URL, the Functions tab
+// shows what main called, each callee with the leaks of the sites through
+// it as the JSON report's stacks give them; clicking a callee makes it the
+// function shown, in the URL too.
+func TestPageCallers(t *testing.T) {
+	ctx := browser(t)
+	path := trace(t, "serve_phases")
+	_, srv := serveTrace(t, path)
+	shots := artefacts(t)
+	rep, err := report.Load(path, report.LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]uint64{}
+	for _, l := range rep.Document(0).Leaks {
+		seen := map[string]bool{}
+		for i, f := range l.Stack {
+			if f.Function != "main" {
+				continue
+			}
+			callee := "[self]"
+			if i > 0 {
+				callee = l.Stack[i-1].Function
+			}
+			if !seen[callee] {
+				seen[callee] = true
+				want[callee] += l.Bytes
+			}
+		}
+	}
+	if want["early_leak"] == 0 {
+		t.Fatalf("main calls no early_leak in the report: %v", want)
+	}
+	settle(t, ctx, chromedp.Navigate(srv.URL+"/?tab=functions&fn=main"))
+	screenshot(t, ctx, shots, "callers")
+	got := eval[map[string]string](t, ctx, `Object.fromEntries([...document.querySelectorAll("#callees-table tr[data-name]")].map((r) => [r.getAttribute("data-name"), r.querySelector("td[data-v]").getAttribute("data-v")]))`)
+	if len(got) != len(want) {
+		t.Errorf("main's callees on the page %v, in the report %v", got, want)
+	}
+	for name, v := range want {
+		if got[name] != strconv.FormatUint(v, 10) {
+			t.Errorf("callee %s: %q on the page, %d in the report", name, got[name], v)
+		}
+	}
+	settle(t, ctx, chromedp.Evaluate[chromedp.Void](`document.querySelector('#callees-table tr[data-name="early_leak"]').click()`))
+	if title := eval[string](t, ctx, `document.getElementById("callers-title").textContent`); !strings.HasPrefix(title, "early_leak:") {
+		t.Errorf("after a click on early_leak the view shows %q", title)
+	}
+	if loc := eval[string](t, ctx, `location.search`); !strings.Contains(loc, "fn=early_leak") {
+		t.Errorf("after a click on early_leak the URL is %s", loc)
+	}
+	if callers := eval[string](t, ctx, `document.querySelector("#callers-table tr[data-name]").getAttribute("data-name")`); callers != "main" {
+		t.Errorf("early_leak's first caller %q, want main", callers)
+	}
+}

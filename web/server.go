@@ -105,6 +105,7 @@ func NewWithBase(x, base *query.Index) *Server {
 	s.mux.HandleFunc("GET /api/window", s.window)
 	s.mux.HandleFunc("GET /api/flame", s.flame)
 	s.mux.HandleFunc("GET /api/functions", s.functions)
+	s.mux.HandleFunc("GET /api/callers", s.callers)
 	s.mux.HandleFunc("GET /api/sites", s.sites)
 	s.mux.HandleFunc("GET /api/histogram", s.histogram)
 	s.mux.HandleFunc("GET /api/export", s.export)
@@ -462,6 +463,23 @@ func (s *Server) functions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, map[string]any{"cost": p.cost.String(), "functions": s.x.Functions(s.windowOf(p.f), p.cost, p.top)})
+}
+
+// callers is the caller/callee view of one function.
+func (s *Server) callers(w http.ResponseWriter, r *http.Request) {
+	p, err := s.parse(r)
+	if err == nil {
+		err = s.needEvents()
+	}
+	fn := r.URL.Query().Get("function")
+	if err == nil && fn == "" {
+		err = badRequest{"function: want a function's name"}
+	}
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, s.x.Callers(s.windowOf(p.f), p.cost, fn, p.top))
 }
 
 // sites answers with the JSON report of the window: for the whole trace,

@@ -26,14 +26,20 @@ func init() {
 		help: `
 serve reads the trace once into an index and serves one page that explores it:
 the summary, the heap over time (drag to select a window that filters every
-view), flame graphs by any cost, the functions and sites tables, the four
-lifetime classes of the window (AIFI, AIFO, AOFI, AOFO) and the histograms.
+view), flame graphs by any cost, the functions table with each function's
+callers and callees, the sites tables, the four lifetime classes of the window
+(AIFI, AIFO, AOFI, AOFO) and the histograms.
 The page's assets are in the binary: nothing is fetched from the network.
 The JSON API behind it, under /api/, is documented in web/API.md.
 
 --base FILE2 compares the trace with another (of the same program, say before
 a change): the Diff view gives each site's cost in both, the sites matched by
 their symbolized frames (function, file, line, module), not their addresses.
+
+--pid, --exe, --suppressions and --no-default-suppressions select processes
+and suppress leaks as they do for 'heapscope report': every view, of the whole
+trace or of a window, is of the processes selected, and leaks a rule matches
+are counted as suppressed, not as leaks.
 
 --session NAME follows a running session instead of a file: every second the
 session is flushed and its trace file indexed again, and the page updates
@@ -55,9 +61,11 @@ free port, unless --listen says otherwise; it serves until Ctrl-C.`,
 					}
 					ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 					defer stop()
-					return serveLive(ctx, os.Stdout, *listen, *session, query.Options{
-						Symbolize: symbolize.Options{DebugDirs: lf.debugDirs, Sysroot: lf.sysroot},
-					})
+					o, err := lf.queryOptions()
+					if err != nil {
+						return err
+					}
+					return serveLive(ctx, os.Stdout, *listen, *session, o)
 				}
 				if len(args) != 1 {
 					return usagef("want one trace file")
@@ -65,11 +73,13 @@ free port, unless --listen says otherwise; it serves until Ctrl-C.`,
 				if lf.from.set || lf.to.set {
 					return usagef("serve reads the whole trace: select a window in the page")
 				}
+				o, err := lf.queryOptions()
+				if err != nil {
+					return err
+				}
 				ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 				defer stop()
-				return serve(ctx, os.Stdout, *listen, args[0], *base, query.Options{
-					Symbolize: symbolize.Options{DebugDirs: lf.debugDirs, Sysroot: lf.sysroot},
-				})
+				return serve(ctx, os.Stdout, *listen, args[0], *base, o)
 			}
 		},
 	})
@@ -143,7 +153,11 @@ func writeHTMLReport(lf *loadFlags, path, out string) error {
 	if lf.from.set || lf.to.set {
 		return usagef("--format html reports the whole trace: use 'heapscope serve' for windows")
 	}
-	x, err := query.Build(path, query.Options{Symbolize: symbolize.Options{DebugDirs: lf.debugDirs, Sysroot: lf.sysroot}})
+	o, err := lf.queryOptions()
+	if err != nil {
+		return err
+	}
+	x, err := query.Build(path, o)
 	if err != nil {
 		return err
 	}
@@ -151,4 +165,19 @@ func writeHTMLReport(lf *loadFlags, path, out string) error {
 		fmt.Fprintf(os.Stderr, "heapscope: warning: %s: %s\n", path, w)
 	}
 	return writeOutput(out, func(w io.Writer) error { return web.WriteHTML(w, x) })
+}
+
+// queryOptions are the index's options from the flags report shares with
+// serve: the symbolizer's, the processes selected (--pid, --exe) and the
+// suppressions.
+func (f *loadFlags) queryOptions() (query.Options, error) {
+	rules, err := f.rules()
+	if err != nil {
+		return query.Options{}, err
+	}
+	return query.Options{
+		Symbolize:    symbolize.Options{DebugDirs: f.debugDirs, Sysroot: f.sysroot},
+		Processes:    f.processes(),
+		Suppressions: rules,
+	}, nil
 }

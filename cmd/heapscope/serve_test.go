@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -89,5 +90,52 @@ func TestReportHTML(t *testing.T) {
 	}
 	if code, _ := runCLI(t, "report", "--format", "html", "--from", "1ms", "-o", out, trace); code != 2 {
 		t.Errorf("html with a window: exit %d, want a usage error", code)
+	}
+}
+
+// report --format html (and serve, through the same flags) honors report's
+// filters: the suppressions (the page's summary counts the runtime's leaks
+// of report_runtime as suppressed, as report's JSON does, and not with
+// --no-default-suppressions) and --exe (the shim's trace, one process).
+func TestReportHTMLFilters(t *testing.T) {
+	t.Cleanup(testutil.Cleanup)
+	dir := t.TempDir()
+	html := func(args ...string) string {
+		t.Helper()
+		out := filepath.Join(dir, "r.html")
+		if code, errs := runCLI(t, append([]string{"report", "--format", "html", "-o", out}, args...)...); code != 0 {
+			t.Fatalf("report --format html %q: exit %d: %s", args, code, errs)
+		}
+		b, err := os.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	trace := runtimeTrace(t, dir)
+	want := reportJSON(t, trace).Summary
+	if want.SuppressedBytes == 0 {
+		t.Fatal("report_runtime: report suppressed nothing")
+	}
+	sup := fmt.Sprintf(`"suppressed_bytes":%d,`, want.SuppressedBytes)
+	if s := html(trace); !strings.Contains(s, sup) || !strings.Contains(s, fmt.Sprintf(`"leaked_bytes":%d,`, want.LeakedBytes)) {
+		t.Errorf("the page's summary lacks %s and leaked_bytes %d", sup, want.LeakedBytes)
+	}
+	if s := html("--no-default-suppressions", trace); strings.Contains(s, sup) || !strings.Contains(s, `"suppressed_bytes":0,`) {
+		t.Errorf("--no-default-suppressions: the page still suppresses")
+	}
+
+	known := testutil.MustBuild(t, "report_known", testutil.Options{})
+	shim := testutil.MustBuild(t, "report_shim", testutil.Options{})
+	strace := traceRun(t, dir, "shim.hst", shim, known)
+	shimExe, knownExe := `"exe":"`+shim+`"`, `"exe":"`+known+`"`
+	if s := html(strace); !strings.Contains(s, shimExe) || !strings.Contains(s, knownExe) {
+		t.Errorf("the shim's page lacks a process: %s, %s", shimExe, knownExe)
+	}
+	if s := html("--exe", filepath.Base(known), strace); strings.Contains(s, shimExe) || !strings.Contains(s, knownExe) {
+		t.Errorf("--exe %s: the page has the shim, or lacks the workload", filepath.Base(known))
+	}
+	if code, errs := runCLI(t, "report", "--format", "html", "--exe", "no-such-program", "-o", filepath.Join(dir, "x.html"), strace); code == 0 || !strings.Contains(errs, "no such process") {
+		t.Errorf("--exe of nothing: exit %d, %q", code, errs)
 	}
 }

@@ -195,6 +195,15 @@ export interface Functions {
   functions: FunctionRow[];
 }
 
+export interface Callers {
+  cost: string;
+  function: string;
+  self: number;
+  total: number;
+  callers: { name: string; value: number }[];
+  callees: { name: string; value: number }[];
+}
+
 export interface Histogram {
   sizes: Bucket[];
   lifetimes: { lt_ns: number; count: number }[];

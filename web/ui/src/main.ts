@@ -3,6 +3,7 @@
 
 import {
   APIError,
+  Callers,
   Flame,
   Functions,
   Histogram,
@@ -35,6 +36,7 @@ interface State {
   focus: string[]; // the zoomed flame node's path
   tab: string;
   share: number; // the flame graph's smallest node, a share of the total
+  fn: string; // the function of the caller/callee view; "": none
 }
 
 const tabs = ["flame", "functions", "sites", "classes", "sizes", "diff"];
@@ -82,6 +84,7 @@ function readState(): State {
     focus,
     tab: tabs.includes(tab) ? tab : "flame",
     share: n("share", 0.001),
+    fn: q.get("fn") ?? "",
   };
 }
 
@@ -104,6 +107,7 @@ function writeState(s: State) {
   if (s.focus.length) q.set("focus", JSON.stringify(s.focus));
   put("tab", s.tab, "flame");
   put("share", s.share, 0.001);
+  put("fn", s.fn, "");
   const qs = q.toString();
   history.replaceState(null, "", qs ? `?${qs}` : location.pathname);
 }
@@ -294,7 +298,9 @@ function renderFunctions(fs: Functions) {
   t.append(head);
   const rows = [...fs.functions].sort((a, b) => b[key] - a[key]);
   for (const f of rows) {
-    t.append(el("tr", {}, el("td", { class: "fn" }, f.name), el("td", { class: "num" }, fmt(f.self)), el("td", { class: "num" }, `${fmt(f.total)} (${pct(f.total, total)})`), el("td", { class: "mono dim" }, f.file ? `${f.file.split("/").pop()}:${f.line}` : (f.module ?? ""))));
+    const tr = el("tr", { class: f.name === state.fn ? "pick chosen" : "pick", title: "callers and callees" }, el("td", { class: "fn" }, f.name), el("td", { class: "num" }, fmt(f.self)), el("td", { class: "num" }, `${fmt(f.total)} (${pct(f.total, total)})`), el("td", { class: "mono dim" }, f.file ? `${f.file.split("/").pop()}:${f.line}` : (f.module ?? "")));
+    tr.addEventListener("click", () => setState({ fn: f.name }));
+    t.append(tr);
   }
   head.querySelectorAll("th.sort").forEach((th) =>
     th.addEventListener("click", () => {
@@ -303,6 +309,34 @@ function renderFunctions(fs: Functions) {
       renderFunctions(fs);
     }),
   );
+}
+
+// renderCallers shows who called the chosen function and what it called,
+// each with what the sites through them cost.
+function renderCallers(c: Callers | null) {
+  const box = $("callers");
+  box.hidden = c === null;
+  if (c === null) return;
+  const fmt = valueFmt(c.cost);
+  $("callers-title").textContent = `${c.function}: ${fmt(c.total)} inclusive, ${fmt(c.self)} self`;
+  for (const [id, head, rows] of [
+    ["callers-table", "called by", c.callers],
+    ["callees-table", "calls", c.callees],
+  ] as [string, string, { name: string; value: number }[]][]) {
+    const t = $(id);
+    t.textContent = "";
+    t.append(el("tr", {}, el("th", {}, head), el("th", {}, "value")));
+    for (const r of rows) {
+      const name = el("td", { class: "fn" }, r.name);
+      const tr = el("tr", { "data-name": r.name }, name, el("td", { class: "num", "data-v": String(r.value) }, `${fmt(r.value)} (${pct(r.value, c.total)})`));
+      if (r.name !== "[root]" && r.name !== "[self]") {
+        tr.classList.add("pick");
+        tr.addEventListener("click", () => setState({ fn: r.name }));
+      }
+      t.append(tr);
+    }
+    if (rows.length === 0) t.append(el("tr", {}, el("td", { colspan: "2", class: "dim" }, "none")));
+  }
 }
 
 function renderSites(d: ReportJSON) {
@@ -430,6 +464,15 @@ async function refresh() {
           if (my === seq) renderFunctions(fs);
         }),
       );
+      if (s.fn && !isStatic()) {
+        jobs.push(
+          get<Callers>(`/api/callers?function=${encodeURIComponent(s.fn)}&cost=${s.cost}&top=50${amp}`).then((c) => {
+            if (my === seq) renderCallers(c);
+          }),
+        );
+      } else {
+        renderCallers(null);
+      }
       break;
     case "sites":
       jobs.push(
