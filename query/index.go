@@ -274,6 +274,8 @@ func Build(path string, o Options) (*Index, error) {
 	x.Report = report.New(pr, x.trace(), x.res)
 	x.Warnings = dedup(append(r.Warnings(), sym.Warnings()...))
 	x.Report.Trace.Warnings = x.Warnings
+	x.Report.Describe(x.Header)
+	x.Warnings = x.Report.Trace.Warnings
 	x.Report.Suppress(x.rules, x.supOpt)
 	return x, nil
 }

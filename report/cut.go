@@ -101,6 +101,22 @@ func percent(part, total uint64) string {
 
 // headerUnwind returns the unwinder and the depth limit the trace was
 // recorded with, from its header's properties.
+// Describe adds to the report what the trace's header says: the session's
+// properties, and the note on stacks cut short (CutNote) among the warnings.
+// Load calls it; a report made with New from another pass over the trace
+// (serve's index) calls it too, so that both say the same.
+func (r *Report) Describe(h tracefile.Header) {
+	if note := r.CutNote(headerUnwind(h)); note != "" {
+		r.Trace.Warnings = append(r.Trace.Warnings, note)
+	}
+	if len(h.Properties) > 0 {
+		r.Trace.Properties = map[string]string{}
+		for _, kv := range h.Properties {
+			r.Trace.Properties[kv.Key] = kv.Value
+		}
+	}
+}
+
 func headerUnwind(h tracefile.Header) (unwind string, maxFrames int) {
 	for _, p := range h.Properties {
 		switch p.Key {

@@ -193,15 +193,7 @@ func Load(path string, o LoadOptions) (*Report, error) {
 		WallStart: h.WallStart,
 	}, newSymTable(sym))
 	rep.Trace.Warnings = dedupStrings(append(warnings, sym.Warnings()...))
-	if note := rep.CutNote(headerUnwind(h)); note != "" {
-		rep.Trace.Warnings = append(rep.Trace.Warnings, note)
-	}
-	if len(h.Properties) > 0 {
-		rep.Trace.Properties = map[string]string{}
-		for _, kv := range h.Properties {
-			rep.Trace.Properties[kv.Key] = kv.Value
-		}
-	}
+	rep.Describe(h)
 	rep.Suppress(o.Suppressions, suppress.Options{Sysroot: o.Symbolize.Sysroot})
 	return rep, nil
 }
