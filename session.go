@@ -475,6 +475,9 @@ type Status struct {
 	// Sampled counts the allocations and reallocations recorded so far
 	// when the session samples (Properties.Sample > 0).
 	Sampled uint64 `json:"sampled,omitempty"`
+	// Unwind is what the unwind tables cost, when the session walks stacks
+	// with them.
+	Unwind *UnwindStatus `json:"unwind,omitempty"`
 }
 
 // Status returns the session's current state.
@@ -482,9 +485,13 @@ func (s *Session) Status() Status {
 	s.mu.Lock()
 	stacks := s.stacks
 	s.mu.Unlock()
-	return Status{
+	st := Status{
 		Name: s.name, Owner: os.Getpid(), Provider: s.props.Provider, Properties: s.props,
 		PIDs: s.b.pids(), Stacks: stacks.String(), Started: s.started, Stats: s.Stats(), Files: s.Files(),
 		Sampled: s.sink.sampled.Load(),
 	}
+	if u, ok := s.b.(unwindReporter); ok {
+		st.Unwind = u.unwindStatus()
+	}
+	return st
 }

@@ -127,6 +127,20 @@ func printStatus(w io.Writer, st heapscope.Status) {
 	} else {
 		fmt.Fprintf(w, "files     none (%s mode)\n", st.Properties.LogFileMode)
 	}
+	if u := st.Unwind; u != nil {
+		fmt.Fprintf(w, "unwind    %d tables, %d bytes, built in %s", u.Files, u.Bytes, u.BuildTime.Round(time.Millisecond))
+		if u.Failures > 0 {
+			fmt.Fprintf(w, "; %d files without one (frame pointers there)", u.Failures)
+		}
+		fmt.Fprintln(w)
+		for _, m := range u.Modules {
+			if m.Error != "" {
+				fmt.Fprintf(w, "          %s: none: %s\n", m.Path, m.Error)
+				continue
+			}
+			fmt.Fprintf(w, "          %s: %d entries, %d bytes, %s\n", m.Path, m.Entries, m.Bytes, m.BuildTime.Round(time.Microsecond))
+		}
+	}
 	printStats(w, st)
 }
 
