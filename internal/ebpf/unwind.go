@@ -53,7 +53,7 @@ type uwState struct {
 	next    uint32 // the first free entry
 	files   map[string]*uwFile
 	procs   *ebpf.Map
-	dlHold  *ebpf.Map // processes stopped when their loader adds objects
+	dlHold  *ebpf.Map                  // processes stopped when their loader adds objects
 	loaded  map[uint32]map[string]bool // per process: the files in its ranges
 	gen     uint32                     // the last generation of ranges given
 }
