@@ -149,15 +149,13 @@ func TestDiffAcrossProviders(t *testing.T) {
 	bin := testutil.MustBuild(t, "diff_leak", testutil.Options{})
 	dir := t.TempDir()
 	base, new := filepath.Join(dir, "preload.hst"), filepath.Join(dir, "ebpf.hst")
-	// Both walk frame pointers: the same stacks. (With tables, the eBPF
-	// provider's walk of a program this short has no table for libc yet —
-	// it is mapped after the launch's attach and its table comes with the
-	// next read of the maps — and stops at __libc_start_call_main where the
-	// interposer's reaches _start.)
-	if code, errs := exitCode(t, cli(t, "run", "-q", "--unwind", "fp", "-o", base, "--", bin, "3")); code != 0 {
+	// Each provider's default unwinding: the interposer's walk and the eBPF
+	// provider's tables (libc's loaded before its code runs, though it is
+	// mapped after the launch's attach) give the same stacks, to _start.
+	if code, errs := exitCode(t, cli(t, "run", "-q", "-o", base, "--", bin, "3")); code != 0 {
 		t.Fatalf("run: exit %d: %s", code, errs)
 	}
-	if code, errs := exitCode(t, cli(t, "run", "-q", "--unwind", "fp", "--provider", "ebpf", "-o", new, "--", bin, "6")); code != 0 {
+	if code, errs := exitCode(t, cli(t, "run", "-q", "--provider", "ebpf", "-o", new, "--", bin, "6")); code != 0 {
 		t.Fatalf("run --provider ebpf: exit %d: %s", code, errs)
 	}
 	out := filepath.Join(dir, "diff.json")
@@ -171,6 +169,9 @@ func TestDiffAcrossProviders(t *testing.T) {
 	if len(d.Sites) != 1 || len(d.Sites[0].Stack) == 0 || d.Sites[0].Stack[0].Function != "grow_leak" ||
 		d.Sites[0].Change.LeakedBytes != 3000 || d.Base.Provider != "preload" || d.New.Provider != "ebpf" {
 		t.Errorf("diff of a preload and an eBPF trace:\n%s", b)
+	}
+	if len(d.Sites) == 1 && d.Sites[0].Stack[len(d.Sites[0].Stack)-1].Function != "_start" {
+		t.Errorf("the changed site's stack does not reach _start:\n%s", b)
 	}
 }
 

@@ -154,6 +154,13 @@ func (t *Tracer) attach(p *tracee) error {
 			p.links = nil
 			return attachError(pid, ld.path, err)
 		}
+		if t.uw != nil {
+			if err := t.uw.holdAtLoader(uint32(pid)); err != nil {
+				closeLinks(p.links)
+				p.links = nil
+				return err
+			}
+		}
 	}
 	if t.cfg.Families&event.FamilyMmap != 0 {
 		if err := t.objs.traced.Put(uint32(pid), uint8(1)); err != nil {

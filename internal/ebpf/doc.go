@@ -94,7 +94,13 @@
 // Stacks are walked with frame pointers unless Config.UnwindTables is set:
 // then with unwind tables built from each file's call frame information
 // (package unwind; see unwind.go), by frame pointer only where a file has
-// no table or a table no rule. Stacks stop at 127 frames; a stack cut there
+// no table or a table no rule. A file the dynamic loader maps after attach
+// (libc at a launch, a dlopen'ed library) has its table before its code
+// runs: the probe on _dl_debug_state stops the process (SIGSTOP) when the
+// loader's list has become consistent with more objects than before, and
+// the tracer loads the new files' tables and continues it (SIGCONT), also
+// when building fails, and at Close. A parent that waits with WUNTRACED
+// sees that stop too; it costs nothing per allocation. Stacks stop at 127 frames; a stack cut there
 // is counted (UnwindCounters), but the event model has no mark for it yet. An allocator other than glibc, jemalloc, tcmalloc
 // and mimalloc is probed only when the executable defines the standard
 // names (malloc, free, ...). The probes are x86-64

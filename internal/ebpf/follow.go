@@ -40,6 +40,7 @@ func decodeNote(b []byte, n *heapscopeNote) bool {
 const (
 	noteFork = 1
 	noteExec = 2
+	noteLibs = 3 // the loader added objects: load their tables
 )
 
 // following reports whether forks and execs are followed.
@@ -90,6 +91,10 @@ func (t *Tracer) note(n heapscopeNote) {
 			t.followFork(pid, held)
 		case noteExec:
 			t.followExec(pid, held)
+		case noteLibs:
+			t.loadLibraries(pid, held)
+		default:
+			t.resume(pid, held)
 		}
 	}()
 }

@@ -125,6 +125,7 @@ type heapscopeWindow struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	heapscopeMapCounters         = "counters"
+	heapscopeMapDlHold           = "dl_hold"
 	heapscopeMapEvents           = "events"
 	heapscopeMapFollow           = "follow"
 	heapscopeMapInternalFrees    = "internal_frees"
@@ -234,6 +235,7 @@ type heapscopeProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type heapscopeMapSpecs struct {
 	Counters      *ebpf.MapSpec `ebpf:"counters"`
+	DlHold        *ebpf.MapSpec `ebpf:"dl_hold"`
 	Events        *ebpf.MapSpec `ebpf:"events"`
 	Follow        *ebpf.MapSpec `ebpf:"follow"`
 	InternalFrees *ebpf.MapSpec `ebpf:"internal_frees"`
@@ -285,6 +287,7 @@ func (o *heapscopeObjects) Close() error {
 // It can be passed to loadHeapscopeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type heapscopeMaps struct {
 	Counters      *ebpf.Map `ebpf:"counters"`
+	DlHold        *ebpf.Map `ebpf:"dl_hold"`
 	Events        *ebpf.Map `ebpf:"events"`
 	Follow        *ebpf.Map `ebpf:"follow"`
 	InternalFrees *ebpf.Map `ebpf:"internal_frees"`
@@ -302,6 +305,7 @@ type heapscopeMaps struct {
 func (m *heapscopeMaps) Close() error {
 	return _HeapscopeClose(
 		m.Counters,
+		m.DlHold,
 		m.Events,
 		m.Follow,
 		m.InternalFrees,

@@ -129,6 +129,20 @@ func (t *Tracer) library(l *heapscopeLib) {
 	}
 }
 
+// loadLibraries loads the tables of the files pid's loader has just
+// mapped, which the BPF side stopped it for (before their code runs), then
+// continues it, also when loading fails.
+func (t *Tracer) loadLibraries(pid int, held bool) {
+	defer t.resume(pid, held)
+	if t.uw == nil {
+		return
+	}
+	// Fails when pid has ended (its ranges are gone) or at Close.
+	if missing, err := t.uw.reload(uint32(pid)); err == nil {
+		t.warnTables(missing)
+	}
+}
+
 func cString(b []int8) string {
 	n := 0
 	for n < len(b) && b[n] != 0 {

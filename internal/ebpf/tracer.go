@@ -269,7 +269,7 @@ func (t *Tracer) load() error {
 		stackKinds: coll.Variables["stack_kinds"],
 	}
 	if t.cfg.UnwindTables {
-		if t.uw, err = newUWState(coll.Maps["uw_entries"], coll.Maps["uw_procs"]); err != nil {
+		if t.uw, err = newUWState(coll.Maps["uw_entries"], coll.Maps["uw_procs"], coll.Maps["dl_hold"]); err != nil {
 			coll.Close()
 			return err
 		}

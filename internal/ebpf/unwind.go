@@ -53,16 +53,27 @@ type uwState struct {
 	next    uint32 // the first free entry
 	files   map[string]*uwFile
 	procs   *ebpf.Map
+	dlHold  *ebpf.Map                  // processes stopped when their loader adds objects
 	loaded  map[uint32]map[string]bool // per process: the files in its ranges
 	gen     uint32                     // the last generation of ranges given
 }
 
-func newUWState(entries, procs *ebpf.Map) (*uwState, error) {
+func newUWState(entries, procs, dlHold *ebpf.Map) (*uwState, error) {
 	b, err := mmapArray(entries)
 	if err != nil {
 		return nil, err
 	}
-	return &uwState{entries: b, files: map[string]*uwFile{}, procs: procs, loaded: map[uint32]map[string]bool{}}, nil
+	return &uwState{entries: b, files: map[string]*uwFile{}, procs: procs, dlHold: dlHold, loaded: map[uint32]map[string]bool{}}, nil
+}
+
+// holdAtLoader makes the BPF side stop pid when its dynamic loader has
+// added objects to its list (at start-up, at dlopen), until their tables
+// are loaded (Tracer.loadLibraries). Called with pid's ranges loaded.
+func (u *uwState) holdAtLoader(pid uint32) error {
+	if err := u.dlHold.Put(pid, uint32(0)); err != nil {
+		return fmt.Errorf("ebpf: pid %d: holding it at its loader: %w", pid, err)
+	}
+	return nil
 }
 
 // close unmaps the entries; a load after it fails.
@@ -127,6 +138,21 @@ func (u *uwState) file(pid uint32, m proc.Mapping) *uwFile {
 // load gives pid's BPF walk the ranges of its executable mappings now. It
 // returns the files that have no table (they unwind by frame pointer).
 func (u *uwState) load(pid uint32) ([]*uwFile, error) {
+	return u.loadRanges(pid, false)
+}
+
+// errUWNotLoaded: reload of a process whose ranges were never loaded, or
+// were dropped.
+var errUWNotLoaded = errors.New("ebpf: no unwind ranges to reload")
+
+// reload is load for a process whose ranges are loaded already: it fails
+// once they have been dropped (the process ended) rather than adding them
+// again.
+func (u *uwState) reload(pid uint32) ([]*uwFile, error) {
+	return u.loadRanges(pid, true)
+}
+
+func (u *uwState) loadRanges(pid uint32, again bool) ([]*uwFile, error) {
 	maps, err := proc.ReadMaps(int(pid))
 	if err != nil {
 		return nil, err
@@ -135,6 +161,9 @@ func (u *uwState) load(pid uint32) ([]*uwFile, error) {
 	defer u.mu.Unlock()
 	if u.entries == nil {
 		return nil, errUWClosed
+	}
+	if _, ok := u.loaded[pid]; again && !ok {
+		return nil, errUWNotLoaded
 	}
 	var v heapscopeUwProc
 	var missing []*uwFile
@@ -193,6 +222,7 @@ func (u *uwState) forget(pid uint32) {
 	defer u.mu.Unlock()
 	delete(u.loaded, pid)
 	u.procs.Delete(pid)
+	u.dlHold.Delete(pid)
 }
 
 // UnwindTable describes a file's unwind table, as loaded for the BPF

@@ -1000,11 +1000,56 @@ int wrap_enter(struct pt_regs *ctx) { return do_wrap(ctx); }
 // mapped even when the process is gone by the time it reads the events
 // that need them.
 
+// Unwind tables for libraries the loader maps. A process in dl_hold (its
+// value: how many objects its list had at the last consistent state) is
+// stopped when its list has become consistent with more objects than that,
+// before their relocation and constructors have run, and a note tells user
+// space, which loads the new files' tables and continues it. Without the
+// stop the first stacks through a library mapped after attach (libc, at a
+// launch) would be walked before its table is in.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(max_entries, 16384);
+} dl_hold SEC(".maps");
+
+#define RT_CONSISTENT 0
+
+static __always_inline void hold_for_tables(__u32 tgid, __u64 r_debug, __u32 n)
+{
+	__u32 *last = bpf_map_lookup_elem(&dl_hold, &tgid);
+	if (!last)
+		return;
+	__s32 state = -1;
+	if (bpf_probe_read_user(&state, sizeof(state), (void *)(r_debug + 24)) || state != RT_CONSISTENT)
+		return; // r_state: the list is being changed
+	__u32 before = *last;
+	*last = n;
+	if (n <= before)
+		return; // nothing added (a dlclose, a dlopen of a loaded object)
+	struct note *nt = bpf_ringbuf_reserve(&events, sizeof(*nt), 0);
+	if (!nt) {
+		count(CTR_LOST_OTHER);
+		return;
+	}
+	nt->time = bpf_ktime_get_ns();
+	nt->kind = NOTE_LIBS;
+	nt->pid = tgid;
+	nt->ppid = 0;
+	// The current thread's process, from a uprobe: bpf_send_signal is
+	// enough (no kfunc), and the stop takes effect before the loader's next
+	// instruction.
+	nt->held = bpf_send_signal(19 /* SIGSTOP */);
+	bpf_ringbuf_submit(nt, BPF_RB_FORCE_WAKEUP);
+}
+
 static __always_inline int do_dl_state(struct pt_regs *ctx)
 {
 	__u64 r_debug = bpf_get_attach_cookie(ctx);
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	__u64 lm = read_user_u64(r_debug + 8); // r_map
+	__u32 n = 0;
 	for (__u32 i = 0; i < MAX_LIBS && lm; i++) {
 		struct lib *l = bpf_ringbuf_reserve(&events, sizeof(*l), 0);
 		if (!l) {
@@ -1019,7 +1064,9 @@ static __always_inline int do_dl_state(struct pt_regs *ctx)
 			l->name[0] = 0;
 		bpf_ringbuf_submit(l, 0);
 		lm = read_user_u64(lm + 24); // l_next
+		n = i + 1;
 	}
+	hold_for_tables(tgid, r_debug, n);
 	return 0;
 }
 

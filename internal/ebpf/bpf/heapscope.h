@@ -166,6 +166,7 @@ struct lib {
 // its probes and continues it; else held is the error of the signal.
 #define NOTE_FORK 1
 #define NOTE_EXEC 2
+#define NOTE_LIBS 3 // the loader added objects (dl_hold)
 struct note {
 	__u64 time;
 	__u32 kind;
