@@ -27,9 +27,6 @@ func (p Properties) validateSample() error {
 		return bad("negative size %d", p.Sample)
 	case p.Sample > MaxSample:
 		return bad("%d bytes: at most %d (1 TiB)", p.Sample, int64(MaxSample))
-	case p.Provider == ProviderEBPF:
-		// Not built yet: the BPF program records every event.
-		return bad("sampling needs the preload provider; the ebpf provider records every event")
 	case p.Mode == Aggregate:
 		return bad("aggregate mode keeps exact totals in the kernel; sampling is for stream mode")
 	case p.EnableFlags&event.FamilyMmap != 0:
