@@ -81,7 +81,9 @@ func ParseSize(s string) (int64, error) {
 
 // SampleSeedEnv names the environment variable that seeds the sampling of
 // a session's threads, so that a test can repeat a run's choices; unset or
-// not a number, each thread seeds itself from its clock.
+// not a number, each thread seeds itself from its clock. The preload
+// provider's only: the eBPF provider draws from the kernel's generator
+// (bpf_get_prandom_u32), which takes no seed.
 const SampleSeedEnv = "HEAPSCOPE_SAMPLE_SEED"
 
 func sampleSeed() uint64 {
