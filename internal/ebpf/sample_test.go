@@ -132,3 +132,71 @@ func TestSampleStream(t *testing.T) {
 		t.Errorf("%d events delivered sampled; want about %.0f", sampledStats.Delivered, wantDelivered)
 	}
 }
+
+// TestSampleEveryCall samples at one byte, where an allocation of S bytes
+// is sampled with probability 1 - e^-S: surely for the workloads' sizes (0,
+// never; at least 24: all but 4e-11). ebpf_calls (the C family, realloc
+// of a sampled block and of one not sampled, realloc(p, 0), failed
+// allocations) and ebpf_cxx (operator new and delete, reported once under
+// the operator's name) are then recorded call for call as sampledCalls
+// says, through the sampled paths: nothing of an allocation of 0 bytes or
+// one that failed, nor of its free; the realloc of such a block as a new
+// draw, with no old block.
+func TestSampleEveryCall(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		opt  testutil.Options
+	}{{"ebpf_calls", testutil.Options{}}, {"ebpf_cxx", testutil.Options{CXX: true}}} {
+		t.Run(c.name, func(t *testing.T) {
+			bin := testutil.MustBuild(t, c.name, c.opt)
+			rec := newRecorder(t)
+			tr := newTracer(t, Config{Stacks: allStacks, Sample: 1}, rec)
+			w := traced(t, tr, bin, "5")
+			log := parseLog(t, w.lines(t, "done"))
+			mustFlush(t, tr)
+			want := sampledCalls(log)
+			if len(want.calls) < len(log.calls)/2 {
+				t.Fatalf("only %d of %d calls are sampled surely: not a test of the sampled paths", len(want.calls), len(log.calls))
+			}
+			checkCalls(t, rec, w.pid(), want, siteRanges(t, bin, log.sites), aliases(t, libcPath(t, w.pid())), event.HeapLibc, allStacks)
+		})
+	}
+}
+
+// sampledCalls is what sampling at one byte records of log's calls.
+func sampledCalls(log callLog) callLog {
+	const minSure = 16 // sampled but for a 1e-7 chance
+	out := callLog{sites: log.sites}
+	kept := map[uint64]bool{} // live blocks whose allocation was recorded
+	for _, c := range log.calls {
+		switch kindOf(c.fn) {
+		case event.KindFree:
+			if !kept[c.addr] {
+				continue
+			}
+			delete(kept, c.addr)
+		case event.KindRealloc:
+			if c.old != 0 && kept[c.old] {
+				delete(kept, c.old)
+				if c.addr != 0 {
+					kept[c.addr] = true
+				} else if c.size != 0 {
+					kept[c.old] = true // failed: the old block stays
+				}
+				break
+			}
+			if c.addr == 0 || c.size < minSure {
+				continue
+			}
+			c.old = 0
+			kept[c.addr] = true
+		default:
+			if c.addr == 0 || c.size < minSure {
+				continue
+			}
+			kept[c.addr] = true
+		}
+		out.calls = append(out.calls, c)
+	}
+	return out
+}

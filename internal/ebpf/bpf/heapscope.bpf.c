@@ -1050,14 +1050,11 @@ static __always_inline int do_free(struct pt_regs *ctx)
 	__u64 ptr = PT_REGS_PARM1(ctx);
 	if (!ptr)
 		return 0; // free(NULL) does nothing; the placement usually skips it
-	if (sample_rate && !smp_known(ptr)) {
-		// Not a sampled block: nothing to record. (Nor is the free an
-		// operator delete that reported it calls.)
-		struct thread *t = thread_state(0);
-		if (t && t->state == STATE_FREED && t->a0 == ptr)
-			t->state = STATE_IDLE;
+	// Not a sampled block: nothing to record, after one lookup. (Nor is
+	// the free an operator delete that reported the block calls: the
+	// block left the set then, so delete leaves no note when sampling.)
+	if (sample_rate && !smp_known(ptr))
 		return 0;
-	}
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	__u8 func = COOKIE_FUNC(cookie);
 	__u64 sp = PT_REGS_SP(ctx) + COOKIE_SP(cookie);
@@ -1104,7 +1101,7 @@ static __always_inline int do_free(struct pt_regs *ctx)
 	if (sample_rate)
 		smp_forget(ptr);
 	record(KIND_FREE, func, COOKIE_HEAP(cookie), ptr, 0, 0, 0, stack, COOKIE_PIDX(cookie));
-	if (own && func != FUNC_FREE)
+	if (own && func != FUNC_FREE && !sample_rate)
 		note_delete(t, sp, ptr);
 	return 0;
 }
