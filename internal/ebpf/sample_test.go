@@ -5,6 +5,7 @@ import (
 	"math"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/heapscope/heapscope/event"
 	"github.com/heapscope/heapscope/internal/errs"
@@ -144,9 +145,10 @@ func TestSampleStream(t *testing.T) {
 // draw, with no old block.
 func TestSampleEveryCall(t *testing.T) {
 	for _, c := range []struct {
-		name string
-		opt  testutil.Options
-	}{{"ebpf_calls", testutil.Options{}}, {"ebpf_cxx", testutil.Options{CXX: true}}} {
+		name   string
+		opt    testutil.Options
+		leaves bool // blocks live at its exit
+	}{{"ebpf_calls", testutil.Options{}, true}, {"ebpf_cxx", testutil.Options{CXX: true}, false}} {
 		t.Run(c.name, func(t *testing.T) {
 			bin := testutil.MustBuild(t, c.name, c.opt)
 			rec := newRecorder(t)
@@ -159,6 +161,54 @@ func TestSampleEveryCall(t *testing.T) {
 				t.Fatalf("only %d of %d calls are sampled surely: not a test of the sampled paths", len(want.calls), len(log.calls))
 			}
 			checkCalls(t, rec, w.pid(), want, siteRanges(t, bin, log.sites), aliases(t, libcPath(t, w.pid())), event.HeapLibc, allStacks)
+
+			if !c.leaves {
+				return
+			}
+			// The blocks still live when it exits (ebpf_calls leaves some
+			// live on purpose) leave the map of sampled blocks with it.
+			live := map[uint64]bool{}
+			for _, e := range rec.eventsOf(w.pid()) {
+				switch e.Kind {
+				case event.KindAlloc:
+					live[e.Addr] = true
+				case event.KindRealloc:
+					delete(live, e.OldAddr)
+					live[e.Addr] = true
+				case event.KindFree:
+					delete(live, e.Addr)
+				}
+			}
+			delete(live, 0)
+			if len(live) == 0 {
+				t.Fatal("no block live at the end: nothing to check")
+			}
+			pid := w.pid()
+			w.release(t) // it waits for a line after "done"
+			w.wait(t)
+			for i := 0; ; i++ {
+				rec.mu.Lock()
+				n := len(rec.exits)
+				rec.mu.Unlock()
+				if n > 0 {
+					break
+				}
+				if i == 1000 {
+					t.Fatal("no Exit after the workload ended")
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			var k smpKey
+			var v uint8
+			left := 0
+			for it := tr.coll.Maps["sampled"].Iterate(); it.Next(&k, &v); {
+				if k.Pid == uint32(pid) {
+					left++
+				}
+			}
+			if left != 0 {
+				t.Errorf("%d of its blocks left in the sampled map (%d were live at its exit)", left, len(live))
+			}
 		})
 	}
 }
