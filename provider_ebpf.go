@@ -39,6 +39,7 @@ func newEBPF(s *Session) (backend, error) {
 		FlushInterval: s.props.FlushTimer,
 		NoFollowFork:  s.props.NoFollowFork,
 		UnwindTables:  s.props.Unwind == DWARF || s.props.Unwind == Tables,
+		Sample:        s.props.Sample,
 	}, s.sink)
 	if err != nil {
 		return nil, err

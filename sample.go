@@ -27,9 +27,6 @@ func (p Properties) validateSample() error {
 		return bad("negative size %d", p.Sample)
 	case p.Sample > MaxSample:
 		return bad("%d bytes: at most %d (1 TiB)", p.Sample, int64(MaxSample))
-	case p.Provider == ProviderEBPF:
-		// Not built yet: the BPF program records every event.
-		return bad("sampling needs the preload provider; the ebpf provider records every event")
 	case p.Mode == Aggregate:
 		return bad("aggregate mode keeps exact totals in the kernel; sampling is for stream mode")
 	case p.EnableFlags&event.FamilyMmap != 0:
@@ -84,7 +81,9 @@ func ParseSize(s string) (int64, error) {
 
 // SampleSeedEnv names the environment variable that seeds the sampling of
 // a session's threads, so that a test can repeat a run's choices; unset or
-// not a number, each thread seeds itself from its clock.
+// not a number, each thread seeds itself from its clock. The preload
+// provider's only: the eBPF provider draws from the kernel's generator
+// (bpf_get_prandom_u32), which takes no seed.
 const SampleSeedEnv = "HEAPSCOPE_SAMPLE_SEED"
 
 func sampleSeed() uint64 {

@@ -25,14 +25,18 @@ func TestParseSize(t *testing.T) {
 
 // TestValidateSample: sampling is refused with what needs every event.
 func TestValidateSample(t *testing.T) {
-	ok := Properties{LogFileName: "t.hst", Provider: ProviderPreload, Sample: 512 << 10}
-	if err := ok.Validate(); err != nil {
-		t.Fatal(err)
+	for _, ok := range []Properties{
+		{LogFileName: "t.hst", Provider: ProviderPreload, Sample: 512 << 10},
+		{LogFileName: "t.hst", Provider: ProviderEBPF, Sample: 4096}, // sampled in BPF
+	} {
+		if err := ok.Validate(); err != nil {
+			t.Errorf("%+v: %v", ok, err)
+		}
 	}
 	for _, p := range []Properties{
 		{LogFileName: "t.hst", Provider: ProviderPreload, Sample: -1},
 		{LogFileName: "t.hst", Provider: ProviderPreload, Sample: MaxSample + 1},
-		{LogFileName: "t.hst", Provider: ProviderEBPF, Sample: 4096},
+		{LogFileName: "t.hst", Provider: ProviderEBPF, Sample: 4096, EnableFlags: event.FamilyAll},
 		{LogFileName: "t.hst", Provider: ProviderPreload, Sample: 4096, EnableFlags: event.FamilyAll},
 		{LogFileName: "t.hst", Provider: ProviderEBPF, Mode: Aggregate, Sample: 4096},
 	} {

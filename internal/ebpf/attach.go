@@ -455,6 +455,9 @@ func (t *Tracer) end(p *tracee, exited bool) {
 		if !exited {
 			t.clearThreads(p.pid)
 		}
+		if t.cfg.Sample > 0 {
+			t.forgetSampled(p.pid)
+		}
 		// Every thread of an exited process has left its probes: what
 		// it produced is in the ring, and the drain delivers it.
 		t.drain()
@@ -513,5 +516,32 @@ func (t *Tracer) clearThreads(pid int) {
 		}
 		m.Delete(int32(fd))
 		unix.Close(fd)
+	}
+}
+
+// smpKey is bpf/heapscope.h's struct smp_key.
+type smpKey struct {
+	Addr uint64
+	Pid  uint32
+	_    uint32
+}
+
+// forgetSampled removes pid's blocks from the sampled blocks: its probes
+// are gone (or it is), so the entries would only fill the map, or make a
+// later image's frees of the same addresses look sampled. (An exec'd
+// image's are removed before the new one is attached, while it is held.)
+func (t *Tracer) forgetSampled(pid int) {
+	m := t.coll.Maps["sampled"]
+	var k smpKey
+	var v uint8
+	var gone []smpKey
+	it := m.Iterate()
+	for it.Next(&k, &v) {
+		if k.Pid == uint32(pid) {
+			gone = append(gone, k)
+		}
+	}
+	for _, k := range gone {
+		m.Delete(k)
 	}
 }

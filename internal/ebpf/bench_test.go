@@ -154,6 +154,10 @@ func BenchmarkTracer(b *testing.B) {
 		{"stream/alloc-stacks", &Config{Mode: Stream}, 0, false},
 		{"stream/alloc-stacks/depth-24", &Config{Mode: Stream}, 24, false},
 		{"stream/no-stacks", &Config{Mode: Stream, Stacks: NoStacks}, 0, false},
+		// Sampled in BPF: the traps remain, the stack walk and the ring
+		// go (one pair in about 2000 at 512 KiB).
+		{"stream/alloc-stacks/sample-512KiB", &Config{Mode: Stream, Sample: 512 << 10}, 0, false},
+		{"stream/alloc-stacks/depth-24/sample-512KiB", &Config{Mode: Stream, Sample: 512 << 10}, 24, false},
 		{"aggregate/alloc-stacks", &Config{Mode: Aggregate}, 0, false},
 		{"aggregate/alloc-stacks/depth-24", &Config{Mode: Aggregate}, 24, false},
 		{"aggregate/no-stacks", &Config{Mode: Aggregate, Stacks: NoStacks}, 0, false},

@@ -56,6 +56,9 @@ const (
 	// the loader's lists of libraries.
 	aggregateRingSize = 64 << 10
 	maxMapSize        = 1 << 31
+	// maxSample bounds Config.Sample: the BPF draw multiplies it by a
+	// number below 2^21 in 64 bits.
+	maxSample = 1 << 40
 )
 
 // NoStacks is a Config.Stacks value that takes no stacks at all (the zero
@@ -112,6 +115,19 @@ type Config struct {
 	// unwinds by frame pointer.
 	UnwindEntries int
 
+	// Sample, when above 0, samples the allocations in BPF: one per Sample
+	// bytes allocated on average, an allocation of S bytes with
+	// probability 1 - exp(-S/Sample), decided at its entry by a per-thread
+	// countdown drawn from an exponential distribution. An allocation not
+	// sampled sends nothing and takes no stack; the free and realloc of a
+	// sampled block are sent, those of other blocks are not (the sampled
+	// blocks are kept in a BPF hash map of MaxLive entries; a sampled
+	// allocation that finds it full is not sent, and counted as
+	// event.LostMapFull). The realloc of a block not sampled is a new draw,
+	// sent, when sampled, as a realloc with no old block. Stream mode only,
+	// and not with event.FamilyMmap. 0 sends every call.
+	Sample int64
+
 	// noMulti forces classic uprobes even where uprobe_multi links work
 	// (tests of the fallback).
 	noMulti bool
@@ -130,6 +146,20 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Mode == Aggregate && c.Families&event.FamilyMmap != 0 {
 		return c, fmt.Errorf("mmap tracing is stream-only (mappings are ranges, not blocks): %w", errs.ErrInvalidFlags)
+	}
+	if c.Sample < 0 {
+		return c, fmt.Errorf("negative sampling size %d: %w", c.Sample, errs.ErrInvalidFlags)
+	}
+	if c.Sample > maxSample {
+		return c, fmt.Errorf("sampling size %d over %d (1 TiB): %w", c.Sample, int64(maxSample), errs.ErrInvalidFlags)
+	}
+	if c.Sample > 0 && c.Mode == Aggregate {
+		// Its totals are counts in the kernel, which would need the
+		// weight of each block added instead.
+		return c, fmt.Errorf("sampling is stream-only (aggregate mode keeps exact totals): %w", errs.ErrInvalidFlags)
+	}
+	if c.Sample > 0 && c.Families&event.FamilyMmap != 0 {
+		return c, fmt.Errorf("mmap tracing is not sampled: %w", errs.ErrInvalidFlags)
 	}
 	if c.Stacks == 0 {
 		c.Stacks = DefaultStacks

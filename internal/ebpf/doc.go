@@ -65,6 +65,26 @@
 // or counted lost (ring full, map full): delivered + lost is the number of
 // calls made while traced.
 //
+// # Sampling
+//
+// With Config.Sample = R > 0 (stream mode), the programs record one
+// allocation per R bytes allocated on average, as the interposer does: each
+// thread counts down the bytes it allocates from a distance drawn from an
+// exponential distribution of mean R (bpf_get_prandom_u32, and -ln u in
+// 16.16 fixed point: a log2 by repeated squaring, within 1.6e-5 of exact),
+// so an allocation of S bytes is recorded with probability 1 - exp(-S/R),
+// which the analysis side unbiases. The draw is at the allocation's entry
+// (operator new's, for new): an allocation not sampled takes no stack and
+// puts nothing in the ring. The addresses of live sampled blocks are in a
+// BPF hash map (MaxLive entries; a sampled block that finds it full is not
+// recorded, and counted as event.LostMapFull): their free and realloc are
+// recorded, and the free of any other block is dropped after one lookup.
+// The realloc of a block not sampled is a new draw, recorded, when it is
+// sampled, as a realloc with no old block. The traps remain: every call
+// still costs its uprobe traps, which in a VM are most of a traced call's
+// cost; sampling removes the stack walk, the ring and the consumer's work.
+// Aggregate mode does not sample (its totals would need weights).
+//
 // # Cost
 //
 // A traced malloc and free cost three traps (malloc's entry and return,

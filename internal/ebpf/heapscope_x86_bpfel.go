@@ -58,6 +58,13 @@ type heapscopeNote struct {
 	Held int32
 }
 
+type heapscopeSmpKey struct {
+	_    structs.HostLayout
+	Addr uint64
+	Pid  uint32
+	Pad  uint32
+}
+
 type heapscopeStack struct {
 	_  structs.HostLayout
 	Ip [128]uint64
@@ -89,6 +96,10 @@ type heapscopeThread struct {
 	Rules     [128]uint64
 	RulesGen  uint32
 	Pad4      uint32
+	SmpLeft   int64
+	SmpInit   uint8
+	Smp       uint8
+	Pad5      [6]uint8
 }
 
 type heapscopeTotalVal struct {
@@ -131,6 +142,7 @@ const (
 	heapscopeMapInternalFrees    = "internal_frees"
 	heapscopeMapLiveKeys         = "live_keys"
 	heapscopeMapLiveVals         = "live_vals"
+	heapscopeMapSampled          = "sampled"
 	heapscopeMapStacks           = "stacks"
 	heapscopeMapThreads          = "threads"
 	heapscopeMapTotalsKeys       = "totals_keys"
@@ -159,6 +171,7 @@ const (
 	heapscopeVarAggregate        = "aggregate"
 	heapscopeVarFamilies         = "families"
 	heapscopeVarLiveMask         = "live_mask"
+	heapscopeVarSampleRate       = "sample_rate"
 	heapscopeVarStackKinds       = "stack_kinds"
 	heapscopeVarTotalsMask       = "totals_mask"
 	heapscopeVarUnusedEvent      = "unused_event"
@@ -241,6 +254,7 @@ type heapscopeMapSpecs struct {
 	InternalFrees *ebpf.MapSpec `ebpf:"internal_frees"`
 	LiveKeys      *ebpf.MapSpec `ebpf:"live_keys"`
 	LiveVals      *ebpf.MapSpec `ebpf:"live_vals"`
+	Sampled       *ebpf.MapSpec `ebpf:"sampled"`
 	Stacks        *ebpf.MapSpec `ebpf:"stacks"`
 	Threads       *ebpf.MapSpec `ebpf:"threads"`
 	TotalsKeys    *ebpf.MapSpec `ebpf:"totals_keys"`
@@ -257,6 +271,7 @@ type heapscopeVariableSpecs struct {
 	Aggregate   *ebpf.VariableSpec `ebpf:"aggregate"`
 	Families    *ebpf.VariableSpec `ebpf:"families"`
 	LiveMask    *ebpf.VariableSpec `ebpf:"live_mask"`
+	SampleRate  *ebpf.VariableSpec `ebpf:"sample_rate"`
 	StackKinds  *ebpf.VariableSpec `ebpf:"stack_kinds"`
 	TotalsMask  *ebpf.VariableSpec `ebpf:"totals_mask"`
 	UnusedEvent *ebpf.VariableSpec `ebpf:"unused_event"`
@@ -293,6 +308,7 @@ type heapscopeMaps struct {
 	InternalFrees *ebpf.Map `ebpf:"internal_frees"`
 	LiveKeys      *ebpf.Map `ebpf:"live_keys"`
 	LiveVals      *ebpf.Map `ebpf:"live_vals"`
+	Sampled       *ebpf.Map `ebpf:"sampled"`
 	Stacks        *ebpf.Map `ebpf:"stacks"`
 	Threads       *ebpf.Map `ebpf:"threads"`
 	TotalsKeys    *ebpf.Map `ebpf:"totals_keys"`
@@ -311,6 +327,7 @@ func (m *heapscopeMaps) Close() error {
 		m.InternalFrees,
 		m.LiveKeys,
 		m.LiveVals,
+		m.Sampled,
 		m.Stacks,
 		m.Threads,
 		m.TotalsKeys,
@@ -328,6 +345,7 @@ type heapscopeVariables struct {
 	Aggregate   *ebpf.Variable `ebpf:"aggregate"`
 	Families    *ebpf.Variable `ebpf:"families"`
 	LiveMask    *ebpf.Variable `ebpf:"live_mask"`
+	SampleRate  *ebpf.Variable `ebpf:"sample_rate"`
 	StackKinds  *ebpf.Variable `ebpf:"stack_kinds"`
 	TotalsMask  *ebpf.Variable `ebpf:"totals_mask"`
 	UnusedEvent *ebpf.Variable `ebpf:"unused_event"`

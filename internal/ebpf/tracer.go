@@ -198,6 +198,7 @@ func (t *Tracer) load() error {
 		set("wakeup_mask", wakeupMask),
 		set("stack_kinds", stackMask(t.cfg.Stacks)),
 		set("uw", boolByte(t.cfg.UnwindTables)),
+		set("sample_rate", uint64(t.cfg.Sample)),
 	); err != nil {
 		return err
 	}
@@ -205,6 +206,9 @@ func (t *Tracer) load() error {
 	spec.Maps["stacks"].MaxEntries = uint32(t.cfg.StackMapSize)
 	if t.cfg.UnwindTables {
 		spec.Maps["uw_entries"].MaxEntries = uint32(t.cfg.UnwindEntries)
+	}
+	if t.cfg.Sample > 0 {
+		spec.Maps["sampled"].MaxEntries = uint32(t.cfg.MaxLive)
 	}
 	liveSlots, totalSlots := bucketSlots, bucketSlots // unused in stream mode
 	if t.cfg.Mode == Stream {

@@ -131,6 +131,25 @@ struct thread {
 	__u64 rules[MAX_FRAMES + 1];
 	__u32 rules_gen;
 	__u32 pad4;
+	// Sampling (sample_rate > 0): bytes left until the next sampled
+	// allocation; whether smp_left has been drawn; the decision for the
+	// allocation in progress (SMP_*), taken at its entry.
+	__s64 smp_left;
+	__u8 smp_init;
+	__u8 smp;
+	__u8 pad5[6];
+};
+
+// What sampling decided for the allocation in progress.
+#define SMP_SKIP 0 // not sampled: its return records nothing
+#define SMP_NEW 1  // sampled: record it, as an allocation (a realloc's old block was not)
+#define SMP_WAS 2  // a realloc of a sampled block: record it, with the old block
+
+// A sampled block, in the sampled map.
+struct smp_key {
+	__u64 addr;
+	__u32 pid;
+	__u32 pad;
 };
 
 struct event {
