@@ -61,14 +61,30 @@ func (dw *dwarfInfo) index() {
 	}
 }
 
-func (dw *dwarfInfo) sortRanges() {
-	sort.Slice(dw.cus, func(i, j int) bool { return dw.cus[i].lo < dw.cus[j].lo })
-	dw.maxHi = make([]uint64, len(dw.cus))
+func (dw *dwarfInfo) sortRanges() { dw.maxHi = sortSpans(dw.cus) }
+
+// span is an address range that searchRanges can search.
+type span interface{ bounds() (lo, hi uint64) }
+
+func (c cuRange) bounds() (uint64, uint64)   { return c.lo, c.hi }
+func (f funcRange) bounds() (uint64, uint64) { return f.lo, f.hi }
+
+// sortSpans sorts rs by their low ends and returns the running maximum of
+// their high ends, which searchRanges needs.
+func sortSpans[T span](rs []T) []uint64 {
+	sort.Slice(rs, func(i, j int) bool {
+		a, _ := rs[i].bounds()
+		b, _ := rs[j].bounds()
+		return a < b
+	})
+	maxHi := make([]uint64, len(rs))
 	var hi uint64
-	for i, c := range dw.cus {
-		hi = max(hi, c.hi)
-		dw.maxHi[i] = hi
+	for i, r := range rs {
+		_, h := r.bounds()
+		hi = max(hi, h)
+		maxHi[i] = hi
 	}
+	return maxHi
 }
 
 func dedupUint64(x []uint64) []uint64 {

@@ -8,19 +8,9 @@ import (
 // skipping their children, and descending only into namespaces, where C++
 // and Rust put functions.
 func (dw *dwarfInfo) decodeFuncs(u *unit) {
-	pos := u.next
 	var d die
-	for depth := 1; depth > 0 && pos < len(u.data); {
-		next, err := u.entry(pos, &d)
-		if err != nil {
-			dw.warn("%s: DWARF entries: %v", dw.name, err)
-			break
-		}
-		pos = next
+	dw.walkEntries(u, u.next, &d, func(int) bool {
 		switch d.tag {
-		case 0:
-			depth--
-			continue
 		case tagSubprogram:
 			if ranges := dw.rangesOf(u, &d); len(ranges) > 0 {
 				fn := int32(len(u.fns))
@@ -32,23 +22,11 @@ func (dw *dwarfInfo) decodeFuncs(u *unit) {
 				}
 			}
 		case tagNamespace, tagModule:
-			if d.children {
-				depth++
-				continue
-			}
+			return true
 		}
-		if pos, err = u.skip(pos, &d); err != nil {
-			dw.warn("%s: DWARF entries: %v", dw.name, err)
-			break
-		}
-	}
-	sort.Slice(u.funcs, func(i, j int) bool { return u.funcs[i].lo < u.funcs[j].lo })
-	u.maxHi = make([]uint64, len(u.funcs))
-	var hi uint64
-	for i, f := range u.funcs {
-		hi = max(hi, f.hi)
-		u.maxHi[i] = hi
-	}
+		return false
+	})
+	u.maxHi = sortSpans(u.funcs)
 }
 
 // decodeFunction reads the tree of a function's entry: its ranges and the
@@ -77,26 +55,15 @@ func (dw *dwarfInfo) decodeFunction(u *unit, fn *function) {
 		inl   int32 // its inline depth
 	}
 	var stack []open
-	for depth := 1; depth > 0 && pos < len(u.data); {
-		next, err := u.entry(pos, &d)
-		if err != nil {
-			dw.warn("%s: DWARF entries: %v", dw.name, err)
-			break
-		}
-		pos = next
-		if d.tag == 0 {
-			depth--
-			continue
-		}
+	dw.walkEntries(u, pos, &d, func(depth int) bool {
 		for len(stack) > 0 && stack[len(stack)-1].depth >= depth {
 			stack = stack[:len(stack)-1]
 		}
-		descend := false
 		switch d.tag {
 		case tagInlinedSubroutine:
 			ranges := dw.rangesOf(u, &d)
 			if len(ranges) == 0 {
-				break
+				return false
 			}
 			s := dw.newScope(u, &d)
 			s.depth = 1
@@ -112,17 +79,37 @@ func (dw *dwarfInfo) decodeFunction(u *unit, fn *function) {
 				}
 			}
 			stack = append(stack, open{depth, s.depth})
-			descend = true
+			return true
 		case tagLexicalBlock:
-			descend = true
+			return true
 		}
-		if d.children {
-			if descend {
-				depth++
-			} else if pos, err = u.skip(pos, &d); err != nil {
+		return false
+	})
+}
+
+// walkEntries reads the entries of u from pos into d, to the end of the
+// level pos is at (depth 1), and calls visit with each one's depth; visit
+// says whether to go into the entry's children, which are skipped
+// otherwise. An entry that cannot be read ends the walk, with a warning.
+func (dw *dwarfInfo) walkEntries(u *unit, pos int, d *die, visit func(depth int) (descend bool)) {
+	for depth := 1; depth > 0 && pos < len(u.data); {
+		next, err := u.entry(pos, d)
+		if err != nil {
+			dw.warn("%s: DWARF entries: %v", dw.name, err)
+			return
+		}
+		pos = next
+		if d.tag == 0 {
+			depth--
+			continue
+		}
+		if !visit(depth) {
+			if pos, err = u.skip(pos, d); err != nil {
 				dw.warn("%s: DWARF entries: %v", dw.name, err)
-				break
+				return
 			}
+		} else if d.children {
+			depth++
 		}
 	}
 }
