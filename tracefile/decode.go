@@ -123,11 +123,7 @@ func (d *timelineDecoder) decode(sec []byte, rawLen uint32, dec *zstd.Decoder, w
 	return d.replay(&st, base, w, sink)
 }
 
-// replay decodes the streams of a timeline section. The loop is kept whole
-// where every event goes, with each stream's index in a local and the
-// one- and two-byte varints decoded inline, so that they stay in registers;
-// what is rare (extended ops, exits and snapshots, a thread's first
-// appearance, the final check) is in the functions after it.
+// replay decodes the streams of a timeline section.
 func (d *timelineDecoder) replay(st *[numStreams][]byte, base int64, w Window, sink event.Sink) error {
 	ops := st[sOps]
 	if d.batch == nil {
@@ -179,17 +175,32 @@ func (d *timelineDecoder) replay(st *[numStreams][]byte, base int64, w Window, s
 		kind, fn := event.Kind(op>>5), event.Func(op&31)
 		f := opFlags[kind&7]
 		if kind == 0 {
-			var err error
-			if op != opEventExt {
-				// An exit or a snapshot part: after the events before it.
-				if im, err = d.flushRecord(op, batch[:nb], misc, im, t, w, sink, r); err != nil {
+			switch op {
+			case opEventExt:
+				ext := st[sExt]
+				if iex+2 > len(ext) {
+					return streamErr(sExt, iex, "the kind and func of an extended event")
+				}
+				kind, fn = event.Kind(ext[iex]), event.Func(ext[iex+1])
+				iex += 2
+				f = evOld | evSized
+				if kind < 8 {
+					f |= opFlags[kind] & evNew
+				}
+			case opExit, opSnapshot:
+				if nb > 0 {
+					if err := sink.Events(batch[:nb]); err != nil {
+						return err
+					}
+					nb = 0
+				}
+				var err error
+				if im, err = d.record(op, misc, im, t, w, sink); err != nil {
 					return err
 				}
-				nb = 0
 				continue
-			}
-			if kind, fn, f, iex, err = extended(st[sExt], iex); err != nil {
-				return err
+			default:
+				return streamErr(sOps, r, fmt.Sprintf("a known op (got %#x)", op))
 			}
 		}
 
@@ -207,10 +218,16 @@ func (d *timelineDecoder) replay(st *[numStreams][]byte, base int64, w Window, s
 			}
 			slotLeft++
 			if slot >= uint64(len(threads)) {
-				var err error
-				if threads, itd, err = newThread(slot, threads, tdefs, itd, ith); err != nil {
-					return err
+				if slot != uint64(len(threads)) {
+					return streamErr(sThreads, ith, "a known thread slot or the next new one")
 				}
+				var pid, tid uint64
+				pid, itd = uvarint(tdefs, itd)
+				tid, itd = uvarint(tdefs, itd)
+				if itd < 0 || pid > 1<<32-1 || tid > 1<<32-1 {
+					return streamErr(sThreadDefs, itd, "a pid and tid for each new thread")
+				}
+				threads = append(threads, thread{uint32(pid), uint32(tid)})
 			}
 			th = threads[slot]
 		}
@@ -316,69 +333,13 @@ func (d *timelineDecoder) replay(st *[numStreams][]byte, base int64, w Window, s
 			nb = 0
 		}
 	}
-	ends := [numStreams]int{sOps: len(ops), sTimes: it, sTimeRuns: ir, sThreads: ith, sThreadDefs: itd, sHeaps: ih,
-		sStacks: ist, sSizes: isz, sNewAddrs: ian, sOldAddrs: iao, sOldSizes: ios, sExt: iex, sMisc: im}
-	if err := consumed(st, &ends, zeros|slotLeft|heapLeft); err != nil {
-		return err
+	if it != len(times) || ir != len(runs) || zeros != 0 || ith != len(threadSt) || slotLeft != 0 || itd != len(tdefs) ||
+		ih != len(heaps) || heapLeft != 0 || ist != len(stacks) || isz != len(sizes) || ian != len(newAddrs) ||
+		iao != len(oldAddrs) || ios != len(oldSizes) || im != len(misc) || iex != len(st[sExt]) {
+		return &decodeError{"timeline section end", "every stream consumed exactly"}
 	}
 	if nb > 0 {
 		return sink.Events(batch[:nb])
-	}
-	return nil
-}
-
-// flushRecord hands the events decoded so far to sink, then decodes the
-// exit or snapshot part of op at misc[im:] (see record). r is the record's
-// index, for errors.
-func (d *timelineDecoder) flushRecord(op byte, events []event.Event, misc []byte, im int, t int64, w Window, sink event.Sink, r int) (int, error) {
-	if op != opExit && op != opSnapshot {
-		return im, streamErr(sOps, r, fmt.Sprintf("a known op (got %#x)", op))
-	}
-	if len(events) > 0 {
-		if err := sink.Events(events); err != nil {
-			return im, err
-		}
-	}
-	return d.record(op, misc, im, t, w, sink)
-}
-
-// extended decodes the kind and func of an extended event at ext[i:], and
-// its flags: extended events store the old address and size.
-func extended(ext []byte, i int) (event.Kind, event.Func, byte, int, error) {
-	if i+2 > len(ext) {
-		return 0, 0, 0, i, streamErr(sExt, i, "the kind and func of an extended event")
-	}
-	kind, fn := event.Kind(ext[i]), event.Func(ext[i+1])
-	f := byte(evOld | evSized)
-	if kind < 8 {
-		f |= opFlags[kind] & evNew
-	}
-	return kind, fn, f, i + 2, nil
-}
-
-// newThread defines thread slot, which must be the next new one, from
-// tdefs[itd:]. ith is where the threads stream is, for errors.
-func newThread(slot uint64, threads []thread, tdefs []byte, itd, ith int) ([]thread, int, error) {
-	if slot != uint64(len(threads)) {
-		return threads, itd, streamErr(sThreads, ith, "a known thread slot or the next new one")
-	}
-	var pid, tid uint64
-	pid, itd = uvarint(tdefs, itd)
-	tid, itd = uvarint(tdefs, itd)
-	if itd < 0 || pid > 1<<32-1 || tid > 1<<32-1 {
-		return threads, itd, streamErr(sThreadDefs, itd, "a pid and tid for each new thread")
-	}
-	return append(threads, thread{uint32(pid), uint32(tid)}), itd, nil
-}
-
-// consumed checks that the records used every stream to its end (ends
-// holds where each was left) and ended every run (left is what the runs
-// had left, or'ed together).
-func consumed(st *[numStreams][]byte, ends *[numStreams]int, left uint64) error {
-	for k, b := range st {
-		if ends[k] != len(b) || left != 0 {
-			return &decodeError{"timeline section end", "every stream consumed exactly"}
-		}
 	}
 	return nil
 }
