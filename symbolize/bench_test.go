@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/heapscope/heapscope/buildid"
 	"github.com/heapscope/heapscope/event"
-	"github.com/heapscope/heapscope/internal/proc"
 )
 
 // benchTarget maps the executable segment of a real file as ld.so would, at
@@ -18,7 +18,7 @@ func benchTarget(tb testing.TB, path string, n int) (event.Module, []uint64) {
 		tb.Skipf("%s: %v", path, err)
 	}
 	defer f.Close()
-	id, _ := proc.BuildID(path)
+	id, _ := buildid.File(path)
 	const page, base = 4096, 0x7f0000000000
 	for _, p := range f.Progs {
 		if p.Type != elf.PT_LOAD || p.Flags&elf.PF_X == 0 {

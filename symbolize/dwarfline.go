@@ -135,160 +135,226 @@ func (r *lineReader) cstring() string {
 // to compDir.
 func parseLines(b []byte, order binary.ByteOrder, addrSize int, compDir string, strs lineStrings) (files []string, rows []lineRow, err error) {
 	r := &lineReader{b: b, order: order}
+	h, err := r.header(addrSize)
+	if err != nil {
+		return nil, nil, err
+	}
+	dirs, files := r.fileNames(h.version, compDir, strs)
+	if r.err != nil {
+		return nil, nil, fmt.Errorf("line table header: %w", r.err)
+	}
+	r.i = h.program
+	m := lineMachine{r: r, h: &h, dirs: dirs, files: files}
+	m.run()
+	sortRows(m.rows)
+	if r.err != nil {
+		err = fmt.Errorf("line table: %w", r.err)
+	}
+	return m.files, m.rows, err
+}
+
+// lineHeader is what the program of a line table needs of its header.
+type lineHeader struct {
+	version   int
+	addrSize  int
+	program   int // index of the program in the reader's bytes
+	minInst   int
+	maxOps    int
+	lineBase  int
+	lineRange int
+	opBase    int
+	opLens    []int // operand counts of the standard opcodes, by opcode
+}
+
+// header reads a line table's header up to its directory and file tables,
+// and limits r to the table. addrSize is the unit's, which DWARF 5 tables
+// repeat.
+func (r *lineReader) header(addrSize int) (lineHeader, error) {
+	var h lineHeader
 	length := r.fixed(4)
 	if length == 0xffffffff {
 		r.dwarf64, length = true, r.fixed(8)
 	}
-	if r.err != nil || length > uint64(len(b)-r.i) {
-		return nil, nil, errors.New("line table: bad length")
+	if r.err != nil || length > uint64(len(r.b)-r.i) {
+		return h, errors.New("line table: bad length")
 	}
-	r.b = b[:r.i+int(length)]
-	version := r.fixed(2)
-	if r.err == nil && (version < 2 || version > 5) {
-		return nil, nil, fmt.Errorf("line table: unknown version %d", version)
+	r.b = r.b[:r.i+int(length)]
+	h.version = int(r.fixed(2))
+	if r.err == nil && (h.version < 2 || h.version > 5) {
+		return h, fmt.Errorf("line table: unknown version %d", h.version)
 	}
-	if version >= 5 {
-		addrSize = int(r.u8())
+	h.addrSize = addrSize
+	if h.version >= 5 {
+		h.addrSize = int(r.u8())
 		r.u8() // segment selector size
 	}
 	hlen := r.offset()
 	if r.err != nil || hlen > uint64(len(r.b)-r.i) {
-		return nil, nil, errors.New("line table: bad header length")
+		return h, errors.New("line table: bad header length")
 	}
-	program := r.i + int(hlen)
-	minInst := int(r.u8())
-	maxOps := 1
-	if version >= 4 {
-		maxOps = int(r.u8())
+	h.program = r.i + int(hlen)
+	h.minInst = int(r.u8())
+	h.maxOps = 1
+	if h.version >= 4 {
+		h.maxOps = int(r.u8())
 	}
-	defaultStmt := r.u8() != 0
-	_ = defaultStmt
-	lineBase := int(int8(r.u8()))
-	lineRange := int(r.u8())
-	opBase := int(r.u8())
+	r.u8() // default_is_stmt: every row is taken
+	h.lineBase = int(int8(r.u8()))
+	h.lineRange = int(r.u8())
+	h.opBase = int(r.u8())
 	if r.err != nil {
-		return nil, nil, fmt.Errorf("line table header: %w", r.err)
+		return h, fmt.Errorf("line table header: %w", r.err)
 	}
-	if maxOps == 0 || lineRange == 0 {
-		return nil, nil, errors.New("line table header: zero operations per instruction or line range")
+	if h.maxOps == 0 || h.lineRange == 0 {
+		return h, errors.New("line table header: zero operations per instruction or line range")
 	}
-	opLens := make([]int, max(opBase, 1))
-	for op := 1; op < opBase; op++ {
-		opLens[op] = int(r.u8())
-		if op < len(knownOpcodeLengths) && opLens[op] != knownOpcodeLengths[op] && r.err == nil {
-			return nil, nil, fmt.Errorf("line table header: opcode %d has %d operands", op, opLens[op])
+	h.opLens = make([]int, max(h.opBase, 1))
+	for op := 1; op < h.opBase; op++ {
+		h.opLens[op] = int(r.u8())
+		if op < len(knownOpcodeLengths) && h.opLens[op] != knownOpcodeLengths[op] && r.err == nil {
+			return h, fmt.Errorf("line table header: opcode %d has %d operands", op, h.opLens[op])
 		}
 	}
-	if addrSize != 4 && addrSize != 8 {
-		return nil, nil, fmt.Errorf("line table header: address size %d", addrSize)
+	if h.addrSize != 4 && h.addrSize != 8 {
+		return h, fmt.Errorf("line table header: address size %d", h.addrSize)
 	}
+	return h, nil
+}
 
-	var dirs []string
-	if version < 5 {
-		dirs = append(dirs, compDir)
-		for {
-			d := r.cstring()
-			if r.err != nil || d == "" {
-				break
-			}
-			if !isAbs(d) {
-				d = joinPath(compDir, d)
-			}
-			dirs = append(dirs, d)
-		}
-		files = append(files, "") // file numbers start at 1
-		for r.err == nil {
-			name, done := r.fileEntry(dirs)
-			if done {
-				break
-			}
-			files = append(files, name)
-		}
-	} else {
+// fileNames reads the directory and file tables of a line table header.
+func (r *lineReader) fileNames(version int, compDir string, strs lineStrings) (dirs, files []string) {
+	if version >= 5 {
 		dirs = r.entries(nil, strs)
-		files = r.entries(dirs, strs)
+		return dirs, r.entries(dirs, strs)
 	}
-	if r.err != nil {
-		return nil, nil, fmt.Errorf("line table header: %w", r.err)
-	}
-
-	// The program. Its state: the registers rows are made of.
-	r.i = program
-	var addr uint64
-	var opIndex int
-	file, line := 1, 1
-	reset := func() { addr, opIndex, file, line = 0, 0, 1, 1 }
-	advance := func(n int) {
-		opIndex += n
-		addr += uint64(minInst * (opIndex / maxOps))
-		opIndex %= maxOps
-	}
-	emit := func(end bool) {
-		f := int32(-1)
-		if file >= 0 && file < len(files) {
-			f = int32(file)
+	dirs = append(dirs, compDir)
+	for {
+		d := r.cstring()
+		if r.err != nil || d == "" {
+			break
 		}
-		rows = append(rows, lineRow{addr: addr, line: int32(line), file: f, end: end})
+		if !isAbs(d) {
+			d = joinPath(compDir, d)
+		}
+		dirs = append(dirs, d)
 	}
+	files = append(files, "") // file numbers start at 1
+	for r.err == nil {
+		name, done := r.fileEntry(dirs)
+		if done {
+			break
+		}
+		files = append(files, name)
+	}
+	return dirs, files
+}
+
+// lineMachine runs a line program: its registers, and the rows and files
+// it has made.
+type lineMachine struct {
+	r     *lineReader
+	h     *lineHeader
+	dirs  []string
+	files []string
+	rows  []lineRow
+
+	addr    uint64
+	opIndex int
+	file    int
+	line    int
+}
+
+func (m *lineMachine) reset() { m.addr, m.opIndex, m.file, m.line = 0, 0, 1, 1 }
+
+// advance moves the address by n operations.
+func (m *lineMachine) advance(n int) {
+	m.opIndex += n
+	m.addr += uint64(m.h.minInst * (m.opIndex / m.h.maxOps))
+	m.opIndex %= m.h.maxOps
+}
+
+// emit appends a row from the registers.
+func (m *lineMachine) emit(end bool) {
+	f := int32(-1)
+	if m.file >= 0 && m.file < len(m.files) {
+		f = int32(m.file)
+	}
+	m.rows = append(m.rows, lineRow{addr: m.addr, line: int32(m.line), file: f, end: end})
+}
+
+// run decodes the program from the reader's index to the table's end, or
+// to the first error.
+func (m *lineMachine) run() {
+	r, h := m.r, m.h
+	m.reset()
 	for r.err == nil && r.i < len(r.b) {
 		op := int(r.u8())
-		if op >= opBase {
-			adj := op - opBase
-			advance(adj / lineRange)
-			line += lineBase + adj%lineRange
-			emit(false)
+		if op >= h.opBase {
+			adj := op - h.opBase
+			m.advance(adj / h.lineRange)
+			m.line += h.lineBase + adj%h.lineRange
+			m.emit(false)
 			continue
 		}
 		switch op {
 		case 0:
-			n := r.uleb()
-			start := r.i
-			if r.err != nil || n > uint64(len(r.b)-start) || n == 0 {
-				r.fail(errors.New("bad extended opcode length"))
-				break
-			}
-			switch r.u8() {
-			case lneEndSequence:
-				emit(true)
-				reset()
-			case lneSetAddress:
-				if n-1 >= uint64(addrSize) {
-					addr, opIndex = r.fixed(addrSize), 0
-				}
-			case lneDefineFile:
-				name, done := r.fileEntry(dirs)
-				if done {
-					r.fail(errors.New("bad DW_LNE_define_file"))
-				}
-				files = append(files, name)
-			case lneSetDiscriminator:
-				r.uleb()
-			}
-			r.i = start + int(n)
+			m.extended()
 		case lnsCopy:
-			emit(false)
+			m.emit(false)
 		case lnsAdvancePC:
-			advance(int(r.uleb()))
+			m.advance(int(r.uleb()))
 		case lnsAdvanceLine:
-			line += int(r.sleb())
+			m.line += int(r.sleb())
 		case lnsSetFile:
-			file = int(r.uleb())
+			m.file = int(r.uleb())
 		case lnsSetColumn, lnsSetISA:
 			r.uleb()
 		case lnsNegateStmt, lnsSetBasicBlock, lnsSetPrologueEnd, lnsSetEpilogueBegin:
 		case lnsConstAddPC:
-			advance((255 - opBase) / lineRange)
+			m.advance((255 - h.opBase) / h.lineRange)
 		case lnsFixedAdvancePC:
-			addr += r.fixed(2)
+			m.addr += r.fixed(2)
 		default:
-			for k := 0; k < opLens[op]; k++ {
+			for k := 0; k < h.opLens[op]; k++ {
 				r.uleb()
 			}
 		}
 	}
-	// Sequences may come in any order; within one, addresses only grow. At
-	// an address where one sequence ends and another begins, the end sorts
-	// first so that the beginning wins.
+}
+
+// extended decodes an extended opcode, after its 0 byte.
+func (m *lineMachine) extended() {
+	r := m.r
+	n := r.uleb()
+	start := r.i
+	if r.err != nil || n > uint64(len(r.b)-start) || n == 0 {
+		r.fail(errors.New("bad extended opcode length"))
+		return
+	}
+	switch r.u8() {
+	case lneEndSequence:
+		m.emit(true)
+		m.reset()
+	case lneSetAddress:
+		if n-1 >= uint64(m.h.addrSize) {
+			m.addr, m.opIndex = r.fixed(m.h.addrSize), 0
+		}
+	case lneDefineFile:
+		name, done := r.fileEntry(m.dirs)
+		if done {
+			r.fail(errors.New("bad DW_LNE_define_file"))
+		}
+		m.files = append(m.files, name)
+	case lneSetDiscriminator:
+		r.uleb()
+	}
+	r.i = start + int(n)
+}
+
+// sortRows sorts rows by address. Sequences may come in any order; within
+// one, addresses only grow. At an address where one sequence ends and
+// another begins, the end sorts first so that the beginning wins.
+func sortRows(rows []lineRow) {
 	sort.SliceStable(rows, func(i, j int) bool {
 		a, b := &rows[i], &rows[j]
 		if a.addr != b.addr {
@@ -296,10 +362,6 @@ func parseLines(b []byte, order binary.ByteOrder, addrSize int, compDir string, 
 		}
 		return a.end && !b.end
 	})
-	if r.err != nil {
-		err = fmt.Errorf("line table: %w", r.err)
-	}
-	return files, rows, err
 }
 
 // fileEntry reads a file entry of a table before DWARF 5; done at the

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"path/filepath"
 
+	"github.com/heapscope/heapscope/buildid"
 	"github.com/heapscope/heapscope/event"
-	"github.com/heapscope/heapscope/internal/proc"
 	"github.com/heapscope/heapscope/symbolize"
 )
 
@@ -40,7 +40,7 @@ func libcMalloc() (event.Module, uint64, error) {
 		return event.Module{}, 0, err
 	}
 	defer f.Close()
-	id, err := proc.ELFBuildID(f)
+	id, err := buildid.ELF(f)
 	if err != nil {
 		return event.Module{}, 0, err
 	}

@@ -12,8 +12,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/heapscope/heapscope/buildid"
 	"github.com/heapscope/heapscope/event"
-	"github.com/heapscope/heapscope/internal/proc"
 )
 
 // loc is an address resolved within an object: one per frame, innermost
@@ -189,13 +189,10 @@ func newELF(r io.ReaderAt) (f *elf.File, err error) {
 	return elf.NewFile(r)
 }
 
-func buildID(f *elf.File) (id string) {
-	defer func() {
-		if recover() != nil {
-			id = ""
-		}
-	}()
-	id, _ = proc.ELFBuildID(f)
+// buildID is f's build-id; one that cannot be read is none, and the file
+// is then not taken for the traced build.
+func buildID(f *elf.File) string {
+	id, _ := buildid.ELF(f)
 	return id
 }
 

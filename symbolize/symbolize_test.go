@@ -12,8 +12,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/heapscope/heapscope/buildid"
 	"github.com/heapscope/heapscope/event"
-	"github.com/heapscope/heapscope/internal/proc"
 	"github.com/heapscope/heapscope/internal/testutil"
 )
 
@@ -246,7 +246,7 @@ func TestDebugLink(t *testing.T) {
 			stripped, debug := splitDebug(t, bin, t.TempDir(), "app")
 			w := run(t, stripped)
 			m := w.module(t, w.pcs[0])
-			if id, _ := proc.BuildID(stripped); id != m.BuildID || (c.o.Flags != nil) != (id == "") {
+			if id, _ := buildid.File(stripped); id != m.BuildID || (c.o.Flags != nil) != (id == "") {
 				t.Fatalf("build-id %q, module %q", id, m.BuildID)
 			}
 			s := w.symbolizer(Options{})

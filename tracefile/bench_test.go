@@ -33,6 +33,22 @@ func makeBatches(g generator, n int) [][]event.Event {
 	return bs
 }
 
+// streamCases are the event streams BenchmarkWrite and BenchmarkReplay
+// run on, each at 1 ns and at the default time resolution (res 0).
+var streamCases = []struct {
+	name string
+	res  int64
+}{{"synthetic/exact", 1}, {"synthetic/default", 0}, {"churn/exact", 1}, {"churn/default", 0}, {"python/exact", 1}, {"python/default", 0}}
+
+// benchStream is the generator of a synthetic or churn case: the synthetic
+// stream is the noisier one, churn the churn workload's with two threads.
+func benchStream(name string) generator {
+	if strings.HasPrefix(name, "churn") {
+		return newChurnSynth(1)
+	}
+	return newSynth(7, 100, 4, 3000)
+}
+
 // BenchmarkWrite measures the Writer as its caller sees it, one b.N = one
 // event: encoding, and waiting for the compressor when it falls behind
 // (compression and writing run in the Writer's own goroutine, which
@@ -42,10 +58,7 @@ func makeBatches(g generator, n int) [][]event.Event {
 // (bench/) with two threads; python is the first million events of a
 // python3 run recorded by heaptrack, when it is installed.
 func BenchmarkWrite(b *testing.B) {
-	for _, c := range []struct {
-		name string
-		res  int64
-	}{{"synthetic/exact", 1}, {"synthetic/default", 0}, {"churn/exact", 1}, {"churn/default", 0}, {"python/exact", 1}, {"python/default", 0}} {
+	for _, c := range streamCases {
 		b.Run(c.name, func(b *testing.B) {
 			// The collector hands over batches it has just filled: keep
 			// the input small enough to stay in cache.
@@ -59,10 +72,7 @@ func BenchmarkWrite(b *testing.B) {
 					batches = append(batches, evs[:min(len(evs), 1024)])
 				}
 			} else {
-				var g generator = newSynth(7, 100, 4, 3000)
-				if strings.HasPrefix(c.name, "churn") {
-					g = newChurnSynth(1)
-				}
+				g := benchStream(c.name)
 				batches = makeBatches(g, 1<<18)
 				defs = g.defs
 			}
@@ -116,10 +126,10 @@ func BenchmarkEncode(b *testing.B) {
 		res  int64
 		g    func() gen
 	}{
-		{"churn/exact", 1, func() gen { return newChurnSynth(1) }},
-		{"churn/default", int64(DefaultTimeResolution), func() gen { return newChurnSynth(1) }},
-		{"synthetic/exact", 1, func() gen { return newSynth(7, 100, 4, 3000) }},
-		{"synthetic/default", int64(DefaultTimeResolution), func() gen { return newSynth(7, 100, 4, 3000) }},
+		{"churn/exact", 1, func() gen { return benchStream("churn") }},
+		{"churn/default", int64(DefaultTimeResolution), func() gen { return benchStream("churn") }},
+		{"synthetic/exact", 1, func() gen { return benchStream("synthetic") }},
+		{"synthetic/default", int64(DefaultTimeResolution), func() gen { return benchStream("synthetic") }},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			// A chunk's worth of events, encoded again and again.
@@ -203,10 +213,7 @@ func (c *collector) defs(s event.Sink) error {
 // run recorded by heaptrack (see TestCompactVsHeaptrack), when heaptrack
 // is installed.
 func BenchmarkReplay(b *testing.B) {
-	for _, c := range []struct {
-		name string
-		res  int64
-	}{{"synthetic/exact", 1}, {"synthetic/default", 0}, {"churn/exact", 1}, {"churn/default", 0}, {"python/exact", 1}, {"python/default", 0}} {
+	for _, c := range streamCases {
 		b.Run(c.name, func(b *testing.B) {
 			path := filepath.Join(b.TempDir(), "r.hst")
 			w, err := Create(path, testHeader(Sequential, 0), Options{TimeResolution: timeRes(c.res), FlushInterval: -1})
@@ -216,10 +223,7 @@ func BenchmarkReplay(b *testing.B) {
 				n = heaptrackEvents(b, pythonRaw(b), w, newGapSampler(1))
 			} else {
 				n = 4 << 20
-				var g generator = newSynth(7, 100, 4, 3000)
-				if strings.HasPrefix(c.name, "churn") {
-					g = newChurnSynth(1)
-				}
+				g := benchStream(c.name)
 				batches := makeBatches(g, n)
 				check(b, g.defs(w))
 				for _, bt := range batches {

@@ -73,18 +73,27 @@ func containsWarning(warns []string, s string) bool {
 	return false
 }
 
+// twoProcessWriter creates a trace at path in mode, of max bytes in chunks
+// of chunk bytes at 1 ns, and the generators of the two processes the mode
+// tests write, with the first one's definitions written.
+func twoProcessWriter(t *testing.T, path string, mode Mode, max int64, chunk int) (*Writer, *synth, *synth) {
+	t.Helper()
+	w, err := Create(path, testHeader(mode, max), Options{ChunkSize: chunk, TimeResolution: 1})
+	check(t, err)
+	g1, g2 := newSynth(1, 100, 3, 400), newSynth(2, 200, 2, 300)
+	check(t, g1.defs(w))
+	return w, g1, g2
+}
+
 func TestCircularKeepsTheNewest(t *testing.T) {
 	for _, crash := range []bool{false, true} {
 		t.Run(fmt.Sprintf("crash=%v", crash), func(t *testing.T) {
 			dir := t.TempDir()
 			path := filepath.Join(dir, "ring.hst")
 			const max = 192 << 10
-			w, err := Create(path, testHeader(Circular, max), Options{ChunkSize: 8 << 10, TimeResolution: 1})
-			check(t, err)
 			// Two processes; the second appears after the ring has wrapped,
 			// and the first exits then.
-			g1, g2 := newSynth(1, 100, 3, 400), newSynth(2, 200, 2, 300)
-			check(t, g1.defs(w))
+			w, g1, g2 := twoProcessWriter(t, path, Circular, max, 8<<10)
 			var all []event.Event
 			write := func(g *synth, n int) {
 				for i := 0; i < n; i += 512 {
@@ -151,10 +160,7 @@ func TestNewFileEachReadableAlone(t *testing.T) {
 	dir := t.TempDir()
 	pattern := filepath.Join(dir, "trace-%d.hst")
 	const max = 128 << 10
-	w, err := Create(pattern, testHeader(NewFile, max), Options{ChunkSize: 16 << 10, TimeResolution: 1})
-	check(t, err)
-	g1, g2 := newSynth(1, 100, 3, 400), newSynth(2, 200, 2, 300)
-	check(t, g1.defs(w))
+	w, g1, g2 := twoProcessWriter(t, pattern, NewFile, max, 16<<10)
 	check(t, g2.defs(w))
 	var all []event.Event
 	exitFile := 0

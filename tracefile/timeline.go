@@ -299,13 +299,26 @@ func (e *timelineEncoder) addBlock(evs []event.Event) {
 	e.events += len(evs)
 }
 
+// reserveTimes makes room for the times of n events in the times and time
+// runs streams, and returns where to write and the lengths so far.
+func (e *timelineEncoder) reserveTimes(n int) (tp, rp unsafe.Pointer, tn, rn int) {
+	e.s[sTimes], tp = reserve(e.s[sTimes], n*roomTimes)
+	e.s[sTimeRuns], rp = reserve(e.s[sTimeRuns], n*roomRuns)
+	return tp, rp, len(e.s[sTimes]), len(e.s[sTimeRuns])
+}
+
+// doneTimes ends the streams at the lengths written, and keeps the state
+// the next batch of nev events' times starts from.
+func (e *timelineEncoder) doneTimes(tn, rn int, prev int64, run uint64, nev int, minT, maxT int64) {
+	e.s[sTimes], e.s[sTimeRuns] = e.s[sTimes][:tn], e.s[sTimeRuns][:rn]
+	e.prevTime, e.run, e.records = prev, run, e.records+nev
+	e.minTime, e.maxTime = minT, maxT
+}
+
 // addTimes stores the times of evs, rounded to the resolution.
 func (e *timelineEncoder) addTimes(evs []event.Event) {
 	nev := len(evs)
-	var tp, rp unsafe.Pointer
-	e.s[sTimes], tp = reserve(e.s[sTimes], nev*roomTimes)
-	e.s[sTimeRuns], rp = reserve(e.s[sTimeRuns], nev*roomRuns)
-	tn, rn := len(e.s[sTimes]), len(e.s[sTimeRuns])
+	tp, rp, tn, rn := e.reserveTimes(nev)
 	res, prev, run := e.res, e.prevTime, e.run
 	minT, maxT := e.minTime, e.maxTime
 	if e.records == 0 {
@@ -339,18 +352,13 @@ func (e *timelineEncoder) addTimes(evs []event.Event) {
 		prev = u
 		minT, maxT = min(minT, t), max(maxT, t)
 	}
-	e.s[sTimes], e.s[sTimeRuns] = e.s[sTimes][:tn], e.s[sTimeRuns][:rn]
-	e.prevTime, e.run, e.records = prev, run, e.records+nev
-	e.minTime, e.maxTime = minT, maxT
+	e.doneTimes(tn, rn, prev, run, nev, minT, maxT)
 }
 
 // addExactTimes is addTimes at a resolution of 1 ns.
 func (e *timelineEncoder) addExactTimes(evs []event.Event) {
 	nev := len(evs)
-	var tp, rp unsafe.Pointer
-	e.s[sTimes], tp = reserve(e.s[sTimes], nev*roomTimes)
-	e.s[sTimeRuns], rp = reserve(e.s[sTimeRuns], nev*roomRuns)
-	tn, rn := len(e.s[sTimes]), len(e.s[sTimeRuns])
+	tp, rp, tn, rn := e.reserveTimes(nev)
 	prev, run := e.prevTime, e.run
 	minT, maxT := e.minTime, e.maxTime
 	if e.records == 0 {
@@ -372,9 +380,7 @@ func (e *timelineEncoder) addExactTimes(evs []event.Event) {
 		prev = t
 		minT, maxT = min(minT, t), max(maxT, t)
 	}
-	e.s[sTimes], e.s[sTimeRuns] = e.s[sTimes][:tn], e.s[sTimeRuns][:rn]
-	e.prevTime, e.run, e.records = prev, run, e.records+nev
-	e.minTime, e.maxTime = minT, maxT
+	e.doneTimes(tn, rn, prev, run, nev, minT, maxT)
 }
 
 // Per kind, the fields a compact event does not store: a field set

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/heapscope/heapscope/buildid"
 	"github.com/heapscope/heapscope/event"
 	"github.com/heapscope/heapscope/internal/proc"
 	"github.com/heapscope/heapscope/internal/testutil"
@@ -100,7 +101,7 @@ func testContainer(t *testing.T, chroot bool) {
 	checkCalls(t, rec, pid, log, siteRanges(t, bin, log.sites), aliases(t, libcPath(t, pid)), event.HeapLibc, DefaultStacks)
 	rec.checkModules(t, pid)
 
-	wantID, err := proc.BuildID(bin)
+	wantID, err := buildid.File(bin)
 	if err != nil || wantID == "" {
 		t.Fatalf("build-id of %s: %q %v", bin, wantID, err)
 	}

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"path/filepath"
 
+	"github.com/heapscope/heapscope/buildid"
 	"github.com/heapscope/heapscope/internal/ebpf/sites"
-	"github.com/heapscope/heapscope/internal/proc"
 )
 
 // glibc's own frees.
@@ -40,7 +40,7 @@ func internalFreeRanges(f *elf.File) [][2]uint64 {
 	if len(ranges) > 0 {
 		return ranges
 	}
-	id, _ := proc.ELFBuildID(f)
+	id, _ := buildid.ELF(f)
 	if len(id) < 3 {
 		return nil
 	}
@@ -49,7 +49,7 @@ func internalFreeRanges(f *elf.File) [][2]uint64 {
 		if err != nil {
 			continue
 		}
-		if did, _ := proc.ELFBuildID(d); did == id {
+		if did, _ := buildid.ELF(d); did == id {
 			ranges = funcRanges(d)
 		}
 		d.Close()

@@ -8,6 +8,7 @@ import (
 
 	"github.com/cilium/ebpf/link"
 
+	"github.com/heapscope/heapscope/buildid"
 	"github.com/heapscope/heapscope/event"
 	"github.com/heapscope/heapscope/internal/proc"
 )
@@ -165,7 +166,7 @@ func objectModules(pid uint32, name string, base uint64) ([]event.Module, error)
 		}
 	}
 	defer f.Close()
-	id, _ := proc.ELFBuildID(f)
+	id, _ := buildid.ELF(f)
 	now := monotonic()
 	const page = 4096
 	var mods []event.Module

@@ -6,8 +6,6 @@ package proc
 import (
 	"bufio"
 	"bytes"
-	"debug/elf"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -17,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/heapscope/heapscope/buildid"
 	"github.com/heapscope/heapscope/event"
 	"github.com/heapscope/heapscope/internal/errs"
 )
@@ -219,7 +218,7 @@ func Modules(pid int, now int64) ([]event.Module, error) {
 		}
 		id, ok := ids[m.Path]
 		if !ok {
-			id, _ = BuildID(MappedFile(pid, m))
+			id, _ = buildid.File(MappedFile(pid, m))
 			ids[m.Path] = id
 		}
 		mods = append(mods, event.Module{
@@ -228,71 +227,4 @@ func Modules(pid int, now int64) ([]event.Module, error) {
 		})
 	}
 	return mods, nil
-}
-
-// BuildID returns the hex GNU build-id of an ELF file, or "" if it has none.
-func BuildID(file string) (string, error) {
-	f, err := elf.Open(file)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	return ELFBuildID(f)
-}
-
-// ELFBuildID returns the hex GNU build-id of an open ELF file, or "" if it has none.
-func ELFBuildID(f *elf.File) (string, error) {
-	for _, p := range f.Progs {
-		if p.Type != elf.PT_NOTE {
-			continue
-		}
-		if id, ok := findBuildIDNote(p.Open(), p.Filesz, f.ByteOrder); ok {
-			return id, nil
-		}
-	}
-	if s := f.Section(".note.gnu.build-id"); s != nil {
-		if id, ok := findBuildIDNote(s.Open(), s.Size, f.ByteOrder); ok {
-			return id, nil
-		}
-	}
-	return "", nil
-}
-
-// findBuildIDNote scans ELF notes for NT_GNU_BUILD_ID.
-func findBuildIDNote(r interface{ Read([]byte) (int, error) }, size uint64, bo interface {
-	Uint32([]byte) uint32
-}) (string, bool) {
-	if size > 1<<20 {
-		return "", false
-	}
-	buf := make([]byte, size)
-	n, _ := readFull(r, buf)
-	buf = buf[:n]
-	for len(buf) >= 12 {
-		namesz, descsz, typ := bo.Uint32(buf[0:]), bo.Uint32(buf[4:]), bo.Uint32(buf[8:])
-		nameEnd := 12 + align4(uint64(namesz))
-		descEnd := nameEnd + align4(uint64(descsz))
-		if descEnd > uint64(len(buf)) {
-			return "", false
-		}
-		if typ == 3 && namesz == 4 && string(buf[12:15]) == "GNU" { // NT_GNU_BUILD_ID
-			return hex.EncodeToString(buf[nameEnd : nameEnd+uint64(descsz)]), true
-		}
-		buf = buf[descEnd:]
-	}
-	return "", false
-}
-
-func align4(n uint64) uint64 { return (n + 3) &^ 3 }
-
-func readFull(r interface{ Read([]byte) (int, error) }, buf []byte) (int, error) {
-	n := 0
-	for n < len(buf) {
-		m, err := r.Read(buf[n:])
-		n += m
-		if err != nil {
-			return n, err
-		}
-	}
-	return n, nil
 }
