@@ -2,55 +2,23 @@ package main
 
 import (
 	"bufio"
-	"errors"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
-	"golang.org/x/sys/unix"
-
-	"github.com/heapscope/heapscope/internal/preload"
 	"github.com/heapscope/heapscope/internal/testutil"
+	"github.com/heapscope/heapscope/internal/tracetest"
 	"github.com/heapscope/heapscope/report"
-	"github.com/heapscope/heapscope/tracefile"
 )
 
 // recordPreload runs bin under the preload provider into a trace file at
 // path, as `heapscope run` does: collector → trace writer.
 func recordPreload(t *testing.T, path string, bin string, args ...string) {
 	t.Helper()
-	var ts unix.Timespec
-	rmust(t, unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts))
-	w, err := tracefile.Create(path, tracefile.Header{Session: "e2e", Provider: "preload", Clock: "CLOCK_MONOTONIC",
-		MonoStart: ts.Nano(), WallStart: time.Now()}, tracefile.Options{})
-	rmust(t, err)
-	c, err := preload.New(preload.Config{}, w)
-	rmust(t, err)
-	cmd := exec.Command(bin, args...)
-	rmust(t, c.Prepare(cmd))
-	out, err := cmd.Output()
-	status, signal := 0, 0
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		ws := ee.Sys().(syscall.WaitStatus)
-		status, signal = ws.ExitStatus(), int(ws.Signal())
-		if !ws.Signaled() {
-			signal = 0
-		}
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	c.Exited(cmd.Process.Pid, status, signal)
-	rmust(t, c.Close())
-	rmust(t, w.Close())
-	if status != 0 || signal != 0 {
-		t.Fatalf("%s exited %d, signal %d: %s", bin, status, signal, out)
-	}
+	tracetest.Record(t, path, bin, args...)
 }
 
 // site totals by the function of the first frame outside the allocator.
