@@ -437,6 +437,10 @@ func fmtCount(n uint64) string {
 	return b.String()
 }
 
+// FormatBytes writes n in binary units as the reports do: 512 B, 1.5 KiB,
+// 3.2 GiB.
+func FormatBytes(n uint64) string { return fmtBytes(n) }
+
 // fmtBytes writes n in binary units: 512 B, 1.5 KiB, 3.2 GiB.
 func fmtBytes(n uint64) string {
 	const unit = 1024

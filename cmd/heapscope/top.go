@@ -17,6 +17,7 @@ import (
 
 	"github.com/heapscope/heapscope"
 	"github.com/heapscope/heapscope/live"
+	"github.com/heapscope/heapscope/report"
 	"github.com/heapscope/heapscope/symbolize"
 )
 
@@ -340,19 +341,8 @@ func growthWord(s *live.Site) string {
 	return "+" + fmtSize(uint64(s.Growth))
 }
 
-// fmtSize writes n bytes in binary units.
-func fmtSize(n uint64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := uint64(unit), 0
-	for m := n / unit; m >= unit && exp < 5; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
-}
+// fmtSize writes n bytes in binary units, as the reports do.
+func fmtSize(n uint64) string { return report.FormatBytes(n) }
 
 func fmtNum(n uint64) string {
 	s := fmt.Sprint(n)
