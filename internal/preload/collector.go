@@ -472,17 +472,23 @@ func (c *Collector) accept() {
 		if err != nil {
 			return
 		}
-		c.mu.Lock()
-		if c.closing {
-			c.mu.Unlock()
-			uc.Close()
-			continue
-		}
-		c.conns[uc] = struct{}{}
-		c.wg.Add(1)
-		c.mu.Unlock()
-		go c.serve(uc)
+		c.track(uc, c.serve)
 	}
+}
+
+// track runs serve on a connection of its own goroutine, counted in c.wg
+// and closed by Close; once the collector is closing, it closes uc instead.
+func (c *Collector) track(uc *net.UnixConn, serve func(*net.UnixConn)) {
+	c.mu.Lock()
+	if c.closing {
+		c.mu.Unlock()
+		uc.Close()
+		return
+	}
+	c.conns[uc] = struct{}{}
+	c.wg.Add(1)
+	c.mu.Unlock()
+	go serve(uc)
 }
 
 // rights returns the descriptors passed in a control message.

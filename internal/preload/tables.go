@@ -79,16 +79,7 @@ func (c *Collector) startTables(fd int) {
 		fc.Close()
 		return
 	}
-	c.mu.Lock()
-	if c.closing {
-		c.mu.Unlock()
-		uc.Close()
-		return
-	}
-	c.conns[uc] = struct{}{}
-	c.wg.Add(1)
-	c.mu.Unlock()
-	go c.serveTables(uc)
+	c.track(uc, c.serveTables)
 }
 
 func (c *Collector) serveTables(uc *net.UnixConn) {
