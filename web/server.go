@@ -198,6 +198,20 @@ func intParam(q map[string][]string, name string, def int64) (int64, error) {
 
 // parse reads from_ns, to_ns, at_ns (from the trace's start), pid, tid,
 // cost and top.
+// parseEvents parses a question about the trace's events: on an error (a
+// bad parameter, an aggregate trace) it answers it and returns false.
+func (s *Server) parseEvents(w http.ResponseWriter, r *http.Request) (*params, bool) {
+	p, err := s.parse(r)
+	if err == nil {
+		err = s.needEvents()
+	}
+	if err != nil {
+		writeErr(w, err)
+		return nil, false
+	}
+	return p, true
+}
+
 func (s *Server) parse(r *http.Request) (*params, error) {
 	q := r.URL.Query()
 	p := &params{query: q}
@@ -309,12 +323,8 @@ type TimelinePoint struct {
 }
 
 func (s *Server) timeline(w http.ResponseWriter, r *http.Request) {
-	p, err := s.parse(r)
-	if err == nil {
-		err = s.needEvents()
-	}
-	if err != nil {
-		writeErr(w, err)
+	p, ok := s.parseEvents(w, r)
+	if !ok {
 		return
 	}
 	n, err := intParam(p.query, "points", defPoints)
@@ -370,12 +380,8 @@ type SiteClasses struct {
 }
 
 func (s *Server) window(w http.ResponseWriter, r *http.Request) {
-	p, err := s.parse(r)
-	if err == nil {
-		err = s.needEvents()
-	}
-	if err != nil {
-		writeErr(w, err)
+	p, ok := s.parseEvents(w, r)
+	if !ok {
 		return
 	}
 	res := s.windowOf(p.f)
@@ -426,17 +432,14 @@ func jsonStack(fs []symbolize.Frame) []report.JSONFrame {
 }
 
 func (s *Server) flame(w http.ResponseWriter, r *http.Request) {
-	p, err := s.parse(r)
-	if err == nil {
-		err = s.needEvents()
-	}
-	if err != nil {
-		writeErr(w, err)
+	p, ok := s.parseEvents(w, r)
+	if !ok {
 		return
 	}
 	q := r.URL.Query()
 	share := defMinShare
 	if v := q.Get("min_share"); v != "" {
+		var err error
 		share, err = strconv.ParseFloat(v, 64)
 		if err != nil || share < 0 || share > 1 {
 			writeErr(w, badRequest{fmt.Sprintf("min_share: want a number from 0 to 1, not %q", v)})
@@ -454,12 +457,8 @@ func (s *Server) flame(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) functions(w http.ResponseWriter, r *http.Request) {
-	p, err := s.parse(r)
-	if err == nil {
-		err = s.needEvents()
-	}
-	if err != nil {
-		writeErr(w, err)
+	p, ok := s.parseEvents(w, r)
+	if !ok {
 		return
 	}
 	writeJSON(w, map[string]any{"cost": p.cost.String(), "functions": s.x.Functions(s.windowOf(p.f), p.cost, p.top)})
@@ -525,12 +524,8 @@ type LifetimeBucket struct {
 }
 
 func (s *Server) histogram(w http.ResponseWriter, r *http.Request) {
-	p, err := s.parse(r)
-	if err == nil {
-		err = s.needEvents()
-	}
-	if err != nil {
-		writeErr(w, err)
+	p, ok := s.parseEvents(w, r)
+	if !ok {
 		return
 	}
 	res := s.windowOf(p.f)
