@@ -635,31 +635,8 @@ func (m *Model) Profile() *Profile {
 		// allocation when they sample.
 		pr.Missing |= NoTemporaries | NoFailed
 	}
-	for i := range pr.Stacks {
-		s := &pr.Stacks[i]
-		sum.Allocations += s.Allocations
-		sum.Reallocations += s.Reallocations
-		sum.Failed += s.Failed
-		sum.Frees += s.Frees
-		sum.BytesAllocated += s.Bytes
-		sum.Temporary += s.Temporary
-		sum.LeakedBytes += s.LiveBytes
-		sum.LeakedBlocks += s.LiveBlocks
-	}
-
-	last := 0
-	for i, n := range m.hist {
-		if n != 0 {
-			last = i + 1
-		}
-	}
-	for i := 0; i < last; i++ {
-		le := uint64(math.MaxUint64)
-		if i < 64 {
-			le = 1 << i
-		}
-		pr.Histogram = append(pr.Histogram, Bucket{Le: le, Count: m.hist[i]})
-	}
+	sum.AddStacks(pr.Stacks)
+	pr.Histogram = SizeBuckets(&m.hist)
 
 	if pr.Aggregate {
 		pr.Missing |= NoTemporaries | NoHistogram | NoReallocSplit | NoFailed

@@ -79,6 +79,7 @@
 package analyze
 
 import (
+	"math"
 	"strings"
 
 	"github.com/heapscope/heapscope/event"
@@ -247,4 +248,44 @@ func (m Missing) String() string {
 		return "none"
 	}
 	return strings.Join(m.Describe(), "; ")
+}
+
+// SizeBuckets turns counts of allocation sizes, bucket i holding the sizes
+// in (2^(i-1), 2^i] and bucket 64 the larger ones, into a histogram that
+// ends at the last bucket counted.
+func SizeBuckets(counts *[65]uint64) []Bucket {
+	last := 0
+	for i, n := range counts {
+		if n != 0 {
+			last = i + 1
+		}
+	}
+	if last == 0 {
+		return nil
+	}
+	out := make([]Bucket, 0, last)
+	for i := 0; i < last; i++ {
+		le := uint64(math.MaxUint64)
+		if i < 64 {
+			le = 1 << i
+		}
+		out = append(out, Bucket{Le: le, Count: counts[i]})
+	}
+	return out
+}
+
+// AddStacks adds the per-stack counts of stacks to the summary's totals:
+// what the summary says is the sum of its stacks.
+func (s *Summary) AddStacks(stacks []Stack) {
+	for i := range stacks {
+		st := &stacks[i]
+		s.Allocations += st.Allocations
+		s.Reallocations += st.Reallocations
+		s.Failed += st.Failed
+		s.Frees += st.Frees
+		s.BytesAllocated += st.Bytes
+		s.Temporary += st.Temporary
+		s.LeakedBytes += st.LiveBytes
+		s.LeakedBlocks += st.LiveBlocks
+	}
 }

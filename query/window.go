@@ -393,30 +393,8 @@ func (x *Index) Profile(res *Result) *analyze.Profile {
 	sum.Events = uint64(res.Span.S1 - res.Span.S0)
 	sum.UnmatchedFrees = res.Unmatch
 	sum.MissedFrees = res.Missed
-	for i := range pr.Stacks {
-		s := &pr.Stacks[i]
-		sum.Allocations += s.Allocations
-		sum.Reallocations += s.Reallocations
-		sum.Failed += s.Failed
-		sum.Frees += s.Frees
-		sum.BytesAllocated += s.Bytes
-		sum.Temporary += s.Temporary
-		sum.LeakedBytes += s.LiveBytes
-		sum.LeakedBlocks += s.LiveBlocks
-	}
-	last := 0
-	for i, n := range res.Hist {
-		if n != 0 {
-			last = i + 1
-		}
-	}
-	for i := 0; i < last; i++ {
-		le := ^uint64(0)
-		if i < 64 {
-			le = 1 << i
-		}
-		pr.Histogram = append(pr.Histogram, analyze.Bucket{Le: le, Count: res.Hist[i]})
-	}
+	sum.AddStacks(pr.Stacks)
+	pr.Histogram = analyze.SizeBuckets(&res.Hist)
 	for _, pt := range x.Timeline(res.Span, analyze.DefaultTimelinePoints) {
 		pr.Timeline = append(pr.Timeline, analyze.Point{Time: pt.Time, Bytes: pt.MaxBytes, Blocks: pt.MaxBlocks})
 	}

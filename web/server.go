@@ -19,6 +19,7 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/heapscope/heapscope/analyze"
 	"github.com/heapscope/heapscope/query"
 	"github.com/heapscope/heapscope/report"
 	"github.com/heapscope/heapscope/symbolize"
@@ -530,20 +531,10 @@ func (s *Server) histogram(w http.ResponseWriter, r *http.Request) {
 	}
 	res := s.windowOf(p.f)
 	out := Histogram{Sizes: []report.JSONBucket{}, Lifetimes: []LifetimeBucket{}, Live: res.Lifetime.Live}
+	for _, b := range analyze.SizeBuckets(&res.Hist) {
+		out.Sizes = append(out.Sizes, report.JSONBucket{Le: b.Le, Count: b.Count})
+	}
 	last := 0
-	for i, n := range res.Hist {
-		if n != 0 {
-			last = i + 1
-		}
-	}
-	for i := 0; i < last; i++ {
-		le := ^uint64(0)
-		if i < 64 {
-			le = 1 << i
-		}
-		out.Sizes = append(out.Sizes, report.JSONBucket{Le: le, Count: res.Hist[i]})
-	}
-	last = 0
 	for i, n := range res.Lifetime.Buckets {
 		if n != 0 {
 			last = i + 1
