@@ -1,10 +1,8 @@
 package ebpf
 
 import (
-	"bufio"
 	"fmt"
 	"os"
-	"os/exec"
 	"sort"
 	"testing"
 
@@ -134,25 +132,7 @@ func sortedLive(live map[uint64]uint64) []string {
 // environment.
 func startWorkloadEnv(t testing.TB, env []string, bin string, args ...string) *workload {
 	t.Helper()
-	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), env...)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	w := &workload{cmd: cmd, stdin: stdin, out: bufio.NewScanner(stdout)}
-	w.out.Buffer(make([]byte, 1<<16), 1<<20)
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
+	w := spawnWorkload(t, env, bin, args...)
 	w.expect(t, "ready")
 	return w
 }

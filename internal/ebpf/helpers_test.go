@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -218,7 +219,17 @@ func startWorkload(t testing.TB, bin string, args ...string) *workload {
 // startWorkloadNoReady starts a workload that prints no "ready" line.
 func startWorkloadNoReady(t testing.TB, bin string, args ...string) *workload {
 	t.Helper()
+	return spawnWorkload(t, nil, bin, args...)
+}
+
+// spawnWorkload starts bin, with env added to the environment, its stdin
+// and stdout piped to the test; it is killed when the test ends.
+func spawnWorkload(t testing.TB, env []string, bin string, args ...string) *workload {
+	t.Helper()
 	cmd := exec.Command(bin, args...)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
