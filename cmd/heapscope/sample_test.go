@@ -251,19 +251,9 @@ func TestSampleQuery(t *testing.T) {
 	t.Cleanup(testutil.Cleanup)
 	bin := testutil.MustBuild(t, "preload_wait", testutil.Options{})
 	name := fmt.Sprintf("sample-query-%d", os.Getpid())
-	run := cli(t, "run", "-q", "--name", name, "--sample", "4KiB", "--flush-interval", "10ms",
-		"-o", filepath.Join(t.TempDir(), "q.hst"), "--", bin, "20000")
-	stdin, err := run.StdinPipe()
-	rmust(t, err)
-	stdout, err := run.StdoutPipe()
-	rmust(t, err)
-	rmust(t, run.Start())
-	defer run.Wait()
-	defer stdin.Close()
-	lines := bufio.NewScanner(stdout)
-	if !lines.Scan() || lines.Text() != "phase 1" {
-		t.Fatalf("the workload did not start: %q", lines.Text())
-	}
+	defer runWaiting(t, "run", "-q", "--name", name, "--sample", "4KiB", "--flush-interval", "10ms",
+		"-o", filepath.Join(t.TempDir(), "q.hst"), "--", bin, "20000")()
+	var err error
 	// 20000 blocks of 48 bytes are about 234 samples at 4 KiB: wait until
 	// the collector delivered some.
 	re := regexp.MustCompile(`sampling  one allocation per 4096 bytes allocated on average: (\d+) allocations recorded`)

@@ -26,19 +26,9 @@ func TestQueryShowsUnwindTables(t *testing.T) {
 				testutil.SkipWithoutEBPF(t, ebpf.Available())
 			}
 			name := fmt.Sprintf("unwind-query-%s-%d", provider, os.Getpid())
-			run := cli(t, "run", "-q", "--provider", provider, "--name", name, "--flush-interval", "10ms",
-				"-o", filepath.Join(t.TempDir(), "q.hst"), "--", bin, "2000")
-			stdin, err := run.StdinPipe()
-			rmust(t, err)
-			stdout, err := run.StdoutPipe()
-			rmust(t, err)
-			rmust(t, run.Start())
-			defer run.Wait()
-			defer stdin.Close()
-			lines := bufio.NewScanner(stdout)
-			if !lines.Scan() || lines.Text() != "phase 1" {
-				t.Fatalf("the workload did not start: %q", lines.Text())
-			}
+			defer runWaiting(t, "run", "-q", "--provider", provider, "--name", name, "--flush-interval", "10ms",
+				"-o", filepath.Join(t.TempDir(), "q.hst"), "--", bin, "2000")()
+			var err error
 			libc := regexp.MustCompile(`libc\.so\.6: [1-9]\d* entries, [1-9]\d* bytes`)
 			var out []byte
 			for i := 0; i < 100; i++ {
@@ -51,4 +41,27 @@ func TestQueryShowsUnwindTables(t *testing.T) {
 			t.Errorf("query never showed the unwind tables: %v\n%s", err, out)
 		})
 	}
+}
+
+// runWaiting starts the CLI with args, which run preload_wait, and returns
+// once the workload allocated its first phase; it waits on its standard
+// input until the function returned is called, which ends it.
+func runWaiting(t *testing.T, args ...string) (end func()) {
+	t.Helper()
+	run := cli(t, args...)
+	stdin, err := run.StdinPipe()
+	rmust(t, err)
+	stdout, err := run.StdoutPipe()
+	rmust(t, err)
+	rmust(t, run.Start())
+	end = func() {
+		stdin.Close()
+		run.Wait()
+	}
+	lines := bufio.NewScanner(stdout)
+	if !lines.Scan() || lines.Text() != "phase 1" {
+		end()
+		t.Fatalf("the workload did not start: %q", lines.Text())
+	}
+	return end
 }
