@@ -164,8 +164,8 @@ func (c *Collector) setup() error {
 	c.clk = newClock(useTSC)
 	c.stacks = c.cfg.Stacks &^ NoStacks
 	le := binary.LittleEndian
-	le.PutUint32(c.ctl[ctlMagic:], hsMagic)
-	le.PutUint32(c.ctl[ctlVersion:], hsVersion)
+	le.PutUint32(c.ctl[ctlMagic:], magic)
+	le.PutUint32(c.ctl[ctlVersion:], version)
 	le.PutUint32(c.ctl[ctlFamilies:], uint32(c.cfg.Families))
 	le.PutUint32(c.ctl[ctlUnwind:], uint32(c.cfg.Unwind))
 	le.PutUint32(c.ctl[ctlMaxFrames:], uint32(c.cfg.MaxFrames))
@@ -430,7 +430,7 @@ type hello struct {
 
 func parseHello(b []byte) (*hello, error) {
 	le := binary.LittleEndian
-	if len(b) < helloSize || le.Uint32(b) != hsMagic || le.Uint32(b[4:]) != hsVersion || le.Uint32(b[8:]) != msgHello {
+	if len(b) < helloSize || le.Uint32(b) != magic || le.Uint32(b[4:]) != version || le.Uint32(b[8:]) != msgHello {
 		return nil, errors.New("preload: bad hello")
 	}
 	h := &hello{
@@ -539,8 +539,8 @@ func (c *Collector) serve(uc *net.UnixConn) {
 	}
 	w := make([]byte, welcomeSize)
 	le := binary.LittleEndian
-	le.PutUint32(w, hsMagic)
-	le.PutUint32(w[4:], hsVersion)
+	le.PutUint32(w, magic)
+	le.PutUint32(w[4:], version)
 	le.PutUint32(w[8:], msgWelcome)
 	le.PutUint32(w[12:], status)
 	if _, _, err := uc.WriteMsgUnix(w, unix.UnixRights(c.ctlFD), nil); err != nil || status != 0 {
@@ -558,7 +558,7 @@ func (c *Collector) serve(uc *net.UnixConn) {
 			return
 		}
 		b := buf[:n]
-		if len(b) >= childrenSize && le.Uint32(b) == hsMagic && le.Uint32(b[4:]) == hsVersion &&
+		if len(b) >= childrenSize && le.Uint32(b) == magic && le.Uint32(b[4:]) == version &&
 			le.Uint32(b[8:]) == msgChildren {
 			closeAll(fds)
 			if pids := parseChildren(b); len(pids) > 0 {
@@ -566,12 +566,12 @@ func (c *Collector) serve(uc *net.UnixConn) {
 			}
 			continue
 		}
-		if len(b) == ringMsgSize && le.Uint32(b) == hsMagic && le.Uint32(b[4:]) == hsVersion &&
+		if len(b) == ringMsgSize && le.Uint32(b) == magic && le.Uint32(b[4:]) == version &&
 			le.Uint32(b[8:]) == msgTables && len(fds) == 1 && c.cfg.Unwind >= UnwindTables {
 			c.startTables(fds[0])
 			continue
 		}
-		if len(b) != ringMsgSize || le.Uint32(b) != hsMagic || le.Uint32(b[4:]) != hsVersion ||
+		if len(b) != ringMsgSize || le.Uint32(b) != magic || le.Uint32(b[4:]) != version ||
 			le.Uint32(b[8:]) != msgRing || len(fds) != 1 {
 			closeAll(fds)
 			continue

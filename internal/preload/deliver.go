@@ -28,7 +28,7 @@ func (c *Collector) events(p *proc, r *ring, bound uint64) {
 		hdr := *(*uint64)(unsafe.Add(base, off))
 		typ := uint8(hdr)
 		words := (hdr >> 8) & 0xffffff
-		if typ == 0 || typ > funcMax || words != uint64(bodyWords[typ])+2 || words*8 > limit-pos || off+words*8 > size {
+		if typ == 0 || typ > maxFunc || words != uint64(bodyWords[typ])+2 || words*8 > limit-pos || off+words*8 > size {
 			break
 		}
 		ts := *(*uint64)(unsafe.Add(base, off+8))
@@ -92,7 +92,7 @@ func (c *Collector) deliver(p *proc, r *ring) {
 	}
 	p.lastTime = t
 	switch {
-	case typ >= 1 && typ <= funcMax:
+	case typ >= 1 && typ <= maxFunc:
 		if uint64(bodyWords[typ])+2 != words {
 			r.broken = true
 			return

@@ -30,8 +30,8 @@ func testRing(tb testing.TB, size uint32) *ring {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	binary.LittleEndian.PutUint32(m[ringMagic:], hsMagic)
-	binary.LittleEndian.PutUint32(m[ringSizeOff:], size)
+	binary.LittleEndian.PutUint32(m[ringMagic:], magic)
+	binary.LittleEndian.PutUint32(m[ringSize:], size)
 	unix.Munmap(m)
 	r, err := mapRing(fd, size)
 	if err != nil {

@@ -144,7 +144,7 @@ type cursor struct {
 // in the avail bytes before the ring's limit and does not wrap at off.
 func plainEvent(hdr, off, avail, size uint64) bool {
 	w := uint64(0)
-	if t := uint8(hdr); t >= 1 && t <= funcMax {
+	if t := uint8(hdr); t >= 1 && t <= maxFunc {
 		w = uint64(bodyWords[t]) + 2
 	}
 	return w != 0 && (hdr>>8)&0xffffff == w && w*8 <= avail && off+w*8 <= size
