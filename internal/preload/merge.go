@@ -10,10 +10,9 @@ import (
 )
 
 // drain delivers p's records in timestamp order, up to the watermark: the
-// time before which no thread of p can still publish a record. Returns
-// whether records were held back by it. With force, or once p is final,
-// everything published goes.
-func (c *Collector) drain(p *proc, force bool) (pending bool) {
+// time before which no thread of p can still publish a record. With force,
+// or once p is final, everything published goes.
+func (c *Collector) drain(p *proc, force bool) {
 	w := ^uint64(0)
 	if p.final || force {
 		for _, r := range p.rings {
@@ -104,11 +103,7 @@ func (c *Collector) drain(p *proc, force bool) (pending bool) {
 			c.lost += l - r.lostSeen
 			r.lostSeen = l
 		}
-		if r.pos != r.limit {
-			pending = true
-		}
 	}
-	return pending
 }
 
 func siftDown(h []*ring, i int) {

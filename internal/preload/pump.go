@@ -38,11 +38,10 @@ func (c *Collector) pump() {
 		atomic.AddUint64(c.beat, 1)
 		c.clk.refine()
 		c.checkExits()
-		pending := false
 		before := c.consumed()
 		for _, p := range c.procs {
-			if c.runnable(p) && c.drain(p, false) {
-				pending = true
+			if c.runnable(p) {
+				c.drain(p, false)
 			}
 		}
 		progress := c.consumed() != before
@@ -56,7 +55,7 @@ func (c *Collector) pump() {
 			closeReq.done <- c.sinkErr
 			return
 		}
-		c.idle(pending, progress)
+		c.idle(progress)
 	}
 }
 
@@ -128,17 +127,28 @@ func (c *Collector) sinkCall(err error) {
 	}
 }
 
-// idle sleeps until a producer or the API rings the doorbell, or for as long
-// as the flush interval allows (less when records are waiting for the
-// watermark or an exit is awaited). It does not sleep while a ring is over
-// half full, unless the last pass made no progress: then records wait for a
-// thread that is in the middle of writing one, likely preempted, and
-// spinning would take the CPU it needs.
-func (c *Collector) idle(pending, progress bool) {
-	d := c.cfg.FlushInterval
-	if d > time.Second {
-		d = time.Second
+// idle sleeps until a producer or the API rings the doorbell, or for nap.
+// It does not sleep while a ring is over half full, unless the last pass
+// made no progress: then records wait for a thread that is in the middle of
+// writing one, likely preempted, and spinning would take the CPU it needs.
+func (c *Collector) idle(progress bool) {
+	d := c.nap()
+	atomic.StoreUint32(c.sleep, 1)
+	bell := atomic.LoadUint32(c.bell)
+	if !c.hasRequests() && !(progress && c.anyHalfFull()) {
+		futexWait(c.bell, bell, d)
 	}
+	atomic.StoreUint32(c.sleep, 0)
+}
+
+// nap is how long the pump may sleep: the flush interval (at most a
+// second), less while a Flush or an exit is awaited. Records the watermark
+// held back wait for the next pass like those published while it sleeps:
+// waking early for them would wake it every watermark interval whenever
+// records trickle in (sampling mode, an idle thread beside a busy one), for
+// records that no one waits for sooner.
+func (c *Collector) nap() time.Duration {
+	d := min(c.cfg.FlushInterval, time.Second)
 	for _, p := range c.procs {
 		if (p.conns == 0 || p.dead) && !p.final {
 			d = min(d, time.Millisecond)
@@ -147,15 +157,7 @@ func (c *Collector) idle(pending, progress bool) {
 	if len(c.flushes) > 0 {
 		d = min(d, 200*time.Microsecond)
 	}
-	if pending {
-		d = min(d, watermarkSlack*2)
-	}
-	atomic.StoreUint32(c.sleep, 1)
-	bell := atomic.LoadUint32(c.bell)
-	if !c.hasRequests() && !(progress && c.anyHalfFull()) {
-		futexWait(c.bell, bell, d)
-	}
-	atomic.StoreUint32(c.sleep, 0)
+	return d
 }
 
 func (c *Collector) anyHalfFull() bool {
