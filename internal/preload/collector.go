@@ -488,7 +488,19 @@ func (c *Collector) track(uc *net.UnixConn, serve func(*net.UnixConn)) {
 	c.conns[uc] = struct{}{}
 	c.wg.Add(1)
 	c.mu.Unlock()
-	go serve(uc)
+	go func() {
+		defer c.untrack(uc)
+		serve(uc)
+	}()
+}
+
+// untrack closes a connection track started, once serve returned.
+func (c *Collector) untrack(uc *net.UnixConn) {
+	c.mu.Lock()
+	delete(c.conns, uc)
+	c.mu.Unlock()
+	uc.Close()
+	c.wg.Done()
 }
 
 // rights returns the descriptors passed in a control message.
@@ -514,13 +526,6 @@ func closeAll(fds []int) {
 
 // serve reads one connection: the hello, then ring descriptors, then EOF.
 func (c *Collector) serve(uc *net.UnixConn) {
-	defer c.wg.Done()
-	defer func() {
-		c.mu.Lock()
-		delete(c.conns, uc)
-		c.mu.Unlock()
-		uc.Close()
-	}()
 	buf := make([]byte, helloMax+1)
 	oob := make([]byte, unix.CmsgSpace(16*4))
 	n, oobn, _, _, err := uc.ReadMsgUnix(buf, oob)

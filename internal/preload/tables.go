@@ -83,13 +83,6 @@ func (c *Collector) startTables(fd int) {
 }
 
 func (c *Collector) serveTables(uc *net.UnixConn) {
-	defer c.wg.Done()
-	defer func() {
-		c.mu.Lock()
-		delete(c.conns, uc)
-		c.mu.Unlock()
-		uc.Close()
-	}()
 	buf := make([]byte, tableReqSize+buildIDMax+modulePathMax+1)
 	oob := make([]byte, unix.CmsgSpace(4*4))
 	le := binary.LittleEndian
