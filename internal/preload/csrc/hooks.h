@@ -271,15 +271,21 @@ static void cxx_end(struct cxx_call *c)
 		rec_alloc(c->func, HS_FAM_CXX, NULL, c->size, c->fp);
 }
 
+/* The start of every operator: its frame, and the real operator (abort
+ * when there is none: the program called an operator its C++ library
+ * lacks). */
+#define CXX_PROLOGUE(sym)                                                                                              \
+	uintptr_t fp = HS_FRAME();                                                                                     \
+	static cxx_fn fn;                                                                                              \
+	ensure_reals();                                                                                                \
+	cxx_fn f = cxx_real(&fn, #sym);                                                                                \
+	if (!f)                                                                                                        \
+		abort()
+
 #define CXX_NEW(sym, FUNC)                                                                                             \
 	HS_EXPORT uintptr_t sym(uintptr_t a, uintptr_t b, uintptr_t c)                                                 \
 	{                                                                                                              \
-		uintptr_t fp = HS_FRAME();                                                                             \
-		static cxx_fn fn;                                                                                      \
-		ensure_reals();                                                                                        \
-		cxx_fn f = cxx_real(&fn, #sym);                                                                        \
-		if (!f)                                                                                                \
-			abort();                                                                                       \
+		CXX_PROLOGUE(sym);                                                                                     \
 		if (!TRACED(HS_FAM_CXX) || tls.in_hook || tls.swallow)                                                 \
 			return f(a, b, c);                                                                             \
 		struct cxx_call call __attribute__((cleanup(cxx_end))) = {0, FUNC, a, fp};                             \
@@ -294,12 +300,7 @@ static void cxx_end(struct cxx_call *c)
 #define CXX_DELETE(sym, FUNC)                                                                                          \
 	HS_EXPORT void sym(uintptr_t a, uintptr_t b, uintptr_t c)                                                      \
 	{                                                                                                              \
-		uintptr_t fp = HS_FRAME();                                                                             \
-		static cxx_fn fn;                                                                                      \
-		ensure_reals();                                                                                        \
-		cxx_fn f = cxx_real(&fn, #sym);                                                                        \
-		if (!f)                                                                                                \
-			abort();                                                                                       \
+		CXX_PROLOGUE(sym);                                                                                     \
 		if (!a || !TRACED(HS_FAM_CXX) || tls.in_hook || tls.swallow) {                                         \
 			f(a, b, c);                                                                                    \
 			return;                                                                                        \

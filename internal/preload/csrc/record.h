@@ -44,23 +44,6 @@ static inline int leave_if_closed(uint32_t st)
 	return 0;
 }
 
-/* The id of the stack f[0..n) (a queued call's), as capture finds it. */
-static int stack_of(struct hs_slot *s, uint64_t *f, int n, uint32_t *id)
-{
-	uint32_t epoch = __atomic_load_n(&g_dl_epoch, __ATOMIC_ACQUIRE);
-	if (HS_UNLIKELY(s->cache_epoch != epoch)) {
-		memset(s->cache, 0, sizeof s->cache);
-		s->cache_epoch = epoch;
-	}
-	uint64_t h = hash_frames(f, n);
-	struct hs_cache_ent *ce = &s->cache[h & (CACHE_SIZE - 1)];
-	if (ce->hash == h) {
-		*id = ce->id;
-		return 1;
-	}
-	return define_stack(s, f, n, h, epoch, ce, id);
-}
-
 /* Queue a call made by a signal handler that interrupted our bookkeeping
  * (HOOK_BUSY): async-signal-safe, it only fills an entry of the thread's
  * queue, which the interrupted hook writes out before it returns. */
@@ -94,7 +77,7 @@ static void defer_call(struct hs_tls *t, uint32_t func, uint32_t kind, uint32_t 
 static void write_pend(struct hs_slot *s, struct hs_pend *e)
 {
 	uint32_t sid = 0;
-	if (e->nframes && !stack_of(s, e->frames, (int)e->nframes, &sid)) {
+	if (e->nframes && !stack_id(s, e->frames, (int)e->nframes, &sid)) {
 		count_lost(s);
 		return;
 	}

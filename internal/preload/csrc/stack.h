@@ -385,4 +385,24 @@ static HS_NOINLINE int define_stack(struct hs_slot *s, uint64_t *f, int n, uint6
 	return ok;
 }
 
+/*
+ * The id of the stack f[0..n): from the thread's cache, else from
+ * define_stack. Returns 0 when a record could not be written.
+ */
+static HS_INLINE int stack_id(struct hs_slot *s, uint64_t *f, int n, uint32_t *id)
+{
+	uint32_t epoch = __atomic_load_n(&g_dl_epoch, __ATOMIC_ACQUIRE);
+	if (HS_UNLIKELY(s->cache_epoch != epoch)) {
+		memset(s->cache, 0, sizeof s->cache);
+		s->cache_epoch = epoch;
+	}
+	uint64_t h = hash_frames(f, n);
+	struct hs_cache_ent *ce = &s->cache[h & (CACHE_SIZE - 1)];
+	if (HS_LIKELY(ce->hash == h)) {
+		*id = ce->id;
+		return 1;
+	}
+	return define_stack(s, f, n, h, epoch, ce, id);
+}
+
 #endif

@@ -555,18 +555,7 @@ static HS_INLINE int capture(struct hs_tls *t, struct hs_slot *s, uintptr_t fp, 
 	*id = 0;
 	if (n == 0)
 		return 1;
-	uint32_t epoch = __atomic_load_n(&g_dl_epoch, __ATOMIC_ACQUIRE);
-	if (HS_UNLIKELY(s->cache_epoch != epoch)) {
-		memset(s->cache, 0, sizeof s->cache);
-		s->cache_epoch = epoch;
-	}
-	uint64_t h = hash_frames(f, n);
-	struct hs_cache_ent *ce = &s->cache[h & (CACHE_SIZE - 1)];
-	if (HS_LIKELY(ce->hash == h)) {
-		*id = ce->id;
-		return 1;
-	}
-	return define_stack(s, f, n, h, epoch, ce, id);
+	return stack_id(s, f, n, id);
 }
 
 #endif
