@@ -166,15 +166,16 @@ func main() {
 	threadList := flag.String("threads", "1,2", "comma-separated thread counts")
 	only := flag.String("modes", "all", "comma-separated modes to run, or all")
 	outFile := flag.String("o", "bench/RESULTS.md", "results file to write ('' for none)")
+	bin := flag.String("heapscope", "", "a heapscope binary to measure instead of building ./cmd/heapscope (to compare two builds, run them in turn)")
 	flag.Parse()
 
-	if err := run(*n, *reps, *threadList, *only, *outFile); err != nil {
+	if err := run(*n, *reps, *threadList, *only, *outFile, *bin); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(n, reps int, threadList, only, outFile string) error {
+func run(n, reps int, threadList, only, outFile, bin string) error {
 	var threads []int
 	for _, s := range strings.Split(threadList, ",") {
 		t, err := strconv.Atoi(s)
@@ -214,11 +215,17 @@ func run(n, reps int, threadList, only, outFile string) error {
 	if err != nil {
 		return err
 	}
-	env.heapscope = filepath.Join(tmp, "heapscope")
-	build := exec.Command("go", "build", "-o", env.heapscope, "./cmd/heapscope")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		return fmt.Errorf("building heapscope: %v\n%s", err, out)
+	if bin != "" {
+		if env.heapscope, err = filepath.Abs(bin); err != nil {
+			return err
+		}
+	} else {
+		env.heapscope = filepath.Join(tmp, "heapscope")
+		build := exec.Command("go", "build", "-o", env.heapscope, "./cmd/heapscope")
+		build.Dir = root
+		if out, err := build.CombinedOutput(); err != nil {
+			return fmt.Errorf("building heapscope: %v\n%s", err, out)
+		}
 	}
 
 	// samples[mode][threads] holds one measurement per repetition.

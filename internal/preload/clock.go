@@ -40,7 +40,7 @@ func tscUsable() bool {
 // latest, so that the error stays under a microsecond however long the
 // session runs. Used by the pump goroutine only.
 type clock struct {
-	mode      uint32 // clockTSC or clockMono
+	mode      uint32 // clockTSC or clockMonotonic
 	t0        uint64 // first sample
 	n0        int64
 	ta        uint64 // latest sample
@@ -77,7 +77,7 @@ func sample() (uint64, int64) {
 
 func newClock(useTSC bool) *clock {
 	if !useTSC {
-		return &clock{mode: clockMono, slack: uint64(watermarkSlack)}
+		return &clock{mode: clockMonotonic, slack: uint64(watermarkSlack)}
 	}
 	c := &clock{mode: clockTSC}
 	c.t0, c.n0 = sample()
@@ -91,7 +91,7 @@ func newClock(useTSC bool) *clock {
 
 // now is the current time in the interposer's units.
 func (c *clock) now() uint64 {
-	if c.mode == clockMono {
+	if c.mode == clockMonotonic {
 		return uint64(monoNow())
 	}
 	return rdtsc()
@@ -99,7 +99,7 @@ func (c *clock) now() uint64 {
 
 // refine takes a new sample once a second.
 func (c *clock) refine() {
-	if c.mode == clockMono || time.Since(c.sampled) < time.Second {
+	if c.mode == clockMonotonic || time.Since(c.sampled) < time.Second {
 		return
 	}
 	c.ta, c.na = sample()
@@ -109,7 +109,7 @@ func (c *clock) refine() {
 
 // ns converts a timestamp.
 func (c *clock) ns(ts uint64) int64 {
-	if c.mode == clockMono {
+	if c.mode == clockMonotonic {
 		return int64(ts)
 	}
 	return c.na + int64(float64(int64(ts-c.ta))*c.nsPerTick)

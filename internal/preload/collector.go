@@ -164,8 +164,8 @@ func (c *Collector) setup() error {
 	c.clk = newClock(useTSC)
 	c.stacks = c.cfg.Stacks &^ NoStacks
 	le := binary.LittleEndian
-	le.PutUint32(c.ctl[ctlMagic:], hsMagic)
-	le.PutUint32(c.ctl[ctlVersion:], hsVersion)
+	le.PutUint32(c.ctl[ctlMagic:], magic)
+	le.PutUint32(c.ctl[ctlVersion:], version)
 	le.PutUint32(c.ctl[ctlFamilies:], uint32(c.cfg.Families))
 	le.PutUint32(c.ctl[ctlUnwind:], uint32(c.cfg.Unwind))
 	le.PutUint32(c.ctl[ctlMaxFrames:], uint32(c.cfg.MaxFrames))
@@ -430,7 +430,7 @@ type hello struct {
 
 func parseHello(b []byte) (*hello, error) {
 	le := binary.LittleEndian
-	if len(b) < helloSize || le.Uint32(b) != hsMagic || le.Uint32(b[4:]) != hsVersion || le.Uint32(b[8:]) != msgHello {
+	if len(b) < helloSize || le.Uint32(b) != magic || le.Uint32(b[4:]) != version || le.Uint32(b[8:]) != msgHello {
 		return nil, errors.New("preload: bad hello")
 	}
 	h := &hello{
@@ -488,7 +488,19 @@ func (c *Collector) track(uc *net.UnixConn, serve func(*net.UnixConn)) {
 	c.conns[uc] = struct{}{}
 	c.wg.Add(1)
 	c.mu.Unlock()
-	go serve(uc)
+	go func() {
+		defer c.untrack(uc)
+		serve(uc)
+	}()
+}
+
+// untrack closes a connection track started, once serve returned.
+func (c *Collector) untrack(uc *net.UnixConn) {
+	c.mu.Lock()
+	delete(c.conns, uc)
+	c.mu.Unlock()
+	uc.Close()
+	c.wg.Done()
 }
 
 // rights returns the descriptors passed in a control message.
@@ -514,13 +526,6 @@ func closeAll(fds []int) {
 
 // serve reads one connection: the hello, then ring descriptors, then EOF.
 func (c *Collector) serve(uc *net.UnixConn) {
-	defer c.wg.Done()
-	defer func() {
-		c.mu.Lock()
-		delete(c.conns, uc)
-		c.mu.Unlock()
-		uc.Close()
-	}()
 	buf := make([]byte, helloMax+1)
 	oob := make([]byte, unix.CmsgSpace(16*4))
 	n, oobn, _, _, err := uc.ReadMsgUnix(buf, oob)
@@ -539,8 +544,8 @@ func (c *Collector) serve(uc *net.UnixConn) {
 	}
 	w := make([]byte, welcomeSize)
 	le := binary.LittleEndian
-	le.PutUint32(w, hsMagic)
-	le.PutUint32(w[4:], hsVersion)
+	le.PutUint32(w, magic)
+	le.PutUint32(w[4:], version)
 	le.PutUint32(w[8:], msgWelcome)
 	le.PutUint32(w[12:], status)
 	if _, _, err := uc.WriteMsgUnix(w, unix.UnixRights(c.ctlFD), nil); err != nil || status != 0 {
@@ -558,7 +563,7 @@ func (c *Collector) serve(uc *net.UnixConn) {
 			return
 		}
 		b := buf[:n]
-		if len(b) >= childrenSize && le.Uint32(b) == hsMagic && le.Uint32(b[4:]) == hsVersion &&
+		if len(b) >= childrenSize && le.Uint32(b) == magic && le.Uint32(b[4:]) == version &&
 			le.Uint32(b[8:]) == msgChildren {
 			closeAll(fds)
 			if pids := parseChildren(b); len(pids) > 0 {
@@ -566,12 +571,12 @@ func (c *Collector) serve(uc *net.UnixConn) {
 			}
 			continue
 		}
-		if len(b) == ringMsgSize && le.Uint32(b) == hsMagic && le.Uint32(b[4:]) == hsVersion &&
+		if len(b) == ringMsgSize && le.Uint32(b) == magic && le.Uint32(b[4:]) == version &&
 			le.Uint32(b[8:]) == msgTables && len(fds) == 1 && c.cfg.Unwind >= UnwindTables {
 			c.startTables(fds[0])
 			continue
 		}
-		if len(b) != ringMsgSize || le.Uint32(b) != hsMagic || le.Uint32(b[4:]) != hsVersion ||
+		if len(b) != ringMsgSize || le.Uint32(b) != magic || le.Uint32(b[4:]) != version ||
 			le.Uint32(b[8:]) != msgRing || len(fds) != 1 {
 			closeAll(fds)
 			continue

@@ -120,18 +120,18 @@ func TestDWARF(t *testing.T) {
 	}
 }
 
-// forkFamilies are the family sets the fork tests run with: the default,
+// forkFamilies runs test once with each family set the fork tests use: the default,
 // and every family, mmap included (the interposer's own mappings must never
 // reach its mmap wrappers in a child being reset).
-var forkFamilies = []event.Family{event.FamilyHeap, event.FamilyAll}
+func forkFamilies(t *testing.T, test func(*testing.T, event.Family)) {
+	for _, fam := range []event.Family{event.FamilyHeap, event.FamilyAll} {
+		t.Run(fam.String(), func(t *testing.T) { test(t, fam) })
+	}
+}
 
 // TestForkExec follows a process that forks and a child that execs, each
 // image in its own stream.
-func TestForkExec(t *testing.T) {
-	for _, fam := range forkFamilies {
-		t.Run(fam.String(), func(t *testing.T) { testForkExec(t, fam) })
-	}
-}
+func TestForkExec(t *testing.T) { forkFamilies(t, testForkExec) }
 
 func testForkExec(t *testing.T, fam event.Family) {
 	bin := testutil.MustBuild(t, "preload_fork", testutil.Options{})
@@ -212,11 +212,7 @@ func testForkExec(t *testing.T, fam event.Family) {
 
 // TestRawFork forks with the system call, running no atfork handlers: the
 // child still gets a stream of its own, and its parent's is untouched.
-func TestRawFork(t *testing.T) {
-	for _, fam := range forkFamilies {
-		t.Run(fam.String(), func(t *testing.T) { testRawFork(t, fam) })
-	}
-}
+func TestRawFork(t *testing.T) { forkFamilies(t, testRawFork) }
 
 func testRawFork(t *testing.T, fam event.Family) {
 	bin := testutil.MustBuild(t, "preload_fork", testutil.Options{})

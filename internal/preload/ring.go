@@ -65,7 +65,7 @@ func mapRing(fd int, size uint32) (*ring, error) {
 	if err != nil {
 		return nil, err
 	}
-	if binary.LittleEndian.Uint32(mem[ringMagic:]) != hsMagic || binary.LittleEndian.Uint32(mem[ringSizeOff:]) != size {
+	if binary.LittleEndian.Uint32(mem[ringMagic:]) != magic || binary.LittleEndian.Uint32(mem[ringSize:]) != size {
 		unix.Munmap(mem)
 		return nil, fmt.Errorf("%w: bad header", errRing)
 	}
@@ -178,14 +178,14 @@ func (r *ring) peek() (uint64, bool) {
 // Event record layouts, indexed by event.Func: body words after the header
 // and timestamp.
 var (
-	bodyWords = [funcMax + 1]uint8{
+	bodyWords = [maxFunc + 1]uint8{
 		event.FuncMalloc: 2, event.FuncCalloc: 2, event.FuncRealloc: 3, event.FuncReallocarray: 3,
 		event.FuncFree: 1, event.FuncPosixMemalign: 2, event.FuncAlignedAlloc: 2, event.FuncMemalign: 2,
 		event.FuncValloc: 2, event.FuncPvalloc: 2, event.FuncNew: 2, event.FuncNewArray: 2,
 		event.FuncDelete: 1, event.FuncDeleteArray: 1, event.FuncMmap: 2, event.FuncMunmap: 2,
 		event.FuncMremap: 4,
 	}
-	kindOf = [funcMax + 1]event.Kind{
+	kindOf = [maxFunc + 1]event.Kind{
 		event.FuncMalloc: event.KindAlloc, event.FuncCalloc: event.KindAlloc,
 		event.FuncRealloc: event.KindRealloc, event.FuncReallocarray: event.KindRealloc,
 		event.FuncFree: event.KindFree, event.FuncPosixMemalign: event.KindAlloc,
@@ -196,7 +196,7 @@ var (
 		event.FuncMmap: event.KindMmap, event.FuncMunmap: event.KindMunmap,
 		event.FuncMremap: event.KindRealloc,
 	}
-	heapOf = [funcMax + 1]event.Heap{
+	heapOf = [maxFunc + 1]event.Heap{
 		event.FuncMmap: event.HeapMmap, event.FuncMunmap: event.HeapMmap, event.FuncMremap: event.HeapMmap,
 	}
 )

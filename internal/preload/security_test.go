@@ -46,6 +46,27 @@ func otherCred(t *testing.T) *syscall.Credential {
 	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
 }
 
+// pyCount ends a Python script that made a listening socket s: it counts
+// in got the connections that reach s and the bytes they send, holding each
+// open and unanswered (a traced process would wait for its WELCOME).
+const pyCount = `
+got = {"conns": 0, "bytes": 0}
+held = []
+def serve():
+    while True:
+        c, _ = s.accept()
+        got["conns"] += 1
+        held.append(c)
+        def rd(c=c):
+            while True:
+                b = c.recv(65536)
+                if not b:
+                    return
+                got["bytes"] += len(b)
+        threading.Thread(target=rd, daemon=True).start()
+threading.Thread(target=serve, daemon=True).start()
+`
+
 // hijacker listens, as another user, on a socket at the path of a session
 // that ended, and reports what reaches it.
 const hijacker = `
@@ -57,22 +78,7 @@ s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
 s.bind(path)
 os.chmod(path, 0o777)
 s.listen(64)
-got = {"conns": 0, "bytes": 0}
-held = []
-def serve():
-    while True:
-        c, _ = s.accept()
-        got["conns"] += 1
-        held.append(c)  # never answered: a traced process would wait
-        def rd(c=c):
-            while True:
-                b = c.recv(65536)
-                if not b:
-                    return
-                got["bytes"] += len(b)
-        threading.Thread(target=rd, daemon=True).start()
-threading.Thread(target=serve, daemon=True).start()
-print("ready", flush=True)
+` + pyCount + `print("ready", flush=True)
 sys.stdin.read()
 print("conns %d bytes %d" % (got["conns"], got["bytes"]), flush=True)
 `
@@ -250,19 +256,7 @@ path = os.path.join(d, "sock")
 s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
 s.bind(path)
 s.listen(64)
-got = {"bytes": 0}
-def serve():
-    while True:
-        c, _ = s.accept()
-        def rd(c=c):
-            while True:
-                b = c.recv(65536)
-                if not b:
-                    return
-                got["bytes"] += len(b)
-        threading.Thread(target=rd, daemon=True).start()
-threading.Thread(target=serve, daemon=True).start()
-print(path, flush=True)
+` + pyCount + `print(path, flush=True)
 sys.stdin.read()
 print("bytes %d" % got["bytes"], flush=True)
 `

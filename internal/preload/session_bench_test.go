@@ -23,40 +23,31 @@ type lockedSink struct {
 	w  *tracefile.Writer
 }
 
+// locked calls f with the writer's lock held.
+func (s *lockedSink) locked(f func() error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return f()
+}
+
 func (s *lockedSink) Process(p event.Process) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Process(p)
+	return s.locked(func() error { return s.w.Process(p) })
 }
-func (s *lockedSink) Exit(x event.Exit) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Exit(x)
-}
+func (s *lockedSink) Exit(x event.Exit) error { return s.locked(func() error { return s.w.Exit(x) }) }
 func (s *lockedSink) Module(m event.Module) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Module(m)
+	return s.locked(func() error { return s.w.Module(m) })
 }
 func (s *lockedSink) Stack(st event.Stack) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Stack(st)
+	return s.locked(func() error { return s.w.Stack(st) })
 }
 func (s *lockedSink) Events(evs []event.Event) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Events(evs)
+	return s.locked(func() error { return s.w.Events(evs) })
 }
 func (s *lockedSink) Snapshot(sn event.Snapshot) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Snapshot(sn)
+	return s.locked(func() error { return s.w.Snapshot(sn) })
 }
 func (s *lockedSink) Stats(st event.Stats) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Stats(st)
+	return s.locked(func() error { return s.w.Stats(st) })
 }
 
 // processCPU returns the CPU time this process (every thread) has used.

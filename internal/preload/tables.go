@@ -83,13 +83,6 @@ func (c *Collector) startTables(fd int) {
 }
 
 func (c *Collector) serveTables(uc *net.UnixConn) {
-	defer c.wg.Done()
-	defer func() {
-		c.mu.Lock()
-		delete(c.conns, uc)
-		c.mu.Unlock()
-		uc.Close()
-	}()
 	buf := make([]byte, tableReqSize+buildIDMax+modulePathMax+1)
 	oob := make([]byte, unix.CmsgSpace(4*4))
 	le := binary.LittleEndian
@@ -100,7 +93,7 @@ func (c *Collector) serveTables(uc *net.UnixConn) {
 			return
 		}
 		b := buf[:n]
-		if n < tableReqSize || le.Uint32(b) != hsMagic || le.Uint32(b[4:]) != hsVersion || le.Uint32(b[8:]) != msgTableReq {
+		if n < tableReqSize || le.Uint32(b) != magic || le.Uint32(b[4:]) != version || le.Uint32(b[8:]) != msgTableReq {
 			continue
 		}
 		idLen, pathLen := uint64(le.Uint32(b[12:])), uint64(le.Uint32(b[16:]))
@@ -116,8 +109,8 @@ func (c *Collector) serveTables(uc *net.UnixConn) {
 			defer c.wg.Done()
 			fd := c.tables.get(id, path)
 			reply := make([]byte, tableMsgSize)
-			le.PutUint32(reply, hsMagic)
-			le.PutUint32(reply[4:], hsVersion)
+			le.PutUint32(reply, magic)
+			le.PutUint32(reply[4:], version)
 			le.PutUint32(reply[8:], msgTable)
 			le.PutUint32(reply[16:], uint32(len(id)))
 			copy(reply[24:], id)

@@ -3,13 +3,11 @@
 package preload
 
 import (
-	"bufio"
 	"encoding/binary"
 	"errors"
 	"os"
 	"reflect"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -158,100 +156,6 @@ func FuzzRing(f *testing.F) {
 			t.Errorf("broken ring counted %d times", c.broken)
 		}
 	})
-}
-
-// TestProtocolMatchesHeader checks protocol.go against csrc/protocol.h.
-func TestProtocolMatchesHeader(t *testing.T) {
-	f, err := os.Open("csrc/protocol.h")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	defs := map[string]string{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fs := strings.Fields(sc.Text())
-		if len(fs) >= 3 && fs[0] == "#define" {
-			v := strings.Join(fs[2:], " ")
-			if i := strings.Index(v, "/*"); i >= 0 {
-				v = strings.TrimSpace(v[:i])
-			}
-			defs[fs[1]] = v
-		}
-	}
-	eval := func(v string) (int64, bool) {
-		v = strings.Trim(v, "()")
-		num := func(s string) (int64, bool) {
-			n, err := strconv.ParseInt(strings.TrimRight(strings.TrimSpace(s), "u"), 0, 64)
-			return n, err == nil
-		}
-		if a, b, ok := strings.Cut(v, "*"); ok {
-			x, ok1 := num(a)
-			y, ok2 := num(b)
-			return x * y, ok1 && ok2
-		}
-		if a, b, ok := strings.Cut(v, "<<"); ok {
-			x, ok1 := num(a)
-			y, ok2 := num(b)
-			return x << y, ok1 && ok2
-		}
-		return num(v)
-	}
-	ints := map[string]int64{
-		"HS_MAGIC": hsMagic, "HS_VERSION": hsVersion, "HS_MSG_HELLO": msgHello, "HS_MSG_WELCOME": msgWelcome,
-		"HS_MSG_RING": msgRing, "HS_MSG_CHILDREN": msgChildren, "HS_CHILDREN_SIZE": childrenSize, "HS_CHILDREN_MAX": childrenMax, "HS_HELLO_CONTINUE": helloContinue, "HS_HELLO_TRUNCATED": helloTruncated,
-		"HS_HELLO_SIZE": helloSize, "HS_HELLO_MAX": helloMax, "HS_WELCOME_SIZE": welcomeSize,
-		"HS_RING_MSG_SIZE": ringMsgSize, "HS_CTL_MAGIC": ctlMagic, "HS_CTL_VERSION": ctlVersion,
-		"HS_CTL_FAMILIES": ctlFamilies, "HS_CTL_UNWIND": ctlUnwind, "HS_CTL_MAX_FRAMES": ctlMaxFrames,
-		"HS_CTL_RING_SIZE": ctlRingSize, "HS_CTL_ON_FULL": ctlOnFull, "HS_CTL_CLOCK": ctlClock,
-		"HS_CTL_SAMPLE_RATE": ctlSampleRate, "HS_CTL_SAMPLE_SEED": ctlSampleSeed,
-		"HS_CTL_STATE": ctlState, "HS_CTL_DOORBELL": ctlDoorbell, "HS_CTL_SLEEPING": ctlSleeping,
-		"HS_CTL_HEARTBEAT": ctlHeartbeat, "HS_CTL_SIZE": ctlSize, "HS_STATE_STACKS": stateStacks,
-		"HS_STATE_CLOSED": stateClosed, "HS_UNWIND_FP": unwindFP, "HS_UNWIND_DWARF": unwindDWARF,
-		"HS_ON_FULL_BLOCK": onFullBlock, "HS_ON_FULL_DROP": onFullDrop, "HS_CLOCK_TSC": clockTSC,
-		"HS_CLOCK_MONOTONIC": clockMono, "HS_MAX_FRAMES": maxFrames, "HS_RING_HEAD": ringHead,
-		"HS_RING_SEQ": ringSeq, "HS_RING_LAST_TS": ringLastTS, "HS_RING_LOST": ringLost,
-		"HS_RING_WAITING": ringWaiting, "HS_RING_TAIL": ringTail, "HS_RING_MAGIC": ringMagic,
-		"HS_RING_SIZE": ringSizeOff, "HS_RING_MERGED": ringMerged, "HS_RING_DATA": ringData, "HS_RING_MIN": ringMin, "HS_RING_MAX": ringMax,
-		"HS_REC_PAD": recPad, "HS_REC_STACK": recStack, "HS_REC_MODULE": recModule, "HS_REC_THREAD": recThread,
-		"HS_MODULE_PATH_MAX": modulePathMax, "HS_BUILD_ID_MAX": buildIDMax,
-		"HS_FUNC_MREMAP": funcMax, "HS_KIND_ALLOC": int64(event.KindAlloc), "HS_KIND_REALLOC": int64(event.KindRealloc),
-		"HS_KIND_FREE": int64(event.KindFree), "HS_KIND_MMAP": int64(event.KindMmap), "HS_KIND_MUNMAP": int64(event.KindMunmap),
-		"HS_FAM_MALLOC": int64(event.FamilyMalloc), "HS_FAM_CALLOC": int64(event.FamilyCalloc),
-		"HS_FAM_REALLOC": int64(event.FamilyRealloc), "HS_FAM_FREE": int64(event.FamilyFree),
-		"HS_FAM_ALIGNED": int64(event.FamilyAligned), "HS_FAM_CXX": int64(event.FamilyCXX), "HS_FAM_MMAP": int64(event.FamilyMmap),
-		"HS_FUNC_MALLOC": int64(event.FuncMalloc), "HS_FUNC_CALLOC": int64(event.FuncCalloc),
-		"HS_FUNC_REALLOC": int64(event.FuncRealloc), "HS_FUNC_REALLOCARRAY": int64(event.FuncReallocarray),
-		"HS_FUNC_FREE": int64(event.FuncFree), "HS_FUNC_POSIX_MEMALIGN": int64(event.FuncPosixMemalign),
-		"HS_FUNC_ALIGNED_ALLOC": int64(event.FuncAlignedAlloc), "HS_FUNC_MEMALIGN": int64(event.FuncMemalign),
-		"HS_FUNC_VALLOC": int64(event.FuncValloc), "HS_FUNC_PVALLOC": int64(event.FuncPvalloc),
-		"HS_FUNC_NEW": int64(event.FuncNew), "HS_FUNC_NEW_ARRAY": int64(event.FuncNewArray),
-		"HS_FUNC_DELETE": int64(event.FuncDelete), "HS_FUNC_DELETE_ARRAY": int64(event.FuncDeleteArray),
-		"HS_FUNC_MMAP": int64(event.FuncMmap), "HS_FUNC_MUNMAP": int64(event.FuncMunmap),
-		"HS_MSG_TABLES": msgTables, "HS_MSG_TABLE_REQ": msgTableReq, "HS_MSG_TABLE": msgTable,
-		"HS_TABLE_REQ_SIZE": tableReqSize, "HS_TABLE_MSG_SIZE": tableMsgSize, "HS_UNWIND_TABLES": unwindTables, "HS_UNWIND_TABLES_FP": unwindTablesFP,
-	}
-	strs := map[string]string{"HS_ENV_SOCKET": envSocket, "HS_ENV_LIB": envLib, "HS_ENV_PREFIX": envPrefix, "HS_ENV_UID": envUID}
-	for name, want := range ints {
-		v, ok := defs[name]
-		if !ok {
-			t.Errorf("%s: not in protocol.h", name)
-			continue
-		}
-		if got, ok := eval(v); !ok || got != want {
-			t.Errorf("%s: protocol.h says %s, protocol.go %d", name, v, want)
-		}
-	}
-	for name, want := range strs {
-		if got := defs[name]; got != strconv.Quote(want) {
-			t.Errorf("%s: protocol.h says %s, protocol.go %q", name, got, want)
-		}
-	}
-	for name := range defs {
-		if _, ok := ints[name]; !ok && strs[name] == "" && name != "HEAPSCOPE_PROTOCOL_H" {
-			t.Errorf("%s: in protocol.h, not checked against protocol.go", name)
-		}
-	}
 }
 
 func TestConfig(t *testing.T) {

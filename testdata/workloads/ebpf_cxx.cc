@@ -107,58 +107,12 @@ NOINLINE void site_free(void *p) {
 
 } // extern "C"
 
-static char out[1 << 21];
-static size_t outn;
-
-static void puts_(const char *s) {
-	size_t n = strlen(s);
-	if (outn + n < sizeof out) {
-		memcpy(out + outn, s, n);
-		outn += n;
-	}
-}
-
-static void hex(uintptr_t v) {
-	char b[20];
-	int i = sizeof b;
-	b[--i] = 0;
-	do {
-		b[--i] = "0123456789abcdef"[v & 15];
-		v >>= 4;
-	} while (v);
-	puts_(" ");
-	puts_(b + i);
-}
-
-static void flush() {
-	size_t off = 0;
-	while (off < outn) {
-		ssize_t n = write(1, out + off, outn - off);
-		if (n <= 0)
-			_exit(4);
-		off += n;
-	}
-	outn = 0;
-}
-
-static void wait_line() {
-	char c;
-	while (read(0, &c, 1) == 1 && c != '\n')
-		;
-}
-
-static void site(const char *name, void *addr) {
-	puts_("site ");
-	puts_(name);
-	hex((uintptr_t)addr);
-	puts_("\n");
-}
+#define RAWOUT_SIZE (1 << 21)
+#include "rawout.h"
 
 int main(int argc, char **argv) {
 	int n = argc > 1 ? atoi(argv[1]) : 10;
-	puts_("ready\n");
-	flush();
-	wait_line();
+	ready();
 	for (int i = 0; i < n; i++) {
 		void *a = site_new(40 + i);
 		void *b = site_new_array(100 + i);
@@ -183,19 +137,8 @@ int main(int argc, char **argv) {
 	site("site_malloc", (void *)site_malloc);
 	site("site_free", (void *)site_free);
 	for (int i = 0; i < ncalls; i++) {
-		puts_("call ");
-		puts_(calls[i].site);
-		puts_(" ");
-		puts_(calls[i].func);
-		hex((uintptr_t)calls[i].addr);
-		hex(calls[i].size);
-		hex(0);
-		puts_("\n");
-		if (outn > sizeof out / 2)
-			flush();
+		call_line(calls[i].site, calls[i].func, (uintptr_t)calls[i].addr, calls[i].size, 0);
 	}
-	puts_("done\n");
-	flush();
-	wait_line();
+	done();
 	return 0;
 }

@@ -26,53 +26,14 @@ static void note(const char *func, void *addr, size_t size, void *old, size_t ol
 		calls[ncalls++] = (struct rec){func, addr, old, size, old_size};
 }
 
-static char out[1 << 20];
-static size_t outn;
-
-static void puts_(const char *s) {
-	size_t n = strlen(s);
-	if (outn + n < sizeof out) {
-		memcpy(out + outn, s, n);
-		outn += n;
-	}
-}
-
-static void hex(uintptr_t v) {
-	char b[20];
-	int i = sizeof b;
-	b[--i] = 0;
-	do {
-		b[--i] = "0123456789abcdef"[v & 15];
-		v >>= 4;
-	} while (v);
-	puts_(" ");
-	puts_(b + i);
-}
-
-static void flush(void) {
-	size_t off = 0;
-	while (off < outn) {
-		ssize_t n = write(1, out + off, outn - off);
-		if (n <= 0)
-			_exit(4);
-		off += n;
-	}
-	outn = 0;
-}
-
-static void wait_line(void) {
-	char c;
-	while (read(0, &c, 1) == 1 && c != '\n')
-		;
-}
+#define RAWOUT_SIZE (1 << 20)
+#include "rawout.h"
 
 int main(int argc, char **argv) {
 	int n = argc > 1 ? atoi(argv[1]) : 4;
 	long page = sysconf(_SC_PAGESIZE);
 	int fd = open("/proc/self/exe", O_RDONLY);
-	puts_("ready\n");
-	flush();
-	wait_line();
+	ready();
 	for (int i = 0; i < n; i++) {
 		size_t len = (i + 1) * page;
 		void *p = mmap(0, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -94,8 +55,6 @@ int main(int argc, char **argv) {
 		hex(calls[i].old_size);
 		puts_("\n");
 	}
-	puts_("done\n");
-	flush();
-	wait_line();
+	done();
 	return 0;
 }

@@ -3,8 +3,10 @@
  * (package preload) share: the socket messages, the session's control block
  * and the layout of a per-thread ring and its records.
  *
- * protocol.go mirrors every constant here; TestProtocolMatchesHeader checks
- * that the two agree. Change both together and bump HS_VERSION.
+ * protocol.go is generated from the HS_ defines here by go generate
+ * (internal/protogen: integers, strings and expressions of earlier names;
+ * HS_FUNC_*, HS_FAM_* and HS_KIND_* are checked against package event at
+ * compile time). Bump HS_VERSION when the format changes.
  *
  * Everything is little-endian x86-64; offsets are fixed, not left to the
  * compiler, so that Go can read them without cgo.
@@ -224,6 +226,7 @@ struct hs_children { /* followed by count uint32_t PIDs */
 #define HS_FUNC_MMAP 15
 #define HS_FUNC_MUNMAP 16
 #define HS_FUNC_MREMAP 17
+#define HS_MAX_FUNC HS_FUNC_MREMAP /* the last event type */
 
 #define HS_REC_PAD 0x80    /* [hdr]: skip the record's words */
 #define HS_REC_STACK 0x81  /* [hdr: id][ts][frame]...: innermost first */

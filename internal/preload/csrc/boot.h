@@ -1,0 +1,76 @@
+/*
+ * boot.h: the bootstrap arena that serves dlsym before the real functions are
+ * known, and resolve_reals.
+ *
+ * Part of heapscope_preload.c, a unity build: included once, in order, after
+ * the parts before it, whose names it uses.
+ */
+#ifndef HEAPSCOPE_BOOT_H
+#define HEAPSCOPE_BOOT_H
+
+
+/*
+ * A bootstrap arena for the allocations dlsym makes before the real
+ * functions are known. Its blocks are never freed or traced.
+ */
+static char boot_arena[64 * 1024] __attribute__((aligned(64)));
+static size_t boot_used;
+static int boot_lock;
+
+static int is_boot(const void *p)
+{
+	return (const char *)p >= boot_arena && (const char *)p < boot_arena + sizeof boot_arena;
+}
+
+static void *boot_alloc(size_t n, size_t align)
+{
+	if (align < 16)
+		align = 16;
+	while (__atomic_exchange_n(&boot_lock, 1, __ATOMIC_ACQUIRE))
+		_mm_pause();
+	size_t off = (boot_used + 16 + align - 1) & ~(align - 1);
+	void *p = NULL;
+	if (n <= sizeof boot_arena && off <= sizeof boot_arena - n) {
+		p = boot_arena + off;
+		((size_t *)p)[-1] = n;
+		boot_used = off + n;
+	}
+	__atomic_store_n(&boot_lock, 0, __ATOMIC_RELEASE);
+	return p;
+}
+
+static int reals_state; /* 0: unresolved, 1: resolving, 2: resolved */
+
+static void resolve_reals(void)
+{
+	int expect = 0;
+	if (__atomic_compare_exchange_n(&reals_state, &expect, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+		tls.resolving = 1;
+		/* free first: dlsym may free what it allocated while resolving the rest. */
+		real.free = dlsym(RTLD_NEXT, "free");
+		real.malloc = dlsym(RTLD_NEXT, "malloc");
+		real.calloc = dlsym(RTLD_NEXT, "calloc");
+		real.realloc = dlsym(RTLD_NEXT, "realloc");
+		real.reallocarray = dlsym(RTLD_NEXT, "reallocarray");
+		real.posix_memalign = dlsym(RTLD_NEXT, "posix_memalign");
+		real.aligned_alloc = dlsym(RTLD_NEXT, "aligned_alloc");
+		real.memalign = dlsym(RTLD_NEXT, "memalign");
+		real.valloc = dlsym(RTLD_NEXT, "valloc");
+		real.pvalloc = dlsym(RTLD_NEXT, "pvalloc");
+		real.mmap = dlsym(RTLD_NEXT, "mmap");
+		real.mmap64 = dlsym(RTLD_NEXT, "mmap64");
+		real.munmap = dlsym(RTLD_NEXT, "munmap");
+		real.mremap = dlsym(RTLD_NEXT, "mremap");
+		real.dlclose = dlsym(RTLD_NEXT, "dlclose");
+		real.dlopen = dlsym(RTLD_NEXT, "dlopen");
+		tls.resolving = 0;
+		__atomic_store_n(&reals_state, 2, __ATOMIC_RELEASE);
+		return;
+	}
+	if (tls.resolving)
+		return; /* dlsym calling back into us: the caller uses the arena */
+	while (__atomic_load_n(&reals_state, __ATOMIC_ACQUIRE) != 2)
+		sched_yield();
+}
+
+#endif
