@@ -27,7 +27,7 @@ func TestParseSize(t *testing.T) {
 func TestValidateSample(t *testing.T) {
 	for _, ok := range []Properties{
 		{LogFileName: "t.hst", Provider: ProviderPreload, Sample: 512 << 10},
-		{LogFileName: "t.hst", Provider: ProviderEBPF, Sample: 4096}, // sampled in BPF
+		{LogFileName: "t.hst", Provider: ProviderEBPF, Sample: 4096},                  // sampled in BPF
 		{LogFileName: "t.hst", Provider: ProviderEBPF, Mode: Aggregate, Sample: 4096}, // weighed in BPF
 	} {
 		if err := ok.Validate(); err != nil {
