@@ -284,28 +284,16 @@ func churnSampled(pairs, threads int, rate float64) churnExpect {
 // sampled (malloc(0)'s, failed allocations) is dropped after one lookup:
 // nothing is unmatched.
 func TestSampleAggregateEveryCall(t *testing.T) {
-	bin := testutil.MustBuild(t, "ebpf_calls", testutil.Options{})
-	rec := newRecorder(t)
-	tr := newTracer(t, Config{Mode: Aggregate, Sample: 1}, rec)
-	w := traced(t, tr, bin, "20")
-	log := parseLog(t, w.lines(t, "done"))
-	mustFlush(t, tr)
-	if err := tr.Close(); err != nil {
-		t.Fatal(err)
-	}
+	run := runAggregate(t, Config{Mode: Aggregate, Sample: 1})
+	log := run.log
 	want := sampledCalls(log)
 	if len(want.calls) == len(log.calls) {
 		t.Fatal("every call is sampled surely: no unsampled block to free")
 	}
-	r := siteRanges(t, bin, log.sites)
-	snaps := rec.snapshotsOf(w.pid())
-	if len(snaps) != 2 {
-		t.Fatalf("%d snapshots, want a flush's and a final one", len(snaps))
+	for _, sn := range run.snaps {
+		checkSnapshot(t, run.rec, sn, want, run.r, true)
 	}
-	for _, sn := range snaps {
-		checkSnapshot(t, rec, sn, want, r, true)
-	}
-	st := tr.Stats()
+	st := run.tr.Stats()
 	if st.Unmatched != 0 || st.TotalLost() != 0 || st.Delivered != uint64(len(want.calls)) {
 		t.Errorf("stats %+v; want %d calls delivered of %d, none lost or unmatched", st, len(want.calls), len(log.calls))
 	}
