@@ -185,12 +185,17 @@ func (r *recorder) checkModules(t testing.TB, pid int) {
 
 // eventsOf returns a copy of the events of pid.
 func (r *recorder) eventsOf(pid int) []event.Event {
+	return ofPID(r, &r.events, pid, func(e *event.Event) uint32 { return e.PID })
+}
+
+// ofPID returns a copy of the records of pid in *list, read under r's lock.
+func ofPID[T any](r *recorder, list *[]T, pid int, pidOf func(*T) uint32) []T {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var out []event.Event
-	for _, e := range r.events {
-		if e.PID == uint32(pid) {
-			out = append(out, e)
+	var out []T
+	for i := range *list {
+		if pidOf(&(*list)[i]) == uint32(pid) {
+			out = append(out, (*list)[i])
 		}
 	}
 	return out
@@ -230,6 +235,13 @@ func spawnWorkload(t testing.TB, env []string, bin string, args ...string) *work
 	if env != nil {
 		cmd.Env = append(os.Environ(), env...)
 	}
+	return startCmd(t, cmd)
+}
+
+// startCmd starts cmd as a workload, its stdin and stdout piped to the
+// test; it is killed when the test ends.
+func startCmd(t testing.TB, cmd *exec.Cmd) *workload {
+	t.Helper()
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
