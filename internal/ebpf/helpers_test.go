@@ -55,29 +55,19 @@ func (r *recorder) enter() func() {
 	}
 }
 
-func (r *recorder) Process(p event.Process) error {
+// keep appends v to *list as one Sink call, under r.mu.
+func keep[T any](r *recorder, list *[]T, v T) error {
 	defer r.enter()()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.processes = append(r.processes, p)
+	*list = append(*list, v)
 	return nil
 }
 
-func (r *recorder) Exit(e event.Exit) error {
-	defer r.enter()()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.exits = append(r.exits, e)
-	return nil
-}
-
-func (r *recorder) Module(m event.Module) error {
-	defer r.enter()()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.modules = append(r.modules, m)
-	return nil
-}
+func (r *recorder) Process(p event.Process) error { return keep(r, &r.processes, p) }
+func (r *recorder) Exit(e event.Exit) error       { return keep(r, &r.exits, e) }
+func (r *recorder) Module(m event.Module) error   { return keep(r, &r.modules, m) }
+func (r *recorder) Stats(s event.Stats) error     { return keep(r, &r.stats, s) }
 
 func (r *recorder) Stack(s event.Stack) error {
 	defer r.enter()()
@@ -149,14 +139,6 @@ func (r *recorder) image(pid uint32) int {
 		}
 	}
 	return n
-}
-
-func (r *recorder) Stats(s event.Stats) error {
-	defer r.enter()()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.stats = append(r.stats, s)
-	return nil
 }
 
 // checkModules fails the test if a stack had a frame in no Module sent
@@ -327,6 +309,16 @@ func traced(t testing.TB, tr *Tracer, bin string, args ...string) *workload {
 	}
 	w.release(t)
 	return w
+}
+
+// attachAll attaches tr to each of ws, still held.
+func attachAll(t testing.TB, tr *Tracer, ws ...*workload) {
+	t.Helper()
+	for _, w := range ws {
+		if err := tr.Attach(w.pid()); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // mustFlush flushes tr, failing the test if it cannot.
