@@ -181,12 +181,9 @@ func TestAggregateProcesses(t *testing.T) {
 	tr := newTracer(t, Config{Mode: Aggregate}, rec)
 	a := startWorkload(t, bin, "20")
 	b := startWorkload(t, bin, "30")
-	for _, w := range []*workload{a, b} {
-		if err := tr.Attach(w.pid()); err != nil {
-			t.Fatal(err)
-		}
-		w.release(t)
-	}
+	attachAll(t, tr, a, b)
+	a.release(t)
+	b.release(t)
 	logA := parseLog(t, a.lines(t, "done"))
 	logB := parseLog(t, b.lines(t, "done"))
 	if err := tr.Detach(a.pid()); err != nil {
