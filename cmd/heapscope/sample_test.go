@@ -292,3 +292,22 @@ func TestSampleQuery(t *testing.T) {
 	}
 	t.Errorf("query never showed the sampling rate and a count above 0: %v\n%s", err, out)
 }
+
+// TestSampleAggregateSummary: run's summary of a sampled aggregate session
+// says its numbers are estimates and counts what the kernel's tables took
+// in (the calls of sampled blocks), not "0 allocations recorded".
+func TestSampleAggregateSummary(t *testing.T) {
+	testutil.SkipWithoutEBPF(t, ebpf.Available())
+	t.Cleanup(testutil.Cleanup)
+	bin := testutil.MustBuild(t, "ebpf_churn", testutil.Options{})
+	out, err := cli(t, "run", "--provider", "ebpf", "--mode", "aggregate", "--sample", "4KiB",
+		"-o", filepath.Join(t.TempDir(), "a.hst"), "--", bin, "20000", "1").CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	re := regexp.MustCompile(`sampling  one allocation per 4096 bytes allocated on average: (\d+) calls of sampled blocks accounted in the kernel's tables`)
+	m := re.FindSubmatch(out)
+	if m == nil || string(m[1]) == "0" || !strings.Contains(string(out), "SUMMARY: estimated (sampled every 4 KiB on average)") {
+		t.Errorf("the summary does not say it is estimated and what it rests on:\n%s", out)
+	}
+}
