@@ -255,8 +255,8 @@ type Properties struct {
 	// allocated is recorded on average (an allocation of S bytes with
 	// probability 1 - exp(-S/Sample)), with the free and realloc of each
 	// block recorded, and reports scale what they show back up. 0 records
-	// every event. Both providers (the eBPF provider samples in BPF);
-	// stream mode only; it excludes what needs every event (see
+	// every event. Both providers (the eBPF provider samples in BPF, in
+	// stream and aggregate modes); it excludes what needs every event (see
 	// Validate). The hooks see only the sampled events.
 	Sample int64
 }

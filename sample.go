@@ -27,8 +27,6 @@ func (p Properties) validateSample() error {
 		return bad("negative size %d", p.Sample)
 	case p.Sample > MaxSample:
 		return bad("%d bytes: at most %d (1 TiB)", p.Sample, int64(MaxSample))
-	case p.Mode == Aggregate:
-		return bad("aggregate mode keeps exact totals in the kernel; sampling is for stream mode")
 	case p.EnableFlags&event.FamilyMmap != 0:
 		// A mapping is recorded with its munmap; a sampled munmap would need
 		// the mappings kept in the process, which the interposer does not.

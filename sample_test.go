@@ -27,7 +27,8 @@ func TestParseSize(t *testing.T) {
 func TestValidateSample(t *testing.T) {
 	for _, ok := range []Properties{
 		{LogFileName: "t.hst", Provider: ProviderPreload, Sample: 512 << 10},
-		{LogFileName: "t.hst", Provider: ProviderEBPF, Sample: 4096}, // sampled in BPF
+		{LogFileName: "t.hst", Provider: ProviderEBPF, Sample: 4096},                  // sampled in BPF
+		{LogFileName: "t.hst", Provider: ProviderEBPF, Mode: Aggregate, Sample: 4096}, // weighed in BPF
 	} {
 		if err := ok.Validate(); err != nil {
 			t.Errorf("%+v: %v", ok, err)
@@ -38,7 +39,9 @@ func TestValidateSample(t *testing.T) {
 		{LogFileName: "t.hst", Provider: ProviderPreload, Sample: MaxSample + 1},
 		{LogFileName: "t.hst", Provider: ProviderEBPF, Sample: 4096, EnableFlags: event.FamilyAll},
 		{LogFileName: "t.hst", Provider: ProviderPreload, Sample: 4096, EnableFlags: event.FamilyAll},
-		{LogFileName: "t.hst", Provider: ProviderEBPF, Mode: Aggregate, Sample: 4096},
+		{LogFileName: "t.hst", Provider: ProviderEBPF, Mode: Aggregate, Sample: -4096},
+		{LogFileName: "t.hst", Provider: ProviderPreload, Mode: Aggregate, Sample: 4096},
+		{LogFileName: "t.hst", Provider: ProviderEBPF, Mode: Aggregate, Sample: 4096, EnableFlags: event.FamilyAll},
 	} {
 		if err := p.Validate(); !errors.Is(err, ErrInvalidFlags) {
 			t.Errorf("%+v: %v; want ErrInvalidFlags", p, err)

@@ -47,8 +47,9 @@ func (m *Model) Snapshot(sn event.Snapshot) error {
 			continue // allocated before the window
 		}
 		c.Live = append(c.Live, b)
-		bytes += b.Size
-		blocks++
+		wb, wn := m.liveWeight(b)
+		bytes += wb
+		blocks += wn
 	}
 	sp.latest = &c
 	m.snapLiveSums[sn.PID] = [2]uint64{bytes, blocks}
@@ -71,6 +72,17 @@ func (m *Model) Snapshot(sn event.Snapshot) error {
 		}
 	}
 	return nil
+}
+
+// liveWeight is what a snapshot's live block counts: itself, or in a
+// sampled trace what it stands for, as a block of a sampled stream does.
+// (The snapshot's totals come already weighed, by the provider.)
+func (m *Model) liveWeight(b event.LiveBlock) (bytes, blocks uint64) {
+	if m.rate <= 0 {
+		return b.Size, 1
+	}
+	wb, n := m.sampledBlock(b.Size, b.Addr, b.Time)
+	return wb, uint64(n)
 }
 
 func sub(a, b uint64) uint64 {
@@ -118,14 +130,16 @@ func (m *Model) snapshotStacks(pr *Profile) {
 		}
 		for _, lb := range sp.latest.Live {
 			s := get(lb.Stack)
-			s.LiveBytes += lb.Size
-			s.LiveBlocks++
+			wb, wn := m.liveWeight(lb)
+			s.LiveBytes += wb
+			s.LiveBlocks += wn
 		}
 		if ps := m.snapPeakSet[pid]; ps != nil && m.events == 0 {
 			for _, lb := range ps.Live {
 				s := get(lb.Stack)
-				s.PeakBytes += lb.Size
-				s.PeakBlocks++
+				wb, wn := m.liveWeight(lb)
+				s.PeakBytes += wb
+				s.PeakBlocks += wn
 			}
 		}
 	}

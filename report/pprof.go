@@ -91,7 +91,7 @@ func (r *Report) pprofComments() []string {
 			s.Allocations, s.Reallocations, s.Frees, s.Temporary, s.UnmatchedFrees),
 	}
 	if e := estimatedNote(pr); e != "" {
-		c = append(c, fmt.Sprintf("values %s, from %d allocations recorded", e, s.Sampled))
+		c = append(c, fmt.Sprintf("values %s, from %s", e, sampledText(pr)))
 	}
 	if sb, sk, n := r.SuppressedTotal(); n > 0 {
 		c = append(c, fmt.Sprintf("suppressed %d bytes in %d blocks by %d rules (not in inuse_*)", sb, sk, n))

@@ -119,7 +119,7 @@ func (t *textWriter) header() {
 	}
 	t.printf("\n")
 	if p := r.Profile; p.Estimated() {
-		t.printf("This trace was sampled: one allocation per %s allocated on average was recorded (%s here).\n", fmtRate(p.SampleRate), plural(p.Summary.Sampled, "allocation"))
+		t.printf("This trace was sampled: one allocation per %s allocated on average was recorded (%s here).\n", fmtRate(p.SampleRate), sampledText(p))
 		t.printf("Every byte and block count below is %s: each allocation\nrecorded of S bytes counts S/(1-exp(-S/R)) bytes and 1/(1-exp(-S/R)) blocks. Temporaries are not available when sampled.\n", estimatedNote(p))
 	}
 	var totals map[uint32]*ProcessTotals
@@ -219,7 +219,7 @@ func (t *textWriter) summary() {
 	}
 	if p.Estimated() {
 		row("temporary", "not available when sampled (it needs every event)")
-		row("sampled", "%s recorded, one per %s allocated on average", plural(s.Sampled, "allocation"), fmtRate(p.SampleRate))
+		row("sampled", "%s, one per %s allocated on average", sampledText(p), fmtRate(p.SampleRate))
 	} else if p.Missing.Has(analyze.NoTemporaries) {
 		row("temporary", "unknown (aggregate trace)")
 	} else {

@@ -70,7 +70,7 @@ func TestSessionFlagErrors(t *testing.T) {
 }
 
 // TestSampleExcludes: --sample with an option whose answer needs every
-// event is a usage error that names both.
+// event, or a bad size in aggregate mode, is a usage error that names both.
 func TestSampleExcludes(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "t.hst")
 	for _, c := range []struct {
@@ -79,7 +79,8 @@ func TestSampleExcludes(t *testing.T) {
 	}{
 		{[]string{"run", "--sample", "64KiB", "--events", "all", "--", "true"}, "--sample: --events mmap: mmap and munmap are not sampled"},
 		{[]string{"run", "--sample", "64KiB", "--provider", "ebpf", "--events", "all", "--", "true"}, "--sample: --events mmap: mmap and munmap are not sampled"},
-		{[]string{"attach", "--sample", "64KiB", "--mode", "aggregate", "-p", "1"}, "--sample: aggregate mode keeps exact totals"},
+		// Aggregate mode samples (weighed in BPF), but not a bad size.
+		{[]string{"attach", "--sample", "-64KiB", "--mode", "aggregate", "-p", "1"}, `--sample: size "-64KiB": negative`},
 	} {
 		code, stderr := exitCode(t, cli(t, append(c.args[:1:1], append([]string{"-o", out}, c.args[1:]...)...)...))
 		if code != 2 || !strings.Contains(stderr, c.want) {

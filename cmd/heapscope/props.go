@@ -53,7 +53,7 @@ func (f *sessionFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.timeRes, "time-resolution", tracefile.DefaultTimeResolution, "precision of event times in the file, 1ns to 1s; 1ns keeps exact times")
 	fs.BoolVar(&f.overwrite, "overwrite", false, "replace an existing output that is a symbolic link (the link, never its target) or another user's file;\nwithout it they are refused. Trace files are made new, mode 0600, once the session has started")
 	fs.BoolVar(&f.quiet, "q", false, "print no summary at the end")
-	fs.StringVar(&f.sample, "sample", "0", "record one allocation per `SIZE` bytes allocated on average (e.g. 512KiB, 1MiB, 65536) and\nestimate the rest; 0 records every event. Stream mode, not with --events mmap")
+	fs.StringVar(&f.sample, "sample", "0", "record one allocation per `SIZE` bytes allocated on average (e.g. 512KiB, 1MiB, 65536) and\nestimate the rest; 0 records every event. Not with --events mmap")
 }
 
 // validate checks each flag against its range, so that a value is never

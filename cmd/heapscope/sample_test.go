@@ -62,6 +62,25 @@ func TestSampleAccuracyEBPF(t *testing.T) {
 	logSampleErrors(t, sites, errs)
 }
 
+// TestSampleAccuracyEBPFAggregate is TestSampleAccuracyEBPF in aggregate
+// mode (`--mode aggregate`): the kernel keeps per-stack sums, each sampled
+// block adding the bytes and objects it stands for, weighed in BPF, and
+// its free taking them away; the same bounds hold.
+func TestSampleAccuracyEBPFAggregate(t *testing.T) {
+	testutil.SkipWithoutEBPF(t, ebpf.Available())
+	if testing.Short() {
+		t.Skip("-short: this run takes minutes")
+	}
+	t.Cleanup(testutil.Cleanup)
+	bin := testutil.MustBuild(t, "sample_sites", testutil.Options{})
+	sites, got := sampleSites(t, bin, filepath.Join(t.TempDir(), "a"), "ebpf aggregate", nil, "--provider", "ebpf", "--mode", "aggregate")
+	errs := map[string][][2]float64{}
+	for name, e := range got {
+		errs[name] = append(errs[name], e)
+	}
+	logSampleErrors(t, sites, errs)
+}
+
 type siteTruth struct{ alloc, leak float64 }
 
 // sampleSites runs sample_sites (bin) under `heapscope run --sample 64KiB`
@@ -107,8 +126,14 @@ func sampleSites(t *testing.T, bin, path, label string, env []string, flags ...s
 	if d.Trace.SampleRate != 64<<10 || !strings.Contains(d.Trace.Estimated, "estimated (sampled every 64 KiB on average)") {
 		t.Fatalf("%s: the report does not say it is sampled: %+v", label, d.Trace)
 	}
-	if d.Trace.SampledAllocations == 0 || d.Trace.SampledAllocations*50 > 8_000_000 {
-		t.Errorf("%s: %d allocations recorded of about 8 million: not sampled", label, d.Trace.SampledAllocations)
+	recorded, most := d.Trace.SampledAllocations, uint64(8_000_000/50)
+	if d.Trace.Aggregate && d.Stats != nil {
+		// Snapshots hold sums: what the kernel's tables took in are
+		// the sampled allocations and their frees.
+		recorded, most = d.Stats.Delivered, 2*most
+	}
+	if recorded == 0 || recorded > most {
+		t.Errorf("%s: %d allocations or calls recorded of about 8 million: not sampled", label, recorded)
 	}
 	if d.Trace.LostEvents != 0 {
 		t.Errorf("%s: %d events lost", label, d.Trace.LostEvents)
@@ -266,4 +291,23 @@ func TestSampleQuery(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Errorf("query never showed the sampling rate and a count above 0: %v\n%s", err, out)
+}
+
+// TestSampleAggregateSummary: run's summary of a sampled aggregate session
+// says its numbers are estimates and counts what the kernel's tables took
+// in (the calls of sampled blocks), not "0 allocations recorded".
+func TestSampleAggregateSummary(t *testing.T) {
+	testutil.SkipWithoutEBPF(t, ebpf.Available())
+	t.Cleanup(testutil.Cleanup)
+	bin := testutil.MustBuild(t, "ebpf_churn", testutil.Options{})
+	out, err := cli(t, "run", "--provider", "ebpf", "--mode", "aggregate", "--sample", "4KiB",
+		"-o", filepath.Join(t.TempDir(), "a.hst"), "--", bin, "20000", "1").CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	re := regexp.MustCompile(`sampling  one allocation per 4096 bytes allocated on average: (\d+) calls of sampled blocks accounted in the kernel's tables`)
+	m := re.FindSubmatch(out)
+	if m == nil || string(m[1]) == "0" || !strings.Contains(string(out), "SUMMARY: estimated (sampled every 4 KiB on average)") {
+		t.Errorf("the summary does not say it is estimated and what it rests on:\n%s", out)
+	}
 }

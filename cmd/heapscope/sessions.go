@@ -146,7 +146,13 @@ func printStatus(w io.Writer, st heapscope.Status) {
 
 func printStats(w io.Writer, st heapscope.Status) {
 	if r := st.Properties.Sample; r > 0 {
-		fmt.Fprintf(w, "sampling  one allocation per %d bytes allocated on average: %d allocations recorded\n", r, st.Sampled)
+		recorded := fmt.Sprintf("%d allocations recorded", st.Sampled)
+		if st.Properties.Mode == heapscope.Aggregate {
+			// The kernel's tables keep sums; what they took in are
+			// the sampled blocks' calls.
+			recorded = fmt.Sprintf("%d calls of sampled blocks accounted in the kernel's tables", st.Stats.Delivered)
+		}
+		fmt.Fprintf(w, "sampling  one allocation per %d bytes allocated on average: %s\n", r, recorded)
 	}
 	fmt.Fprintf(w, "delivered %d events, %d bytes written\n", st.Stats.Delivered, st.Stats.Bytes)
 	fmt.Fprintf(w, "lost      %d events", st.Stats.TotalLost())

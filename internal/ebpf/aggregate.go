@@ -29,9 +29,11 @@ func (t *Tracer) snapshot(pids []int, final bool) {
 		pid := uint32(p)
 		sn := event.Snapshot{PID: pid, Time: now, Final: final}
 		// Frees are derived: a block a stack allocated is live or was
-		// freed. Of a running process the two tables are read at
-		// slightly different times; a count that comes out negative
-		// (a block allocated between the reads) is taken as 0.
+		// freed, and it counted its weights (when sampling, what it
+		// stands for; else 1 and its size) in its stack's totals. Of a
+		// running process the two tables are read at slightly different
+		// times; a count that comes out negative (a block allocated
+		// between the reads) is taken as 0.
 		type sum struct{ n, bytes uint64 }
 		liveBy := map[uint64]sum{}
 		for addr, v := range live[pid] {
@@ -40,7 +42,7 @@ func (t *Tracer) snapshot(pids []int, final bool) {
 				Stack: t.stackID(pid, v.Stack),
 			})
 			s := liveBy[v.Stack]
-			liveBy[v.Stack] = sum{s.n + 1, s.bytes + v.Size}
+			liveBy[v.Stack] = sum{s.n + v.Wobjs, s.bytes + v.Wbytes}
 		}
 		sort.Slice(sn.Live, func(i, j int) bool { return sn.Live[i].Addr < sn.Live[j].Addr })
 		for stack, v := range totals[pid] {
@@ -65,7 +67,7 @@ func sub0(a, b uint64) uint64 {
 
 // Sizes of struct live_val and struct total_val.
 const (
-	liveValSize  = 24
+	liveValSize  = 40
 	totalValSize = 32
 )
 
@@ -84,7 +86,7 @@ func (t *Tracer) readLive(want map[uint16]uint32) map[uint32]map[uint64]heapscop
 		if !ok {
 			continue
 		}
-		lv := heapscopeLiveVal{Size: u64(v, 0), Time: u64(v, 8), Stack: u64(v, 16)}
+		lv := heapscopeLiveVal{Size: u64(v, 0), Time: u64(v, 8), Stack: u64(v, 16), Wbytes: u64(v, 24), Wobjs: u64(v, 32)}
 		m := out[pid]
 		if m == nil {
 			m = map[uint64]heapscopeLiveVal{}

@@ -117,15 +117,7 @@ func checkSnapshot(t *testing.T, rec *recorder, sn event.Snapshot, log callLog, 
 
 // snapshotsOf returns the snapshots of pid received so far.
 func (r *recorder) snapshotsOf(pid int) []event.Snapshot {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var out []event.Snapshot
-	for _, s := range r.snapshots {
-		if s.PID == uint32(pid) {
-			out = append(out, s)
-		}
-	}
-	return out
+	return ofPID(r, &r.snapshots, pid, func(s *event.Snapshot) uint32 { return s.PID })
 }
 
 // TestAggregate traces ebpf_calls in aggregate mode: the snapshot taken
@@ -133,22 +125,10 @@ func (r *recorder) snapshotsOf(pid int) []event.Snapshot {
 // with its call site, and per-site totals equal to the log's; the final
 // snapshot at Close says the same.
 func TestAggregate(t *testing.T) {
-	bin := testutil.MustBuild(t, "ebpf_calls", testutil.Options{})
-	rec := newRecorder(t)
-	tr := newTracer(t, Config{Mode: Aggregate}, rec)
-	w := traced(t, tr, bin, "20")
-	log := parseLog(t, w.lines(t, "done"))
-	mustFlush(t, tr)
-	if err := tr.Close(); err != nil {
-		t.Fatal(err)
-	}
-	r := siteRanges(t, bin, log.sites)
-	snaps := rec.snapshotsOf(w.pid())
-	if len(snaps) != 2 || snaps[0].Final || !snaps[1].Final {
-		t.Fatalf("%d snapshots, want a flush's and a final one", len(snaps))
-	}
-	for _, sn := range snaps {
-		checkSnapshot(t, rec, sn, log, r, true)
+	run := runAggregate(t, Config{Mode: Aggregate})
+	rec, tr, log := run.rec, run.tr, run.log
+	for _, sn := range run.snaps {
+		checkSnapshot(t, rec, sn, log, run.r, true)
 	}
 	rec.mu.Lock()
 	stats := append([]event.Stats(nil), rec.stats...)
@@ -162,6 +142,35 @@ func TestAggregate(t *testing.T) {
 	}
 }
 
+// aggregateRun is a run of ebpf_calls (20 rounds) in aggregate mode: the
+// snapshots of a flush while it is paused and of the tracer's Close, with
+// its call log and its sites' addresses to check them by.
+type aggregateRun struct {
+	rec   *recorder
+	tr    *Tracer
+	log   callLog
+	r     ranges
+	snaps []event.Snapshot
+}
+
+func runAggregate(t *testing.T, cfg Config) aggregateRun {
+	t.Helper()
+	bin := testutil.MustBuild(t, "ebpf_calls", testutil.Options{})
+	rec := newRecorder(t)
+	tr := newTracer(t, cfg, rec)
+	w := traced(t, tr, bin, "20")
+	log := parseLog(t, w.lines(t, "done"))
+	mustFlush(t, tr)
+	if err := tr.Close(); err != nil {
+		t.Fatal(err)
+	}
+	snaps := rec.snapshotsOf(w.pid())
+	if len(snaps) != 2 || snaps[0].Final || !snaps[1].Final {
+		t.Fatalf("%d snapshots, want a flush's and a final one", len(snaps))
+	}
+	return aggregateRun{rec, tr, log, siteRanges(t, bin, log.sites), snaps}
+}
+
 // TestAggregateProcesses traces two processes in aggregate mode, detaches
 // the first and attaches a third, which takes the first's place in the
 // tables: each snapshot holds its own process's blocks and totals, and
@@ -172,12 +181,9 @@ func TestAggregateProcesses(t *testing.T) {
 	tr := newTracer(t, Config{Mode: Aggregate}, rec)
 	a := startWorkload(t, bin, "20")
 	b := startWorkload(t, bin, "30")
-	for _, w := range []*workload{a, b} {
-		if err := tr.Attach(w.pid()); err != nil {
-			t.Fatal(err)
-		}
-		w.release(t)
-	}
+	attachAll(t, tr, a, b)
+	a.release(t)
+	b.release(t)
 	logA := parseLog(t, a.lines(t, "done"))
 	logB := parseLog(t, b.lines(t, "done"))
 	if err := tr.Detach(a.pid()); err != nil {

@@ -78,27 +78,17 @@ func TestOtherAllocators(t *testing.T) {
 	}
 }
 
-// liveOfLog replays a call log: the blocks left live, as "address size".
+// liveOfLog replays a call log as the events it should make: the blocks
+// left live, as "address size".
 func liveOfLog(l callLog) []string {
-	live := map[uint64]uint64{}
-	for _, c := range l.calls {
-		switch kindOf(c.fn) {
-		case event.KindFree:
-			delete(live, c.addr)
-		case event.KindRealloc:
-			if c.addr != 0 {
-				delete(live, c.old)
-				live[c.addr] = c.size
-			}
-		default:
-			if c.addr != 0 {
-				live[c.addr] = c.size
-			}
-		}
+	evs := make([]event.Event, len(l.calls))
+	for i, c := range l.calls {
+		evs[i] = event.Event{Kind: kindOf(c.fn), Addr: c.addr, Size: c.size, OldAddr: c.old}
 	}
-	return sortedLive(live)
+	return liveOfEvents(evs)
 }
 
+// liveOfEvents replays events: the blocks left live, as "address size".
 func liveOfEvents(evs []event.Event) []string {
 	live := map[uint64]uint64{}
 	for _, e := range evs {

@@ -393,16 +393,21 @@ func mountTracefs() error {
 	return nil
 }
 
+// tracee returns pid's tracee (nil if not traced) and whether the tracer
+// is closed.
+func (t *Tracer) tracee(pid int) (*tracee, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.procs[pid], t.closed
+}
+
 // Detach stops tracing pid: its probes are removed, what it produced is
 // delivered (in aggregate mode, a final Snapshot), and an Exit with status
 // -1 is sent. The error wraps errs.ErrNoSuchProcess if pid is not traced.
 func (t *Tracer) Detach(pid int) error {
 	t.attachMu.Lock()
 	defer t.attachMu.Unlock()
-	t.mu.Lock()
-	p := t.procs[pid]
-	closed := t.closed
-	t.mu.Unlock()
+	p, closed := t.tracee(pid)
 	if closed {
 		return errClosed
 	}

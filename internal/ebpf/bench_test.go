@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -158,8 +159,14 @@ func BenchmarkTracer(b *testing.B) {
 		// go (one pair in about 2000 at 512 KiB).
 		{"stream/alloc-stacks/sample-512KiB", &Config{Mode: Stream, Sample: 512 << 10}, 0, false},
 		{"stream/alloc-stacks/depth-24/sample-512KiB", &Config{Mode: Stream, Sample: 512 << 10}, 24, false},
+		{"stream/alloc-stacks/sample-4KiB", &Config{Mode: Stream, Sample: 4 << 10}, 0, false},
 		{"aggregate/alloc-stacks", &Config{Mode: Aggregate}, 0, false},
 		{"aggregate/alloc-stacks/depth-24", &Config{Mode: Aggregate}, 24, false},
+		// Sampled in aggregate mode: the tables see only the sampled
+		// blocks, each weighed in BPF (smp_weights).
+		{"aggregate/alloc-stacks/sample-512KiB", &Config{Mode: Aggregate, Sample: 512 << 10}, 0, false},
+		{"aggregate/alloc-stacks/depth-24/sample-512KiB", &Config{Mode: Aggregate, Sample: 512 << 10}, 24, false},
+		{"aggregate/alloc-stacks/sample-4KiB", &Config{Mode: Aggregate, Sample: 4 << 10}, 0, false},
 		{"aggregate/no-stacks", &Config{Mode: Aggregate, Stacks: NoStacks}, 0, false},
 		{"stream/alloc-stacks/depth-24/tables", &Config{Mode: Stream, UnwindTables: true}, 24, false},
 		{"stream/alloc-stacks/depth-24/no-fp/tables", &Config{Mode: Stream, UnwindTables: true}, 24, true},
@@ -194,13 +201,26 @@ func BenchmarkTracer(b *testing.B) {
 				if err := tr.Flush(); err != nil {
 					b.Fatal(err)
 				}
-				if st := tr.Stats(); st.Delivered > 0 && c.cfg.Mode == Stream {
+				st := tr.Stats()
+				if st.Delivered > 0 && c.cfg.Mode == Stream {
 					b.ReportMetric(float64(selfCPU()-cpu0)/float64(st.Delivered), "consumer-cpu-ns/event")
+				}
+				// What the probes handed on per pair: in stream mode
+				// events through the ring (each a struct event and the
+				// ring's 8-byte header), in aggregate mode calls
+				// accounted in the tables.
+				b.ReportMetric(float64(st.Delivered+st.TotalLost())/float64(b.N), "delivered/pair")
+				if c.cfg.Mode == Stream {
+					b.ReportMetric(float64((st.Delivered+st.TotalLost())*ringRecordSize)/float64(b.N), "ring-B/pair")
 				}
 			}
 		})
 	}
 }
+
+// ringRecordSize is what one event takes in the ring: a struct event and
+// the ring's record header.
+const ringRecordSize = uint64(unsafe.Sizeof(heapscopeEvent{})) + 8
 
 // attachFloor puts empty programs where the tracer probes malloc (entry and
 // return, or a session) and free (entry) in pid.

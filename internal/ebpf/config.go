@@ -124,8 +124,12 @@ type Config struct {
 	// blocks are kept in a BPF hash map of MaxLive entries; a sampled
 	// allocation that finds it full is not sent, and counted as
 	// event.LostMapFull). The realloc of a block not sampled is a new draw,
-	// sent, when sampled, as a realloc with no old block. Stream mode only,
-	// and not with event.FamilyMmap. 0 sends every call.
+	// sent, when sampled, as a realloc with no old block. In aggregate mode
+	// the live table holds the sampled blocks, and each adds to its stack's
+	// totals what it stands for, S/p bytes and 1/p objects (p = 1 -
+	// exp(-S/Sample)), computed in BPF in fixed point: the Snapshot's
+	// totals are estimates, its live blocks the sampled ones. Not with
+	// event.FamilyMmap. 0 sends every call.
 	Sample int64
 
 	// noMulti forces classic uprobes even where uprobe_multi links work
@@ -152,11 +156,6 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Sample > maxSample {
 		return c, fmt.Errorf("sampling size %d over %d (1 TiB): %w", c.Sample, int64(maxSample), errs.ErrInvalidFlags)
-	}
-	if c.Sample > 0 && c.Mode == Aggregate {
-		// Its totals are counts in the kernel, which would need the
-		// weight of each block added instead.
-		return c, fmt.Errorf("sampling is stream-only (aggregate mode keeps exact totals): %w", errs.ErrInvalidFlags)
 	}
 	if c.Sample > 0 && c.Families&event.FamilyMmap != 0 {
 		return c, fmt.Errorf("mmap tracing is not sampled: %w", errs.ErrInvalidFlags)

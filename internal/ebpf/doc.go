@@ -83,7 +83,12 @@
 // sampled, as a realloc with no old block. The traps remain: every call
 // still costs its uprobe traps, which in a VM are most of a traced call's
 // cost; sampling removes the stack walk, the ring and the consumer's work.
-// Aggregate mode does not sample (its totals would need weights).
+// In aggregate mode the live table is the set of sampled blocks (no hash
+// map), and each sampled block adds to its stack's totals what it stands
+// for, S/p bytes and 1/p objects with p = 1 - exp(-S/R), computed in BPF
+// in fixed point (within 2e-5) and rounded at random to whole numbers; the
+// block keeps them, and its free takes them away. Per-stack sums of sizes
+// could not be unbiased afterwards: the weight is not linear in S.
 //
 // # Cost
 //

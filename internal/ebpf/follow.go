@@ -114,10 +114,7 @@ func (t *Tracer) followExec(pid int, held bool) {
 	defer t.resume(pid, held)
 	t.attachMu.Lock()
 	defer t.attachMu.Unlock()
-	t.mu.Lock()
-	p := t.procs[pid]
-	closed := t.closed
-	t.mu.Unlock()
+	p, closed := t.tracee(pid)
 	if p == nil || closed {
 		return
 	}

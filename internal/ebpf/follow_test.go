@@ -61,15 +61,7 @@ func waitFor(t *testing.T, cond func() bool) {
 }
 
 func (r *recorder) exitsOf(pid int) []event.Exit {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var out []event.Exit
-	for _, e := range r.exits {
-		if e.PID == uint32(pid) {
-			out = append(out, e)
-		}
-	}
-	return out
+	return ofPID(r, &r.exits, pid, func(e *event.Exit) uint32 { return e.PID })
 }
 
 // leaks replays the events of one image (pid, and the count of its Process

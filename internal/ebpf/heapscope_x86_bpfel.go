@@ -43,10 +43,12 @@ type heapscopeLib struct {
 }
 
 type heapscopeLiveVal struct {
-	_     structs.HostLayout
-	Size  uint64
-	Time  uint64
-	Stack uint64
+	_      structs.HostLayout
+	Size   uint64
+	Time   uint64
+	Stack  uint64
+	Wbytes uint64
+	Wobjs  uint64
 }
 
 type heapscopeNote struct {
@@ -166,6 +168,7 @@ const (
 	heapscopeProgMunmapExit      = "munmap_exit"
 	heapscopeProgOnExec          = "on_exec"
 	heapscopeProgOnFork          = "on_fork"
+	heapscopeProgSmpWeightsTest  = "smp_weights_test"
 	heapscopeProgWrapEnter       = "wrap_enter"
 	heapscopeProgWrapEnterMulti  = "wrap_enter_multi"
 	heapscopeVarAggregate        = "aggregate"
@@ -239,6 +242,7 @@ type heapscopeProgramSpecs struct {
 	MunmapExit      *ebpf.ProgramSpec `ebpf:"munmap_exit"`
 	OnExec          *ebpf.ProgramSpec `ebpf:"on_exec"`
 	OnFork          *ebpf.ProgramSpec `ebpf:"on_fork"`
+	SmpWeightsTest  *ebpf.ProgramSpec `ebpf:"smp_weights_test"`
 	WrapEnter       *ebpf.ProgramSpec `ebpf:"wrap_enter"`
 	WrapEnterMulti  *ebpf.ProgramSpec `ebpf:"wrap_enter_multi"`
 }
@@ -375,6 +379,7 @@ type heapscopePrograms struct {
 	MunmapExit      *ebpf.Program `ebpf:"munmap_exit"`
 	OnExec          *ebpf.Program `ebpf:"on_exec"`
 	OnFork          *ebpf.Program `ebpf:"on_fork"`
+	SmpWeightsTest  *ebpf.Program `ebpf:"smp_weights_test"`
 	WrapEnter       *ebpf.Program `ebpf:"wrap_enter"`
 	WrapEnterMulti  *ebpf.Program `ebpf:"wrap_enter_multi"`
 }
@@ -397,6 +402,7 @@ func (p *heapscopePrograms) Close() error {
 		p.MunmapExit,
 		p.OnExec,
 		p.OnFork,
+		p.SmpWeightsTest,
 		p.WrapEnter,
 		p.WrapEnterMulti,
 	)

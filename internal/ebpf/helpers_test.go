@@ -55,29 +55,19 @@ func (r *recorder) enter() func() {
 	}
 }
 
-func (r *recorder) Process(p event.Process) error {
+// keep appends v to *list as one Sink call, under r.mu.
+func keep[T any](r *recorder, list *[]T, v T) error {
 	defer r.enter()()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.processes = append(r.processes, p)
+	*list = append(*list, v)
 	return nil
 }
 
-func (r *recorder) Exit(e event.Exit) error {
-	defer r.enter()()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.exits = append(r.exits, e)
-	return nil
-}
-
-func (r *recorder) Module(m event.Module) error {
-	defer r.enter()()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.modules = append(r.modules, m)
-	return nil
-}
+func (r *recorder) Process(p event.Process) error { return keep(r, &r.processes, p) }
+func (r *recorder) Exit(e event.Exit) error       { return keep(r, &r.exits, e) }
+func (r *recorder) Module(m event.Module) error   { return keep(r, &r.modules, m) }
+func (r *recorder) Stats(s event.Stats) error     { return keep(r, &r.stats, s) }
 
 func (r *recorder) Stack(s event.Stack) error {
 	defer r.enter()()
@@ -151,14 +141,6 @@ func (r *recorder) image(pid uint32) int {
 	return n
 }
 
-func (r *recorder) Stats(s event.Stats) error {
-	defer r.enter()()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.stats = append(r.stats, s)
-	return nil
-}
-
 // checkModules fails the test if a stack had a frame in no Module sent
 // before it. When pid is still alive, only frames in its executable file
 // mappings count: the last frame of a frame-pointer walk through code built
@@ -185,12 +167,17 @@ func (r *recorder) checkModules(t testing.TB, pid int) {
 
 // eventsOf returns a copy of the events of pid.
 func (r *recorder) eventsOf(pid int) []event.Event {
+	return ofPID(r, &r.events, pid, func(e *event.Event) uint32 { return e.PID })
+}
+
+// ofPID returns a copy of the records of pid in *list, read under r's lock.
+func ofPID[T any](r *recorder, list *[]T, pid int, pidOf func(*T) uint32) []T {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var out []event.Event
-	for _, e := range r.events {
-		if e.PID == uint32(pid) {
-			out = append(out, e)
+	var out []T
+	for i := range *list {
+		if pidOf(&(*list)[i]) == uint32(pid) {
+			out = append(out, (*list)[i])
 		}
 	}
 	return out
@@ -230,6 +217,13 @@ func spawnWorkload(t testing.TB, env []string, bin string, args ...string) *work
 	if env != nil {
 		cmd.Env = append(os.Environ(), env...)
 	}
+	return startCmd(t, cmd)
+}
+
+// startCmd starts cmd as a workload, its stdin and stdout piped to the
+// test; it is killed when the test ends.
+func startCmd(t testing.TB, cmd *exec.Cmd) *workload {
+	t.Helper()
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -315,6 +309,16 @@ func traced(t testing.TB, tr *Tracer, bin string, args ...string) *workload {
 	}
 	w.release(t)
 	return w
+}
+
+// attachAll attaches tr to each of ws, still held.
+func attachAll(t testing.TB, tr *Tracer, ws ...*workload) {
+	t.Helper()
+	for _, w := range ws {
+		if err := tr.Attach(w.pid()); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // mustFlush flushes tr, failing the test if it cannot.

@@ -91,11 +91,7 @@ func TestManyProcesses(t *testing.T) {
 	tr := newTracer(t, Config{}, rec)
 	a := startWorkload(t, bin, "1000", "2")
 	b := startWorkload(t, bin, "2000", "1")
-	for _, w := range []*workload{a, b} {
-		if err := tr.Attach(w.pid()); err != nil {
-			t.Fatal(err)
-		}
-	}
+	attachAll(t, tr, a, b)
 	if err := tr.Attach(a.pid()); err != nil {
 		t.Errorf("attaching again: %v", err)
 	}
@@ -210,11 +206,7 @@ func TestSetStacks(t *testing.T) {
 	tr := newTracer(t, Config{Stacks: NoStacks}, rec)
 	a := startWorkload(t, bin, "2")
 	b := startWorkload(t, bin, "2")
-	for _, w := range []*workload{a, b} {
-		if err := tr.Attach(w.pid()); err != nil {
-			t.Fatal(err)
-		}
-	}
+	attachAll(t, tr, a, b)
 	a.release(t)
 	a.lines(t, "done")
 	if err := tr.SetStacks(event.KindsOf(event.KindFree)); err != nil {

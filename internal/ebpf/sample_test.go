@@ -13,20 +13,24 @@ import (
 )
 
 // TestSampleConfig: a sampling size that is negative, too big, or with
-// aggregate mode or mmap tracing is refused.
+// mmap tracing is refused, in either mode; aggregate mode samples.
 func TestSampleConfig(t *testing.T) {
 	for _, c := range []Config{
 		{Sample: -1},
 		{Sample: maxSample + 1},
-		{Sample: 4096, Mode: Aggregate},
+		{Sample: -1, Mode: Aggregate},
+		{Sample: maxSample + 1, Mode: Aggregate},
 		{Sample: 4096, Families: event.FamilyAll},
+		{Sample: 4096, Families: event.FamilyAll, Mode: Aggregate},
 	} {
 		if _, err := c.withDefaults(); !errors.Is(err, errs.ErrInvalidFlags) {
 			t.Errorf("%+v: %v; want ErrInvalidFlags", c, err)
 		}
 	}
-	if _, err := (Config{Sample: 4096}).withDefaults(); err != nil {
-		t.Error(err)
+	for _, c := range []Config{{Sample: 4096}, {Sample: 4096, Mode: Aggregate}} {
+		if _, err := c.withDefaults(); err != nil {
+			t.Error(err)
+		}
 	}
 }
 
@@ -57,20 +61,8 @@ func TestSampleStream(t *testing.T) {
 	exact, exactStats := run(0)
 	sampled, sampledStats := run(rate)
 
-	// The sizes ebpf_churn allocates: each thread's xorshift from its
-	// index, as in its loop.
-	var want, variance float64
-	for id := uint64(0); id < 2; id++ {
-		x := 0x9E3779B97F4A7C15 * (id + 1)
-		for i := 0; i < pairs; i++ {
-			x ^= x << 13
-			x ^= x >> 7
-			x ^= x << 17
-			p := 1 - math.Exp(-float64(16+x%512)/rate)
-			want += p
-			variance += p * (1 - p)
-		}
-	}
+	ch := churnSampled(pairs, 2, rate)
+	want, variance := ch.samples, ch.samplesVar
 	allocs := 0
 	for _, e := range exact {
 		if e.Kind == event.KindAlloc {
@@ -249,4 +241,124 @@ func sampledCalls(log callLog) callLog {
 		out.calls = append(out.calls, c)
 	}
 	return out
+}
+
+// churnExpect is what sampling at a rate makes of ebpf_churn's loop: how
+// many allocations it samples, and the bytes they stand for, with the
+// variance of each.
+type churnExpect struct {
+	allocs, bytes           float64 // the truth
+	samples, samplesVar     float64
+	estBytesVar, estObjsVar float64 // of the estimates Σ S/p and Σ 1/p
+}
+
+// churnSampled computes churnExpect from the sizes ebpf_churn allocates:
+// each thread's xorshift from its index, as in its loop.
+func churnSampled(pairs, threads int, rate float64) churnExpect {
+	var c churnExpect
+	for id := uint64(0); id < uint64(threads); id++ {
+		x := 0x9E3779B97F4A7C15 * (id + 1)
+		for i := 0; i < pairs; i++ {
+			x ^= x << 13
+			x ^= x >> 7
+			x ^= x << 17
+			size := float64(16 + x%512)
+			p := -math.Expm1(-size / rate)
+			c.allocs++
+			c.bytes += size
+			c.samples += p
+			c.samplesVar += p * (1 - p)
+			// A sum of w·Bernoulli(p) with w = S/p or 1/p: w²p(1-p) each.
+			c.estBytesVar += size * size * (1 - p) / p
+			c.estObjsVar += (1 - p) / p
+		}
+	}
+	return c
+}
+
+// TestSampleAggregateEveryCall is TestSampleEveryCall in aggregate mode:
+// at one byte, each block of ebpf_calls that is sampled surely weighs its
+// own size and one object (S/p and 1/p round to them), so the snapshot must
+// hold exactly the aggregate of the calls sampledCalls keeps: the live
+// blocks with their sites, and per-site totals. The free of a block never
+// sampled (malloc(0)'s, failed allocations) is dropped after one lookup:
+// nothing is unmatched.
+func TestSampleAggregateEveryCall(t *testing.T) {
+	run := runAggregate(t, Config{Mode: Aggregate, Sample: 1})
+	log := run.log
+	want := sampledCalls(log)
+	if len(want.calls) == len(log.calls) {
+		t.Fatal("every call is sampled surely: no unsampled block to free")
+	}
+	for _, sn := range run.snaps {
+		checkSnapshot(t, run.rec, sn, want, run.r, true)
+	}
+	st := run.tr.Stats()
+	if st.Unmatched != 0 || st.TotalLost() != 0 || st.Delivered != uint64(len(want.calls)) {
+		t.Errorf("stats %+v; want %d calls delivered of %d, none lost or unmatched", st, len(want.calls), len(log.calls))
+	}
+}
+
+// TestSampleAggregate traces ebpf_churn (2 threads × 100000 pairs of
+// malloc(16..527) and free) in aggregate mode sampled every 4 KiB. Its
+// loop's stacks must estimate what it allocated, in bytes and objects,
+// within 5 standard deviations of the estimator (about 4%); every block it
+// allocates is freed, so its frees must take away exactly what its
+// allocations added (the weights remembered with each block), leaving no
+// live estimate; the free of a block not sampled (94% of them) must touch
+// nothing (none unmatched), and the tables see only the sampled calls.
+func TestSampleAggregate(t *testing.T) {
+	t.Cleanup(testutil.Cleanup)
+	bin := testutil.MustBuild(t, "ebpf_churn", testutil.Options{})
+	const pairs, rate = 100000, 4096
+	rec := newRecorder(t)
+	tr := newTracer(t, Config{Mode: Aggregate, Sample: rate}, rec)
+	w := startWorkloadNoReady(t, bin, strconv.Itoa(pairs), "2", "wait")
+	if err := tr.Attach(w.pid()); err != nil {
+		t.Fatal(err)
+	}
+	w.release(t)
+	w.wait(t)
+	if err := tr.Close(); err != nil {
+		t.Fatal(err)
+	}
+	snaps := rec.snapshotsOf(w.pid())
+	if len(snaps) == 0 {
+		t.Fatal("no snapshot")
+	}
+	sn := snaps[len(snaps)-1]
+	// The loop's stacks are the ones with most allocations; the
+	// program's start-up and exit allocate a few blocks elsewhere.
+	var allocs, bytes, frees, freeBytes uint64
+	for _, st := range sn.Totals {
+		if st.Allocs < 1000 {
+			continue
+		}
+		allocs += st.Allocs
+		bytes += st.AllocBytes
+		frees += st.Frees
+		freeBytes += st.FreeBytes
+	}
+	ch := churnSampled(pairs, 2, rate)
+	t.Logf("estimated %d allocations of %.0f, %d bytes of %.0f (± %.0f, 1 sd); freed %d, %d bytes",
+		allocs, ch.allocs, bytes, ch.bytes, math.Sqrt(ch.estBytesVar), frees, freeBytes)
+	if d := math.Abs(float64(bytes) - ch.bytes); d > 5*math.Sqrt(ch.estBytesVar) {
+		t.Errorf("estimated %d bytes allocated; want %.0f ± %.0f (5 sd)", bytes, ch.bytes, 5*math.Sqrt(ch.estBytesVar))
+	}
+	if d := math.Abs(float64(allocs) - ch.allocs); d > 5*math.Sqrt(ch.estObjsVar) {
+		t.Errorf("estimated %d allocations; want %.0f ± %.0f (5 sd)", allocs, ch.allocs, 5*math.Sqrt(ch.estObjsVar))
+	}
+	if frees != allocs || freeBytes != bytes {
+		t.Errorf("the loop freed every block: estimated frees %d, %d bytes; want its allocations, %d, %d bytes", frees, freeBytes, allocs, bytes)
+	}
+	if len(sn.Live) > 8 {
+		t.Errorf("%d sampled blocks live at the end: their frees were lost", len(sn.Live))
+	}
+	st := tr.Stats()
+	if st.Unmatched != 0 || st.TotalLost() != 0 {
+		t.Errorf("stats %+v: a free of a block not sampled reached the tables, or calls were lost", st)
+	}
+	if d := float64(st.Delivered); d > 2*ch.samples*1.1+50 || d < 2*ch.samples*0.9 {
+		t.Errorf("%d calls accounted in the tables; want about %.0f (the sampled allocations and their frees)", st.Delivered, 2*ch.samples)
+	}
 }

@@ -207,7 +207,7 @@ func (t *Tracer) load() error {
 	if t.cfg.UnwindTables {
 		spec.Maps["uw_entries"].MaxEntries = uint32(t.cfg.UnwindEntries)
 	}
-	if t.cfg.Sample > 0 {
+	if t.cfg.Sample > 0 && t.cfg.Mode == Stream { // aggregate: the live table is the set
 		spec.Maps["sampled"].MaxEntries = uint32(t.cfg.MaxLive)
 	}
 	liveSlots, totalSlots := bucketSlots, bucketSlots // unused in stream mode
@@ -245,6 +245,9 @@ func (t *Tracer) load() error {
 			if !t.following() {
 				delete(spec.Programs, name)
 			}
+			continue
+		case "smp_weights_test": // TestSampleWeightsBPF's
+			delete(spec.Programs, name)
 			continue
 		}
 		if multi != t.multi {

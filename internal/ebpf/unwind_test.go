@@ -1,7 +1,6 @@
 package ebpf
 
 import (
-	"bufio"
 	"fmt"
 	"os/exec"
 	"path/filepath"
@@ -86,29 +85,28 @@ func (rec *recorder) chains(pid int, r ranges) (map[uint64]map[string]int, map[u
 func dwarfChains(t *testing.T, k int) (map[uint64]map[string]int, map[uint64]int) {
 	bin := testutil.MustBuild(t, "ebpf_cfi", cfiBuild)
 	rec := newRecorder(t)
+	lines, pid := runDWARF(t, rec, bin, strconv.Itoa(k))
+	return rec.chains(pid, siteRanges(t, bin, parseLog(t, lines).sites))
+}
+
+// runDWARF runs bin to its end under the preload provider with DWARF
+// unwinding (run --unwind dwarf), recording into rec: it releases it at
+// "ready" and after "done", and returns the lines it printed before
+// "done" and its pid.
+func runDWARF(t *testing.T, rec *recorder, bin string, args ...string) ([]string, int) {
+	t.Helper()
 	c, err := preload.New(preload.Config{Unwind: preload.UnwindDWARF}, rec)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, strconv.Itoa(k))
+	cmd := exec.Command(bin, args...)
 	if err := c.Prepare(cmd); err != nil {
 		t.Fatal(err)
 	}
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	w := &workload{cmd: cmd, stdin: stdin, out: bufio.NewScanner(stdout)}
+	w := startCmd(t, cmd)
 	w.expect(t, "ready")
 	w.release(t)
-	log := parseLog(t, w.lines(t, "done"))
+	lines := w.lines(t, "done")
 	w.release(t)
 	if err := cmd.Wait(); err != nil {
 		t.Fatal(err)
@@ -117,7 +115,7 @@ func dwarfChains(t *testing.T, k int) (map[uint64]map[string]int, map[uint64]int
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
-	return rec.chains(cmd.Process.Pid, siteRanges(t, bin, log.sites))
+	return lines, cmd.Process.Pid
 }
 
 // TestUnwindTables traces code built without frame pointers: with unwind
@@ -240,32 +238,8 @@ func TestUnwindTablesPython(t *testing.T) {
 	got := attached(Config{UnwindTables: true})
 
 	drec := newRecorder(t)
-	c, err := preload.New(preload.Config{Unwind: preload.UnwindDWARF}, drec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(py, "-c", pyLeak)
-	if err := c.Prepare(cmd); err != nil {
-		t.Fatal(err)
-	}
-	stdin, _ := cmd.StdinPipe()
-	stdout, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	dw := &workload{cmd: cmd, stdin: stdin, out: bufio.NewScanner(stdout)}
-	dw.expect(t, "ready")
-	dw.release(t)
-	dw.expect(t, "done")
-	dw.release(t)
-	if err := cmd.Wait(); err != nil {
-		t.Fatal(err)
-	}
-	c.Exited(cmd.Process.Pid, 0, 0)
-	if err := c.Close(); err != nil {
-		t.Fatal(err)
-	}
-	want := drec.siteBytes(cmd.Process.Pid)
+	_, pid := runDWARF(t, drec, py, "-c", pyLeak)
+	want := drec.siteBytes(pid)
 
 	total, match, wantTotal := matchSites(t, got, want)
 	t.Logf("%d sites, %d bytes; DWARF run: %d sites, %d bytes; %d bytes match", len(got), total, len(want), wantTotal, match)

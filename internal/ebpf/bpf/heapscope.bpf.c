@@ -630,6 +630,140 @@ static __always_inline struct total_val *total_of(__u32 pidx, __u64 stack)
 	return tv;
 }
 
+// --- sampling weights ---
+//
+// In aggregate mode with sampling (sample_rate R > 0) a sampled block of S
+// bytes stands for S/p bytes and 1/p objects, p = 1 - e^(-S/R), the
+// probability that it was sampled. The kernel keeps per-stack sums, so the
+// weights are added here, per block, before they are summed (a sum of sizes
+// cannot be unbiased afterwards: the weight is not linear in S), and the
+// block remembers them so that its free takes away what it added.
+//
+// No floating point in BPF: with x = S/R in 32.32 fixed point,
+// q = p/x = (1 - e^-x)/x, then S/p = R/q and 1/p = R/(S q). For x < 1/16,
+// q is the series 1 - x/2 + x^2/6 - x^3/24 + x^4/120 (the next term is
+// below 2e-9); above, e^-x = 2^-(x log2 e) from its 24 fraction bits, one
+// multiply by 2^(-2^-i) in 1.31 fixed point per bit. x beyond 32 counts the
+// block as itself (p = 1 - 1.3e-14). Both weights come out with 16
+// fraction bits, within 2e-5 of exact (measured against math.Expm1 by
+// TestSampleWeightsBPF, over sizes 1 to 2^46 and rates 1 to 2^40), and are
+// rounded up or down at random with the probability of the fraction, so
+// that the sums stay whole and unbiased.
+
+#define FX_ONE31 (1ULL << 31)
+#define LOG2E_26 96817625ULL // log2(e) in 6.26 fixed point
+
+// exp2_frac is 2^(-2^-(i+1)) in 1.31 fixed point.
+static __always_inline __u64 exp2_frac(int i)
+{
+	switch (i) {
+	case 0: return 1518500250ULL;
+	case 1: return 1805811301ULL;
+	case 2: return 1969251188ULL;
+	case 3: return 2056437387ULL;
+	case 4: return 2101467502ULL;
+	case 5: return 2124350982ULL;
+	case 6: return 2135885998ULL;
+	case 7: return 2141676973ULL;
+	case 8: return 2144578345ULL;
+	case 9: return 2146030505ULL;
+	case 10: return 2146756953ULL;
+	case 11: return 2147120270ULL;
+	case 12: return 2147301951ULL;
+	case 13: return 2147392798ULL;
+	case 14: return 2147438222ULL;
+	case 15: return 2147460935ULL;
+	case 16: return 2147472292ULL;
+	case 17: return 2147477970ULL;
+	case 18: return 2147480809ULL;
+	case 19: return 2147482228ULL;
+	case 20: return 2147482938ULL;
+	case 21: return 2147483293ULL;
+	case 22: return 2147483471ULL;
+	}
+	return 2147483559ULL;
+}
+
+// exp_neg_fx returns e^-x in 1.31 fixed point, for x in 32.32 below 32.
+static __always_inline __u64 exp_neg_fx(__u64 x)
+{
+	__u64 y = x * LOG2E_26 >> 26; // x log2 e, 32.32; x < 2^37: no overflow
+	__u64 k = y >> 32, f = y >> 8 & 0xffffff;
+	__u64 m = FX_ONE31;
+#pragma unroll
+	for (int i = 0; i < 24; i++) {
+		__u64 bit = f >> (23 - i) & 1; // without a branch, as in neg_ln_fx
+		m = m * (FX_ONE31 - bit * (FX_ONE31 - exp2_frac(i))) >> 31;
+	}
+	return m >> (k & 63);
+}
+
+// smp_q returns (1 - e^-x)/x in 32.32 fixed point, for x in 32.32 below
+// 32: in (1/32, 1].
+static __always_inline __u64 smp_q(__u64 x)
+{
+	if (x < (1ULL << 28)) {
+		__u64 x2 = x * x >> 32, x3 = x2 * x >> 32, x4 = x3 * x >> 32;
+		return (1ULL << 32) - x / 2 + x2 / 6 - x3 / 24 + x4 / 120;
+	}
+	__u64 p = FX_ONE31 - exp_neg_fx(x); // 1 - e^-x, 1.31, at least 0.06
+	return (p << 29) / (x >> 4);
+}
+
+// smp_weights_fx sets *b and *o to the bytes and objects a sampled block
+// of size bytes stands for at rate r (1 <= r <= 2^40), with 16 fraction
+// bits.
+static __always_inline void smp_weights_fx(__u64 size, __u64 r, __u64 *b, __u64 *o)
+{
+	if (!size) { // never sampled; stands for itself
+		*b = 0;
+		*o = 1 << 16;
+		return;
+	}
+	if (size >= 32 * r) {
+		*b = size << 16; // sizes that large failed: no block
+		*o = 1 << 16;
+		return;
+	}
+	// size < 32 r <= 2^45. x's error, 2^-18 at worst, moves q by half that.
+	__u64 x = size < (1ULL << 31) ? (size << 32) / r : ((size << 18) / r) << 14;
+	__u64 q = smp_q(x); // above 2^27
+	// R/q with 16 fraction bits is r 2^48 / q, which overflows as one
+	// product: divide twice. R/q <= R + size < 2^46.
+	__u64 a = r << 20;
+	__u64 b16 = ((a / q) << 28) + (((a % q) << 28) / q);
+	*b = b16;
+	*o = b16 / size;
+}
+
+// smp_weights returns a sampled block's weights at the session's rate,
+// each rounded at random to a whole number.
+static __always_inline void smp_weights(__u64 size, __u64 *bytes, __u64 *objs)
+{
+	__u64 b, o;
+	smp_weights_fx(size, sample_rate, &b, &o);
+	__u32 rnd = bpf_get_prandom_u32();
+	*bytes = (b >> 16) + ((rnd & 0xffff) < (b & 0xffff));
+	*objs = (o >> 16) + ((rnd >> 16) < (o & 0xffff));
+}
+
+// For TestSampleWeightsBPF (the loader does not load it): the weights of
+// one size and rate, unrounded.
+struct weights_args {
+	__u64 size, rate; // in
+	__u64 bytes, objs; // out, 16 fraction bits
+};
+
+SEC("syscall")
+int smp_weights_test(struct weights_args *a)
+{
+	__u64 b, o;
+	smp_weights_fx(a->size, a->rate, &b, &o);
+	a->bytes = b;
+	a->objs = o;
+	return 0;
+}
+
 static __always_inline int agg_alloc(__u32 pidx, __u64 addr, __u64 size, __u64 stack)
 {
 	if (!addr)
@@ -663,13 +797,18 @@ static __always_inline int agg_alloc(__u32 pidx, __u64 addr, __u64 size, __u64 s
 		set_key(&live_keys, n, 0);
 		return -1;
 	}
+	__u64 wb = size, wo = 1;
+	if (sample_rate)
+		smp_weights(size, &wb, &wo);
 	lv->size = size;
 	lv->time = bpf_ktime_get_ns();
 	lv->stack = stack;
+	lv->wbytes = wb;
+	lv->wobjs = wo;
 	set_key(&live_keys, n, key);
 	// Shared by CPUs, and the program may be preempted: atomics.
-	__sync_fetch_and_add(&tv->allocs, 1);
-	__sync_fetch_and_add(&tv->alloc_bytes, size);
+	__sync_fetch_and_add(&tv->allocs, wo);
+	__sync_fetch_and_add(&tv->alloc_bytes, wb);
 	return 0;
 }
 
@@ -834,9 +973,13 @@ static __always_inline struct smp_key smp_key_of(__u64 addr)
 	return k;
 }
 
-// smp_known returns whether addr is a sampled block of this process.
-static __always_inline int smp_known(__u64 addr)
+// smp_known returns whether addr is a sampled block of this process (of
+// index pidx, in aggregate mode, whose live table holds exactly the sampled
+// blocks: the sampled map is not used there).
+static __always_inline int smp_known(__u64 addr, __u32 pidx)
 {
+	if (aggregate)
+		return !(addr & ~ADDR_MASK) && live_find((__u64)pidx << PIDX_SHIFT | addr) >= 0;
 	struct smp_key k = smp_key_of(addr);
 	return bpf_map_lookup_elem(&sampled, &k) != 0;
 }
@@ -946,8 +1089,9 @@ static __always_inline int do_alloc_enter(struct pt_regs *ctx)
 	if (sample_rate) {
 		if (report != func)
 			smp = t->smp; // drawn at operator new's entry
-		else if ((func == FUNC_REALLOC || func == FUNC_REALLOCARRAY) && arg && smp_forget(arg))
-			smp = SMP_WAS; // out of the set before the block can be reused
+		else if ((func == FUNC_REALLOC || func == FUNC_REALLOCARRAY) && arg &&
+			 (aggregate ? smp_known(arg, COOKIE_PIDX(cookie)) : smp_forget(arg)))
+			smp = SMP_WAS; // out of the set before the block can be reused (aggregate: at the return)
 		else // an allocation, or the realloc of a block not sampled: a new draw
 			smp = smp_draw(t, size) ? SMP_NEW : SMP_SKIP;
 	}
@@ -1000,7 +1144,7 @@ static __always_inline int do_alloc_exit(struct pt_regs *ctx)
 		// The block that is live after the call: the new one, or a
 		// failed realloc's old one (realloc(p, 0) leaves none).
 		__u64 live = addr ? addr : (t->a0 ? old : 0);
-		if (live && smp_keep(live)) {
+		if (!aggregate && live && smp_keep(live)) { // aggregate: the live table is the set
 			count(CTR_LOST_MAP_FULL);
 			if (smp == SMP_NEW)
 				return 0; // its free could not be told: not recorded
@@ -1050,12 +1194,12 @@ static __always_inline int do_free(struct pt_regs *ctx)
 	__u64 ptr = PT_REGS_PARM1(ctx);
 	if (!ptr)
 		return 0; // free(NULL) does nothing; the placement usually skips it
+	__u64 cookie = bpf_get_attach_cookie(ctx);
 	// Not a sampled block: nothing to record, after one lookup. (Nor is
 	// the free an operator delete that reported the block calls: the
 	// block left the set then, so delete leaves no note when sampling.)
-	if (sample_rate && !smp_known(ptr))
+	if (sample_rate && !smp_known(ptr, COOKIE_PIDX(cookie)))
 		return 0;
-	__u64 cookie = bpf_get_attach_cookie(ctx);
 	__u8 func = COOKIE_FUNC(cookie);
 	__u64 sp = PT_REGS_SP(ctx) + COOKIE_SP(cookie);
 	__u64 stack = NO_STACK;
@@ -1098,7 +1242,7 @@ static __always_inline int do_free(struct pt_regs *ctx)
 		else
 			count(CTR_STACKS_LOST);
 	}
-	if (sample_rate)
+	if (sample_rate && !aggregate)
 		smp_forget(ptr);
 	record(KIND_FREE, func, COOKIE_HEAP(cookie), ptr, 0, 0, 0, stack, COOKIE_PIDX(cookie));
 	if (own && func != FUNC_FREE && !sample_rate)
@@ -1128,7 +1272,7 @@ static __always_inline int do_wrap(struct pt_regs *ctx)
 	int is_new = func == FUNC_NEW || func == FUNC_NEW_ARRAY;
 	if (!is_new && !a)
 		return 0; // delete of NULL: free(NULL) follows, which is nothing
-	if (!is_new && sample_rate && !smp_known(a))
+	if (!is_new && sample_rate && !smp_known(a, COOKIE_PIDX(cookie)))
 		return 0; // not a sampled block: its free is not recorded either
 
 	struct thread *t = thread_state(1);

@@ -240,10 +240,16 @@ struct live_val {
 	__u64 size;
 	__u64 time;
 	__u64 stack;
+	// What the block added to its stack's totals, subtracted when it is
+	// freed: size and 1, or when sampling its weights (smp_weights).
+	__u64 wbytes;
+	__u64 wobjs;
 };
 
 // What a stack allocated (blocks that were then live). What it freed is
 // what of that is no longer live. Its key is a hash of pidx and stack.
+// When sampling, allocs and alloc_bytes are estimates: the sums of the
+// sampled blocks' weights.
 struct total_val {
 	__u64 allocs;
 	__u64 alloc_bytes;
