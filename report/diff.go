@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/pprof/profile"
 
+	"github.com/heapscope/heapscope/analyze"
 	"github.com/heapscope/heapscope/symbolize"
 )
 
@@ -25,8 +26,9 @@ type Counts struct {
 	Temporary    uint64 `json:"temporary"`
 }
 
-func siteCounts(s *Site) Counts {
-	return Counts{s.LeakedBytes, s.LeakedBlocks, s.PeakBytes, s.Bytes, s.Allocations + s.Reallocations, s.Temporary}
+// countsOf returns the counts a diff compares of c.
+func countsOf(c *analyze.Counters) Counts {
+	return Counts{c.LiveBytes, c.LiveBlocks, c.PeakBytes, c.Bytes, c.Calls(), c.Temporary}
 }
 
 func (c *Counts) add(o Counts) {
@@ -153,9 +155,9 @@ func NewDiff(base, new *Report) *Diff {
 				d.Sites = append(d.Sites, sd)
 			}
 			if isNew {
-				sd.New.add(siteCounts(s))
+				sd.New.add(countsOf(&s.Counters))
 			} else {
-				sd.Base.add(siteCounts(s))
+				sd.Base.add(countsOf(&s.Counters))
 			}
 		}
 	}
@@ -169,8 +171,9 @@ func NewDiff(base, new *Report) *Diff {
 }
 
 func totals(r *Report) Counts {
-	s := r.Profile.Summary
-	return Counts{s.LeakedBytes, s.LeakedBlocks, r.Profile.Peak.Bytes, s.BytesAllocated, s.Allocations + s.Reallocations, s.Temporary}
+	c := countsOf(&r.Profile.Summary.Counters)
+	c.PeakBytes = r.Profile.Peak.Bytes // the trace's peak, not the sum of its stacks'
+	return c
 }
 
 // TotalDelta is the change of the traces' totals.

@@ -256,9 +256,9 @@ func (m Metric) of(s *Site) uint64 {
 	case AllocObjects:
 		return s.Allocations + s.Reallocations
 	case InuseSpace:
-		return s.LeakedBytes
+		return s.LiveBytes
 	case InuseObjects:
-		return s.LeakedBlocks
+		return s.LiveBlocks
 	case Temporary:
 		return s.Temporary
 	case PeakSpace:
