@@ -13,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	pathpkg "path"
 	"runtime"
 	"strings"
@@ -74,57 +73,6 @@ type Result struct {
 	Warnings []string
 }
 
-// opener opens the trace, counting what is read when progress is set; it
-// keeps the files it opened itself for closeAll (a Reader made by
-// tracefile.NewReader does not close its file).
-type opener struct {
-	progress func(int64)
-	mu       sync.Mutex
-	files    []*os.File
-}
-
-func (o *opener) open(path string) (*tracefile.Reader, error) {
-	if o.progress == nil {
-		return tracefile.Open(path)
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("tracefile: %w", err)
-	}
-	st, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("tracefile: %w", err)
-	}
-	r, err := tracefile.NewReader(countingReaderAt{f, o.progress}, st.Size())
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	o.mu.Lock()
-	o.files = append(o.files, f)
-	o.mu.Unlock()
-	return r, nil
-}
-
-func (o *opener) closeAll() {
-	for _, f := range o.files {
-		f.Close()
-	}
-}
-
-// countingReaderAt passes the length of each read to n.
-type countingReaderAt struct {
-	f *os.File
-	n func(int64)
-}
-
-func (c countingReaderAt) ReadAt(b []byte, off int64) (int, error) {
-	n, err := c.f.ReadAt(b, off)
-	c.n(int64(n))
-	return n, err
-}
-
 // Trace reads the trace file at path through the heap model and returns its
 // profile. Errors wrap the reader's (os.ErrNotExist for a missing file) and
 // ErrNoProcess.
@@ -132,9 +80,8 @@ func Trace(path string, o Options) (*Result, error) {
 	if o.To != 0 && o.To <= o.From {
 		return nil, fmt.Errorf("load: the window's end (%s) is not after its start (%s)", o.To, o.From)
 	}
-	op := &opener{progress: o.ReadProgress}
-	defer op.closeAll()
-	r, err := op.open(path)
+	open := func(path string) (*tracefile.Reader, error) { return tracefile.OpenCounting(path, o.ReadProgress) }
+	r, err := open(path)
 	if err != nil {
 		return nil, err
 	}
@@ -179,12 +126,12 @@ func Trace(path string, o Options) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading %s: %w", path, err)
 	}
-	ws, sawSnapshots, err := replayPieces(path, op.open, pieces, sink, workers, o.Observer)
+	ws, sawSnapshots, err := replayPieces(path, open, pieces, sink, workers, o.Observer)
 	warnings = append(warnings, ws...)
 	if err == nil && sawSnapshots && win.From != 0 {
 		// An aggregate trace's totals in a window are differences from
 		// the last snapshot before it, which the windowed pass skipped.
-		err = replaySnapshots(op.open, path, win.From, sink)
+		err = replaySnapshots(open, path, win.From, sink)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("reading %s: %w", path, err)
