@@ -20,7 +20,7 @@ func Example() {
 	})
 	p := m.Profile()
 	fmt.Printf("peak %d bytes at %d ns, leaked %d bytes in %d blocks\n",
-		p.Peak.Bytes, p.Peak.Time, p.Summary.LeakedBytes, p.Summary.LeakedBlocks)
+		p.Peak.Bytes, p.Peak.Time, p.Summary.LiveBytes, p.Summary.LiveBlocks)
 	fmt.Printf("temporary %d, unmatched frees %d\n", p.Summary.Temporary, p.Summary.UnmatchedFrees)
 	for _, s := range p.Stacks {
 		fmt.Printf("stack %d %x: %d allocations, %d bytes, %d live\n", s.ID, s.Frames, s.Allocations, s.Bytes, s.LiveBytes)

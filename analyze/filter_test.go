@@ -45,8 +45,8 @@ func TestFilterExec(t *testing.T) {
 		}))
 		must(f.Exit(event.Exit{PID: 5, Time: 300, Status: 0}))
 		p := m.Profile()
-		if p.Summary.BytesAllocated != c.bytes || len(p.Processes) != c.procs {
-			t.Errorf("%v: %d bytes in %d processes, want %d in %d", c.sel, p.Summary.BytesAllocated, len(p.Processes), c.bytes, c.procs)
+		if p.Summary.Bytes != c.bytes || len(p.Processes) != c.procs {
+			t.Errorf("%v: %d bytes in %d processes, want %d in %d", c.sel, p.Summary.Bytes, len(p.Processes), c.bytes, c.procs)
 			continue
 		}
 		if pr := p.Processes[0]; pr.Exited != c.exited || c.exited && pr.Exit.Status != c.exitStatus {

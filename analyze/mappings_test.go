@@ -86,13 +86,13 @@ func TestMappingsTraced(t *testing.T) {
 			}
 			p := sink.Profile()
 			t.Logf("%d calls traced of %d; leaked %d B in %d mappings (truth %d B); %d unmatched", sink.calls, calls,
-				p.Summary.LeakedBytes, p.Summary.LeakedBlocks, live, p.Summary.UnmatchedFrees)
+				p.Summary.LiveBytes, p.Summary.LiveBlocks, live, p.Summary.UnmatchedFrees)
 			if sink.calls != calls {
 				t.Errorf("%d mapping calls traced, the program made %d", sink.calls, calls)
 			}
-			if p.Summary.LeakedBytes != live || p.Summary.UnmatchedFrees != 0 {
+			if p.Summary.LiveBytes != live || p.Summary.UnmatchedFrees != 0 {
 				t.Errorf("leaked %d B with %d unmatched munmaps; the program left %d B mapped and unmapped only its own",
-					p.Summary.LeakedBytes, p.Summary.UnmatchedFrees, live)
+					p.Summary.LiveBytes, p.Summary.UnmatchedFrees, live)
 			}
 		})
 	}

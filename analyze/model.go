@@ -111,9 +111,11 @@ type site struct {
 func (s *site) stack(epoch uint64) Stack {
 	st := Stack{
 		PID: s.pid, ID: s.id, Frames: s.frames,
-		Allocations: s.allocs, Reallocations: s.reallocs, Failed: s.failed,
-		Bytes: s.bytes, Frees: s.frees, FreedBytes: s.freedBytes, Temporary: s.temporary,
-		LiveBytes: s.liveBytes, LiveBlocks: s.liveBlocks, PeakBytes: s.peakBytes, PeakBlocks: s.peakBlocks,
+		Counters: Counters{
+			Allocations: s.allocs, Reallocations: s.reallocs, Failed: s.failed,
+			Bytes: s.bytes, Frees: s.frees, FreedBytes: s.freedBytes, Temporary: s.temporary,
+			LiveBytes: s.liveBytes, LiveBlocks: s.liveBlocks, PeakBytes: s.peakBytes, PeakBlocks: s.peakBlocks,
+		},
 	}
 	if s.stamp != epoch {
 		// Unchanged since the peak.

@@ -105,8 +105,8 @@ func TestPeakInstantAndLiveAtPeak(t *testing.T) {
 			t.Errorf("stack %d at second peak: %d bytes, want %d", id, got, want)
 		}
 	}
-	if p.Summary.LeakedBytes != 150 || p.Summary.LeakedBlocks != 2 {
-		t.Errorf("leaked %d/%d, want 150/2", p.Summary.LeakedBytes, p.Summary.LeakedBlocks)
+	if p.Summary.LiveBytes != 150 || p.Summary.LiveBlocks != 2 {
+		t.Errorf("leaked %d/%d, want 150/2", p.Summary.LiveBytes, p.Summary.LiveBlocks)
 	}
 }
 
@@ -124,14 +124,14 @@ func TestReallocMoves(t *testing.T) {
 	if p.Summary.Allocations != 1 || p.Summary.Reallocations != 6 || p.Summary.Failed != 1 {
 		t.Errorf("summary %+v", p.Summary)
 	}
-	if p.Summary.LeakedBytes != 40 || p.Summary.LeakedBlocks != 1 {
-		t.Errorf("leaked %d/%d, want 40/1", p.Summary.LeakedBytes, p.Summary.LeakedBlocks)
+	if p.Summary.LiveBytes != 40 || p.Summary.LiveBlocks != 1 {
+		t.Errorf("leaked %d/%d, want 40/1", p.Summary.LiveBytes, p.Summary.LiveBlocks)
 	}
 	if p.Summary.UnmatchedFrees != 1 {
 		t.Errorf("unmatched %d, want 1", p.Summary.UnmatchedFrees)
 	}
-	if p.Summary.BytesAllocated != 10+30+40+8+16 {
-		t.Errorf("bytes allocated %d", p.Summary.BytesAllocated)
+	if p.Summary.Bytes != 10+30+40+8+16 {
+		t.Errorf("bytes allocated %d", p.Summary.Bytes)
 	}
 	s1, s2, s3 := stackOf(t, p, 1, 1), stackOf(t, p, 1, 2), stackOf(t, p, 1, 3)
 	if s1.Frees != 1 || s1.FreedBytes != 10 || s1.LiveBlocks != 0 {
@@ -221,7 +221,7 @@ func TestProcessesKeepSeparateAddresses(t *testing.T) {
 		add(event.Event{PID: 1, Kind: event.KindFree, Addr: 0x10}).
 		add(event.Event{PID: 3, Kind: event.KindFree, Addr: 0x10}) // not pid 2's block
 	p := run(t, Options{}, &s)
-	if p.Summary.LeakedBytes != 6 || p.Summary.UnmatchedFrees != 1 || p.Summary.MissedFrees != 0 {
+	if p.Summary.LiveBytes != 6 || p.Summary.UnmatchedFrees != 1 || p.Summary.MissedFrees != 0 {
 		t.Errorf("summary %+v", p.Summary)
 	}
 	if st := stackOf(t, p, 2, 1); st.LiveBytes != 6 {
@@ -237,7 +237,7 @@ func TestMissedFree(t *testing.T) {
 	var s seq
 	s.alloc(1, 0x10, 4).alloc(2, 0x10, 6)
 	p := run(t, Options{}, &s)
-	if p.Summary.MissedFrees != 1 || p.Summary.LeakedBytes != 6 || p.Summary.LeakedBlocks != 1 {
+	if p.Summary.MissedFrees != 1 || p.Summary.LiveBytes != 6 || p.Summary.LiveBlocks != 1 {
 		t.Errorf("summary %+v", p.Summary)
 	}
 }
@@ -247,7 +247,7 @@ func TestWideKeys(t *testing.T) {
 	var s seq
 	s.alloc(1, 1<<50, 7).alloc(1, 0x10, 1).free(1 << 50)
 	p := run(t, Options{}, &s)
-	if p.Summary.LeakedBytes != 1 || p.Summary.UnmatchedFrees != 0 {
+	if p.Summary.LiveBytes != 1 || p.Summary.UnmatchedFrees != 0 {
 		t.Errorf("summary %+v", p.Summary)
 	}
 }
@@ -291,8 +291,8 @@ func TestWindow(t *testing.T) {
 	if want := (Peak{Time: 50, Bytes: 110, Blocks: 2}); p.Peak != want {
 		t.Errorf("peak %+v, want %+v", p.Peak, want)
 	}
-	if p.Summary.LeakedBytes != 60 || p.Summary.LeakedBlocks != 1 {
-		t.Errorf("live at To %d/%d, want 60/1", p.Summary.LeakedBytes, p.Summary.LeakedBlocks)
+	if p.Summary.LiveBytes != 60 || p.Summary.LiveBlocks != 1 {
+		t.Errorf("live at To %d/%d, want 60/1", p.Summary.LiveBytes, p.Summary.LiveBlocks)
 	}
 	if p.Start != 30 || p.End != 60 || p.From != 30 || p.To != 70 {
 		t.Errorf("start %d end %d from %d to %d", p.Start, p.End, p.From, p.To)
@@ -381,7 +381,7 @@ func TestTimelineBounded(t *testing.T) {
 			top = maxu(top, pt.Bytes)
 		}
 		last := p.Timeline[len(p.Timeline)-1]
-		if last.Time != p.End || last.Bytes != p.Summary.LeakedBytes || last.Blocks != p.Summary.LeakedBlocks {
+		if last.Time != p.End || last.Bytes != p.Summary.LiveBytes || last.Blocks != p.Summary.LiveBlocks {
 			t.Errorf("max %d: last point %+v, want the end state", max, last)
 		}
 		if max > 2 && top != p.Peak.Bytes {
@@ -440,9 +440,9 @@ func TestMappingRanges(t *testing.T) {
 		}
 		p := run(t, Options{}, &s)
 		sum := p.Summary
-		if sum.LeakedBytes != c.leaked || sum.LeakedBlocks != c.blocks || sum.UnmatchedFrees != c.unmatched || sum.Frees != c.frees {
+		if sum.LiveBytes != c.leaked || sum.LiveBlocks != c.blocks || sum.UnmatchedFrees != c.unmatched || sum.Frees != c.frees {
 			t.Errorf("%s: leaked %d B in %d blocks, %d unmatched, %d frees; want %d B in %d, %d, %d", c.name,
-				sum.LeakedBytes, sum.LeakedBlocks, sum.UnmatchedFrees, sum.Frees, c.leaked, c.blocks, c.unmatched, c.frees)
+				sum.LiveBytes, sum.LiveBlocks, sum.UnmatchedFrees, sum.Frees, c.leaked, c.blocks, c.unmatched, c.frees)
 		}
 		for id, want := range c.byStack {
 			for _, st := range p.Stacks {
@@ -468,7 +468,7 @@ func TestMunmap(t *testing.T) {
 		add(event.Event{Kind: event.KindMunmap, Func: event.FuncMunmap, Heap: event.HeapMmap, Addr: 0x12000, Size: 0x1000}). // the tail
 		add(event.Event{Kind: event.KindMunmap, Func: event.FuncMunmap, Heap: event.HeapMmap, Addr: 0x11000, Size: 0x2000})  // the rest, and gone pages
 	p := run(t, Options{}, &s)
-	if p.Summary.LeakedBytes != 0 || p.Summary.LeakedBlocks != 0 || p.Summary.UnmatchedFrees != 0 || p.Summary.Frees != 1 || p.Peak.Bytes != 0x3000 {
+	if p.Summary.LiveBytes != 0 || p.Summary.LiveBlocks != 0 || p.Summary.UnmatchedFrees != 0 || p.Summary.Frees != 1 || p.Peak.Bytes != 0x3000 {
 		t.Errorf("summary %+v peak %+v", p.Summary, p.Peak)
 	}
 }

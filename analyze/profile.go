@@ -128,17 +128,12 @@ type Profile struct {
 // Estimated reports whether p's counts are estimates from a sampled trace.
 func (p *Profile) Estimated() bool { return p.SampleRate > 0 }
 
-// Summary holds the totals of a profile, over every process and stack.
+// Summary holds the totals of a profile, over every process and stack: its
+// Counters are the sum of the profile's Stacks' (the peak's bytes and
+// blocks too: what the stacks had live at the peak instant).
 type Summary struct {
-	Events         uint64 // heap events read in the window, free(NULL) included
-	Allocations    uint64 // calls that returned a new block (failed ones included)
-	Reallocations  uint64 // realloc and reallocarray calls
-	Failed         uint64 // allocations and reallocations that returned NULL
-	Frees          uint64 // blocks freed (by free or by a realloc moving them)
-	BytesAllocated uint64
-	Temporary      uint64
-	LeakedBytes    uint64 // live at the end of the window
-	LeakedBlocks   uint64
+	Counters
+	Events uint64 // heap events read in the window, free(NULL) included
 	// UnmatchedFrees counts frees of addresses that were not live: blocks
 	// allocated before tracing or before the window.
 	UnmatchedFrees uint64
@@ -185,23 +180,12 @@ type Process struct {
 // Stack is what one stack of one process did. Frames are the stack's return
 // addresses, innermost first, as the provider recorded them; nil for the
 // events that carried no stack (ID 0) or whose Stack record is missing.
+// Frees count the blocks of this stack freed, whatever stack the free had.
 type Stack struct {
 	PID    uint32
 	ID     event.StackID
 	Frames []uint64
-
-	Allocations   uint64 // calls that returned a new block, failed ones included
-	Reallocations uint64 // realloc calls
-	Failed        uint64 // calls that returned NULL
-	Bytes         uint64 // bytes allocated: sizes of the blocks returned
-	Frees         uint64 // blocks of this stack freed
-	FreedBytes    uint64
-	Temporary     uint64 // blocks of this stack freed right after they were made
-
-	LiveBytes  uint64 // live at the end of the window: leaked
-	LiveBlocks uint64
-	PeakBytes  uint64 // live at the peak instant
-	PeakBlocks uint64
+	Counters
 }
 
 // Missing is a set of the parts of a profile that its trace could not give.
@@ -278,14 +262,6 @@ func SizeBuckets(counts *[65]uint64) []Bucket {
 // what the summary says is the sum of its stacks.
 func (s *Summary) AddStacks(stacks []Stack) {
 	for i := range stacks {
-		st := &stacks[i]
-		s.Allocations += st.Allocations
-		s.Reallocations += st.Reallocations
-		s.Failed += st.Failed
-		s.Frees += st.Frees
-		s.BytesAllocated += st.Bytes
-		s.Temporary += st.Temporary
-		s.LeakedBytes += st.LiveBytes
-		s.LeakedBlocks += st.LiveBlocks
+		s.Add(&stacks[i].Counters)
 	}
 }

@@ -59,8 +59,8 @@ func TestSampledModel(t *testing.T) {
 		math.Abs(float64(c.LiveBlocks)-o32) > 1 || math.Abs(float64(c.Reallocations)-o32) > 1 {
 		t.Errorf("a reallocated small block: %+v", c)
 	}
-	if p.Summary.LeakedBytes != 64*r+c.LiveBytes {
-		t.Errorf("leaked %d, want %d", p.Summary.LeakedBytes, 64*r+c.LiveBytes)
+	if p.Summary.LiveBytes != 64*r+c.LiveBytes {
+		t.Errorf("leaked %d, want %d", p.Summary.LiveBytes, 64*r+c.LiveBytes)
 	}
 	if p.Peak.Bytes < 64*r+b.Bytes {
 		t.Errorf("peak %d: less than the two first blocks, %d", p.Peak.Bytes, 64*r+b.Bytes)

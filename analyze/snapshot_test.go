@@ -45,8 +45,8 @@ func TestAggregateSnapshots(t *testing.T) {
 		t.Errorf("missing %q", p.Missing.Describe())
 	}
 	sum := p.Summary
-	if sum.LeakedBytes != 600 || sum.LeakedBlocks != 2 || sum.Allocations != 7 || sum.Frees != 5 ||
-		sum.BytesAllocated != 2200 || sum.UnmatchedFrees != 7 {
+	if sum.LiveBytes != 600 || sum.LiveBlocks != 2 || sum.Allocations != 7 || sum.Frees != 5 ||
+		sum.Bytes != 2200 || sum.UnmatchedFrees != 7 {
 		t.Errorf("summary %+v", sum)
 	}
 	if want := (Peak{Time: 200 * ms, Bytes: 1600, Blocks: 3}); p.Peak != want {

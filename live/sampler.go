@@ -180,7 +180,7 @@ func (s *Sampler) Sample(pid uint32) (*Frame, error) {
 	live := map[string]uint64{}
 	for _, rs := range rep.Sites {
 		st := rs.Stack()
-		row := Site{Stack: st, Live: rs.LeakedBytes, Blocks: rs.LeakedBlocks,
+		row := Site{Stack: st, Live: rs.LiveBytes, Blocks: rs.LiveBlocks,
 			Calls: rs.Allocations + rs.Reallocations, Temporary: rs.Temporary, key: siteKey(st)}
 		live[row.key] += row.Live
 		f.Live += row.Live

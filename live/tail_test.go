@@ -64,7 +64,7 @@ func summaries(t *testing.T, path string, p *report.Report) (got, want [5]uint64
 	}
 	for i, pr := range []*report.Report{p, rep} {
 		s := pr.Profile.Summary
-		v := [5]uint64{s.Allocations, s.Frees, s.BytesAllocated, s.LeakedBytes, s.Temporary}
+		v := [5]uint64{s.Allocations, s.Frees, s.Bytes, s.LiveBytes, s.Temporary}
 		if i == 0 {
 			got = v
 		} else {

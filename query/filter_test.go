@@ -88,8 +88,8 @@ func TestBuildSuppressions(t *testing.T) {
 			t.Errorf("flame graph of the leaks (inverted %v): total %d, suppressed %d; report: leaked %d, suppressed %d", inv, fl.Total, fl.Suppressed, leaked, sb)
 		}
 	}
-	if fl := x.Flame(res, CostBytes, false, 0, 0); fl.Suppressed != 0 || fl.Total != rep.Profile.Summary.BytesAllocated {
-		t.Errorf("flame graph of the bytes: total %d, suppressed %d; want %d, 0", fl.Total, fl.Suppressed, rep.Profile.Summary.BytesAllocated)
+	if fl := x.Flame(res, CostBytes, false, 0, 0); fl.Suppressed != 0 || fl.Total != rep.Profile.Summary.Bytes {
+		t.Errorf("flame graph of the bytes: total %d, suppressed %d; want %d, 0", fl.Total, fl.Suppressed, rep.Profile.Summary.Bytes)
 	}
 	var self uint64
 	for _, f := range x.Functions(res, CostLeaks, 0) {

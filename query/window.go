@@ -384,9 +384,11 @@ func (x *Index) Profile(res *Result) *analyze.Profile {
 		st := &x.stacks[i]
 		pr.Stacks = append(pr.Stacks, analyze.Stack{
 			PID: st.pid, ID: st.id, Frames: st.frames,
-			Allocations: c.Allocations, Reallocations: c.Reallocations, Failed: c.Failed,
-			Bytes: c.Bytes, Frees: c.Frees, Temporary: c.Temporary,
-			LiveBytes: c.End.Bytes, LiveBlocks: c.End.Blocks, PeakBytes: c.Peak.Bytes, PeakBlocks: c.Peak.Blocks,
+			Counters: analyze.Counters{
+				Allocations: c.Allocations, Reallocations: c.Reallocations, Failed: c.Failed,
+				Bytes: c.Bytes, Frees: c.Frees, Temporary: c.Temporary,
+				LiveBytes: c.End.Bytes, LiveBlocks: c.End.Blocks, PeakBytes: c.Peak.Bytes, PeakBlocks: c.Peak.Blocks,
+			},
 		})
 	}
 	sum := &pr.Summary

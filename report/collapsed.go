@@ -22,7 +22,7 @@ func (r *Report) WriteCollapsed(w io.Writer, m Metric) error {
 	sums := map[string]uint64{}
 	var b strings.Builder
 	for _, s := range r.Sites {
-		v := m.of(s)
+		v := m.of(&s.Counters)
 		if v == 0 {
 			continue
 		}

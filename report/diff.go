@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/pprof/profile"
 
+	"github.com/heapscope/heapscope/analyze"
 	"github.com/heapscope/heapscope/symbolize"
 )
 
@@ -25,8 +26,9 @@ type Counts struct {
 	Temporary    uint64 `json:"temporary"`
 }
 
-func siteCounts(s *Site) Counts {
-	return Counts{s.LeakedBytes, s.LeakedBlocks, s.PeakBytes, s.Bytes, s.Allocations + s.Reallocations, s.Temporary}
+// countsOf returns the counts a diff compares of c.
+func countsOf(c *analyze.Counters) Counts {
+	return Counts{c.LiveBytes, c.LiveBlocks, c.PeakBytes, c.Bytes, c.Calls(), c.Temporary}
 }
 
 func (c *Counts) add(o Counts) {
@@ -153,9 +155,9 @@ func NewDiff(base, new *Report) *Diff {
 				d.Sites = append(d.Sites, sd)
 			}
 			if isNew {
-				sd.New.add(siteCounts(s))
+				sd.New.add(countsOf(&s.Counters))
 			} else {
-				sd.Base.add(siteCounts(s))
+				sd.Base.add(countsOf(&s.Counters))
 			}
 		}
 	}
@@ -169,8 +171,9 @@ func NewDiff(base, new *Report) *Diff {
 }
 
 func totals(r *Report) Counts {
-	s := r.Profile.Summary
-	return Counts{s.LeakedBytes, s.LeakedBlocks, r.Profile.Peak.Bytes, s.BytesAllocated, s.Allocations + s.Reallocations, s.Temporary}
+	c := countsOf(&r.Profile.Summary.Counters)
+	c.PeakBytes = r.Profile.Peak.Bytes // the trace's peak, not the sum of its stacks'
+	return c
 }
 
 // TotalDelta is the change of the traces' totals.
@@ -271,11 +274,8 @@ func (d *Diff) WriteText(w io.Writer, o DiffOptions) error {
 	p("heapscope diff\n  base: %s\n  new:  %s\n\n", traceDesc(d.Base), traceDesc(d.New))
 	p("TOTALS%23s %16s %16s\n", "base", "new", "change")
 	row := func(name string, a, b uint64, bytes bool) {
-		f, df := fmtCount, fmtSignedCount
-		if bytes {
-			f, df = fmtBytes, fmtSignedBytes
-		}
-		p("  %-20s %16s %16s %16s\n", name, f(a), f(b), df(int64(b)-int64(a)))
+		fa, fb, change := fmtChange(a, b, bytes)
+		p("  %-20s %16s %16s %16s\n", name, fa, fb, change)
 	}
 	bt, nt := d.BaseTotals, d.NewTotals
 	row("leaked bytes", bt.LeakedBytes, nt.LeakedBytes, true)
@@ -344,11 +344,8 @@ func siteChange(s *SiteDiff) string {
 		if a == b {
 			return
 		}
-		f, df := fmtCount, fmtSignedCount
-		if bytes {
-			f, df = fmtBytes, fmtSignedBytes
-		}
-		parts = append(parts, fmt.Sprintf("%s %s (%s → %s)", name, df(int64(b)-int64(a)), f(a), f(b)))
+		fa, fb, change := fmtChange(a, b, bytes)
+		parts = append(parts, fmt.Sprintf("%s %s (%s → %s)", name, change, fa, fb))
 	}
 	add("leaked", s.Base.LeakedBytes, s.New.LeakedBytes, true)
 	add("peak", s.Base.PeakBytes, s.New.PeakBytes, true)
@@ -364,24 +361,22 @@ func siteChange(s *SiteDiff) string {
 	return strings.Join(parts, ", ")
 }
 
-func fmtSignedCount(n int64) string {
-	switch {
-	case n > 0:
-		return "+" + fmtCount(uint64(n))
-	case n < 0:
-		return "-" + fmtCount(uint64(-n))
+// fmtChange formats a, b and the change from a to b ("+1.2 KiB", "-3",
+// "0"), as bytes or as counts.
+func fmtChange(a, b uint64, bytes bool) (fa, fb, change string) {
+	f := fmtCount
+	if bytes {
+		f = fmtBytes
 	}
-	return "0"
-}
-
-func fmtSignedBytes(n int64) string {
 	switch {
-	case n > 0:
-		return "+" + fmtBytes(uint64(n))
-	case n < 0:
-		return "-" + fmtBytes(uint64(-n))
+	case b > a:
+		change = "+" + f(b-a)
+	case b < a:
+		change = "-" + f(a-b)
+	default:
+		change = "0"
 	}
-	return "0"
+	return f(a), f(b), change
 }
 
 // DiffJSON is the document Diff.WriteJSON writes.
@@ -514,17 +509,8 @@ func (d *Diff) Pprof() (*profile.Profile, error) {
 			Value:    []int64{dd.Calls, dd.Bytes, dd.LeakedBlocks, dd.LeakedBytes},
 		})
 	}
-	if err := p.CheckValid(); err != nil {
-		return nil, fmt.Errorf("building pprof diff profile: %w", err)
-	}
-	return p, nil
+	return checked(p, "pprof diff profile")
 }
 
 // WritePprof writes the difference as a gzipped pprof profile.
-func (d *Diff) WritePprof(w io.Writer) error {
-	p, err := d.Pprof()
-	if err != nil {
-		return err
-	}
-	return p.Write(w)
-}
+func (d *Diff) WritePprof(w io.Writer) error { return writePprof(w, d) }

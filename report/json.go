@@ -199,7 +199,7 @@ func (r *Report) document(top int, sites bool) *JSON {
 			Allocations:          p.Summary.Allocations,
 			Reallocations:        p.Summary.Reallocations,
 			Frees:                p.Summary.Frees,
-			BytesAllocated:       p.Summary.BytesAllocated,
+			BytesAllocated:       p.Summary.Bytes,
 			PeakBytes:            p.Peak.Bytes,
 			PeakBlocks:           p.Peak.Blocks,
 			PeakTimeNs:           int64(r.rel(p.Peak.Time)),
@@ -234,7 +234,7 @@ func (r *Report) document(top int, sites bool) *JSON {
 		jp := JSONProcess{PID: pr.PID, PPID: pr.PPID, Exe: pr.Exe, Cmdline: pr.Cmdline, Exited: pr.Exited}
 		if pt := totals[pr.PID]; pt != nil {
 			jp.Allocations, jp.Reallocations, jp.Bytes, jp.Frees = pt.Allocations, pt.Reallocations, pt.Bytes, pt.Frees
-			jp.LeakedBytes, jp.LeakedBlocks, jp.PeakBytes = pt.LeakedBytes, pt.LeakedBlocks, pt.PeakBytes
+			jp.LeakedBytes, jp.LeakedBlocks, jp.PeakBytes = pt.LiveBytes, pt.LiveBlocks, pt.PeakBytes
 		}
 		if jp.Cmdline == nil {
 			jp.Cmdline = []string{}
@@ -269,7 +269,7 @@ func (r *Report) document(top int, sites bool) *JSON {
 	}
 	if sites {
 		for _, s := range r.sorted(byLeaked, top) {
-			d.Leaks = append(d.Leaks, JSONLive{Bytes: s.LeakedBytes, Blocks: s.LeakedBlocks, PIDs: s.PIDs, Stack: jsonStack(s.Stack())})
+			d.Leaks = append(d.Leaks, JSONLive{Bytes: s.LiveBytes, Blocks: s.LiveBlocks, PIDs: s.PIDs, Stack: jsonStack(s.Stack())})
 		}
 		for _, s := range r.sorted(byPeak, top) {
 			d.Peak = append(d.Peak, JSONLive{Bytes: s.PeakBytes, Blocks: s.PeakBlocks, PIDs: s.PIDs, Stack: jsonStack(s.Stack())})
@@ -278,7 +278,7 @@ func (r *Report) document(top int, sites bool) *JSON {
 			d.Allocations = append(d.Allocations, JSONSite{
 				Allocations: s.Allocations, Reallocations: s.Reallocations, Bytes: s.Bytes,
 				Temporary: s.Temporary, Frees: s.Frees, Failed: s.Failed,
-				LeakedBytes: s.LeakedBytes, PeakBytes: s.PeakBytes, Suppressed: ruleText(s), PIDs: s.PIDs, Stack: jsonStack(s.Stack()),
+				LeakedBytes: s.LiveBytes, PeakBytes: s.PeakBytes, Suppressed: ruleText(s), PIDs: s.PIDs, Stack: jsonStack(s.Stack()),
 			})
 		}
 	}
@@ -331,7 +331,7 @@ func (r *Report) WriteJSON(w io.Writer, top int) error {
 	jw.field("summary", d.Summary)
 	jw.raw(`,"leaks":[`)
 	for i, s := range r.sorted(byLeaked, top) {
-		jw.live(i, s.LeakedBytes, s.LeakedBlocks, s)
+		jw.live(i, s.LiveBytes, s.LiveBlocks, s)
 	}
 	jw.raw(`],"peak":[`)
 	for i, s := range r.sorted(byPeak, top) {
@@ -340,7 +340,7 @@ func (r *Report) WriteJSON(w io.Writer, top int) error {
 	jw.raw(`],"allocations":[`)
 	for i, s := range r.sortedAll(top) {
 		jw.sep(i)
-		for j, v := range []uint64{s.Allocations, s.Reallocations, s.Bytes, s.Temporary, s.Frees, s.Failed, s.LeakedBytes, s.PeakBytes} {
+		for j, v := range []uint64{s.Allocations, s.Reallocations, s.Bytes, s.Temporary, s.Frees, s.Failed, s.LiveBytes, s.PeakBytes} {
 			jw.raw(siteFields[j])
 			jw.int(v)
 		}

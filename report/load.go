@@ -1,27 +1,21 @@
 package report
 
 import (
-	"errors"
 	"fmt"
-	"math"
-	"os"
-	pathpkg "path"
-	"runtime"
-	"strings"
+	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/heapscope/heapscope/analyze"
+	"github.com/heapscope/heapscope/analyze/load"
 	"github.com/heapscope/heapscope/event"
 	"github.com/heapscope/heapscope/suppress"
 	"github.com/heapscope/heapscope/symbolize"
-	"github.com/heapscope/heapscope/tracefile"
 )
 
 // ErrNoProcess is wrapped by Load's error when LoadOptions.Processes
-// selects no process of the trace.
-var ErrNoProcess = errors.New("no such process in the trace")
+// selects no process of the trace. It is load.ErrNoProcess.
+var ErrNoProcess = load.ErrNoProcess
 
 // LoadOptions tune Load. The zero value reads the whole trace and
 // symbolizes it on this machine.
@@ -50,149 +44,43 @@ type LoadOptions struct {
 	ReadProgress func(n int64)
 }
 
-// opener opens the trace, counting what is read when progress is set; it
-// keeps the files it opened itself for closeAll (a Reader made by
-// tracefile.NewReader does not close its file).
-type opener struct {
-	progress func(int64)
-	mu       sync.Mutex
-	files    []*os.File
-}
-
-func (o *opener) open(path string) (*tracefile.Reader, error) {
-	if o.progress == nil {
-		return tracefile.Open(path)
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("tracefile: %w", err)
-	}
-	st, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("tracefile: %w", err)
-	}
-	r, err := tracefile.NewReader(countingReaderAt{f, o.progress}, st.Size())
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	o.mu.Lock()
-	o.files = append(o.files, f)
-	o.mu.Unlock()
-	return r, nil
-}
-
-func (o *opener) closeAll() {
-	for _, f := range o.files {
-		f.Close()
-	}
-}
-
-// countingReaderAt passes the length of each read to n.
-type countingReaderAt struct {
-	f *os.File
-	n func(int64)
-}
-
-func (c countingReaderAt) ReadAt(b []byte, off int64) (int, error) {
-	n, err := c.f.ReadAt(b, off)
-	c.n(int64(n))
-	return n, err
-}
-
-// Load reads the trace file at path through the heap model, symbolizes its
-// stacks and returns the report: what `heapscope report` prints.
+// Load reads the trace file at path through the heap model (load.Trace),
+// symbolizes its stacks and returns the report: what `heapscope report`
+// prints.
 //
-// Decoding, the model and symbolization run on their own goroutines: one
-// reader decodes the file and hands the records over, in order, to the
-// model, while the symbolizer resolves the addresses of the stacks read
-// before the first events, and then, at the end, those of the rest. With Workers > 1, a first pass reads only the definitions
-// (processes, modules, stacks), and then the events are decoded in slices of
-// time, each by a reader of its own; that pays where cores are plenty, since
-// each reader decodes the definitions again. The reader's warnings (a
+// The symbolizer resolves the addresses of the stacks on a goroutine of its
+// own while the events are decoded: those read before the first events,
+// and then, at the end, those of the rest. The reader's warnings (a
 // truncated file, a damaged chunk) are in the report's Trace.Warnings, with
 // the symbolizer's.
 func Load(path string, o LoadOptions) (*Report, error) {
 	if o.To != 0 && o.To <= o.From {
 		return nil, fmt.Errorf("report: the window's end (%s) is not after its start (%s)", o.To, o.From)
 	}
-	op := &opener{progress: o.ReadProgress}
-	defer op.closeAll()
-	r, err := op.open(path)
-	if err != nil {
-		return nil, err
-	}
-	h := r.Header()
-	var win tracefile.Window
-	if o.From > 0 {
-		win.From = h.MonoStart + int64(o.From)
-	}
-	if o.To > 0 {
-		win.To = h.MonoStart + int64(o.To)
-	}
-	workers := o.Workers
-	if workers <= 0 {
-		// The model takes a core of its own.
-		workers = max(1, runtime.GOMAXPROCS(0)-1)
-	}
-	m := analyze.New(analyze.Options{From: win.From, To: win.To, TimelinePoints: o.TimelinePoints, SampleRate: h.SampleRate})
 	sym := symbolize.New(o.Symbolize)
 	defer sym.Close()
 	w := newWarmer(sym)
-	var sink event.Sink = m
-	var filter *analyze.Filter
-	if !o.Processes.All() {
-		filter = analyze.NewFilter(m, o.Processes)
-		sink = filter
-	}
-
-	pieces := []tracefile.Window{win}
-	if workers > 1 {
-		// The definitions first (a window after every chunk), for the
-		// model, the symbolizer, and the end of the trace to cut at.
-		defs := &defsPass{Sink: sink, w: w}
-		err = r.Replay(defs, tracefile.Window{From: math.MaxInt64})
-		w.start() // every stack is queued
-		end := int64(0)
-		if defs.hasStats && defs.stats.Time > h.MonoStart {
-			end = defs.stats.Time
-		}
-		pieces = slices(win, h.MonoStart, end, workers)
-	}
-	warnings := r.Warnings()
-	r.Close() // its buffers are not needed while the pieces are read
-	if err != nil {
-		w.finish()
-		return nil, fmt.Errorf("reading %s: %w", path, err)
-	}
-	ws, sawSnapshots, err := replayPieces(path, op.open, pieces, sink, workers, w)
-	warnings = append(warnings, ws...)
-	if err == nil && sawSnapshots && win.From != 0 {
-		// An aggregate trace's totals in a window are differences from
-		// the last snapshot before it, which the windowed pass skipped.
-		err = replaySnapshots(op.open, path, win.From, sink)
-	}
+	res, err := load.Trace(path, load.Options{From: o.From, To: o.To, Workers: o.Workers, TimelinePoints: o.TimelinePoints,
+		Processes: o.Processes, Observer: w, ReadProgress: o.ReadProgress})
 	w.finish()
 	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w", path, err)
+		return nil, err
 	}
-	prof := m.Profile()
-	if filter != nil && len(prof.Processes) == 0 {
-		var have []string
-		for _, p := range filter.Seen() {
-			have = append(have, fmt.Sprintf("%d (%s)", p.PID, pathpkg.Base(p.Exe)))
-		}
-		return nil, fmt.Errorf("%s has no process of %s; its processes: %s: %w", path, o.Processes, strings.Join(dedupStrings(have), ", "), ErrNoProcess)
-	}
-	rep := newReport(prof, Trace{
+	h := res.Header
+	rep := newReport(res.Profile, Trace{
 		File:      path,
 		Session:   h.Session,
 		Provider:  h.Provider,
 		Start:     h.MonoStart,
 		WallStart: h.WallStart,
 	}, newSymTable(sym))
-	rep.Trace.Warnings = dedupStrings(append(warnings, sym.Warnings()...))
+	warnings := res.Warnings
+	for _, s := range sym.Warnings() {
+		if !slices.Contains(warnings, s) {
+			warnings = append(warnings, s)
+		}
+	}
+	rep.Trace.Warnings = warnings
 	rep.Describe(h)
 	rep.Suppress(o.Suppressions, suppress.Options{Sysroot: o.Symbolize.Sysroot})
 	return rep, nil
@@ -220,6 +108,11 @@ func newWarmer(sym *symbolize.Symbolizer) *warmer {
 	go w.run()
 	return w
 }
+
+// Module and Stack queue a definition; with EventsStarted, w is a
+// load.Observer.
+func (w *warmer) Module(m event.Module) { w.add(m) }
+func (w *warmer) Stack(st event.Stack)  { w.add(st) }
 
 func (w *warmer) add(rec any) {
 	w.mu.Lock()
@@ -294,8 +187,8 @@ func (w *warmer) prefetch(pids []uint32, addrs map[uint32][]uint64) {
 	}
 }
 
-// start tells w that events are being read.
-func (w *warmer) start() {
+// EventsStarted tells w that events are being read.
+func (w *warmer) EventsStarted() {
 	w.mu.Lock()
 	was := w.started
 	w.started = true
@@ -319,322 +212,4 @@ func (w *warmer) finish() {
 	w.mu.Unlock()
 	w.signal()
 	<-w.done
-}
-
-// defsPass passes the definitions to the model and the warmer.
-type defsPass struct {
-	event.Sink
-	w        *warmer
-	stats    event.Stats
-	hasStats bool
-}
-
-func (d *defsPass) Module(mod event.Module) error {
-	d.w.add(mod)
-	return d.Sink.Module(mod)
-}
-
-func (d *defsPass) Stack(st event.Stack) error {
-	st.Frames = append([]uint64(nil), st.Frames...)
-	d.w.add(st)
-	return d.Sink.Stack(st)
-}
-
-func (d *defsPass) Stats(s event.Stats) error {
-	d.stats, d.hasStats = s, true
-	return d.Sink.Stats(s)
-}
-
-// slices cuts the window into pieces of equal time between the trace's
-// start and end, one per worker: each piece's replay decodes the
-// definitions of the whole file again, so more pieces would cost more than
-// the balance they buy. The first piece starts where the window does
-// (open: 0) and the last ends where it does, so every record is in exactly
-// one piece whatever the estimate of the end. Without an end, the window
-// is one piece.
-func slices(win tracefile.Window, start, end int64, workers int) []tracefile.Window {
-	lo, hi := max(win.From, start), end
-	if win.To != 0 && (hi == 0 || win.To < hi) {
-		hi = win.To
-	}
-	n := workers
-	if workers < 2 || end == 0 || hi-lo < int64(n)*int64(time.Millisecond) {
-		return []tracefile.Window{win}
-	}
-	out := make([]tracefile.Window, n)
-	step := (hi - lo) / int64(n)
-	for i := range out {
-		out[i] = tracefile.Window{From: lo + int64(i)*step, To: lo + int64(i+1)*step}
-	}
-	out[0].From = win.From
-	out[n-1].To = win.To
-	return out
-}
-
-// piece is one slice's records, decoded by a worker, consumed in order.
-type piece struct {
-	w   tracefile.Window
-	ch  chan pieceRec
-	err error // set before ch is closed
-}
-
-type pieceRec struct {
-	evs  []event.Event
-	exit *event.Exit
-	snap *event.Snapshot
-	def  any // a definition or stats record, when the piece carries them
-}
-
-// pieceDepth is how many batches a piece may hold while the model works on
-// earlier ones.
-const pieceDepth = 4
-
-// batchEvents is how many events a batch holds: the decoder's batches are
-// gathered into larger ones, since each batch handed over costs the model's
-// goroutine a wake-up, and a wake-up costs as much as a few hundred events.
-const batchEvents = 4096
-
-// replayPieces decodes the pieces with workers readers of the file, each
-// taking the next piece in order, and feeds their events, exits and
-// snapshots to m in order. A single piece carries the definitions and stats
-// too (to m, and the definitions to w); several do not: a first pass gave
-// them. It returns the readers' warnings and whether there were snapshots.
-func replayPieces(path string, open func(string) (*tracefile.Reader, error), pieces []tracefile.Window, m event.Sink, workers int, w *warmer) ([]string, bool, error) {
-	workers = max(1, min(workers, len(pieces)))
-	var defs *warmer
-	if len(pieces) == 1 {
-		defs = w
-	}
-	ps := make([]*piece, len(pieces))
-	for i, w := range pieces {
-		ps[i] = &piece{w: w, ch: make(chan pieceRec, pieceDepth)}
-	}
-	// Room for every buffer in flight (queued, being filled, being
-	// consumed), so that none is dropped and made again.
-	pool := make(chan []event.Event, workers*(pieceDepth+2))
-	stop := make(chan struct{})
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var warnings []string
-	var openErr error
-	for i := 0; i < workers; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r, err := open(path)
-			if err != nil {
-				mu.Lock()
-				openErr = err
-				mu.Unlock()
-			}
-			for {
-				k := int(next.Add(1) - 1)
-				if k >= len(ps) {
-					break
-				}
-				p := ps[k]
-				if r == nil {
-					p.err = err
-				} else {
-					ps := &pieceSink{p: p, pool: pool, stop: stop, defs: defs}
-					if p.err = r.Replay(ps, p.w); p.err == nil {
-						p.err = ps.flush()
-					}
-				}
-				close(p.ch)
-			}
-			if r != nil {
-				mu.Lock()
-				warnings = append(warnings, r.Warnings()...)
-				mu.Unlock()
-				r.Close()
-			}
-		}()
-	}
-	sawSnapshots := false
-	var err error
-	for _, p := range ps {
-		for rec := range p.ch {
-			switch {
-			case rec.evs != nil:
-				m.Events(rec.evs)
-				select {
-				case pool <- rec.evs[:0]:
-				default:
-				}
-			case rec.exit != nil:
-				m.Exit(*rec.exit)
-			case rec.snap != nil:
-				sawSnapshots = true
-				m.Snapshot(*rec.snap)
-			default:
-				switch x := rec.def.(type) {
-				case event.Process:
-					m.Process(x)
-				case event.Module:
-					m.Module(x)
-				case event.Stack:
-					m.Stack(x)
-				case event.Stats:
-					m.Stats(x)
-				}
-			}
-		}
-		if p.err != nil {
-			err = p.err
-			break
-		}
-	}
-	close(stop)
-	wg.Wait()
-	if err == nil {
-		err = openErr
-	}
-	return warnings, sawSnapshots, err
-}
-
-// errStopped ends a worker's replay when the consumer has given up.
-var errStopped = errors.New("report: stopped")
-
-// pieceSink queues a piece's events, exits and snapshots, and its
-// definitions and stats when defs is set (else a first pass gave them).
-type pieceSink struct {
-	p       *piece
-	pool    chan []event.Event
-	stop    chan struct{}
-	defs    *warmer
-	started bool
-	buf     []event.Event // events gathered, not sent yet
-}
-
-func (s *pieceSink) send(r pieceRec) error {
-	select {
-	case s.p.ch <- r:
-		return nil
-	case <-s.stop:
-		return errStopped
-	}
-}
-
-func (s *pieceSink) Events(evs []event.Event) error {
-	if len(evs) == 0 {
-		return nil
-	}
-	if s.defs != nil && !s.started {
-		s.started = true
-		s.defs.start()
-	}
-	for len(evs) > 0 {
-		if s.buf == nil {
-			select {
-			case s.buf = <-s.pool:
-			default:
-				s.buf = make([]event.Event, 0, batchEvents)
-			}
-		}
-		// Fill the buffer, never beyond its capacity: buffers are
-		// recycled, not grown.
-		n := min(len(evs), cap(s.buf)-len(s.buf))
-		s.buf = append(s.buf, evs[:n]...)
-		evs = evs[n:]
-		if len(s.buf) == cap(s.buf) {
-			if err := s.flush(); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-// flush sends the events gathered: before any other record, and at the
-// end.
-func (s *pieceSink) flush() error {
-	if len(s.buf) == 0 {
-		return nil
-	}
-	evs := s.buf
-	s.buf = nil
-	return s.send(pieceRec{evs: evs})
-}
-
-// sendRec sends a record other than events, after the events before it.
-func (s *pieceSink) sendRec(r pieceRec) error {
-	if err := s.flush(); err != nil {
-		return err
-	}
-	return s.send(r)
-}
-
-func (s *pieceSink) Exit(e event.Exit) error { return s.sendRec(pieceRec{exit: &e}) }
-
-func (s *pieceSink) Snapshot(sn event.Snapshot) error {
-	sn.Live = append([]event.LiveBlock(nil), sn.Live...)
-	sn.Totals = append([]event.StackTotal(nil), sn.Totals...)
-	return s.sendRec(pieceRec{snap: &sn})
-}
-
-func (s *pieceSink) Process(p event.Process) error {
-	if s.defs == nil {
-		return nil
-	}
-	p.Cmdline = append([]string(nil), p.Cmdline...)
-	return s.sendRec(pieceRec{def: p})
-}
-
-func (s *pieceSink) Module(m event.Module) error {
-	if s.defs == nil {
-		return nil
-	}
-	s.defs.add(m)
-	return s.sendRec(pieceRec{def: m})
-}
-
-func (s *pieceSink) Stack(st event.Stack) error {
-	if s.defs == nil {
-		return nil
-	}
-	st.Frames = append([]uint64(nil), st.Frames...)
-	s.defs.add(st)
-	return s.sendRec(pieceRec{def: st})
-}
-
-func (s *pieceSink) Stats(st event.Stats) error {
-	if s.defs == nil {
-		return nil
-	}
-	return s.sendRec(pieceRec{def: st})
-}
-
-// replaySnapshots passes the snapshots taken before from to m.
-func replaySnapshots(open func(string) (*tracefile.Reader, error), path string, from int64, m event.Sink) error {
-	r, err := open(path)
-	if err != nil {
-		return err
-	}
-	defer r.Close()
-	return r.Replay(snapshotsOnly{m}, tracefile.Window{To: from})
-}
-
-// snapshotsOnly passes on snapshots and drops the rest.
-type snapshotsOnly struct{ m event.Sink }
-
-func (snapshotsOnly) Process(event.Process) error        { return nil }
-func (snapshotsOnly) Exit(event.Exit) error              { return nil }
-func (snapshotsOnly) Module(event.Module) error          { return nil }
-func (snapshotsOnly) Stack(event.Stack) error            { return nil }
-func (snapshotsOnly) Events([]event.Event) error         { return nil }
-func (snapshotsOnly) Stats(event.Stats) error            { return nil }
-func (s snapshotsOnly) Snapshot(sn event.Snapshot) error { return s.m.Snapshot(sn) }
-
-func dedupStrings(ss []string) []string {
-	seen := map[string]bool{}
-	out := []string{}
-	for _, s := range ss {
-		if !seen[s] {
-			seen[s] = true
-			out = append(out, s)
-		}
-	}
-	return out
 }

@@ -123,34 +123,6 @@ func TestLoadMatchesSequentialReplay(t *testing.T) {
 	}
 }
 
-func TestSlices(t *testing.T) {
-	// Every time falls in exactly one piece, whatever the estimated end.
-	for _, c := range []struct {
-		win        tracefile.Window
-		start, end int64
-	}{
-		{tracefile.Window{}, 1e9, 11e9},
-		{tracefile.Window{From: 3e9}, 1e9, 11e9},
-		{tracefile.Window{From: 3e9, To: 5e9}, 1e9, 11e9},
-		{tracefile.Window{To: 5e9}, 1e9, 0},
-		{tracefile.Window{}, 1e9, 1e9 + 10}, // too short to cut
-	} {
-		ps := slices(c.win, c.start, c.end, 2)
-		for _, tm := range []int64{0, 1, 1e9, 2e9 + 7, 3e9, 5e9 - 1, 5e9, 11e9, 12e9, 1 << 62} {
-			n := 0
-			for _, p := range ps {
-				if (p.From == 0 || tm >= p.From) && (p.To == 0 || tm < p.To) {
-					n++
-				}
-			}
-			in := (c.win.From == 0 || tm >= c.win.From) && (c.win.To == 0 || tm < c.win.To)
-			if (n == 1) != in || n > 1 {
-				t.Errorf("window %+v, end %d: time %d in %d pieces of %+v", c.win, c.end, tm, n, ps)
-			}
-		}
-	}
-}
-
 func TestLoadErrors(t *testing.T) {
 	dir := t.TempDir()
 	if _, err := Load(filepath.Join(dir, "missing.hst"), LoadOptions{}); !errors.Is(err, os.ErrNotExist) {

@@ -64,15 +64,25 @@ func (r *Report) Pprof() (*profile.Profile, error) {
 			})
 		}
 	}
+	return checked(p, "pprof profile")
+}
+
+// checked returns p, or an error when p is not a valid profile.
+func checked(p *profile.Profile, what string) (*profile.Profile, error) {
 	if err := p.CheckValid(); err != nil {
-		return nil, fmt.Errorf("building pprof profile: %w", err)
+		return nil, fmt.Errorf("building %s: %w", what, err)
 	}
 	return p, nil
 }
 
 // WritePprof writes the pprof profile, gzipped, as pprof tools read it.
-func (r *Report) WritePprof(w io.Writer) error {
-	p, err := r.Pprof()
+func (r *Report) WritePprof(w io.Writer) error { return writePprof(w, r) }
+
+// writePprof writes x's profile, gzipped.
+func writePprof(w io.Writer, x interface {
+	Pprof() (*profile.Profile, error)
+}) error {
+	p, err := x.Pprof()
 	if err != nil {
 		return err
 	}
@@ -249,16 +259,16 @@ func ParseMetric(s string) (Metric, error) {
 	return 0, fmt.Errorf("unknown metric %q (want one of %v)", s, metricNames)
 }
 
-func (m Metric) of(s *Site) uint64 {
+func (m Metric) of(s *analyze.Counters) uint64 {
 	switch m {
 	case AllocSpace:
 		return s.Bytes
 	case AllocObjects:
-		return s.Allocations + s.Reallocations
+		return s.Calls()
 	case InuseSpace:
-		return s.LeakedBytes
+		return s.LiveBytes
 	case InuseObjects:
-		return s.LeakedBlocks
+		return s.LiveBlocks
 	case Temporary:
 		return s.Temporary
 	case PeakSpace:

@@ -1,17 +1,13 @@
 package report
 
+import "github.com/heapscope/heapscope/analyze"
+
 // ProcessTotals are one process's share of a report, summed over its
-// stacks: what it allocated, freed and leaked (suppressed leaks left out),
-// and what it had live at the peak of all processes together.
+// stacks: what it allocated, freed and leaked (LiveBytes and LiveBlocks,
+// suppressed leaks left out), and what it had live at the peak of all
+// processes together.
 type ProcessTotals struct {
-	Allocations   uint64
-	Reallocations uint64
-	Bytes         uint64
-	Frees         uint64
-	LeakedBytes   uint64
-	LeakedBlocks  uint64
-	PeakBytes     uint64
-	PeakBlocks    uint64
+	analyze.Counters
 }
 
 // ByProcess returns the totals of each process of the report, by PID.
@@ -27,16 +23,11 @@ func (r *Report) ByProcess() map[uint32]*ProcessTotals {
 				t = &ProcessTotals{}
 				out[st.PID] = t
 			}
-			t.Allocations += st.Allocations
-			t.Reallocations += st.Reallocations
-			t.Bytes += st.Bytes
-			t.Frees += st.Frees
-			if s.SuppressedBy == nil {
-				t.LeakedBytes += st.LiveBytes
-				t.LeakedBlocks += st.LiveBlocks
+			c := st.Counters
+			if s.SuppressedBy != nil {
+				c.LiveBytes, c.LiveBlocks = 0, 0
 			}
-			t.PeakBytes += st.PeakBytes
-			t.PeakBlocks += st.PeakBlocks
+			t.Add(&c)
 		}
 	}
 	return out

@@ -49,24 +49,17 @@ type Trace struct {
 }
 
 // Site is one call site: the stacks of one or more processes that are the
-// same once symbolized and stripped of allocator frames, with their totals.
+// same once symbolized and stripped of allocator frames, with their totals:
+// the sum of their stacks' Counters, where LiveBytes and LiveBlocks are the
+// site's leaks (see SuppressedBy).
 type Site struct {
 	PIDs []uint32 // the processes, ascending
 
-	Allocations   uint64
-	Reallocations uint64
-	Failed        uint64
-	Bytes         uint64
-	Frees         uint64
-	Temporary     uint64
-	LeakedBytes   uint64
-	LeakedBlocks  uint64
-	PeakBytes     uint64
-	PeakBlocks    uint64
+	analyze.Counters
 
 	// SuppressedBy is the rule that suppressed the site's leaks (see
-	// Report.Suppress), whose bytes and blocks then moved from LeakedBytes
-	// and LeakedBlocks to SuppressedBytes and SuppressedBlocks.
+	// Report.Suppress), whose bytes and blocks then moved from LiveBytes
+	// and LiveBlocks to SuppressedBytes and SuppressedBlocks.
 	SuppressedBy     *suppress.Rule
 	SuppressedBytes  uint64
 	SuppressedBlocks uint64
@@ -224,16 +217,7 @@ func newReport(p *analyze.Profile, t Trace, st *symTable) *Report {
 		if n := len(s.PIDs); n == 0 || s.PIDs[n-1] != stack.PID {
 			s.PIDs = append(s.PIDs, stack.PID)
 		}
-		s.Allocations += stack.Allocations
-		s.Reallocations += stack.Reallocations
-		s.Failed += stack.Failed
-		s.Bytes += stack.Bytes
-		s.Frees += stack.Frees
-		s.Temporary += stack.Temporary
-		s.LeakedBytes += stack.LiveBytes
-		s.LeakedBlocks += stack.LiveBlocks
-		s.PeakBytes += stack.PeakBytes
-		s.PeakBlocks += stack.PeakBlocks
+		s.Add(&stack.Counters)
 	}
 	for _, s := range rep.Sites {
 		sort.Slice(s.PIDs, func(i, j int) bool { return s.PIDs[i] < s.PIDs[j] })
@@ -424,7 +408,7 @@ func (r *Report) CallRate() float64 {
 		return 0
 	}
 	s := r.Profile.Summary
-	return float64(s.Allocations+s.Reallocations) / span.Seconds()
+	return float64(s.Calls()) / span.Seconds()
 }
 
 // rel returns t relative to the trace's start.
@@ -461,9 +445,9 @@ func (r *Report) sorted(key func(*Site) uint64, top int) []*Site {
 }
 
 // The orderings of the reports' sections.
-func byLeaked(s *Site) uint64 { return s.LeakedBytes }
+func byLeaked(s *Site) uint64 { return s.LiveBytes }
 func byPeak(s *Site) uint64   { return s.PeakBytes }
-func byCalls(s *Site) uint64  { return s.Allocations + s.Reallocations }
+func byCalls(s *Site) uint64  { return s.Calls() }
 func byTemp(s *Site) uint64   { return s.Temporary }
 
 // frameName is how a frame is named where one word is needed: its function,

@@ -172,11 +172,11 @@ func TestMergeSites(t *testing.T) {
 		t.Fatalf("%d sites, want 3", len(r.Sites))
 	}
 	b := siteStarting(t, r, "make_node")
-	if b.Allocations != 3 || b.Bytes != 300 || b.LeakedBytes != 100 || b.LeakedBlocks != 1 || b.PeakBytes != 300 || len(b.Stack()) != 3 {
+	if b.Allocations != 3 || b.Bytes != 300 || b.LiveBytes != 100 || b.LiveBlocks != 1 || b.PeakBytes != 300 || len(b.Stack()) != 3 {
 		t.Errorf("build site %+v", b)
 	}
 	c := siteStarting(t, r, "__strdup")
-	if !reflect.DeepEqual(c.PIDs, []uint32{2, 3}) || c.Allocations != 2 || c.LeakedBytes != 10 || c.Frees != 1 {
+	if !reflect.DeepEqual(c.PIDs, []uint32{2, 3}) || c.Allocations != 2 || c.LiveBytes != 10 || c.Frees != 1 {
 		t.Errorf("strdup site %+v", c)
 	}
 	tmp := siteStarting(t, r, "temp_buffers")

@@ -15,8 +15,8 @@ type Suppressed struct {
 }
 
 // Suppress matches the stack of every site that leaked against rules, in
-// order, and moves the leaks of each site a rule matches from LeakedBytes
-// and LeakedBlocks to SuppressedBytes and SuppressedBlocks: reports then
+// order, and moves the leaks of each site a rule matches from LiveBytes
+// and LiveBlocks to SuppressedBytes and SuppressedBlocks: reports then
 // list them as suppressed, with their totals, not as leaks. A site already
 // suppressed stays so. The report's Suppressed list says what each rule took,
 // largest first.
@@ -30,7 +30,7 @@ func (r *Report) Suppress(rules []*suppress.Rule, o suppress.Options) {
 		by[s.Rule] = s
 	}
 	for _, s := range r.Sites {
-		if s.LeakedBlocks == 0 || s.SuppressedBy != nil {
+		if s.LiveBlocks == 0 || s.SuppressedBy != nil {
 			continue
 		}
 		rule := m.Match(s.Stack())
@@ -38,8 +38,8 @@ func (r *Report) Suppress(rules []*suppress.Rule, o suppress.Options) {
 			continue
 		}
 		s.SuppressedBy = rule
-		s.SuppressedBytes, s.SuppressedBlocks = s.LeakedBytes, s.LeakedBlocks
-		s.LeakedBytes, s.LeakedBlocks = 0, 0
+		s.SuppressedBytes, s.SuppressedBlocks = s.LiveBytes, s.LiveBlocks
+		s.LiveBytes, s.LiveBlocks = 0, 0
 		sp := by[rule]
 		if sp == nil {
 			sp = &Suppressed{Rule: rule}
@@ -67,5 +67,5 @@ func (r *Report) SuppressedTotal() (bytes, blocks uint64, rules int) {
 func (r *Report) Leaked() (bytes, blocks uint64) {
 	sb, sk, _ := r.SuppressedTotal()
 	s := r.Profile.Summary
-	return s.LeakedBytes - min(sb, s.LeakedBytes), s.LeakedBlocks - min(sk, s.LeakedBlocks)
+	return s.LiveBytes - min(sb, s.LiveBytes), s.LiveBlocks - min(sk, s.LiveBlocks)
 }

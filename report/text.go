@@ -51,7 +51,7 @@ func (r *Report) WriteText(w io.Writer, o TextOptions) error {
 	t.summary()
 	p := r.Profile
 	t.section("LEAKS", "still live at the end", byLeaked, func(s *Site) string {
-		return fmt.Sprintf("%s leaked in %s from", fmtBytes(s.LeakedBytes), plural(s.LeakedBlocks, "block"))
+		return fmt.Sprintf("%s leaked in %s from", fmtBytes(s.LiveBytes), plural(s.LiveBlocks, "block"))
 	})
 	t.suppressed()
 	peakNote := fmt.Sprintf("live at the peak, %s at %s", fmtBytes(p.Peak.Bytes), fmtDur(r.rel(p.Peak.Time)))
@@ -152,8 +152,8 @@ func (t *textWriter) header() {
 		t.printf("\n")
 		if pt := totals[p.PID]; pt != nil {
 			t.printf("    %s calls, %s allocated, %s leaked in %s, %s live at the peak\n",
-				fmtCount(pt.Allocations+pt.Reallocations), fmtBytes(pt.Bytes), fmtBytes(pt.LeakedBytes),
-				plural(pt.LeakedBlocks, "block"), fmtBytes(pt.PeakBytes))
+				fmtCount(pt.Allocations+pt.Reallocations), fmtBytes(pt.Bytes), fmtBytes(pt.LiveBytes),
+				plural(pt.LiveBlocks, "block"), fmtBytes(pt.PeakBytes))
 		}
 	}
 	if p := r.Profile; p.From != 0 || p.To != 0 {
@@ -206,7 +206,7 @@ func (t *textWriter) summary() {
 		row("  failed", "%s (returned NULL)", fmtCount(s.Failed))
 	}
 	row("frees", "%s", fmtCount(s.Frees))
-	row("bytes allocated", "%s", fmtBytesExact(s.BytesAllocated))
+	row("bytes allocated", "%s", fmtBytesExact(s.Bytes))
 	peak := fmt.Sprintf("%s in %s at %s", fmtBytesExact(p.Peak.Bytes), plural(p.Peak.Blocks, "block"), fmtDur(r.rel(p.Peak.Time)))
 	if p.Missing.Has(analyze.NoPeakInstant) {
 		peak = "at least " + peak + " (largest at a snapshot)"

@@ -54,7 +54,12 @@ type Reader struct {
 // without error: Replay delivers every intact chunk, and Warnings says what
 // was lost. Errors wrap ErrCorrupt or ErrTruncated (as a *FormatError) or
 // the error of opening the file.
-func Open(path string) (*Reader, error) {
+func Open(path string) (*Reader, error) { return OpenCounting(path, nil) }
+
+// OpenCounting is Open that also calls progress, unless it is nil, with
+// the length of every read of the file, from the goroutine that reads: for
+// a progress meter.
+func OpenCounting(path string, progress func(n int64)) (*Reader, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("tracefile: %w", err)
@@ -64,13 +69,29 @@ func Open(path string) (*Reader, error) {
 		f.Close()
 		return nil, fmt.Errorf("tracefile: %w", err)
 	}
-	r, err := newReader(f, st.Size(), path)
+	var ra io.ReaderAt = f
+	if progress != nil {
+		ra = countingReaderAt{f, progress}
+	}
+	r, err := newReader(ra, st.Size(), path)
 	if err != nil {
 		f.Close()
 		return nil, err
 	}
 	r.closer = f
 	return r, nil
+}
+
+// countingReaderAt passes the length of each read to n.
+type countingReaderAt struct {
+	f *os.File
+	n func(int64)
+}
+
+func (c countingReaderAt) ReadAt(b []byte, off int64) (int, error) {
+	n, err := c.f.ReadAt(b, off)
+	c.n(int64(n))
+	return n, err
 }
 
 // NewReader reads the trace of size bytes in ra: a trace in memory, say.
