@@ -36,7 +36,7 @@ func TestSampledSnapshots(t *testing.T) {
 		b.Allocations != 9000 || b.Bytes != 9000*16 {
 		t.Errorf("a small block stands for %.1f bytes in %.1f blocks: %+v", wb, wo, b)
 	}
-	if want := 64*r + uint64(math.Round(wb)); p.Summary.LeakedBytes != want || p.Peak.Bytes != want {
-		t.Errorf("leaked %d, peak %d; want %d", p.Summary.LeakedBytes, p.Peak.Bytes, want)
+	if want := 64*r + uint64(math.Round(wb)); p.Summary.LiveBytes != want || p.Peak.Bytes != want {
+		t.Errorf("leaked %d, peak %d; want %d", p.Summary.LiveBytes, p.Peak.Bytes, want)
 	}
 }
