@@ -46,6 +46,23 @@ func otherCred(t *testing.T) *syscall.Credential {
 	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
 }
 
+// startAs starts a program as the user cred names, in /, and returns its
+// standard input and output; the program is killed when the test ends.
+func startAs(t *testing.T, cred *syscall.Credential, prog string, args ...string) (io.WriteCloser, *bufio.Reader) {
+	t.Helper()
+	h := exec.Command(prog, args...)
+	h.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	h.Dir = "/"
+	hin, _ := h.StdinPipe() // errors only if Stdin or Stdout is set, or after Start
+	hout, _ := h.StdoutPipe()
+	h.Stderr = os.Stderr
+	if err := h.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Process.Kill(); h.Wait() })
+	return hin, bufio.NewReader(hout)
+}
+
 // pyCount ends a Python script that made a listening socket s: it counts
 // in got the connections that reach s and the bytes they send, holding each
 // open and unanswered (a traced process would wait for its WELCOME).
@@ -139,17 +156,8 @@ func TestSocketHijack(t *testing.T) {
 		t.Fatalf("socket %s still there after Close: %v", sock, err)
 	}
 
-	h := exec.Command(python, "-c", hijacker, sock)
-	h.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
-	h.Dir = "/"
-	hin, _ := h.StdinPipe()
-	hout, _ := h.StdoutPipe()
-	h.Stderr = os.Stderr
-	if err := h.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { h.Process.Kill(); h.Wait(); os.RemoveAll(filepath.Dir(sock)) }()
-	hr := bufio.NewReader(hout)
+	hin, hr := startAs(t, cred, python, "-c", hijacker, sock)
+	defer os.RemoveAll(filepath.Dir(sock))
 	if l, err := hr.ReadString('\n'); err != nil || l != "ready\n" {
 		t.Fatalf("hijacker: %q %v", l, err)
 	}
@@ -274,17 +282,7 @@ func TestSocketPeerCred(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := exec.Command(python, "-c", listener)
-	h.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
-	h.Dir = "/"
-	hin, _ := h.StdinPipe()
-	hout, _ := h.StdoutPipe()
-	h.Stderr = os.Stderr
-	if err := h.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { h.Process.Kill(); h.Wait() }()
-	hr := bufio.NewReader(hout)
+	hin, hr := startAs(t, cred, python, "-c", listener)
 	theirs, err := hr.ReadString('\n')
 	if err != nil {
 		t.Fatal(err)
