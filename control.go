@@ -23,10 +23,12 @@ const (
 // Change is an update to a running session (UpdateHeapTrace). Empty fields
 // change nothing.
 type Change struct {
-	AddPIDs    []int          `json:"add_pids,omitempty"`
-	RemovePIDs []int          `json:"remove_pids,omitempty"`
-	SetPIDs    []int          `json:"set_pids,omitempty"` // replace the traced processes with these
-	Stacks     *event.KindSet `json:"stacks,omitempty"`   // the event kinds that carry a stack
+	AddPIDs    []int `json:"add_pids,omitempty"`
+	RemovePIDs []int `json:"remove_pids,omitempty"`
+	SetPIDs    []int `json:"set_pids,omitempty"` // replace the traced processes with these
+	// Stacks, when set, are the event kinds that carry a stack from now
+	// on: event.NoStacks for none, 0 for the session's default.
+	Stacks *event.KindSet `json:"stacks,omitempty"`
 }
 
 // Control performs op on the live session named name, which may run in any

@@ -11,153 +11,70 @@ import (
 	"github.com/heapscope/heapscope/tracefile"
 )
 
-// LogFileMode says how a session writes its trace (ETW's LogFileMode).
-type LogFileMode uint8
-
-// The log file modes.
-const (
-	// Sequential writes one file and stops writing, recording that it
-	// stopped, when it reaches MaximumFileSize (if set).
-	Sequential LogFileMode = iota
-	// Circular keeps the newest MaximumFileSize worth of events and records
-	// how many older ones it dropped.
-	Circular
-	// NewFile starts a new file, named by substituting 1, 2, ... for the %d
-	// in LogFileName, each time the current one reaches MaximumFileSize. Each
-	// file is readable alone.
-	NewFile
-	// RealTime writes no file: events reach only the hooks.
-	RealTime
+// The session's enumerations are defined once, in package event, which the
+// providers and the trace file share; these are their names here.
+type (
+	// LogFileMode says how a session writes its trace: Sequential,
+	// Circular, NewFile or RealTime.
+	LogFileMode = event.LogFileMode
+	// Provider is the mechanism that captures a session's events:
+	// ProviderPreload or ProviderEBPF.
+	Provider = event.Provider
+	// CaptureMode says whether a session streams every event (Stream) or
+	// keeps aggregates (Aggregate).
+	CaptureMode = event.CaptureMode
+	// OnFull says what a provider does when the collector falls behind:
+	// OnFullDefault, Block or Drop.
+	OnFull = event.OnFull
+	// Unwind is how a provider walks stacks: FramePointers, DWARF or
+	// Tables.
+	Unwind = event.Unwind
 )
 
-var logFileModeNames = []string{"sequential", "circular", "newfile", "realtime"}
+// The log file modes; see event.LogFileMode.
+const (
+	Sequential = event.Sequential
+	Circular   = event.Circular
+	NewFile    = event.NewFile
+	RealTime   = event.RealTime
+)
 
-func (m LogFileMode) String() string {
-	if int(m) < len(logFileModeNames) {
-		return logFileModeNames[m]
-	}
-	return "mode(" + strconv.Itoa(int(m)) + ")"
-}
+// The providers; see event.Provider.
+const (
+	ProviderPreload = event.ProviderPreload
+	ProviderEBPF    = event.ProviderEBPF
+)
+
+// The capture modes; see event.CaptureMode.
+const (
+	Stream    = event.Stream
+	Aggregate = event.Aggregate
+)
+
+// The full-buffer policies; see event.OnFull.
+const (
+	OnFullDefault = event.OnFullDefault
+	Block         = event.Block
+	Drop          = event.Drop
+)
+
+// The unwinders; see event.Unwind. Tables is the CLI's default for run and
+// attach.
+const (
+	FramePointers = event.UnwindFP
+	DWARF         = event.UnwindDWARF
+	Tables        = event.UnwindTables
+)
 
 // ParseLogFileMode parses "sequential", "circular", "newfile" or "realtime".
-func ParseLogFileMode(s string) (LogFileMode, error) {
-	for i, n := range logFileModeNames {
-		if n == s {
-			return LogFileMode(i), nil
-		}
-	}
-	return 0, fmt.Errorf("unknown log file mode %q (want sequential, circular, newfile or realtime): %w", s, errs.ErrInvalidFlags)
-}
-
-// Provider is the mechanism that captures a session's events.
-type Provider string
-
-// The providers.
-const (
-	// ProviderPreload interposes the malloc family in the traced program with
-	// LD_PRELOAD. It needs no privileges and costs least, but can only trace
-	// programs the session launches.
-	ProviderPreload Provider = "preload"
-	// ProviderEBPF places uprobes on the allocator of running processes. It
-	// needs root (or CAP_BPF and CAP_PERFMON) and no change to the target.
-	ProviderEBPF Provider = "ebpf"
-)
-
-// CaptureMode says whether a session streams every event or keeps aggregates.
-type CaptureMode uint8
-
-// The capture modes.
-const (
-	// Stream delivers every event.
-	Stream CaptureMode = iota
-	// Aggregate keeps live allocations and per-stack totals in kernel maps
-	// and delivers snapshots of them at each flush and at stop: for
-	// long-running servers where every event would cost too much. eBPF only.
-	Aggregate
-)
-
-func (m CaptureMode) String() string {
-	if m == Aggregate {
-		return "aggregate"
-	}
-	return "stream"
-}
+func ParseLogFileMode(s string) (LogFileMode, error) { return event.ParseLogFileMode(s) }
 
 // ParseCaptureMode parses "stream" or "aggregate".
-func ParseCaptureMode(s string) (CaptureMode, error) {
-	switch s {
-	case "stream":
-		return Stream, nil
-	case "aggregate":
-		return Aggregate, nil
-	}
-	return 0, fmt.Errorf("unknown capture mode %q (want stream or aggregate): %w", s, errs.ErrInvalidFlags)
-}
-
-// OnFull says what a provider does when the collector falls behind.
-type OnFull uint8
-
-// The full-buffer policies. The preload provider supports both and blocks
-// by default; the eBPF provider only drops (a uprobe cannot make the traced
-// thread wait for room in the ring).
-const (
-	// OnFullDefault is the provider's own: Block for preload, Drop for eBPF.
-	OnFullDefault OnFull = iota
-	// Block makes the traced thread wait for room: exact, but slows the
-	// target. Preload only.
-	Block
-	// Drop discards the event and counts it as lost.
-	Drop
-)
-
-func (o OnFull) String() string {
-	switch o {
-	case OnFullDefault:
-		return "default"
-	case Block:
-		return "block"
-	case Drop:
-		return "drop"
-	}
-	return fmt.Sprintf("OnFull(%d)", uint8(o))
-}
-
-// Unwind is how a provider walks stacks.
-type Unwind uint8
-
-// The unwinders.
-const (
-	// FramePointers follows the frame-pointer chain: fast, but stops at code
-	// built without frame pointers.
-	FramePointers Unwind = iota
-	// DWARF uses the call-frame information, for code built without frame
-	// pointers; slower. The preload provider interprets it with libunwind;
-	// the eBPF provider unwinds in BPF with tables built from it (package
-	// unwind), falling back to frame pointers where a file has none.
-	DWARF
-	// Tables walks with compact unwind tables built from each file's
-	// .eh_frame (package unwind): the stacks DWARF gives, at about the
-	// frame-pointer walk's cost. In the preload provider libunwind stands
-	// in until a file's table arrived and where a table has no rule; the
-	// eBPF provider walks the same tables in BPF (as it does for DWARF),
-	// falling back to the frame pointer. The CLI's default for run and
-	// attach.
-	Tables
-)
-
-func (u Unwind) String() string {
-	switch u {
-	case DWARF:
-		return "dwarf"
-	case Tables:
-		return "tables"
-	}
-	return "fp"
-}
+func ParseCaptureMode(s string) (CaptureMode, error) { return event.ParseCaptureMode(s) }
 
 // DefaultStacks is the set of event kinds that carry a call stack unless
 // chosen otherwise: allocations and reallocations.
-const DefaultStacks = event.KindSet(1<<event.KindAlloc | 1<<event.KindRealloc)
+const DefaultStacks = event.DefaultStacks
 
 // MaxFrames is the deepest stack heapscope records.
 const MaxFrames = 127
@@ -420,60 +337,4 @@ func (p Properties) text() [][2]string {
 		{"time_resolution", p.TimeResolution.String()},
 		{"sample", strconv.FormatInt(p.Sample, 10)},
 	}
-}
-
-// MarshalText and UnmarshalText write the modes by name in JSON.
-
-// MarshalText implements encoding.TextMarshaler.
-func (m LogFileMode) MarshalText() ([]byte, error) { return []byte(m.String()), nil }
-
-// UnmarshalText implements encoding.TextUnmarshaler.
-func (m *LogFileMode) UnmarshalText(b []byte) (err error) {
-	*m, err = ParseLogFileMode(string(b))
-	return err
-}
-
-// MarshalText implements encoding.TextMarshaler.
-func (m CaptureMode) MarshalText() ([]byte, error) { return []byte(m.String()), nil }
-
-// UnmarshalText implements encoding.TextUnmarshaler.
-func (m *CaptureMode) UnmarshalText(b []byte) (err error) {
-	*m, err = ParseCaptureMode(string(b))
-	return err
-}
-
-// MarshalText implements encoding.TextMarshaler.
-func (o OnFull) MarshalText() ([]byte, error) { return []byte(o.String()), nil }
-
-// UnmarshalText implements encoding.TextUnmarshaler.
-func (o *OnFull) UnmarshalText(b []byte) error {
-	switch string(b) {
-	case "", "default":
-		*o = OnFullDefault
-	case "block":
-		*o = Block
-	case "drop":
-		*o = Drop
-	default:
-		return fmt.Errorf("unknown full-buffer policy %q: %w", b, errs.ErrInvalidFlags)
-	}
-	return nil
-}
-
-// MarshalText implements encoding.TextMarshaler.
-func (u Unwind) MarshalText() ([]byte, error) { return []byte(u.String()), nil }
-
-// UnmarshalText implements encoding.TextUnmarshaler.
-func (u *Unwind) UnmarshalText(b []byte) error {
-	switch string(b) {
-	case "fp":
-		*u = FramePointers
-	case "dwarf":
-		*u = DWARF
-	case "tables":
-		*u = Tables
-	default:
-		return fmt.Errorf("unknown unwinder %q: %w", b, errs.ErrInvalidFlags)
-	}
-	return nil
 }

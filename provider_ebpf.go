@@ -23,16 +23,12 @@ type ebpfBackend struct {
 }
 
 func newEBPF(s *Session) (backend, error) {
-	mode := ebpf.Stream
-	if s.props.Mode == Aggregate {
-		mode = ebpf.Aggregate
-	}
 	stacks := s.stacks
 	if stacks == 0 {
-		stacks = ebpf.NoStacks
+		stacks = event.NoStacks
 	}
 	t, err := ebpf.New(ebpf.Config{
-		Mode:          mode,
+		Mode:          s.props.Mode,
 		Families:      s.props.EnableFlags,
 		Stacks:        stacks,
 		RingSize:      s.props.ringBytes(),
@@ -56,7 +52,7 @@ func (b *ebpfBackend) close() error         { return b.t.Close() }
 
 func (b *ebpfBackend) setStacks(k event.KindSet) error {
 	if k == 0 {
-		k = ebpf.NoStacks
+		k = event.NoStacks
 	}
 	return b.t.SetStacks(k)
 }

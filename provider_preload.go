@@ -23,29 +23,18 @@ type preloadBackend struct {
 }
 
 func newPreload(s *Session) (backend, error) {
-	unwind := preload.UnwindFP
-	switch s.props.Unwind {
-	case DWARF:
-		unwind = preload.UnwindDWARF
-	case Tables:
-		unwind = preload.UnwindTables
-	}
-	onFull := preload.Block
-	if s.props.OnFull == Drop {
-		onFull = preload.Drop
-	}
 	stacks := s.stacks
 	if stacks == 0 {
-		stacks = preload.NoStacks
+		stacks = event.NoStacks
 	}
 	size := min(max(s.props.ringBytes(), preload.MinBufferSize), preload.MaxBufferSize)
 	c, err := preload.New(preload.Config{
 		Families:      s.props.EnableFlags,
 		Stacks:        stacks,
-		Unwind:        unwind,
+		Unwind:        s.props.Unwind,
 		MaxFrames:     s.props.MaxFrames,
 		BufferSize:    size,
-		OnFull:        onFull,
+		OnFull:        s.props.OnFull,
 		FlushInterval: s.props.FlushTimer,
 		SampleRate:    s.props.Sample,
 		SampleSeed:    sampleSeed(),
@@ -118,7 +107,7 @@ func (b *preloadBackend) pids() []int {
 
 func (b *preloadBackend) setStacks(k event.KindSet) error {
 	if k == 0 {
-		k = preload.NoStacks
+		k = event.NoStacks
 	}
 	return b.c.SetStacks(k)
 }

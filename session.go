@@ -171,8 +171,11 @@ func newSession(name string, props Properties, defaultProvider Provider, stackEv
 	if err := props.Validate(); err != nil {
 		return nil, err // a combination the provider's default made, e.g. Start with OnFull block
 	}
-	if stackEvents&^event.KindsOf(event.KindAlloc, event.KindRealloc, event.KindFree, event.KindMmap, event.KindMunmap) != 0 {
+	if stackEvents&^(event.NoStacks|event.AllKinds) != 0 {
 		return nil, fmt.Errorf("stack events %#x: %w", uint8(stackEvents), errs.ErrInvalidFlags)
+	}
+	if stackEvents == 0 {
+		stackEvents = event.NoStacks
 	}
 	if props.Provider == ProviderEBPF {
 		if err := ebpfAvailable(); err != nil {
@@ -359,11 +362,15 @@ func (s *Session) Update(c Change) error {
 		}
 	}
 	if c.Stacks != nil {
-		if err := s.b.setStacks(*c.Stacks); err != nil {
+		k := *c.Stacks
+		if k == 0 {
+			k = DefaultStacksFor(s.props.EnableFlags)
+		}
+		if err := s.b.setStacks(k); err != nil {
 			errList = append(errList, err)
 		} else {
 			s.mu.Lock()
-			s.stacks = *c.Stacks
+			s.stacks = k
 			s.mu.Unlock()
 		}
 	}

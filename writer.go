@@ -30,14 +30,7 @@ func createWriter(s *Session) (traceWriter, error) {
 		h.Kernel = unix.ByteSliceToString(uts.Release[:])
 	}
 	h.WallStart, h.MonoStart = clockPair()
-	switch s.props.LogFileMode {
-	case Sequential:
-		h.Mode = tracefile.Sequential
-	case Circular:
-		h.Mode = tracefile.Circular
-	case NewFile:
-		h.Mode = tracefile.NewFile
-	}
+	h.Mode = s.props.LogFileMode
 	return tracefile.Create(s.props.LogFileName, h, tracefile.Options{
 		FlushInterval: s.props.FlushTimer, TimeResolution: s.props.TimeResolution,
 		// The path is untouched until the session has started (commit).

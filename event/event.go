@@ -75,8 +75,13 @@ func (s KindSet) Kinds() []Kind {
 	return ks
 }
 
+// String writes s as ParseKindSet reads it: "alloc,realloc", "none" for
+// NoStacks, "default" for the zero set.
 func (s KindSet) String() string {
-	if s == 0 {
+	switch {
+	case s == 0:
+		return "default"
+	case s&^NoStacks == 0:
 		return "none"
 	}
 	out := ""

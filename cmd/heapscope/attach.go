@@ -31,7 +31,8 @@ after --duration, on Ctrl-C or SIGTERM, or on 'heapscope stop NAME'. Use
 			var pids pidList
 			fs.Var(&pids, "p", "process id(s) to trace, comma-separated or repeated")
 			duration := fs.Duration("duration", 0, "stop after this long (0: until the processes exit or Ctrl-C)")
-			unwind := fs.String("unwind", "tables", "stack walker: tables (unwind tables built from each file's .eh_frame, walked in BPF: complete stacks on code\nbuilt without frame pointers; dwarf is a synonym) or fp (frame pointers only: short stacks on such code)")
+			unwind := heapscope.Tables
+			fs.TextVar(&unwind, "unwind", unwind, "stack walker `UNWINDER`: "+choices(heapscope.Tables, heapscope.FramePointers, heapscope.DWARF)+". tables (unwind tables built from each file's .eh_frame,\nwalked in BPF: complete stacks on code built without frame pointers; dwarf is a synonym) or fp (frame pointers only:\nshort stacks on such code)")
 			noFollow := fs.Bool("no-follow-fork", false, "trace only the given processes, not the children they fork (an exec goes on as the same process)")
 			return func(args []string) error {
 				if len(args) > 0 {
@@ -50,13 +51,7 @@ after --duration, on Ctrl-C or SIGTERM, or on 'heapscope stop NAME'. Use
 				}
 				props.Provider = heapscope.ProviderEBPF
 				props.NoFollowFork = *noFollow
-				switch *unwind {
-				case "fp":
-				case "tables", "dwarf":
-					props.Unwind = heapscope.Tables
-				default:
-					return usagef("--unwind: want tables, fp or dwarf, not %q", *unwind)
-				}
+				props.Unwind = unwind
 				return attach(sf, props, stacks, pids, *duration)
 			}
 		},

@@ -41,7 +41,7 @@ func TestSessionFlagErrors(t *testing.T) {
 		{[]string{"--max-size", "-1"}, "--max-size -1: must be 0 (unlimited) or more"},
 		{[]string{"--log-mode", "circular"}, "--max-size"},
 		{[]string{"--log-mode", "newfile", "--max-size", "1"}, "-o"},
-		{[]string{"--stacks", ""}, "--stacks: empty"},
+		{[]string{"--stacks", ""}, "flag --stacks: empty"},
 		{[]string{"--sample", "-64KiB"}, `--sample: size "-64KiB": negative`},
 		{[]string{"--sample", "lots"}, `--sample: size "lots": not a size`},
 		{[]string{"--sample", "1.5"}, `--sample: size "1.5": not a whole number of bytes`},

@@ -21,10 +21,10 @@ import (
 type sessionFlags struct {
 	name          setString
 	output        string
-	stacks        setString
+	stacks        event.KindSet
 	events        string
-	mode          string
-	logMode       string
+	mode          event.CaptureMode
+	logMode       event.LogFileMode
 	bufferSize    int
 	buffers       int
 	minBuffers    setInt
@@ -40,10 +40,11 @@ type sessionFlags struct {
 func (f *sessionFlags) register(fs *flag.FlagSet) {
 	fs.Var(&f.name, "name", fmt.Sprintf("session `NAME`, unique on the machine, 1 to %d characters (default heapscope-PROGRAM-PID)", registry.MaxNameLen))
 	fs.StringVar(&f.output, "o", "", "trace file (default heapscope.PROGRAM.PID.hst; needs %d with --log-mode newfile)")
-	fs.Var(&f.stacks, "stacks", "`KINDS` that carry a call stack: alloc,realloc,free,mmap,munmap, all or none\n(default: every kind traced that makes memory: alloc,realloc, and mmap when --events has it)")
+	fs.TextVar(&f.stacks, "stacks", event.KindSet(0), "`KINDS` that carry a call stack: "+choices(event.KindAlloc, event.KindRealloc, event.KindFree, event.KindMmap, event.KindMunmap)+
+		"\nas a list, all or none (default: every kind traced that makes memory: alloc,realloc, and mmap when --events has it)")
 	fs.StringVar(&f.events, "events", "heap", "allocation families traced: malloc,calloc,realloc,free,aligned,cxx,mmap, heap (all but mmap) or all")
-	fs.StringVar(&f.mode, "mode", "stream", "stream (every event) or aggregate (live set and per-stack totals kept in the kernel; ebpf only)")
-	fs.StringVar(&f.logMode, "log-mode", "sequential", "sequential, circular, newfile or realtime (no file)")
+	fs.TextVar(&f.mode, "mode", heapscope.Stream, "`MODE`: "+choices(heapscope.Stream, heapscope.Aggregate)+": every event, or the live set and per-stack totals kept in the kernel (ebpf only)")
+	fs.TextVar(&f.logMode, "log-mode", heapscope.Sequential, "how the trace is written, `MODE`: "+choices(heapscope.Sequential, heapscope.Circular, heapscope.NewFile, heapscope.RealTime)+" (no file)")
 	fs.IntVar(&f.bufferSize, "buffer-size", heapscope.DefaultBufferSize, fmt.Sprintf("buffer size in KB, %d to %d", heapscope.MinBufferSize, heapscope.MaxBufferSize))
 	fs.IntVar(&f.buffers, "buffers", heapscope.DefaultMaximumBuffers, "maximum number of buffers, at least 1 (buffers × buffer size at most 4 GiB)")
 	fs.Var(&f.minBuffers, "min-buffers", fmt.Sprintf("minimum number of buffers `N`, 1 to --buffers (default %d, or --buffers if fewer)", heapscope.DefaultMinimumBuffers))
@@ -100,6 +101,7 @@ var flagNames = strings.NewReplacer(
 	"EnableFlags", "--events",
 	"OnFull", "--on-full",
 	"Sample:", "--sample:",
+	"with the ebpf provider", "with --provider ebpf",
 )
 
 // flagError rewrites an error of Properties.Validate in terms of flags.
@@ -152,18 +154,11 @@ func (f *sessionFlags) properties(program string, pid int) (heapscope.Properties
 	if p.EnableFlags, err = event.ParseFamily(f.events); err != nil {
 		return p, 0, usagef("--events: %v", err)
 	}
-	stacks := heapscope.DefaultStacksFor(p.EnableFlags)
-	if f.stacks.set {
-		if stacks, err = parseStacks(f.stacks.s); err != nil {
-			return p, 0, usagef("--stacks: %v", err)
-		}
+	stacks := f.stacks
+	if stacks == 0 {
+		stacks = heapscope.DefaultStacksFor(p.EnableFlags)
 	}
-	if p.Mode, err = heapscope.ParseCaptureMode(f.mode); err != nil {
-		return p, 0, usagef("--mode: %v", err)
-	}
-	if p.LogFileMode, err = heapscope.ParseLogFileMode(f.logMode); err != nil {
-		return p, 0, usagef("--log-mode: %v", err)
-	}
+	p.Mode, p.LogFileMode = f.mode, f.logMode
 	p.BufferSize, p.MaximumBuffers = f.bufferSize, f.buffers
 	p.MinimumBuffers = min(heapscope.DefaultMinimumBuffers, f.buffers)
 	if f.minBuffers.set {
@@ -196,25 +191,17 @@ func (f *sessionFlags) sessionName(program string, pid int) string {
 	return fmt.Sprintf("heapscope-%s-%d", filepath.Base(program), pid)
 }
 
-// parseStacks parses "alloc,realloc,free", "all" or "none".
-func parseStacks(s string) (event.KindSet, error) {
-	switch s {
-	case "none":
-		return 0, nil
-	case "all":
-		return event.KindsOf(event.KindAlloc, event.KindRealloc, event.KindFree, event.KindMmap, event.KindMunmap), nil
-	case "":
-		return 0, errors.New("empty: give kinds, all or none")
+// choices lists the names of values as "a, b or c", as their types write
+// and parse them: --help names what the flag's type accepts.
+func choices[T fmt.Stringer](values ...T) string {
+	var names []string
+	for _, v := range values {
+		names = append(names, v.String())
 	}
-	var set event.KindSet
-	for _, name := range strings.Split(s, ",") {
-		k, err := event.ParseKind(strings.TrimSpace(name))
-		if err != nil {
-			return 0, err
-		}
-		set |= event.KindsOf(k)
+	if len(names) < 2 {
+		return strings.Join(names, "")
 	}
-	return set, nil
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
 }
 
 // parsePIDs parses "1,2,3" (repeated flags accumulate).

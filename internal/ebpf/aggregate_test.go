@@ -135,7 +135,7 @@ func (r *recorder) snapshotsOf(pid int) []event.Snapshot {
 func TestAggregate(t *testing.T) {
 	bin := testutil.MustBuild(t, "ebpf_calls", testutil.Options{})
 	rec := newRecorder(t)
-	tr := newTracer(t, Config{Mode: Aggregate}, rec)
+	tr := newTracer(t, Config{Mode: event.Aggregate}, rec)
 	w := traced(t, tr, bin, "20")
 	log := parseLog(t, w.lines(t, "done"))
 	mustFlush(t, tr)
@@ -169,7 +169,7 @@ func TestAggregate(t *testing.T) {
 func TestAggregateProcesses(t *testing.T) {
 	bin := testutil.MustBuild(t, "ebpf_calls", testutil.Options{})
 	rec := newRecorder(t)
-	tr := newTracer(t, Config{Mode: Aggregate}, rec)
+	tr := newTracer(t, Config{Mode: event.Aggregate}, rec)
 	a := startWorkload(t, bin, "20")
 	b := startWorkload(t, bin, "30")
 	for _, w := range []*workload{a, b} {
@@ -211,7 +211,7 @@ func TestAggregateProcesses(t *testing.T) {
 func TestAggregateNoFrees(t *testing.T) {
 	bin := testutil.MustBuild(t, "ebpf_calls", testutil.Options{})
 	rec := newRecorder(t)
-	tr := newTracer(t, Config{Mode: Aggregate, Families: event.FamilyHeap &^ event.FamilyFree}, rec)
+	tr := newTracer(t, Config{Mode: event.Aggregate, Families: event.FamilyHeap &^ event.FamilyFree}, rec)
 	w := traced(t, tr, bin, "20")
 	log := parseLog(t, w.lines(t, "done"))
 	mustFlush(t, tr)
@@ -228,7 +228,7 @@ func TestAggregateNoFrees(t *testing.T) {
 func TestAggregateThreads(t *testing.T) {
 	bin := testutil.MustBuild(t, "ebpf_churn", testutil.Options{})
 	rec := newRecorder(t)
-	tr := newTracer(t, Config{Mode: Aggregate}, rec)
+	tr := newTracer(t, Config{Mode: event.Aggregate}, rec)
 	const pairs, threads = 20000, 4
 	w := startWorkloadNoReady(t, bin, fmt.Sprint(pairs), fmt.Sprint(threads), "wait")
 	if err := tr.Attach(w.pid()); err != nil {
@@ -280,7 +280,7 @@ func sortedBlocks(m map[uint64]block) []string {
 func TestAggregateMapFull(t *testing.T) {
 	bin := testutil.MustBuild(t, "ebpf_calls", testutil.Options{})
 	rec := newRecorder(t)
-	tr := newTracer(t, Config{Mode: Aggregate, MaxLive: 8}, rec)
+	tr := newTracer(t, Config{Mode: event.Aggregate, MaxLive: 8}, rec)
 	w := traced(t, tr, bin, "20")
 	log := parseLog(t, w.lines(t, "done"))
 	st := tr.Stats()

@@ -151,19 +151,19 @@ func BenchmarkTracer(b *testing.B) {
 		noFP  bool // the build without frame pointers
 	}{
 		{"untraced", nil, 0, false},
-		{"stream/alloc-stacks", &Config{Mode: Stream}, 0, false},
-		{"stream/alloc-stacks/depth-24", &Config{Mode: Stream}, 24, false},
-		{"stream/no-stacks", &Config{Mode: Stream, Stacks: NoStacks}, 0, false},
+		{"stream/alloc-stacks", &Config{Mode: event.Stream}, 0, false},
+		{"stream/alloc-stacks/depth-24", &Config{Mode: event.Stream}, 24, false},
+		{"stream/no-stacks", &Config{Mode: event.Stream, Stacks: event.NoStacks}, 0, false},
 		// Sampled in BPF: the traps remain, the stack walk and the ring
 		// go (one pair in about 2000 at 512 KiB).
-		{"stream/alloc-stacks/sample-512KiB", &Config{Mode: Stream, Sample: 512 << 10}, 0, false},
-		{"stream/alloc-stacks/depth-24/sample-512KiB", &Config{Mode: Stream, Sample: 512 << 10}, 24, false},
-		{"aggregate/alloc-stacks", &Config{Mode: Aggregate}, 0, false},
-		{"aggregate/alloc-stacks/depth-24", &Config{Mode: Aggregate}, 24, false},
-		{"aggregate/no-stacks", &Config{Mode: Aggregate, Stacks: NoStacks}, 0, false},
-		{"stream/alloc-stacks/depth-24/tables", &Config{Mode: Stream, UnwindTables: true}, 24, false},
-		{"stream/alloc-stacks/depth-24/no-fp/tables", &Config{Mode: Stream, UnwindTables: true}, 24, true},
-		{"aggregate/alloc-stacks/depth-24/no-fp/tables", &Config{Mode: Aggregate, UnwindTables: true}, 24, true},
+		{"stream/alloc-stacks/sample-512KiB", &Config{Mode: event.Stream, Sample: 512 << 10}, 0, false},
+		{"stream/alloc-stacks/depth-24/sample-512KiB", &Config{Mode: event.Stream, Sample: 512 << 10}, 24, false},
+		{"aggregate/alloc-stacks", &Config{Mode: event.Aggregate}, 0, false},
+		{"aggregate/alloc-stacks/depth-24", &Config{Mode: event.Aggregate}, 24, false},
+		{"aggregate/no-stacks", &Config{Mode: event.Aggregate, Stacks: event.NoStacks}, 0, false},
+		{"stream/alloc-stacks/depth-24/tables", &Config{Mode: event.Stream, UnwindTables: true}, 24, false},
+		{"stream/alloc-stacks/depth-24/no-fp/tables", &Config{Mode: event.Stream, UnwindTables: true}, 24, true},
+		{"aggregate/alloc-stacks/depth-24/no-fp/tables", &Config{Mode: event.Aggregate, UnwindTables: true}, 24, true},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			bin := bin
@@ -194,7 +194,7 @@ func BenchmarkTracer(b *testing.B) {
 				if err := tr.Flush(); err != nil {
 					b.Fatal(err)
 				}
-				if st := tr.Stats(); st.Delivered > 0 && c.cfg.Mode == Stream {
+				if st := tr.Stats(); st.Delivered > 0 && c.cfg.Mode == event.Stream {
 					b.ReportMetric(float64(selfCPU()-cpu0)/float64(st.Delivered), "consumer-cpu-ns/event")
 				}
 			}

@@ -18,7 +18,7 @@ func TestSampleConfig(t *testing.T) {
 	for _, c := range []Config{
 		{Sample: -1},
 		{Sample: maxSample + 1},
-		{Sample: 4096, Mode: Aggregate},
+		{Sample: 4096, Mode: event.Aggregate},
 		{Sample: 4096, Families: event.FamilyAll},
 	} {
 		if _, err := c.withDefaults(); !errors.Is(err, errs.ErrInvalidFlags) {

@@ -86,7 +86,7 @@ func (rec *recorder) chains(pid int, r ranges) (map[uint64]map[string]int, map[u
 func dwarfChains(t *testing.T, k int) (map[uint64]map[string]int, map[uint64]int) {
 	bin := testutil.MustBuild(t, "ebpf_cfi", cfiBuild)
 	rec := newRecorder(t)
-	c, err := preload.New(preload.Config{Unwind: preload.UnwindDWARF}, rec)
+	c, err := preload.New(preload.Config{Unwind: event.UnwindDWARF}, rec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,7 +240,7 @@ func TestUnwindTablesPython(t *testing.T) {
 	got := attached(Config{UnwindTables: true})
 
 	drec := newRecorder(t)
-	c, err := preload.New(preload.Config{Unwind: preload.UnwindDWARF}, drec)
+	c, err := preload.New(preload.Config{Unwind: event.UnwindDWARF}, drec)
 	if err != nil {
 		t.Fatal(err)
 	}
