@@ -23,20 +23,16 @@ type preloadBackend struct {
 }
 
 func newPreload(s *Session) (backend, error) {
-	stacks := s.stacks
-	if stacks == 0 {
-		stacks = event.NoStacks
-	}
 	size := min(max(s.props.ringBytes(), preload.MinBufferSize), preload.MaxBufferSize)
 	c, err := preload.New(preload.Config{
-		Families:      s.props.EnableFlags,
-		Stacks:        stacks,
+		Families:      s.props.Families,
+		Stacks:        s.stacks,
 		Unwind:        s.props.Unwind,
 		MaxFrames:     s.props.MaxFrames,
 		BufferSize:    size,
 		OnFull:        s.props.OnFull,
-		FlushInterval: s.props.FlushTimer,
-		SampleRate:    s.props.Sample,
+		FlushInterval: s.props.FlushInterval,
+		SampleRate:    int64(s.props.Sample),
 		SampleSeed:    sampleSeed(),
 	}, s.sink)
 	if err != nil {
@@ -106,9 +102,6 @@ func (b *preloadBackend) pids() []int {
 }
 
 func (b *preloadBackend) setStacks(k event.KindSet) error {
-	if k == 0 {
-		k = event.NoStacks
-	}
 	return b.c.SetStacks(k)
 }
 

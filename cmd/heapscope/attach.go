@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/heapscope/heapscope"
-	"github.com/heapscope/heapscope/event"
 	"github.com/heapscope/heapscope/internal/proc"
 )
 
@@ -45,20 +44,20 @@ after --duration, on Ctrl-C or SIGTERM, or on 'heapscope stop NAME'. Use
 				if exe, err := proc.Exe(pids[0]); err == nil {
 					program = exe
 				}
-				props, stacks, err := sf.properties(program, pids[0])
+				props, err := sf.properties(program, pids[0])
 				if err != nil {
 					return err
 				}
 				props.Provider = heapscope.ProviderEBPF
 				props.NoFollowFork = *noFollow
 				props.Unwind = unwind
-				return attach(sf, props, stacks, pids, *duration)
+				return attach(sf, props, pids, *duration)
 			}
 		},
 	})
 }
 
-func attach(sf sessionFlags, props heapscope.Properties, stacks event.KindSet, pids []int, duration time.Duration) error {
+func attach(sf sessionFlags, props heapscope.Properties, pids []int, duration time.Duration) error {
 	name := sf.name.s
 	if !sf.name.set {
 		name = fmt.Sprintf("heapscope-attach-%d", os.Getpid())
@@ -66,7 +65,7 @@ func attach(sf sessionFlags, props heapscope.Properties, stacks event.KindSet, p
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
-	s, err := heapscope.Start(name, props, pids, stacks)
+	s, err := heapscope.Start(name, props, pids)
 	if err != nil {
 		return startError(err)
 	}

@@ -15,7 +15,7 @@ import (
 
 // goFieldNames are Properties' Go fields: a user types flags, and an error
 // must name those.
-var goFieldNames = regexp.MustCompile(`MaximumFileSize|MinimumBuffers|MaximumBuffers|BufferSize|FlushTimer|MaxFrames|TimeResolution|LogFileName|LogFileMode|EnableFlags|Sample:`)
+var goFieldNames = regexp.MustCompile(`MaxFileSize|\bBuffers\b|BufferSize|FlushInterval|MaxFrames|TimeResolution|\bFile\b|FileMode|Families|StackEvents|OnFull|Sample:`)
 
 // TestSessionFlagErrors: a value out of range is an error that names the
 // flag and its range, with exit status 2 (a usage error); 0 is never read
@@ -31,7 +31,6 @@ func TestSessionFlagErrors(t *testing.T) {
 		{[]string{"--buffer-size", "2048"}, "--buffer-size 2048: must be 4 to 1024"},
 		{[]string{"--buffers", "0"}, "--buffers 0: must be 1 to 65536"},
 		{[]string{"--buffer-size", "1024", "--buffers", "5000"}, "--buffers 5000: must be 1 to 4096 (with --buffer-size 1024)"},
-		{[]string{"--min-buffers", "0"}, "--min-buffers 0: must be 1 to 64"},
 		{[]string{"--max-frames", "0"}, "--max-frames 0: must be 1 to 127"},
 		{[]string{"--max-frames", "128"}, "--max-frames 128: must be 1 to 127"},
 		{[]string{"--flush-interval", "0"}, "--flush-interval 0s: must be more than 0"},

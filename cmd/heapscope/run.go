@@ -10,7 +10,6 @@ import (
 	"syscall"
 
 	"github.com/heapscope/heapscope"
-	"github.com/heapscope/heapscope/event"
 	"github.com/heapscope/heapscope/internal/launch"
 )
 
@@ -41,18 +40,18 @@ nothing); trace them with --provider ebpf.`,
 				if len(args) == 0 {
 					return usagef("no program to run")
 				}
-				props, stacks, err := sf.properties(args[0], os.Getpid())
+				props, err := sf.properties(args[0], os.Getpid())
 				if err != nil {
 					return err
 				}
 				props.Provider, props.Unwind, props.OnFull = provider, unwind, onFull
-				return runProgram(sf, props, stacks, args)
+				return runProgram(sf, props, args)
 			}
 		},
 	})
 }
 
-func runProgram(sf sessionFlags, props heapscope.Properties, stacks event.KindSet, args []string) error {
+func runProgram(sf sessionFlags, props heapscope.Properties, args []string) error {
 	path, err := exec.LookPath(args[0])
 	if err != nil {
 		// As env(1) and the shells do: 126 for a program found but not
@@ -66,7 +65,7 @@ func runProgram(sf sessionFlags, props heapscope.Properties, stacks event.KindSe
 	cmd := exec.Command(path, args[1:]...)
 	cmd.Args[0] = args[0]
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	s, err := heapscope.Launch(sf.sessionName(args[0], os.Getpid()), props, cmd, stacks)
+	s, err := heapscope.Launch(sf.sessionName(args[0], os.Getpid()), props, cmd)
 	if err != nil {
 		if errors.Is(err, syscall.ENOEXEC) || errors.Is(err, syscall.EACCES) {
 			// Found but cannot be executed: the shells' 126.

@@ -125,12 +125,12 @@ func printStatus(w io.Writer, st heapscope.Status) {
 	fmt.Fprintf(w, "provider  %s (%s)\n", st.Provider, st.Properties.Mode)
 	fmt.Fprintf(w, "pids      %s\n", pidList(st.PIDs).String())
 	fmt.Fprintf(w, "stacks    %s\n", st.Stacks)
-	fmt.Fprintf(w, "events    %s\n", st.Properties.EnableFlags)
+	fmt.Fprintf(w, "events    %s\n", st.Properties.Families)
 	fmt.Fprintf(w, "started   %s\n", st.Started.Local().Format(time.DateTime))
 	if len(st.Files) > 0 {
-		fmt.Fprintf(w, "files     %s (%s mode)\n", strings.Join(st.Files, ", "), st.Properties.LogFileMode)
+		fmt.Fprintf(w, "files     %s (%s mode)\n", strings.Join(st.Files, ", "), st.Properties.FileMode)
 	} else {
-		fmt.Fprintf(w, "files     none (%s mode)\n", st.Properties.LogFileMode)
+		fmt.Fprintf(w, "files     none (%s mode)\n", st.Properties.FileMode)
 	}
 	if u := st.Unwind; u != nil {
 		fmt.Fprintf(w, "unwind    %d tables, %d bytes, built in %s", u.Files, u.Bytes, u.BuildTime.Round(time.Millisecond))
