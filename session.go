@@ -87,6 +87,10 @@ type Session struct {
 	exited   chan struct{} // Launch: closed when the launched child has exited
 }
 
+// MaxNameLen is the longest session name, in characters; a longer one is
+// refused with ErrNameTooLong. Names are compared without regard to case.
+const MaxNameLen = registry.MaxNameLen
+
 // Start starts a session named name that traces the running processes pids.
 // The provider defaults to ProviderEBPF. (The Windows equivalent is
 // StartHeapTrace.)

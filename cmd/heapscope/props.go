@@ -12,7 +12,6 @@ import (
 
 	"github.com/heapscope/heapscope"
 	"github.com/heapscope/heapscope/event"
-	"github.com/heapscope/heapscope/internal/registry"
 	"github.com/heapscope/heapscope/tracefile"
 )
 
@@ -37,7 +36,7 @@ type sessionFlags struct {
 }
 
 func (f *sessionFlags) register(fs *flag.FlagSet) {
-	fs.Var(&f.name, "name", fmt.Sprintf("session `NAME`, unique on the machine, 1 to %d characters (default heapscope-PROGRAM-PID)", registry.MaxNameLen))
+	fs.Var(&f.name, "name", fmt.Sprintf("session `NAME`, unique on the machine, 1 to %d characters (default heapscope-PROGRAM-PID)", heapscope.MaxNameLen))
 	fs.StringVar(&f.output, "o", "", "trace file (default heapscope.PROGRAM.PID.hst; needs %d with --log-mode newfile)")
 	fs.TextVar(&f.stacks, "stacks", event.KindSet(0), "`KINDS` that carry a call stack: "+choices(event.KindAlloc, event.KindRealloc, event.KindFree, event.KindMmap, event.KindMunmap)+
 		"\nas a list, all or none (default: every kind traced that makes memory: alloc,realloc, and mmap when --events has it)")
@@ -60,9 +59,9 @@ func (f *sessionFlags) register(fs *flag.FlagSet) {
 func (f *sessionFlags) validate() error {
 	switch {
 	case f.name.set && f.name.s == "":
-		return usagef("--name: must be 1 to %d characters, not empty", registry.MaxNameLen)
-	case f.name.set && utf8.RuneCountInString(f.name.s) > registry.MaxNameLen:
-		return usagef("--name: must be 1 to %d characters, not %d", registry.MaxNameLen, utf8.RuneCountInString(f.name.s))
+		return usagef("--name: must be 1 to %d characters, not empty", heapscope.MaxNameLen)
+	case f.name.set && utf8.RuneCountInString(f.name.s) > heapscope.MaxNameLen:
+		return usagef("--name: must be 1 to %d characters, not %d", heapscope.MaxNameLen, utf8.RuneCountInString(f.name.s))
 	case f.bufferSize < int(heapscope.MinBufferSize/heapscope.KiB) || f.bufferSize > int(heapscope.MaxBufferSize/heapscope.KiB):
 		return usagef("--buffer-size %d: must be %d to %d (KB)", f.bufferSize, heapscope.MinBufferSize/heapscope.KiB, heapscope.MaxBufferSize/heapscope.KiB)
 	}

@@ -10,7 +10,6 @@ import (
 	"syscall"
 
 	"github.com/heapscope/heapscope"
-	"github.com/heapscope/heapscope/internal/launch"
 )
 
 func init() {
@@ -74,7 +73,7 @@ func runProgram(sf sessionFlags, props heapscope.Properties, args []string) erro
 		}
 		return startError(err)
 	}
-	stop := launch.ForwardSignals(cmd.Process)
+	stop := s.ForwardSignals()
 	werr := s.Wait()
 	status := s.ExitStatus()
 	if !sf.quiet {
