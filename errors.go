@@ -12,7 +12,7 @@ var (
 	// names the owner's pid. (The Windows equivalent is
 	// ERROR_ALREADY_EXISTS.)
 	ErrAlreadyExists = errs.ErrAlreadyExists
-	// ErrNameTooLong: the session name is over 1024 characters.
+	// ErrNameTooLong: the session name is over MaxNameLen characters.
 	ErrNameTooLong = errs.ErrNameTooLong
 	// ErrInvalidFlags: an invalid property value or combination. The
 	// message says which. (The Windows equivalent is ERROR_INVALID_FLAGS.)

@@ -123,8 +123,8 @@ type Properties struct {
 	// (The Windows equivalent is LogFileMode.)
 	FileMode LogFileMode `json:"file_mode"`
 	// MaxFileSize is the largest trace file, 0 (unlimited) or at least
-	// tracefile.MinMaxSize (64 KiB); Circular and NewFile need it. (The Windows equivalent is MaximumFileSize, in
-	// MB.)
+	// tracefile.MinMaxSize (64 KiB); Circular and NewFile need it. (The
+	// Windows equivalent is MaximumFileSize, in MB.)
 	MaxFileSize Size `json:"max_file_size"`
 	// Overwrite lets the session replace a File that is a symbolic link
 	// (the link is replaced, never followed) or a file of another user;
@@ -229,7 +229,7 @@ func (p Properties) withDefaults(provider Provider) Properties {
 
 // Validate reports the first invalid value or combination in p, wrapping
 // ErrInvalidFlags (or ErrOutOfMemory for buffers that could never be had).
-// It applies the exclusions ETW enforces (the Windows equivalent), and
+// It applies the exclusions of the Windows equivalent (ETW), and
 // heapscope's own. The zero
 // Properties is invalid: it writes a file and names none (see Properties).
 func (p Properties) Validate() error {
