@@ -198,11 +198,7 @@ func TestEventsAllHaveStacks(t *testing.T) {
 	if code, stderr := exitCode(t, cmd); code != 0 {
 		t.Fatalf("run: exit %d: %s", code, stderr)
 	}
-	out := filepath.Join(dir, "r.json")
-	if code, stderr := runCLI(t, "report", "--format", "json", "-o", out, trace); code != 0 {
-		t.Fatalf("report: exit %d: %s", code, stderr)
-	}
-	d := readReportJSON(t, out)
+	d := reportJSON(t, trace)
 	if len(d.Allocations) == 0 {
 		t.Fatal("no allocation sites")
 	}
@@ -215,11 +211,7 @@ func TestEventsAllHaveStacks(t *testing.T) {
 	if code, stderr := exitCode(t, cli(t, "run", "-q", "--events", "all", "--stacks", "none", "-o", trace+"2", "--", bin, "1")); code != 0 {
 		t.Fatalf("run --stacks none: exit %d: %s", code, stderr)
 	}
-	out2 := filepath.Join(dir, "r2.json")
-	if code, stderr := runCLI(t, "report", "--format", "json", "-o", out2, trace+"2"); code != 0 {
-		t.Fatalf("report: exit %d: %s", code, stderr)
-	}
-	for _, s := range readReportJSON(t, out2).Allocations {
+	for _, s := range reportJSON(t, trace+"2").Allocations {
 		if len(s.Stack) != 0 {
 			t.Errorf("--stacks none recorded a stack: %+v", s.Stack)
 		}
