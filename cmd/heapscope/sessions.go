@@ -84,7 +84,7 @@ func init() {
 			fs.Var(&set, "set-pids", "trace exactly these processes")
 			var stacks event.KindSet
 			fs.TextVar(&stacks, "stacks", event.KindSet(0), "`KINDS` that carry a stack: "+choices(event.KindAlloc, event.KindRealloc, event.KindFree, event.KindMmap, event.KindMunmap)+
-				"\nas a list, all, none or default (the session's default for its events)")
+				"\nas a list, all, none or default (the session's default for its events) (default: no change)")
 			return func(args []string) error {
 				if len(args) != 1 {
 					return usagef("want one session name")
