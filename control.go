@@ -77,8 +77,9 @@ func checkProtocol(name string, version int) error {
 
 // Sessions returns the status of the caller's live sessions (and of
 // root's, where they share a registry). Sessions that do not answer within
-// a few seconds (their owner is busy or gone) are listed with what the
-// registry knows. Sessions of other users are not listed.
+// a few seconds (their owner is busy or gone), or answer in another
+// ControlProtocol, are listed with what the registry knows. Sessions of
+// other users are not listed.
 func Sessions() ([]Status, error) {
 	dir, err := registry.Dir()
 	if err != nil {
