@@ -10,7 +10,8 @@ import (
 	"github.com/heapscope/heapscope/internal/registry"
 )
 
-// ControlOp is an operation on a session by name (ETW's ControlTrace codes).
+// ControlOp is an operation on a session by name. (The Windows equivalent
+// is ControlTrace's codes.)
 type ControlOp string
 
 // The control operations.
@@ -20,18 +21,20 @@ const (
 	ControlStop  ControlOp = "stop"  // end the session, then return its final Status
 )
 
-// Change is an update to a running session (UpdateHeapTrace). Empty fields
-// change nothing.
+// Change is an update to a running session. Empty fields change nothing.
 type Change struct {
-	AddPIDs    []int          `json:"add_pids,omitempty"`
-	RemovePIDs []int          `json:"remove_pids,omitempty"`
-	SetPIDs    []int          `json:"set_pids,omitempty"` // replace the traced processes with these
-	Stacks     *event.KindSet `json:"stacks,omitempty"`   // the event kinds that carry a stack
+	AddPIDs    []int `json:"add_pids,omitempty"`
+	RemovePIDs []int `json:"remove_pids,omitempty"`
+	SetPIDs    []int `json:"set_pids,omitempty"` // replace the traced processes with these
+	// Stacks, when set, are the event kinds that carry a stack from now
+	// on: event.NoStacks for none, 0 for the session's default.
+	Stacks *event.KindSet `json:"stacks,omitempty"`
 }
 
 // Control performs op on the live session named name, which may run in any
 // process, and returns its status. It fails with ErrNotRunning when no live
-// session has the name.
+// session has the name, and with ErrProtocol when the session runs another
+// version of heapscope. (The Windows equivalent is ControlTrace.)
 func Control(name string, op ControlOp) (Status, error) {
 	var st Status
 	switch op {
@@ -40,19 +43,43 @@ func Control(name string, op ControlOp) (Status, error) {
 		return st, fmt.Errorf("unknown control operation %q: %w", op, ErrInvalidFlags)
 	}
 	err := call(name, string(op), nil, &st)
+	if err == nil {
+		err = checkProtocol(name, st.Protocol)
+	}
 	return st, err
 }
 
 // Update changes the processes and stack-walked events of the live session
-// named name, which may run in any process.
+// named name, which may run in any process. (The Windows equivalent is
+// UpdateHeapTrace.)
 func Update(name string, c Change) error {
-	return call(name, "update", c, nil)
+	var ack updateAck
+	if err := call(name, "update", c, &ack); err != nil {
+		return err
+	}
+	return checkProtocol(name, ack.Protocol)
+}
+
+// updateAck is a session's answer to an update.
+type updateAck struct {
+	Protocol int `json:"protocol"`
+}
+
+// checkProtocol refuses the answer of a session that speaks another
+// protocol: its fields may mean something else.
+func checkProtocol(name string, version int) error {
+	if version != ControlProtocol {
+		return fmt.Errorf("session %q answered in control protocol %d, this heapscope speaks %d: use the heapscope that started it: %w",
+			name, version, ControlProtocol, ErrProtocol)
+	}
+	return nil
 }
 
 // Sessions returns the status of the caller's live sessions (and of
 // root's, where they share a registry). Sessions that do not answer within
-// a few seconds (their owner is busy or gone) are listed with what the
-// registry knows. Sessions of other users are not listed.
+// a few seconds (their owner is busy or gone), or answer in another
+// ControlProtocol, are listed with what the registry knows. Sessions of
+// other users are not listed.
 func Sessions() ([]Status, error) {
 	dir, err := registry.Dir()
 	if err != nil {
@@ -71,7 +98,9 @@ func Sessions() ([]Status, error) {
 		go func() {
 			defer wg.Done()
 			var st Status
-			if err := control.Call(info.Socket, info.UID, string(ControlQuery), nil, &st); err != nil {
+			// A session of another protocol is listed with what the
+			// registry knows, as one that does not answer.
+			if err := control.Call(info.Socket, info.UID, string(ControlQuery), nil, &st); err != nil || st.Protocol != ControlProtocol {
 				st = Status{Name: info.Name, Owner: info.Owner, Provider: Provider(info.Provider), Started: info.Started}
 			}
 			out[i] = st
@@ -117,7 +146,10 @@ func (s *Session) handle(op string, args json.RawMessage) (any, error) {
 		if err := json.Unmarshal(args, &c); err != nil {
 			return nil, fmt.Errorf("bad update: %w", err)
 		}
-		return nil, s.Update(c)
+		if err := s.Update(c); err != nil {
+			return nil, err
+		}
+		return updateAck{Protocol: ControlProtocol}, nil
 	}
 	return nil, fmt.Errorf("unknown operation %q", op)
 }

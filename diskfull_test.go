@@ -35,8 +35,8 @@ func TestDiskFullCounted(t *testing.T) {
 		}
 	}()
 	path := filepath.Join(dir, "full.hst")
-	props := Properties{LogFileName: path, TimeResolution: time.Nanosecond}
-	s, err := Launch("disk-full", props, exec.Command(bin, "1000000", "1"), DefaultStacks)
+	props := Properties{File: path, TimeResolution: time.Nanosecond}
+	s, err := Launch("disk-full", props, exec.Command(bin, "1000000", "1"))
 	if err != nil {
 		t.Fatal(err)
 	}

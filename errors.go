@@ -1,20 +1,24 @@
 package heapscope
 
-import "github.com/heapscope/heapscope/internal/errs"
+import (
+	"errors"
+
+	"github.com/heapscope/heapscope/internal/errs"
+)
 
 // The errors heapscope returns wrap one of these; test them with errors.Is.
-// They mirror the seeds' error codes.
 var (
-	// ErrAlreadyExists: a live session already has the name (ETW's
-	// ERROR_ALREADY_EXISTS). The message names the owner's pid.
+	// ErrAlreadyExists: a live session already has the name. The message
+	// names the owner's pid. (The Windows equivalent is
+	// ERROR_ALREADY_EXISTS.)
 	ErrAlreadyExists = errs.ErrAlreadyExists
-	// ErrNameTooLong: the session name is over 1024 characters.
+	// ErrNameTooLong: the session name is over MaxNameLen characters.
 	ErrNameTooLong = errs.ErrNameTooLong
-	// ErrInvalidFlags: an invalid property value or combination (ETW's
-	// ERROR_INVALID_FLAGS). The message says which.
+	// ErrInvalidFlags: an invalid property value or combination. The
+	// message says which. (The Windows equivalent is ERROR_INVALID_FLAGS.)
 	ErrInvalidFlags = errs.ErrInvalidFlags
-	// ErrOutOfMemory: the session's buffers cannot be had (ETW's
-	// ERROR_OUT_OF_MEMORY).
+	// ErrOutOfMemory: the session's buffers cannot be had. (The Windows
+	// equivalent is ERROR_OUT_OF_MEMORY.)
 	ErrOutOfMemory = errs.ErrOutOfMemory
 	// ErrAccessDenied: the provider needs privileges the caller lacks; the
 	// message says which.
@@ -26,4 +30,7 @@ var (
 	// ErrUnavailable: the provider cannot work on this system (no eBPF
 	// support, no uprobes, ...).
 	ErrUnavailable = errs.ErrUnavailable
+	// ErrProtocol: a session answered in another ControlProtocol than
+	// this program's: another version of heapscope runs it.
+	ErrProtocol = errors.New("session speaks another control protocol")
 )

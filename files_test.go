@@ -19,10 +19,10 @@ func TestTraceFilesMode0600(t *testing.T) {
 	dir := t.TempDir()
 	ctor := testutil.MustBuild(t, "session_ctor", testutil.Options{})
 	for _, props := range []Properties{
-		{LogFileName: filepath.Join(dir, "seq.hst")},
-		{LogFileMode: NewFile, MaximumFileSize: 1, LogFileName: filepath.Join(dir, "nf-%d.hst")},
+		{File: filepath.Join(dir, "seq.hst")},
+		{FileMode: NewFile, MaxFileSize: MiB, File: filepath.Join(dir, "nf-%d.hst")},
 	} {
-		s, err := Launch("mode-0600", props, exec.Command(ctor), DefaultStacks)
+		s, err := Launch("mode-0600", props, exec.Command(ctor))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -30,7 +30,7 @@ func TestTraceFilesMode0600(t *testing.T) {
 			t.Fatal(err)
 		}
 		if len(s.Files()) == 0 {
-			t.Fatalf("%s: no file", props.LogFileName)
+			t.Fatalf("%s: no file", props.File)
 		}
 		for _, f := range s.Files() {
 			fi, err := os.Stat(f)
@@ -57,7 +57,7 @@ func TestFailedLaunchKeepsOutput(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, path := range []string{notExec, filepath.Join(dir, "missing")} {
-		if _, err := Launch("failed-launch", Properties{LogFileName: out}, exec.Command(path), DefaultStacks); err == nil {
+		if _, err := Launch("failed-launch", Properties{File: out}, exec.Command(path)); err == nil {
 			t.Fatalf("launching %s succeeded", path)
 		}
 		if b, err := os.ReadFile(out); err != nil || string(b) != "precious" {
@@ -65,7 +65,7 @@ func TestFailedLaunchKeepsOutput(t *testing.T) {
 		}
 	}
 	fresh := filepath.Join(dir, "fresh.hst")
-	Launch("failed-launch", Properties{LogFileName: fresh}, exec.Command(notExec), DefaultStacks)
+	Launch("failed-launch", Properties{File: fresh}, exec.Command(notExec))
 	if _, err := os.Lstat(fresh); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a failed launch created %s: %v", fresh, err)
 	}
@@ -82,7 +82,7 @@ func TestFailedAttachKeepsOutput(t *testing.T) {
 		t.Fatal(err)
 	}
 	// pid 2 (kthreadd) is alive and has no allocator to probe.
-	if _, err := Start("failed-attach", Properties{LogFileName: out}, []int{2}, DefaultStacks); err == nil {
+	if _, err := Start("failed-attach", Properties{File: out}, []int{2}); err == nil {
 		t.Fatal("attaching to a kernel thread succeeded")
 	}
 	if b, err := os.ReadFile(out); err != nil || string(b) != "precious" {

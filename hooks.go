@@ -20,8 +20,9 @@ type Call struct {
 	Unmatched bool
 }
 
-// Hooks receive every event of a session live (the GDK's
-// XMemSetWin32HeapTrackingHooks). A nil field means no hook for that kind.
+// Hooks receive every event of a session live. A nil field means no hook
+// for that kind. (The Windows equivalent is the Xbox GDK's
+// XMemSetWin32HeapTrackingHooks.)
 // The *Call is only valid during the call. A hook must not call SetHooks or
 // Stop of its own session.
 type Hooks struct {

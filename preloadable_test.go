@@ -50,7 +50,7 @@ func launchCounting(t *testing.T, path string) (seen int64, err error) {
 			n.Add(1)
 		}
 	}}
-	s, err := Launch("preloadable", Properties{LogFileMode: RealTime, Hooks: hooks}, exec.Command(path), 0)
+	s, err := Launch("preloadable", Properties{FileMode: RealTime, Hooks: hooks}, exec.Command(path))
 	if err != nil {
 		return 0, err
 	}

@@ -11,153 +11,70 @@ import (
 	"github.com/heapscope/heapscope/tracefile"
 )
 
-// LogFileMode says how a session writes its trace (ETW's LogFileMode).
-type LogFileMode uint8
-
-// The log file modes.
-const (
-	// Sequential writes one file and stops writing, recording that it
-	// stopped, when it reaches MaximumFileSize (if set).
-	Sequential LogFileMode = iota
-	// Circular keeps the newest MaximumFileSize worth of events and records
-	// how many older ones it dropped.
-	Circular
-	// NewFile starts a new file, named by substituting 1, 2, ... for the %d
-	// in LogFileName, each time the current one reaches MaximumFileSize. Each
-	// file is readable alone.
-	NewFile
-	// RealTime writes no file: events reach only the hooks.
-	RealTime
+// The session's enumerations are defined once, in package event, which the
+// providers and the trace file share; these are their names here.
+type (
+	// LogFileMode says how a session writes its trace: Sequential,
+	// Circular, NewFile or RealTime.
+	LogFileMode = event.LogFileMode
+	// Provider is the mechanism that captures a session's events:
+	// ProviderPreload or ProviderEBPF.
+	Provider = event.Provider
+	// CaptureMode says whether a session streams every event (Stream) or
+	// keeps aggregates (Aggregate).
+	CaptureMode = event.CaptureMode
+	// OnFull says what a provider does when the collector falls behind:
+	// OnFullDefault, Block or Drop.
+	OnFull = event.OnFull
+	// Unwind is how a provider walks stacks: FramePointers, DWARF or
+	// Tables.
+	Unwind = event.Unwind
 )
 
-var logFileModeNames = []string{"sequential", "circular", "newfile", "realtime"}
+// The log file modes; see event.LogFileMode.
+const (
+	Sequential = event.Sequential
+	Circular   = event.Circular
+	NewFile    = event.NewFile
+	RealTime   = event.RealTime
+)
 
-func (m LogFileMode) String() string {
-	if int(m) < len(logFileModeNames) {
-		return logFileModeNames[m]
-	}
-	return "mode(" + strconv.Itoa(int(m)) + ")"
-}
+// The providers; see event.Provider.
+const (
+	ProviderPreload = event.ProviderPreload
+	ProviderEBPF    = event.ProviderEBPF
+)
+
+// The capture modes; see event.CaptureMode.
+const (
+	Stream    = event.Stream
+	Aggregate = event.Aggregate
+)
+
+// The full-buffer policies; see event.OnFull.
+const (
+	OnFullDefault = event.OnFullDefault
+	Block         = event.Block
+	Drop          = event.Drop
+)
+
+// The unwinders; see event.Unwind. Tables is the CLI's default for run and
+// attach.
+const (
+	FramePointers = event.UnwindFP
+	DWARF         = event.UnwindDWARF
+	Tables        = event.UnwindTables
+)
 
 // ParseLogFileMode parses "sequential", "circular", "newfile" or "realtime".
-func ParseLogFileMode(s string) (LogFileMode, error) {
-	for i, n := range logFileModeNames {
-		if n == s {
-			return LogFileMode(i), nil
-		}
-	}
-	return 0, fmt.Errorf("unknown log file mode %q (want sequential, circular, newfile or realtime): %w", s, errs.ErrInvalidFlags)
-}
-
-// Provider is the mechanism that captures a session's events.
-type Provider string
-
-// The providers.
-const (
-	// ProviderPreload interposes the malloc family in the traced program with
-	// LD_PRELOAD. It needs no privileges and costs least, but can only trace
-	// programs the session launches.
-	ProviderPreload Provider = "preload"
-	// ProviderEBPF places uprobes on the allocator of running processes. It
-	// needs root (or CAP_BPF and CAP_PERFMON) and no change to the target.
-	ProviderEBPF Provider = "ebpf"
-)
-
-// CaptureMode says whether a session streams every event or keeps aggregates.
-type CaptureMode uint8
-
-// The capture modes.
-const (
-	// Stream delivers every event.
-	Stream CaptureMode = iota
-	// Aggregate keeps live allocations and per-stack totals in kernel maps
-	// and delivers snapshots of them at each flush and at stop: for
-	// long-running servers where every event would cost too much. eBPF only.
-	Aggregate
-)
-
-func (m CaptureMode) String() string {
-	if m == Aggregate {
-		return "aggregate"
-	}
-	return "stream"
-}
+func ParseLogFileMode(s string) (LogFileMode, error) { return event.ParseLogFileMode(s) }
 
 // ParseCaptureMode parses "stream" or "aggregate".
-func ParseCaptureMode(s string) (CaptureMode, error) {
-	switch s {
-	case "stream":
-		return Stream, nil
-	case "aggregate":
-		return Aggregate, nil
-	}
-	return 0, fmt.Errorf("unknown capture mode %q (want stream or aggregate): %w", s, errs.ErrInvalidFlags)
-}
-
-// OnFull says what a provider does when the collector falls behind.
-type OnFull uint8
-
-// The full-buffer policies. The preload provider supports both and blocks
-// by default; the eBPF provider only drops (a uprobe cannot make the traced
-// thread wait for room in the ring).
-const (
-	// OnFullDefault is the provider's own: Block for preload, Drop for eBPF.
-	OnFullDefault OnFull = iota
-	// Block makes the traced thread wait for room: exact, but slows the
-	// target. Preload only.
-	Block
-	// Drop discards the event and counts it as lost.
-	Drop
-)
-
-func (o OnFull) String() string {
-	switch o {
-	case OnFullDefault:
-		return "default"
-	case Block:
-		return "block"
-	case Drop:
-		return "drop"
-	}
-	return fmt.Sprintf("OnFull(%d)", uint8(o))
-}
-
-// Unwind is how a provider walks stacks.
-type Unwind uint8
-
-// The unwinders.
-const (
-	// FramePointers follows the frame-pointer chain: fast, but stops at code
-	// built without frame pointers.
-	FramePointers Unwind = iota
-	// DWARF uses the call-frame information, for code built without frame
-	// pointers; slower. The preload provider interprets it with libunwind;
-	// the eBPF provider unwinds in BPF with tables built from it (package
-	// unwind), falling back to frame pointers where a file has none.
-	DWARF
-	// Tables walks with compact unwind tables built from each file's
-	// .eh_frame (package unwind): the stacks DWARF gives, at about the
-	// frame-pointer walk's cost. In the preload provider libunwind stands
-	// in until a file's table arrived and where a table has no rule; the
-	// eBPF provider walks the same tables in BPF (as it does for DWARF),
-	// falling back to the frame pointer. The CLI's default for run and
-	// attach.
-	Tables
-)
-
-func (u Unwind) String() string {
-	switch u {
-	case DWARF:
-		return "dwarf"
-	case Tables:
-		return "tables"
-	}
-	return "fp"
-}
+func ParseCaptureMode(s string) (CaptureMode, error) { return event.ParseCaptureMode(s) }
 
 // DefaultStacks is the set of event kinds that carry a call stack unless
 // chosen otherwise: allocations and reallocations.
-const DefaultStacks = event.KindSet(1<<event.KindAlloc | 1<<event.KindRealloc)
+const DefaultStacks = event.DefaultStacks
 
 // MaxFrames is the deepest stack heapscope records.
 const MaxFrames = 127
@@ -174,109 +91,123 @@ func DefaultStacksFor(f event.Family) event.KindSet {
 	return DefaultStacks
 }
 
-// The defaults and bounds of Properties' sizes, for programs that check
-// their own input against them (heapscope's flags).
+// The defaults and bounds of Properties, for programs that check their own
+// input against them (heapscope's flags).
 const (
-	MinBufferSize         = 4    // KB
-	MaxBufferSize         = 1024 // KB
-	DefaultBufferSize     = 64   // KB
-	DefaultMaximumBuffers = 64
-	DefaultMinimumBuffers = 4
-	DefaultFlushTimer     = time.Second
-	// MaxBufferBytes bounds BufferSize × MaximumBuffers: the memory a
-	// session may ask for its buffers.
-	MaxBufferBytes = maxRingBytes
+	MinBufferSize        = 4 * KiB
+	MaxBufferSize        = 1 * MiB
+	DefaultBufferSize    = 64 * KiB
+	DefaultBuffers       = 64
+	DefaultFlushInterval = time.Second
+	// MaxBufferBytes bounds BufferSize × Buffers: the memory a session may
+	// ask for its buffers.
+	MaxBufferBytes = 4 * GiB
 )
 
-// Properties configure a session, with the meanings of ETW's
-// EVENT_TRACE_PROPERTIES. The zero value is valid: a sequential trace file
-// with default buffers, flushed every second, of the malloc heap families.
+// Properties configure a session. (The Windows equivalent is ETW's
+// EVENT_TRACE_PROPERTIES.)
+//
+// Every field's zero value means its default, applied in one place when the
+// session starts, except File: a session writes a trace file unless
+// FileMode is RealTime, and File must then name it. So Properties{File:
+// "t.hst"} and Properties{FileMode: RealTime} are complete; Validate
+// rejects the zero Properties for want of a file.
 type Properties struct {
-	// BufferSize is the size of one buffer in KB, 4 to 1024; 0 means 64.
-	BufferSize int
-	// MaximumBuffers is the number of buffers; 0 means 64. The eBPF
-	// provider's kernel ring buffer holds MaximumBuffers buffers; the preload
-	// provider gives each traced thread a ring of MaximumBuffers buffers.
-	// Both round the ring up to a power of two bytes.
-	MaximumBuffers int
-	// MinimumBuffers is the number of buffers ETW allocates up front; 0
-	// means 4. heapscope's rings are committed page by page as they fill,
-	// so it only has to be at most MaximumBuffers.
-	MinimumBuffers int
-	// MaximumFileSize is the largest trace file in MB; 0 means unlimited.
-	// Circular and NewFile need it.
-	MaximumFileSize int64
-	// LogFileMode is how the trace is written.
-	LogFileMode LogFileMode
-	// LogFileName is the trace file. It must be empty with RealTime and hold
-	// one %d with NewFile. The file is made new, mode 0600, and takes the
-	// name only once the session has started; a file of the caller's at
-	// that path is replaced.
-	LogFileName string
-	// Overwrite lets the session replace a LogFileName that is a symbolic
-	// link (the link is replaced, never followed) or a file of another
-	// user; without it Start and Launch refuse them with ErrAccessDenied.
-	Overwrite bool
-	// FlushTimer bounds how long a captured event may wait before it reaches
-	// the file and the hooks; 0 means one second.
-	FlushTimer time.Duration
-	// EnableFlags are the allocation families traced; 0 means event.FamilyHeap.
-	EnableFlags event.Family
+	// File is the trace file: required, unless FileMode is RealTime (when
+	// it must be empty); with NewFile it holds one %d. The file is made
+	// new, mode 0600, and takes the name only once the session has
+	// started; a file of the caller's at that path is replaced. (The
+	// Windows equivalent is LogFileName.)
+	File string `json:"file,omitempty"`
+	// FileMode is how the trace is written; the zero value is Sequential.
+	// (The Windows equivalent is LogFileMode.)
+	FileMode LogFileMode `json:"file_mode"`
+	// MaxFileSize is the largest trace file, 0 (unlimited) or at least
+	// tracefile.MinMaxSize (64 KiB); Circular and NewFile need it. (The
+	// Windows equivalent is MaximumFileSize, in MB.)
+	MaxFileSize Size `json:"max_file_size"`
+	// Overwrite lets the session replace a File that is a symbolic link
+	// (the link is replaced, never followed) or a file of another user;
+	// without it Start and Launch refuse them with ErrAccessDenied.
+	Overwrite bool `json:"overwrite,omitempty"`
+	// BufferSize is the size of one buffer, MinBufferSize to MaxBufferSize;
+	// 0 means DefaultBufferSize.
+	BufferSize Size `json:"buffer_size"`
+	// Buffers is the number of buffers; 0 means DefaultBuffers. The eBPF
+	// provider's kernel ring buffer holds Buffers buffers; the preload
+	// provider gives each traced thread a ring of Buffers buffers. Both
+	// round the ring up to a power of two bytes, and commit its pages as
+	// they are first written. (The Windows equivalent is MaximumBuffers.)
+	Buffers int `json:"buffers"`
+	// FlushInterval bounds how long a captured event may wait before it
+	// reaches the file and the hooks; 0 means DefaultFlushInterval. (The
+	// Windows equivalent is FlushTimer.)
+	FlushInterval time.Duration `json:"flush_interval_ns"`
+	// Families are the allocation families traced; 0 means
+	// event.FamilyHeap. (The Windows equivalent is EnableFlags.)
+	Families event.Family `json:"families"`
+	// StackEvents are the event kinds that carry a call stack; 0 means
+	// DefaultStacksFor(Families), event.NoStacks none. Update changes them
+	// on a running session. (The Windows equivalent is StartHeapTrace's
+	// stack event ids.)
+	StackEvents event.KindSet `json:"stack_events"`
 	// Provider captures the events. Start defaults to ProviderEBPF (it
 	// attaches to running processes); Launch defaults to ProviderPreload.
-	Provider Provider
-	// Mode is Stream or Aggregate (eBPF only).
-	Mode CaptureMode
+	Provider Provider `json:"provider,omitempty"`
+	// Mode is Stream (the zero value) or Aggregate (eBPF only).
+	Mode CaptureMode `json:"mode"`
 	// OnFull is the policy when the buffers are full: the preload provider
-	// blocks (the default) or drops; the eBPF provider drops and counts, and
-	// rejects Block with ErrInvalidFlags.
-	OnFull OnFull
-	// Unwind is the stack walker (both providers).
-	Unwind Unwind
+	// blocks (its default) or drops; the eBPF provider drops and counts,
+	// and rejects Block with ErrInvalidFlags.
+	OnFull OnFull `json:"on_full"`
+	// Unwind is the stack walker (both providers); the zero value is
+	// FramePointers.
+	Unwind Unwind `json:"unwind"`
 	// MaxFrames is the deepest stack recorded, at most MaxFrames; 0 means
 	// MaxFrames.
-	MaxFrames int
+	MaxFrames int `json:"max_frames"`
 	// NoFollowFork keeps the eBPF provider to the processes it is given,
 	// followed across exec as one image: the processes they fork are not
 	// traced. By default they are, each from its first instruction, and an
 	// exec starts a new image of the process. (The preload provider always
 	// follows children.)
-	NoFollowFork bool
-	// Hooks, when set, are installed before tracing begins, so that they see
-	// the first event (as ETW's EventRecordCallback is given with the
-	// session's log file). SetHooks replaces them later.
+	NoFollowFork bool `json:"no_follow_fork,omitempty"`
+	// Hooks, when set, are installed before tracing begins, so that they
+	// see the first event. SetHooks replaces them later. (The Windows
+	// equivalent is the EventRecordCallback given with the log file.)
 	Hooks Hooks `json:"-"`
-	// TimeResolution is the precision of event times in the trace file
-	// (ETW's clock resolution); 0 means 10µs, 1ns keeps exact times. The
-	// order of events is exact whatever it is; coarser times make smaller
-	// files (see tracefile/FORMAT.md).
-	TimeResolution time.Duration
-	// Sample, in bytes, turns on sampling: one allocation per Sample bytes
-	// allocated is recorded on average (an allocation of S bytes with
-	// probability 1 - exp(-S/Sample)), with the free and realloc of each
-	// block recorded, and reports scale what they show back up. 0 records
-	// every event. Both providers (the eBPF provider samples in BPF, in
-	// stream and aggregate modes); it excludes what needs every event (see
+	// TimeResolution is the precision of event times in the trace file; 0
+	// means 10µs, 1ns keeps exact times. The order of events is exact
+	// whatever it is; coarser times make smaller files (see
+	// tracefile/FORMAT.md).
+	TimeResolution time.Duration `json:"time_resolution_ns"`
+	// Sample turns on sampling: one allocation per Sample bytes allocated
+	// is recorded on average (an allocation of S bytes with probability
+	// 1 - exp(-S/Sample)), with the free and realloc of each block
+	// recorded, and reports scale what they show back up. 0 records every
+	// event. Both providers (the eBPF provider samples in BPF, in stream
+	// and aggregate modes); it excludes what needs every event (see
 	// Validate). The hooks see only the sampled events.
-	Sample int64
+	Sample Size `json:"sample,omitempty"`
 }
 
-// withDefaults returns p with its zero fields filled in, for provider.
+// withDefaults returns p with its zero fields filled in, for provider: the
+// one place where defaults are applied.
 func (p Properties) withDefaults(provider Provider) Properties {
 	if p.BufferSize == 0 {
 		p.BufferSize = DefaultBufferSize
 	}
-	if p.MinimumBuffers == 0 {
-		p.MinimumBuffers = DefaultMinimumBuffers
+	if p.Buffers == 0 {
+		p.Buffers = DefaultBuffers
 	}
-	if p.MaximumBuffers == 0 {
-		p.MaximumBuffers = max(DefaultMaximumBuffers, p.MinimumBuffers)
+	if p.FlushInterval == 0 {
+		p.FlushInterval = DefaultFlushInterval
 	}
-	if p.FlushTimer == 0 {
-		p.FlushTimer = DefaultFlushTimer
+	if p.Families == 0 {
+		p.Families = event.FamilyHeap
 	}
-	if p.EnableFlags == 0 {
-		p.EnableFlags = event.FamilyHeap
+	if p.StackEvents == 0 {
+		p.StackEvents = DefaultStacksFor(p.Families)
 	}
 	if p.Provider == "" {
 		p.Provider = provider
@@ -296,62 +227,61 @@ func (p Properties) withDefaults(provider Provider) Properties {
 	return p
 }
 
-// maxRingBytes bounds the memory a session may ask for its buffers.
-const maxRingBytes = 4 << 30
-
 // Validate reports the first invalid value or combination in p, wrapping
 // ErrInvalidFlags (or ErrOutOfMemory for buffers that could never be had).
-// It applies the exclusions ETW enforces, and heapscope's own.
+// It applies the exclusions of the Windows equivalent (ETW), and
+// heapscope's own. The zero
+// Properties is invalid: it writes a file and names none (see Properties).
 func (p Properties) Validate() error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf(format+": %w", append(args, errs.ErrInvalidFlags)...)
 	}
 	switch {
-	case p.BufferSize != 0 && (p.BufferSize < 4 || p.BufferSize > 1024):
-		return bad("BufferSize %d KB: must be 4 to 1024", p.BufferSize)
-	case p.MinimumBuffers < 0 || p.MaximumBuffers < 0:
-		return bad("negative buffer count")
-	case p.MaximumBuffers != 0 && p.MinimumBuffers > p.MaximumBuffers:
-		return bad("MinimumBuffers %d exceeds MaximumBuffers %d", p.MinimumBuffers, p.MaximumBuffers)
-	case p.MaximumFileSize < 0:
-		return bad("negative MaximumFileSize")
-	case p.FlushTimer < 0:
-		return bad("negative FlushTimer")
+	case p.BufferSize != 0 && (p.BufferSize < MinBufferSize || p.BufferSize > MaxBufferSize):
+		return bad("BufferSize %v: must be %v to %v", p.BufferSize, MinBufferSize, MaxBufferSize)
+	case p.Buffers < 0:
+		return bad("Buffers %d: negative", p.Buffers)
+	case p.MaxFileSize < 0 || p.MaxFileSize > 0 && p.MaxFileSize < tracefile.MinMaxSize:
+		return bad("MaxFileSize %v: must be 0 (unlimited) or at least %v", p.MaxFileSize, Size(tracefile.MinMaxSize))
+	case p.FlushInterval < 0:
+		return bad("negative FlushInterval")
 	case p.TimeResolution < 0 || p.TimeResolution > time.Second:
 		return bad("TimeResolution %v: must be 1ns to 1s", p.TimeResolution)
 	case p.MaxFrames < 0 || p.MaxFrames > MaxFrames:
 		return bad("MaxFrames %d: must be 0 to %d", p.MaxFrames, MaxFrames)
-	case p.EnableFlags&^event.FamilyAll != 0:
-		return bad("unknown EnableFlags bits %#x", uint32(p.EnableFlags&^event.FamilyAll))
+	case p.Families&^event.FamilyAll != 0:
+		return bad("unknown Families bits %#x", uint32(p.Families&^event.FamilyAll))
+	case p.StackEvents&^(event.NoStacks|event.AllKinds) != 0:
+		return bad("unknown StackEvents bits %#x", uint8(p.StackEvents&^(event.NoStacks|event.AllKinds)))
 	}
-	switch p.LogFileMode {
+	switch p.FileMode {
 	case Sequential:
-		if p.LogFileName == "" {
-			return bad("sequential mode needs a LogFileName")
+		if p.File == "" {
+			return bad("sequential mode needs a File")
 		}
 	case Circular:
-		if p.LogFileName == "" || p.MaximumFileSize == 0 {
-			return bad("circular mode needs a LogFileName and a MaximumFileSize")
+		if p.File == "" || p.MaxFileSize == 0 {
+			return bad("circular mode needs a File and a MaxFileSize")
 		}
 	case NewFile:
-		if p.MaximumFileSize == 0 {
-			return bad("newfile mode needs a MaximumFileSize")
+		if p.MaxFileSize == 0 {
+			return bad("newfile mode needs a MaxFileSize")
 		}
-		if strings.Count(p.LogFileName, "%d") != 1 || strings.Count(p.LogFileName, "%") != 1 {
-			return bad("newfile mode needs exactly one %%d (and no other %%) in LogFileName %q", p.LogFileName)
+		if strings.Count(p.File, "%d") != 1 || strings.Count(p.File, "%") != 1 {
+			return bad("newfile mode needs exactly one %%d (and no other %%) in File %q", p.File)
 		}
 	case RealTime:
-		if p.LogFileName != "" {
-			return bad("real-time mode writes no file, but LogFileName is %q", p.LogFileName)
+		if p.File != "" {
+			return bad("real-time mode writes no file, but File is %q", p.File)
 		}
-		if p.MaximumFileSize != 0 {
-			return bad("real-time mode writes no file, but MaximumFileSize is set")
+		if p.MaxFileSize != 0 {
+			return bad("real-time mode writes no file, but MaxFileSize is set")
 		}
 	default:
-		return bad("unknown LogFileMode %d", p.LogFileMode)
+		return bad("unknown FileMode %d", p.FileMode)
 	}
-	if p.LogFileMode != NewFile && strings.Contains(p.LogFileName, "%") {
-		return bad("%% in LogFileName %q is only for newfile mode", p.LogFileName)
+	if p.FileMode != NewFile && strings.Contains(p.File, "%") {
+		return bad("%% in File %q is only for newfile mode", p.File)
 	}
 	switch p.Provider {
 	case "", ProviderEBPF, ProviderPreload:
@@ -364,7 +294,7 @@ func (p Properties) Validate() error {
 		if p.Provider != ProviderEBPF && p.Provider != "" {
 			return bad("aggregate mode needs the ebpf provider")
 		}
-		if p.EnableFlags&event.FamilyMmap != 0 {
+		if p.Families&event.FamilyMmap != 0 {
 			return bad("aggregate mode does not trace mmap")
 		}
 	default:
@@ -384,16 +314,16 @@ func (p Properties) Validate() error {
 		return err
 	}
 	d := p.withDefaults(ProviderEBPF)
-	if int64(d.BufferSize)*1024*int64(d.MaximumBuffers) > maxRingBytes {
-		return fmt.Errorf("%d buffers of %d KB exceed %d GiB: %w", d.MaximumBuffers, d.BufferSize, maxRingBytes>>30, errs.ErrOutOfMemory)
+	if d.BufferSize*Size(d.Buffers) > MaxBufferBytes {
+		return fmt.Errorf("%d buffers of %v exceed %v: %w", d.Buffers, d.BufferSize, Size(MaxBufferBytes), errs.ErrOutOfMemory)
 	}
 	return nil
 }
 
-// ringBytes is the size of the eBPF provider's ring buffer: MaximumBuffers
+// ringBytes is the size of the eBPF provider's ring buffer: Buffers
 // buffers, rounded up to a power of two as the kernel requires.
 func (p Properties) ringBytes() int {
-	n := p.BufferSize * 1024 * p.MaximumBuffers
+	n := int(p.BufferSize) * p.Buffers
 	size := 4096
 	for size < n {
 		size <<= 1
@@ -401,79 +331,23 @@ func (p Properties) ringBytes() int {
 	return size
 }
 
-// text renders p as key/value pairs for the trace file's header and queries.
+// text renders p as key/value pairs for the trace file's header.
 func (p Properties) text() [][2]string {
 	return [][2]string{
-		{"buffer_size_kb", strconv.Itoa(p.BufferSize)},
-		{"minimum_buffers", strconv.Itoa(p.MinimumBuffers)},
-		{"maximum_buffers", strconv.Itoa(p.MaximumBuffers)},
-		{"maximum_file_size_mb", strconv.FormatInt(p.MaximumFileSize, 10)},
-		{"log_file_mode", p.LogFileMode.String()},
-		{"log_file_name", p.LogFileName},
-		{"flush_timer", p.FlushTimer.String()},
-		{"enable_flags", p.EnableFlags.String()},
+		{"buffer_size", p.BufferSize.String()},
+		{"buffers", strconv.Itoa(p.Buffers)},
+		{"max_file_size", p.MaxFileSize.String()},
+		{"log_file_mode", p.FileMode.String()},
+		{"log_file_name", p.File},
+		{"flush_timer", p.FlushInterval.String()},
+		{"enable_flags", p.Families.String()},
+		{"stack_events", p.StackEvents.String()},
 		{"provider", string(p.Provider)},
 		{"mode", p.Mode.String()},
 		{"on_full", p.OnFull.String()},
 		{"unwind", p.Unwind.String()},
 		{"max_frames", strconv.Itoa(p.MaxFrames)},
 		{"time_resolution", p.TimeResolution.String()},
-		{"sample", strconv.FormatInt(p.Sample, 10)},
+		{"sample", strconv.FormatInt(int64(p.Sample), 10)},
 	}
-}
-
-// MarshalText and UnmarshalText write the modes by name in JSON.
-
-// MarshalText implements encoding.TextMarshaler.
-func (m LogFileMode) MarshalText() ([]byte, error) { return []byte(m.String()), nil }
-
-// UnmarshalText implements encoding.TextUnmarshaler.
-func (m *LogFileMode) UnmarshalText(b []byte) (err error) {
-	*m, err = ParseLogFileMode(string(b))
-	return err
-}
-
-// MarshalText implements encoding.TextMarshaler.
-func (m CaptureMode) MarshalText() ([]byte, error) { return []byte(m.String()), nil }
-
-// UnmarshalText implements encoding.TextUnmarshaler.
-func (m *CaptureMode) UnmarshalText(b []byte) (err error) {
-	*m, err = ParseCaptureMode(string(b))
-	return err
-}
-
-// MarshalText implements encoding.TextMarshaler.
-func (o OnFull) MarshalText() ([]byte, error) { return []byte(o.String()), nil }
-
-// UnmarshalText implements encoding.TextUnmarshaler.
-func (o *OnFull) UnmarshalText(b []byte) error {
-	switch string(b) {
-	case "", "default":
-		*o = OnFullDefault
-	case "block":
-		*o = Block
-	case "drop":
-		*o = Drop
-	default:
-		return fmt.Errorf("unknown full-buffer policy %q: %w", b, errs.ErrInvalidFlags)
-	}
-	return nil
-}
-
-// MarshalText implements encoding.TextMarshaler.
-func (u Unwind) MarshalText() ([]byte, error) { return []byte(u.String()), nil }
-
-// UnmarshalText implements encoding.TextUnmarshaler.
-func (u *Unwind) UnmarshalText(b []byte) error {
-	switch string(b) {
-	case "fp":
-		*u = FramePointers
-	case "dwarf":
-		*u = DWARF
-	case "tables":
-		*u = Tables
-	default:
-		return fmt.Errorf("unknown unwinder %q: %w", b, errs.ErrInvalidFlags)
-	}
-	return nil
 }

@@ -5,25 +5,30 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"reflect"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/heapscope/heapscope/event"
 )
 
 func TestValidate(t *testing.T) {
 	ok := []Properties{
-		{LogFileName: "t.hst"},
-		{LogFileMode: RealTime},
-		{LogFileMode: Circular, LogFileName: "t.hst", MaximumFileSize: 10},
-		{LogFileMode: NewFile, LogFileName: "t-%d.hst", MaximumFileSize: 10},
-		{LogFileName: "t.hst", Provider: ProviderEBPF, Mode: Aggregate},
-		{LogFileName: "t.hst", Provider: ProviderPreload, Unwind: DWARF, OnFull: Drop},
-		{LogFileName: "t.hst", Provider: ProviderEBPF, OnFull: Drop},
-		{LogFileName: "t.hst", Provider: ProviderPreload, Unwind: Tables},
-		{LogFileName: "t.hst", Provider: ProviderEBPF, Unwind: DWARF},
-		{LogFileName: "t.hst", Provider: ProviderEBPF, Unwind: Tables},
-		{LogFileName: "t.hst", BufferSize: 1024, MinimumBuffers: 2, MaximumBuffers: 2},
+		{File: "t.hst"},
+		{FileMode: RealTime},
+		{FileMode: Circular, File: "t.hst", MaxFileSize: 10 * MiB},
+		{FileMode: NewFile, File: "t-%d.hst", MaxFileSize: 10 * MiB},
+		{File: "t.hst", Provider: ProviderEBPF, Mode: Aggregate},
+		{File: "t.hst", Provider: ProviderPreload, Unwind: DWARF, OnFull: Drop},
+		{File: "t.hst", Provider: ProviderEBPF, OnFull: Drop},
+		{File: "t.hst", Provider: ProviderPreload, Unwind: Tables},
+		{File: "t.hst", Provider: ProviderEBPF, Unwind: DWARF},
+		{File: "t.hst", Provider: ProviderEBPF, Unwind: Tables},
+		{File: "t.hst", BufferSize: MiB, Buffers: 2},
+		{File: "t.hst", StackEvents: event.NoStacks},
+		{File: "t.hst", StackEvents: event.AllKinds},
 	}
 	for _, p := range ok {
 		if err := p.Validate(); err != nil {
@@ -35,23 +40,25 @@ func TestValidate(t *testing.T) {
 		want error
 	}{
 		{Properties{}, ErrInvalidFlags}, // sequential without a file
-		{Properties{LogFileMode: RealTime, LogFileName: "x"}, ErrInvalidFlags},
-		{Properties{LogFileMode: Circular, LogFileName: "t.hst"}, ErrInvalidFlags},
-		{Properties{LogFileMode: NewFile, LogFileName: "t.hst", MaximumFileSize: 1}, ErrInvalidFlags},
-		{Properties{LogFileMode: NewFile, LogFileName: "t-%d-%d.hst", MaximumFileSize: 1}, ErrInvalidFlags},
-		{Properties{LogFileName: "t-%d.hst"}, ErrInvalidFlags},
-		{Properties{LogFileName: "t", BufferSize: 2}, ErrInvalidFlags},
-		{Properties{LogFileName: "t", BufferSize: 2048}, ErrInvalidFlags},
-		{Properties{LogFileName: "t", MinimumBuffers: 8, MaximumBuffers: 4}, ErrInvalidFlags},
-		{Properties{LogFileName: "t", Provider: ProviderPreload, Mode: Aggregate}, ErrInvalidFlags},
-		{Properties{LogFileName: "t", Provider: ProviderEBPF, OnFull: Block}, ErrInvalidFlags},
-		{Properties{LogFileName: "t", Unwind: Tables + 1}, ErrInvalidFlags},
-		{Properties{LogFileName: "t", Provider: "dtrace"}, ErrInvalidFlags},
-		{Properties{LogFileName: "t", EnableFlags: 1 << 30}, ErrInvalidFlags},
-		{Properties{LogFileName: "t", Mode: Aggregate, EnableFlags: event.FamilyAll}, ErrInvalidFlags},
-		{Properties{LogFileName: "t", MaxFrames: 500}, ErrInvalidFlags},
-		{Properties{LogFileName: "t", LogFileMode: 9}, ErrInvalidFlags},
-		{Properties{LogFileName: "t", BufferSize: 1024, MaximumBuffers: 8192}, ErrOutOfMemory},
+		{Properties{FileMode: RealTime, File: "x"}, ErrInvalidFlags},
+		{Properties{FileMode: Circular, File: "t.hst"}, ErrInvalidFlags},
+		{Properties{FileMode: NewFile, File: "t.hst", MaxFileSize: MiB}, ErrInvalidFlags},
+		{Properties{FileMode: NewFile, File: "t-%d-%d.hst", MaxFileSize: MiB}, ErrInvalidFlags},
+		{Properties{File: "t-%d.hst"}, ErrInvalidFlags},
+		{Properties{File: "t", BufferSize: 2 * KiB}, ErrInvalidFlags},
+		{Properties{File: "t", BufferSize: 2 * MiB}, ErrInvalidFlags},
+		{Properties{File: "t", Buffers: -1}, ErrInvalidFlags},
+		{Properties{File: "t", MaxFileSize: 1}, ErrInvalidFlags}, // a byte: a size in MB, as ETW's was
+		{Properties{File: "t", StackEvents: 1 << 7}, ErrInvalidFlags},
+		{Properties{File: "t", Provider: ProviderPreload, Mode: Aggregate}, ErrInvalidFlags},
+		{Properties{File: "t", Provider: ProviderEBPF, OnFull: Block}, ErrInvalidFlags},
+		{Properties{File: "t", Unwind: Tables + 1}, ErrInvalidFlags},
+		{Properties{File: "t", Provider: "dtrace"}, ErrInvalidFlags},
+		{Properties{File: "t", Families: 1 << 30}, ErrInvalidFlags},
+		{Properties{File: "t", Mode: Aggregate, Families: event.FamilyAll}, ErrInvalidFlags},
+		{Properties{File: "t", MaxFrames: 500}, ErrInvalidFlags},
+		{Properties{File: "t", FileMode: 9}, ErrInvalidFlags},
+		{Properties{File: "t", BufferSize: MiB, Buffers: 8192}, ErrOutOfMemory},
 	}
 	for _, b := range bad {
 		err := b.p.Validate()
@@ -62,7 +69,7 @@ func TestValidate(t *testing.T) {
 }
 
 func TestRingBytesIsAPowerOfTwo(t *testing.T) {
-	p := Properties{BufferSize: 64, MaximumBuffers: 3}
+	p := Properties{BufferSize: 64 * KiB, Buffers: 3}
 	if got := p.ringBytes(); got != 256<<10 {
 		t.Errorf("ringBytes = %d", got)
 	}
@@ -82,25 +89,54 @@ func TestParse(t *testing.T) {
 	}
 }
 
+// TestPropertiesJSON: Properties (in Status, on the control socket) write
+// snake_case keys, enumerations by name, sizes in bytes and durations in
+// ns, and read back what they wrote.
 func TestPropertiesJSON(t *testing.T) {
-	p := Properties{LogFileMode: Circular, Mode: Aggregate, OnFull: Drop, Unwind: DWARF,
-		EnableFlags: event.FamilyMalloc | event.FamilyFree, LogFileName: "x.hst", MaximumFileSize: 3}
+	p := Properties{FileMode: Circular, Mode: Aggregate, OnFull: Drop, Unwind: DWARF, StackEvents: event.NoStacks,
+		Families: event.FamilyMalloc | event.FamilyFree, File: "x.hst", MaxFileSize: 3 * MiB, BufferSize: 8 * KiB,
+		FlushInterval: time.Millisecond}
 	b, err := json.Marshal(p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`"LogFileMode":"circular"`, `"Mode":"aggregate"`, `"OnFull":"drop"`, `"Unwind":"dwarf"`, `"EnableFlags":"malloc,free"`} {
+	for _, want := range []string{`"file_mode":"circular"`, `"mode":"aggregate"`, `"on_full":"drop"`, `"unwind":"dwarf"`,
+		`"families":"malloc,free"`, `"stack_events":"none"`, `"max_file_size":3145728`, `"buffer_size":8192`, `"flush_interval_ns":1000000`} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("%s lacks %s", b, want)
 		}
+	}
+	if m := regexp.MustCompile(`"[a-z_]*[A-Z][A-Za-z_]*":`).FindString(string(b)); m != "" {
+		t.Errorf("%s has the key %s, not snake_case", b, m)
 	}
 	var q Properties
 	if err := json.Unmarshal(b, &q); err != nil {
 		t.Fatal(err)
 	}
-	if q.LogFileMode != p.LogFileMode || q.Mode != p.Mode || q.OnFull != p.OnFull || q.Unwind != p.Unwind ||
-		q.EnableFlags != p.EnableFlags || q.MaximumFileSize != 3 {
-		t.Errorf("round trip: %+v", q)
+	if !reflect.DeepEqual(q, p) {
+		t.Errorf("round trip: %+v, want %+v", q, p)
+	}
+}
+
+// TestZeroProperties: every zero field but File has its default, applied
+// in one place; Validate wants only the file, as the doc says.
+func TestZeroProperties(t *testing.T) {
+	if err := (Properties{}).Validate(); !errors.Is(err, ErrInvalidFlags) || !strings.Contains(err.Error(), "File") {
+		t.Errorf("zero Properties: %v, want ErrInvalidFlags naming File", err)
+	}
+	p := Properties{File: "t.hst"}
+	if err := p.Validate(); err != nil {
+		t.Fatalf("Properties{File}: %v", err)
+	}
+	d := p.withDefaults(ProviderPreload)
+	want := Properties{File: "t.hst", BufferSize: DefaultBufferSize, Buffers: DefaultBuffers, FlushInterval: DefaultFlushInterval,
+		Families: event.FamilyHeap, StackEvents: DefaultStacks, Provider: ProviderPreload, OnFull: Block, MaxFrames: MaxFrames,
+		TimeResolution: 10 * time.Microsecond}
+	if !reflect.DeepEqual(d, want) {
+		t.Errorf("defaults %+v, want %+v", d, want)
+	}
+	if d := (Properties{FileMode: RealTime, Families: event.FamilyAll}).withDefaults(ProviderEBPF); d.StackEvents != DefaultStacksFor(event.FamilyAll) || d.OnFull != Drop {
+		t.Errorf("defaults with mmap, ebpf: stacks %v, on full %v", d.StackEvents, d.OnFull)
 	}
 }
 
@@ -109,11 +145,11 @@ func TestPropertiesJSON(t *testing.T) {
 // rejected whether the provider is chosen or Start's default, and the
 // provider's default policy is drop.
 func TestEBPFRejectsBlock(t *testing.T) {
-	_, err := Start("ebpf-block", Properties{LogFileMode: RealTime, OnFull: Block}, []int{os.Getpid()}, 0)
+	_, err := Start("ebpf-block", Properties{FileMode: RealTime, OnFull: Block}, []int{os.Getpid()})
 	if !errors.Is(err, ErrInvalidFlags) || !strings.Contains(err.Error(), "block") {
 		t.Errorf("Start (ebpf by default) with OnFull block: %v, want ErrInvalidFlags naming it", err)
 	}
-	_, err = Launch("ebpf-block", Properties{LogFileMode: RealTime, Provider: ProviderEBPF, OnFull: Block}, exec.Command("true"), 0)
+	_, err = Launch("ebpf-block", Properties{FileMode: RealTime, Provider: ProviderEBPF, OnFull: Block}, exec.Command("true"))
 	if !errors.Is(err, ErrInvalidFlags) {
 		t.Errorf("Launch with the ebpf provider and OnFull block: %v, want ErrInvalidFlags", err)
 	}

@@ -23,23 +23,15 @@ type ebpfBackend struct {
 }
 
 func newEBPF(s *Session) (backend, error) {
-	mode := ebpf.Stream
-	if s.props.Mode == Aggregate {
-		mode = ebpf.Aggregate
-	}
-	stacks := s.stacks
-	if stacks == 0 {
-		stacks = ebpf.NoStacks
-	}
 	t, err := ebpf.New(ebpf.Config{
-		Mode:          mode,
-		Families:      s.props.EnableFlags,
-		Stacks:        stacks,
+		Mode:          s.props.Mode,
+		Families:      s.props.Families,
+		Stacks:        s.stacks,
 		RingSize:      s.props.ringBytes(),
-		FlushInterval: s.props.FlushTimer,
+		FlushInterval: s.props.FlushInterval,
 		NoFollowFork:  s.props.NoFollowFork,
 		UnwindTables:  s.props.Unwind == DWARF || s.props.Unwind == Tables,
-		Sample:        s.props.Sample,
+		Sample:        int64(s.props.Sample),
 	}, s.sink)
 	if err != nil {
 		return nil, err
@@ -55,9 +47,6 @@ func (b *ebpfBackend) stats() event.Stats   { return b.t.Stats() }
 func (b *ebpfBackend) close() error         { return b.t.Close() }
 
 func (b *ebpfBackend) setStacks(k event.KindSet) error {
-	if k == 0 {
-		k = ebpf.NoStacks
-	}
 	return b.t.SetStacks(k)
 }
 

@@ -23,31 +23,16 @@ type preloadBackend struct {
 }
 
 func newPreload(s *Session) (backend, error) {
-	unwind := preload.UnwindFP
-	switch s.props.Unwind {
-	case DWARF:
-		unwind = preload.UnwindDWARF
-	case Tables:
-		unwind = preload.UnwindTables
-	}
-	onFull := preload.Block
-	if s.props.OnFull == Drop {
-		onFull = preload.Drop
-	}
-	stacks := s.stacks
-	if stacks == 0 {
-		stacks = preload.NoStacks
-	}
 	size := min(max(s.props.ringBytes(), preload.MinBufferSize), preload.MaxBufferSize)
 	c, err := preload.New(preload.Config{
-		Families:      s.props.EnableFlags,
-		Stacks:        stacks,
-		Unwind:        unwind,
+		Families:      s.props.Families,
+		Stacks:        s.stacks,
+		Unwind:        s.props.Unwind,
 		MaxFrames:     s.props.MaxFrames,
 		BufferSize:    size,
-		OnFull:        onFull,
-		FlushInterval: s.props.FlushTimer,
-		SampleRate:    s.props.Sample,
+		OnFull:        s.props.OnFull,
+		FlushInterval: s.props.FlushInterval,
+		SampleRate:    int64(s.props.Sample),
 		SampleSeed:    sampleSeed(),
 	}, s.sink)
 	if err != nil {
@@ -117,9 +102,6 @@ func (b *preloadBackend) pids() []int {
 }
 
 func (b *preloadBackend) setStacks(k event.KindSet) error {
-	if k == 0 {
-		k = preload.NoStacks
-	}
 	return b.c.SetStacks(k)
 }
 

@@ -8,7 +8,7 @@ import (
 )
 
 func TestParseSize(t *testing.T) {
-	for in, want := range map[string]int64{
+	for in, want := range map[string]Size{
 		"0": 0, "65536": 65536, "512KiB": 512 << 10, "512k": 512 << 10, "1MiB": 1 << 20, "1 MB": 1 << 20,
 		"1.5MiB": 3 << 19, "2GiB": 2 << 30, "64B": 64,
 	} {
@@ -26,22 +26,22 @@ func TestParseSize(t *testing.T) {
 // TestValidateSample: sampling is refused with what needs every event.
 func TestValidateSample(t *testing.T) {
 	for _, ok := range []Properties{
-		{LogFileName: "t.hst", Provider: ProviderPreload, Sample: 512 << 10},
-		{LogFileName: "t.hst", Provider: ProviderEBPF, Sample: 4096},                  // sampled in BPF
-		{LogFileName: "t.hst", Provider: ProviderEBPF, Mode: Aggregate, Sample: 4096}, // weighed in BPF
+		{File: "t.hst", Provider: ProviderPreload, Sample: 512 << 10},
+		{File: "t.hst", Provider: ProviderEBPF, Sample: 4096},                  // sampled in BPF
+		{File: "t.hst", Provider: ProviderEBPF, Mode: Aggregate, Sample: 4096}, // weighed in BPF
 	} {
 		if err := ok.Validate(); err != nil {
 			t.Errorf("%+v: %v", ok, err)
 		}
 	}
 	for _, p := range []Properties{
-		{LogFileName: "t.hst", Provider: ProviderPreload, Sample: -1},
-		{LogFileName: "t.hst", Provider: ProviderPreload, Sample: MaxSample + 1},
-		{LogFileName: "t.hst", Provider: ProviderEBPF, Sample: 4096, EnableFlags: event.FamilyAll},
-		{LogFileName: "t.hst", Provider: ProviderPreload, Sample: 4096, EnableFlags: event.FamilyAll},
-		{LogFileName: "t.hst", Provider: ProviderEBPF, Mode: Aggregate, Sample: -4096},
-		{LogFileName: "t.hst", Provider: ProviderPreload, Mode: Aggregate, Sample: 4096},
-		{LogFileName: "t.hst", Provider: ProviderEBPF, Mode: Aggregate, Sample: 4096, EnableFlags: event.FamilyAll},
+		{File: "t.hst", Provider: ProviderPreload, Sample: -1},
+		{File: "t.hst", Provider: ProviderPreload, Sample: MaxSample + 1},
+		{File: "t.hst", Provider: ProviderEBPF, Sample: 4096, Families: event.FamilyAll},
+		{File: "t.hst", Provider: ProviderPreload, Sample: 4096, Families: event.FamilyAll},
+		{File: "t.hst", Provider: ProviderEBPF, Mode: Aggregate, Sample: -4096},
+		{File: "t.hst", Provider: ProviderPreload, Mode: Aggregate, Sample: 4096},
+		{File: "t.hst", Provider: ProviderEBPF, Mode: Aggregate, Sample: 4096, Families: event.FamilyAll},
 	} {
 		if err := p.Validate(); !errors.Is(err, ErrInvalidFlags) {
 			t.Errorf("%+v: %v; want ErrInvalidFlags", p, err)

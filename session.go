@@ -1,13 +1,18 @@
 // Package heapscope traces the heap of Linux processes: every allocation,
 // reallocation and free, with the call stack that made it.
 //
-// A session is named and machine-wide, as ETW's heap-tracing sessions are:
-// Start traces running processes (StartHeapTrace), Launch starts a program
-// held until tracing is on; Update changes a running session's processes and
-// stack-walked events by name from any process (UpdateHeapTrace); Control
-// queries, flushes or stops it by name (ControlTrace). A session writes a
-// trace file (package tracefile) and feeds live hooks (SetHooks, as the Xbox
-// GDK's XMemSetWin32HeapTrackingHooks).
+// A session is named and machine-wide. Start traces running processes;
+// Launch starts a program held until tracing is on, so that its first
+// allocation is seen. Update changes a running session's processes and
+// stack-walked events, and Control queries, flushes or stops it, by name
+// from any process; Sessions lists them. A session writes a trace file
+// (package tracefile, read by packages analyze and report) and feeds live
+// hooks (SetHooks). Properties configure it; every field's zero value is its
+// default except the trace file's name.
+//
+// The Windows equivalents are ETW's heap-tracing sessions (StartHeapTrace,
+// UpdateHeapTrace, ControlTrace, EVENT_TRACE_PROPERTIES) and the Xbox GDK's
+// XMemSetWin32HeapTrackingHooks.
 package heapscope
 
 import (
@@ -82,10 +87,14 @@ type Session struct {
 	exited   chan struct{} // Launch: closed when the launched child has exited
 }
 
-// Start starts a session named name that traces the running processes pids,
-// taking call stacks for the event kinds in stackEvents (DefaultStacks, or 0
-// for none). The provider defaults to ProviderEBPF.
-func Start(name string, props Properties, pids []int, stackEvents event.KindSet) (*Session, error) {
+// MaxNameLen is the longest session name, in characters; a longer one is
+// refused with ErrNameTooLong. Names are compared without regard to case.
+const MaxNameLen = registry.MaxNameLen
+
+// Start starts a session named name that traces the running processes pids.
+// The provider defaults to ProviderEBPF. (The Windows equivalent is
+// StartHeapTrace.)
+func Start(name string, props Properties, pids []int) (*Session, error) {
 	if len(pids) == 0 {
 		return nil, fmt.Errorf("no process to trace: %w", errs.ErrInvalidFlags)
 	}
@@ -94,7 +103,7 @@ func Start(name string, props Properties, pids []int, stackEvents event.KindSet)
 			return nil, fmt.Errorf("pid %d: %w", pid, errs.ErrNoSuchProcess)
 		}
 	}
-	s, err := newSession(name, props, ProviderEBPF, stackEvents)
+	s, err := newSession(name, props, ProviderEBPF)
 	if err != nil {
 		return nil, err
 	}
@@ -119,13 +128,13 @@ func Start(name string, props Properties, pids []int, stackEvents event.KindSet)
 // started. The preload provider refuses, with ErrUnavailable, a program it
 // could not trace: a static one, or one that gains privileges at exec
 // (set-user-ID or set-group-ID to another user, file capabilities).
-func Launch(name string, props Properties, cmd *exec.Cmd, stackEvents event.KindSet) (*Session, error) {
+func Launch(name string, props Properties, cmd *exec.Cmd) (*Session, error) {
 	if props.Provider == "" || props.Provider == ProviderPreload {
 		if err := checkPreloadable(cmd.Path); err != nil {
 			return nil, err
 		}
 	}
-	s, err := newSession(name, props, ProviderPreload, stackEvents)
+	s, err := newSession(name, props, ProviderPreload)
 	if err != nil {
 		return nil, err
 	}
@@ -160,7 +169,7 @@ func Launch(name string, props Properties, cmd *exec.Cmd, stackEvents event.Kind
 	return s, nil
 }
 
-func newSession(name string, props Properties, defaultProvider Provider, stackEvents event.KindSet) (*Session, error) {
+func newSession(name string, props Properties, defaultProvider Provider) (*Session, error) {
 	if err := registry.CheckName(name); err != nil {
 		return nil, err
 	}
@@ -170,9 +179,6 @@ func newSession(name string, props Properties, defaultProvider Provider, stackEv
 	props = props.withDefaults(defaultProvider)
 	if err := props.Validate(); err != nil {
 		return nil, err // a combination the provider's default made, e.g. Start with OnFull block
-	}
-	if stackEvents&^event.KindsOf(event.KindAlloc, event.KindRealloc, event.KindFree, event.KindMmap, event.KindMunmap) != 0 {
-		return nil, fmt.Errorf("stack events %#x: %w", uint8(stackEvents), errs.ErrInvalidFlags)
 	}
 	if props.Provider == ProviderEBPF {
 		if err := ebpfAvailable(); err != nil {
@@ -187,7 +193,7 @@ func newSession(name string, props Properties, defaultProvider Provider, stackEv
 		name:    name,
 		props:   props,
 		started: time.Now(),
-		stacks:  stackEvents,
+		stacks:  props.StackEvents,
 		stopped: make(chan struct{}),
 		drained: make(chan struct{}),
 		sink:    &sessionSink{sampling: props.Sample > 0},
@@ -201,7 +207,7 @@ func newSession(name string, props Properties, defaultProvider Provider, stackEv
 		return nil, err
 	}
 	s.entry = entry
-	if props.LogFileMode != RealTime {
+	if props.FileMode != RealTime {
 		w, err := createWriter(s)
 		if err != nil {
 			entry.Release()
@@ -259,7 +265,7 @@ func (s *Session) commit() error {
 // for the end of the traced processes.
 func (s *Session) run() {
 	go func() {
-		t := time.NewTicker(s.props.FlushTimer)
+		t := time.NewTicker(s.props.FlushInterval)
 		defer t.Stop()
 		for {
 			select {
@@ -359,11 +365,15 @@ func (s *Session) Update(c Change) error {
 		}
 	}
 	if c.Stacks != nil {
-		if err := s.b.setStacks(*c.Stacks); err != nil {
+		k := *c.Stacks
+		if k == 0 {
+			k = DefaultStacksFor(s.props.Families)
+		}
+		if err := s.b.setStacks(k); err != nil {
 			errList = append(errList, err)
 		} else {
 			s.mu.Lock()
-			s.stacks = *c.Stacks
+			s.stacks = k
 			s.mu.Unlock()
 		}
 	}
@@ -461,17 +471,31 @@ func (s *Session) Files() []string {
 	return s.sink.w.Files()
 }
 
-// Status describes a running session: what ControlTrace's QUERY returns.
+// ControlProtocol is the version of the control socket's format: of
+// Status, Change and the operations. A session answers with the version it
+// speaks, and Control, Update and Sessions refuse (ErrProtocol) an answer in
+// another: a session run by another version of heapscope.
+const ControlProtocol = 2
+
+// Status describes a running session: what Control's ControlQuery returns,
+// and, as JSON, what the control socket carries. (The Windows equivalent is
+// ControlTrace's QUERY.)
 type Status struct {
-	Name       string      `json:"name"`
-	Owner      int         `json:"owner"` // pid of the process running the session
-	Provider   Provider    `json:"provider"`
-	Properties Properties  `json:"properties"`
-	PIDs       []int       `json:"pids"`
-	Stacks     string      `json:"stacks"` // the stack-walked event kinds, e.g. "alloc,realloc"
-	Started    time.Time   `json:"started"`
-	Stats      event.Stats `json:"stats"`
-	Files      []string    `json:"files,omitempty"`
+	// Protocol is the ControlProtocol of the session that answered.
+	Protocol int    `json:"protocol"`
+	Name     string `json:"name"`
+	// Owner is the pid of the process running the session.
+	Owner    int      `json:"owner"`
+	Provider Provider `json:"provider"`
+	// Properties are the session's, with defaults filled in.
+	Properties Properties `json:"properties"`
+	PIDs       []int      `json:"pids"`
+	// Stacks are the event kinds that carry a stack now (Update changes
+	// them), written "alloc,realloc" in JSON.
+	Stacks  event.KindSet `json:"stacks"`
+	Started time.Time     `json:"started"`
+	Stats   event.Stats   `json:"stats"`
+	Files   []string      `json:"files,omitempty"`
 	// Sampled counts the allocations and reallocations recorded so far
 	// when the session samples (Properties.Sample > 0).
 	Sampled uint64 `json:"sampled,omitempty"`
@@ -486,8 +510,8 @@ func (s *Session) Status() Status {
 	stacks := s.stacks
 	s.mu.Unlock()
 	st := Status{
-		Name: s.name, Owner: os.Getpid(), Provider: s.props.Provider, Properties: s.props,
-		PIDs: s.b.pids(), Stacks: stacks.String(), Started: s.started, Stats: s.Stats(), Files: s.Files(),
+		Protocol: ControlProtocol, Name: s.name, Owner: os.Getpid(), Provider: s.props.Provider, Properties: s.props,
+		PIDs: s.b.pids(), Stacks: stacks, Started: s.started, Stats: s.Stats(), Files: s.Files(),
 		Sampled: s.sink.sampled.Load(),
 	}
 	if u, ok := s.b.(unwindReporter); ok {

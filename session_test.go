@@ -48,7 +48,7 @@ func child(op, name string) int {
 	switch op {
 	case "start":
 		var s *Session
-		s, err = Start(name, Properties{LogFileMode: RealTime}, []int{os.Getppid()}, 0)
+		s, err = Start(name, Properties{FileMode: RealTime}, []int{os.Getppid()})
 		if err == nil {
 			s.Stop()
 		}
@@ -190,17 +190,17 @@ func (c *counter) get() (allocs map[uint64]int, frees, unmatched, stacks int) {
 
 func TestStartErrors(t *testing.T) {
 	long := strings.Repeat("n", registry.MaxNameLen+1)
-	if _, err := Start(long, Properties{LogFileMode: RealTime}, []int{os.Getpid()}, 0); !errors.Is(err, ErrNameTooLong) {
+	if _, err := Start(long, Properties{FileMode: RealTime}, []int{os.Getpid()}); !errors.Is(err, ErrNameTooLong) {
 		t.Errorf("long name: %v", err)
 	}
-	_, err := Start("nopid", Properties{LogFileMode: RealTime}, []int{os.Getpid(), 1 << 30}, 0)
+	_, err := Start("nopid", Properties{FileMode: RealTime}, []int{os.Getpid(), 1 << 30})
 	if !errors.Is(err, ErrNoSuchProcess) || !strings.Contains(err.Error(), fmt.Sprint(1<<30)) {
 		t.Errorf("missing pid: %v", err)
 	}
-	if _, err := Start("noprocs", Properties{LogFileMode: RealTime}, nil, 0); !errors.Is(err, ErrInvalidFlags) {
+	if _, err := Start("noprocs", Properties{FileMode: RealTime}, nil); !errors.Is(err, ErrInvalidFlags) {
 		t.Errorf("no pids: %v", err)
 	}
-	if _, err := Start("badprops", Properties{LogFileMode: Circular}, []int{os.Getpid()}, 0); !errors.Is(err, ErrInvalidFlags) {
+	if _, err := Start("badprops", Properties{FileMode: Circular}, []int{os.Getpid()}); !errors.Is(err, ErrInvalidFlags) {
 		t.Errorf("bad properties: %v", err)
 	}
 	if _, err := Control("no-such-session", ControlQuery); !errors.Is(err, ErrNotRunning) {
@@ -215,7 +215,7 @@ func TestAttachHooksAndUnmatchedFrees(t *testing.T) {
 	requireEBPF(t)
 	w := startStepper(t)
 	w.do(t, "a 5 333") // allocated before tracing: their frees are unmatched
-	s, err := Start("hooks-test", Properties{LogFileMode: RealTime}, []int{w.pid()}, DefaultStacks)
+	s, err := Start("hooks-test", Properties{FileMode: RealTime}, []int{w.pid()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -256,7 +256,7 @@ func TestNamesAcrossProcesses(t *testing.T) {
 	requireEBPF(t)
 	w := startStepper(t)
 	file := filepath.Join(t.TempDir(), "t.hst")
-	s, err := Start("Shared-Name", Properties{LogFileName: file}, []int{w.pid()}, DefaultStacks)
+	s, err := Start("Shared-Name", Properties{File: file}, []int{w.pid()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,7 +274,7 @@ func TestNamesAcrossProcesses(t *testing.T) {
 		t.Errorf("flush from another process: %+v", r)
 	}
 	r = fromAnotherProcess(t, "query", "SHARED-NAME")
-	if r.Err != "" || r.Status.Stacks != "alloc,realloc" || r.Status.Files[0] != file {
+	if r.Err != "" || r.Status.Stacks != DefaultStacks || r.Status.Protocol != ControlProtocol || r.Status.Files[0] != file {
 		t.Errorf("query from another process: %+v", r)
 	}
 	r = fromAnotherProcess(t, "stop", "shared-name")
@@ -293,7 +293,7 @@ func TestNamesAcrossProcesses(t *testing.T) {
 		t.Errorf("query after stop: %+v", r)
 	}
 	// The name is free again.
-	s2, err := Start("shared-name", Properties{LogFileMode: RealTime}, []int{w.pid()}, 0)
+	s2, err := Start("shared-name", Properties{FileMode: RealTime}, []int{w.pid()})
 	if err != nil {
 		t.Fatalf("name not released: %v", err)
 	}
@@ -303,7 +303,7 @@ func TestNamesAcrossProcesses(t *testing.T) {
 func TestUpdateAddsProcessesLive(t *testing.T) {
 	requireEBPF(t)
 	a, b, c := startStepper(t), startStepper(t), startStepper(t)
-	s, err := Start("update-test", Properties{LogFileMode: RealTime}, []int{a.pid(), b.pid()}, DefaultStacks)
+	s, err := Start("update-test", Properties{FileMode: RealTime}, []int{a.pid(), b.pid()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -346,7 +346,7 @@ func TestSessionEndsWhenTargetsExit(t *testing.T) {
 	requireEBPF(t)
 	w := startStepper(t)
 	file := filepath.Join(t.TempDir(), "t.hst")
-	s, err := Start("exit-test", Properties{LogFileName: file}, []int{w.pid()}, DefaultStacks)
+	s, err := Start("exit-test", Properties{File: file}, []int{w.pid()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,8 +24,8 @@ func TestFileLossesCounted(t *testing.T) {
 	}{{Sequential, event.LostFileLimit}, {Circular, event.LostOverwritten}} {
 		t.Run(c.mode.String(), func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "t.hst")
-			props := Properties{LogFileMode: c.mode, LogFileName: path, MaximumFileSize: 1, TimeResolution: time.Nanosecond}
-			s, err := Launch("file-losses-"+c.mode.String(), props, exec.Command(bin, "1000000", "1"), DefaultStacks)
+			props := Properties{FileMode: c.mode, File: path, MaxFileSize: MiB, TimeResolution: time.Nanosecond}
+			s, err := Launch("file-losses-"+c.mode.String(), props, exec.Command(bin, "1000000", "1"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -53,8 +53,8 @@ func TestFileLossesCounted(t *testing.T) {
 func TestLaunchFollowsDescendants(t *testing.T) {
 	bin := testutil.MustBuild(t, "churn", testutil.Options{})
 	path := filepath.Join(t.TempDir(), "d.hst")
-	props := Properties{LogFileName: path}
-	s, err := Launch("descendants", props, exec.Command("sh", "-c", bin+" 300000 1 >/dev/null & exit 0"), DefaultStacks)
+	props := Properties{File: path}
+	s, err := Launch("descendants", props, exec.Command("sh", "-c", bin+" 300000 1 >/dev/null & exit 0"))
 	if err != nil {
 		t.Fatal(err)
 	}

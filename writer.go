@@ -21,8 +21,8 @@ func createWriter(s *Session) (traceWriter, error) {
 		Provider:   string(s.props.Provider),
 		Properties: props,
 		Clock:      "CLOCK_MONOTONIC",
-		MaxSize:    s.props.MaximumFileSize << 20,
-		SampleRate: s.props.Sample,
+		MaxSize:    int64(s.props.MaxFileSize),
+		SampleRate: int64(s.props.Sample),
 	}
 	h.Hostname, _ = os.Hostname()
 	var uts unix.Utsname
@@ -30,16 +30,9 @@ func createWriter(s *Session) (traceWriter, error) {
 		h.Kernel = unix.ByteSliceToString(uts.Release[:])
 	}
 	h.WallStart, h.MonoStart = clockPair()
-	switch s.props.LogFileMode {
-	case Sequential:
-		h.Mode = tracefile.Sequential
-	case Circular:
-		h.Mode = tracefile.Circular
-	case NewFile:
-		h.Mode = tracefile.NewFile
-	}
-	return tracefile.Create(s.props.LogFileName, h, tracefile.Options{
-		FlushInterval: s.props.FlushTimer, TimeResolution: s.props.TimeResolution,
+	h.Mode = s.props.FileMode
+	return tracefile.Create(s.props.File, h, tracefile.Options{
+		FlushInterval: s.props.FlushInterval, TimeResolution: s.props.TimeResolution,
 		// The path is untouched until the session has started (commit).
 		Hold: true, Replace: s.props.Overwrite,
 	})

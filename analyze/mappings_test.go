@@ -59,8 +59,8 @@ func TestMappingsTraced(t *testing.T) {
 			cmd := exec.Command(bin)
 			var out bytes.Buffer
 			cmd.Stdout = &out
-			props := heapscope.Properties{Provider: provider, LogFileName: path, EnableFlags: event.FamilyAll}
-			s, err := heapscope.Launch("mmap-ranges-"+string(provider), props, cmd, heapscope.DefaultStacks)
+			props := heapscope.Properties{Provider: provider, File: path, Families: event.FamilyAll}
+			s, err := heapscope.Launch("mmap-ranges-"+string(provider), props, cmd)
 			if err != nil {
 				if provider == heapscope.ProviderEBPF {
 					testutil.SkipWithoutEBPF(t, err)

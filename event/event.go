@@ -75,8 +75,13 @@ func (s KindSet) Kinds() []Kind {
 	return ks
 }
 
+// String writes s as ParseKindSet reads it: "alloc,realloc", "none" for
+// NoStacks, "default" for the zero set.
 func (s KindSet) String() string {
-	if s == 0 {
+	switch {
+	case s == 0:
+		return "default"
+	case s&^NoStacks == 0:
 		return "none"
 	}
 	out := ""
@@ -152,7 +157,7 @@ func (f Func) Family() Family {
 }
 
 // Family is a set of allocation families, as a bit mask: which entry points a
-// session traces (ETW's EnableFlags).
+// session traces. (The Windows equivalent is ETW's EnableFlags.)
 type Family uint32
 
 // The allocation families.
@@ -428,12 +433,12 @@ func (r LostReason) String() string {
 // Stats counts what a session delivered and lost. Counters are cumulative
 // since the session started; a later Stats supersedes an earlier one.
 type Stats struct {
-	Time       int64 // when taken (CLOCK_MONOTONIC ns)
-	Delivered  uint64
-	Lost       [NumLostReasons]uint64
-	StacksLost uint64 // events delivered without their stack (stack map full or collision)
-	Unmatched  uint64 // frees of addresses never seen allocated (allocated before tracing)
-	Bytes      uint64 // bytes written to the trace
+	Time       int64                  `json:"time_ns"` // when taken (CLOCK_MONOTONIC ns)
+	Delivered  uint64                 `json:"delivered"`
+	Lost       [NumLostReasons]uint64 `json:"lost"`        // by LostReason
+	StacksLost uint64                 `json:"stacks_lost"` // events delivered without their stack (stack map full or collision)
+	Unmatched  uint64                 `json:"unmatched"`   // frees of addresses never seen allocated (allocated before tracing)
+	Bytes      uint64                 `json:"bytes"`       // bytes written to the trace
 }
 
 // TotalLost is the sum of events lost for every reason.

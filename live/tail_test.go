@@ -25,7 +25,7 @@ func record(t *testing.T, path string, secs string) []*Frame {
 	t.Setenv(registry.DirEnv, t.TempDir())
 	bin := testutil.MustBuild(t, "top_grow", testutil.Options{})
 	cmd := exec.Command(bin, secs, "200000")
-	s, err := heapscope.Launch("live-test", heapscope.Properties{LogFileName: path}, cmd, event.KindsOf(event.KindAlloc))
+	s, err := heapscope.Launch("live-test", heapscope.Properties{File: path, StackEvents: event.KindsOf(event.KindAlloc)}, cmd)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -106,7 +106,7 @@ for i in range(3000):
 print(len(json.loads(json.dumps(d))))
 `)
 	cmd.Env = append(os.Environ(), "PYTHONMALLOC=malloc")
-	s, err := heapscope.Launch("damaged-defs", heapscope.Properties{LogFileName: path}, cmd, heapscope.DefaultStacks)
+	s, err := heapscope.Launch("damaged-defs", heapscope.Properties{File: path}, cmd)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,54 +3,25 @@ package tracefile
 import (
 	"encoding/binary"
 	"fmt"
-	"strconv"
 	"time"
 
-	"github.com/heapscope/heapscope/internal/errs"
+	"github.com/heapscope/heapscope/event"
 )
 
 // Mode is how a trace is written when it reaches its maximum size: the
-// log file modes of an ETW session, with the same numbering as
-// heapscope.LogFileMode.
-type Mode uint8
+// session's log file mode (event.LogFileMode, defined there once), stored
+// in the header by number. RealTime writes no file: Create refuses it.
+type Mode = event.LogFileMode
 
-// The modes.
+// The modes; see event.LogFileMode. Sequential stops at MaxSize and counts
+// the events it could not write as event.LostFileLimit; Circular overwrites
+// the oldest chunks and counts them as event.LostOverwritten.
 const (
-	// Sequential writes one file and stops at MaxSize, recording that it
-	// stopped and counting the events it could not write as
-	// event.LostFileLimit.
-	Sequential Mode = iota
-	// Circular keeps the newest MaxSize worth of chunks in one file,
-	// overwriting the oldest, and counts what it dropped as
-	// event.LostOverwritten.
-	Circular
-	// NewFile writes a series of files, substituting 1, 2, ... for the %d in
-	// the path and starting the next file when one reaches MaxSize. Each
-	// file is readable alone.
-	NewFile
-	// RealTime writes no file. Create refuses it: a real-time session does
-	// not make a Writer.
-	RealTime
+	Sequential = event.Sequential
+	Circular   = event.Circular
+	NewFile    = event.NewFile
+	RealTime   = event.RealTime
 )
-
-var modeNames = [...]string{"sequential", "circular", "newfile", "realtime"}
-
-func (m Mode) String() string {
-	if int(m) < len(modeNames) {
-		return modeNames[m]
-	}
-	return "mode(" + strconv.Itoa(int(m)) + ")"
-}
-
-// ParseMode parses "sequential", "circular", "newfile" or "realtime".
-func ParseMode(s string) (Mode, error) {
-	for i, n := range modeNames {
-		if n == s {
-			return Mode(i), nil
-		}
-	}
-	return 0, fmt.Errorf("tracefile: unknown mode %q: %w", s, errs.ErrInvalidFlags)
-}
 
 // Property is one of a session's properties, as text.
 type Property struct {

@@ -58,8 +58,8 @@ func TestPageLive(t *testing.T) {
 		t.Fatal(err)
 	}
 	name := fmt.Sprintf("web-live-%d", time.Now().UnixNano())
-	props := heapscope.Properties{LogFileName: filepath.Join(t.TempDir(), "live.hst"), FlushTimer: 100 * time.Millisecond}
-	s, err := heapscope.Launch(name, props, cmd, heapscope.DefaultStacks)
+	props := heapscope.Properties{File: filepath.Join(t.TempDir(), "live.hst"), FlushInterval: 100 * time.Millisecond}
+	s, err := heapscope.Launch(name, props, cmd)
 	if err != nil {
 		t.Fatal(err)
 	}

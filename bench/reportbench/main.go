@@ -34,6 +34,7 @@ import (
 	"time"
 
 	"github.com/heapscope/heapscope/bench/internal/benchutil"
+	"github.com/heapscope/heapscope/event"
 
 	"golang.org/x/sys/unix"
 
@@ -62,7 +63,7 @@ type workload struct {
 	desc   string
 	cmd    []string
 	env    []string
-	unwind preload.Unwind
+	unwind event.Unwind
 }
 
 // measurement is one timed run of an analyser.
@@ -124,7 +125,7 @@ func run(n, pyN, reps int, names []string, outFile, keep string) error {
 		"python": {name: "python", desc: fmt.Sprintf("`PYTHONMALLOC=malloc python3.11 -c ...` (%d iterations of building and dropping dicts, lists, strings); heapscope with DWARF unwinding", pyN),
 			cmd:    []string{"/usr/bin/python3.11", "-c", pythonScript(pyN)},
 			env:    []string{"PYTHONMALLOC=malloc"},
-			unwind: preload.UnwindDWARF},
+			unwind: event.UnwindDWARF},
 	}
 	var results []*result
 	for _, name := range names {

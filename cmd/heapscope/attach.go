@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/heapscope/heapscope"
-	"github.com/heapscope/heapscope/event"
 	"github.com/heapscope/heapscope/internal/proc"
 )
 
@@ -31,7 +30,8 @@ after --duration, on Ctrl-C or SIGTERM, or on 'heapscope stop NAME'. Use
 			var pids pidList
 			fs.Var(&pids, "p", "process id(s) to trace, comma-separated or repeated")
 			duration := fs.Duration("duration", 0, "stop after this long (0: until the processes exit or Ctrl-C)")
-			unwind := fs.String("unwind", "tables", "stack walker: tables (unwind tables built from each file's .eh_frame, walked in BPF: complete stacks on code\nbuilt without frame pointers; dwarf is a synonym) or fp (frame pointers only: short stacks on such code)")
+			unwind := heapscope.Tables
+			fs.TextVar(&unwind, "unwind", unwind, "stack walker `UNWINDER`: "+choices(heapscope.Tables, heapscope.FramePointers, heapscope.DWARF)+". tables (unwind tables built from each file's .eh_frame,\nwalked in BPF: complete stacks on code built without frame pointers; dwarf is a synonym) or fp (frame pointers only:\nshort stacks on such code)")
 			noFollow := fs.Bool("no-follow-fork", false, "trace only the given processes, not the children they fork (an exec goes on as the same process)")
 			return func(args []string) error {
 				if len(args) > 0 {
@@ -44,26 +44,20 @@ after --duration, on Ctrl-C or SIGTERM, or on 'heapscope stop NAME'. Use
 				if exe, err := proc.Exe(pids[0]); err == nil {
 					program = exe
 				}
-				props, stacks, err := sf.properties(program, pids[0])
+				props, err := sf.properties(program, pids[0])
 				if err != nil {
 					return err
 				}
 				props.Provider = heapscope.ProviderEBPF
 				props.NoFollowFork = *noFollow
-				switch *unwind {
-				case "fp":
-				case "tables", "dwarf":
-					props.Unwind = heapscope.Tables
-				default:
-					return usagef("--unwind: want tables, fp or dwarf, not %q", *unwind)
-				}
-				return attach(sf, props, stacks, pids, *duration)
+				props.Unwind = unwind
+				return attach(sf, props, pids, *duration)
 			}
 		},
 	})
 }
 
-func attach(sf sessionFlags, props heapscope.Properties, stacks event.KindSet, pids []int, duration time.Duration) error {
+func attach(sf sessionFlags, props heapscope.Properties, pids []int, duration time.Duration) error {
 	name := sf.name.s
 	if !sf.name.set {
 		name = fmt.Sprintf("heapscope-attach-%d", os.Getpid())
@@ -71,7 +65,7 @@ func attach(sf sessionFlags, props heapscope.Properties, stacks event.KindSet, p
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
-	s, err := heapscope.Start(name, props, pids, stacks)
+	s, err := heapscope.Start(name, props, pids)
 	if err != nil {
 		return startError(err)
 	}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -31,14 +30,7 @@ func TestDiffTwoRuns(t *testing.T) {
 	base, new := diffTraces(t)
 	dir := filepath.Dir(base)
 
-	out := filepath.Join(dir, "diff.json")
-	if code, errs := runCLI(t, "diff", "--format", "json", "-o", out, base, new); code != 0 {
-		t.Fatalf("diff: exit %d: %s", code, errs)
-	}
-	b, err := os.ReadFile(out)
-	rmust(t, err)
-	var d report.DiffJSON
-	rmust(t, json.Unmarshal(b, &d))
+	d, b := diffJSON(t, base, new)
 	want := report.Delta{LeakedBytes: 3000, LeakedBlocks: 3, Bytes: 3000, Calls: 3}
 	if d.Change != want {
 		t.Errorf("total change %+v, want %+v", d.Change, want)
@@ -63,7 +55,7 @@ func TestDiffTwoRuns(t *testing.T) {
 	if code, errs := runCLI(t, "diff", "-o", txt, base, new); code != 0 {
 		t.Fatalf("diff: exit %d: %s", code, errs)
 	}
-	b, err = os.ReadFile(txt)
+	b, err := os.ReadFile(txt)
 	rmust(t, err)
 	text := string(b)
 	ti, si := strings.Index(text, "TOTALS"), strings.Index(text, "SITES BY LARGEST CHANGE: 1 site changed")
@@ -158,14 +150,7 @@ func TestDiffAcrossProviders(t *testing.T) {
 	if code, errs := exitCode(t, cli(t, "run", "-q", "--provider", "ebpf", "-o", new, "--", bin, "6")); code != 0 {
 		t.Fatalf("run --provider ebpf: exit %d: %s", code, errs)
 	}
-	out := filepath.Join(dir, "diff.json")
-	if code, errs := runCLI(t, "diff", "--format", "json", "-o", out, base, new); code != 0 {
-		t.Fatalf("diff: exit %d: %s", code, errs)
-	}
-	b, err := os.ReadFile(out)
-	rmust(t, err)
-	var d report.DiffJSON
-	rmust(t, json.Unmarshal(b, &d))
+	d, b := diffJSON(t, base, new)
 	if len(d.Sites) != 1 || len(d.Sites[0].Stack) == 0 || d.Sites[0].Stack[0].Function != "grow_leak" ||
 		d.Sites[0].Change.LeakedBytes != 3000 || d.Base.Provider != "preload" || d.New.Provider != "ebpf" {
 		t.Errorf("diff of a preload and an eBPF trace:\n%s", b)
@@ -187,14 +172,7 @@ func TestDiffTwoBuilds(t *testing.T) {
 	base, new := filepath.Join(dir, "a.hst"), filepath.Join(dir, "b.hst")
 	recordPreload(t, base, a, "3")
 	recordPreload(t, new, b, "6")
-	out := filepath.Join(dir, "diff.json")
-	if code, errs := runCLI(t, "diff", "--format", "json", "-o", out, base, new); code != 0 {
-		t.Fatalf("diff: exit %d: %s", code, errs)
-	}
-	data, err := os.ReadFile(out)
-	rmust(t, err)
-	var d report.DiffJSON
-	rmust(t, json.Unmarshal(data, &d))
+	d, data := diffJSON(t, base, new)
 	if len(d.Sites) != 1 || len(d.Sites[0].Stack) == 0 || d.Sites[0].Stack[0].Function != "grow_leak" || d.Sites[0].Change.LeakedBytes != 3000 {
 		t.Fatalf("diff of two builds:\n%s", data)
 	}

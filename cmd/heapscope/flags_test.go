@@ -15,7 +15,7 @@ import (
 
 // goFieldNames are Properties' Go fields: a user types flags, and an error
 // must name those.
-var goFieldNames = regexp.MustCompile(`MaximumFileSize|MinimumBuffers|MaximumBuffers|BufferSize|FlushTimer|MaxFrames|TimeResolution|LogFileName|LogFileMode|EnableFlags|Sample:`)
+var goFieldNames = regexp.MustCompile(`MaxFileSize|\bBuffers\b|BufferSize|FlushInterval|MaxFrames|TimeResolution|\bFile\b|FileMode|Families|StackEvents|OnFull|Sample:`)
 
 // TestSessionFlagErrors: a value out of range is an error that names the
 // flag and its range, with exit status 2 (a usage error); 0 is never read
@@ -31,7 +31,6 @@ func TestSessionFlagErrors(t *testing.T) {
 		{[]string{"--buffer-size", "2048"}, "--buffer-size 2048: must be 4 to 1024"},
 		{[]string{"--buffers", "0"}, "--buffers 0: must be 1 to 65536"},
 		{[]string{"--buffer-size", "1024", "--buffers", "5000"}, "--buffers 5000: must be 1 to 4096 (with --buffer-size 1024)"},
-		{[]string{"--min-buffers", "0"}, "--min-buffers 0: must be 1 to 64"},
 		{[]string{"--max-frames", "0"}, "--max-frames 0: must be 1 to 127"},
 		{[]string{"--max-frames", "128"}, "--max-frames 128: must be 1 to 127"},
 		{[]string{"--flush-interval", "0"}, "--flush-interval 0s: must be more than 0"},
@@ -41,7 +40,7 @@ func TestSessionFlagErrors(t *testing.T) {
 		{[]string{"--max-size", "-1"}, "--max-size -1: must be 0 (unlimited) or more"},
 		{[]string{"--log-mode", "circular"}, "--max-size"},
 		{[]string{"--log-mode", "newfile", "--max-size", "1"}, "-o"},
-		{[]string{"--stacks", ""}, "--stacks: empty"},
+		{[]string{"--stacks", ""}, "flag --stacks: empty"},
 		{[]string{"--sample", "-64KiB"}, `--sample: size "-64KiB": negative`},
 		{[]string{"--sample", "lots"}, `--sample: size "lots": not a size`},
 		{[]string{"--sample", "1.5"}, `--sample: size "1.5": not a whole number of bytes`},
@@ -200,11 +199,7 @@ func TestEventsAllHaveStacks(t *testing.T) {
 	if code, stderr := exitCode(t, cmd); code != 0 {
 		t.Fatalf("run: exit %d: %s", code, stderr)
 	}
-	out := filepath.Join(dir, "r.json")
-	if code, stderr := runCLI(t, "report", "--format", "json", "-o", out, trace); code != 0 {
-		t.Fatalf("report: exit %d: %s", code, stderr)
-	}
-	d := readReportJSON(t, out)
+	d := reportJSON(t, trace)
 	if len(d.Allocations) == 0 {
 		t.Fatal("no allocation sites")
 	}
@@ -217,11 +212,7 @@ func TestEventsAllHaveStacks(t *testing.T) {
 	if code, stderr := exitCode(t, cli(t, "run", "-q", "--events", "all", "--stacks", "none", "-o", trace+"2", "--", bin, "1")); code != 0 {
 		t.Fatalf("run --stacks none: exit %d: %s", code, stderr)
 	}
-	out2 := filepath.Join(dir, "r2.json")
-	if code, stderr := runCLI(t, "report", "--format", "json", "-o", out2, trace+"2"); code != 0 {
-		t.Fatalf("report: exit %d: %s", code, stderr)
-	}
-	for _, s := range readReportJSON(t, out2).Allocations {
+	for _, s := range reportJSON(t, trace+"2").Allocations {
 		if len(s.Stack) != 0 {
 			t.Errorf("--stacks none recorded a stack: %+v", s.Stack)
 		}

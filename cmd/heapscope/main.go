@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -88,7 +89,7 @@ func mainArgs(args []string, stdout, stderr io.Writer) int {
 			fs.Usage()
 			return 0
 		}
-		fmt.Fprintf(stderr, "heapscope %s: %v (see 'heapscope %s --help')\n", name, err, name)
+		fmt.Fprintf(stderr, "heapscope %s: %s (see 'heapscope %s --help')\n", name, longFlag.ReplaceAllString(err.Error(), "flag --$1"), name)
 		return 2
 	}
 	rawArgs = args[1:]
@@ -108,6 +109,10 @@ func mainArgs(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 }
+
+// longFlag finds a long flag named in the flag package's errors ("invalid
+// value "x" for flag -mode: ..."), to write it as users type it.
+var longFlag = regexp.MustCompile(`flag -([a-z][a-z-]+)`)
 
 // parseArgs parses args with fs and returns the arguments that are not
 // flags. Unless flagsFirst, flags may follow them; "--" ends the flags.

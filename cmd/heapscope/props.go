@@ -12,7 +12,6 @@ import (
 
 	"github.com/heapscope/heapscope"
 	"github.com/heapscope/heapscope/event"
-	"github.com/heapscope/heapscope/internal/registry"
 	"github.com/heapscope/heapscope/tracefile"
 )
 
@@ -21,39 +20,38 @@ import (
 type sessionFlags struct {
 	name          setString
 	output        string
-	stacks        setString
+	stacks        event.KindSet
 	events        string
-	mode          string
-	logMode       string
+	mode          event.CaptureMode
+	logMode       event.LogFileMode
 	bufferSize    int
 	buffers       int
-	minBuffers    setInt
 	maxSize       int64
 	flushInterval time.Duration
 	maxFrames     int
 	timeRes       time.Duration
 	overwrite     bool
 	quiet         bool
-	sample        string
+	sample        heapscope.Size
 }
 
 func (f *sessionFlags) register(fs *flag.FlagSet) {
-	fs.Var(&f.name, "name", fmt.Sprintf("session `NAME`, unique on the machine, 1 to %d characters (default heapscope-PROGRAM-PID)", registry.MaxNameLen))
+	fs.Var(&f.name, "name", fmt.Sprintf("session `NAME`, unique on the machine, 1 to %d characters (default heapscope-PROGRAM-PID)", heapscope.MaxNameLen))
 	fs.StringVar(&f.output, "o", "", "trace file (default heapscope.PROGRAM.PID.hst; needs %d with --log-mode newfile)")
-	fs.Var(&f.stacks, "stacks", "`KINDS` that carry a call stack: alloc,realloc,free,mmap,munmap, all or none\n(default: every kind traced that makes memory: alloc,realloc, and mmap when --events has it)")
+	fs.TextVar(&f.stacks, "stacks", event.KindSet(0), "`KINDS` that carry a call stack: "+choices(event.KindAlloc, event.KindRealloc, event.KindFree, event.KindMmap, event.KindMunmap)+
+		"\nas a list, all or none (default: every kind traced that makes memory: alloc,realloc, and mmap when --events has it)")
 	fs.StringVar(&f.events, "events", "heap", "allocation families traced: malloc,calloc,realloc,free,aligned,cxx,mmap, heap (all but mmap) or all")
-	fs.StringVar(&f.mode, "mode", "stream", "stream (every event) or aggregate (live set and per-stack totals kept in the kernel; ebpf only)")
-	fs.StringVar(&f.logMode, "log-mode", "sequential", "sequential, circular, newfile or realtime (no file)")
-	fs.IntVar(&f.bufferSize, "buffer-size", heapscope.DefaultBufferSize, fmt.Sprintf("buffer size in KB, %d to %d", heapscope.MinBufferSize, heapscope.MaxBufferSize))
-	fs.IntVar(&f.buffers, "buffers", heapscope.DefaultMaximumBuffers, "maximum number of buffers, at least 1 (buffers × buffer size at most 4 GiB)")
-	fs.Var(&f.minBuffers, "min-buffers", fmt.Sprintf("minimum number of buffers `N`, 1 to --buffers (default %d, or --buffers if fewer)", heapscope.DefaultMinimumBuffers))
+	fs.TextVar(&f.mode, "mode", heapscope.Stream, "`MODE`: "+choices(heapscope.Stream, heapscope.Aggregate)+": every event, or the live set and per-stack totals kept in the kernel (ebpf only)")
+	fs.TextVar(&f.logMode, "log-mode", heapscope.Sequential, "how the trace is written, `MODE`: "+choices(heapscope.Sequential, heapscope.Circular, heapscope.NewFile, heapscope.RealTime)+" (no file)")
+	fs.IntVar(&f.bufferSize, "buffer-size", int(heapscope.DefaultBufferSize/heapscope.KiB), fmt.Sprintf("buffer size in KB, %d to %d", heapscope.MinBufferSize/heapscope.KiB, heapscope.MaxBufferSize/heapscope.KiB))
+	fs.IntVar(&f.buffers, "buffers", heapscope.DefaultBuffers, "number of buffers, at least 1 (buffers × buffer size at most 4 GiB)")
 	fs.Int64Var(&f.maxSize, "max-size", 0, "maximum trace file size in MB (0: unlimited; needed by circular and newfile)")
-	fs.DurationVar(&f.flushInterval, "flush-interval", heapscope.DefaultFlushTimer, "longest time an event waits before it reaches the file, more than 0")
+	fs.DurationVar(&f.flushInterval, "flush-interval", heapscope.DefaultFlushInterval, "longest time an event waits before it reaches the file, more than 0")
 	fs.IntVar(&f.maxFrames, "max-frames", heapscope.MaxFrames, fmt.Sprintf("deepest stack recorded, 1 to %d", heapscope.MaxFrames))
 	fs.DurationVar(&f.timeRes, "time-resolution", tracefile.DefaultTimeResolution, "precision of event times in the file, 1ns to 1s; 1ns keeps exact times")
 	fs.BoolVar(&f.overwrite, "overwrite", false, "replace an existing output that is a symbolic link (the link, never its target) or another user's file;\nwithout it they are refused. Trace files are made new, mode 0600, once the session has started")
 	fs.BoolVar(&f.quiet, "q", false, "print no summary at the end")
-	fs.StringVar(&f.sample, "sample", "0", "record one allocation per `SIZE` bytes allocated on average (e.g. 512KiB, 1MiB, 65536) and\nestimate the rest; 0 records every event. Not with --events mmap")
+	fs.TextVar(&f.sample, "sample", heapscope.Size(0), "record one allocation per `SIZE` bytes allocated on average (e.g. 512KiB, 1MiB, 65536) and\nestimate the rest; 0 records every event. Not with --events mmap")
 }
 
 // validate checks each flag against its range, so that a value is never
@@ -61,18 +59,16 @@ func (f *sessionFlags) register(fs *flag.FlagSet) {
 func (f *sessionFlags) validate() error {
 	switch {
 	case f.name.set && f.name.s == "":
-		return usagef("--name: must be 1 to %d characters, not empty", registry.MaxNameLen)
-	case f.name.set && utf8.RuneCountInString(f.name.s) > registry.MaxNameLen:
-		return usagef("--name: must be 1 to %d characters, not %d", registry.MaxNameLen, utf8.RuneCountInString(f.name.s))
-	case f.bufferSize < heapscope.MinBufferSize || f.bufferSize > heapscope.MaxBufferSize:
-		return usagef("--buffer-size %d: must be %d to %d (KB)", f.bufferSize, heapscope.MinBufferSize, heapscope.MaxBufferSize)
+		return usagef("--name: must be 1 to %d characters, not empty", heapscope.MaxNameLen)
+	case f.name.set && utf8.RuneCountInString(f.name.s) > heapscope.MaxNameLen:
+		return usagef("--name: must be 1 to %d characters, not %d", heapscope.MaxNameLen, utf8.RuneCountInString(f.name.s))
+	case f.bufferSize < int(heapscope.MinBufferSize/heapscope.KiB) || f.bufferSize > int(heapscope.MaxBufferSize/heapscope.KiB):
+		return usagef("--buffer-size %d: must be %d to %d (KB)", f.bufferSize, heapscope.MinBufferSize/heapscope.KiB, heapscope.MaxBufferSize/heapscope.KiB)
 	}
-	maxBuffers := heapscope.MaxBufferBytes / (f.bufferSize * 1024)
+	maxBuffers := int(heapscope.MaxBufferBytes / (heapscope.Size(f.bufferSize) * heapscope.KiB))
 	switch {
 	case f.buffers < 1 || f.buffers > maxBuffers:
 		return usagef("--buffers %d: must be 1 to %d (with --buffer-size %d)", f.buffers, maxBuffers, f.bufferSize)
-	case f.minBuffers.set && (f.minBuffers.n < 1 || f.minBuffers.n > f.buffers):
-		return usagef("--min-buffers %d: must be 1 to %d (--buffers)", f.minBuffers.n, f.buffers)
 	case f.maxSize < 0:
 		return usagef("--max-size %d: must be 0 (unlimited) or more", f.maxSize)
 	case f.flushInterval <= 0:
@@ -88,18 +84,19 @@ func (f *sessionFlags) validate() error {
 // flagNames says which flag sets each field of heapscope.Properties, so
 // that an error of Properties.Validate names what the user typed.
 var flagNames = strings.NewReplacer(
-	"MaximumFileSize", "--max-size",
-	"LogFileName", "-o",
-	"LogFileMode", "--log-mode",
-	"MinimumBuffers", "--min-buffers",
-	"MaximumBuffers", "--buffers",
+	"MaxFileSize", "--max-size",
+	"FileMode", "--log-mode",
+	"File", "-o",
+	"Buffers", "--buffers",
 	"BufferSize", "--buffer-size",
-	"FlushTimer", "--flush-interval",
+	"FlushInterval", "--flush-interval",
+	"StackEvents", "--stacks",
 	"MaxFrames", "--max-frames",
 	"TimeResolution", "--time-resolution",
-	"EnableFlags", "--events",
+	"Families", "--events",
 	"OnFull", "--on-full",
 	"Sample:", "--sample:",
+	"with the ebpf provider", "with --provider ebpf",
 )
 
 // flagError rewrites an error of Properties.Validate in terms of flags.
@@ -119,74 +116,35 @@ func (v *setString) Set(s string) error {
 	return nil
 }
 
-// setInt is an int flag that records whether it was given.
-type setInt struct {
-	n   int
-	set bool
-}
-
-func (v *setInt) String() string {
-	if !v.set {
-		return ""
-	}
-	return strconv.Itoa(v.n)
-}
-
-func (v *setInt) Set(s string) error {
-	n, err := strconv.ParseInt(s, 0, strconv.IntSize)
-	if err != nil {
-		return errors.New("not a number")
-	}
-	v.n, v.set = int(n), true
-	return nil
-}
-
 // properties builds the session's properties; program names the default
 // output file.
-func (f *sessionFlags) properties(program string, pid int) (heapscope.Properties, event.KindSet, error) {
+func (f *sessionFlags) properties(program string, pid int) (heapscope.Properties, error) {
 	var p heapscope.Properties
 	if err := f.validate(); err != nil {
-		return p, 0, err
+		return p, err
 	}
 	var err error
-	if p.EnableFlags, err = event.ParseFamily(f.events); err != nil {
-		return p, 0, usagef("--events: %v", err)
+	if p.Families, err = event.ParseFamily(f.events); err != nil {
+		return p, usagef("--events: %v", err)
 	}
-	stacks := heapscope.DefaultStacksFor(p.EnableFlags)
-	if f.stacks.set {
-		if stacks, err = parseStacks(f.stacks.s); err != nil {
-			return p, 0, usagef("--stacks: %v", err)
-		}
-	}
-	if p.Mode, err = heapscope.ParseCaptureMode(f.mode); err != nil {
-		return p, 0, usagef("--mode: %v", err)
-	}
-	if p.LogFileMode, err = heapscope.ParseLogFileMode(f.logMode); err != nil {
-		return p, 0, usagef("--log-mode: %v", err)
-	}
-	p.BufferSize, p.MaximumBuffers = f.bufferSize, f.buffers
-	p.MinimumBuffers = min(heapscope.DefaultMinimumBuffers, f.buffers)
-	if f.minBuffers.set {
-		p.MinimumBuffers = f.minBuffers.n
-	}
-	p.MaximumFileSize, p.FlushTimer, p.MaxFrames = f.maxSize, f.flushInterval, f.maxFrames
+	p.StackEvents, p.Mode, p.FileMode = f.stacks, f.mode, f.logMode
+	p.BufferSize, p.Buffers = heapscope.Size(f.bufferSize)*heapscope.KiB, f.buffers
+	p.MaxFileSize, p.FlushInterval, p.MaxFrames = heapscope.Size(f.maxSize)*heapscope.MiB, f.flushInterval, f.maxFrames
 	p.TimeResolution = f.timeRes
 	p.Overwrite = f.overwrite
-	if p.Sample, err = heapscope.ParseSize(f.sample); err != nil {
-		return p, 0, usagef("--sample: %v", err)
-	}
-	if p.LogFileMode != heapscope.RealTime {
-		p.LogFileName = f.output
-		if p.LogFileName == "" {
-			p.LogFileName = fmt.Sprintf("heapscope.%s.%d.hst", filepath.Base(program), pid)
-			if p.LogFileMode == heapscope.NewFile {
-				p.LogFileName = fmt.Sprintf("heapscope.%s.%d.%%d.hst", filepath.Base(program), pid)
+	p.Sample = f.sample
+	if p.FileMode != heapscope.RealTime {
+		p.File = f.output
+		if p.File == "" {
+			p.File = fmt.Sprintf("heapscope.%s.%d.hst", filepath.Base(program), pid)
+			if p.FileMode == heapscope.NewFile {
+				p.File = fmt.Sprintf("heapscope.%s.%d.%%d.hst", filepath.Base(program), pid)
 			}
 		}
 	} else if f.output != "" {
-		return p, 0, usagef("-o: realtime mode writes no file")
+		return p, usagef("-o: realtime mode writes no file")
 	}
-	return p, stacks, nil
+	return p, nil
 }
 
 func (f *sessionFlags) sessionName(program string, pid int) string {
@@ -196,25 +154,17 @@ func (f *sessionFlags) sessionName(program string, pid int) string {
 	return fmt.Sprintf("heapscope-%s-%d", filepath.Base(program), pid)
 }
 
-// parseStacks parses "alloc,realloc,free", "all" or "none".
-func parseStacks(s string) (event.KindSet, error) {
-	switch s {
-	case "none":
-		return 0, nil
-	case "all":
-		return event.KindsOf(event.KindAlloc, event.KindRealloc, event.KindFree, event.KindMmap, event.KindMunmap), nil
-	case "":
-		return 0, errors.New("empty: give kinds, all or none")
+// choices lists the names of values as "a, b or c", as their types write
+// and parse them: --help names what the flag's type accepts.
+func choices[T fmt.Stringer](values ...T) string {
+	var names []string
+	for _, v := range values {
+		names = append(names, v.String())
 	}
-	var set event.KindSet
-	for _, name := range strings.Split(s, ",") {
-		k, err := event.ParseKind(strings.TrimSpace(name))
-		if err != nil {
-			return 0, err
-		}
-		set |= event.KindsOf(k)
+	if len(names) < 2 {
+		return strings.Join(names, "")
 	}
-	return set, nil
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
 }
 
 // parsePIDs parses "1,2,3" (repeated flags accumulate).

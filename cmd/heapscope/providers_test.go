@@ -1,9 +1,7 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -12,7 +10,6 @@ import (
 
 	"github.com/heapscope/heapscope/internal/ebpf"
 	"github.com/heapscope/heapscope/internal/testutil"
-	"github.com/heapscope/heapscope/report"
 )
 
 // siteStacks records `run` of bin with args and the given provider
@@ -21,18 +18,12 @@ import (
 func siteStacks(t *testing.T, provider []string, bin string, args ...string) []string {
 	t.Helper()
 	dir := t.TempDir()
-	trace, out := filepath.Join(dir, "t.hst"), filepath.Join(dir, "r.json")
+	trace := filepath.Join(dir, "t.hst")
 	runArgs := append(append([]string{"run", "-q"}, provider...), "-o", trace, "--", bin)
 	if code, errs := exitCode(t, cli(t, append(runArgs, args...)...)); code != 0 {
 		t.Fatalf("%v: exit %d: %s", runArgs, code, errs)
 	}
-	if code, errs := runCLI(t, "report", "--format", "json", "-o", out, trace); code != 0 {
-		t.Fatalf("report: exit %d: %s", code, errs)
-	}
-	b, err := os.ReadFile(out)
-	rmust(t, err)
-	var r report.JSON
-	rmust(t, json.Unmarshal(b, &r))
+	r := reportJSON(t, trace)
 	var sites []string
 	for _, s := range r.Allocations {
 		var fns []string

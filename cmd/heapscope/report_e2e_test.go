@@ -74,11 +74,7 @@ func TestEndToEndPreload(t *testing.T) {
 	dir := t.TempDir()
 	trace := filepath.Join(dir, "known.hst")
 	recordPreload(t, trace, bin)
-	out := filepath.Join(dir, "known.json")
-	if code, errs := runCLI(t, "report", "--format", "json", "-o", out, trace); code != 0 {
-		t.Fatalf("report: exit %d: %s", code, errs)
-	}
-	d := readReportJSON(t, out)
+	d := reportJSON(t, trace)
 	if d.Trace.Events == 0 || len(d.Leaks) == 0 {
 		t.Fatalf("the trace has %d events and %d leak sites: the provider delivered nothing", d.Trace.Events, len(d.Leaks))
 	}
@@ -182,11 +178,7 @@ func TestAgainstHeaptrack(t *testing.T) {
 
 	trace := filepath.Join(dir, "hs.hst")
 	recordPreload(t, trace, bin)
-	out := filepath.Join(dir, "hs.json")
-	if code, errs := runCLI(t, "report", "--format", "json", "-o", out, trace); code != 0 {
-		t.Fatalf("report: exit %d: %s", code, errs)
-	}
-	d := readReportJSON(t, out)
+	d := reportJSON(t, trace)
 	s := d.Summary
 
 	ht.peak.compare(t, "peak heap memory consumption", s.PeakBytes)

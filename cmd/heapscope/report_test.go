@@ -80,15 +80,8 @@ func readReportJSON(t *testing.T, path string) *report.JSON {
 }
 
 func TestReportJSONAndWindow(t *testing.T) {
-	dir := t.TempDir()
-	trace := filepath.Join(dir, "t.hst")
-	writeSynthTrace(t, trace, 0)
-	out := filepath.Join(dir, "r.json")
-
-	if code, errs := runCLI(t, "report", "--format", "json", "-o", out, trace); code != 0 {
-		t.Fatalf("exit %d: %s", code, errs)
-	}
-	d := readReportJSON(t, out)
+	trace := synthTrace(t)
+	d := reportJSON(t, trace)
 	s := d.Summary
 	if s.Allocations != 1005 || s.Frees != 1000 || s.LeakedBytes != 500 || s.LeakedBlocks != 5 ||
 		s.TemporaryAllocations != 1000 || s.PeakBytes != 532 || s.PeakTimeNs != 501e6 || s.PeakBlocks != 6 || s.BytesAllocated != 32500 {
@@ -104,6 +97,7 @@ func TestReportJSONAndWindow(t *testing.T) {
 
 	// A window over the second half: the leaks happen in it, the first
 	// 500 pairs do not.
+	out := filepath.Join(t.TempDir(), "r.json")
 	if code, errs := runCLI(t, "report", trace, "--format", "json", "--from", "500ms", "--to", "2s", "-o", out); code != 0 { // flags after the file, as the README writes them
 		t.Fatalf("exit %d: %s", code, errs)
 	}
@@ -112,10 +106,7 @@ func TestReportJSONAndWindow(t *testing.T) {
 		t.Errorf("window 500ms-2s: summary %+v window %+v", d.Summary, d.Window)
 	}
 	// A window before the leaks: none.
-	if code, errs := runCLI(t, "report", "--format", "json", "--to", "400ms", "-o", out, trace); code != 0 {
-		t.Fatalf("exit %d: %s", code, errs)
-	}
-	d = readReportJSON(t, out)
+	d = reportJSON(t, "--to", "400ms", trace)
 	if d.Summary.Allocations != 400 || d.Summary.LeakedBlocks != 0 || len(d.Leaks) != 0 {
 		t.Errorf("window to 400ms: summary %+v", d.Summary)
 	}
@@ -125,14 +116,7 @@ func TestReportJSONAndWindow(t *testing.T) {
 }
 
 func TestReportText(t *testing.T) {
-	dir := t.TempDir()
-	trace := filepath.Join(dir, "t.hst")
-	writeSynthTrace(t, trace, 0)
-	out := filepath.Join(dir, "r.txt")
-	if code, errs := runCLI(t, "report", "--top", "1", "-o", out, trace); code != 0 {
-		t.Fatalf("exit %d: %s", code, errs)
-	}
-	b, _ := os.ReadFile(out)
+	b, _ := os.ReadFile(cliFile(t, "r.txt", "report", "--top", "1", synthTrace(t)))
 	for _, want := range []string{"SUMMARY", "peak heap              532 B in 6 blocks at 501.000ms", "leaked                 500 B in 5 blocks",
 		"lost events            3 (3 buffer_full)", "LEAKS", "PEAK CONSUMERS", "MOST ALLOCATION CALLS: top 1 of 2 sites",
 		"MOST TEMPORARY ALLOCATIONS", "ALLOCATION SIZES"} {
@@ -143,13 +127,8 @@ func TestReportText(t *testing.T) {
 }
 
 func TestExport(t *testing.T) {
-	dir := t.TempDir()
-	trace := filepath.Join(dir, "t.hst")
-	writeSynthTrace(t, trace, 0)
-	pb := filepath.Join(dir, "heap.pb.gz")
-	if code, errs := runCLI(t, "export", "--format", "pprof", "-o", pb, trace); code != 0 {
-		t.Fatalf("exit %d: %s", code, errs)
-	}
+	trace := synthTrace(t)
+	pb := cliFile(t, "heap.pb.gz", "export", "--format", "pprof", trace)
 	f, err := os.Open(pb)
 	rmust(t, err)
 	p, err := profile.Parse(f)
@@ -172,11 +151,7 @@ func TestExport(t *testing.T) {
 		t.Errorf("go tool pprof -top: %v\n%s", err, out)
 	}
 
-	col := filepath.Join(dir, "c.txt")
-	if code, errs := runCLI(t, "export", "--format", "collapsed", "--metric", "inuse_objects", "-o", col, trace); code != 0 {
-		t.Fatalf("exit %d: %s", code, errs)
-	}
-	b, _ := os.ReadFile(col)
+	b, _ := os.ReadFile(cliFile(t, "c.txt", "export", "--format", "collapsed", "--metric", "inuse_objects", trace))
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 	if len(lines) != 1 || !strings.HasSuffix(lines[0], " 5") || !strings.Contains(lines[0], ";") {
 		t.Errorf("collapsed inuse_objects: %q", b)

@@ -10,8 +10,6 @@ import (
 	"syscall"
 
 	"github.com/heapscope/heapscope"
-	"github.com/heapscope/heapscope/event"
-	"github.com/heapscope/heapscope/internal/launch"
 )
 
 func init() {
@@ -33,46 +31,26 @@ nothing); trace them with --provider ebpf.`,
 		setup: func(fs *flag.FlagSet) func([]string) error {
 			var sf sessionFlags
 			sf.register(fs)
-			provider := fs.String("provider", "preload", "preload (LD_PRELOAD interposer) or ebpf (uprobes)")
-			unwind := fs.String("unwind", "tables", "stack walker: tables (unwind tables built from each file's .eh_frame; complete stacks on code without frame pointers;\nwith --provider ebpf walked in BPF), fp (frame pointers only: fastest, short stacks on code built without them)\nor dwarf (preload: libunwind at every frame; ebpf: the same as tables)")
-			onFull := fs.String("on-full", "", "when the collector falls behind: with preload, block (the default: exact, slows the program)\nor drop (count losses); with ebpf, drop only (the default: a uprobe cannot wait)")
+			provider, unwind, onFull := heapscope.ProviderPreload, heapscope.Tables, heapscope.OnFullDefault
+			fs.TextVar(&provider, "provider", provider, "`PROVIDER`: "+choices(heapscope.ProviderPreload, heapscope.ProviderEBPF)+" (the LD_PRELOAD interposer or uprobes)")
+			fs.TextVar(&unwind, "unwind", unwind, "stack walker `UNWINDER`: "+choices(heapscope.Tables, heapscope.FramePointers, heapscope.DWARF)+". tables (unwind tables built from each file's .eh_frame;\ncomplete stacks on code without frame pointers; with --provider ebpf walked in BPF), fp (frame pointers only:\nfastest, short stacks on code built without them) or dwarf (preload: libunwind at every frame; ebpf: the same as tables)")
+			fs.TextVar(&onFull, "on-full", onFull, "`POLICY` when the collector falls behind: "+choices(heapscope.OnFullDefault, heapscope.Block, heapscope.Drop)+". With preload, block\n(exact, slows the program) or drop (count losses); with ebpf, drop only (a uprobe cannot wait).\n(default: the provider's own, block for preload, drop for ebpf)")
 			return func(args []string) error {
 				if len(args) == 0 {
 					return usagef("no program to run")
 				}
-				props, stacks, err := sf.properties(args[0], os.Getpid())
+				props, err := sf.properties(args[0], os.Getpid())
 				if err != nil {
 					return err
 				}
-				props.Provider = heapscope.Provider(*provider)
-				switch *unwind {
-				case "fp":
-				case "dwarf":
-					props.Unwind = heapscope.DWARF
-				case "tables":
-					props.Unwind = heapscope.Tables
-				default:
-					return usagef("--unwind: want tables, fp or dwarf, not %q", *unwind)
-				}
-				switch *onFull {
-				case "":
-				case "block":
-					if props.Provider == heapscope.ProviderEBPF {
-						return usagef("--on-full block with --provider ebpf: a uprobe cannot make the program wait; the ebpf provider drops and counts (--on-full drop)")
-					}
-					props.OnFull = heapscope.Block
-				case "drop":
-					props.OnFull = heapscope.Drop
-				default:
-					return usagef("--on-full: want block or drop, not %q", *onFull)
-				}
-				return runProgram(sf, props, stacks, args)
+				props.Provider, props.Unwind, props.OnFull = provider, unwind, onFull
+				return runProgram(sf, props, args)
 			}
 		},
 	})
 }
 
-func runProgram(sf sessionFlags, props heapscope.Properties, stacks event.KindSet, args []string) error {
+func runProgram(sf sessionFlags, props heapscope.Properties, args []string) error {
 	path, err := exec.LookPath(args[0])
 	if err != nil {
 		// As env(1) and the shells do: 126 for a program found but not
@@ -86,7 +64,7 @@ func runProgram(sf sessionFlags, props heapscope.Properties, stacks event.KindSe
 	cmd := exec.Command(path, args[1:]...)
 	cmd.Args[0] = args[0]
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	s, err := heapscope.Launch(sf.sessionName(args[0], os.Getpid()), props, cmd, stacks)
+	s, err := heapscope.Launch(sf.sessionName(args[0], os.Getpid()), props, cmd)
 	if err != nil {
 		if errors.Is(err, syscall.ENOEXEC) || errors.Is(err, syscall.EACCES) {
 			// Found but cannot be executed: the shells' 126.
@@ -95,7 +73,7 @@ func runProgram(sf sessionFlags, props heapscope.Properties, stacks event.KindSe
 		}
 		return startError(err)
 	}
-	stop := launch.ForwardSignals(cmd.Process)
+	stop := s.ForwardSignals()
 	werr := s.Wait()
 	status := s.ExitStatus()
 	if !sf.quiet {

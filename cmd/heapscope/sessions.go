@@ -82,7 +82,9 @@ func init() {
 			fs.Var(&add, "add-pid", "start tracing these processes")
 			fs.Var(&remove, "remove-pid", "stop tracing these processes")
 			fs.Var(&set, "set-pids", "trace exactly these processes")
-			stacks := fs.String("stacks", "", "event kinds that carry a stack: alloc,realloc,free,mmap,munmap, all or none")
+			var stacks event.KindSet
+			fs.TextVar(&stacks, "stacks", event.KindSet(0), "`KINDS` that carry a stack: "+choices(event.KindAlloc, event.KindRealloc, event.KindFree, event.KindMmap, event.KindMunmap)+
+				"\nas a list, all, none or default (the session's default for its events) (default: no change)")
 			return func(args []string) error {
 				if len(args) != 1 {
 					return usagef("want one session name")
@@ -92,12 +94,8 @@ func init() {
 				if len(set) > 0 {
 					c.SetPIDs = set
 				}
-				if *stacks != "" {
-					k, err := parseStacks(*stacks)
-					if err != nil {
-						return usagef("--stacks: %v", err)
-					}
-					c.Stacks = &k
+				if isSet(fs, "stacks") {
+					c.Stacks = &stacks
 				}
 				if c.AddPIDs == nil && c.RemovePIDs == nil && c.SetPIDs == nil && c.Stacks == nil {
 					return usagef("nothing to change")
@@ -106,6 +104,13 @@ func init() {
 			}
 		},
 	})
+}
+
+// isSet reports whether the flag name was given.
+func isSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 func printJSON(v any) error {
@@ -120,12 +125,12 @@ func printStatus(w io.Writer, st heapscope.Status) {
 	fmt.Fprintf(w, "provider  %s (%s)\n", st.Provider, st.Properties.Mode)
 	fmt.Fprintf(w, "pids      %s\n", pidList(st.PIDs).String())
 	fmt.Fprintf(w, "stacks    %s\n", st.Stacks)
-	fmt.Fprintf(w, "events    %s\n", st.Properties.EnableFlags)
+	fmt.Fprintf(w, "events    %s\n", st.Properties.Families)
 	fmt.Fprintf(w, "started   %s\n", st.Started.Local().Format(time.DateTime))
 	if len(st.Files) > 0 {
-		fmt.Fprintf(w, "files     %s (%s mode)\n", strings.Join(st.Files, ", "), st.Properties.LogFileMode)
+		fmt.Fprintf(w, "files     %s (%s mode)\n", strings.Join(st.Files, ", "), st.Properties.FileMode)
 	} else {
-		fmt.Fprintf(w, "files     none (%s mode)\n", st.Properties.LogFileMode)
+		fmt.Fprintf(w, "files     none (%s mode)\n", st.Properties.FileMode)
 	}
 	if u := st.Unwind; u != nil {
 		fmt.Fprintf(w, "unwind    %d tables, %d bytes, built in %s", u.Files, u.Bytes, u.BuildTime.Round(time.Millisecond))

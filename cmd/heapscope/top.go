@@ -92,13 +92,13 @@ func openTopSource(sf *sessionFlags, pids pidList, args []string) (*topSource, e
 	case len(pids) > 0 && len(args) > 0:
 		return nil, usagef("give a session NAME, -p PID or -- PROGRAM, not more than one")
 	case len(pids) > 0:
-		props, stacks, err := sf.properties("pid", pids[0])
+		props, err := sf.properties("pid", pids[0])
 		if err != nil {
 			return nil, err
 		}
 		props.Provider = heapscope.ProviderEBPF
 		name := sf.sessionName("top", os.Getpid())
-		s, err := heapscope.Start(name, props, pids, stacks)
+		s, err := heapscope.Start(name, props, pids)
 		if err != nil {
 			return nil, startError(err)
 		}
@@ -114,13 +114,13 @@ func openTopSource(sf *sessionFlags, pids pidList, args []string) (*topSource, e
 	if err != nil {
 		return nil, err
 	}
-	props, stacks, err := sf.properties(args[0], os.Getpid())
+	props, err := sf.properties(args[0], os.Getpid())
 	if err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(path, args[1:]...)
 	cmd.Args[0] = args[0]
-	s, err := heapscope.Launch(sf.sessionName(args[0], os.Getpid()), props, cmd, stacks)
+	s, err := heapscope.Launch(sf.sessionName(args[0], os.Getpid()), props, cmd)
 	if err != nil {
 		return nil, startError(err)
 	}
@@ -225,10 +225,10 @@ func joinSource(name string) (*topSource, error) {
 // followable says why top cannot follow a session's files, if it cannot.
 func followable(p heapscope.Properties, files []string) error {
 	switch {
-	case p.LogFileMode == heapscope.RealTime || len(files) == 0:
+	case p.FileMode == heapscope.RealTime || len(files) == 0:
 		return errors.New("the session writes no trace file (realtime mode): top follows the trace file")
-	case p.LogFileMode == heapscope.Circular, p.LogFileMode == heapscope.NewFile:
-		return fmt.Errorf("top follows a sequential trace file, not a %s one", p.LogFileMode)
+	case p.FileMode == heapscope.Circular, p.FileMode == heapscope.NewFile:
+		return fmt.Errorf("top follows a sequential trace file, not a %s one", p.FileMode)
 	}
 	return nil
 }

@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -240,24 +239,7 @@ func TestTopJoin(t *testing.T) {
 	top := cli(t, "top", "--interval", "500ms", name)
 	var out syncBuffer
 	top.Stdout = &out
-	rmust(t, top.Start())
-	growth := regexp.MustCompile(`(?m)^\s+\S+ [KMG]?i?B\s+\+(\S+ [KMG]?i?B)\s+[\d,]+\s+0\s+grow_heap`)
-	var gs [][]string
-	for deadline := time.Now().Add(20 * time.Second); len(gs) < 3 && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		gs = growth.FindAllStringSubmatch(out.String(), -1)
-	}
-	top.Process.Signal(syscall.SIGINT)
-	if err := top.Wait(); err != nil {
-		t.Fatalf("top: %v\n%s", err, out.String())
-	}
-	if len(gs) < 3 {
-		t.Fatalf("top never showed grow_heap growing three times:\n%s", out.String())
-	}
-	for _, g := range gs[1:] { // the first interval is from top's start, not a whole one
-		if v := parseSize(t, g[1]); v < 200000*0.9 || v > 200000*1.1 {
-			t.Errorf("growth %s, want 200000 B/s ±10%%", g[1])
-		}
-	}
+	checkTopGrowth(t, top, &out, 20*time.Second)
 	// top joined the session: it runs on.
 	if code, errs := exitCode(t, cli(t, "query", name)); code != 0 {
 		t.Errorf("the session ended with top: query: %d %s", code, errs)
@@ -302,24 +284,7 @@ func TestTopAttach(t *testing.T) {
 	var out syncBuffer
 	var errb bytes.Buffer
 	top.Stdout, top.Stderr = &out, &errb
-	rmust(t, top.Start())
-	growth := regexp.MustCompile(`(?m)^\s+\S+ [KMG]?i?B\s+\+(\S+ [KMG]?i?B)\s+[\d,]+\s+0\s+grow_heap`)
-	var gs [][]string
-	for deadline := time.Now().Add(30 * time.Second); len(gs) < 3 && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		gs = growth.FindAllStringSubmatch(out.String(), -1)
-	}
-	top.Process.Signal(syscall.SIGINT)
-	if err := top.Wait(); err != nil {
-		t.Fatalf("top: %v: %s\n%s", err, errb.String(), out.String())
-	}
-	if len(gs) < 3 {
-		t.Fatalf("top -p never showed grow_heap growing three times:\n%s", out.String())
-	}
-	for _, g := range gs[1:] {
-		if v := parseSize(t, g[1]); v < 200000*0.9 || v > 200000*1.1 {
-			t.Errorf("growth %s, want 200000 B/s ±10%%", g[1])
-		}
-	}
+	checkTopGrowth(t, top, &out, 30*time.Second)
 	if !strings.Contains(errb.String(), "stopped; trace in "+trace) {
 		t.Errorf("top did not stop its session: %q", errb.String())
 	}

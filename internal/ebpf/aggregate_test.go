@@ -125,7 +125,7 @@ func (r *recorder) snapshotsOf(pid int) []event.Snapshot {
 // with its call site, and per-site totals equal to the log's; the final
 // snapshot at Close says the same.
 func TestAggregate(t *testing.T) {
-	run := runAggregate(t, Config{Mode: Aggregate})
+	run := runAggregate(t, Config{Mode: event.Aggregate})
 	rec, tr, log := run.rec, run.tr, run.log
 	for _, sn := range run.snaps {
 		checkSnapshot(t, rec, sn, log, run.r, true)
@@ -178,7 +178,7 @@ func runAggregate(t *testing.T, cfg Config) aggregateRun {
 func TestAggregateProcesses(t *testing.T) {
 	bin := testutil.MustBuild(t, "ebpf_calls", testutil.Options{})
 	rec := newRecorder(t)
-	tr := newTracer(t, Config{Mode: Aggregate}, rec)
+	tr := newTracer(t, Config{Mode: event.Aggregate}, rec)
 	a := startWorkload(t, bin, "20")
 	b := startWorkload(t, bin, "30")
 	attachAll(t, tr, a, b)
@@ -217,7 +217,7 @@ func TestAggregateProcesses(t *testing.T) {
 func TestAggregateNoFrees(t *testing.T) {
 	bin := testutil.MustBuild(t, "ebpf_calls", testutil.Options{})
 	rec := newRecorder(t)
-	tr := newTracer(t, Config{Mode: Aggregate, Families: event.FamilyHeap &^ event.FamilyFree}, rec)
+	tr := newTracer(t, Config{Mode: event.Aggregate, Families: event.FamilyHeap &^ event.FamilyFree}, rec)
 	w := traced(t, tr, bin, "20")
 	log := parseLog(t, w.lines(t, "done"))
 	mustFlush(t, tr)
@@ -234,7 +234,7 @@ func TestAggregateNoFrees(t *testing.T) {
 func TestAggregateThreads(t *testing.T) {
 	bin := testutil.MustBuild(t, "ebpf_churn", testutil.Options{})
 	rec := newRecorder(t)
-	tr := newTracer(t, Config{Mode: Aggregate}, rec)
+	tr := newTracer(t, Config{Mode: event.Aggregate}, rec)
 	const pairs, threads = 20000, 4
 	w := startWorkloadNoReady(t, bin, fmt.Sprint(pairs), fmt.Sprint(threads), "wait")
 	if err := tr.Attach(w.pid()); err != nil {
@@ -286,7 +286,7 @@ func sortedBlocks(m map[uint64]block) []string {
 func TestAggregateMapFull(t *testing.T) {
 	bin := testutil.MustBuild(t, "ebpf_calls", testutil.Options{})
 	rec := newRecorder(t)
-	tr := newTracer(t, Config{Mode: Aggregate, MaxLive: 8}, rec)
+	tr := newTracer(t, Config{Mode: event.Aggregate, MaxLive: 8}, rec)
 	w := traced(t, tr, bin, "20")
 	log := parseLog(t, w.lines(t, "done"))
 	st := tr.Stats()

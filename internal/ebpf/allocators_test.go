@@ -68,7 +68,7 @@ func TestOtherAllocators(t *testing.T) {
 					t.Fatalf("no %v target among %d", c.heap, len(tgs))
 				}
 			}
-			checkCalls(t, rec, w.pid(), log, siteRanges(t, bin, log.sites), aliases(t, allocator), c.heap, DefaultStacks)
+			checkCalls(t, rec, w.pid(), log, siteRanges(t, bin, log.sites), aliases(t, allocator), c.heap, event.DefaultStacks)
 
 			want, got := liveOfLog(log), liveOfEvents(rec.eventsOf(w.pid()))
 			if len(want) != 20 || fmt.Sprint(got) != fmt.Sprint(want) {

@@ -77,7 +77,7 @@ func (t *Tracer) attachLocked(pid int, o attachOptions) error {
 		return fmt.Errorf("ebpf: pid %d: pidfd_open: %w", pid, err)
 	}
 	p := &tracee{pid: pid, pidfd: pidfd, launched: o.launched, report: make(chan exitStatus, 1)}
-	if t.cfg.Mode == Aggregate {
+	if t.cfg.Mode == event.Aggregate {
 		if p.pidx, err = t.newPidx(); err != nil {
 			unix.Close(pidfd)
 			return err
@@ -466,7 +466,7 @@ func (t *Tracer) end(p *tracee, exited bool) {
 		// Every thread of an exited process has left its probes: what
 		// it produced is in the ring, and the drain delivers it.
 		t.drain()
-		if t.cfg.Mode == Aggregate {
+		if t.cfg.Mode == event.Aggregate {
 			t.snapshot([]int{p.pid}, true)
 			t.purge(p.pidx)
 			t.freePidx(p.pidx)

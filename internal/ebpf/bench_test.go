@@ -152,25 +152,25 @@ func BenchmarkTracer(b *testing.B) {
 		noFP  bool // the build without frame pointers
 	}{
 		{"untraced", nil, 0, false},
-		{"stream/alloc-stacks", &Config{Mode: Stream}, 0, false},
-		{"stream/alloc-stacks/depth-24", &Config{Mode: Stream}, 24, false},
-		{"stream/no-stacks", &Config{Mode: Stream, Stacks: NoStacks}, 0, false},
+		{"stream/alloc-stacks", &Config{Mode: event.Stream}, 0, false},
+		{"stream/alloc-stacks/depth-24", &Config{Mode: event.Stream}, 24, false},
+		{"stream/no-stacks", &Config{Mode: event.Stream, Stacks: event.NoStacks}, 0, false},
 		// Sampled in BPF: the traps remain, the stack walk and the ring
 		// go (one pair in about 2000 at 512 KiB).
-		{"stream/alloc-stacks/sample-512KiB", &Config{Mode: Stream, Sample: 512 << 10}, 0, false},
-		{"stream/alloc-stacks/depth-24/sample-512KiB", &Config{Mode: Stream, Sample: 512 << 10}, 24, false},
-		{"stream/alloc-stacks/sample-4KiB", &Config{Mode: Stream, Sample: 4 << 10}, 0, false},
-		{"aggregate/alloc-stacks", &Config{Mode: Aggregate}, 0, false},
-		{"aggregate/alloc-stacks/depth-24", &Config{Mode: Aggregate}, 24, false},
+		{"stream/alloc-stacks/sample-512KiB", &Config{Mode: event.Stream, Sample: 512 << 10}, 0, false},
+		{"stream/alloc-stacks/depth-24/sample-512KiB", &Config{Mode: event.Stream, Sample: 512 << 10}, 24, false},
+		{"stream/alloc-stacks/sample-4KiB", &Config{Mode: event.Stream, Sample: 4 << 10}, 0, false},
+		{"aggregate/alloc-stacks", &Config{Mode: event.Aggregate}, 0, false},
+		{"aggregate/alloc-stacks/depth-24", &Config{Mode: event.Aggregate}, 24, false},
 		// Sampled in aggregate mode: the tables see only the sampled
 		// blocks, each weighed in BPF (smp_weights).
-		{"aggregate/alloc-stacks/sample-512KiB", &Config{Mode: Aggregate, Sample: 512 << 10}, 0, false},
-		{"aggregate/alloc-stacks/depth-24/sample-512KiB", &Config{Mode: Aggregate, Sample: 512 << 10}, 24, false},
-		{"aggregate/alloc-stacks/sample-4KiB", &Config{Mode: Aggregate, Sample: 4 << 10}, 0, false},
-		{"aggregate/no-stacks", &Config{Mode: Aggregate, Stacks: NoStacks}, 0, false},
-		{"stream/alloc-stacks/depth-24/tables", &Config{Mode: Stream, UnwindTables: true}, 24, false},
-		{"stream/alloc-stacks/depth-24/no-fp/tables", &Config{Mode: Stream, UnwindTables: true}, 24, true},
-		{"aggregate/alloc-stacks/depth-24/no-fp/tables", &Config{Mode: Aggregate, UnwindTables: true}, 24, true},
+		{"aggregate/alloc-stacks/sample-512KiB", &Config{Mode: event.Aggregate, Sample: 512 << 10}, 0, false},
+		{"aggregate/alloc-stacks/depth-24/sample-512KiB", &Config{Mode: event.Aggregate, Sample: 512 << 10}, 24, false},
+		{"aggregate/alloc-stacks/sample-4KiB", &Config{Mode: event.Aggregate, Sample: 4 << 10}, 0, false},
+		{"aggregate/no-stacks", &Config{Mode: event.Aggregate, Stacks: event.NoStacks}, 0, false},
+		{"stream/alloc-stacks/depth-24/tables", &Config{Mode: event.Stream, UnwindTables: true}, 24, false},
+		{"stream/alloc-stacks/depth-24/no-fp/tables", &Config{Mode: event.Stream, UnwindTables: true}, 24, true},
+		{"aggregate/alloc-stacks/depth-24/no-fp/tables", &Config{Mode: event.Aggregate, UnwindTables: true}, 24, true},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			bin := bin
@@ -202,7 +202,7 @@ func BenchmarkTracer(b *testing.B) {
 					b.Fatal(err)
 				}
 				st := tr.Stats()
-				if st.Delivered > 0 && c.cfg.Mode == Stream {
+				if st.Delivered > 0 && c.cfg.Mode == event.Stream {
 					b.ReportMetric(float64(selfCPU()-cpu0)/float64(st.Delivered), "consumer-cpu-ns/event")
 				}
 				// What the probes handed on per pair: in stream mode
@@ -210,7 +210,7 @@ func BenchmarkTracer(b *testing.B) {
 				// ring's 8-byte header), in aggregate mode calls
 				// accounted in the tables.
 				b.ReportMetric(float64(st.Delivered+st.TotalLost())/float64(b.N), "delivered/pair")
-				if c.cfg.Mode == Stream {
+				if c.cfg.Mode == event.Stream {
 					b.ReportMetric(float64((st.Delivered+st.TotalLost())*ringRecordSize)/float64(b.N), "ring-B/pair")
 				}
 			}

@@ -217,7 +217,7 @@ func TestCalls(t *testing.T) {
 			rec := newRecorder(t)
 			stacks := allStacks
 			if c.opts.NoFramePointers {
-				stacks = NoStacks // without frame pointers the stacks are one frame: not checked
+				stacks = event.NoStacks // without frame pointers the stacks are one frame: not checked
 			}
 			tr := newTracer(t, Config{Stacks: stacks, noMulti: c.noMulti}, rec)
 			w := traced(t, tr, bin, "20")

@@ -8,48 +8,12 @@ import (
 	"github.com/heapscope/heapscope/internal/errs"
 )
 
-// Mode is how the tracer hands what it sees to user space.
-type Mode uint8
-
-const (
-	// Stream sends every call through a BPF ring buffer as an event.Event.
-	Stream Mode = iota
-	// Aggregate keeps the live blocks and per-stack totals in BPF maps and
-	// sends event.Snapshot records at Flush and Close (and every
-	// FlushInterval, when set): for long-running servers, where every event
-	// would be too many.
-	Aggregate
-)
-
-func (m Mode) String() string {
-	switch m {
-	case Stream:
-		return "stream"
-	case Aggregate:
-		return "aggregate"
-	}
-	return fmt.Sprintf("mode(%d)", uint8(m))
-}
-
-// ParseMode parses "stream" or "aggregate".
-func ParseMode(s string) (Mode, error) {
-	switch s {
-	case "stream":
-		return Stream, nil
-	case "aggregate":
-		return Aggregate, nil
-	}
-	return 0, fmt.Errorf("unknown mode %q: %w", s, errs.ErrInvalidFlags)
-}
-
 // Defaults for the zero fields of Config.
 const (
 	DefaultRingSize      = 4 << 20
 	DefaultMaxLive       = 1 << 18
 	DefaultStackMapSize  = 1 << 14
 	DefaultFlushInterval = time.Second
-	// DefaultStacks are the kinds that carry a stack when Config.Stacks is 0.
-	DefaultStacks = event.KindSet(1<<event.KindAlloc | 1<<event.KindRealloc)
 
 	minRingSize = 4096
 	// aggregateRingSize is the ring of aggregate mode, which carries only
@@ -61,20 +25,22 @@ const (
 	maxSample = 1 << 40
 )
 
-// NoStacks is a Config.Stacks value that takes no stacks at all (the zero
-// value means DefaultStacks).
-const NoStacks = event.KindSet(1)
-
 // Config configures a Tracer. The zero value is a stream tracer of the whole
 // malloc heap with allocation stacks.
 type Config struct {
-	Mode Mode
+	// Mode is how the tracer hands what it sees to user space:
+	// event.Stream sends every call through a BPF ring buffer as an
+	// event.Event; event.Aggregate keeps the live blocks and per-stack
+	// totals in BPF maps and sends event.Snapshot records at Flush and
+	// Close (and every FlushInterval, when set): for long-running servers,
+	// where every event would be too many.
+	Mode event.CaptureMode
 	// Families are the allocation families traced; 0 means
 	// event.FamilyHeap. event.FamilyMmap adds mmap, munmap and mremap
 	// (stream mode only) through the syscall tracepoints.
 	Families event.Family
 	// Stacks are the kinds whose events carry a stack; 0 means
-	// DefaultStacks and NoStacks none.
+	// event.DefaultStacks and event.NoStacks none.
 	Stacks event.KindSet
 	// RingSize is the size in bytes of the BPF ring buffer (stream mode),
 	// rounded up to a power of two of at least a page.
@@ -139,7 +105,7 @@ type Config struct {
 
 // withDefaults fills in the zero fields and checks the rest.
 func (c Config) withDefaults() (Config, error) {
-	if c.Mode != Stream && c.Mode != Aggregate {
+	if c.Mode != event.Stream && c.Mode != event.Aggregate {
 		return c, fmt.Errorf("mode %d: %w", c.Mode, errs.ErrInvalidFlags)
 	}
 	if c.Families == 0 {
@@ -148,7 +114,7 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Families&^event.FamilyAll != 0 {
 		return c, fmt.Errorf("unknown allocation families %#x: %w", uint32(c.Families&^event.FamilyAll), errs.ErrInvalidFlags)
 	}
-	if c.Mode == Aggregate && c.Families&event.FamilyMmap != 0 {
+	if c.Mode == event.Aggregate && c.Families&event.FamilyMmap != 0 {
 		return c, fmt.Errorf("mmap tracing is stream-only (mappings are ranges, not blocks): %w", errs.ErrInvalidFlags)
 	}
 	if c.Sample < 0 {
@@ -161,7 +127,7 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("mmap tracing is not sampled: %w", errs.ErrInvalidFlags)
 	}
 	if c.Stacks == 0 {
-		c.Stacks = DefaultStacks
+		c.Stacks = event.DefaultStacks
 	}
 	if err := checkStacks(c.Stacks); err != nil {
 		return c, err
@@ -195,14 +161,14 @@ func (c Config) withDefaults() (Config, error) {
 	if c.MaxLive > maxMapSize || c.StackMapSize > maxMapSize {
 		return c, fmt.Errorf("map of over %d entries: %w", maxMapSize, errs.ErrInvalidFlags)
 	}
-	if c.FlushInterval == 0 && c.Mode == Stream {
+	if c.FlushInterval == 0 && c.Mode == event.Stream {
 		c.FlushInterval = DefaultFlushInterval
 	}
 	return c, nil
 }
 
 func checkStacks(s event.KindSet) error {
-	if s&^(NoStacks|event.KindsOf(event.KindAlloc, event.KindRealloc, event.KindFree, event.KindMmap, event.KindMunmap)) != 0 {
+	if s&^(event.NoStacks|event.KindsOf(event.KindAlloc, event.KindRealloc, event.KindFree, event.KindMmap, event.KindMunmap)) != 0 {
 		return fmt.Errorf("stack kinds %#x: %w", uint8(s), errs.ErrInvalidFlags)
 	}
 	return nil
@@ -210,4 +176,4 @@ func checkStacks(s event.KindSet) error {
 
 // stackMask is the BPF program's stack_kinds: bit k set when kind k
 // carries a stack.
-func stackMask(s event.KindSet) uint8 { return uint8(s &^ NoStacks) }
+func stackMask(s event.KindSet) uint8 { return uint8(s &^ event.NoStacks) }

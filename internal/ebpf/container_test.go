@@ -98,7 +98,7 @@ func testContainer(t *testing.T, chroot bool) {
 	w.release(t)
 	log := parseLog(t, w.lines(t, "done"))
 	mustFlush(t, tr)
-	checkCalls(t, rec, pid, log, siteRanges(t, bin, log.sites), aliases(t, libcPath(t, pid)), event.HeapLibc, DefaultStacks)
+	checkCalls(t, rec, pid, log, siteRanges(t, bin, log.sites), aliases(t, libcPath(t, pid)), event.HeapLibc, event.DefaultStacks)
 	rec.checkModules(t, pid)
 
 	wantID, err := buildid.File(bin)

@@ -35,7 +35,7 @@ func Example() {
 		return
 	}
 	sink := &totals{Sink: event.Discard, bytes: map[uint32]uint64{}}
-	tr, err := ebpf.New(ebpf.Config{Mode: ebpf.Stream}, sink)
+	tr, err := ebpf.New(ebpf.Config{Mode: event.Stream}, sink)
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -151,7 +151,7 @@ func TestFollowFork(t *testing.T) {
 // has a final snapshot whose live blocks are its leaks.
 func TestFollowForkAggregate(t *testing.T) {
 	const k = 300
-	rec, _, parent, child := forkRun(t, Config{Mode: Aggregate}, k)
+	rec, _, parent, child := forkRun(t, Config{Mode: event.Aggregate}, k)
 	type key struct{ pid, image int }
 	got := map[key]map[uint64]int{}
 	rec.mu.Lock()

@@ -203,7 +203,7 @@ func TestKilled(t *testing.T) {
 func TestSetStacks(t *testing.T) {
 	bin := testutil.MustBuild(t, "ebpf_calls", testutil.Options{})
 	rec := newRecorder(t)
-	tr := newTracer(t, Config{Stacks: NoStacks}, rec)
+	tr := newTracer(t, Config{Stacks: event.NoStacks}, rec)
 	a := startWorkload(t, bin, "2")
 	b := startWorkload(t, bin, "2")
 	attachAll(t, tr, a, b)
@@ -276,7 +276,7 @@ func TestAttachErrors(t *testing.T) {
 	if err := tr.Flush(); !errors.Is(err, errs.ErrNotRunning) {
 		t.Errorf("Flush after Close = %v", err)
 	}
-	if err := tr.SetStacks(NoStacks); !errors.Is(err, errs.ErrNotRunning) {
+	if err := tr.SetStacks(event.NoStacks); !errors.Is(err, errs.ErrNotRunning) {
 		t.Errorf("SetStacks after Close = %v", err)
 	}
 	if err := tr.Close(); err != nil {
@@ -288,7 +288,7 @@ func TestConfigErrors(t *testing.T) {
 	for _, c := range []Config{
 		{Mode: 7},
 		{Families: 1 << 20},
-		{Mode: Aggregate, Families: event.FamilyMmap},
+		{Mode: event.Aggregate, Families: event.FamilyMmap},
 		{RingSize: -1},
 		{RingSize: 2 << 30},
 		{Stacks: 0x80},
@@ -308,7 +308,7 @@ func TestConfigErrors(t *testing.T) {
 // refuses such sizes before allocating anything).
 func TestOutOfMemory(t *testing.T) {
 	testutil.SkipWithoutEBPF(t, Available())
-	tr, err := New(Config{Mode: Aggregate, MaxLive: 1 << 30}, event.Discard)
+	tr, err := New(Config{Mode: event.Aggregate, MaxLive: 1 << 30}, event.Discard)
 	if err == nil {
 		tr.Close()
 	}

@@ -15,7 +15,7 @@ import (
 func TestMmap(t *testing.T) {
 	bin := testutil.MustBuild(t, "ebpf_mmap", testutil.Options{})
 	rec := newRecorder(t)
-	tr := newTracer(t, Config{Families: event.FamilyMmap, Stacks: NoStacks}, rec)
+	tr := newTracer(t, Config{Families: event.FamilyMmap, Stacks: event.NoStacks}, rec)
 	w := startWorkload(t, bin, "5")
 	other := startWorkload(t, bin, "5")
 	if err := tr.Attach(w.pid()); err != nil {

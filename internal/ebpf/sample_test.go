@@ -18,16 +18,16 @@ func TestSampleConfig(t *testing.T) {
 	for _, c := range []Config{
 		{Sample: -1},
 		{Sample: maxSample + 1},
-		{Sample: -1, Mode: Aggregate},
-		{Sample: maxSample + 1, Mode: Aggregate},
+		{Sample: -1, Mode: event.Aggregate},
+		{Sample: maxSample + 1, Mode: event.Aggregate},
 		{Sample: 4096, Families: event.FamilyAll},
-		{Sample: 4096, Families: event.FamilyAll, Mode: Aggregate},
+		{Sample: 4096, Families: event.FamilyAll, Mode: event.Aggregate},
 	} {
 		if _, err := c.withDefaults(); !errors.Is(err, errs.ErrInvalidFlags) {
 			t.Errorf("%+v: %v; want ErrInvalidFlags", c, err)
 		}
 	}
-	for _, c := range []Config{{Sample: 4096}, {Sample: 4096, Mode: Aggregate}} {
+	for _, c := range []Config{{Sample: 4096}, {Sample: 4096, Mode: event.Aggregate}} {
 		if _, err := c.withDefaults(); err != nil {
 			t.Error(err)
 		}
@@ -284,7 +284,7 @@ func churnSampled(pairs, threads int, rate float64) churnExpect {
 // sampled (malloc(0)'s, failed allocations) is dropped after one lookup:
 // nothing is unmatched.
 func TestSampleAggregateEveryCall(t *testing.T) {
-	run := runAggregate(t, Config{Mode: Aggregate, Sample: 1})
+	run := runAggregate(t, Config{Mode: event.Aggregate, Sample: 1})
 	log := run.log
 	want := sampledCalls(log)
 	if len(want.calls) == len(log.calls) {
@@ -312,7 +312,7 @@ func TestSampleAggregate(t *testing.T) {
 	bin := testutil.MustBuild(t, "ebpf_churn", testutil.Options{})
 	const pairs, rate = 100000, 4096
 	rec := newRecorder(t)
-	tr := newTracer(t, Config{Mode: Aggregate, Sample: rate}, rec)
+	tr := newTracer(t, Config{Mode: event.Aggregate, Sample: rate}, rec)
 	w := startWorkloadNoReady(t, bin, strconv.Itoa(pairs), "2", "wait")
 	if err := tr.Attach(w.pid()); err != nil {
 		t.Fatal(err)

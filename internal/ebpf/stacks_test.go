@@ -16,7 +16,7 @@ import (
 // in descend, then worker.
 func TestDeepStacks(t *testing.T) {
 	bin := testutil.MustBuild(t, "ebpf_churn", testutil.Options{})
-	for _, mode := range []Mode{Stream, Aggregate} {
+	for _, mode := range []event.CaptureMode{event.Stream, event.Aggregate} {
 		t.Run(mode.String(), func(t *testing.T) {
 			rec := newRecorder(t)
 			tr := newTracer(t, Config{Mode: mode}, rec)
@@ -57,7 +57,7 @@ func TestDeepStacks(t *testing.T) {
 			// descend twice.
 			isLoop := func(fr []uint64) bool { return len(fr) > 1 && r.in("descend", fr[0]) && r.in("descend", fr[1]) }
 			n := 0
-			if mode == Stream {
+			if mode == event.Stream {
 				for _, e := range rec.eventsOf(w.pid()) {
 					if e.Kind != event.KindAlloc || !isLoop(rec.frames(w.pid(), e.Stack)) {
 						continue

@@ -33,7 +33,7 @@ func (t *Tracer) read() {
 	// FlushInterval after the last one. (Setting it for each record
 	// costs a clock read per event.)
 	deadline := func() {
-		if t.cfg.Mode == Stream {
+		if t.cfg.Mode == event.Stream {
 			t.rd.SetDeadline(time.Now().Add(t.cfg.FlushInterval))
 		} // else only library records, which wake the reader
 	}

@@ -172,7 +172,7 @@ func New(cfg Config, sink event.Sink) (*Tracer, error) {
 	}
 	t.readerDone = make(chan struct{})
 	go t.read()
-	if cfg.Mode == Aggregate && cfg.FlushInterval > 0 {
+	if cfg.Mode == event.Aggregate && cfg.FlushInterval > 0 {
 		t.wg.Add(1)
 		go t.tick()
 	}
@@ -193,7 +193,7 @@ func (t *Tracer) load() error {
 	}
 	wakeupMask := ^uint64(t.cfg.RingSize/4 - 1) // RingSize is a power of two
 	if err := errors.Join(
-		set("aggregate", boolByte(t.cfg.Mode == Aggregate)),
+		set("aggregate", boolByte(t.cfg.Mode == event.Aggregate)),
 		set("families", uint32(t.cfg.Families)),
 		set("wakeup_mask", wakeupMask),
 		set("stack_kinds", stackMask(t.cfg.Stacks)),
@@ -207,11 +207,11 @@ func (t *Tracer) load() error {
 	if t.cfg.UnwindTables {
 		spec.Maps["uw_entries"].MaxEntries = uint32(t.cfg.UnwindEntries)
 	}
-	if t.cfg.Sample > 0 && t.cfg.Mode == Stream { // aggregate: the live table is the set
+	if t.cfg.Sample > 0 && t.cfg.Mode == event.Stream { // aggregate: the live table is the set
 		spec.Maps["sampled"].MaxEntries = uint32(t.cfg.MaxLive)
 	}
 	liveSlots, totalSlots := bucketSlots, bucketSlots // unused in stream mode
-	if t.cfg.Mode == Stream {
+	if t.cfg.Mode == event.Stream {
 		spec.Maps["events"].MaxEntries = uint32(t.cfg.RingSize)
 	} else {
 		spec.Maps["events"].MaxEntries = aggregateRingSize
@@ -281,7 +281,7 @@ func (t *Tracer) load() error {
 			return err
 		}
 	}
-	if t.cfg.Mode == Aggregate {
+	if t.cfg.Mode == event.Aggregate {
 		if t.live, err = mapTable(coll.Maps["live_keys"], coll.Maps["live_vals"]); err != nil {
 			coll.Close()
 			return err
@@ -422,7 +422,7 @@ func (t *Tracer) stats() event.Stats {
 	st.Lost[event.LostOther] = c[ctrLostOther]
 	st.StacksLost = c[ctrStacksLost] + t.userLost.Load()
 	st.Unmatched = c[ctrUnmatched]
-	if t.cfg.Mode == Stream {
+	if t.cfg.Mode == event.Stream {
 		st.Delivered = t.delivered.Load()
 	} else {
 		st.Delivered = c[ctrDelivered]
@@ -441,7 +441,7 @@ func (t *Tracer) Flush() error {
 		return errClosed
 	}
 	t.drain()
-	if t.cfg.Mode == Aggregate {
+	if t.cfg.Mode == event.Aggregate {
 		t.snapshot(t.PIDs(), false)
 	}
 	t.out.Lock()

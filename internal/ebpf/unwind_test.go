@@ -95,7 +95,7 @@ func dwarfChains(t *testing.T, k int) (map[uint64]map[string]int, map[uint64]int
 // "done" and its pid.
 func runDWARF(t *testing.T, rec *recorder, bin string, args ...string) ([]string, int) {
 	t.Helper()
-	c, err := preload.New(preload.Config{Unwind: preload.UnwindDWARF}, rec)
+	c, err := preload.New(preload.Config{Unwind: event.UnwindDWARF}, rec)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,16 +1,20 @@
 // Package errs holds heapscope's sentinel errors. They live here, below every
-// other package, so that providers can return them without importing the
+// other package but event (which defines ErrInvalidFlags for its parsers), so that providers can return them without importing the
 // top-level package; package heapscope re-exports each one.
 package errs
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/heapscope/heapscope/event"
+)
 
 // The sentinel errors. Callers test them with errors.Is; the error returned
 // wraps one of these with what was being done.
 var (
 	ErrAlreadyExists = errors.New("session name already in use")
 	ErrNameTooLong   = errors.New("session name too long")
-	ErrInvalidFlags  = errors.New("invalid session properties")
+	ErrInvalidFlags  = event.ErrInvalidFlags // defined in event, whose parsers wrap it
 	ErrOutOfMemory   = errors.New("cannot allocate trace buffers")
 	ErrAccessDenied  = errors.New("access denied")
 	ErrNoSuchProcess = errors.New("no such process")

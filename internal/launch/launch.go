@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"os/signal"
 	"runtime"
 	"syscall"
 
@@ -70,43 +69,4 @@ func Status(ps *os.ProcessState) (status, sig int) {
 		return 128 + int(ws.Signal()), int(ws.Signal())
 	}
 	return ps.ExitCode(), 0
-}
-
-// ForwardSignals relays SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to this
-// process to p until stop is called. A SIGINT or SIGQUIT typed at the
-// terminal already reached p when both are in the terminal's foreground
-// process group; it is not sent a second time.
-func ForwardSignals(p *os.Process) (stop func()) {
-	ch := make(chan os.Signal, 4)
-	signal.Notify(ch, unix.SIGINT, unix.SIGTERM, unix.SIGHUP, unix.SIGQUIT)
-	done := make(chan struct{})
-	go func() {
-		for {
-			select {
-			case s := <-ch:
-				if (s == unix.SIGINT || s == unix.SIGQUIT) && inForeground() {
-					continue
-				}
-				p.Signal(s)
-			case <-done:
-				return
-			}
-		}
-	}()
-	return func() {
-		signal.Stop(ch)
-		close(done)
-	}
-}
-
-// inForeground reports whether this process is in its controlling terminal's
-// foreground process group, where the terminal's signals go to all of it.
-func inForeground() bool {
-	tty, err := os.Open("/dev/tty")
-	if err != nil {
-		return false
-	}
-	defer tty.Close()
-	fg, err := unix.IoctlGetInt(int(tty.Fd()), unix.TIOCGPGRP)
-	return err == nil && fg == unix.Getpgrp()
 }

@@ -3,10 +3,8 @@ package launch
 import (
 	"bytes"
 	"errors"
-	"os"
 	"os/exec"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -90,19 +88,5 @@ func TestStatus(t *testing.T) {
 	cmd.Run()
 	if s, sig := Status(cmd.ProcessState); s != 128+15 || sig != 15 {
 		t.Errorf("killed: %d, %d", s, sig)
-	}
-}
-
-func TestForwardSignals(t *testing.T) {
-	cmd := exec.Command("/bin/sleep", "30")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	stop := ForwardSignals(cmd.Process)
-	defer stop()
-	syscall.Kill(os.Getpid(), syscall.SIGTERM)
-	cmd.Wait()
-	if s, sig := Status(cmd.ProcessState); sig != int(syscall.SIGTERM) {
-		t.Errorf("child ended with %d, %d; want SIGTERM", s, sig)
 	}
 }

@@ -99,9 +99,9 @@ func BenchmarkChurn(b *testing.B) {
 	modes := []mode{
 		{"untraced", func(b *testing.B, threads int) float64 { ns, _ := churn(b, nil, pairs, threads); return ns }},
 		{"fp", traced(Config{})},
-		{"nostacks", traced(Config{Stacks: NoStacks})},
-		{"dwarf", traced(Config{Unwind: UnwindDWARF})},
-		{"tables", traced(Config{Unwind: UnwindTables})},
+		{"nostacks", traced(Config{Stacks: event.NoStacks})},
+		{"dwarf", traced(Config{Unwind: event.UnwindDWARF})},
+		{"tables", traced(Config{Unwind: event.UnwindTables})},
 	}
 	if _, err := exec.LookPath("heaptrack"); err == nil {
 		modes = append(modes, mode{"heaptrack", func(b *testing.B, threads int) float64 {

@@ -91,7 +91,7 @@ func New(cfg Config, sink event.Sink) (*Collector, error) {
 	if sink == nil {
 		return nil, fmt.Errorf("preload: nil sink: %w", errs.ErrInvalidFlags)
 	}
-	if cfg.Unwind == UnwindDWARF && !haveLibunwind() {
+	if cfg.Unwind == event.UnwindDWARF && !haveLibunwind() {
 		return nil, fmt.Errorf("preload: --unwind dwarf needs libunwind.so.8 (Debian: libunwind8): %w", errs.ErrUnavailable)
 	}
 	lib, err := LibraryPath()
@@ -162,7 +162,7 @@ func (c *Collector) setup() error {
 
 	useTSC := tscUsable() && !forceMonotonic
 	c.clk = newClock(useTSC)
-	c.stacks = c.cfg.Stacks &^ NoStacks
+	c.stacks = c.cfg.Stacks &^ event.NoStacks
 	le := binary.LittleEndian
 	le.PutUint32(c.ctl[ctlMagic:], magic)
 	le.PutUint32(c.ctl[ctlVersion:], version)
@@ -170,7 +170,11 @@ func (c *Collector) setup() error {
 	le.PutUint32(c.ctl[ctlUnwind:], uint32(c.cfg.Unwind))
 	le.PutUint32(c.ctl[ctlMaxFrames:], uint32(c.cfg.MaxFrames))
 	le.PutUint32(c.ctl[ctlRingSize:], uint32(c.cfg.BufferSize))
-	le.PutUint32(c.ctl[ctlOnFull:], uint32(c.cfg.OnFull))
+	onFull := uint32(onFullBlock)
+	if c.cfg.OnFull == event.Drop {
+		onFull = onFullDrop
+	}
+	le.PutUint32(c.ctl[ctlOnFull:], onFull)
 	le.PutUint32(c.ctl[ctlClock:], c.clk.mode)
 	le.PutUint64(c.ctl[ctlSampleRate:], uint64(c.cfg.SampleRate))
 	le.PutUint64(c.ctl[ctlSampleSeed:], c.cfg.SampleSeed)
@@ -182,7 +186,7 @@ func (c *Collector) setup() error {
 // TSC is usable (tests of the fallback set it).
 var forceMonotonic bool
 
-func stackBits(s event.KindSet) uint32 { return uint32(s&^NoStacks) & stateStacks }
+func stackBits(s event.KindSet) uint32 { return uint32(s&^event.NoStacks) & stateStacks }
 
 func haveLibunwind() bool {
 	for _, d := range []string{"/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu", "/usr/lib64", "/lib64", "/usr/lib", "/lib", "/usr/local/lib"} {
@@ -278,7 +282,7 @@ func (c *Collector) SetStacks(s event.KindSet) error {
 	for {
 		old := atomic.LoadUint32(c.state)
 		if atomic.CompareAndSwapUint32(c.state, old, old&^stateStacks|stackBits(s)) {
-			c.stacks = s &^ NoStacks
+			c.stacks = s &^ event.NoStacks
 			return nil
 		}
 	}
@@ -572,7 +576,7 @@ func (c *Collector) serve(uc *net.UnixConn) {
 			continue
 		}
 		if len(b) == ringMsgSize && le.Uint32(b) == magic && le.Uint32(b[4:]) == version &&
-			le.Uint32(b[8:]) == msgTables && len(fds) == 1 && c.cfg.Unwind >= UnwindTables {
+			le.Uint32(b[8:]) == msgTables && len(fds) == 1 && c.cfg.Unwind >= event.UnwindTables {
 			c.startTables(fds[0])
 			continue
 		}

@@ -38,7 +38,7 @@ func TestMain(m *testing.M) {
 
 func countHelper(args []string) {
 	sink := &counter{Sink: event.Discard}
-	c, err := New(Config{BufferSize: MinBufferSize, OnFull: Block}, sink)
+	c, err := New(Config{BufferSize: MinBufferSize, OnFull: event.Block}, sink)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)

@@ -23,92 +23,11 @@ import (
 	"github.com/heapscope/heapscope/internal/errs"
 )
 
-// Unwind selects how the interposer walks the stack.
-type Unwind uint8
-
-const (
-	// UnwindFP follows frame pointers: fast, and complete for code built
-	// with them. The walk stays inside the thread's stack, so code without
-	// frame pointers gives a shorter stack, never a fault.
-	UnwindFP Unwind = iota
-	// UnwindDWARF unwinds with the DWARF call frame information, using the
-	// system's libunwind (libunwind.so.8), for code built without frame
-	// pointers. Slower; allocations made before the interposer's
-	// constructor ran are still walked with frame pointers.
-	UnwindDWARF
-	// UnwindTables walks with compact unwind tables the collector builds
-	// from each file's .eh_frame (package unwind): DWARF-correct stacks at
-	// about the frame-pointer walk's cost once the tables arrived. Where no
-	// table answers (not arrived yet, no rule for the address) the stack is
-	// walked with libunwind, as UnwindDWARF does, or with frame pointers
-	// when libunwind is not installed.
-	UnwindTables
-
-	// unwindTablesOnly is UnwindTables with the frame pointer, not libunwind,
-	// where no table answers: tests use it to see the tables at work.
-	unwindTablesOnly
-)
-
-func (u Unwind) String() string {
-	switch u {
-	case UnwindFP:
-		return "fp"
-	case UnwindDWARF:
-		return "dwarf"
-	case UnwindTables:
-		return "tables"
-	}
-	return fmt.Sprintf("unwind(%d)", uint8(u))
-}
-
-// ParseUnwind returns the Unwind named s: "fp", "dwarf" or "tables".
-func ParseUnwind(s string) (Unwind, error) {
-	switch s {
-	case "fp":
-		return UnwindFP, nil
-	case "dwarf":
-		return UnwindDWARF, nil
-	case "tables":
-		return UnwindTables, nil
-	}
-	return 0, fmt.Errorf("unknown unwind method %q: %w", s, errs.ErrInvalidFlags)
-}
-
-// OnFull is what a thread does when its buffer is full.
-type OnFull uint8
-
-const (
-	// Block waits for the collector to make room: nothing is lost.
-	Block OnFull = iota
-	// Drop discards the event and counts it as event.LostBufferFull.
-	Drop
-)
-
-func (o OnFull) String() string {
-	switch o {
-	case Block:
-		return "block"
-	case Drop:
-		return "drop"
-	}
-	return fmt.Sprintf("onfull(%d)", uint8(o))
-}
-
-// ParseOnFull returns the OnFull named s: "block" or "drop".
-func ParseOnFull(s string) (OnFull, error) {
-	switch s {
-	case "block":
-		return Block, nil
-	case "drop":
-		return Drop, nil
-	}
-	return 0, fmt.Errorf("unknown buffer-full policy %q: %w", s, errs.ErrInvalidFlags)
-}
-
-// NoStacks is a Config.Stacks value that takes no stacks at all. (A zero
-// Stacks means the default, DefaultStacks.) It holds no kind, so
-// SetStacks(NoStacks) and SetStacks(0) both turn stacks off.
-const NoStacks event.KindSet = 1
+// unwindTablesOnly is event.UnwindTables with the frame pointer, not
+// libunwind, where no table answers (the wire's unwindTablesFP): tests use
+// it to see the tables at work. Config.Unwind takes the event.Unwind values
+// otherwise; they are the wire's numbers (TestProtocolMatchesC).
+const unwindTablesOnly = event.UnwindTables + 1
 
 // Defaults for the zero fields of a Config.
 const (
@@ -116,9 +35,6 @@ const (
 	DefaultBufferSize    = 4 << 20
 	DefaultFlushInterval = 100 * time.Millisecond
 )
-
-// DefaultStacks is the kinds that carry a stack when Config.Stacks is zero.
-var DefaultStacks = event.KindsOf(event.KindAlloc, event.KindRealloc)
 
 // Limits of a Config.
 const (
@@ -134,10 +50,10 @@ type Config struct {
 	// operator new is seen as the malloc it calls.
 	Families event.Family
 	// Stacks are the kinds whose events carry a stack; 0 means
-	// DefaultStacks, NoStacks none. SetStacks changes it live.
+	// event.DefaultStacks, event.NoStacks none. SetStacks changes it live.
 	Stacks event.KindSet
 	// Unwind is how stacks are walked.
-	Unwind Unwind
+	Unwind event.Unwind
 	// MaxFrames bounds the frames of a stack, at most MaxFrames; 0 means
 	// DefaultMaxFrames.
 	MaxFrames int
@@ -145,8 +61,9 @@ type Config struct {
 	// of two, between MinBufferSize and MaxBufferSize; 0 means
 	// DefaultBufferSize. Pages are committed as they are first written.
 	BufferSize int
-	// OnFull is what a thread does when its buffer is full.
-	OnFull OnFull
+	// OnFull is what a thread does when its buffer is full: event.Block
+	// (the default) or event.Drop, counted as event.LostBufferFull.
+	OnFull event.OnFull
 	// FlushInterval bounds how long an event published by an idle thread
 	// waits before the sink sees it; 0 means DefaultFlushInterval.
 	FlushInterval time.Duration
@@ -172,7 +89,7 @@ func (c Config) withDefaults() (Config, error) {
 		return bad("unknown allocation families %#x", uint32(c.Families&^event.FamilyAll))
 	}
 	if c.Stacks == 0 {
-		c.Stacks = DefaultStacks
+		c.Stacks = event.DefaultStacks
 	}
 	if c.SampleRate < 0 {
 		return bad("negative sampling rate %d", c.SampleRate)
@@ -198,7 +115,11 @@ func (c Config) withDefaults() (Config, error) {
 	for c.BufferSize&(c.BufferSize-1) != 0 {
 		c.BufferSize += c.BufferSize & -c.BufferSize
 	}
-	if c.OnFull > Drop {
+	switch c.OnFull {
+	case event.OnFullDefault:
+		c.OnFull = event.Block
+	case event.Block, event.Drop:
+	default:
 		return bad("unknown buffer-full policy %d", c.OnFull)
 	}
 	switch {
@@ -210,9 +131,10 @@ func (c Config) withDefaults() (Config, error) {
 	return c, nil
 }
 
-// checkStacks rejects kind sets holding anything but kinds (and NoStacks).
+// checkStacks rejects kind sets holding anything but kinds (and
+// event.NoStacks).
 func checkStacks(s event.KindSet) error {
-	valid := NoStacks
+	valid := event.NoStacks
 	for k := event.KindAlloc; k.Valid(); k++ {
 		valid |= event.KindsOf(k)
 	}

@@ -91,7 +91,7 @@ func TestDlopen(t *testing.T) {
 func TestDWARF(t *testing.T) {
 	bin := testutil.MustBuild(t, "preload_dwarf", testutil.Options{NoFramePointers: true, Opt: "2"})
 	want := []string{"site_b", "site_a", "main"}
-	chains := func(u Unwind) [][]string {
+	chains := func(u event.Unwind) [][]string {
 		r := trace(t, Config{Unwind: u}, bin)
 		var out [][]string
 		for _, e := range r.of(r.pid) {
@@ -104,13 +104,13 @@ func TestDWARF(t *testing.T) {
 		}
 		return out
 	}
-	for _, c := range chains(UnwindDWARF) {
+	for _, c := range chains(event.UnwindDWARF) {
 		if len(c) < 3 || !slices.Equal(c[:3], want) {
 			t.Errorf("dwarf: chain %v, want it to start %v", c, want)
 		}
 	}
 	full := 0
-	for _, c := range chains(UnwindFP) {
+	for _, c := range chains(event.UnwindFP) {
 		if len(c) >= 3 && slices.Equal(c[:3], want) {
 			full++
 		}
@@ -327,7 +327,7 @@ func TestKilled(t *testing.T) {
 func TestSetStacks(t *testing.T) {
 	bin := testutil.MustBuild(t, "preload_wait", testutil.Options{})
 	const n = 1000
-	s := start(t, Config{Stacks: NoStacks}, bin, strconv.Itoa(n))
+	s := start(t, Config{Stacks: event.NoStacks}, bin, strconv.Itoa(n))
 	if s.c.Stacks() != 0 {
 		t.Fatalf("Stacks() = %v with NoStacks", s.c.Stacks())
 	}
@@ -466,7 +466,7 @@ func TestDrop(t *testing.T) {
 	}
 
 	rec := newRecorder()
-	c, err := New(Config{OnFull: Drop, BufferSize: MinBufferSize}, slowSink{rec, 200 * time.Microsecond})
+	c, err := New(Config{OnFull: event.Drop, BufferSize: MinBufferSize}, slowSink{rec, 200 * time.Microsecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -656,7 +656,7 @@ func TestUnwindTables(t *testing.T) {
 	bin := testutil.MustBuild(t, "preload_tables", testutil.Options{NoFramePointers: true, Opt: "2"})
 	want := []string{"site_b", "site_a", "main"}
 	const n = 300
-	for _, u := range []Unwind{unwindTablesOnly, UnwindTables} {
+	for _, u := range []event.Unwind{unwindTablesOnly, event.UnwindTables} {
 		var c *Collector
 		r := traceWith(t, Config{Unwind: u}, func(col *Collector) { c = col }, bin, strconv.Itoa(n))
 		var chains [][]string

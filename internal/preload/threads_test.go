@@ -220,7 +220,7 @@ func unmatchedFrees(r *result, pid int) int {
 // they are the interposer's own: never shown, and their frees dropped.
 func TestDWARFThreadsNoUnmatchedFrees(t *testing.T) {
 	bin := testutil.MustBuild(t, "preload_threads", testutil.Options{})
-	for _, u := range []Unwind{UnwindFP, UnwindDWARF} {
+	for _, u := range []event.Unwind{event.UnwindFP, event.UnwindDWARF} {
 		r := trace(t, Config{Unwind: u, Stacks: allStacks}, bin, "10", "8", "50")
 		if !r.state.Success() {
 			t.Fatalf("%v: workload failed: %v", u, r.state)
@@ -256,7 +256,7 @@ func (k *keepSink) Events(evs []event.Event) error {
 func TestSignalHandlers(t *testing.T) {
 	bin := testutil.MustBuild(t, "preload_signal", testutil.Options{})
 	const n = 500
-	for _, u := range []Unwind{UnwindFP, UnwindDWARF} {
+	for _, u := range []event.Unwind{event.UnwindFP, event.UnwindDWARF} {
 		rec := newRecorder()
 		c, err := New(Config{Unwind: u, Stacks: allStacks}, &keepSink{recorder: rec, keep: func(e event.Event) bool { return e.Size != 24 }})
 		if err != nil {

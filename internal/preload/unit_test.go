@@ -163,8 +163,8 @@ func TestConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Config{Families: event.FamilyHeap, Stacks: DefaultStacks, MaxFrames: DefaultMaxFrames,
-		BufferSize: DefaultBufferSize, FlushInterval: DefaultFlushInterval}
+	want := Config{Families: event.FamilyHeap, Stacks: event.DefaultStacks, MaxFrames: DefaultMaxFrames,
+		BufferSize: DefaultBufferSize, OnFull: event.Block, FlushInterval: DefaultFlushInterval}
 	if c != want {
 		t.Errorf("defaults %+v, want %+v", c, want)
 	}
@@ -192,21 +192,12 @@ func TestConfig(t *testing.T) {
 	if _, err := New(Config{}, nil); !errors.Is(err, errs.ErrInvalidFlags) {
 		t.Errorf("New with a nil sink: %v", err)
 	}
-	for s, want := range map[string]Unwind{"fp": UnwindFP, "dwarf": UnwindDWARF, "tables": UnwindTables} {
-		if u, err := ParseUnwind(s); err != nil || u != want || u.String() != s {
-			t.Errorf("ParseUnwind(%q) = %v, %v", s, u, err)
+	// The unwinders go to the C side by number.
+	for u, wire := range map[event.Unwind]uint32{event.UnwindFP: unwindFP, event.UnwindDWARF: unwindDWARF,
+		event.UnwindTables: unwindTables, unwindTablesOnly: unwindTablesFP} {
+		if uint32(u) != wire {
+			t.Errorf("%v is %d, the interposer's %d", u, u, wire)
 		}
-	}
-	for s, want := range map[string]OnFull{"block": Block, "drop": Drop} {
-		if o, err := ParseOnFull(s); err != nil || o != want || o.String() != s {
-			t.Errorf("ParseOnFull(%q) = %v, %v", s, o, err)
-		}
-	}
-	if _, err := ParseUnwind("lbr"); !errors.Is(err, errs.ErrInvalidFlags) {
-		t.Errorf("ParseUnwind(lbr): %v", err)
-	}
-	if _, err := ParseOnFull("maybe"); !errors.Is(err, errs.ErrInvalidFlags) {
-		t.Errorf("ParseOnFull(maybe): %v", err)
 	}
 }
 
@@ -231,7 +222,7 @@ func TestClosed(t *testing.T) {
 	if err := c.SetStacks(1 << 7); !errors.Is(err, errs.ErrInvalidFlags) {
 		t.Errorf("SetStacks(bad): %v", err)
 	}
-	if got := c.Stacks(); got != DefaultStacks {
+	if got := c.Stacks(); got != event.DefaultStacks {
 		t.Errorf("Stacks() after Close = %v", got)
 	}
 	c.Exited(1, 0, 0) // ignored, harmless
