@@ -32,13 +32,19 @@ type builder struct {
 
 	liveBytes  uint64
 	liveBlocks uint32
+
+	// known is how many stacks were seeded (see seed); unknown is the
+	// first stack past them that a row used (-1: none).
+	known, unknown int
 }
 
 func newBuilder() *builder {
-	x := &Index{}
+	// Its columns are complete when the builder's events end: ready.
+	x := &Index{ready: make(chan struct{})}
+	close(x.ready)
 	a := newArena(x)
 	x.evs.recs.arena, x.evs.kinds.arena, x.rows.arena = a, a, a
-	return &builder{x: x, procs: map[uint32]*bproc{}, last: map[uint64]*uint64{}}
+	return &builder{x: x, procs: map[uint32]*bproc{}, last: map[uint64]*uint64{}, unknown: -1}
 }
 
 var _ event.Sink = (*builder)(nil)
@@ -76,24 +82,34 @@ func (b *builder) stackIndex(p *bproc, id event.StackID) int32 {
 	x := b.x
 	i := int32(len(x.stacks))
 	x.stacks = append(x.stacks, stackRef{pid: p.pid, id: id})
+	b.seed(p.pid, id, i)
+	return i
+}
+
+// seed numbers stack id of process pid i, as the report's profile does;
+// b.x.stacks[i] must be it.
+func (b *builder) seed(pid uint32, id event.StackID, i int32) {
+	p := b.proc(pid)
 	if id < maxDenseID {
 		if int(id) >= len(p.ids) {
 			n := max(2*len(p.ids), int(id)+1, 64)
 			p.ids = append(p.ids, make([]int32, n-len(p.ids))...)
 		}
 		p.ids[id] = i + 1
-	} else {
-		if p.idm == nil {
-			p.idm = map[event.StackID]int32{}
-		}
-		p.idm[id] = i + 1
+		return
 	}
-	return i
+	if p.idm == nil {
+		p.idm = map[event.StackID]int32{}
+	}
+	p.idm[id] = i + 1
 }
 
 func (b *builder) Stack(st event.Stack) error {
 	i := b.stackIndex(b.proc(st.PID), st.ID)
-	b.x.stacks[i].frames = append([]uint64(nil), st.Frames...)
+	if b.x.stacks[i].frames == nil {
+		// A stack the report's profile left out (it made nothing).
+		b.x.stacks[i].frames = append([]uint64(nil), st.Frames...)
+	}
 	return nil
 }
 
@@ -109,6 +125,9 @@ type liveRef struct {
 // row appends a row made by the event numbered seq and returns its index.
 func (b *builder) row(seq uint32, stack int32, tid uint32, size uint64, flags uint8) uint32 {
 	x := b.x
+	if int(stack) >= b.known && b.unknown < 0 {
+		b.unknown = int(stack)
+	}
 	i := uint32(x.rows.len())
 	r := x.rows.add()
 	r.alloc, r.end = seq, never
