@@ -88,6 +88,10 @@ type Options struct {
 	// trace's and each window's) show as suppressed, as `heapscope report`
 	// does.
 	Suppressions []*suppress.Rule
+	// IndexAfter, when not nil, holds Open's windowed index until it is
+	// closed: a caller that wants the whole trace's answers first, or a
+	// test that asks questions while the index is not there.
+	IndexAfter <-chan struct{}
 }
 
 // Index is one trace, indexed. It is immutable once built and safe for
@@ -128,6 +132,7 @@ type Index struct {
 	// is built, or failed with err; those fields are not read before.
 	ready chan struct{}
 	err   error
+	after <-chan struct{} // Options.IndexAfter
 	// arenaOwner is the builder's Index, whose arena holds the columns:
 	// kept reachable so that the arena is not released under them.
 	arenaOwner *Index

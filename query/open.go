@@ -42,7 +42,7 @@ func Open(path string, o Options) (*Index, error) {
 	if err != nil {
 		return nil, err
 	}
-	x := &Index{File: path, Header: h, Report: rep, Warnings: rep.Trace.Warnings, ready: make(chan struct{})}
+	x := &Index{File: path, Header: h, Report: rep, Warnings: rep.Trace.Warnings, ready: make(chan struct{}), after: o.IndexAfter}
 	x.rules, x.supOpt = o.Suppressions, suppress.Options{Sysroot: o.Symbolize.Sysroot}
 
 	// The report's stacks are the index's: each address symbolized once,
@@ -111,10 +111,6 @@ func (x *Index) Wait(ctx context.Context) error {
 	}
 }
 
-// beforeIndex is called before the windowed index is built: the tests
-// hold it, to ask questions while it is being built.
-var beforeIndex = func() {}
-
 // await waits for the index, for the methods that need it.
 func (x *Index) await() { <-x.ready }
 
@@ -123,7 +119,9 @@ func (x *Index) await() { <-x.ready }
 // report's profile does, so that rows point at the sites already made.
 func (x *Index) index(path string, sel analyze.Processes) {
 	defer close(x.ready)
-	beforeIndex()
+	if x.after != nil {
+		<-x.after
+	}
 	if x.Aggregate() {
 		return // snapshots: no per-event history to index
 	}

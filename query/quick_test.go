@@ -19,27 +19,20 @@ func quickFields(c *Costs) Costs {
 		Classes: [4]Amount{AIFO: c.Classes[AIFO], AOFI: c.Classes[AOFI], AOFO: c.Classes[AOFO]}}
 }
 
-// holdIndex makes Open's index wait until the returned function is called.
-func holdIndex(t *testing.T) (release func()) {
-	hold := make(chan struct{})
-	beforeIndex = func() { <-hold }
-	t.Cleanup(func() { beforeIndex = func() {} })
-	var once bool
-	return func() {
-		if !once {
-			once = true
-			close(hold)
-		}
-	}
-}
-
 // checkQuick opens path with the index held, asks Quick, and compares it,
 // once the index is built, with Window's answer for the whole trace.
 func checkQuick(t *testing.T, path string) {
 	t.Helper()
-	release := holdIndex(t)
+	hold := make(chan struct{})
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			close(hold)
+		}
+	}
 	defer release()
-	x, err := Open(path, Options{})
+	x, err := Open(path, Options{IndexAfter: hold})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,7 +24,10 @@ func init() {
 		args:    "[flags] FILE [--base FILE2] | --session NAME",
 		summary: "explore a trace in a web browser: timeline, windows, flame graphs, sites",
 		help: `
-serve reads the trace once into an index and serves one page that explores it:
+serve reads the trace as 'heapscope report' does, prints the URL, and builds
+an index of every block's lifetime behind it (windows, instants and the AIFI
+class answer once it is built; the page says "indexing"). It serves one page
+that explores the trace:
 the summary, the heap over time (drag to select a window that filters every
 view), flame graphs by any cost, the functions table with each function's
 callers and callees, the sites tables, the four lifetime classes of the window
@@ -86,31 +89,42 @@ free port, unless --listen says otherwise; it serves until Ctrl-C.`,
 }
 
 // serve listens on addr first (a port in use fails at once, before the
-// trace is read), builds the index of path (and of base, unless ""), prints
-// the URL and serves until ctx ends.
+// trace is read), reads path (and base, unless "") as the report does,
+// prints the URL and serves until ctx ends, while the windowed indexes are
+// built behind (see query.Open).
 func serve(ctx context.Context, stdout io.Writer, addr, path, base string, o query.Options) error {
 	l, err := web.Listen(addr)
 	if err != nil {
 		return err
 	}
 	defer l.Close()
-	x, err := query.Build(path, o)
+	x, err := query.Open(path, o)
 	if err != nil {
 		return err
 	}
 	for _, w := range x.Warnings {
 		fmt.Fprintf(os.Stderr, "heapscope: warning: %s: %s\n", path, w)
 	}
+	go reportIndexError(ctx, x)
 	var bx *query.Index
 	if base != "" {
-		if bx, err = query.Build(base, o); err != nil {
+		if bx, err = query.Open(base, o); err != nil {
 			return err
 		}
 		for _, w := range bx.Warnings {
 			fmt.Fprintf(os.Stderr, "heapscope: warning: %s: %s\n", base, w)
 		}
+		go reportIndexError(ctx, bx)
 	}
 	return serveOn(ctx, stdout, l, web.NewWithBase(x, bx))
+}
+
+// reportIndexError says on standard error why x's windowed index could not
+// be built (the page says it too, for the questions that need it).
+func reportIndexError(ctx context.Context, x *query.Index) {
+	if err := x.Wait(ctx); err != nil && ctx.Err() == nil {
+		fmt.Fprintf(os.Stderr, "heapscope: %v (windows cannot be answered)\n", err)
+	}
 }
 
 // serveLive is serve --session: the index follows the session.
