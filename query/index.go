@@ -92,6 +92,11 @@ type Options struct {
 	// closed: a caller that wants the whole trace's answers first, or a
 	// test that asks questions while the index is not there.
 	IndexAfter <-chan struct{}
+	// CacheDir, when not "", is a folder for index files (see
+	// DefaultCacheDir): Open maps the trace's index from there when it
+	// was written before for the same file and processes, and else writes
+	// it there once built.
+	CacheDir string
 }
 
 // Index is one trace, indexed. It is immutable once built and safe for
@@ -133,6 +138,12 @@ type Index struct {
 	ready chan struct{}
 	err   error
 	after <-chan struct{} // Options.IndexAfter
+
+	cacheDir  string        // Options.CacheDir
+	cacheFile string        // the index file; "" without a cache
+	fromCache bool          // the columns are the index file's
+	saved     chan struct{} // closed when the index file is written, or was not
+	saveErr   error
 	// arenaOwner is the builder's Index, whose arena holds the columns:
 	// kept reachable so that the arena is not released under them.
 	arenaOwner *Index

@@ -42,7 +42,8 @@ func Open(path string, o Options) (*Index, error) {
 	if err != nil {
 		return nil, err
 	}
-	x := &Index{File: path, Header: h, Report: rep, Warnings: rep.Trace.Warnings, ready: make(chan struct{}), after: o.IndexAfter}
+	x := &Index{File: path, Header: h, Report: rep, Warnings: rep.Trace.Warnings, ready: make(chan struct{}), after: o.IndexAfter,
+		cacheDir: o.CacheDir, saved: make(chan struct{})}
 	x.rules, x.supOpt = o.Suppressions, suppress.Options{Sysroot: o.Symbolize.Sysroot}
 
 	// The report's stacks are the index's: each address symbolized once,
@@ -114,17 +115,51 @@ func (x *Index) Wait(ctx context.Context) error {
 // await waits for the index, for the methods that need it.
 func (x *Index) await() { <-x.ready }
 
-// index reads the trace again through the builder alone (the model's work
-// is done) and publishes the columns. The builder numbers stacks as the
-// report's profile does, so that rows point at the sites already made.
+// index maps the columns from the index file, or builds them and then
+// writes the file, and publishes them.
 func (x *Index) index(path string, sel analyze.Processes) {
-	defer close(x.ready)
+	defer close(x.saved)
 	if x.after != nil {
 		<-x.after
 	}
 	if x.Aggregate() {
+		close(x.ready)
 		return // snapshots: no per-event history to index
 	}
+	if x.cacheDir != "" {
+		if name, err := cacheName(x.cacheDir, path, sel); err == nil {
+			x.cacheFile = name
+			if c, err := loadCache(name, len(x.stacks)); err == nil {
+				x.publish(c)
+				x.fromCache = true
+				close(x.ready)
+				return
+			}
+		}
+	}
+	c, err := x.build(path, sel)
+	if err != nil {
+		x.err = fmt.Errorf("indexing %s: %w", path, err)
+		close(x.ready)
+		return
+	}
+	x.publish(c)
+	close(x.ready)
+	if x.cacheFile != "" {
+		x.saveErr = x.writeCache(x.cacheFile)
+	}
+}
+
+// publish makes c's columns x's.
+func (x *Index) publish(c *Index) {
+	x.evs, x.rows, x.big, x.unmatched = c.evs, c.rows, c.big, c.unmatched
+	x.arenaOwner = c
+}
+
+// build reads the trace again through the builder alone (the model's work
+// is done). The builder numbers stacks as the report's profile does, so
+// that rows point at the sites already made.
+func (x *Index) build(path string, sel analyze.Processes) (*Index, error) {
 	b := newBuilder()
 	b.x.stacks = append([]stackRef(nil), x.stacks...)
 	for i, st := range x.stacks {
@@ -140,12 +175,23 @@ func (x *Index) index(path string, sel analyze.Processes) {
 		err = fmt.Errorf("stack %d of process %d: %w", st.id, st.pid, ErrInconsistent)
 	}
 	if err != nil {
-		x.err = fmt.Errorf("indexing %s: %w", path, err)
-		return
+		return nil, err
 	}
-	c := b.x
-	x.evs, x.rows, x.big, x.unmatched = c.evs, c.rows, c.big, c.unmatched
-	x.arenaOwner = c
+	return b.x, nil
+}
+
+// CacheFile returns the index file of x ("" without Options.CacheDir) and
+// whether x's columns were read from it rather than built.
+func (x *Index) CacheFile() (file string, read bool) {
+	x.await()
+	return x.cacheFile, x.fromCache
+}
+
+// WaitSaved waits until the index file is written (or was read, or there
+// is none) and returns why it could not be written.
+func (x *Index) WaitSaved() error {
+	<-x.saved
+	return x.saveErr
 }
 
 // replay feeds the trace's events to b, through a filter of sel's

@@ -42,12 +42,17 @@ func main() {
 	clicks := flag.Int("clicks", 20, "clicks (new windows) per repetition")
 	out := flag.String("o", "bench/RESULTS-serve.md", "results file")
 	bin := flag.String("bin", "", "the heapscope binary to measure (default: build ./cmd/heapscope)")
+	cache := flag.String("cache", "cold", "the index file: cold (none: every serve builds the index) or warm (written by an untimed serve first)")
 	flag.Parse()
 	if *trace == "" {
 		fmt.Fprintln(os.Stderr, "servebench: -trace FILE is needed")
 		os.Exit(2)
 	}
-	if err := run(*trace, *reps, *clicks, *bin, *out); err != nil {
+	if *cache != "cold" && *cache != "warm" {
+		fmt.Fprintln(os.Stderr, "servebench: -cache: cold or warm")
+		os.Exit(2)
+	}
+	if err := run(*trace, *reps, *clicks, *bin, *cache == "warm", *out); err != nil {
 		fmt.Fprintln(os.Stderr, "servebench:", err)
 		os.Exit(1)
 	}
@@ -63,7 +68,7 @@ type serveRun struct {
 	summary     struct{ Events, Blocks, Sites int }
 }
 
-func run(trace string, reps, clicks int, bin, outFile string) error {
+func run(trace string, reps, clicks int, bin string, warm bool, outFile string) error {
 	tmp, err := os.MkdirTemp("", "servebench-")
 	if err != nil {
 		return err
@@ -79,13 +84,24 @@ func run(trace string, reps, clicks int, bin, outFile string) error {
 	var reportWall, reportRSS, reportCPU, indexT, pageT, indexedT, pageCPU, clickCPU, rss []float64
 	var allClicks []time.Duration
 	var last *serveRun
+	cacheDir := filepath.Join(tmp, "cache")
+	if warm {
+		// One untimed serve writes the index file.
+		os.Setenv("XDG_CACHE_HOME", cacheDir)
+		if _, err := serve(hs, trace, 0, 0, filepath.Join(cacheDir, "heapscope", "index")); err != nil {
+			return err
+		}
+	}
 	for i := 0; i < reps; i++ {
+		if !warm {
+			os.Setenv("XDG_CACHE_HOME", filepath.Join(tmp, fmt.Sprintf("cache-%d", i)))
+		}
 		w, r, cpu, err := report(hs, trace)
 		if err != nil {
 			return err
 		}
 		reportWall, reportRSS, reportCPU = append(reportWall, w.Seconds()), append(reportRSS, float64(r)), append(reportCPU, cpu.Seconds())
-		s, err := serve(hs, trace, clicks, int64(i))
+		s, err := serve(hs, trace, clicks, int64(i), "")
 		if err != nil {
 			return err
 		}
@@ -98,7 +114,11 @@ func run(trace string, reps, clicks int, bin, outFile string) error {
 	}
 	st, _ := os.Stat(trace)
 	var doc bytes.Buffer
-	fmt.Fprintf(&doc, "# `heapscope serve` against `heapscope report`\n\nWritten by `go run ./bench/servebench -trace %s -reps %d -clicks %d`.\n\n", filepath.Base(trace), reps, clicks)
+	mode := "cold"
+	if warm {
+		mode = "warm"
+	}
+	fmt.Fprintf(&doc, "# `heapscope serve` against `heapscope report`\n\nWritten by `go run ./bench/servebench -trace %s -reps %d -clicks %d -cache %s`.\n\n", filepath.Base(trace), reps, clicks, mode)
 	fmt.Fprintf(&doc, "- date: %s\n- machine: %s\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"), benchutil.Machine())
 	fmt.Fprintf(&doc, "- trace: %s (%d bytes): %d heap events, %d blocks and calls, %d sites in the index\n", filepath.Base(trace), st.Size(), last.summary.Events, last.summary.Blocks, last.summary.Sites)
 	fmt.Fprintf(&doc, "- method: `heapscope report --format json TRACE` (output to /dev/null) and `heapscope serve TRACE` run in turn, %d times. \"First page\" is from starting `serve` to the answers of the whole trace's summary, timeline of 1400 points, flame graph of the leaks and sites (top 50), over HTTP on loopback, without the browser's drawing; \"URL\" to the URL printed; \"indexed\" to the windowed index built (`/api/index?wait=1`, then the whole trace's window classes answered). A click is a new random window: its classes, its flame graph by a cost that changes each click, and the timeline zoomed to it, in turn (all three answered). Medians; max RSS from wait4 (report) and /proc VmHWM (serve); CPU time is user+system, from wait4 (report) and /proc/PID/stat (serve: to the first page, and over the clicks divided by their number), less sensitive than wall time to the other work on the machine. The machine (2 cores) is shared with several engineers' builds and tests: wall times are noisy.\n\n", reps)
@@ -115,6 +135,20 @@ func run(trace string, reps, clicks int, bin, outFile string) error {
 	fmt.Fprintf(&doc, "| CPU time of the server per click | %.0fms | |\n", benchutil.Median(clickCPU)*1000)
 	fmt.Fprintf(&doc, "| max RSS: report / serve | %.1f MiB / %.1f MiB | |\n", benchutil.Median(reportRSS)/1024, benchutil.Median(rss)/1024)
 	return os.WriteFile(outFile, doc.Bytes(), 0o644)
+}
+
+// waitIndexFile waits until dir holds an index file (one not named
+// .tmp-…): serve writes it after its index is built.
+func waitIndexFile(dir string) error {
+	for end := time.Now().Add(5 * time.Minute); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		es, _ := os.ReadDir(dir)
+		for _, e := range es {
+			if strings.HasSuffix(e.Name(), ".hsi") {
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("no index file in %s", dir)
 }
 
 func yes(b bool) string {
@@ -182,7 +216,9 @@ func get(url string) error {
 	return nil
 }
 
-func serve(hs, trace string, clicks int, seed int64) (*serveRun, error) {
+// serve measures one serve of trace; with waitDir, it ends it only once
+// an index file is in waitDir.
+func serve(hs, trace string, clicks int, seed int64, waitDir string) (*serveRun, error) {
 	cmd := exec.Command(hs, "serve", trace)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -254,6 +290,11 @@ func serve(hs, trace string, clicks int, seed int64) (*serveRun, error) {
 	}
 	if clicks > 0 {
 		s.clickCPU = (cpuTime(cmd.Process.Pid) - cpuIndexed) / time.Duration(clicks)
+	}
+	if waitDir != "" {
+		if err := waitIndexFile(waitDir); err != nil {
+			return nil, err
+		}
 	}
 	// Max RSS over the whole run: the index and the clicks included.
 	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", cmd.Process.Pid)); err == nil {
