@@ -22,7 +22,6 @@ import (
 // context does; a port in use is a clear error, before the trace is read.
 func TestServe(t *testing.T) {
 	t.Cleanup(testutil.Cleanup)
-	t.Setenv("XDG_CACHE_HOME", t.TempDir()) // index files, if any, not in the home folder
 	bin := testutil.MustBuild(t, "report_known", testutil.Options{})
 	trace := filepath.Join(t.TempDir(), "known.hst")
 	tracetest.Record(t, trace, bin)
