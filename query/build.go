@@ -2,6 +2,7 @@ package query
 
 import (
 	"math"
+	"math/bits"
 
 	"github.com/heapscope/heapscope/event"
 )
@@ -120,6 +121,7 @@ type liveRef struct {
 	row  uint32
 	tid  uint32
 	size uint64
+	t    int64 // when it was made
 }
 
 // row appends a row made by the event numbered seq and returns its index.
@@ -132,7 +134,7 @@ func (b *builder) row(seq uint32, stack int32, tid uint32, size uint64, flags ui
 	r := x.rows.add()
 	r.alloc, r.end = seq, never
 	if flags&fNoBlock != 0 {
-		r.end = seq
+		r.end, r.life = seq, 1
 	}
 	if size > math.MaxUint32 {
 		if x.big == nil {
@@ -152,19 +154,21 @@ func (b *builder) row(seq uint32, stack int32, tid uint32, size uint64, flags ui
 // alloc makes a live block; a live block at the same address lost its free.
 func (b *builder) alloc(seq uint32, kind *uint8, p *bproc, e *event.Event, flags uint8) {
 	if old, ok := p.live.get(e.Addr); ok {
-		b.end(seq, kind, old, fMissed)
+		b.end(seq, e.Time, kind, old, fMissed)
 	}
 	r := b.row(seq, b.stackIndex(p, e.Stack), e.TID, e.Size, flags)
-	p.live.put(e.Addr, liveRef{row: r, tid: e.TID, size: e.Size})
+	p.live.put(e.Addr, liveRef{row: r, tid: e.TID, size: e.Size, t: e.Time})
 	b.liveBytes += e.Size
 	b.liveBlocks++
 	*kind |= evMade
 }
 
-// end ends block l at seq with the given flags (fFreed, fTemp, fMissed).
-func (b *builder) end(seq uint32, kind *uint8, l liveRef, flags uint8) {
+// end ends block l at seq, time now, with the given flags (fFreed, fTemp,
+// fMissed).
+func (b *builder) end(seq uint32, now int64, kind *uint8, l liveRef, flags uint8) {
 	row := b.x.rows.at(int(l.row))
 	row.end = seq
+	row.life = uint8(min(bits.Len64(uint64(now-l.t)), 63)) + 1
 	row.flags |= flags
 	b.liveBytes -= l.size
 	b.liveBlocks--
@@ -184,7 +188,7 @@ func (b *builder) free(seq uint32, kind *uint8, p *bproc, e *event.Event, addr u
 	if last == addr && l.tid == e.TID {
 		fl |= fTemp
 	}
-	b.end(seq, kind, l, fl)
+	b.end(seq, e.Time, kind, l, fl)
 }
 
 func (b *builder) Events(evs []event.Event) error {
@@ -269,10 +273,10 @@ func (b *builder) unmap(seq uint32, kind *uint8, p *bproc, e *event.Event, last 
 	}
 	old := *b.x.rows.at(int(l.row))
 	p.live.del(e.Addr)
-	b.end(seq, kind, l, 0)
+	b.end(seq, e.Time, kind, l, 0)
 	size := l.size - e.Size
 	n := b.row(seq, old.stack, old.tid, size, fCont|old.flags&fRealloc)
-	p.live.put(e.Addr+e.Size, liveRef{row: n, tid: l.tid, size: size})
+	p.live.put(e.Addr+e.Size, liveRef{row: n, tid: l.tid, size: size, t: e.Time})
 	b.liveBytes += size
 	b.liveBlocks++
 }

@@ -38,7 +38,7 @@ import (
 //	the chunks' base times and live bytes, the chunks kept whole (index
 //	and values), the big sizes, the unmatched frees, and the magic again.
 
-const diskMagic = "HSIDX\x00\x00\x01"
+const diskMagic = "HSIDX\x00\x00\x02"
 
 // ErrBadIndexFile is wrapped by the errors of a cache file that cannot be
 // used; Open then builds the index again.
@@ -339,7 +339,7 @@ func (x *Index) checkRows(nev uint64, nstacks int) error {
 	for i := 0; i < x.rows.len(); i++ {
 		r := x.rows.at(i)
 		if r.alloc < prev || uint64(r.alloc) >= nev || r.stack < 0 || int(r.stack) >= nstacks ||
-			r.end != never && (r.end < r.alloc || uint64(r.end) >= nev) {
+			r.end != never && (r.end < r.alloc || uint64(r.end) >= nev || r.life == 0 || r.life > 64) {
 			return fmt.Errorf("row %d: %w", i, ErrBadIndexFile)
 		}
 		prev = r.alloc

@@ -1,6 +1,7 @@
 package query
 
 import (
+	"math/bits"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -152,5 +153,32 @@ func TestIndexFileBad(t *testing.T) {
 				t.Error("the index file written again is not used")
 			}
 		})
+	}
+}
+
+// A block's lifetime kept in its row is the time between its two events in
+// the event column: a window's lifetimes are those of its blocks.
+func TestRowLifetimes(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "random.hst")
+	writeRandomTrace(t, path, 4)
+	x := build(t, path)
+	span := x.End() - x.Start()
+	for _, f := range []Filter{{}, {From: x.Start() + span/4, To: x.Start() + span/2}} {
+		res := x.Window(f)
+		var want Lifetimes
+		for i := 0; i < x.rows.len(); i++ {
+			r := x.rows.at(i)
+			if r.flags&(fNoBlock|fCont) != 0 || int64(r.alloc) < res.Span.S0 || int64(r.alloc) >= res.Span.S1 {
+				continue
+			}
+			if r.end == never {
+				want.Live++
+				continue
+			}
+			want.Buckets[bits.Len64(uint64(x.evs.time(int(r.end))-x.evs.time(int(r.alloc))))]++
+		}
+		if res.Lifetime != want {
+			t.Errorf("window %+v: lifetimes %v, from the event column %v", f, res.Lifetime, want)
+		}
 	}
 }

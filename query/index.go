@@ -62,6 +62,11 @@ type rowRec struct {
 	stack      int32  // index into Index.stacks
 	tid        uint32
 	flags      uint8
+	// life is the bucket of the block's lifetime, bits.Len64(end's time -
+	// alloc's time) (at most 63), plus 1; 0 while it is live. Kept here
+	// (in what was padding) so that a window's lifetimes do not read the
+	// event column at random.
+	life uint8
 }
 
 // Row flags.

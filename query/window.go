@@ -304,7 +304,7 @@ func (x *Index) scanRows(q *windowScan, w *windowPart, lo, hi int) {
 				if e == never {
 					w.life.Live++
 				} else {
-					w.life.Buckets[bits.Len64(uint64(x.evs.time(int(e))-x.evs.time(int(a))))]++
+					w.life.Buckets[row.life-1]++
 				}
 			}
 			if fl&fTemp != 0 && e < s1 {
