@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"syscall"
 	"unsafe"
@@ -19,9 +18,8 @@ import (
 )
 
 // The windowed index on disk: its columns written once, after they are
-// built, into a cache folder, and mapped (read-only) by a later Open of the
-// same trace instead of being built again. Its columns are then page
-// cache, not the process's own memory.
+// built, into a cache folder, and read by a later Open of the same trace
+// instead of being built again.
 //
 // A file is named by a hash of what it was built from: the trace's path,
 // device, inode, size and modification time, and the processes selected;
@@ -193,20 +191,36 @@ func (x *Index) writeCache(file string) (err error) {
 // math64 ends a list of chunk indices.
 const math64 = ^uint64(0)
 
-// diskReader reads a mapped index file, checking every length.
+// diskReader reads an index file, checking every length.
 type diskReader struct {
-	b   []byte
-	off int
-	err error
+	f         *os.File
+	off, size int64
+	err       error
+}
+
+// into fills b from the file.
+func (d *diskReader) into(b []byte) {
+	if d.err != nil {
+		return
+	}
+	if int64(len(b)) > d.size-d.off {
+		d.err = fmt.Errorf("truncated at %d: %w", d.off, ErrBadIndexFile)
+		return
+	}
+	if _, err := d.f.ReadAt(b, d.off); err != nil {
+		d.err = err
+		return
+	}
+	d.off += int64(len(b))
 }
 
 func (d *diskReader) take(n int) []byte {
-	if d.err != nil || n < 0 || n > len(d.b)-d.off {
+	if d.err != nil || n < 0 || int64(n) > d.size-d.off {
 		d.err = fmt.Errorf("truncated at %d: %w", d.off, ErrBadIndexFile)
 		return nil
 	}
-	b := d.b[d.off : d.off+n]
-	d.off += n
+	b := make([]byte, n)
+	d.into(b)
 	return b
 }
 
@@ -218,20 +232,25 @@ func (d *diskReader) u64() uint64 {
 	return binary.LittleEndian.Uint64(b)
 }
 
-// sliceOf views b as n Ts; b is 8-aligned in the mapping.
+// sliceOf views b (from make: 8-aligned) as n Ts.
 func sliceOf[T any](b []byte, n int) []T {
-	if n == 0 || b == nil {
-		return nil
+	if n == 0 || len(b) < n*int(unsafe.Sizeof(*new(T))) {
+		return make([]T, n)
 	}
 	return unsafe.Slice((*T)(unsafe.Pointer(unsafe.SliceData(b))), n)
 }
 
-// mapping is a read-only mapped file, unmapped when its owner is collected.
-type mapping struct{ b []byte }
+// readChunk reads a column's chunk into the arena.
+func readChunk[T any](d *diskReader, a *arena) []T {
+	c := newChunk[T](a)
+	d.into(rawBytes(c))
+	return c
+}
 
-// loadCache maps file and returns x's columns from it: an Index holding
-// them (its mapping released when that Index is collected). nstacks is the
-// number of stacks x has: the file's rows must point at them.
+// loadCache reads file into an Index holding x's columns, in an arena as
+// a built index's (a mapping of the file was read several times slower
+// than anonymous memory on this machine: each click paid for it). nstacks
+// is the number of stacks x has: the file's rows must point at them.
 func loadCache(file string, nstacks int) (*Index, error) {
 	f, err := os.OpenFile(file, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 	if err != nil {
@@ -246,27 +265,24 @@ func loadCache(file string, nstacks int) (*Index, error) {
 	if !fi.Mode().IsRegular() || !ok || int(st.Uid) != os.Geteuid() || fi.Mode().Perm()&0o077 != 0 {
 		return nil, fmt.Errorf("%s: not a private file of this user's: %w", file, ErrBadIndexFile)
 	}
-	if fi.Size() < 2*int64(len(diskMagic)) || fi.Size() > 1<<46 {
+	if fi.Size() < 2*int64(len(diskMagic)) {
 		return nil, fmt.Errorf("%s: size %d: %w", file, fi.Size(), ErrBadIndexFile)
-	}
-	mem, err := syscall.Mmap(int(f.Fd()), 0, int(fi.Size()), syscall.PROT_READ, syscall.MAP_SHARED)
-	if err != nil {
-		return nil, err
 	}
 	x := &Index{ready: make(chan struct{})}
 	close(x.ready)
-	m := &mapping{b: mem}
-	runtime.AddCleanup(x, func(m *mapping) { syscall.Munmap(m.b) }, m)
-	if err := x.readCache(mem, nstacks); err != nil {
+	if err := x.readCache(&diskReader{f: f, size: fi.Size()}, nstacks); err != nil {
 		return nil, fmt.Errorf("%s: %w", file, err)
 	}
 	return x, nil
 }
 
-// readCache fills x's columns from the file's bytes b, and checks them.
-func (x *Index) readCache(b []byte, nstacks int) error {
-	d := &diskReader{b: b}
-	if string(d.take(len(diskMagic))) != diskMagic || string(b[len(b)-len(diskMagic):]) != diskMagic {
+// readCache fills x's columns from the file d, and checks them.
+func (x *Index) readCache(d *diskReader, nstacks int) error {
+	tail := make([]byte, len(diskMagic))
+	if _, err := d.f.ReadAt(tail, d.size-int64(len(tail))); err != nil {
+		return err
+	}
+	if string(d.take(len(diskMagic))) != diskMagic || string(tail) != diskMagic {
 		return fmt.Errorf("not an index file of this version: %w", ErrBadIndexFile)
 	}
 	nev, nrows, nst := d.u64(), d.u64(), d.u64()
@@ -275,18 +291,25 @@ func (x *Index) readCache(b []byte, nstacks int) error {
 	}
 	chunks := func(n uint64) int { return int((n + chunkLen - 1) / chunkLen) }
 	kev, krows := chunks(nev), chunks(nrows)
-	for k := 0; k < kev; k++ {
-		x.evs.recs.chunks = append(x.evs.recs.chunks, sliceOf[evRec](d.take(chunkLen*int(unsafe.Sizeof(evRec{}))), chunkLen))
+	if int64(kev)*chunkLen*13+int64(krows)*chunkLen*int64(unsafe.Sizeof(rowRec{})) > d.size {
+		return fmt.Errorf("%d events and %d rows do not fit %d bytes: %w", nev, nrows, d.size, ErrBadIndexFile)
 	}
-	for k := 0; k < kev; k++ {
-		x.evs.kinds.chunks = append(x.evs.kinds.chunks, sliceOf[uint8](d.take(chunkLen), chunkLen))
+	a := newArena(x)
+	for k := 0; k < kev && d.err == nil; k++ {
+		x.evs.recs.chunks = append(x.evs.recs.chunks, readChunk[evRec](d, a))
 	}
-	for k := 0; k < krows; k++ {
-		x.rows.chunks = append(x.rows.chunks, sliceOf[rowRec](d.take(chunkLen*int(unsafe.Sizeof(rowRec{}))), chunkLen))
+	for k := 0; k < kev && d.err == nil; k++ {
+		x.evs.kinds.chunks = append(x.evs.kinds.chunks, readChunk[uint8](d, a))
+	}
+	for k := 0; k < krows && d.err == nil; k++ {
+		x.rows.chunks = append(x.rows.chunks, readChunk[rowRec](d, a))
+	}
+	if d.err != nil {
+		return d.err
 	}
 	x.evs.recs.n, x.evs.kinds.n, x.rows.n = int(nev), int(nev), int(nrows)
-	x.evs.base = append([]int64(nil), sliceOf[int64](d.take(8*kev), kev)...)
-	x.evs.baseLive = append([]uint64(nil), sliceOf[uint64](d.take(8*kev), kev)...)
+	x.evs.base = sliceOf[int64](d.take(8*kev), kev)
+	x.evs.baseLive = sliceOf[uint64](d.take(8*kev), kev)
 	x.evs.wide, x.evs.wideLive = make([][]int64, kev), make([][]uint64, kev)
 	for k := d.u64(); d.err == nil && k != math64; k = d.u64() {
 		if k >= uint64(kev) {
@@ -315,14 +338,14 @@ func (x *Index) readCache(b []byte, nstacks int) error {
 	if nun > nev {
 		return fmt.Errorf("%d unmatched frees: %w", nun, ErrBadIndexFile)
 	}
-	x.unmatched = append([]uint32(nil), sliceOf[uint32](d.take(4*int(nun)), int(nun))...)
+	x.unmatched = sliceOf[uint32](d.take(4*int(nun)), int(nun))
 	d.take(len(pad8(4 * int(nun))))
 	d.take(len(diskMagic))
 	if d.err != nil {
 		return d.err
 	}
-	if d.off != len(b) {
-		return fmt.Errorf("%d bytes after the end: %w", len(b)-d.off, ErrBadIndexFile)
+	if d.off != d.size {
+		return fmt.Errorf("%d bytes after the end: %w", d.size-d.off, ErrBadIndexFile)
 	}
 	for _, u := range x.unmatched {
 		if uint64(u) >= nev {

@@ -98,7 +98,7 @@ type Options struct {
 	// test that asks questions while the index is not there.
 	IndexAfter <-chan struct{}
 	// CacheDir, when not "", is a folder for index files (see
-	// DefaultCacheDir): Open maps the trace's index from there when it
+	// DefaultCacheDir): Open reads the trace's index from there when it
 	// was written before for the same file and processes, and else writes
 	// it there once built.
 	CacheDir string

@@ -115,7 +115,7 @@ func (x *Index) Wait(ctx context.Context) error {
 // await waits for the index, for the methods that need it.
 func (x *Index) await() { <-x.ready }
 
-// index maps the columns from the index file, or builds them and then
+// index reads the columns from the index file, or builds them and then
 // writes the file, and publishes them.
 func (x *Index) index(path string, sel analyze.Processes) {
 	defer close(x.saved)

@@ -52,10 +52,10 @@ state. Each update reads the whole file again.
 The index is written once, mode 0600, to heapscope's cache folder
 ($XDG_CACHE_HOME/heapscope/index, else ~/.cache/heapscope/index), named by the
 trace's path, inode, size and modification time and the processes selected;
-the next serve of the same trace maps it instead of building it (a changed
+the next serve of the same trace reads it instead of building it (a changed
 trace gets a new one; a damaged or foreign file is built again). Its size is
 about 13 bytes per heap event and 24 per block: delete the folder to reclaim
-it. --no-index-cache keeps the index in memory only.
+it. --no-index-cache neither reads nor writes an index file.
 
 The URL is the first line of standard output. It listens on loopback, on a
 free port, unless --listen says otherwise; it serves until Ctrl-C.`,
@@ -65,7 +65,7 @@ free port, unless --listen says otherwise; it serves until Ctrl-C.`,
 			listen := fs.String("listen", "127.0.0.1:0", "address to listen on (host:port)")
 			base := fs.String("base", "", "a trace to compare with")
 			session := fs.String("session", "", "follow this running session instead of a file")
-			noCache := fs.Bool("no-index-cache", false, "build the index in memory and write no index file")
+			noCache := fs.Bool("no-index-cache", false, "neither read nor write an index file: build the index every time")
 			return func(args []string) error {
 				if *session != "" {
 					if len(args) != 0 || *base != "" {
