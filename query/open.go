@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
+	"syscall"
 
 	"github.com/heapscope/heapscope/analyze"
 	"github.com/heapscope/heapscope/event"
@@ -79,6 +81,15 @@ func Open(path string, o Options) (*Index, error) {
 	return x, nil
 }
 
+// background lowers the priority of the calling goroutine's thread (nice
+// 10), for the rest of its life: the windowed index is built while the
+// whole trace's answers are served, and those go first on a machine with
+// few cores. The thread ends with the goroutine (it stays locked to it).
+func background() {
+	runtime.LockOSThread()
+	_ = syscall.Setpriority(syscall.PRIO_PROCESS, syscall.Gettid(), 10) // advice: without it, the same at normal priority
+}
+
 // Build is Open, and waits for the windowed index.
 func Build(path string, o Options) (*Index, error) {
 	x, err := Open(path, o)
@@ -119,6 +130,7 @@ func (x *Index) await() { <-x.ready }
 // writes the file, and publishes them.
 func (x *Index) index(path string, sel analyze.Processes) {
 	defer close(x.saved)
+	background()
 	if x.after != nil {
 		<-x.after
 	}
