@@ -341,15 +341,3 @@ func (x *Index) mergeSites() {
 		s.PIDs = out
 	}
 }
-
-func dedup(ss []string) []string {
-	seen := map[string]bool{}
-	out := []string{}
-	for _, s := range ss {
-		if !seen[s] {
-			seen[s] = true
-			out = append(out, s)
-		}
-	}
-	return out
-}
