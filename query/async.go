@@ -29,6 +29,7 @@ func newAsync(b *builder) *async {
 	a := &async{b: b, ch: make(chan asyncRec, 8), pool: make(chan []event.Event, 10), done: make(chan struct{})}
 	go func() {
 		defer close(a.done)
+		background()
 		for r := range a.ch {
 			if r.stack != nil {
 				b.Stack(*r.stack)

@@ -2,6 +2,7 @@ package query
 
 import (
 	"math"
+	"math/bits"
 
 	"github.com/heapscope/heapscope/event"
 )
@@ -32,13 +33,19 @@ type builder struct {
 
 	liveBytes  uint64
 	liveBlocks uint32
+
+	// known is how many stacks were seeded (see seed); unknown is the
+	// first stack past them that a row used (-1: none).
+	known, unknown int
 }
 
 func newBuilder() *builder {
-	x := &Index{}
+	// Its columns are complete when the builder's events end: ready.
+	x := &Index{ready: make(chan struct{})}
+	close(x.ready)
 	a := newArena(x)
 	x.evs.recs.arena, x.evs.kinds.arena, x.rows.arena = a, a, a
-	return &builder{x: x, procs: map[uint32]*bproc{}, last: map[uint64]*uint64{}}
+	return &builder{x: x, procs: map[uint32]*bproc{}, last: map[uint64]*uint64{}, unknown: -1}
 }
 
 var _ event.Sink = (*builder)(nil)
@@ -76,24 +83,34 @@ func (b *builder) stackIndex(p *bproc, id event.StackID) int32 {
 	x := b.x
 	i := int32(len(x.stacks))
 	x.stacks = append(x.stacks, stackRef{pid: p.pid, id: id})
+	b.seed(p.pid, id, i)
+	return i
+}
+
+// seed numbers stack id of process pid i, as the report's profile does;
+// b.x.stacks[i] must be it.
+func (b *builder) seed(pid uint32, id event.StackID, i int32) {
+	p := b.proc(pid)
 	if id < maxDenseID {
 		if int(id) >= len(p.ids) {
 			n := max(2*len(p.ids), int(id)+1, 64)
 			p.ids = append(p.ids, make([]int32, n-len(p.ids))...)
 		}
 		p.ids[id] = i + 1
-	} else {
-		if p.idm == nil {
-			p.idm = map[event.StackID]int32{}
-		}
-		p.idm[id] = i + 1
+		return
 	}
-	return i
+	if p.idm == nil {
+		p.idm = map[event.StackID]int32{}
+	}
+	p.idm[id] = i + 1
 }
 
 func (b *builder) Stack(st event.Stack) error {
 	i := b.stackIndex(b.proc(st.PID), st.ID)
-	b.x.stacks[i].frames = append([]uint64(nil), st.Frames...)
+	if b.x.stacks[i].frames == nil {
+		// A stack the report's profile left out (it made nothing).
+		b.x.stacks[i].frames = append([]uint64(nil), st.Frames...)
+	}
 	return nil
 }
 
@@ -104,16 +121,20 @@ type liveRef struct {
 	row  uint32
 	tid  uint32
 	size uint64
+	t    int64 // when it was made
 }
 
 // row appends a row made by the event numbered seq and returns its index.
 func (b *builder) row(seq uint32, stack int32, tid uint32, size uint64, flags uint8) uint32 {
 	x := b.x
+	if int(stack) >= b.known && b.unknown < 0 {
+		b.unknown = int(stack)
+	}
 	i := uint32(x.rows.len())
 	r := x.rows.add()
 	r.alloc, r.end = seq, never
 	if flags&fNoBlock != 0 {
-		r.end = seq
+		r.end, r.life = seq, 1
 	}
 	if size > math.MaxUint32 {
 		if x.big == nil {
@@ -133,19 +154,21 @@ func (b *builder) row(seq uint32, stack int32, tid uint32, size uint64, flags ui
 // alloc makes a live block; a live block at the same address lost its free.
 func (b *builder) alloc(seq uint32, kind *uint8, p *bproc, e *event.Event, flags uint8) {
 	if old, ok := p.live.get(e.Addr); ok {
-		b.end(seq, kind, old, fMissed)
+		b.end(seq, e.Time, kind, old, fMissed)
 	}
 	r := b.row(seq, b.stackIndex(p, e.Stack), e.TID, e.Size, flags)
-	p.live.put(e.Addr, liveRef{row: r, tid: e.TID, size: e.Size})
+	p.live.put(e.Addr, liveRef{row: r, tid: e.TID, size: e.Size, t: e.Time})
 	b.liveBytes += e.Size
 	b.liveBlocks++
 	*kind |= evMade
 }
 
-// end ends block l at seq with the given flags (fFreed, fTemp, fMissed).
-func (b *builder) end(seq uint32, kind *uint8, l liveRef, flags uint8) {
+// end ends block l at seq, time now, with the given flags (fFreed, fTemp,
+// fMissed).
+func (b *builder) end(seq uint32, now int64, kind *uint8, l liveRef, flags uint8) {
 	row := b.x.rows.at(int(l.row))
 	row.end = seq
+	row.life = uint8(min(bits.Len64(uint64(now-l.t)), 63)) + 1
 	row.flags |= flags
 	b.liveBytes -= l.size
 	b.liveBlocks--
@@ -165,7 +188,7 @@ func (b *builder) free(seq uint32, kind *uint8, p *bproc, e *event.Event, addr u
 	if last == addr && l.tid == e.TID {
 		fl |= fTemp
 	}
-	b.end(seq, kind, l, fl)
+	b.end(seq, e.Time, kind, l, fl)
 }
 
 func (b *builder) Events(evs []event.Event) error {
@@ -250,10 +273,10 @@ func (b *builder) unmap(seq uint32, kind *uint8, p *bproc, e *event.Event, last 
 	}
 	old := *b.x.rows.at(int(l.row))
 	p.live.del(e.Addr)
-	b.end(seq, kind, l, 0)
+	b.end(seq, e.Time, kind, l, 0)
 	size := l.size - e.Size
 	n := b.row(seq, old.stack, old.tid, size, fCont|old.flags&fRealloc)
-	p.live.put(e.Addr+e.Size, liveRef{row: n, tid: l.tid, size: size})
+	p.live.put(e.Addr+e.Size, liveRef{row: n, tid: l.tid, size: size, t: e.Time})
 	b.liveBytes += size
 	b.liveBlocks++
 }

@@ -33,11 +33,8 @@ package query
 
 import (
 	"errors"
-	"fmt"
 	"math"
-	pathpkg "path"
 	"sort"
-	"strings"
 	"sync"
 
 	"github.com/heapscope/heapscope/analyze"
@@ -65,6 +62,11 @@ type rowRec struct {
 	stack      int32  // index into Index.stacks
 	tid        uint32
 	flags      uint8
+	// life is the bucket of the block's lifetime, bits.Len64(end's time -
+	// alloc's time) (at most 63), plus 1; 0 while it is live. Kept here
+	// (in what was padding) so that a window's lifetimes do not read the
+	// event column at random.
+	life uint8
 }
 
 // Row flags.
@@ -91,6 +93,15 @@ type Options struct {
 	// trace's and each window's) show as suppressed, as `heapscope report`
 	// does.
 	Suppressions []*suppress.Rule
+	// IndexAfter, when not nil, holds Open's windowed index until it is
+	// closed: a caller that wants the whole trace's answers first, or a
+	// test that asks questions while the index is not there.
+	IndexAfter <-chan struct{}
+	// CacheDir, when not "", is a folder for index files (see
+	// DefaultCacheDir): Open reads the trace's index from there when it
+	// was written before for the same file and processes, and else writes
+	// it there once built.
+	CacheDir string
 }
 
 // Index is one trace, indexed. It is immutable once built and safe for
@@ -123,6 +134,24 @@ type Index struct {
 	supOpt     suppress.Options
 	// unmatched holds the sequence numbers of unmatched frees.
 	unmatched []uint32
+
+	// quick is the whole trace's answer from the report's pass, for the
+	// questions asked before the windowed index is built (see Open).
+	quick *Result
+	// ready is closed when the windowed index (evs, rows, big, unmatched)
+	// is built, or failed with err; those fields are not read before.
+	ready chan struct{}
+	err   error
+	after <-chan struct{} // Options.IndexAfter
+
+	cacheDir  string        // Options.CacheDir
+	cacheFile string        // the index file; "" without a cache
+	fromCache bool          // the columns are the index file's
+	saved     chan struct{} // closed when the index file is written, or was not
+	saveErr   error
+	// arenaOwner is the builder's Index, whose arena holds the columns:
+	// kept reachable so that the arena is not released under them.
+	arenaOwner *Index
 }
 
 // Event kinds in evKind.
@@ -155,15 +184,35 @@ func (x *Index) Suppressed(id int) bool { return id < len(x.suppressed) && x.sup
 // Sites returns the call sites.
 func (x *Index) Sites() []*Site { return x.sites }
 
-// Events returns the number of heap events indexed.
-func (x *Index) Events() int { return x.evs.len() }
+// Events returns the number of heap events indexed: 0 until the windowed
+// index is ready.
+func (x *Index) Events() int {
+	if !x.Ready() {
+		return 0
+	}
+	return x.evs.len()
+}
 
-// Blocks returns the number of rows (blocks and calls that made none).
-func (x *Index) Blocks() int { return x.rows.len() }
+// Blocks returns the number of rows (blocks and calls that made none): 0
+// until the windowed index is ready.
+func (x *Index) Blocks() int {
+	if !x.Ready() {
+		return 0
+	}
+	return x.rows.len()
+}
 
 // Start and End are the times (trace clock) of the first and last indexed
-// event; both are the header's start when there were none.
+// event; both are the header's start when there were none. Until the
+// windowed index is ready they are the heap model's first and last heap
+// events.
 func (x *Index) Start() int64 {
+	if !x.Ready() {
+		if t := x.Report.Profile.FirstEvent; t != 0 {
+			return t
+		}
+		return x.Header.MonoStart
+	}
 	if x.evs.len() == 0 {
 		return x.Header.MonoStart
 	}
@@ -172,6 +221,12 @@ func (x *Index) Start() int64 {
 
 // End is the time of the last indexed event.
 func (x *Index) End() int64 {
+	if !x.Ready() {
+		if t := x.Report.Profile.LastEvent; t != 0 {
+			return t
+		}
+		return x.Header.MonoStart
+	}
 	if x.evs.len() == 0 {
 		return x.Header.MonoStart
 	}
@@ -189,96 +244,6 @@ func (x *Index) size(r *rowRec, i int) uint64 {
 // ErrAggregate is returned for questions an aggregate trace (snapshots, not
 // every event) cannot answer.
 var ErrAggregate = errors.New("query: an aggregate trace has no per-event history")
-
-// Build reads the trace at path once, through the heap model and the
-// index, and symbolizes its stacks.
-func Build(path string, o Options) (*Index, error) {
-	r, err := tracefile.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer r.Close()
-	b := newBuilder()
-	m := analyze.New(analyze.Options{})
-	a := newAsync(b)
-	sink := event.Tee(m, a)
-	var filter *analyze.Filter
-	if !o.Processes.All() {
-		// Before the tee: the model and the index see the same events.
-		filter = analyze.NewFilter(sink, o.Processes)
-		sink = filter
-	}
-	err = r.Replay(sink, tracefile.Window{})
-	a.wait()
-	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w", path, err)
-	}
-	if b.tooLarge {
-		return nil, fmt.Errorf("reading %s: %w", path, ErrTooLarge)
-	}
-	x := b.finish()
-	x.File = path
-	x.Header = r.Header()
-	pr := m.Profile()
-	if filter != nil && len(pr.Processes) == 0 {
-		var have []string
-		for _, p := range filter.Seen() {
-			have = append(have, fmt.Sprintf("%d (%s)", p.PID, pathpkg.Base(p.Exe)))
-		}
-		return nil, fmt.Errorf("%s has no process of %s; its processes: %s: %w", path, o.Processes, strings.Join(dedup(have), ", "), report.ErrNoProcess)
-	}
-	x.rules, x.supOpt = o.Suppressions, suppress.Options{Sysroot: o.Symbolize.Sysroot}
-
-	sym := symbolize.New(o.Symbolize)
-	defer sym.Close()
-	for _, mod := range pr.Modules {
-		sym.AddModule(mod)
-	}
-	x.res = cachedResolver{}
-	byPID := map[uint32][]uint64{}
-	for _, st := range x.stacks {
-		byPID[st.pid] = append(byPID[st.pid], st.frames...)
-	}
-	for pid, addrs := range byPID {
-		// Each address once, in a batch per process: the symbolizer reads
-		// each file's DWARF once for a batch.
-		m := map[uint64][]symbolize.Frame{}
-		uniq := addrs[:0]
-		for _, a := range addrs {
-			if _, ok := m[a]; !ok {
-				m[a] = nil
-				uniq = append(uniq, a)
-			}
-		}
-		sym.Prefetch(pid, uniq)
-		for _, a := range uniq {
-			m[a] = sym.Frames(pid, a)
-		}
-		x.res[pid] = m
-	}
-	for _, st := range pr.Stacks {
-		// Stacks of aggregate traces have no rows; give them a site too.
-		i := b.stackIndex(b.proc(st.PID), st.ID)
-		if x.stacks[i].frames == nil {
-			x.stacks[i].frames = st.Frames
-		}
-	}
-	x.mergeSites()
-	if len(x.rules) > 0 {
-		m := suppress.NewMatcher(x.rules, x.supOpt)
-		x.suppressed = make([]bool, len(x.sites))
-		for _, s := range x.sites {
-			x.suppressed[s.ID] = m.Match(s.Frames) != nil
-		}
-	}
-	x.Report = report.New(pr, x.trace(), x.res)
-	x.Warnings = dedup(append(r.Warnings(), sym.Warnings()...))
-	x.Report.Trace.Warnings = x.Warnings
-	x.Report.Describe(x.Header)
-	x.Warnings = x.Report.Trace.Warnings
-	x.Report.Suppress(x.rules, x.supOpt)
-	return x, nil
-}
 
 // trace describes the trace for package report.
 func (x *Index) trace() report.Trace {
@@ -375,16 +340,4 @@ func (x *Index) mergeSites() {
 		}
 		s.PIDs = out
 	}
-}
-
-func dedup(ss []string) []string {
-	seen := map[string]bool{}
-	out := []string{}
-	for _, s := range ss {
-		if !seen[s] {
-			seen[s] = true
-			out = append(out, s)
-		}
-	}
-	return out
 }

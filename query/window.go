@@ -96,6 +96,7 @@ type Result struct {
 	Lifetime Lifetimes
 
 	stacks []Costs // by stack index
+	quick  bool    // made by Quick: the costs QuickCost allows, and no stacks
 }
 
 // Lifetimes is the distribution of how long the blocks allocated in a
@@ -107,8 +108,10 @@ type Lifetimes struct {
 	Live    uint64
 }
 
-// Span cuts f's window to the trace.
+// Span cuts f's window to the trace. It waits for the windowed index
+// (see Open).
 func (x *Index) Span(f Filter) Span {
+	x.await()
 	start, end := x.Start(), x.End()+1
 	from, to := f.From, f.To
 	if to == 0 || to > end {
@@ -301,7 +304,7 @@ func (x *Index) scanRows(q *windowScan, w *windowPart, lo, hi int) {
 				if e == never {
 					w.life.Live++
 				} else {
-					w.life.Buckets[bits.Len64(uint64(x.evs.time(int(e))-x.evs.time(int(a))))]++
+					w.life.Buckets[row.life-1]++
 				}
 			}
 			if fl&fTemp != 0 && e < s1 {

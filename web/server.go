@@ -6,6 +6,7 @@
 package web
 
 import (
+	"context"
 	"embed"
 	"encoding/json"
 	"errors"
@@ -63,7 +64,23 @@ type cached struct {
 // cacheLen is how many windows the server remembers.
 const cacheLen = 8
 
-// windowOf returns the answer to f, from the cache when it is there.
+// windowFor returns the answer to f for cost c: before the index is
+// built, the report's pass answers the whole trace's quick costs (see
+// query.Quick); other questions wait for the index (or for ctx to end).
+func (s *Server) windowFor(ctx context.Context, f query.Filter, c query.Cost) (*query.Result, error) {
+	if !s.x.Ready() && query.QuickCost(c) {
+		if res, ok := s.x.Quick(f); ok {
+			return res, nil
+		}
+	}
+	if err := s.x.Wait(ctx); err != nil {
+		return nil, err
+	}
+	return s.windowOf(f), nil
+}
+
+// windowOf returns the answer to f, from the cache when it is there. The
+// index must be built.
 func (s *Server) windowOf(f query.Filter) *query.Result {
 	s.mu.Lock()
 	for _, c := range s.cache {
@@ -102,6 +119,7 @@ func NewWithBase(x, base *query.Index) *Server {
 	})
 	s.mux.HandleFunc("GET /style.css", func(w http.ResponseWriter, r *http.Request) { serveFile(w, ui, "style.css", "text/css; charset=utf-8") })
 	s.mux.HandleFunc("GET /api/summary", s.summary)
+	s.mux.HandleFunc("GET /api/index", s.index)
 	s.mux.HandleFunc("GET /api/timeline", s.timeline)
 	s.mux.HandleFunc("GET /api/window", s.window)
 	s.mux.HandleFunc("GET /api/flame", s.flame)
@@ -279,6 +297,10 @@ type Summary struct {
 		Sites  int `json:"sites"`
 	} `json:"index"`
 	Costs []string `json:"costs"`
+	// Indexing is true while the windowed index is being built: until
+	// then windows, instants and the AIFI class wait for it (see
+	// /api/index), and start_ns and end_ns are the heap model's.
+	Indexing bool `json:"indexing"`
 	// Base is the trace compared with (serve --base), or null.
 	Base *BaseSummary `json:"base"`
 }
@@ -292,7 +314,7 @@ type BaseSummary struct {
 func (s *Server) summary(w http.ResponseWriter, r *http.Request) {
 	d := s.x.Report.Document(1)
 	d.Leaks, d.Peak, d.Allocations, d.Timeline = nil, nil, nil, nil
-	out := Summary{JSON: d, StartNs: s.rel(s.x.Start()), EndNs: s.rel(s.x.End()), Costs: query.CostNames()}
+	out := Summary{JSON: d, StartNs: s.rel(s.x.Start()), EndNs: s.rel(s.x.End()), Costs: query.CostNames(), Indexing: !s.x.Ready()}
 	out.Index.Events, out.Index.Blocks, out.Index.Sites = s.x.Events(), s.x.Blocks(), len(s.x.Sites())
 	if s.base != nil {
 		out.Base = &BaseSummary{File: s.base.File, Summary: s.base.Report.Document(1).Summary}
@@ -307,6 +329,10 @@ type Timeline struct {
 	WidthNs int64           `json:"width_ns"`
 	Peak    Point           `json:"peak"` // the peak of the span
 	Points  []TimelinePoint `json:"points"`
+	// Coarse is true for the timeline of the heap model's pass, answered
+	// while the index is built: each point is its bucket's largest heap
+	// (max_*), and end_*, allocs and frees are 0.
+	Coarse bool `json:"coarse,omitempty"`
 }
 
 // Point is an instant and the heap then.
@@ -334,6 +360,14 @@ func (s *Server) timeline(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	n = min(max(n, 1), maxPoints)
+	if !s.x.Ready() && p.f.From == 0 && p.f.To == 0 {
+		writeJSON(w, s.quickTimeline(int(n)))
+		return
+	}
+	if err := s.x.Wait(r.Context()); err != nil {
+		writeErr(w, err)
+		return
+	}
 	sp := s.x.Span(p.f)
 	out := Timeline{FromNs: s.rel(sp.From), ToNs: s.rel(sp.To), Points: []TimelinePoint{}}
 	if pk, ok := s.x.Peak(sp); ok {
@@ -383,6 +417,10 @@ type SiteClasses struct {
 func (s *Server) window(w http.ResponseWriter, r *http.Request) {
 	p, ok := s.parseEvents(w, r)
 	if !ok {
+		return
+	}
+	if err := s.x.Wait(r.Context()); err != nil {
+		writeErr(w, err)
 		return
 	}
 	res := s.windowOf(p.f)
@@ -454,7 +492,12 @@ func (s *Server) flame(w http.ResponseWriter, r *http.Request) {
 	}
 	nodes = min(max(nodes, 1), maxMaxNodes)
 	inv := q.Get("invert") == "1" || q.Get("invert") == "true"
-	writeJSON(w, s.x.Flame(s.windowOf(p.f), p.cost, inv, share, int(nodes)))
+	res, err := s.windowFor(r.Context(), p.f, p.cost)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, s.x.Flame(res, p.cost, inv, share, int(nodes)))
 }
 
 func (s *Server) functions(w http.ResponseWriter, r *http.Request) {
@@ -462,7 +505,12 @@ func (s *Server) functions(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	writeJSON(w, map[string]any{"cost": p.cost.String(), "functions": s.x.Functions(s.windowOf(p.f), p.cost, p.top)})
+	res, err := s.windowFor(r.Context(), p.f, p.cost)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, map[string]any{"cost": p.cost.String(), "functions": s.x.Functions(res, p.cost, p.top)})
 }
 
 // callers is the caller/callee view of one function.
@@ -479,7 +527,12 @@ func (s *Server) callers(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	writeJSON(w, s.x.Callers(s.windowOf(p.f), p.cost, fn, p.top))
+	res, err := s.windowFor(r.Context(), p.f, p.cost)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, s.x.Callers(res, p.cost, fn, p.top))
 }
 
 // sites answers with the JSON report of the window: for the whole trace,
@@ -490,7 +543,7 @@ func (s *Server) sites(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	d, err := s.document(p)
+	d, err := s.document(r.Context(), p)
 	if err != nil {
 		writeErr(w, err)
 		return
@@ -500,12 +553,15 @@ func (s *Server) sites(w http.ResponseWriter, r *http.Request) {
 
 // document is the JSON report of p's window: the index's report for the
 // whole trace, and else the window's.
-func (s *Server) document(p *params) (*report.JSON, error) {
+func (s *Server) document(ctx context.Context, p *params) (*report.JSON, error) {
 	if p.f == (query.Filter{}) || s.x.Aggregate() {
 		if p.f != (query.Filter{}) {
 			return nil, query.ErrAggregate
 		}
 		return s.x.Report.Document(p.top), nil
+	}
+	if err := s.x.Wait(ctx); err != nil {
+		return nil, err
 	}
 	return s.x.WindowReport(s.windowOf(p.f)).Document(p.top), nil
 }
@@ -527,6 +583,10 @@ type LifetimeBucket struct {
 func (s *Server) histogram(w http.ResponseWriter, r *http.Request) {
 	p, ok := s.parseEvents(w, r)
 	if !ok {
+		return
+	}
+	if err := s.x.Wait(r.Context()); err != nil {
+		writeErr(w, err)
 		return
 	}
 	res := s.windowOf(p.f)
@@ -556,6 +616,9 @@ func (s *Server) export(w http.ResponseWriter, r *http.Request) {
 	if p.f == (query.Filter{}) {
 		rep = s.x.Report
 	} else if err := s.needEvents(); err != nil {
+		writeErr(w, err)
+		return
+	} else if err := s.x.Wait(r.Context()); err != nil {
 		writeErr(w, err)
 		return
 	} else {
@@ -643,8 +706,20 @@ func (s *Server) diff(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	res := s.windowOf(p.f)
-	baseRes := s.baseWindow()
+	res, err := s.windowFor(r.Context(), p.f, p.cost)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	// The base's whole trace: from its report's pass for a quick cost.
+	baseRes, ok := s.base.Quick(query.Filter{})
+	if !ok || !query.QuickCost(p.cost) {
+		if err := s.base.Wait(r.Context()); err != nil {
+			writeErr(w, err)
+			return
+		}
+		baseRes = s.baseWindow()
+	}
 	rows := query.Diff(s.x, res, s.base, baseRes, p.cost)
 	out := Diff{Cost: p.cost.String(), Base: s.base.File, Sites: []DiffSite{}}
 	out.Total.Value, out.Total.Base = p.cost.Of(&res.Total), p.cost.Of(&baseRes.Total)
@@ -663,4 +738,65 @@ func (s *Server) diff(w http.ResponseWriter, r *http.Request) {
 func (s *Server) baseWindow() *query.Result {
 	s.baseOnce.Do(func() { s.baseRes = s.base.Window(query.Filter{}) })
 	return s.baseRes
+}
+
+// quickTimeline is the whole trace's timeline while the index is built,
+// from the heap model's: at most points buckets, each the largest heap of
+// the model's samples in it (a bucket with none repeats the one before).
+func (s *Server) quickTimeline(points int) Timeline {
+	pr := s.x.Report.Profile
+	from, to := s.x.Start(), s.x.End()+1
+	out := Timeline{FromNs: s.rel(from), ToNs: s.rel(to), Points: []TimelinePoint{}, Coarse: true}
+	if pr.Peak.Bytes > 0 {
+		out.Peak = Point{TNs: s.rel(pr.Peak.Time), Bytes: pr.Peak.Bytes, Blocks: pr.Peak.Blocks}
+	}
+	width := max((to-from+int64(points)-1)/int64(points), 1)
+	n := int((to - from + width - 1) / width)
+	out.WidthNs = width
+	var last query.Bucket
+	j := 0
+	for i := 0; i < n; i++ {
+		b := query.Bucket{Time: from + int64(i)*width, Width: width}
+		seen := false
+		for ; j < len(pr.Timeline) && pr.Timeline[j].Time < b.Time+width; j++ {
+			pt := pr.Timeline[j]
+			if !seen || pt.Bytes > b.MaxBytes {
+				b.MaxBytes, b.MaxBlocks = pt.Bytes, pt.Blocks
+			}
+			seen = true
+		}
+		if !seen {
+			b.MaxBytes, b.MaxBlocks = last.MaxBytes, last.MaxBlocks
+		}
+		last = b
+		out.Points = append(out.Points, TimelinePoint{TNs: s.rel(b.Time), Bucket: b})
+	}
+	return out
+}
+
+// IndexState is /api/index: whether the windowed index is built.
+type IndexState struct {
+	Ready  bool   `json:"ready"`
+	Error  string `json:"error,omitempty"` // why it could not be built
+	Events int    `json:"events"`
+	Blocks int    `json:"blocks"`
+}
+
+// index answers /api/index; with wait=1, once the index is built (or the
+// request is cancelled).
+func (s *Server) index(w http.ResponseWriter, r *http.Request) {
+	var err error
+	if v := r.URL.Query().Get("wait"); v == "1" || v == "true" {
+		err = s.x.Wait(r.Context())
+		if r.Context().Err() != nil {
+			return // the client went away
+		}
+	} else if s.x.Ready() {
+		err = s.x.Wait(r.Context())
+	}
+	out := IndexState{Ready: s.x.Ready(), Events: s.x.Events(), Blocks: s.x.Blocks()}
+	if err != nil {
+		out.Error = err.Error()
+	}
+	writeJSON(w, out)
 }

@@ -1,11 +1,15 @@
 // Command servebench measures `heapscope serve` against `heapscope report` on
-// the same trace: the time to the first complete page (the server's index
-// built and the answers the page asks for on load: summary, timeline,
-// window, flame graph) against the report's wall time, the server's memory,
-// and the latency of a click (a new window's classes and flame graph, a
-// zoomed timeline).
+// the same trace: the time to the first complete page (the answers the page
+// asks for on load of the whole trace: summary, timeline, flame graph of the
+// leaks, sites) against the report's wall time, the time until the windowed
+// index is built (the window classes answered), the server's memory, and
+// the latency of a click (a new window's classes and flame graph, a zoomed
+// timeline).
 //
-//	go run ./bench/servebench -trace FILE [-reps 3] [-clicks 20] [-o bench/RESULTS-serve.md]
+//	go run ./bench/servebench -trace FILE [-reps 3] [-clicks 20] [-bin HEAPSCOPE] [-o bench/RESULTS-serve.md]
+//
+// -bin measures a heapscope binary built elsewhere (another commit) instead
+// of building ./cmd/heapscope.
 //
 // A trace of the python3 workload of bench/reportbench is made by
 // `go run ./bench/reportbench -workloads python -reps 1 -keep DIR` (DIR/python.hst).
@@ -37,12 +41,18 @@ func main() {
 	reps := flag.Int("reps", 3, "repetitions of each load, interleaved")
 	clicks := flag.Int("clicks", 20, "clicks (new windows) per repetition")
 	out := flag.String("o", "bench/RESULTS-serve.md", "results file")
+	bin := flag.String("bin", "", "the heapscope binary to measure (default: build ./cmd/heapscope)")
+	cache := flag.String("cache", "cold", "the index file: cold (none: every serve builds the index) or warm (written by an untimed serve first)")
 	flag.Parse()
 	if *trace == "" {
 		fmt.Fprintln(os.Stderr, "servebench: -trace FILE is needed")
 		os.Exit(2)
 	}
-	if err := run(*trace, *reps, *clicks, *out); err != nil {
+	if *cache != "cold" && *cache != "warm" {
+		fmt.Fprintln(os.Stderr, "servebench: -cache: cold or warm")
+		os.Exit(2)
+	}
+	if err := run(*trace, *reps, *clicks, *bin, *cache == "warm", *out); err != nil {
 		fmt.Fprintln(os.Stderr, "servebench:", err)
 		os.Exit(1)
 	}
@@ -50,60 +60,97 @@ func main() {
 
 type serveRun struct {
 	index, page time.Duration // to the URL; to every answer of the first page
+	indexed     time.Duration // to the windowed index built: the window classes answered
 	pageCPU     time.Duration // the server's user+system CPU time to the first page
 	clickCPU    time.Duration // its CPU time per click
-	rssKB       int64         // the server's max RSS after the first page
+	rssKB       int64         // the server's max RSS, at its end
+	anonKB      int64         // its resident anonymous memory at its end (the rest is files: the index file, the binary)
 	clicks      []time.Duration
 	summary     struct{ Events, Blocks, Sites int }
 }
 
-func run(trace string, reps, clicks int, outFile string) error {
+func run(trace string, reps, clicks int, bin string, warm bool, outFile string) error {
 	tmp, err := os.MkdirTemp("", "servebench-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	hs := filepath.Join(tmp, "heapscope")
-	if b, err := exec.Command("go", "build", "-o", hs, "./cmd/heapscope").CombinedOutput(); err != nil {
-		return fmt.Errorf("building heapscope: %v\n%s", err, b)
+	hs := bin
+	if hs == "" {
+		hs = filepath.Join(tmp, "heapscope")
+		if b, err := exec.Command("go", "build", "-o", hs, "./cmd/heapscope").CombinedOutput(); err != nil {
+			return fmt.Errorf("building heapscope: %v\n%s", err, b)
+		}
 	}
-	var reportWall, reportRSS, reportCPU, indexT, pageT, pageCPU, clickCPU, rss []float64
+	var reportWall, reportRSS, reportCPU, indexT, pageT, indexedT, pageCPU, clickCPU, rss, anon []float64
 	var allClicks []time.Duration
 	var last *serveRun
+	cacheDir := filepath.Join(tmp, "cache")
+	if warm {
+		// One untimed serve writes the index file.
+		os.Setenv("XDG_CACHE_HOME", cacheDir)
+		if _, err := serve(hs, trace, 0, 0, filepath.Join(cacheDir, "heapscope", "index")); err != nil {
+			return err
+		}
+	}
 	for i := 0; i < reps; i++ {
+		if !warm {
+			os.Setenv("XDG_CACHE_HOME", filepath.Join(tmp, fmt.Sprintf("cache-%d", i)))
+		}
 		w, r, cpu, err := report(hs, trace)
 		if err != nil {
 			return err
 		}
 		reportWall, reportRSS, reportCPU = append(reportWall, w.Seconds()), append(reportRSS, float64(r)), append(reportCPU, cpu.Seconds())
-		s, err := serve(hs, trace, clicks, int64(i))
+		s, err := serve(hs, trace, clicks, int64(i), "")
 		if err != nil {
 			return err
 		}
 		indexT, pageT, rss = append(indexT, s.index.Seconds()), append(pageT, s.page.Seconds()), append(rss, float64(s.rssKB))
+		indexedT, anon = append(indexedT, s.indexed.Seconds()), append(anon, float64(s.anonKB))
 		allClicks = append(allClicks, s.clicks...)
 		pageCPU, clickCPU = append(pageCPU, s.pageCPU.Seconds()), append(clickCPU, s.clickCPU.Seconds())
 		last = s
-		fmt.Fprintf(os.Stderr, "rep %d: report %s (cpu %s), serve index %s, first page %s (cpu %s), clicks median %s (cpu %s a click)\n", i, w, cpu, s.index, s.page, s.pageCPU, pctl(s.clicks, 0.5), s.clickCPU)
+		fmt.Fprintf(os.Stderr, "rep %d: report %s (cpu %s), serve URL %s, first page %s (cpu %s), indexed %s, clicks median %s (cpu %s a click), rss %d KiB (anon %d KiB)\n", i, w, cpu, s.index, s.page, s.pageCPU, s.indexed, pctl(s.clicks, 0.5), s.clickCPU, s.rssKB, s.anonKB)
 	}
 	st, _ := os.Stat(trace)
 	var doc bytes.Buffer
-	fmt.Fprintf(&doc, "# `heapscope serve` against `heapscope report`\n\nWritten by `go run ./bench/servebench -trace %s -reps %d -clicks %d`.\n\n", filepath.Base(trace), reps, clicks)
+	mode := "cold"
+	if warm {
+		mode = "warm"
+	}
+	fmt.Fprintf(&doc, "# `heapscope serve` against `heapscope report`\n\nWritten by `go run ./bench/servebench -trace %s -reps %d -clicks %d -cache %s`.\n\n", filepath.Base(trace), reps, clicks, mode)
 	fmt.Fprintf(&doc, "- date: %s\n- machine: %s\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"), benchutil.Machine())
 	fmt.Fprintf(&doc, "- trace: %s (%d bytes): %d heap events, %d blocks and calls, %d sites in the index\n", filepath.Base(trace), st.Size(), last.summary.Events, last.summary.Blocks, last.summary.Sites)
-	fmt.Fprintf(&doc, "- method: `heapscope report --format json TRACE` (output to /dev/null) and `heapscope serve TRACE` run in turn, %d times. \"First page\" is from starting `serve` to the answers of every request the page makes on load (summary, timeline of 1400 points, window classes, flame graph of the leaks), over HTTP on loopback, without the browser's drawing; \"index\" to the URL printed. A click is a new random window: its classes, its flame graph by a cost that changes each click, and the timeline zoomed to it, in turn (all three answered). Medians; max RSS from wait4 (report) and /proc VmHWM (serve); CPU time is user+system, from wait4 (report) and /proc/PID/stat (serve: to the first page, and over the clicks divided by their number), less sensitive than wall time to the other work on the machine. The machine (2 cores) is shared with several engineers' builds and tests: wall times are noisy.\n\n", reps)
+	fmt.Fprintf(&doc, "- method: `heapscope report --format json TRACE` (output to /dev/null) and `heapscope serve TRACE` run in turn, %d times. \"First page\" is from starting `serve` to the answers of the whole trace's summary, timeline of 1400 points, flame graph of the leaks and sites (top 50), over HTTP on loopback, without the browser's drawing; \"URL\" to the URL printed; \"indexed\" to the windowed index built (`/api/index?wait=1`, then the whole trace's window classes answered). A click is a new random window: its classes, its flame graph by a cost that changes each click, and the timeline zoomed to it, in turn (all three answered). Medians; max RSS from wait4 (report) and /proc VmHWM (serve); CPU time is user+system, from wait4 (report) and /proc/PID/stat (serve: to the first page, and over the clicks divided by their number), less sensitive than wall time to the other work on the machine. The machine (2 cores) is shared with several engineers' builds and tests: wall times are noisy.\n\n", reps)
 	fmt.Fprintf(&doc, "| measure | median | goal |\n|---|---:|---|\n")
 	rw := benchutil.Median(reportWall)
 	pw := benchutil.Median(pageT)
 	fmt.Fprintf(&doc, "| `heapscope report --format json` wall | %.2fs | |\n", rw)
-	fmt.Fprintf(&doc, "| `heapscope serve`: index built (URL printed) | %.2fs | |\n", benchutil.Median(indexT))
+	fmt.Fprintf(&doc, "| `heapscope serve`: URL printed | %.2fs | |\n", benchutil.Median(indexT))
 	fmt.Fprintf(&doc, "| `heapscope serve`: first complete page | %.2fs (%.2f× the report) | ≤ 1.5× the report: %s |\n", pw, pw/rw, yes(pw <= 1.5*rw))
+	fmt.Fprintf(&doc, "| `heapscope serve`: index built, window classes answered | %.2fs | |\n", benchutil.Median(indexedT))
 	fmt.Fprintf(&doc, "| click: median / p95 / max | %s / %s / %s | ≤ 300 ms: %s |\n", pctl(allClicks, 0.5), pctl(allClicks, 0.95), pctl(allClicks, 1), yes(pctl(allClicks, 0.95) <= 300*time.Millisecond))
 	rc, pc := benchutil.Median(reportCPU), benchutil.Median(pageCPU)
 	fmt.Fprintf(&doc, "| CPU time: report / serve to the first page | %.2fs / %.2fs (%.2f×) | |\n", rc, pc, pc/rc)
 	fmt.Fprintf(&doc, "| CPU time of the server per click | %.0fms | |\n", benchutil.Median(clickCPU)*1000)
 	fmt.Fprintf(&doc, "| max RSS: report / serve | %.1f MiB / %.1f MiB | |\n", benchutil.Median(reportRSS)/1024, benchutil.Median(rss)/1024)
+	fmt.Fprintf(&doc, "| serve's resident anonymous memory at its end (RssAnon; the rest of its RSS is mapped files) | %.1f MiB | |\n", benchutil.Median(anon)/1024)
 	return os.WriteFile(outFile, doc.Bytes(), 0o644)
+}
+
+// waitIndexFile waits until dir holds an index file (one not named
+// .tmp-…): serve writes it after its index is built.
+func waitIndexFile(dir string) error {
+	for end := time.Now().Add(5 * time.Minute); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		es, _ := os.ReadDir(dir)
+		for _, e := range es {
+			if strings.HasSuffix(e.Name(), ".hsi") {
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("no index file in %s", dir)
 }
 
 func yes(b bool) string {
@@ -171,7 +218,9 @@ func get(url string) error {
 	return nil
 }
 
-func serve(hs, trace string, clicks int, seed int64) (*serveRun, error) {
+// serve measures one serve of trace; with waitDir, it ends it only once
+// an index file is in waitDir.
+func serve(hs, trace string, clicks int, seed int64, waitDir string) (*serveRun, error) {
 	cmd := exec.Command(hs, "serve", trace)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -191,22 +240,28 @@ func serve(hs, trace string, clicks int, seed int64) (*serveRun, error) {
 	}
 	s := &serveRun{index: time.Since(start)}
 	u := strings.TrimSpace(line)
-	for _, p := range []string{"api/summary", "api/timeline?points=1400", "api/window?top=100", "api/flame?cost=leaks&invert=0&min_share=0.001"} {
+	for _, p := range []string{"api/summary", "api/timeline?points=1400", "api/flame?cost=leaks&invert=0&min_share=0.001", "api/sites?top=50"} {
 		if err := get(u + p); err != nil {
 			return nil, err
 		}
 	}
 	s.page = time.Since(start)
 	s.pageCPU = cpuTime(cmd.Process.Pid)
-	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", cmd.Process.Pid)); err == nil {
-		for _, l := range strings.Split(string(b), "\n") {
-			if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmHWM:" {
-				s.rssKB, _ = strconv.ParseInt(f[1], 10, 64)
-			}
-		}
+	// A server without /api/index (an older one) built its index before
+	// printing the URL: its 404 is not waited for.
+	r, err := http.Get(u + "api/index?wait=1")
+	if err != nil {
+		return nil, err
 	}
+	io.Copy(io.Discard, r.Body)
+	r.Body.Close()
+	if err := get(u + "api/window?top=100"); err != nil {
+		return nil, err
+	}
+	s.indexed = time.Since(start)
+	cpuIndexed := cpuTime(cmd.Process.Pid)
 	// The span, for the clicks.
-	r, err := http.Get(u + "api/summary")
+	r, err = http.Get(u + "api/summary")
 	if err != nil {
 		return nil, err
 	}
@@ -236,7 +291,23 @@ func serve(hs, trace string, clicks int, seed int64) (*serveRun, error) {
 		s.clicks = append(s.clicks, time.Since(t0))
 	}
 	if clicks > 0 {
-		s.clickCPU = (cpuTime(cmd.Process.Pid) - s.pageCPU) / time.Duration(clicks)
+		s.clickCPU = (cpuTime(cmd.Process.Pid) - cpuIndexed) / time.Duration(clicks)
+	}
+	if waitDir != "" {
+		if err := waitIndexFile(waitDir); err != nil {
+			return nil, err
+		}
+	}
+	// Max RSS over the whole run: the index and the clicks included.
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", cmd.Process.Pid)); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmHWM:" {
+				s.rssKB, _ = strconv.ParseInt(f[1], 10, 64)
+			}
+			if f := strings.Fields(l); len(f) >= 2 && f[0] == "RssAnon:" {
+				s.anonKB, _ = strconv.ParseInt(f[1], 10, 64)
+			}
+		}
 	}
 	return s, nil
 }

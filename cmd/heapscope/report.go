@@ -44,6 +44,12 @@ loader's and NSS's caches, time zone and locale data). The report gives their
 total and what each rule took; --no-default-suppressions turns the built-in
 rules off.
 
+--base FILE2 compares the trace with another, as 'heapscope diff FILE2 FILE'
+does (stacks matched by symbolized frames): the text report is followed by the
+diff's text; the JSON report gets a member "diff" holding the diff's JSON
+document (report/DIFF.md). --from, --to, --pid and --exe select the same of
+both traces.
+
 --format html writes one self-contained page (no network; it opens from disk)
 with the summary, the timeline, flame graphs, the functions and sites lists and
 the histograms of the whole trace: 'heapscope serve' explores windows.`,
@@ -54,9 +60,13 @@ the histograms of the whole trace: 'heapscope serve' explores windows.`,
 			top := fs.Int("top", 0, "sites per section (text: default 10; json: default all)")
 			fullNames := fs.Bool("full-names", false, "text: print C++ names whole (by default the arguments of templates are elided: std::vector<…>::push_back)")
 			out := fs.String("o", "-", "write to this file instead of standard output")
+			base := fs.String("base", "", "compare with this trace (`FILE2`), as 'heapscope diff FILE2 FILE' does")
 			return func(args []string) error {
 				if len(args) != 1 {
 					return usagef("want one trace file")
+				}
+				if *base != "" && *format == "html" {
+					return usagef("--base: text or json (for a page comparing two traces: heapscope serve FILE --base FILE2)")
 				}
 				if *format != "text" && *format != "json" && *format != "html" {
 					return usagef("--format: want text, json or html, not %q", *format)
@@ -66,6 +76,9 @@ the histograms of the whole trace: 'heapscope serve' explores windows.`,
 				}
 				if *top < 0 {
 					return usagef("--top must not be negative")
+				}
+				if *base != "" {
+					return writeReportWithBase(&lf, *base, args[0], *format, *top, *fullNames, *out)
 				}
 				rep, err := lf.load(args[0])
 				if err != nil {

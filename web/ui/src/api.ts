@@ -90,7 +90,16 @@ export interface Summary extends ReportJSON {
   end_ns: number;
   index: { events: number; blocks: number; sites: number };
   costs: string[];
+  // true while the server builds its windowed index (see /api/index)
+  indexing: boolean;
   base: { file: string; summary: ReportSummary } | null;
+}
+
+export interface IndexState {
+  ready: boolean;
+  error?: string;
+  events: number;
+  blocks: number;
 }
 
 export interface DiffTotal {
@@ -130,6 +139,8 @@ export interface Timeline {
   width_ns: number;
   peak: Point;
   points: TimelinePoint[];
+  // the heap model's coarse timeline, while the index is built
+  coarse?: boolean;
 }
 
 export interface Amount {

@@ -16,6 +16,7 @@ import {
   Frame,
   Amount,
   Diff,
+  IndexState,
 } from "./api";
 import { bytes, bytesExact, count, dur, el, exact, frameText, pct } from "./format";
 import { TimelineView } from "./timeline";
@@ -416,7 +417,9 @@ function renderDiff(d: Diff) {
 
 // ---- refresh ----
 
-async function refresh() {
+// refresh draws every view of the state; partial: a first drawing while the
+// index is built, which does not mark the page complete (data-ready).
+async function refresh(partial = false) {
   const my = ++seq;
   const s = state;
   for (const t of tabs) {
@@ -505,7 +508,7 @@ async function refresh() {
   } catch (e) {
     showError(e);
   }
-  if (my === seq) document.body.setAttribute("data-ready", String(my));
+  if (my === seq && !partial) document.body.setAttribute("data-ready", String(my));
 }
 
 function wire() {
@@ -599,6 +602,22 @@ async function main() {
     return;
   }
   renderSummary(summary);
+  if (summary.indexing && !isStatic()) {
+    // The summary, timeline, flame graphs and sites of the whole trace are
+    // answered at once; windows wait for the index: draw what is there, and
+    // everything again once it is built.
+    $("indexing").hidden = false;
+    refresh(true);
+    try {
+      const ix = await get<IndexState>("/api/index?wait=1");
+      if (ix.error) throw new APIError(ix.error);
+      summary = await get<Summary>("/api/summary");
+      renderSummary(summary);
+    } catch (e) {
+      showError(e);
+    }
+    $("indexing").hidden = true;
+  }
   await refresh();
   if (!isStatic()) {
     try {

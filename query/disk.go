@@ -1,0 +1,371 @@
+package query
+
+import (
+	"bufio"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"syscall"
+	"unsafe"
+
+	"github.com/heapscope/heapscope/analyze"
+)
+
+// The windowed index on disk: its columns written once, after they are
+// built, into a cache folder, and read by a later Open of the same trace
+// instead of being built again.
+//
+// A file is named by a hash of what it was built from: the trace's path,
+// device, inode, size and modification time, and the processes selected;
+// a changed trace gets another name. It is written under a temporary
+// name, created O_EXCL|O_NOFOLLOW, mode 0600, and renamed into place. It
+// is used only if it is a regular file of this user's, not writable by
+// others, and whole: every offset and count checked, every row checked to
+// point inside the index (a bad file is built again, never a panic).
+//
+// Layout (little-endian, native structs; x86-64 only, as heapscope):
+//
+//	magic "HSIDX\x00\x00\x01", counts (events, rows, stacks), the event
+//	chunks (12-byte records), the kind chunks, the row chunks (24 bytes),
+//	the chunks' base times and live bytes, the chunks kept whole (index
+//	and values), the big sizes, the unmatched frees, and the magic again.
+
+const diskMagic = "HSIDX\x00\x00\x02"
+
+// ErrBadIndexFile is wrapped by the errors of a cache file that cannot be
+// used; Open then builds the index again.
+var ErrBadIndexFile = errors.New("query: unusable index file")
+
+// DefaultCacheDir is heapscope's folder for index files:
+// $XDG_CACHE_HOME/heapscope/index, else ~/.cache/heapscope/index.
+func DefaultCacheDir() (string, error) {
+	d, err := os.UserCacheDir()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(d, "heapscope", "index"), nil
+}
+
+// cacheName returns the index file's path for the trace at path.
+func cacheName(dir, path string, sel analyze.Processes) (string, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", err
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(abs, &st); err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\x00%s\x00%d\x00%d\x00%d\x00%d.%d\x00%s", diskMagic, abs, st.Dev, st.Ino, st.Size, st.Mtim.Sec, st.Mtim.Nsec, sel)
+	return filepath.Join(dir, hex.EncodeToString(h.Sum(nil)[:16])+".hsi"), nil
+}
+
+// ownDir makes dir (mode 0700) and checks that it is a folder of this
+// user's, not a symbolic link, not writable by others.
+func ownDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !fi.IsDir() || !ok || int(st.Uid) != os.Geteuid() || fi.Mode().Perm()&0o022 != 0 {
+		return fmt.Errorf("%s: not a folder of this user's, or writable by others: %w", dir, ErrBadIndexFile)
+	}
+	return nil
+}
+
+// diskWriter writes little-endian words and raw columns.
+type diskWriter struct {
+	w   *bufio.Writer
+	err error
+}
+
+func (d *diskWriter) u64(v uint64) {
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], v)
+	d.raw(b[:])
+}
+
+func (d *diskWriter) raw(b []byte) {
+	if d.err == nil {
+		_, d.err = d.w.Write(b)
+	}
+}
+
+func rawBytes[T any](s []T) []byte {
+	if len(s) == 0 {
+		return nil
+	}
+	var t T
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), len(s)*int(unsafe.Sizeof(t)))
+}
+
+// pad8 is the padding after n bytes to a multiple of 8.
+func pad8(n int) []byte { return make([]byte, (8-n%8)%8) }
+
+// writeCache writes x's columns to file, under a temporary name first.
+func (x *Index) writeCache(file string) (err error) {
+	if err := ownDir(filepath.Dir(file)); err != nil {
+		return err
+	}
+	var rnd [8]byte
+	if _, err := rand.Read(rnd[:]); err != nil {
+		return err
+	}
+	tmp := fmt.Sprintf("%s.tmp-%x", file, rnd)
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			os.Remove(tmp)
+		}
+	}()
+	d := &diskWriter{w: bufio.NewWriterSize(f, 1<<20)}
+	d.raw([]byte(diskMagic))
+	d.u64(uint64(x.evs.len()))
+	d.u64(uint64(x.rows.len()))
+	d.u64(uint64(len(x.stacks)))
+	for _, c := range x.evs.recs.chunks {
+		d.raw(rawBytes(c))
+	}
+	for _, c := range x.evs.kinds.chunks {
+		d.raw(rawBytes(c))
+	}
+	for _, c := range x.rows.chunks {
+		d.raw(rawBytes(c))
+	}
+	d.raw(rawBytes(x.evs.base))
+	d.raw(rawBytes(x.evs.baseLive))
+	for k, w := range x.evs.wide {
+		if w != nil {
+			d.u64(uint64(k))
+			d.raw(rawBytes(w))
+		}
+	}
+	d.u64(math64)
+	for k, w := range x.evs.wideLive {
+		if w != nil {
+			d.u64(uint64(k))
+			d.raw(rawBytes(w))
+		}
+	}
+	d.u64(math64)
+	rows := make([]uint32, 0, len(x.big))
+	for r := range x.big {
+		rows = append(rows, r)
+	}
+	sort.Slice(rows, func(i, j int) bool { return rows[i] < rows[j] })
+	d.u64(uint64(len(rows)))
+	for _, r := range rows {
+		d.u64(uint64(r))
+		d.u64(x.big[r])
+	}
+	d.u64(uint64(len(x.unmatched)))
+	d.raw(rawBytes(x.unmatched))
+	d.raw(pad8(4 * len(x.unmatched)))
+	d.raw([]byte(diskMagic))
+	if d.err == nil {
+		d.err = d.w.Flush()
+	}
+	if d.err != nil {
+		return d.err
+	}
+	return os.Rename(tmp, file)
+}
+
+// math64 ends a list of chunk indices.
+const math64 = ^uint64(0)
+
+// diskReader reads an index file, checking every length.
+type diskReader struct {
+	f         *os.File
+	off, size int64
+	err       error
+}
+
+// into fills b from the file.
+func (d *diskReader) into(b []byte) {
+	if d.err != nil {
+		return
+	}
+	if int64(len(b)) > d.size-d.off {
+		d.err = fmt.Errorf("truncated at %d: %w", d.off, ErrBadIndexFile)
+		return
+	}
+	if _, err := d.f.ReadAt(b, d.off); err != nil {
+		d.err = err
+		return
+	}
+	d.off += int64(len(b))
+}
+
+func (d *diskReader) take(n int) []byte {
+	if d.err != nil || n < 0 || int64(n) > d.size-d.off {
+		d.err = fmt.Errorf("truncated at %d: %w", d.off, ErrBadIndexFile)
+		return nil
+	}
+	b := make([]byte, n)
+	d.into(b)
+	return b
+}
+
+func (d *diskReader) u64() uint64 {
+	b := d.take(8)
+	if b == nil {
+		return 0
+	}
+	return binary.LittleEndian.Uint64(b)
+}
+
+// sliceOf views b (from make: 8-aligned) as n Ts.
+func sliceOf[T any](b []byte, n int) []T {
+	if n == 0 || len(b) < n*int(unsafe.Sizeof(*new(T))) {
+		return make([]T, n)
+	}
+	return unsafe.Slice((*T)(unsafe.Pointer(unsafe.SliceData(b))), n)
+}
+
+// readChunk reads a column's chunk into the arena.
+func readChunk[T any](d *diskReader, a *arena) []T {
+	c := newChunk[T](a)
+	d.into(rawBytes(c))
+	return c
+}
+
+// loadCache reads file into an Index holding x's columns, in an arena as
+// a built index's (a mapping of the file was read several times slower
+// than anonymous memory on this machine: each click paid for it). nstacks
+// is the number of stacks x has: the file's rows must point at them.
+func loadCache(file string, nstacks int) (*Index, error) {
+	f, err := os.OpenFile(file, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !fi.Mode().IsRegular() || !ok || int(st.Uid) != os.Geteuid() || fi.Mode().Perm()&0o077 != 0 {
+		return nil, fmt.Errorf("%s: not a private file of this user's: %w", file, ErrBadIndexFile)
+	}
+	if fi.Size() < 2*int64(len(diskMagic)) {
+		return nil, fmt.Errorf("%s: size %d: %w", file, fi.Size(), ErrBadIndexFile)
+	}
+	x := &Index{ready: make(chan struct{})}
+	close(x.ready)
+	if err := x.readCache(&diskReader{f: f, size: fi.Size()}, nstacks); err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	return x, nil
+}
+
+// readCache fills x's columns from the file d, and checks them.
+func (x *Index) readCache(d *diskReader, nstacks int) error {
+	tail := make([]byte, len(diskMagic))
+	if _, err := d.f.ReadAt(tail, d.size-int64(len(tail))); err != nil {
+		return err
+	}
+	if string(d.take(len(diskMagic))) != diskMagic || string(tail) != diskMagic {
+		return fmt.Errorf("not an index file of this version: %w", ErrBadIndexFile)
+	}
+	nev, nrows, nst := d.u64(), d.u64(), d.u64()
+	if d.err != nil || nev > maxEvents || nrows > 2*maxEvents || nst != uint64(nstacks) {
+		return fmt.Errorf("counts %d events, %d rows, %d stacks (want %d stacks): %w", nev, nrows, nst, nstacks, ErrBadIndexFile)
+	}
+	chunks := func(n uint64) int { return int((n + chunkLen - 1) / chunkLen) }
+	kev, krows := chunks(nev), chunks(nrows)
+	if int64(kev)*chunkLen*13+int64(krows)*chunkLen*int64(unsafe.Sizeof(rowRec{})) > d.size {
+		return fmt.Errorf("%d events and %d rows do not fit %d bytes: %w", nev, nrows, d.size, ErrBadIndexFile)
+	}
+	a := newArena(x)
+	for k := 0; k < kev && d.err == nil; k++ {
+		x.evs.recs.chunks = append(x.evs.recs.chunks, readChunk[evRec](d, a))
+	}
+	for k := 0; k < kev && d.err == nil; k++ {
+		x.evs.kinds.chunks = append(x.evs.kinds.chunks, readChunk[uint8](d, a))
+	}
+	for k := 0; k < krows && d.err == nil; k++ {
+		x.rows.chunks = append(x.rows.chunks, readChunk[rowRec](d, a))
+	}
+	if d.err != nil {
+		return d.err
+	}
+	x.evs.recs.n, x.evs.kinds.n, x.rows.n = int(nev), int(nev), int(nrows)
+	x.evs.base = sliceOf[int64](d.take(8*kev), kev)
+	x.evs.baseLive = sliceOf[uint64](d.take(8*kev), kev)
+	x.evs.wide, x.evs.wideLive = make([][]int64, kev), make([][]uint64, kev)
+	for k := d.u64(); d.err == nil && k != math64; k = d.u64() {
+		if k >= uint64(kev) {
+			return fmt.Errorf("whole times of chunk %d of %d: %w", k, kev, ErrBadIndexFile)
+		}
+		x.evs.wide[k] = sliceOf[int64](d.take(8*chunkLen), chunkLen)
+	}
+	for k := d.u64(); d.err == nil && k != math64; k = d.u64() {
+		if k >= uint64(kev) {
+			return fmt.Errorf("whole sizes of chunk %d of %d: %w", k, kev, ErrBadIndexFile)
+		}
+		x.evs.wideLive[k] = sliceOf[uint64](d.take(8*chunkLen), chunkLen)
+	}
+	nbig := d.u64()
+	if nbig > nrows {
+		return fmt.Errorf("%d big sizes: %w", nbig, ErrBadIndexFile)
+	}
+	for i := uint64(0); i < nbig && d.err == nil; i++ {
+		r, size := d.u64(), d.u64()
+		if x.big == nil {
+			x.big = map[uint32]uint64{}
+		}
+		x.big[uint32(r)] = size
+	}
+	nun := d.u64()
+	if nun > nev {
+		return fmt.Errorf("%d unmatched frees: %w", nun, ErrBadIndexFile)
+	}
+	x.unmatched = sliceOf[uint32](d.take(4*int(nun)), int(nun))
+	d.take(len(pad8(4 * int(nun))))
+	d.take(len(diskMagic))
+	if d.err != nil {
+		return d.err
+	}
+	if d.off != d.size {
+		return fmt.Errorf("%d bytes after the end: %w", d.size-d.off, ErrBadIndexFile)
+	}
+	for _, u := range x.unmatched {
+		if uint64(u) >= nev {
+			return fmt.Errorf("unmatched free at event %d of %d: %w", u, nev, ErrBadIndexFile)
+		}
+	}
+	return x.checkRows(nev, nstacks)
+}
+
+// checkRows checks that every row points inside the index, in order, so
+// that no answer reads outside a column.
+func (x *Index) checkRows(nev uint64, nstacks int) error {
+	prev := uint32(0)
+	for i := 0; i < x.rows.len(); i++ {
+		r := x.rows.at(i)
+		if r.alloc < prev || uint64(r.alloc) >= nev || r.stack < 0 || int(r.stack) >= nstacks ||
+			r.end != never && (r.end < r.alloc || uint64(r.end) >= nev || r.life == 0 || r.life > 64) {
+			return fmt.Errorf("row %d: %w", i, ErrBadIndexFile)
+		}
+		prev = r.alloc
+	}
+	return nil
+}

@@ -1,0 +1,184 @@
+package query
+
+import (
+	"math/bits"
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+	"unsafe"
+)
+
+// openCached builds path's index with the index files in dir and waits
+// until its file is written.
+func openCached(t *testing.T, path, dir string) (x *Index, read bool) {
+	t.Helper()
+	x, err := Build(path, Options{CacheDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := x.WaitSaved(); err != nil {
+		t.Fatal(err)
+	}
+	_, read = x.CacheFile()
+	return x, read
+}
+
+// sameAnswers checks that y answers as x: the whole trace, windows, an
+// instant, a thread, the timeline.
+func sameAnswers(t *testing.T, x, y *Index) {
+	t.Helper()
+	if x.Events() != y.Events() || x.Blocks() != y.Blocks() || x.Start() != y.Start() || x.End() != y.End() {
+		t.Fatalf("events %d/%d, blocks %d/%d, span %d-%d / %d-%d", x.Events(), y.Events(), x.Blocks(), y.Blocks(), x.Start(), x.End(), y.Start(), y.End())
+	}
+	span := x.End() - x.Start()
+	for _, f := range []Filter{{}, {From: x.Start() + span/3, To: x.Start() + 2*span/3}, {At: x.Start() + span/2}, {TID: 10}, {From: x.Start() + span/2, PID: 2}} {
+		a, b := x.Window(f), y.Window(f)
+		if !reflect.DeepEqual(a, b) {
+			t.Errorf("window %+v differs", f)
+		}
+		if !reflect.DeepEqual(x.Timeline(a.Span, 300), y.Timeline(b.Span, 300)) {
+			t.Errorf("timeline of %+v differs", f)
+		}
+	}
+}
+
+// The index is written once beside heapscope's other files and mapped by
+// the next Open of the same trace, which answers the same; a changed
+// trace is indexed again.
+func TestIndexFileReused(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "cache")
+	path := filepath.Join(t.TempDir(), "random.hst")
+	writeRandomTrace(t, path, 1)
+	x, read := openCached(t, path, dir)
+	if read {
+		t.Fatal("the first open read an index file")
+	}
+	file, _ := x.CacheFile()
+	fi, err := os.Lstat(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o600 || !fi.Mode().IsRegular() {
+		t.Errorf("index file %s: mode %v", file, fi.Mode())
+	}
+	if d, err := os.Lstat(dir); err != nil || d.Mode().Perm() != 0o700 {
+		t.Errorf("cache folder: %v, %v", d, err)
+	}
+	y, read := openCached(t, path, dir)
+	if !read {
+		t.Fatal("the second open built the index again")
+	}
+	sameAnswers(t, x, y)
+
+	// Another trace at the same path: not answered from the old file.
+	writeRandomTrace(t, path, 2)
+	z, read := openCached(t, path, dir)
+	if read {
+		t.Fatal("a changed trace was answered from the index of the old one")
+	}
+	if z.Events() == x.Events() && reflect.DeepEqual(z.Window(Filter{}).Total, x.Window(Filter{}).Total) {
+		t.Error("the new trace answers as the old")
+	}
+}
+
+// An index file that is cut short, damaged, not a file of this user's, or
+// a symbolic link, is not used: the index is built again (and the file
+// written again), with the same answers, and nothing panics.
+func TestIndexFileBad(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "cache")
+	path := filepath.Join(t.TempDir(), "random.hst")
+	writeRandomTrace(t, path, 3)
+	x, _ := openCached(t, path, dir)
+	file, _ := x.CacheFile()
+	good, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first row's stack, past the header and the event and kind chunks.
+	kev := (x.Events() + chunkLen - 1) / chunkLen
+	rowOff := len(diskMagic) + 24 + kev*chunkLen*(int(unsafe.Sizeof(evRec{}))+1) + int(unsafe.Offsetof(rowRec{}.stack))
+	damage := map[string]func() error{
+		"truncated": func() error { return os.WriteFile(file, good[:len(good)/2], 0o600) },
+		"empty":     func() error { return os.WriteFile(file, nil, 0o600) },
+		"row": func() error {
+			b := append([]byte(nil), good...)
+			b[rowOff], b[rowOff+1], b[rowOff+2] = 0xff, 0xff, 0x7f
+			return os.WriteFile(file, b, 0o600)
+		},
+		"count": func() error {
+			b := append([]byte(nil), good...)
+			b[len(diskMagic)+8] ^= 0x40 // the rows
+			return os.WriteFile(file, b, 0o600)
+		},
+		"open to others": func() error {
+			if err := os.WriteFile(file, good, 0o600); err != nil {
+				return err
+			}
+			return os.Chmod(file, 0o644)
+		},
+		"symlink": func() error {
+			other := filepath.Join(t.TempDir(), "planted")
+			if err := os.WriteFile(other, good, 0o600); err != nil {
+				return err
+			}
+			os.Remove(file)
+			return os.Symlink(other, file)
+		},
+	}
+	if os.Geteuid() == 0 {
+		damage["another user's"] = func() error {
+			if err := os.WriteFile(file, good, 0o600); err != nil {
+				return err
+			}
+			return os.Chown(file, 65534, 65534)
+		}
+	}
+	for name, f := range damage {
+		t.Run(name, func(t *testing.T) {
+			os.Remove(file)
+			if err := f(); err != nil {
+				t.Fatal(err)
+			}
+			y, read := openCached(t, path, dir)
+			if read {
+				t.Fatal("a bad index file was used")
+			}
+			sameAnswers(t, x, y)
+			fi, err := os.Lstat(file)
+			if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm() != 0o600 {
+				t.Fatalf("the index file was not written again: %v, %v", fi, err)
+			}
+			if _, read := openCached(t, path, dir); !read {
+				t.Error("the index file written again is not used")
+			}
+		})
+	}
+}
+
+// A block's lifetime kept in its row is the time between its two events in
+// the event column: a window's lifetimes are those of its blocks.
+func TestRowLifetimes(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "random.hst")
+	writeRandomTrace(t, path, 4)
+	x := build(t, path)
+	span := x.End() - x.Start()
+	for _, f := range []Filter{{}, {From: x.Start() + span/4, To: x.Start() + span/2}} {
+		res := x.Window(f)
+		var want Lifetimes
+		for i := 0; i < x.rows.len(); i++ {
+			r := x.rows.at(i)
+			if r.flags&(fNoBlock|fCont) != 0 || int64(r.alloc) < res.Span.S0 || int64(r.alloc) >= res.Span.S1 {
+				continue
+			}
+			if r.end == never {
+				want.Live++
+				continue
+			}
+			want.Buckets[bits.Len64(uint64(x.evs.time(int(r.end))-x.evs.time(int(r.alloc))))]++
+		}
+		if res.Lifetime != want {
+			t.Errorf("window %+v: lifetimes %v, from the event column %v", f, res.Lifetime, want)
+		}
+	}
+}
