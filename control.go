@@ -118,6 +118,12 @@ func (s *Session) handle(op string, args json.RawMessage) (any, error) {
 			return nil, fmt.Errorf("bad update: %w", err)
 		}
 		return nil, s.Update(c)
+	case "top":
+		var q TopQuery
+		if err := json.Unmarshal(args, &q); err != nil {
+			return nil, fmt.Errorf("bad top query: %w", err)
+		}
+		return s.Top(q)
 	}
 	return nil, fmt.Errorf("unknown operation %q", op)
 }

@@ -80,6 +80,8 @@ type Session struct {
 	stopped  chan struct{} // closed when Stop has finished
 	exitCode int           // the launched child's status, once exited is closed
 	exited   chan struct{} // Launch: closed when the launched child has exited
+
+	top topState // Top's totals and clients (top.go)
 }
 
 // Start starts a session named name that traces the running processes pids,
