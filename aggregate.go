@@ -42,7 +42,7 @@ type aggProc struct {
 	thrList []*aggThread
 	last    *aggThread
 	hot     [16]*aggThread // by TID, direct-mapped: threads take turns in a batch
-	pending int // threads whose last allocation is held in aggThread.pend
+	pending int            // threads whose last allocation is held in aggThread.pend
 	blocks  blockMap
 }
 
