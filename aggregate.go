@@ -23,6 +23,7 @@ type aggregate struct {
 	modules   []event.Module
 	known     map[event.Module]bool
 	unmatched uint64
+	lastTime  int64 // of the latest events or snapshot: how far the totals go
 
 	// While a seed is read from the trace file (see subscribe), the
 	// aggregate of the live events keeps the frees it cannot match: their
@@ -142,6 +143,9 @@ func (a *aggregate) newSite(p *aggProc, t *aggThread, id event.StackID) int32 {
 
 // events counts evs. mmap and munmap are left out: top shows the heap.
 func (a *aggregate) events(evs []event.Event) {
+	if n := len(evs); n > 0 && evs[n-1].Time > a.lastTime {
+		a.lastTime = evs[n-1].Time
+	}
 	for i := range evs {
 		e := &evs[i]
 		p := a.last
@@ -263,6 +267,7 @@ func (a *aggregate) settleAll() {
 func (a *aggregate) snapshot(sn *event.Snapshot) {
 	p := a.proc(sn.PID)
 	p.snap = true
+	a.lastTime = max(a.lastTime, sn.Time)
 	t := p.thread(0)
 	for _, si := range t.small {
 		if si != 0 {
@@ -304,6 +309,7 @@ func (a *aggregate) merge(b *aggregate) {
 		}
 	}
 	a.unmatched += b.unmatched - uint64(len(b.misses))
+	a.lastTime = max(a.lastTime, b.lastTime)
 	for _, m := range b.modules {
 		a.Module(m)
 	}

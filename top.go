@@ -46,8 +46,12 @@ type TopQuery struct {
 
 // TopResult is a session's heap by site, now.
 type TopResult struct {
-	Time    int64 `json:"time"`    // when taken, CLOCK_MONOTONIC ns
-	Elapsed int64 `json:"elapsed"` // ns since the client's previous query; 0 on its first
+	// Time is how far the totals go: the time of the latest event the
+	// session has delivered (CLOCK_MONOTONIC ns). Elapsed is Time less
+	// that of the client's previous query: 0 on its first, and when
+	// nothing new came (the session delivers every flush interval).
+	Time    int64 `json:"time"`
+	Elapsed int64 `json:"elapsed"`
 	// Seeded: the totals include what the session traced before the first
 	// query (read back from its trace file). Otherwise they begin at the
 	// first query (a realtime, circular or newfile session).
@@ -84,7 +88,7 @@ type TopSite struct {
 	Frees      uint64   `json:"frees"`
 	Temporary  uint64   `json:"temporary"`
 	// Growth is the change in LiveBytes since the client's previous query
-	// (0 on its first).
+	// (0 on its first): over TopResult.Elapsed.
 	Growth int64 `json:"growth"`
 }
 
@@ -153,7 +157,7 @@ func (s *Session) Top(q TopQuery) (TopResult, error) {
 	sk := s.sink
 	sk.mu.Lock()
 	a := sk.agg
-	_, now := clockPair()
+	now := a.lastTime
 	r := TopResult{Time: now, Seeded: ts.seeded, Unmatched: a.unmatched, Processes: a.processes(),
 		NModules: len(a.modules), Stats: stats, Ended: sk.closed}
 	if q.Modules >= 0 && q.Modules < len(a.modules) {
@@ -161,8 +165,12 @@ func (s *Session) Top(q TopQuery) (TopResult, error) {
 	}
 	sites := make([]aggSite, 0, len(a.sites))
 	idx := make([]int, 0, len(a.sites))
+	// Every site's live bytes, for the client's next growth whatever it
+	// shows next.
+	live := make([]uint64, len(a.sites))
 	for i := range a.sites {
 		st := &a.sites[i]
+		live[i] = st.liveBytes
 		if q.PID != 0 && st.pid != q.PID || q.TID != 0 && st.tid != q.TID {
 			continue
 		}
@@ -183,15 +191,13 @@ func (s *Session) Top(q TopQuery) (TopResult, error) {
 			}
 		}
 	}
-	nsites := len(a.sites)
 	sk.mu.Unlock()
 
-	if c.time != 0 {
+	if c.time != 0 && now > c.time {
 		r.Elapsed = now - c.time
 	}
 	prev := c.live
-	c.live = make([]uint64, nsites)
-	copy(c.live, prev)
+	c.live = live
 	// Rows: by stack per process, threads summed, unless one thread is asked.
 	type rowKey struct {
 		pid, tid uint32
@@ -218,14 +224,13 @@ func (s *Session) Top(q TopQuery) (TopResult, error) {
 		row.Frees += st.frees
 		row.Temporary += st.temporary
 		si := idx[i]
-		if r.Elapsed > 0 {
+		if c.time != 0 {
 			old := uint64(0)
 			if si < len(prev) {
 				old = prev[si]
 			}
 			row.Growth += int64(st.liveBytes) - int64(old)
 		}
-		c.live[si] = st.liveBytes
 	}
 	c.time = now
 	for _, row := range list {

@@ -91,8 +91,8 @@ func parseSize(t *testing.T, s string) float64 {
 // TestTopInTerminal launches top_grow, whose heap grows by 200,000 bytes a
 // second through grow_heap, under `heapscope top` in a tmux pane: the
 // screen shows grow_heap first with that growth, the keys change the
-// order, pause and expand the stack, and q quits with the terminal's modes
-// as they were.
+// order, the process and thread shown, pause and expand the stack, and q
+// quits with the terminal's modes as they were.
 func TestTopInTerminal(t *testing.T) {
 	t.Cleanup(testutil.Cleanup)
 	bin := testutil.MustBuild(t, "top_grow", testutil.Options{})
@@ -146,8 +146,18 @@ func TestTopInTerminal(t *testing.T) {
 	p.keys("p")
 	p.waitFor("pid N shown, grow_heap first", func(s string) bool {
 		_, fn := firstSite(s)
-		return regexp.MustCompile(`— pid \d+ —`).MatchString(s) && fn == "grow_heap"
+		return regexp.MustCompile(`— pid \d+, all threads —`).MatchString(s) && fn == "grow_heap"
 	})
+	// h cycles the threads of that process: its one thread (the main
+	// thread, whose id is the pid), then all again.
+	p.keys("h")
+	p.waitFor("thread N of pid N shown, grow_heap first", func(s string) bool {
+		_, fn := firstSite(s)
+		m := regexp.MustCompile(`— pid (\d+), thread (\d+) —`).FindStringSubmatch(s)
+		return m != nil && m[1] == m[2] && fn == "grow_heap"
+	})
+	p.keys("h")
+	p.waitFor("all threads again", func(s string) bool { return regexp.MustCompile(`— pid \d+, all threads —`).MatchString(s) })
 	p.keys("p")
 	p.waitFor("all processes again", func(s string) bool { return strings.Contains(s, "— all processes —") })
 	p.keys("Enter")
