@@ -59,6 +59,10 @@ type aggThread struct {
 	pend     uint64
 	pendSize uint64
 	pendSite int32
+	// The site of the thread's last allocation: a loop allocates from
+	// one stack over and over.
+	lastStack event.StackID
+	lastSite  int32 // -1: none
 }
 
 // smallStacks bounds the stack IDs a thread maps with a slice.
@@ -102,7 +106,7 @@ func (p *aggProc) thread(tid uint32) *aggThread {
 	}
 	t := p.threads[tid]
 	if t == nil {
-		t = &aggThread{tid: tid}
+		t = &aggThread{tid: tid, lastSite: -1}
 		p.threads[tid] = t
 		p.thrList = append(p.thrList, t)
 	}
@@ -162,7 +166,17 @@ func (a *aggregate) events(evs []event.Event) {
 				a.alloc(p, t, e)
 			}
 		case event.KindFree:
-			if e.Addr != 0 {
+			if e.Addr != 0 && e.Addr == t.pend {
+				// A temporary: free's first case, inlined.
+				s := &a.sites[t.pendSite]
+				s.liveBytes -= t.pendSize
+				s.liveBlocks--
+				s.frees++
+				s.freedBytes += t.pendSize
+				s.temporary++
+				t.pend = 0
+				p.pending--
+			} else if e.Addr != 0 {
 				a.free(p, t, e.Addr)
 			}
 		case event.KindRealloc:
@@ -183,7 +197,11 @@ func (a *aggregate) alloc(p *aggProc, t *aggThread, e *event.Event) {
 	if t.pend != 0 {
 		a.settle(p, t)
 	}
-	si := a.site(p, t, e.Stack)
+	si := t.lastSite
+	if e.Stack != t.lastStack || si < 0 {
+		si = a.site(p, t, e.Stack)
+		t.lastStack, t.lastSite = e.Stack, si
+	}
 	s := &a.sites[si]
 	s.allocs++
 	s.allocBytes += e.Size
