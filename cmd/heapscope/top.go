@@ -226,14 +226,18 @@ func runTopPlain(src *topSource, interval time.Duration, top int, w io.Writer) e
 	defer smp.Close()
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
-	for {
+	// The first frame at once: the session's totals begin with it, and a
+	// late start reads back more of the trace file.
+	for first := true; ; first = false {
 		ended := false
-		select {
-		case <-tick.C:
-		case <-src.done:
-			ended = true
-		case <-sigs:
-			return src.finish(os.Stderr)
+		if !first {
+			select {
+			case <-tick.C:
+			case <-src.done:
+				ended = true
+			case <-sigs:
+				return src.finish(os.Stderr)
+			}
 		}
 		f, err := smp.Sample(0, 0, live.ByLive, top)
 		if err != nil {
