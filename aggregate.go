@@ -169,8 +169,6 @@ func (a *aggregate) events(evs []event.Event) {
 			if e.Addr != 0 && e.Addr == t.pend {
 				// A temporary: free's first case, inlined.
 				s := &a.sites[t.pendSite]
-				s.liveBytes -= t.pendSize
-				s.liveBlocks--
 				s.frees++
 				s.freedBytes += t.pendSize
 				s.temporary++
@@ -205,14 +203,17 @@ func (a *aggregate) alloc(p *aggProc, t *aggThread, e *event.Event) {
 	s := &a.sites[si]
 	s.allocs++
 	s.allocBytes += e.Size
-	s.liveBytes += e.Size
-	s.liveBlocks++
 	t.pend, t.pendSize, t.pendSite = e.Addr, e.Size, si
 	p.pending++
 }
 
-// settle moves t's held allocation into the block table.
+// settle moves t's held allocation into the block table, and into its
+// site's live bytes and blocks (a held one is not counted there: a
+// temporary never is).
 func (a *aggregate) settle(p *aggProc, t *aggThread) {
+	s := &a.sites[t.pendSite]
+	s.liveBytes += t.pendSize
+	s.liveBlocks++
 	if old, ok := p.blocks.put(t.pend, blockVal{size: t.pendSize, site: t.pendSite}); ok {
 		// A block at the same address was never seen freed.
 		a.release(old, false)
@@ -224,8 +225,6 @@ func (a *aggregate) settle(p *aggProc, t *aggThread) {
 func (a *aggregate) free(p *aggProc, t *aggThread, addr uint64) {
 	if t.pend == addr {
 		s := &a.sites[t.pendSite]
-		s.liveBytes -= t.pendSize
-		s.liveBlocks--
 		s.frees++
 		s.freedBytes += t.pendSize
 		s.temporary++
@@ -244,7 +243,9 @@ func (a *aggregate) free(p *aggProc, t *aggThread, addr uint64) {
 	if p.pending > 0 {
 		for _, o := range p.thrList {
 			if o.pend == addr {
-				a.release(blockVal{size: o.pendSize, site: o.pendSite}, true)
+				s := &a.sites[o.pendSite]
+				s.frees++
+				s.freedBytes += o.pendSize
 				o.pend = 0
 				p.pending--
 				return
@@ -265,6 +266,21 @@ func (a *aggregate) release(v blockVal, counted bool) {
 	if counted {
 		s.frees++
 		s.freedBytes += v.size
+	}
+}
+
+// held calls f with each held allocation's site and size: live, but not
+// yet in its site's counts.
+func (a *aggregate) held(f func(site int32, size uint64)) {
+	for _, p := range a.procList {
+		if p.pending == 0 {
+			continue
+		}
+		for _, t := range p.thrList {
+			if t.pend != 0 {
+				f(t.pendSite, t.pendSize)
+			}
+		}
 	}
 }
 

@@ -107,7 +107,12 @@ type siteTotals struct{ live, blocks, calls, frees, temps uint64 }
 // byStack sums an aggregate's sites by process and stack.
 func byStack(a *aggregate) map[[2]uint32]siteTotals {
 	out := map[[2]uint32]siteTotals{}
-	for _, s := range a.sites {
+	sites := append([]aggSite(nil), a.sites...)
+	a.held(func(si int32, size uint64) {
+		sites[si].liveBytes += size
+		sites[si].liveBlocks++
+	})
+	for _, s := range sites {
 		k := [2]uint32{s.pid, uint32(s.stack)}
 		t := out[k]
 		t.live += s.liveBytes

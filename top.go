@@ -118,7 +118,8 @@ type topState struct {
 // topClient is what one client saw at its previous query.
 type topClient struct {
 	time int64
-	live []uint64 // by site index
+	live []uint64  // by site index
+	seen time.Time // its last query: clients gone for topLease are dropped
 }
 
 // Top returns the session's sites. See the package function Top.
@@ -150,6 +151,7 @@ func (s *Session) Top(q TopQuery) (TopResult, error) {
 		c = &topClient{}
 		ts.clients[q.Client] = c
 	}
+	c.seen = ts.last
 	stats := s.Stats()
 
 	// Copy what the answer needs under the sink's lock (the collector
@@ -168,8 +170,13 @@ func (s *Session) Top(q TopQuery) (TopResult, error) {
 	// Every site's live bytes, for the client's next growth whatever it
 	// shows next.
 	live := make([]uint64, len(a.sites))
-	for i := range a.sites {
-		st := &a.sites[i]
+	all := append([]aggSite(nil), a.sites...)
+	a.held(func(si int32, size uint64) {
+		all[si].liveBytes += size
+		all[si].liveBlocks++
+	})
+	for i := range all {
+		st := &all[i]
 		live[i] = st.liveBytes
 		if q.PID != 0 && st.pid != q.PID || q.TID != 0 && st.tid != q.TID {
 			continue
@@ -364,6 +371,11 @@ func (s *Session) expireTop() {
 			s.sink.mu.Unlock()
 			ts.mu.Unlock()
 			return
+		}
+		for name, c := range ts.clients {
+			if time.Since(c.seen) > topLease {
+				delete(ts.clients, name)
+			}
 		}
 		ts.mu.Unlock()
 	}
