@@ -147,11 +147,13 @@ func (a *aggregate) newSite(p *aggProc, t *aggThread, id event.StackID) int32 {
 
 // events counts evs. mmap and munmap are left out: top shows the heap.
 func (a *aggregate) events(evs []event.Event) {
-	if n := len(evs); n > 0 && evs[n-1].Time > a.lastTime {
-		a.lastTime = evs[n-1].Time
-	}
+	last := a.lastTime
+	defer func() { a.lastTime = last }()
 	for i := range evs {
 		e := &evs[i]
+		// A provider's batch need not be in time order (eBPF's ring
+		// holds events in the order their probes finished).
+		last = max(last, e.Time)
 		p := a.last
 		if p == nil || p.pid != e.PID {
 			p = a.proc(e.PID)

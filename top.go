@@ -42,6 +42,11 @@ type TopQuery struct {
 	// Modules is how many module records the caller has from earlier
 	// answers: only the later ones are sent.
 	Modules int `json:"modules,omitempty"`
+	// MinElapsed (ns) is the shortest span of the session's time a growth
+	// is measured over: an answer that comes sooner after the previous one
+	// (the session delivered a few events since) has Elapsed 0 and no
+	// growth, and the next is measured from the previous one's time.
+	MinElapsed int64 `json:"min_elapsed,omitempty"`
 }
 
 // TopResult is a session's heap by site, now.
@@ -200,11 +205,14 @@ func (s *Session) Top(q TopQuery) (TopResult, error) {
 	}
 	sk.mu.Unlock()
 
-	if c.time != 0 && now > c.time {
+	advance := c.time == 0 || now-c.time >= max(q.MinElapsed, 1)
+	if c.time != 0 && advance {
 		r.Elapsed = now - c.time
 	}
 	prev := c.live
-	c.live = live
+	if advance {
+		c.live = live
+	}
 	// Rows: by stack per process, threads summed, unless one thread is asked.
 	type rowKey struct {
 		pid, tid uint32
@@ -231,7 +239,7 @@ func (s *Session) Top(q TopQuery) (TopResult, error) {
 		row.Frees += st.frees
 		row.Temporary += st.temporary
 		si := idx[i]
-		if c.time != 0 {
+		if r.Elapsed > 0 {
 			old := uint64(0)
 			if si < len(prev) {
 				old = prev[si]
@@ -239,7 +247,9 @@ func (s *Session) Top(q TopQuery) (TopResult, error) {
 			row.Growth += int64(st.liveBytes) - int64(old)
 		}
 	}
-	c.time = now
+	if advance {
+		c.time = now
+	}
 	for _, row := range list {
 		t := &r.Totals
 		t.LiveBytes += row.LiveBytes

@@ -149,13 +149,17 @@ type Sampler struct {
 	prev     *heapscope.TopResult
 	last     *Frame
 	history  []uint64
+	// minElapsed is TopQuery.MinElapsed: a few events delivered just
+	// after a refresh make no rate.
+	minElapsed int64
 }
 
-// NewSampler samples src.
-func NewSampler(src Source, o symbolize.Options) *Sampler {
+// NewSampler samples src every interval (or so): rates are measured over
+// at least half of it.
+func NewSampler(src Source, interval time.Duration, o symbolize.Options) *Sampler {
 	var id [8]byte
 	rand.Read(id[:])
-	return &Sampler{src: src, client: "top-" + hex.EncodeToString(id[:]), sym: symbolize.New(o)}
+	return &Sampler{src: src, client: "top-" + hex.EncodeToString(id[:]), sym: symbolize.New(o), minElapsed: int64(interval / 2)}
 }
 
 // Close releases the symbolizer.
@@ -164,7 +168,7 @@ func (s *Sampler) Close() error { return s.sym.Close() }
 // Sample asks the session for the n first sites in order o of process pid
 // (0: all) and thread tid of it (0: all).
 func (s *Sampler) Sample(pid, tid uint32, o Order, n int) (*Frame, error) {
-	r, err := s.src(heapscope.TopQuery{Client: s.client, N: n, Order: topOrders[o], PID: pid, TID: tid, Modules: s.nmod})
+	r, err := s.src(heapscope.TopQuery{Client: s.client, N: n, Order: topOrders[o], PID: pid, TID: tid, Modules: s.nmod, MinElapsed: s.minElapsed})
 	if err != nil {
 		return nil, err
 	}

@@ -8,6 +8,9 @@
 //	        the whole run, as an always-on aggregate would be
 //	polled  a Top query every -interval (top's default, 1s), as `top`
 //	        asks: the totals kept, and each query answered
+//	late    polled, from one interval after the start: the first query
+//	        reads back what the trace file holds then (a top joining a
+//	        running session)
 //
 // Usage (repo root): go run ./bench/topbench [-n 20000000] [-reps 3]. The
 // shell script beside it (run.sh) measures the whole CLI (`top --`, a
@@ -43,7 +46,7 @@ func main() {
 	if out, err := exec.Command("gcc", "-O2", "-g", "-fno-omit-frame-pointer", "-pthread", "-o", churn, "testdata/workloads/churn.c").CombinedOutput(); err != nil {
 		log.Fatalf("gcc: %v: %s (run from the repository's root)", err, out)
 	}
-	variants := []string{"off", "on", "polled"}
+	variants := []string{"off", "on", "polled", "late"}
 	cpu := map[string][]float64{}
 	fmt.Printf("churn %d pairs, 1 thread; CPU seconds (user+sys) of the session's process and of churn\n\n", *n)
 	fmt.Println("| rep | variant | session CPU | churn CPU | total | wall |")
@@ -79,12 +82,12 @@ func measure(churn string, n int, v string, interval time.Duration, trace string
 	if err != nil {
 		return 0, 0, 0, err
 	}
-	if v != "off" {
+	if v == "on" || v == "polled" {
 		if _, err := s.Top(heapscope.TopQuery{Client: "bench", N: 10}); err != nil {
 			return 0, 0, 0, err
 		}
 	}
-	if v == "polled" {
+	if v == "polled" || v == "late" {
 		t := time.NewTicker(interval)
 	poll:
 		for {

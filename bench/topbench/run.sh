@@ -61,7 +61,8 @@ if [ "$(id -u)" = 0 ]; then
 		exec 3>&-
 		wait "$cpid"
 		wait "$tpid" || true
-		echo "$(cat "$dir/t") $(awk '/cpu_total_ns/ {print $2/1e9}' "$dir/churn.out")"
+		# (GNU time says first when the command failed: see RESULTS-top.md)
+		echo "$(tail -1 "$dir/t") $(awk '/cpu_total_ns/ {print $2/1e9}' "$dir/churn.out")"
 	}
 	for i in $(seq "$REPS"); do
 		a=$(e "$hs" attach -q --mode aggregate)

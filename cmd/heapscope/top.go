@@ -222,7 +222,7 @@ func runTopPlain(src *topSource, interval time.Duration, top int, w io.Writer) e
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
-	smp := live.NewSampler(src.query, symbolize.Options{})
+	smp := live.NewSampler(src.query, interval, symbolize.Options{})
 	defer smp.Close()
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
@@ -310,7 +310,7 @@ func fmtNum(n uint64) string {
 
 // runTopTUI runs the full-screen view.
 func runTopTUI(src *topSource, interval time.Duration) error {
-	m := &topModel{src: src, smp: live.NewSampler(src.query, symbolize.Options{}), interval: interval}
+	m := &topModel{src: src, smp: live.NewSampler(src.query, interval, symbolize.Options{}), interval: interval}
 	defer m.smp.Close()
 	p := tea.NewProgram(m)
 	_, err := p.Run()
