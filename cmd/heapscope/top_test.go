@@ -357,14 +357,14 @@ func TestTopJoinInTerminal(t *testing.T) {
 		registry.DirEnv, registryDir(t), cliBinary(t), name, done)
 	p := newTmuxPane(t, shell)
 	liveLine := regexp.MustCompile(`(?m)^live .*$`)
-	s := p.waitFor("grow_heap first, joined", func(s string) bool {
+	p.waitFor("grow_heap first, joined", func(s string) bool {
 		_, fn := firstSite(s)
 		return fn == "grow_heap" && strings.Contains(s, "(joined)")
 	})
 	p.keys("Space")
 	p.waitFor("paused", func(s string) bool { return strings.Contains(s, "paused") })
 	time.Sleep(time.Second) // a frame asked for before the key may still come
-	s = p.screen()
+	s := p.screen()
 	// grow_heap allocates every 5 ms: any frame taken would change the
 	// live line. Ten intervals paused show none.
 	for i := 0; i < 10; i++ {
