@@ -164,6 +164,10 @@ func (s *Session) Top(q TopQuery) (TopResult, error) {
 	sk := s.sink
 	sk.mu.Lock()
 	a := sk.agg
+	// A growth is measured between the times of the latest events of two
+	// answers: before the first event there is no time to measure from
+	// (the wall clock would count what a provider delivers late, as
+	// eBPF's first events after an attach, as made since).
 	now := a.lastTime
 	r := TopResult{Time: now, Seeded: ts.seeded, Unmatched: a.unmatched, Processes: a.processes(),
 		NModules: len(a.modules), Stats: stats, Ended: sk.closed}
