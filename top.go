@@ -70,6 +70,10 @@ type TopResult struct {
 	NModules  int            `json:"n_modules"`         // module records in all
 	Stats     event.Stats    `json:"stats"`
 	Ended     bool           `json:"ended,omitempty"` // the session has ended: this is its last state
+	// SampleRate is the session's sampling rate (Properties.Sample), 0
+	// when exact: the totals count the sampled allocations as they are,
+	// not scaled up to estimates.
+	SampleRate int64 `json:"sample_rate,omitempty"`
 }
 
 // TopProcess is a traced process and its threads.
@@ -170,7 +174,7 @@ func (s *Session) Top(q TopQuery) (TopResult, error) {
 	// eBPF's first events after an attach, as made since).
 	now := a.lastTime
 	r := TopResult{Time: now, Seeded: ts.seeded, Unmatched: a.unmatched, Processes: a.processes(),
-		NModules: len(a.modules), Stats: stats, Ended: sk.closed}
+		NModules: len(a.modules), Stats: stats, Ended: sk.closed, SampleRate: s.props.Sample}
 	if q.Modules >= 0 && q.Modules < len(a.modules) {
 		r.Modules = append([]event.Module(nil), a.modules[q.Modules:]...)
 	}

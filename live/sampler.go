@@ -43,11 +43,14 @@ type Frame struct {
 	HasStats bool
 	Sites    []Site // the sites the session sent, largest first by the order asked
 	// NoTemporaries: the session cannot tell temporaries (eBPF aggregate
-	// mode); Site.Temporary is 0.
+	// mode, or sampling); Site.Temporary means nothing.
 	NoTemporaries bool
 	// Seeded: the totals include what the session traced before top asked.
 	Seeded bool
 	Ended  bool // the session has ended
+	// SampleRate is the session's sampling rate, 0 when exact: the counts
+	// are of the samples, not estimates.
+	SampleRate int64
 }
 
 // Site is one call site's row.
@@ -177,7 +180,7 @@ func (s *Sampler) Sample(pid, tid uint32, o Order, n int) (*Frame, error) {
 	}
 	s.nmod = r.NModules
 	f := &Frame{Time: time.Now(), PID: pid, TID: tid, Live: r.Totals.LiveBytes, Blocks: r.Totals.LiveBlocks,
-		Stats: r.Stats, HasStats: true, NoTemporaries: r.Aggregate, Seeded: r.Seeded, Ended: r.Ended}
+		Stats: r.Stats, HasStats: true, NoTemporaries: r.Aggregate || r.SampleRate > 0, Seeded: r.Seeded, Ended: r.Ended, SampleRate: r.SampleRate}
 	for _, p := range r.Processes {
 		f.PIDs = append(f.PIDs, p.PID)
 		if p.PID == pid {

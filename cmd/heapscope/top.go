@@ -255,6 +255,9 @@ func runTopPlain(src *topSource, interval time.Duration, top int, w io.Writer) e
 func writePlainFrame(w io.Writer, name, state string, f *live.Frame, top int) {
 	fmt.Fprintf(w, "%s  session %q (%s)  live %s in %s blocks  allocs %.0f/s  frees %.0f/s  lost %s\n",
 		f.Time.Format("15:04:05"), name, state, fmtSize(f.Live), fmtNum(f.Blocks), f.Allocs, f.Frees, lostWord(f))
+	if note := sampledNote(f); note != "" {
+		fmt.Fprintln(w, note)
+	}
 	fmt.Fprintf(w, "%12s %12s %12s %12s  %s\n", "LIVE", "GROWTH/s", "CALLS", "TEMPORARY", "SITE")
 	n := 0
 	for i := range f.Sites {
@@ -266,6 +269,14 @@ func writePlainFrame(w io.Writer, name, state string, f *live.Frame, top int) {
 		fmt.Fprintf(w, "%12s %12s %12s %12s  %s\n", fmtSize(s.Live), growthWord(s), fmtNum(s.Calls), tempWord(f, s), s.Name())
 	}
 	fmt.Fprintln(w)
+}
+
+// sampledNote says that a sampled session's counts are of its samples.
+func sampledNote(f *live.Frame) string {
+	if f.SampleRate <= 0 {
+		return ""
+	}
+	return fmt.Sprintf("sampled every %s on average: the counts are of the samples, not estimates", fmtSize(uint64(f.SampleRate)))
 }
 
 func lostWord(f *live.Frame) string {

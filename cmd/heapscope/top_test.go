@@ -437,3 +437,22 @@ func TestTopAttachAggregate(t *testing.T) {
 		}
 	}
 }
+
+// TestTopSampled: a sampled session's view says its counts are of the
+// samples, and shows no temporaries.
+func TestTopSampled(t *testing.T) {
+	t.Cleanup(testutil.Cleanup)
+	bin := testutil.MustBuild(t, "top_grow", testutil.Options{})
+	cmd := cli(t, "top", "--sample", "4KiB", "--interval", "500ms", "-o", filepath.Join(t.TempDir(), "s.hst"), "--", bin, "2")
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	if code, errs := exitCode(t, cmd); code != 0 {
+		t.Fatalf("top --sample: exit %d: %s", code, errs)
+	}
+	frames := strings.Split(strings.TrimSpace(out.String()), "\n\n")
+	last := frames[len(frames)-1]
+	if !strings.Contains(last, "sampled every 4.0 KiB on average: the counts are of the samples") ||
+		!regexp.MustCompile(`(?m)\s+[\d,]+\s+–\s+grow_heap`).MatchString(last) {
+		t.Errorf("last frame of a sampled session:\n%s", last)
+	}
+}

@@ -282,6 +282,9 @@ func (m *topModel) render() string {
 	}
 	add("live %s in %s blocks   allocs %.0f/s   frees %.0f/s   lost events %s",
 		fmtSize(f.Live), fmtNum(f.Blocks), f.Allocs, f.Frees, lostWord(f))
+	if note := sampledNote(f); note != "" {
+		add("%s", note)
+	}
 	add("%s", sparkline(f.History, max(10, w-2)))
 	add("")
 	add("sorted by %s   keys: s sort  l g c t  p process  h thread  ↑↓ select  enter stack  space pause  q quit", m.order)
