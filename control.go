@@ -150,6 +150,12 @@ func (s *Session) handle(op string, args json.RawMessage) (any, error) {
 			return nil, err
 		}
 		return updateAck{Protocol: ControlProtocol}, nil
+	case "top":
+		var q TopQuery
+		if err := json.Unmarshal(args, &q); err != nil {
+			return nil, fmt.Errorf("bad top query: %w", err)
+		}
+		return s.Top(q)
 	}
 	return nil, fmt.Errorf("unknown operation %q", op)
 }

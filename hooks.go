@@ -60,6 +60,7 @@ type sessionSink struct {
 	sampling  bool          // the session samples: count what it recorded
 	sampled   atomic.Uint64 // allocations and reallocations recorded, when sampling
 	call      Call
+	agg       *aggregate // per-stack totals, while a Top client asks (top.go)
 }
 
 func (s *sessionSink) setHooks(h Hooks) {
@@ -98,6 +99,9 @@ func (s *sessionSink) fileStats(st event.Stats) event.Stats {
 func (s *sessionSink) Process(p event.Process) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.agg != nil {
+		s.agg.Process(p)
+	}
 	if s.w != nil && !s.closed {
 		return s.w.Process(p)
 	}
@@ -107,6 +111,9 @@ func (s *sessionSink) Process(p event.Process) error {
 func (s *sessionSink) Exit(e event.Exit) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.agg != nil {
+		s.agg.Exit(e)
+	}
 	if s.w != nil && !s.closed {
 		return s.w.Exit(e)
 	}
@@ -116,6 +123,9 @@ func (s *sessionSink) Exit(e event.Exit) error {
 func (s *sessionSink) Module(m event.Module) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.agg != nil {
+		s.agg.Module(m)
+	}
 	if s.w != nil && !s.closed {
 		return s.w.Module(m)
 	}
@@ -127,6 +137,9 @@ func (s *sessionSink) Stack(st event.Stack) error {
 	defer s.mu.Unlock()
 	if s.stacks != nil {
 		s.stacks[stackKey{st.PID, st.ID}] = append([]uint64(nil), st.Frames...)
+	}
+	if s.agg != nil {
+		s.agg.Stack(st)
 	}
 	if s.w != nil && !s.closed {
 		return s.w.Stack(st)
@@ -141,6 +154,9 @@ func (s *sessionSink) Events(evs []event.Event) error {
 	if s.w != nil && !s.closed {
 		err = s.w.Events(evs)
 		s.written.Store(s.w.Written())
+	}
+	if s.agg != nil {
+		s.agg.events(evs)
 	}
 	if h := s.hooks.Load(); h != nil {
 		for i := range evs {
@@ -211,6 +227,9 @@ func (s *sessionSink) forget(pid uint32, addr uint64) bool {
 func (s *sessionSink) Snapshot(sn event.Snapshot) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.agg != nil {
+		s.agg.snapshot(&sn)
+	}
 	if s.w != nil && !s.closed {
 		return s.w.Snapshot(sn)
 	}

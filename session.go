@@ -85,6 +85,8 @@ type Session struct {
 	stopped  chan struct{} // closed when Stop has finished
 	exitCode int           // the launched child's status, once exited is closed
 	exited   chan struct{} // Launch: closed when the launched child has exited
+
+	top topState // Top's totals and clients (top.go)
 }
 
 // MaxNameLen is the longest session name, in characters; a longer one is

@@ -1,33 +1,56 @@
+// Package live turns a session's per-stack totals (heapscope.TopResult,
+// which the session keeps from the events it has in hand) into the frames
+// `heapscope top` shows: symbolized sites, rates, growth and history.
+//
+// It reads no trace file: following the file meant decoding and modelling
+// every event a second time, which cost about half the CPU of a busy
+// session (bench/RESULTS-top.md).
 package live
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/heapscope/heapscope/analyze"
+	"github.com/heapscope/heapscope"
 	"github.com/heapscope/heapscope/event"
+	"github.com/heapscope/heapscope/report"
 	"github.com/heapscope/heapscope/symbolize"
 )
 
+// Source answers a top query: Session.Top for a session of this process,
+// heapscope.Top for one by name.
+type Source func(heapscope.TopQuery) (heapscope.TopResult, error)
+
 // Frame is what top shows at one refresh.
 type Frame struct {
-	Time     time.Time
-	Elapsed  time.Duration // since the previous frame; 0 for the first
-	PID      uint32        // the process shown; 0: all
-	PIDs     []uint32      // the processes in the trace
-	Live     uint64        // bytes live now (of the process shown)
-	Blocks   uint64
-	History  []uint64 // Live at each of the last frames, oldest first
-	Allocs   float64  // allocation and reallocation calls per second over the last interval
-	Frees    float64  // frees per second over the last interval
-	Stats    event.Stats
+	Time    time.Time
+	Elapsed time.Duration // since the previous frame; 0 for the first
+	PID     uint32        // the process shown; 0: all
+	TID     uint32        // the thread shown (of PID); 0: all
+	PIDs    []uint32      // the processes of the session
+	TIDs    []uint32      // the threads of process PID that allocated; nil when PID is 0
+	Live    uint64        // bytes live now (of what is shown)
+	Blocks  uint64
+	History []uint64 // Live at each of the last frames, oldest first
+	Allocs  float64  // allocation and reallocation calls per second over the last interval
+	Frees   float64  // frees per second over the last interval
+	Stats   event.Stats
+	// HasStats: Stats holds the session's counters.
 	HasStats bool
-	Sites    []Site // every site with live bytes, calls or temporaries, unsorted
-	// NoTemporaries: the trace cannot tell temporaries (an aggregate
-	// trace); Site.Temporary is 0.
+	Sites    []Site // the sites the session sent, largest first by the order asked
+	// NoTemporaries: the session cannot tell temporaries (eBPF aggregate
+	// mode, or sampling); Site.Temporary means nothing.
 	NoTemporaries bool
+	// Seeded: the totals include what the session traced before top asked.
+	Seeded bool
+	Ended  bool // the session has ended
+	// SampleRate is the session's sampling rate, 0 when exact: the counts
+	// are of the samples, not estimates.
+	SampleRate int64
 }
 
 // Site is one call site's row.
@@ -36,8 +59,8 @@ type Site struct {
 	Live      uint64
 	Blocks    uint64
 	Growth    float64 // change in Live per second over the last interval
-	HasGrowth bool    // false on the first frame that shows the site's process
-	Calls     uint64  // allocation and reallocation calls since the session started
+	HasGrowth bool    // false on the first frame
+	Calls     uint64  // allocation and reallocation calls since the totals began
 	Temporary uint64
 	key       string
 }
@@ -75,6 +98,8 @@ const (
 )
 
 var orderNames = [numOrders]string{"live", "growth", "calls", "temporaries"}
+
+var topOrders = [numOrders]heapscope.TopOrder{heapscope.TopByLive, heapscope.TopByGrowth, heapscope.TopByCalls, heapscope.TopByTemporary}
 
 func (o Order) String() string {
 	if o >= 0 && o < numOrders {
@@ -116,85 +141,101 @@ func (f *Frame) Sort(o Order) {
 // interval of a second.
 const historyLen = 120
 
-// Sampler turns a Tail into frames.
+// Sampler turns a session's answers into frames. It is not safe for
+// concurrent use.
 type Sampler struct {
-	t        *Tail
-	prevTime time.Time
-	prevEnd  int64 // the trace time of the last record read at the previous frame
-	prevPID  uint32
-	prevLive map[string]uint64 // by site key, for the process shown
-	prevCall uint64
-	prevFree uint64
-	history  []uint64
+	src      Source
+	client   string
+	sym      *symbolize.Symbolizer
+	nmod     int
+	prevView [2]uint32 // the PID and TID of the previous frame
+	prev     *heapscope.TopResult
 	last     *Frame
+	history  []uint64
+	// minElapsed is TopQuery.MinElapsed: a few events delivered just
+	// after a refresh make no rate.
+	minElapsed int64
 }
 
-// NewSampler samples t.
-func NewSampler(t *Tail) *Sampler { return &Sampler{t: t} }
+// NewSampler samples src every interval (or so): rates are measured over
+// at least half of it.
+func NewSampler(src Source, interval time.Duration, o symbolize.Options) *Sampler {
+	var id [8]byte
+	rand.Read(id[:])
+	return &Sampler{src: src, client: "top-" + hex.EncodeToString(id[:]), sym: symbolize.New(o), minElapsed: int64(interval / 2)}
+}
 
-// Sample polls the file and returns a frame of process pid (0: all).
-func (s *Sampler) Sample(pid uint32) (*Frame, error) {
-	n, err := s.t.Poll()
+// Close releases the symbolizer.
+func (s *Sampler) Close() error { return s.sym.Close() }
+
+// Sample asks the session for the n first sites in order o of process pid
+// (0: all) and thread tid of it (0: all).
+func (s *Sampler) Sample(pid, tid uint32, o Order, n int) (*Frame, error) {
+	r, err := s.src(heapscope.TopQuery{Client: s.client, N: n, Order: topOrders[o], PID: pid, TID: tid, Modules: s.nmod, MinElapsed: s.minElapsed})
 	if err != nil {
 		return nil, err
 	}
-	now := time.Now()
-	if n == 0 && s.last != nil && s.last.PID == pid {
-		// Nothing new in the file (the session flushes less often than
-		// the frames come): the last frame stands, its rates too.
-		f := *s.last
-		f.Time = now
-		return &f, nil
+	for _, m := range r.Modules {
+		s.sym.AddModule(m)
 	}
-	p := s.t.Profile()
-	end := p.End
-	f := &Frame{Time: now, PID: pid, Stats: p.Stats, HasStats: p.HasStats, NoTemporaries: p.Missing.Has(analyze.NoTemporaries)}
-	for _, pr := range p.Processes {
-		f.PIDs = append(f.PIDs, pr.PID)
-	}
-	if pid != 0 {
-		p = ForPID(p, pid)
-	}
-	rep := s.t.Report(p)
-	var calls, frees uint64
-	for _, st := range p.Stacks {
-		calls += st.Allocations + st.Reallocations
-		frees += st.Frees
-	}
-	samePID := s.prevLive != nil && s.prevPID == pid
-	if !s.prevTime.IsZero() {
-		f.Elapsed = now.Sub(s.prevTime)
-	}
-	// Rates are over the trace's time between the last records of the two
-	// frames: what was read, not when it was read (the file lags the
-	// session by up to a flush, and a busy machine delays the polls).
-	// Without records before and after, there is no rate to give.
-	secs := 0.0
-	if s.prevEnd != 0 && end > s.prevEnd {
-		secs = float64(end-s.prevEnd) / 1e9
-	}
-	if samePID && secs > 0 {
-		f.Allocs = float64(calls-s.prevCall) / secs
-		f.Frees = float64(frees-s.prevFree) / secs
-	}
-	live := map[string]uint64{}
-	for _, rs := range rep.Sites {
-		st := rs.Stack()
-		row := Site{Stack: st, Live: rs.LiveBytes, Blocks: rs.LiveBlocks,
-			Calls: rs.Allocations + rs.Reallocations, Temporary: rs.Temporary, key: siteKey(st)}
-		live[row.key] += row.Live
-		f.Live += row.Live
-		f.Blocks += row.Blocks
-		f.Sites = append(f.Sites, row)
-	}
-	for i := range f.Sites {
-		row := &f.Sites[i]
-		if samePID && secs > 0 {
-			row.Growth = (float64(live[row.key]) - float64(s.prevLive[row.key])) / secs
-			row.HasGrowth = true
+	s.nmod = r.NModules
+	f := &Frame{Time: time.Now(), PID: pid, TID: tid, Live: r.Totals.LiveBytes, Blocks: r.Totals.LiveBlocks,
+		Stats: r.Stats, HasStats: true, NoTemporaries: r.Aggregate || r.SampleRate > 0, Seeded: r.Seeded, Ended: r.Ended, SampleRate: r.SampleRate}
+	for _, p := range r.Processes {
+		f.PIDs = append(f.PIDs, p.PID)
+		if p.PID == pid {
+			f.TIDs = p.Threads
 		}
 	}
-	if !samePID {
+	same := s.prev != nil && s.prevView == [2]uint32{pid, tid}
+	secs := float64(r.Elapsed) / 1e9
+	f.Elapsed = time.Duration(r.Elapsed)
+	if same && secs > 0 {
+		f.Allocs = float64(r.Totals.Allocs-s.prev.Totals.Allocs) / secs
+		f.Frees = float64(r.Totals.Frees-s.prev.Totals.Frees) / secs
+	}
+	// Stacks that differ only inside the allocator, or in their process,
+	// are one site.
+	at := map[string]int{}
+	for i := range r.Sites {
+		rs := &r.Sites[i]
+		var st []symbolize.Frame
+		for _, a := range rs.Frames {
+			st = append(st, s.sym.Frames(rs.PID, a)...)
+		}
+		st = report.TrimAllocator(st)
+		k := siteKey(st)
+		j, ok := at[k]
+		if !ok {
+			j = len(f.Sites)
+			at[k] = j
+			f.Sites = append(f.Sites, Site{Stack: st, key: k, HasGrowth: secs > 0})
+		}
+		row := &f.Sites[j]
+		row.Live += rs.LiveBytes
+		row.Blocks += rs.LiveBlocks
+		row.Calls += rs.Allocs
+		row.Temporary += rs.Temporary
+		if secs > 0 {
+			row.Growth += float64(rs.Growth) / secs
+		}
+	}
+	if same && secs == 0 && s.last != nil {
+		// Nothing new since the last frame (the session delivers its
+		// events every flush interval, which may be longer than
+		// top's): the last rates stand.
+		f.Allocs, f.Frees = s.last.Allocs, s.last.Frees
+		g := map[string]float64{}
+		for _, st := range s.last.Sites {
+			g[st.key] = st.Growth
+		}
+		for i := range f.Sites {
+			f.Sites[i].Growth, f.Sites[i].HasGrowth = g[f.Sites[i].key], s.last.Elapsed > 0
+		}
+		f.Elapsed = s.last.Elapsed
+	}
+	f.Sort(o)
+	if !same {
 		s.history = s.history[:0]
 	}
 	s.history = append(s.history, f.Live)
@@ -202,9 +243,7 @@ func (s *Sampler) Sample(pid uint32) (*Frame, error) {
 		s.history = s.history[len(s.history)-historyLen:]
 	}
 	f.History = append([]uint64(nil), s.history...)
-	s.last = f
-	s.prevTime, s.prevPID, s.prevLive, s.prevCall, s.prevFree = now, pid, live, calls, frees
-	s.prevEnd = end
+	s.prev, s.prevView, s.last = &r, [2]uint32{pid, tid}, f
 	return f, nil
 }
 

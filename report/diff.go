@@ -288,6 +288,9 @@ func (d *Diff) WriteText(w io.Writer, o DiffOptions) error {
 		if r.Profile.HasStats && r.Profile.Stats.TotalLost() > 0 {
 			p("  lost events in %s: %s: its numbers are low by what was lost\n", r.Trace.File, lostText(&r.Profile.Stats))
 		}
+		if n := estimatedNote(r.Profile); n != "" {
+			p("  note: %s: its counts are %s\n", r.Trace.File, n)
+		}
 		// An aggregate trace lacks some counts: their changes mean nothing.
 		for _, l := range r.Profile.Missing.Describe() {
 			p("  note: %s: %s\n", r.Trace.File, l)
@@ -415,6 +418,9 @@ func (d *Diff) Document(o DiffOptions) *DiffJSON {
 	side := func(r *Report, t Counts) DiffJSONTrace {
 		j := DiffJSONTrace{File: r.Trace.File, Provider: r.Trace.Provider, Totals: t, Warnings: r.Trace.Warnings,
 			Limitations: append([]string{}, r.Profile.Missing.Describe()...)}
+		if n := estimatedNote(r.Profile); n != "" {
+			j.Limitations = append([]string{"counts " + n}, j.Limitations...)
+		}
 		if r.Profile.HasStats {
 			j.LostEvents = r.Profile.Stats.TotalLost()
 		}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -178,5 +179,44 @@ func TestDiffTwoBuilds(t *testing.T) {
 	}
 	if s := d.Sites[0]; s.Base.Calls != 3 || s.New.Calls != 6 {
 		t.Errorf("grow_leak's calls: %d in the base, %d in the new build; want 3 and 6", s.Base.Calls, s.New.Calls)
+	}
+}
+
+// TestDiffSampled diffs an exact trace with a sampled one: the diff says
+// which trace's counts are estimates, in text and JSON.
+func TestDiffSampled(t *testing.T) {
+	t.Cleanup(testutil.Cleanup)
+	bin := testutil.MustBuild(t, "diff_leak", testutil.Options{})
+	dir := t.TempDir()
+	base, new := filepath.Join(dir, "exact.hst"), filepath.Join(dir, "sampled.hst")
+	recordPreload(t, base, bin, "3")
+	if code, errs := exitCode(t, cli(t, "run", "-q", "--sample", "4KiB", "-o", new, "--", bin, "6")); code != 0 {
+		t.Fatalf("run --sample: exit %d: %s", code, errs)
+	}
+	code, errs := runCLI(t, "diff", "-o", filepath.Join(dir, "diff.txt"), base, new)
+	if code != 0 {
+		t.Fatalf("diff: exit %d: %s", code, errs)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "diff.txt"))
+	rmust(t, err)
+	note := "note: " + new + ": its counts are estimated (sampled every 4 KiB on average)"
+	if !strings.Contains(string(b), note) || strings.Contains(string(b), base+": its counts are estimated") {
+		t.Errorf("the text diff does not say that only %s is estimated (want %q):\n%s", new, note, b)
+	}
+	out := filepath.Join(dir, "diff.json")
+	if code, errs := runCLI(t, "diff", "--format", "json", "-o", out, base, new); code != 0 {
+		t.Fatalf("diff --format json: exit %d: %s", code, errs)
+	}
+	b, err = os.ReadFile(out)
+	rmust(t, err)
+	var d report.DiffJSON
+	rmust(t, json.Unmarshal(b, &d))
+	if len(d.New.Limitations) == 0 || d.New.Limitations[0] != "counts estimated (sampled every 4 KiB on average)" {
+		t.Errorf("new's limitations %q", d.New.Limitations)
+	}
+	for _, l := range d.Base.Limitations {
+		if strings.Contains(l, "estimated") {
+			t.Errorf("base's limitations %q", d.Base.Limitations)
+		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -40,13 +41,16 @@ the last two minutes, the allocation and free rates, lost events, then the
 sites by live bytes with their growth per second over the last interval,
 their allocation calls and temporaries. Keys: s cycles the order (or l live,
 g growth, c calls, t temporaries), p cycles the process shown (all, then each),
-up/down (k/j) select a site, enter expands its stack, space pauses, q or
-Ctrl-C quits.
+h the thread of that process (all, then each), up/down (k/j) select a site,
+enter expands its stack, space pauses, q or Ctrl-C quits.
 
-top follows the session's trace file, so the session must write one
-(sequential mode; not realtime, circular or newfile). When standard output is
-not a terminal, top prints a plain table every interval instead, until the
-session ends or Ctrl-C.`,
+top asks the session for its per-stack totals every interval (the control
+operation "top"); the session keeps them while top asks, from the events it
+has in hand, and reads its trace file back once at the first question, so
+the totals cover the whole session (a session without a sequential trace
+file counts from top's first question). When standard output is not a
+terminal, top prints a plain table every interval instead, until the session
+ends or Ctrl-C.`,
 		setup: func(fs *flag.FlagSet) func([]string) error {
 			var sf sessionFlags
 			sf.register(fs)
@@ -79,8 +83,7 @@ session ends or Ctrl-C.`,
 // topSource is the session top shows and how it is left.
 type topSource struct {
 	name  string
-	tail  *live.Tail
-	check func() error          // before each sample: notes whether a joined session ended
+	query live.Source
 	done  <-chan struct{}       // closed when the session ends
 	stop  func() error          // on quit; nil for a joined session
 	files func() []string       // the trace files, for the last words
@@ -102,7 +105,7 @@ func openTopSource(sf *sessionFlags, pids pidList, args []string) (*topSource, e
 		if err != nil {
 			return nil, startError(err)
 		}
-		return ownSource(s, nil)
+		return ownSource(s, nil), nil
 	case len(args) == 0:
 		return nil, usagef("give a session NAME, -p PID or -- PROGRAM")
 	}
@@ -124,7 +127,7 @@ func openTopSource(sf *sessionFlags, pids pidList, args []string) (*topSource, e
 	if err != nil {
 		return nil, startError(err)
 	}
-	return ownSource(s, cmd)
+	return ownSource(s, cmd), nil
 }
 
 // dashDash reports whether the command's arguments hold "--".
@@ -137,25 +140,12 @@ func dashDash(args []string) bool {
 	return false
 }
 
-// ownSource follows a session this process started.
-func ownSource(s *heapscope.Session, cmd *exec.Cmd) (*topSource, error) {
-	files := s.Files()
-	if err := followable(s.Properties(), files); err != nil {
-		s.Stop()
-		if cmd != nil {
-			cmd.Process.Signal(os.Interrupt)
-		}
-		return nil, err
-	}
-	t, err := live.Open(files[0], symbolize.Options{})
-	if err != nil {
-		s.Stop()
-		return nil, err
-	}
+// ownSource shows a session this process started: its totals are asked of
+// it directly, and stay readable once it has ended.
+func ownSource(s *heapscope.Session, cmd *exec.Cmd) *topSource {
 	return &topSource{
 		name:  s.Name(),
-		tail:  t,
-		check: func() error { return nil },
+		query: s.Top,
 		done:  s.Done(),
 		files: s.Files,
 		stop: func() error {
@@ -173,43 +163,37 @@ func ownSource(s *heapscope.Session, cmd *exec.Cmd) (*topSource, error) {
 				return "tracing", false
 			}
 		},
-	}, nil
+	}
 }
 
-// joinSource follows the live session name, run by another process.
+// joinSource shows the live session name, run by another process, through
+// its control socket. Once it has ended, the last answer stands.
 func joinSource(name string) (*topSource, error) {
 	st, err := heapscope.Control(name, heapscope.ControlQuery)
 	if err != nil {
 		return nil, err
 	}
-	if err := followable(st.Properties, st.Files); err != nil {
-		return nil, fmt.Errorf("session %q: %w", name, err)
-	}
-	if err := ownedByUs(st.Files[0]); err != nil {
-		return nil, err
-	}
-	t, err := live.Open(st.Files[0], symbolize.Options{})
-	if err != nil {
-		return nil, err
-	}
 	done := make(chan struct{})
-	var ended atomic.Bool // set by a sample, read by the view
+	var ended atomic.Bool // set by a query, read by the view
+	var last heapscope.TopResult
+	var mu sync.Mutex
 	return &topSource{
 		name: name,
-		tail: t,
-		check: func() error {
+		query: func(q heapscope.TopQuery) (heapscope.TopResult, error) {
+			mu.Lock()
+			defer mu.Unlock()
 			if ended.Load() {
-				return nil
+				return last, nil
 			}
-			if _, err := heapscope.Control(name, heapscope.ControlQuery); err != nil {
-				if errors.Is(err, heapscope.ErrNotRunning) {
-					ended.Store(true)
-					close(done)
-					return nil
-				}
-				return err
+			r, err := heapscope.Top(name, q)
+			if errors.Is(err, heapscope.ErrNotRunning) {
+				ended.Store(true)
+				close(done)
+				last.Ended, last.Elapsed = true, 0
+				return last, nil
 			}
-			return nil
+			last = r
+			return r, err
 		},
 		done:  done,
 		files: func() []string { return st.Files },
@@ -222,41 +206,6 @@ func joinSource(name string) (*topSource, error) {
 	}, nil
 }
 
-// followable says why top cannot follow a session's files, if it cannot.
-func followable(p heapscope.Properties, files []string) error {
-	switch {
-	case p.FileMode == heapscope.RealTime || len(files) == 0:
-		return errors.New("the session writes no trace file (realtime mode): top follows the trace file")
-	case p.FileMode == heapscope.Circular, p.FileMode == heapscope.NewFile:
-		return fmt.Errorf("top follows a sequential trace file, not a %s one", p.FileMode)
-	}
-	return nil
-}
-
-// ownedByUs refuses a file of another user (root's are trusted): a joined
-// session's file is named by its owner, whom top does not otherwise know.
-func ownedByUs(path string) error {
-	var st syscall.Stat_t
-	if err := syscall.Stat(path, &st); err != nil {
-		return err
-	}
-	if st.Uid != uint32(os.Geteuid()) && st.Uid != 0 {
-		return fmt.Errorf("%s belongs to uid %d, not to us: not followed", path, st.Uid)
-	}
-	return nil
-}
-
-// sample reads what the session has written since the last sample. The
-// session's own flush timer delivers its events to the file: flushing it
-// from here as well doubled the flushes, which in eBPF's aggregate mode
-// take a snapshot of the kernel's maps each.
-func (src *topSource) sample(smp *live.Sampler, pid uint32) (*live.Frame, error) {
-	if err := src.check(); err != nil {
-		return nil, err
-	}
-	return smp.Sample(pid)
-}
-
 // finish stops a session top started and says where its trace is.
 func (src *topSource) finish(w io.Writer) error {
 	var err error
@@ -264,7 +213,6 @@ func (src *topSource) finish(w io.Writer) error {
 		err = src.stop()
 		fmt.Fprintf(w, "heapscope top: session %q stopped; trace in %s\n", src.name, strings.Join(src.files(), ", "))
 	}
-	src.tail.Close()
 	return err
 }
 
@@ -274,24 +222,28 @@ func runTopPlain(src *topSource, interval time.Duration, top int, w io.Writer) e
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
-	smp := live.NewSampler(src.tail)
+	smp := live.NewSampler(src.query, interval, symbolize.Options{})
+	defer smp.Close()
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
-	for {
+	// The first frame at once: the session's totals begin with it, and a
+	// late start reads back more of the trace file.
+	for first := true; ; first = false {
 		ended := false
-		select {
-		case <-tick.C:
-		case <-src.done:
-			ended = true
-		case <-sigs:
-			return src.finish(os.Stderr)
+		if !first {
+			select {
+			case <-tick.C:
+			case <-src.done:
+				ended = true
+			case <-sigs:
+				return src.finish(os.Stderr)
+			}
 		}
-		f, err := src.sample(smp, 0)
+		f, err := smp.Sample(0, 0, live.ByLive, top)
 		if err != nil {
 			src.finish(os.Stderr)
 			return err
 		}
-		f.Sort(live.ByLive)
 		state, _ := src.state()
 		writePlainFrame(w, src.name, state, f, top)
 		if ended {
@@ -303,6 +255,9 @@ func runTopPlain(src *topSource, interval time.Duration, top int, w io.Writer) e
 func writePlainFrame(w io.Writer, name, state string, f *live.Frame, top int) {
 	fmt.Fprintf(w, "%s  session %q (%s)  live %s in %s blocks  allocs %.0f/s  frees %.0f/s  lost %s\n",
 		f.Time.Format("15:04:05"), name, state, fmtSize(f.Live), fmtNum(f.Blocks), f.Allocs, f.Frees, lostWord(f))
+	if note := sampledNote(f); note != "" {
+		fmt.Fprintln(w, note)
+	}
 	fmt.Fprintf(w, "%12s %12s %12s %12s  %s\n", "LIVE", "GROWTH/s", "CALLS", "TEMPORARY", "SITE")
 	n := 0
 	for i := range f.Sites {
@@ -314,6 +269,14 @@ func writePlainFrame(w io.Writer, name, state string, f *live.Frame, top int) {
 		fmt.Fprintf(w, "%12s %12s %12s %12s  %s\n", fmtSize(s.Live), growthWord(s), fmtNum(s.Calls), tempWord(f, s), s.Name())
 	}
 	fmt.Fprintln(w)
+}
+
+// sampledNote says that a sampled session's counts are of its samples.
+func sampledNote(f *live.Frame) string {
+	if f.SampleRate <= 0 {
+		return ""
+	}
+	return fmt.Sprintf("sampled every %s on average: the counts are of the samples, not estimates", fmtSize(uint64(f.SampleRate)))
 }
 
 func lostWord(f *live.Frame) string {
@@ -358,7 +321,8 @@ func fmtNum(n uint64) string {
 
 // runTopTUI runs the full-screen view.
 func runTopTUI(src *topSource, interval time.Duration) error {
-	m := &topModel{src: src, smp: live.NewSampler(src.tail), interval: interval}
+	m := &topModel{src: src, smp: live.NewSampler(src.query, interval, symbolize.Options{}), interval: interval}
+	defer m.smp.Close()
 	p := tea.NewProgram(m)
 	_, err := p.Run()
 	ferr := src.finish(os.Stderr)

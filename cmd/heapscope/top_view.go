@@ -11,8 +11,8 @@ import (
 )
 
 // topModel is the full-screen view of `heapscope top`. One sample is in
-// flight at a time: the next tick is scheduled when a frame arrives, so the
-// sampler is never used by two goroutines.
+// flight at a time (request), so the sampler is never used by two
+// goroutines; the next tick is scheduled when a frame arrives.
 type topModel struct {
 	src      *topSource
 	smp      *live.Sampler
@@ -21,6 +21,7 @@ type topModel struct {
 	frame    *live.Frame
 	order    live.Order
 	pid      uint32 // the process shown; 0: all
+	tid      uint32 // the thread of pid shown; 0: all
 	sel      int    // the selected site, in the sorted list
 	expanded bool
 	paused   bool
@@ -28,9 +29,13 @@ type topModel struct {
 	err      error
 	width    int
 	height   int
+
+	inflight bool // a sample is being taken
+	again    bool // the view changed meanwhile: sample again when it arrives
+	gen      int  // the current tick; older ticks are dropped
 }
 
-type tickMsg struct{}
+type tickMsg struct{ gen int }
 
 type frameMsg struct {
 	f     *live.Frame
@@ -38,34 +43,64 @@ type frameMsg struct {
 	err   error
 }
 
+// topSites is how many sites the view asks for: enough to scroll a tall
+// terminal's worth.
+const topSites = 200
+
 func (m *topModel) sampleCmd() tea.Cmd {
-	src, smp, pid := m.src, m.smp, m.pid
+	src, smp, pid, tid, order := m.src, m.smp, m.pid, m.tid, m.order
 	return func() tea.Msg {
-		f, err := src.sample(smp, pid)
+		f, err := smp.Sample(pid, tid, order, topSites)
 		_, ended := src.state()
 		return frameMsg{f, ended, err}
 	}
 }
 
-func (m *topModel) tick() tea.Cmd {
-	return tea.Tick(m.interval, func(time.Time) tea.Msg { return tickMsg{} })
+// request samples now, or once the sample in flight arrives.
+func (m *topModel) request() tea.Cmd {
+	if m.inflight {
+		m.again = true
+		return nil
+	}
+	m.inflight = true
+	return m.sampleCmd()
 }
 
-func (m *topModel) Init() tea.Cmd { return m.sampleCmd() }
+// tick starts a new tick; any earlier one is dropped when it comes.
+func (m *topModel) tick() tea.Cmd {
+	m.gen++
+	gen := m.gen
+	return tea.Tick(m.interval, func(time.Time) tea.Msg { return tickMsg{gen} })
+}
+
+func (m *topModel) Init() tea.Cmd { return m.request() }
 
 func (m *topModel) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 	switch msg := msg.(type) {
 	case tea.WindowSizeMsg:
 		m.width, m.height = msg.Width, msg.Height
 	case tickMsg:
+		if msg.gen != m.gen {
+			return m, nil
+		}
 		if m.paused || m.ended {
 			return m, m.tick()
 		}
-		return m, m.sampleCmd()
+		return m, m.request()
 	case frameMsg:
+		m.inflight = false
 		if msg.err != nil {
 			m.err = msg.err
 			return m, tea.Quit
+		}
+		if m.again || msg.f.PID != m.pid || msg.f.TID != m.tid {
+			// A key changed the view while this was taken.
+			m.again = false
+			if m.frame == nil || msg.f.PID == m.pid && msg.f.TID == m.tid {
+				m.frame = msg.f
+				m.frame.Sort(m.order)
+			}
+			return m, m.request()
 		}
 		m.frame, m.ended = msg.f, msg.ended
 		m.frame.Sort(m.order)
@@ -86,26 +121,40 @@ func (m *topModel) key(k string) tea.Cmd {
 		}
 		m.sel = 0
 	}
+	// now asks for a frame of the new view at once, unless paused; the
+	// pending tick asks again.
+	now := func() tea.Cmd {
+		if m.paused || m.ended {
+			return nil
+		}
+		return m.request()
+	}
 	switch k {
 	case "q", "ctrl+c", "esc":
 		return tea.Quit
 	case "s":
 		resort(m.order.Next())
+		return now()
 	case "l":
 		resort(live.ByLive)
+		return now()
 	case "g":
 		resort(live.ByGrowth)
+		return now()
 	case "c":
 		resort(live.ByCalls)
+		return now()
 	case "t":
 		resort(live.ByTemporary)
+		return now()
 	case "p", "tab":
-		m.pid = m.nextPID()
+		m.pid, m.tid = m.nextPID(), 0
 		m.sel = 0
-		if !m.paused && !m.ended {
-			// Show the process now; the pending tick samples again.
-			return m.sampleCmd()
-		}
+		return now()
+	case "h", "H":
+		m.pid, m.tid = m.nextTID()
+		m.sel = 0
+		return now()
 	case "up", "k":
 		m.sel = max(0, m.sel-1)
 	case "down", "j":
@@ -118,6 +167,36 @@ func (m *topModel) key(k string) tea.Cmd {
 		m.paused = !m.paused
 	}
 	return nil
+}
+
+// nextTID cycles the threads of the process shown: all → each thread →
+// all. With every process shown, it picks the first process's first
+// thread.
+func (m *topModel) nextTID() (pid, tid uint32) {
+	if m.frame == nil || len(m.frame.PIDs) == 0 {
+		return m.pid, 0
+	}
+	pid = m.pid
+	if pid == 0 {
+		pid = m.frame.PIDs[0]
+	}
+	tids := m.frame.TIDs
+	if m.frame.PID != pid {
+		// The process's threads are known at its first frame.
+		return pid, 0
+	}
+	if m.tid == 0 {
+		if len(tids) == 0 {
+			return pid, 0
+		}
+		return pid, tids[0]
+	}
+	for i, t := range tids {
+		if t == m.tid && i+1 < len(tids) {
+			return pid, tids[i+1]
+		}
+	}
+	return pid, 0
 }
 
 // nextPID cycles all → each process → all.
@@ -189,6 +268,11 @@ func (m *topModel) render() string {
 	proc := "all processes"
 	if m.pid != 0 {
 		proc = fmt.Sprintf("pid %d", m.pid)
+		if m.tid != 0 {
+			proc += fmt.Sprintf(", thread %d", m.tid)
+		} else {
+			proc += ", all threads"
+		}
 	}
 	add("heapscope top — session %q (%s) — %s — every %s", m.src.name, state, proc, m.interval)
 	f := m.frame
@@ -198,9 +282,12 @@ func (m *topModel) render() string {
 	}
 	add("live %s in %s blocks   allocs %.0f/s   frees %.0f/s   lost events %s",
 		fmtSize(f.Live), fmtNum(f.Blocks), f.Allocs, f.Frees, lostWord(f))
+	if note := sampledNote(f); note != "" {
+		add("%s", note)
+	}
 	add("%s", sparkline(f.History, max(10, w-2)))
 	add("")
-	add("sorted by %s   keys: s sort  l g c t  p process  ↑↓ select  enter stack  space pause  q quit", m.order)
+	add("sorted by %s   keys: s sort  l g c t  p process  h thread  ↑↓ select  enter stack  space pause  q quit", m.order)
 	add("%12s %12s %12s %12s  %s", "LIVE", "GROWTH/s", "CALLS", "TEMPORARY", "SITE")
 	rows := h - len(lines) - 1
 	stackLines := 0

@@ -1,0 +1,567 @@
+package heapscope
+
+import (
+	"sort"
+
+	"github.com/heapscope/heapscope/event"
+)
+
+// aggregate keeps per-stack totals of a session's heap from the events the
+// session has in hand: what `heapscope top` shows (see Session.Top). Sites
+// are per process, thread and stack. It costs a few ns per event (a block
+// table insert and delete per allocation freed later; less for a
+// temporary, which never reaches the table), so the session keeps one only
+// while a client asks (see subscribe).
+//
+// An aggregate implements event.Sink, to be seeded from a trace file. It
+// is not safe for concurrent use: the session's sink lock guards it.
+type aggregate struct {
+	procs     map[uint32]*aggProc
+	procList  []*aggProc
+	last      *aggProc
+	sites     []aggSite
+	modules   []event.Module
+	known     map[event.Module]bool
+	unmatched uint64
+	lastTime  int64 // of the latest events or snapshot: how far the totals go
+
+	// While a seed is read from the trace file (see subscribe), the
+	// aggregate of the live events keeps the frees it cannot match: their
+	// blocks may be in the seed.
+	keepMisses bool
+	misses     []aggMiss
+}
+
+// aggProc is one process's part of an aggregate.
+type aggProc struct {
+	pid     uint32
+	exe     string
+	ended   bool
+	snap    bool // reported by snapshots (eBPF aggregate mode): no events, no threads
+	frames  map[event.StackID][]uint64
+	threads map[uint32]*aggThread
+	thrList []*aggThread
+	last    *aggThread
+	hot     [16]*aggThread // by TID, direct-mapped: threads take turns in a batch
+	pending int            // threads whose last allocation is held in aggThread.pend
+	blocks  blockMap
+}
+
+// aggThread is one thread's sites, and its last allocation.
+type aggThread struct {
+	tid   uint32
+	small []int32 // StackID → site index + 1, for IDs below smallStacks
+	big   map[event.StackID]int32
+	// The thread's last allocation is held here, out of the block table,
+	// until its next event: a free of it then is a temporary (as
+	// heaptrack counts them: freed with no heap event of the thread in
+	// between) and costs no table work. 0: none.
+	pend     uint64
+	pendSize uint64
+	pendSite int32
+	// The site of the thread's last allocation: a loop allocates from
+	// one stack over and over.
+	lastStack event.StackID
+	lastSite  int32 // -1: none
+}
+
+// smallStacks bounds the stack IDs a thread maps with a slice.
+const smallStacks = 1 << 14
+
+// aggSite is one stack's totals in one thread of one process.
+type aggSite struct {
+	liveBytes, liveBlocks uint64
+	allocs, allocBytes    uint64 // allocation and reallocation calls that returned a block
+	frees, freedBytes     uint64
+	temporary             uint64
+	pid, tid              uint32
+	stack                 event.StackID
+}
+
+// aggMiss is a free an aggregate could not match.
+type aggMiss struct {
+	pid, tid uint32
+	addr     uint64
+}
+
+func newAggregate() *aggregate {
+	return &aggregate{procs: map[uint32]*aggProc{}}
+}
+
+func (a *aggregate) proc(pid uint32) *aggProc {
+	p := a.procs[pid]
+	if p == nil {
+		p = &aggProc{pid: pid, frames: map[event.StackID][]uint64{}, threads: map[uint32]*aggThread{}}
+		a.procs[pid] = p
+		a.procList = append(a.procList, p)
+	}
+	a.last = p
+	return p
+}
+
+func (p *aggProc) thread(tid uint32) *aggThread {
+	if t := p.hot[tid&15]; t != nil && t.tid == tid {
+		p.last = t
+		return t
+	}
+	t := p.threads[tid]
+	if t == nil {
+		t = &aggThread{tid: tid, lastSite: -1}
+		p.threads[tid] = t
+		p.thrList = append(p.thrList, t)
+	}
+	p.hot[tid&15] = t
+	p.last = t
+	return t
+}
+
+// site returns the index of the site of stack id in thread t of p.
+func (a *aggregate) site(p *aggProc, t *aggThread, id event.StackID) int32 {
+	if id < smallStacks {
+		if int(id) < len(t.small) {
+			if si := t.small[id]; si != 0 {
+				return si - 1
+			}
+		} else {
+			t.small = append(t.small, make([]int32, int(id)+1-len(t.small))...)
+		}
+		si := a.newSite(p, t, id)
+		t.small[id] = si + 1
+		return si
+	}
+	if si, ok := t.big[id]; ok {
+		return si
+	}
+	if t.big == nil {
+		t.big = map[event.StackID]int32{}
+	}
+	si := a.newSite(p, t, id)
+	t.big[id] = si
+	return si
+}
+
+func (a *aggregate) newSite(p *aggProc, t *aggThread, id event.StackID) int32 {
+	a.sites = append(a.sites, aggSite{pid: p.pid, tid: t.tid, stack: id})
+	return int32(len(a.sites) - 1)
+}
+
+// events counts evs. mmap and munmap are left out: top shows the heap.
+func (a *aggregate) events(evs []event.Event) {
+	last := a.lastTime
+	defer func() { a.lastTime = last }()
+	for i := range evs {
+		e := &evs[i]
+		// A provider's batch need not be in time order (eBPF's ring
+		// holds events in the order their probes finished).
+		last = max(last, e.Time)
+		p := a.last
+		if p == nil || p.pid != e.PID {
+			p = a.proc(e.PID)
+		}
+		t := p.last
+		if t == nil || t.tid != e.TID {
+			t = p.thread(e.TID)
+		}
+		switch e.Kind {
+		case event.KindAlloc:
+			if e.Addr != 0 {
+				a.alloc(p, t, e)
+			}
+		case event.KindFree:
+			if e.Addr != 0 && e.Addr == t.pend {
+				// A temporary: free's first case, inlined.
+				s := &a.sites[t.pendSite]
+				s.frees++
+				s.freedBytes += t.pendSize
+				s.temporary++
+				t.pend = 0
+				p.pending--
+			} else if e.Addr != 0 {
+				a.free(p, t, e.Addr)
+			}
+		case event.KindRealloc:
+			if e.Addr == 0 && e.Size != 0 {
+				continue // failed: the old block stays
+			}
+			if e.OldAddr != 0 {
+				a.free(p, t, e.OldAddr)
+			}
+			if e.Addr != 0 {
+				a.alloc(p, t, e)
+			}
+		}
+	}
+}
+
+func (a *aggregate) alloc(p *aggProc, t *aggThread, e *event.Event) {
+	if t.pend != 0 {
+		a.settle(p, t)
+	}
+	si := t.lastSite
+	if e.Stack != t.lastStack || si < 0 {
+		si = a.site(p, t, e.Stack)
+		t.lastStack, t.lastSite = e.Stack, si
+	}
+	s := &a.sites[si]
+	s.allocs++
+	s.allocBytes += e.Size
+	t.pend, t.pendSize, t.pendSite = e.Addr, e.Size, si
+	p.pending++
+}
+
+// settle moves t's held allocation into the block table, and into its
+// site's live bytes and blocks (a held one is not counted there: a
+// temporary never is).
+func (a *aggregate) settle(p *aggProc, t *aggThread) {
+	s := &a.sites[t.pendSite]
+	s.liveBytes += t.pendSize
+	s.liveBlocks++
+	if old, ok := p.blocks.put(t.pend, blockVal{size: t.pendSize, site: t.pendSite}); ok {
+		// A block at the same address was never seen freed.
+		a.release(old, false)
+	}
+	t.pend = 0
+	p.pending--
+}
+
+func (a *aggregate) free(p *aggProc, t *aggThread, addr uint64) {
+	if t.pend == addr {
+		s := &a.sites[t.pendSite]
+		s.frees++
+		s.freedBytes += t.pendSize
+		s.temporary++
+		t.pend = 0
+		p.pending--
+		return
+	}
+	if t.pend != 0 {
+		a.settle(p, t)
+	}
+	if v, ok := p.blocks.take(addr); ok {
+		a.release(v, true)
+		return
+	}
+	// Another thread's held allocation, freed here.
+	if p.pending > 0 {
+		for _, o := range p.thrList {
+			if o.pend == addr {
+				s := &a.sites[o.pendSite]
+				s.frees++
+				s.freedBytes += o.pendSize
+				o.pend = 0
+				p.pending--
+				return
+			}
+		}
+	}
+	a.unmatched++
+	if a.keepMisses {
+		a.misses = append(a.misses, aggMiss{pid: p.pid, tid: t.tid, addr: addr})
+	}
+}
+
+// release takes block v out of its site's live set; counted: as a free.
+func (a *aggregate) release(v blockVal, counted bool) {
+	s := &a.sites[v.site]
+	s.liveBytes -= v.size
+	s.liveBlocks--
+	if counted {
+		s.frees++
+		s.freedBytes += v.size
+	}
+}
+
+// held calls f with each held allocation's site and size: live, but not
+// yet in its site's counts.
+func (a *aggregate) held(f func(site int32, size uint64)) {
+	for _, p := range a.procList {
+		if p.pending == 0 {
+			continue
+		}
+		for _, t := range p.thrList {
+			if t.pend != 0 {
+				f(t.pendSite, t.pendSize)
+			}
+		}
+	}
+}
+
+// settleAll moves every held allocation into the block tables.
+func (a *aggregate) settleAll() {
+	for _, p := range a.procList {
+		for _, t := range p.thrList {
+			if t.pend != 0 {
+				a.settle(p, t)
+			}
+		}
+	}
+}
+
+// snapshot replaces the totals of sn's process with the kernel's (eBPF
+// aggregate mode): live blocks by stack, calls and bytes since tracing
+// began.
+func (a *aggregate) snapshot(sn *event.Snapshot) {
+	p := a.proc(sn.PID)
+	p.snap = true
+	a.lastTime = max(a.lastTime, sn.Time)
+	t := p.thread(0)
+	for _, si := range t.small {
+		if si != 0 {
+			a.sites[si-1] = aggSite{pid: p.pid, stack: a.sites[si-1].stack}
+		}
+	}
+	for _, si := range t.big {
+		a.sites[si] = aggSite{pid: p.pid, stack: a.sites[si].stack}
+	}
+	for i := range sn.Totals {
+		tot := &sn.Totals[i]
+		s := &a.sites[a.site(p, t, tot.Stack)]
+		s.allocs, s.allocBytes, s.frees, s.freedBytes = tot.Allocs, tot.AllocBytes, tot.Frees, tot.FreeBytes
+	}
+	for i := range sn.Live {
+		b := &sn.Live[i]
+		s := &a.sites[a.site(p, t, b.Stack)]
+		s.liveBytes += b.Size
+		s.liveBlocks++
+	}
+}
+
+// merge adds b, the aggregate of the events after a's (a seed read from
+// the trace file), to a. The frees b could not match are matched against
+// a's blocks first.
+func (a *aggregate) merge(b *aggregate) {
+	a.settleAll()
+	b.settleAll()
+	for _, m := range b.misses {
+		p := a.procs[m.pid]
+		if p == nil {
+			a.unmatched++
+			continue
+		}
+		if v, ok := p.blocks.take(m.addr); ok {
+			a.release(v, true)
+		} else {
+			a.unmatched++
+		}
+	}
+	a.unmatched += b.unmatched - uint64(len(b.misses))
+	a.lastTime = max(a.lastTime, b.lastTime)
+	for _, m := range b.modules {
+		a.Module(m)
+	}
+	for _, bp := range b.procList {
+		ap := a.procs[bp.pid]
+		if ap == nil {
+			ap = a.proc(bp.pid)
+		}
+		if bp.exe != "" {
+			ap.exe = bp.exe
+		}
+		ap.ended = bp.ended
+		ap.snap = ap.snap || bp.snap
+		for id, f := range bp.frames {
+			ap.frames[id] = f
+		}
+		// b's site index → a's.
+		remap := make(map[int32]int32)
+		for _, bt := range bp.thrList {
+			at := ap.thread(bt.tid)
+			each := func(id event.StackID, bsi int32) {
+				asi := a.site(ap, at, id)
+				remap[bsi] = asi
+				s, o := &a.sites[asi], &b.sites[bsi]
+				s.liveBytes += o.liveBytes
+				s.liveBlocks += o.liveBlocks
+				s.allocs += o.allocs
+				s.allocBytes += o.allocBytes
+				s.frees += o.frees
+				s.freedBytes += o.freedBytes
+				s.temporary += o.temporary
+			}
+			for id, si := range bt.small {
+				if si != 0 {
+					each(event.StackID(id), si-1)
+				}
+			}
+			for id, si := range bt.big {
+				each(id, si)
+			}
+		}
+		bp.blocks.each(func(addr uint64, v blockVal) {
+			v.site = remap[v.site]
+			if old, ok := ap.blocks.put(addr, v); ok {
+				a.release(old, false)
+			}
+		})
+	}
+	a.last = nil
+}
+
+// The event.Sink methods, for the seed and the session's sink.
+
+func (a *aggregate) Process(pr event.Process) error {
+	a.proc(pr.PID).exe = pr.Exe
+	return nil
+}
+
+func (a *aggregate) Exit(x event.Exit) error {
+	if p := a.procs[x.PID]; p != nil {
+		p.ended = true
+	}
+	return nil
+}
+
+func (a *aggregate) Module(m event.Module) error {
+	// A trace file repeats its definitions in its chunks.
+	if a.known == nil {
+		a.known = map[event.Module]bool{}
+	}
+	if !a.known[m] {
+		a.known[m] = true
+		a.modules = append(a.modules, m)
+	}
+	return nil
+}
+
+func (a *aggregate) Stack(st event.Stack) error {
+	a.proc(st.PID).frames[st.ID] = append([]uint64(nil), st.Frames...)
+	return nil
+}
+
+func (a *aggregate) Events(evs []event.Event) error {
+	a.events(evs)
+	return nil
+}
+
+func (a *aggregate) Snapshot(sn event.Snapshot) error {
+	a.snapshot(&sn)
+	return nil
+}
+
+func (a *aggregate) Stats(event.Stats) error { return nil }
+
+// processes lists the processes and their threads, by PID and TID.
+func (a *aggregate) processes() []TopProcess {
+	var out []TopProcess
+	for _, p := range a.procList {
+		tp := TopProcess{PID: p.pid, Exe: p.exe, Ended: p.ended}
+		if !p.snap {
+			for _, t := range p.thrList {
+				tp.Threads = append(tp.Threads, t.tid)
+			}
+			sort.Slice(tp.Threads, func(i, j int) bool { return tp.Threads[i] < tp.Threads[j] })
+		}
+		out = append(out, tp)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].PID < out[j].PID })
+	return out
+}
+
+// blockVal is a live block: its size and site.
+type blockVal struct {
+	size uint64
+	site int32
+}
+
+// blockMap maps the addresses of live blocks to their values: open
+// addressing with linear probing, deletion by backward shift (no
+// tombstones, so a churning table stays short). Address 0 marks an empty
+// slot.
+type blockMap struct {
+	keys  []uint64
+	vals  []blockVal
+	n     int
+	shift uint8
+}
+
+func (m *blockMap) home(k uint64) int { return int((k * 0x9E3779B97F4A7C15) >> m.shift) }
+
+// put stores v at k and returns the value it replaced, if any.
+func (m *blockMap) put(k uint64, v blockVal) (blockVal, bool) {
+	if 2*(m.n+1) > len(m.keys) {
+		m.grow()
+	}
+	mask := len(m.keys) - 1
+	for i := m.home(k); ; i = (i + 1) & mask {
+		switch m.keys[i] {
+		case 0:
+			m.keys[i], m.vals[i] = k, v
+			m.n++
+			return blockVal{}, false
+		case k:
+			old := m.vals[i]
+			m.vals[i] = v
+			return old, true
+		}
+	}
+}
+
+// take removes k and returns its value.
+func (m *blockMap) take(k uint64) (blockVal, bool) {
+	if m.n == 0 {
+		return blockVal{}, false
+	}
+	mask := len(m.keys) - 1
+	for i := m.home(k); ; i = (i + 1) & mask {
+		switch m.keys[i] {
+		case 0:
+			return blockVal{}, false
+		case k:
+			v := m.vals[i]
+			m.remove(i)
+			return v, true
+		}
+	}
+}
+
+// remove empties slot i, moving back the keys after it that would no
+// longer be found past the hole.
+func (m *blockMap) remove(i int) {
+	mask := len(m.keys) - 1
+	m.n--
+	for j := i; ; {
+		m.keys[i] = 0
+		for {
+			j = (j + 1) & mask
+			if m.keys[j] == 0 {
+				return
+			}
+			// The key at j may move to i if its home is not in (i, j],
+			// cyclically.
+			h := m.home(m.keys[j])
+			if (j-h)&mask >= (j-i)&mask {
+				break
+			}
+		}
+		m.keys[i], m.vals[i] = m.keys[j], m.vals[j]
+		i = j
+	}
+}
+
+func (m *blockMap) grow() {
+	keys, vals := m.keys, m.vals
+	n := max(2*len(keys), 64)
+	m.keys, m.vals, m.n = make([]uint64, n), make([]blockVal, n), 0
+	m.shift = uint8(64 - bitsLen(n-1))
+	for i, k := range keys {
+		if k != 0 {
+			m.put(k, vals[i])
+		}
+	}
+}
+
+func (m *blockMap) each(f func(uint64, blockVal)) {
+	for i, k := range m.keys {
+		if k != 0 {
+			f(k, m.vals[i])
+		}
+	}
+}
+
+func bitsLen(n int) int {
+	l := 0
+	for ; n > 0; n >>= 1 {
+		l++
+	}
+	return l
+}

@@ -1,0 +1,132 @@
+// Command topbench measures what `heapscope top`'s totals cost a session:
+// the CPU of a preload session (the collector in this process and the
+// traced churn workload, its child) in three variants, interleaved in each
+// rep:
+//
+//	off     no Top client: the session as `heapscope run` runs it
+//	on      one Top query at the start and no more: the totals kept for
+//	        the whole run, as an always-on aggregate would be
+//	polled  a Top query every -interval (top's default, 1s), as `top`
+//	        asks: the totals kept, and each query answered
+//	late    polled, from one interval after the start: the first query
+//	        reads back what the trace file holds then (a top joining a
+//	        running session)
+//
+// Usage (repo root): go run ./bench/topbench [-n 20000000] [-reps 3]. The
+// shell script beside it (run.sh) measures the whole CLI (`top --`, a
+// joined `top NAME`) and eBPF's aggregate mode.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"syscall"
+	"time"
+
+	"github.com/heapscope/heapscope"
+)
+
+func main() {
+	n := flag.Int("n", 20000000, "malloc+free pairs of churn")
+	reps := flag.Int("reps", 3, "repetitions of each variant")
+	interval := flag.Duration("interval", time.Second, "the polled variant's query interval")
+	flag.Parse()
+	dir, err := os.MkdirTemp("", "topbench-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	churn := filepath.Join(dir, "churn")
+	if out, err := exec.Command("gcc", "-O2", "-g", "-fno-omit-frame-pointer", "-pthread", "-o", churn, "testdata/workloads/churn.c").CombinedOutput(); err != nil {
+		log.Fatalf("gcc: %v: %s (run from the repository's root)", err, out)
+	}
+	variants := []string{"off", "on", "polled", "late"}
+	cpu := map[string][]float64{}
+	fmt.Printf("churn %d pairs, 1 thread; CPU seconds (user+sys) of the session's process and of churn\n\n", *n)
+	fmt.Println("| rep | variant | session CPU | churn CPU | total | wall |")
+	fmt.Println("|---|---|---|---|---|---|")
+	for rep := 1; rep <= *reps; rep++ {
+		for _, v := range variants {
+			sess, child, wall, err := measure(churn, *n, v, *interval, filepath.Join(dir, v+".hst"))
+			if err != nil {
+				log.Fatal(err)
+			}
+			cpu[v] = append(cpu[v], sess+child)
+			fmt.Printf("| %d | %s | %.2fs | %.2fs | %.2fs | %.2fs |\n", rep, v, sess, child, sess+child, wall.Seconds())
+		}
+	}
+	fmt.Println("\n| variant | median total CPU | added to off |")
+	fmt.Println("|---|---|---|")
+	base := median(cpu["off"])
+	for _, v := range variants {
+		m := median(cpu[v])
+		fmt.Printf("| %s | %.2fs | %+.1f%% |\n", v, m, 100*(m-base)/base)
+	}
+}
+
+// measure runs churn under a session in variant v and returns the CPU
+// seconds of this process and of its children over the run.
+func measure(churn string, n int, v string, interval time.Duration, trace string) (sess, child float64, wall time.Duration, err error) {
+	os.Remove(trace)
+	cmd := exec.Command(churn, fmt.Sprint(n), "1")
+	runtime.GC() // the previous run's garbage is not this one's cost
+	self0, kids0 := usage()
+	start := time.Now()
+	s, err := heapscope.Launch(fmt.Sprintf("topbench-%d", os.Getpid()), heapscope.Properties{File: trace}, cmd)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	if v == "on" || v == "polled" {
+		if _, err := s.Top(heapscope.TopQuery{Client: "bench", N: 10}); err != nil {
+			return 0, 0, 0, err
+		}
+	}
+	if v == "polled" || v == "late" {
+		t := time.NewTicker(interval)
+	poll:
+		for {
+			select {
+			case <-t.C:
+				if _, err := s.Top(heapscope.TopQuery{Client: "bench", N: 10}); err != nil {
+					return 0, 0, 0, err
+				}
+			case <-s.Done():
+				break poll
+			}
+		}
+		t.Stop()
+	}
+	if err := s.Wait(); err != nil {
+		return 0, 0, 0, err
+	}
+	<-s.ProgramExited()
+	wall = time.Since(start)
+	self1, kids1 := usage()
+	return self1 - self0, kids1 - kids0, wall, nil
+}
+
+// usage returns the CPU seconds of this process and of its waited-for
+// children.
+func usage() (self, children float64) {
+	sec := func(who int) float64 {
+		var ru syscall.Rusage
+		syscall.Getrusage(who, &ru)
+		return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
+	}
+	return sec(syscall.RUSAGE_SELF), sec(syscall.RUSAGE_CHILDREN)
+}
+
+func median(xs []float64) float64 {
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	if len(s) == 0 {
+		return 0
+	}
+	return s[len(s)/2]
+}

@@ -1,0 +1,74 @@
+package live
+
+import (
+	"bufio"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/heapscope/heapscope"
+	"github.com/heapscope/heapscope/internal/registry"
+	"github.com/heapscope/heapscope/internal/testutil"
+	"github.com/heapscope/heapscope/symbolize"
+)
+
+// TestSampler samples a session of top_grow (grow_heap keeps 200,000 bytes
+// a second live; churn_site makes a temporary every millisecond): frames
+// name the sites by function, sort them as asked, and give grow_heap's
+// growth within 10% once two frames are a second apart.
+func TestSampler(t *testing.T) {
+	t.Setenv(registry.DirEnv, t.TempDir())
+	t.Cleanup(testutil.Cleanup)
+	bin := testutil.MustBuild(t, "top_grow", testutil.Options{})
+	cmd := exec.Command(bin, "30")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := heapscope.Launch("live-sampler", heapscope.Properties{File: filepath.Join(t.TempDir(), "s.hst"),
+		FlushInterval: 100 * time.Millisecond}, cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		cmd.Process.Signal(os.Interrupt)
+		s.Stop()
+	}()
+	if line, _ := bufio.NewReader(stdout).ReadString('\n'); line != "started\n" {
+		t.Fatalf("workload said %q", line)
+	}
+	smp := NewSampler(s.Top, time.Second, symbolize.Options{})
+	defer smp.Close()
+	// The first answer comes before the first event: no growth can be
+	// measured from it. The second is the start.
+	for i := 0; i < 2; i++ {
+		if _, err := smp.Sample(0, 0, ByLive, 10); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	time.Sleep(700 * time.Millisecond)
+	f, err := smp.Sample(0, 0, ByLive, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(f.Sites) == 0 || !strings.HasPrefix(f.Sites[0].Name(), "grow_heap ") || !f.Sites[0].HasGrowth {
+		t.Fatalf("first site %+v", f.Sites)
+	}
+	if g := f.Sites[0].Growth; g < 180000 || g > 220000 {
+		t.Errorf("grow_heap's growth %.0f B/s, want 200,000 ±10%%", g)
+	}
+	if f.Live < f.Sites[0].Live || len(f.PIDs) != 1 || f.PIDs[0] != uint32(cmd.Process.Pid) {
+		t.Errorf("frame: live %d, pids %v", f.Live, f.PIDs)
+	}
+	f, err = smp.Sample(uint32(cmd.Process.Pid), 0, ByTemporary, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(f.Sites) == 0 || !strings.HasPrefix(f.Sites[0].Name(), "churn_site ") || f.Sites[0].Temporary < 500 || len(f.TIDs) != 1 {
+		t.Errorf("by temporaries, pid %d: %+v, threads %v", cmd.Process.Pid, f.Sites, f.TIDs)
+	}
+}
