@@ -31,15 +31,6 @@ func countsOf(c *analyze.Counters) Counts {
 	return Counts{c.LiveBytes, c.LiveBlocks, c.PeakBytes, c.Bytes, c.Calls(), c.Temporary}
 }
 
-func (c *Counts) add(o Counts) {
-	c.LeakedBytes += o.LeakedBytes
-	c.LeakedBlocks += o.LeakedBlocks
-	c.PeakBytes += o.PeakBytes
-	c.Bytes += o.Bytes
-	c.Calls += o.Calls
-	c.Temporary += o.Temporary
-}
-
 // Delta is New minus Base, field by field.
 type Delta struct {
 	LeakedBytes  int64 `json:"leaked_bytes"`
@@ -84,6 +75,7 @@ type SiteDiff struct {
 	Delta     Delta
 	site      *Site // in the new trace where it is there
 	key       string
+	base, new analyze.Counters // the sums Base and New are made from
 }
 
 // Stack returns the stack, innermost first, from the new trace where it is
@@ -155,9 +147,9 @@ func NewDiff(base, new *Report) *Diff {
 				d.Sites = append(d.Sites, sd)
 			}
 			if isNew {
-				sd.New.add(countsOf(&s.Counters))
+				sd.new.Add(&s.Counters)
 			} else {
-				sd.Base.add(countsOf(&s.Counters))
+				sd.base.Add(&s.Counters)
 			}
 		}
 	}
@@ -165,6 +157,7 @@ func NewDiff(base, new *Report) *Diff {
 	add(new, true)
 	add(base, false)
 	for _, sd := range d.Sites {
+		sd.Base, sd.New = countsOf(&sd.base), countsOf(&sd.new)
 		sd.Delta = delta(sd.Base, sd.New)
 	}
 	return d

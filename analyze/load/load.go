@@ -405,41 +405,39 @@ func (s *pieceSink) Snapshot(sn event.Snapshot) error {
 	return s.sendRec(pieceRec{snap: &sn})
 }
 
-func (s *pieceSink) Process(p event.Process) error {
+// sendDef sends a definition or stats record when s carries them.
+func (s *pieceSink) sendDef(def any) error {
 	if !s.defs {
 		return nil
 	}
-	p.Cmdline = append([]string(nil), p.Cmdline...)
-	return s.sendRec(pieceRec{def: p})
+	return s.sendRec(pieceRec{def: def})
+}
+
+func (s *pieceSink) Process(p event.Process) error {
+	if s.defs {
+		p.Cmdline = append([]string(nil), p.Cmdline...)
+	}
+	return s.sendDef(p)
 }
 
 func (s *pieceSink) Module(m event.Module) error {
-	if !s.defs {
-		return nil
-	}
-	if s.obs != nil {
+	if s.defs && s.obs != nil {
 		s.obs.Module(m)
 	}
-	return s.sendRec(pieceRec{def: m})
+	return s.sendDef(m)
 }
 
 func (s *pieceSink) Stack(st event.Stack) error {
-	if !s.defs {
-		return nil
+	if s.defs {
+		st.Frames = append([]uint64(nil), st.Frames...)
+		if s.obs != nil {
+			s.obs.Stack(st)
+		}
 	}
-	st.Frames = append([]uint64(nil), st.Frames...)
-	if s.obs != nil {
-		s.obs.Stack(st)
-	}
-	return s.sendRec(pieceRec{def: st})
+	return s.sendDef(st)
 }
 
-func (s *pieceSink) Stats(st event.Stats) error {
-	if !s.defs {
-		return nil
-	}
-	return s.sendRec(pieceRec{def: st})
-}
+func (s *pieceSink) Stats(st event.Stats) error { return s.sendDef(st) }
 
 // replaySnapshots passes the snapshots taken before from to m.
 func replaySnapshots(open func(string) (*tracefile.Reader, error), path string, from int64, m event.Sink) error {
