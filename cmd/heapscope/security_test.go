@@ -134,10 +134,7 @@ sys.stdin.read()
 // session under the squatted name and stop it for real.
 func TestRegistrySquatted(t *testing.T) {
 	testutil.OtherUser(t)
-	shared, err := os.MkdirTemp("", "heapscope-shared-registry-")
-	must(t, err)
-	t.Cleanup(func() { os.RemoveAll(shared) })
-	must(t, os.Chmod(shared, 0o777|os.ModeSticky))
+	shared := testutil.SharedDir(t)
 	inShared := func(args ...string) *exec.Cmd {
 		cmd := cli(t, args...)
 		cmd.Env = append(cmd.Env, registry.DirEnv+"="+shared) // the last one counts
