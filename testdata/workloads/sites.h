@@ -1,12 +1,15 @@
 // sites.h: the logged call sites ebpf_alloc and ebpf_calls share: one
 // function per allocator entry point every malloc replacement defines, each
 // logging its call (site, function, result, size, old block) into a static
-// array, without allocating, for the program to print at the end.
+// array, without allocating, for the program to print at the end
+// (print_calls).
 #ifndef HEAPSCOPE_SITES_H
 #define HEAPSCOPE_SITES_H
 
 #include <stdint.h>
 #include <stdlib.h>
+
+#include "rawout.h"
 
 #define NOINLINE __attribute__((noinline))
 
@@ -70,6 +73,13 @@ NOINLINE void site_free(void *p) {
 	if (p)
 		note("site_free", "free", p, 0, 0);
 	sink = 0;
+}
+
+// print_calls prints the logged calls in order, one "call SITE FUNC ADDR
+// SIZE OLDADDR" line each.
+static void print_calls(void) {
+	for (int i = 0; i < ncalls; i++)
+		call_line(calls[i].site, calls[i].func, (uintptr_t)calls[i].addr, calls[i].size, (uintptr_t)calls[i].old);
 }
 
 #endif
