@@ -466,19 +466,7 @@ func TestDrop(t *testing.T) {
 	}
 
 	rec := newRecorder()
-	c, err := New(Config{OnFull: event.Drop, BufferSize: MinBufferSize}, slowSink{rec, 200 * time.Microsecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, args...)
-	c.Prepare(cmd)
-	if err := cmd.Run(); err != nil {
-		t.Fatal(err)
-	}
-	reportExit(c, cmd)
-	if err := c.Close(); err != nil {
-		t.Fatal(err)
-	}
+	c := runUnder(t, Config{OnFull: event.Drop, BufferSize: MinBufferSize}, slowSink{rec, 200 * time.Microsecond}, exec.Command(bin, args...))
 	rec.check(t)
 	st := rec.final()
 	if uint64(len(rec.events)) != st.Delivered {
