@@ -143,10 +143,7 @@ func TestRegistrySquatted(t *testing.T) {
 
 	sq := exec.Command("/usr/bin/python3", "-c", squatter, shared, "Victim", "mute1", "mute2", "mute3")
 	testutil.AsOtherUser(t, sq)
-	stdin, _ := sq.StdinPipe()
-	stdout, _ := sq.StdoutPipe()
-	must(t, sq.Start())
-	t.Cleanup(func() { stdin.Close(); sq.Process.Kill(); sq.Wait() })
+	_, stdout := testutil.StartPiped(t, sq)
 	if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || line != "ready\n" {
 		t.Fatalf("squatter said %q, %v", line, err)
 	}
