@@ -47,12 +47,7 @@ int main(int argc, char **argv) {
 		}
 	}
 
-	site("site_malloc", (void *)site_malloc);
-	site("site_calloc", (void *)site_calloc);
-	site("site_realloc", (void *)site_realloc);
-	site("site_posix_memalign", (void *)site_posix_memalign);
-	site("site_aligned_alloc", (void *)site_aligned_alloc);
-	site("site_free", (void *)site_free);
+	print_sites();
 	print_calls();
 	done();
 	return 0;
