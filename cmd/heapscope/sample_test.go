@@ -48,7 +48,18 @@ func TestSampleAccuracy(t *testing.T) {
 // program draws from the kernel's generator, which takes no seed, and a
 // run takes minutes (about 8 million allocations, each still trapping).
 func TestSampleAccuracyEBPF(t *testing.T) {
-	sampleAccuracyEBPF(t, "ebpf")
+	testutil.SkipWithoutEBPF(t, ebpf.Available())
+	if testing.Short() {
+		t.Skip("-short: this run takes minutes")
+	}
+	t.Cleanup(testutil.Cleanup)
+	bin := testutil.MustBuild(t, "sample_sites", testutil.Options{})
+	sites, got := sampleSites(t, bin, filepath.Join(t.TempDir(), "e"), "ebpf", nil, "--provider", "ebpf")
+	errs := map[string][][2]float64{}
+	for name, e := range got {
+		errs[name] = append(errs[name], e)
+	}
+	logSampleErrors(t, sites, errs)
 }
 
 // TestSampleAccuracyEBPFAggregate is TestSampleAccuracyEBPF in aggregate
@@ -56,21 +67,13 @@ func TestSampleAccuracyEBPF(t *testing.T) {
 // block adding the bytes and objects it stands for, weighed in BPF, and
 // its free taking them away; the same bounds hold.
 func TestSampleAccuracyEBPFAggregate(t *testing.T) {
-	sampleAccuracyEBPF(t, "ebpf aggregate", "--mode", "aggregate")
-}
-
-// sampleAccuracyEBPF is one run of sampleSites with `--provider ebpf` and
-// the extra flags, logged as label.
-func sampleAccuracyEBPF(t *testing.T, label string, flags ...string) {
-	t.Helper()
 	testutil.SkipWithoutEBPF(t, ebpf.Available())
 	if testing.Short() {
 		t.Skip("-short: this run takes minutes")
 	}
 	t.Cleanup(testutil.Cleanup)
 	bin := testutil.MustBuild(t, "sample_sites", testutil.Options{})
-	flags = append([]string{"--provider", "ebpf"}, flags...)
-	sites, got := sampleSites(t, bin, filepath.Join(t.TempDir(), "s"), label, nil, flags...)
+	sites, got := sampleSites(t, bin, filepath.Join(t.TempDir(), "a"), "ebpf aggregate", nil, "--provider", "ebpf", "--mode", "aggregate")
 	errs := map[string][][2]float64{}
 	for name, e := range got {
 		errs[name] = append(errs[name], e)
