@@ -71,41 +71,24 @@ func (r *reader) need(n int) bool {
 	return true
 }
 
-func (r *reader) u8() uint8 {
-	if !r.need(1) {
-		return 0
+// zeros is what fixed returns past the end: reads there yield 0.
+var zeros [8]byte
+
+// fixed consumes the next n (≤ 8) bytes of a fixed-width field, or returns
+// n zero bytes once the section is exhausted.
+func (r *reader) fixed(n int) []byte {
+	if !r.need(n) {
+		return zeros[:n]
 	}
-	v := r.b[r.off]
-	r.off++
+	v := r.b[r.off : r.off+n]
+	r.off += n
 	return v
 }
 
-func (r *reader) u16() uint16 {
-	if !r.need(2) {
-		return 0
-	}
-	v := binary.LittleEndian.Uint16(r.b[r.off:])
-	r.off += 2
-	return v
-}
-
-func (r *reader) u32() uint32 {
-	if !r.need(4) {
-		return 0
-	}
-	v := binary.LittleEndian.Uint32(r.b[r.off:])
-	r.off += 4
-	return v
-}
-
-func (r *reader) u64() uint64 {
-	if !r.need(8) {
-		return 0
-	}
-	v := binary.LittleEndian.Uint64(r.b[r.off:])
-	r.off += 8
-	return v
-}
+func (r *reader) u8() uint8   { return r.fixed(1)[0] }
+func (r *reader) u16() uint16 { return binary.LittleEndian.Uint16(r.fixed(2)) }
+func (r *reader) u32() uint32 { return binary.LittleEndian.Uint32(r.fixed(4)) }
+func (r *reader) u64() uint64 { return binary.LittleEndian.Uint64(r.fixed(8)) }
 
 func (r *reader) uleb() uint64 {
 	var v uint64

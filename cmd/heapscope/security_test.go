@@ -134,10 +134,7 @@ sys.stdin.read()
 // session under the squatted name and stop it for real.
 func TestRegistrySquatted(t *testing.T) {
 	testutil.OtherUser(t)
-	shared, err := os.MkdirTemp("", "heapscope-shared-registry-")
-	must(t, err)
-	t.Cleanup(func() { os.RemoveAll(shared) })
-	must(t, os.Chmod(shared, 0o777|os.ModeSticky))
+	shared := testutil.SharedDir(t)
 	inShared := func(args ...string) *exec.Cmd {
 		cmd := cli(t, args...)
 		cmd.Env = append(cmd.Env, registry.DirEnv+"="+shared) // the last one counts
@@ -146,10 +143,7 @@ func TestRegistrySquatted(t *testing.T) {
 
 	sq := exec.Command("/usr/bin/python3", "-c", squatter, shared, "Victim", "mute1", "mute2", "mute3")
 	testutil.AsOtherUser(t, sq)
-	stdin, _ := sq.StdinPipe()
-	stdout, _ := sq.StdoutPipe()
-	must(t, sq.Start())
-	t.Cleanup(func() { stdin.Close(); sq.Process.Kill(); sq.Wait() })
+	_, stdout := testutil.StartPiped(t, sq)
 	if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || line != "ready\n" {
 		t.Fatalf("squatter said %q, %v", line, err)
 	}

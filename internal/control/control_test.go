@@ -92,20 +92,6 @@ func startImpostor(t *testing.T, path, mode string, asUser bool) {
 	}
 }
 
-// sharedDir is a folder every user may write, like /tmp.
-func sharedDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "heapscope-shared-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o777|os.ModeSticky); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
-
 // TestCallChecksPeer: another user's socket, a symlink to it, or a socket
 // that passes for root's (here chowned, as a path swapped after the check
 // would be) but is answered by another user's process, are not the
@@ -113,7 +99,7 @@ func sharedDir(t *testing.T) string {
 // status.
 func TestCallChecksPeer(t *testing.T) {
 	uid, _ := testutil.OtherUser(t)
-	dir := sharedDir(t)
+	dir := testutil.SharedDir(t)
 	path := filepath.Join(dir, "s.sock")
 	startImpostor(t, path, "answer", true)
 	link := filepath.Join(dir, "link.sock")

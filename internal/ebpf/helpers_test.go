@@ -224,23 +224,9 @@ func spawnWorkload(t testing.TB, env []string, bin string, args ...string) *work
 // test; it is killed when the test ends.
 func startCmd(t testing.TB, cmd *exec.Cmd) *workload {
 	t.Helper()
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	stdin, stdout := testutil.StartPiped(t, cmd)
 	w := &workload{cmd: cmd, stdin: stdin, out: bufio.NewScanner(stdout)}
 	w.out.Buffer(make([]byte, 1<<16), 1<<20)
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
 	return w
 }
 

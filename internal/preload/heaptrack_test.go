@@ -138,20 +138,7 @@ func compareWithHeaptrack(t *testing.T, mk func() *exec.Cmd) (ours, theirs uint6
 
 	cmd := mk()
 	start = time.Now()
-	c, err := New(Config{}, &counter{Sink: event.Discard})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Prepare(cmd); err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Run(); err != nil {
-		t.Fatal(err)
-	}
-	reportExit(c, cmd)
-	if err := c.Close(); err != nil {
-		t.Fatal(err)
-	}
+	runUnder(t, Config{}, &counter{Sink: event.Discard}, cmd)
 	wall := time.Since(start)
 
 	r := traceCmd(t, Config{}, mk())

@@ -258,22 +258,9 @@ func start(t *testing.T, cfg Config, bin string, args ...string) *started {
 	if err := s.c.Prepare(s.cmd); err != nil {
 		t.Fatal(err)
 	}
-	if s.stdin, err = s.cmd.StdinPipe(); err != nil {
-		t.Fatal(err)
-	}
-	out, err := s.cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.stdout = bufio.NewReader(out)
-	if err := s.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		s.cmd.Process.Kill()
-		s.cmd.Wait()
-		s.c.Close()
-	})
+	t.Cleanup(func() { s.c.Close() }) // after the workload's end: cleanups run last first
+	stdin, out := testutil.StartPiped(t, s.cmd)
+	s.stdin, s.stdout = stdin, bufio.NewReader(out)
 	return s
 }
 
@@ -466,19 +453,7 @@ func TestDrop(t *testing.T) {
 	}
 
 	rec := newRecorder()
-	c, err := New(Config{OnFull: event.Drop, BufferSize: MinBufferSize}, slowSink{rec, 200 * time.Microsecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, args...)
-	c.Prepare(cmd)
-	if err := cmd.Run(); err != nil {
-		t.Fatal(err)
-	}
-	reportExit(c, cmd)
-	if err := c.Close(); err != nil {
-		t.Fatal(err)
-	}
+	c := runUnder(t, Config{OnFull: event.Drop, BufferSize: MinBufferSize}, slowSink{rec, 200 * time.Microsecond}, exec.Command(bin, args...))
 	rec.check(t)
 	st := rec.final()
 	if uint64(len(rec.events)) != st.Delivered {

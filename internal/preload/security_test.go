@@ -53,13 +53,8 @@ func startAs(t *testing.T, cred *syscall.Credential, prog string, args ...string
 	h := exec.Command(prog, args...)
 	h.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 	h.Dir = "/"
-	hin, _ := h.StdinPipe() // errors only if Stdin or Stdout is set, or after Start
-	hout, _ := h.StdoutPipe()
 	h.Stderr = os.Stderr
-	if err := h.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { h.Process.Kill(); h.Wait() })
+	hin, hout := testutil.StartPiped(t, h)
 	return hin, bufio.NewReader(hout)
 }
 

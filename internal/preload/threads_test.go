@@ -25,19 +25,7 @@ func TestManyThreads(t *testing.T) {
 	bin := testutil.MustBuild(t, "preload_threads", testutil.Options{})
 	const waves, per, k = 25, 8, 200
 	rec := newRecorder()
-	c, err := New(Config{BufferSize: 64 << 10}, rec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, fmt.Sprint(waves), fmt.Sprint(per), fmt.Sprint(k))
-	c.Prepare(cmd)
-	if err := cmd.Run(); err != nil {
-		t.Fatal(err)
-	}
-	reportExit(c, cmd)
-	if err := c.Close(); err != nil {
-		t.Fatal(err)
-	}
+	c := runUnder(t, Config{BufferSize: 64 << 10}, rec, exec.Command(bin, fmt.Sprint(waves), fmt.Sprint(per), fmt.Sprint(k)))
 	rec.check(t)
 	perTID := map[uint32]int{}
 	for _, e := range rec.events {

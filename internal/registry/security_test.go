@@ -15,20 +15,6 @@ import (
 	"github.com/heapscope/heapscope/internal/testutil"
 )
 
-// sharedDir is a folder every user may write, like /tmp.
-func sharedDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "heapscope-shared-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o777|os.ModeSticky); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
-
 type dirResult struct {
 	Dir    string
 	Err    string
@@ -57,7 +43,7 @@ func dirAsOtherUser(t *testing.T, env ...string) dirResult {
 // of someone else's) is refused, not used.
 func TestDirPerUser(t *testing.T) {
 	uid, gid := testutil.OtherUser(t)
-	tmp := sharedDir(t)
+	tmp := testutil.SharedDir(t)
 	r := dirAsOtherUser(t, "TMPDIR="+tmp)
 	want := filepath.Join(tmp, fmt.Sprintf("heapscope-%d", uid))
 	if r.Err != "" || r.Dir != want {
@@ -76,7 +62,7 @@ func TestDirPerUser(t *testing.T) {
 		func(p string) error { return os.Symlink(t.TempDir(), p) },
 		func(p string) error { return os.Mkdir(p, 0o755) }, // a folder of root's
 	} {
-		tmp := sharedDir(t)
+		tmp := testutil.SharedDir(t)
 		if err := plant(filepath.Join(tmp, fmt.Sprintf("heapscope-%d", uid))); err != nil {
 			t.Fatal(err)
 		}
@@ -86,7 +72,7 @@ func TestDirPerUser(t *testing.T) {
 	}
 
 	// $XDG_RUNTIME_DIR, when it is the user's, is preferred.
-	xdg := filepath.Join(sharedDir(t), "run-user")
+	xdg := filepath.Join(testutil.SharedDir(t), "run-user")
 	if err := os.Mkdir(xdg, 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +113,7 @@ func plantEntry(t *testing.T, dir, name string) string {
 // shared registry is invisible to root (Lookup, List), holds nothing (root
 // takes the name), and its socket is never the one root is given.
 func TestPlantedEntryNotTrusted(t *testing.T) {
-	dir := sharedDir(t)
+	dir := testutil.SharedDir(t)
 	plantEntry(t, dir, "Victim")
 	if info, err := Lookup(dir, "victim"); !errors.Is(err, errs.ErrNotRunning) {
 		t.Errorf("Lookup of a planted entry = %+v, %v; want ErrNotRunning", info, err)
@@ -149,7 +135,7 @@ func TestPlantedEntryNotTrusted(t *testing.T) {
 // TestPlantedLinkAndFifo: a symlink at root's entry path is not followed
 // (its target is untouched) and a fifo does not make List or Acquire wait.
 func TestPlantedLinkAndFifo(t *testing.T) {
-	dir := sharedDir(t)
+	dir := testutil.SharedDir(t)
 	victim := filepath.Join(t.TempDir(), "victim")
 	if err := os.WriteFile(victim, []byte("root's"), 0o644); err != nil {
 		t.Fatal(err)

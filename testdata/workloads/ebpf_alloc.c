@@ -47,15 +47,8 @@ int main(int argc, char **argv) {
 		}
 	}
 
-	site("site_malloc", (void *)site_malloc);
-	site("site_calloc", (void *)site_calloc);
-	site("site_realloc", (void *)site_realloc);
-	site("site_posix_memalign", (void *)site_posix_memalign);
-	site("site_aligned_alloc", (void *)site_aligned_alloc);
-	site("site_free", (void *)site_free);
-	for (int i = 0; i < ncalls; i++) {
-		call_line(calls[i].site, calls[i].func, (uintptr_t)calls[i].addr, calls[i].size, (uintptr_t)calls[i].old);
-	}
+	print_sites();
+	print_calls();
 	done();
 	return 0;
 }

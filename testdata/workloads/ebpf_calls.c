@@ -88,19 +88,12 @@ int main(int argc, char **argv) {
 		(void)c;
 	}
 
-	site("site_malloc", (void *)site_malloc);
-	site("site_calloc", (void *)site_calloc);
-	site("site_realloc", (void *)site_realloc);
+	print_sites();
 	site("site_reallocarray", (void *)site_reallocarray);
-	site("site_posix_memalign", (void *)site_posix_memalign);
-	site("site_aligned_alloc", (void *)site_aligned_alloc);
 	site("site_memalign", (void *)site_memalign);
 	site("site_valloc", (void *)site_valloc);
 	site("site_pvalloc", (void *)site_pvalloc);
-	site("site_free", (void *)site_free);
-	for (int i = 0; i < ncalls; i++) {
-		call_line(calls[i].site, calls[i].func, (uintptr_t)calls[i].addr, calls[i].size, (uintptr_t)calls[i].old);
-	}
+	print_calls();
 	done();
 	return 0;
 }

@@ -1,12 +1,15 @@
 // sites.h: the logged call sites ebpf_alloc and ebpf_calls share: one
 // function per allocator entry point every malloc replacement defines, each
 // logging its call (site, function, result, size, old block) into a static
-// array, without allocating, for the program to print at the end.
+// array, without allocating, for the program to print at the end
+// (print_sites, print_calls).
 #ifndef HEAPSCOPE_SITES_H
 #define HEAPSCOPE_SITES_H
 
 #include <stdint.h>
 #include <stdlib.h>
+
+#include "rawout.h"
 
 #define NOINLINE __attribute__((noinline))
 
@@ -70,6 +73,23 @@ NOINLINE void site_free(void *p) {
 	if (p)
 		note("site_free", "free", p, 0, 0);
 	sink = 0;
+}
+
+// print_sites prints a "site NAME ADDR" line for each call site above.
+static void print_sites(void) {
+	site("site_malloc", (void *)site_malloc);
+	site("site_calloc", (void *)site_calloc);
+	site("site_realloc", (void *)site_realloc);
+	site("site_posix_memalign", (void *)site_posix_memalign);
+	site("site_aligned_alloc", (void *)site_aligned_alloc);
+	site("site_free", (void *)site_free);
+}
+
+// print_calls prints the logged calls in order, one "call SITE FUNC ADDR
+// SIZE OLDADDR" line each.
+static void print_calls(void) {
+	for (int i = 0; i < ncalls; i++)
+		call_line(calls[i].site, calls[i].func, (uintptr_t)calls[i].addr, calls[i].size, (uintptr_t)calls[i].old);
 }
 
 #endif

@@ -145,6 +145,43 @@ static int send_fd(uint32_t type, uint32_t index, int fd)
 	}
 }
 
+/*
+ * Receive one message of at most len bytes into buf and the descriptors
+ * passed with it (SCM_RIGHTS, made close-on-exec): up to max (at most 4) into
+ * fds, their number into *nfd; any more that fit the control buffer's padding
+ * are closed. Returns recvmsg's result.
+ */
+static ssize_t recv_fds(int sock, void *buf, size_t len, int flags, int *fds, int max, int *nfd)
+{
+	struct iovec iov = {buf, len};
+	union {
+		struct cmsghdr h;
+		char buf[CMSG_SPACE(4 * sizeof(int))];
+	} c;
+	if (max > 4)
+		max = 4;
+	struct msghdr mh = {0};
+	mh.msg_iov = &iov;
+	mh.msg_iovlen = 1;
+	mh.msg_control = c.buf;
+	mh.msg_controllen = CMSG_SPACE((size_t)max * sizeof(int));
+	ssize_t r = recvmsg(sock, &mh, flags | MSG_CMSG_CLOEXEC);
+	*nfd = 0;
+	if (r <= 0)
+		return r;
+	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm))
+		if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS)
+			for (size_t i = 0; CMSG_LEN((i + 1) * sizeof(int)) <= cm->cmsg_len; i++) {
+				int fd;
+				memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof fd);
+				if (*nfd < max)
+					fds[(*nfd)++] = fd;
+				else
+					close(fd);
+			}
+	return r;
+}
+
 static void atfork_prepare(void);
 static void atfork_parent(void);
 static void atfork_child(void);
@@ -276,24 +313,11 @@ static int connect_locked(int cont)
 	}
 
 	struct hs_welcome w;
-	struct iovec iov = {&w, sizeof w};
-	union {
-		struct cmsghdr h;
-		char buf[CMSG_SPACE(sizeof(int))];
-	} c;
-	struct msghdr mh = {0};
-	mh.msg_iov = &iov;
-	mh.msg_iovlen = 1;
-	mh.msg_control = c.buf;
-	mh.msg_controllen = sizeof c.buf;
 	ssize_t r;
+	int cfd = -1, nfd;
 	do
-		r = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
+		r = recv_fds(fd, &w, sizeof w, 0, &cfd, 1, &nfd);
 	while (r < 0 && errno == EINTR);
-	int cfd = -1;
-	struct cmsghdr *cm = r > 0 ? CMSG_FIRSTHDR(&mh) : NULL;
-	if (cm && cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS)
-		memcpy(&cfd, CMSG_DATA(cm), sizeof cfd);
 	if (r != (ssize_t)sizeof w || w.magic != HS_MAGIC || w.version != HS_VERSION ||
 	    w.type != HS_MSG_WELCOME || w.status != 0 || cfd < 0) {
 		if (cfd >= 0)

@@ -326,17 +326,8 @@ static void uw_poll(void)
 		return;
 	for (int k = 0; k < 64; k++) {
 		struct hs_table_msg m;
-		struct iovec iov = {&m, sizeof m};
-		union {
-			struct cmsghdr h;
-			char buf[CMSG_SPACE(4 * sizeof(int))];
-		} c;
-		struct msghdr mh = {0};
-		mh.msg_iov = &iov;
-		mh.msg_iovlen = 1;
-		mh.msg_control = c.buf;
-		mh.msg_controllen = sizeof c.buf;
-		ssize_t r = recvmsg(g_uw_chan, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+		int fds[4], nfd;
+		ssize_t r = recv_fds(g_uw_chan, &m, sizeof m, MSG_DONTWAIT, fds, 4, &nfd);
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
@@ -346,11 +337,6 @@ static void uw_poll(void)
 			g_uw_chan_fails = 3;
 			return;
 		}
-		int fds[4], nfd = 0;
-		for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm))
-			if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS)
-				for (size_t i = 0; CMSG_LEN((i + 1) * sizeof(int)) <= cm->cmsg_len && nfd < 4; i++)
-					memcpy(&fds[nfd++], CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
 		struct uw_table *t = NULL;
 		if (r == HS_TABLE_MSG_SIZE && m.magic == HS_MAGIC && m.version == HS_VERSION && m.type == HS_MSG_TABLE &&
 		    m.id_len > 0 && m.id_len <= HS_BUILD_ID_MAX)
