@@ -244,13 +244,7 @@ func TestTopJoin(t *testing.T) {
 	bin := testutil.MustBuild(t, "top_grow", testutil.Options{})
 	name := fmt.Sprintf("TopJoin-%d", os.Getpid())
 	run := cli(t, "run", "-q", "--name", name, "-o", filepath.Join(t.TempDir(), "run.hst"), "--", bin, "60")
-	stdout, err := run.StdoutPipe()
-	rmust(t, err)
-	rmust(t, run.Start())
-	t.Cleanup(func() { run.Process.Kill(); run.Wait() })
-	if line, _ := bufio.NewReader(stdout).ReadString('\n'); line != "started\n" {
-		t.Fatalf("workload said %q", line)
-	}
+	startGrowing(t, run)
 
 	top := cli(t, "top", "--interval", "500ms", name)
 	var out syncBuffer
@@ -261,6 +255,19 @@ func TestTopJoin(t *testing.T) {
 		t.Errorf("the session ended with top: query: %d %s", code, errs)
 	}
 	exitCode(t, cli(t, "stop", name))
+}
+
+// startGrowing starts cmd (top_grow, or a run of it) and returns once the
+// workload said "started"; the test's end kills it.
+func startGrowing(t *testing.T, cmd *exec.Cmd) {
+	t.Helper()
+	stdout, err := cmd.StdoutPipe()
+	rmust(t, err)
+	rmust(t, cmd.Start())
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	if line, _ := bufio.NewReader(stdout).ReadString('\n'); line != "started\n" {
+		t.Fatalf("workload said %q", line)
+	}
 }
 
 // syncBuffer is a bytes.Buffer that a process writes while the test reads.
@@ -288,13 +295,7 @@ func TestTopAttach(t *testing.T) {
 	t.Cleanup(testutil.Cleanup)
 	bin := testutil.MustBuild(t, "top_grow", testutil.Options{})
 	w := exec.Command(bin, "60")
-	stdout, err := w.StdoutPipe()
-	rmust(t, err)
-	rmust(t, w.Start())
-	t.Cleanup(func() { w.Process.Kill(); w.Wait() })
-	if line, _ := bufio.NewReader(stdout).ReadString('\n'); line != "started\n" {
-		t.Fatalf("workload said %q", line)
-	}
+	startGrowing(t, w)
 	trace := filepath.Join(t.TempDir(), "attach.hst")
 	top := cli(t, "top", "--interval", "500ms", "-o", trace, "-p", strconv.Itoa(w.Process.Pid))
 	var out syncBuffer
@@ -315,13 +316,7 @@ func TestTopJoinInTerminal(t *testing.T) {
 	bin := testutil.MustBuild(t, "top_grow", testutil.Options{})
 	name := fmt.Sprintf("TopJoinTTY-%d", os.Getpid())
 	run := cli(t, "run", "-q", "--name", name, "-o", filepath.Join(t.TempDir(), "run.hst"), "--", bin, "60")
-	stdout, err := run.StdoutPipe()
-	rmust(t, err)
-	rmust(t, run.Start())
-	t.Cleanup(func() { run.Process.Kill(); run.Wait() })
-	if line, _ := bufio.NewReader(stdout).ReadString('\n'); line != "started\n" {
-		t.Fatalf("workload said %q", line)
-	}
+	startGrowing(t, run)
 	done := filepath.Join(t.TempDir(), "done")
 	shell := fmt.Sprintf("before=$(stty -g); %s=%s %s top --interval 300ms %s; rc=$?; "+
 		"after=$(stty -g); if [ \"$before\" = \"$after\" ]; then echo RESTORED rc=$rc; else echo NOT RESTORED rc=$rc; fi > %s; sleep 60",
@@ -373,13 +368,7 @@ func TestTopAttachAggregate(t *testing.T) {
 	t.Cleanup(testutil.Cleanup)
 	bin := testutil.MustBuild(t, "top_grow", testutil.Options{})
 	w := exec.Command(bin, "60")
-	stdout, err := w.StdoutPipe()
-	rmust(t, err)
-	rmust(t, w.Start())
-	t.Cleanup(func() { w.Process.Kill(); w.Wait() })
-	if line, _ := bufio.NewReader(stdout).ReadString('\n'); line != "started\n" {
-		t.Fatalf("workload said %q", line)
-	}
+	startGrowing(t, w)
 	top := cli(t, "top", "--interval", "500ms", "--mode", "aggregate", "-o", filepath.Join(t.TempDir(), "agg.hst"), "-p", strconv.Itoa(w.Process.Pid))
 	var out syncBuffer
 	var errb bytes.Buffer
