@@ -63,6 +63,7 @@ func TestSampleAccuracyEBPFAggregate(t *testing.T) {
 // and logs its errors (the eBPF provider takes no seed: runs cannot be
 // repeated alike, and each takes minutes).
 func sampleOnceEBPF(t *testing.T, label string, flags ...string) {
+	t.Helper()
 	testutil.SkipWithoutEBPF(t, ebpf.Available())
 	if testing.Short() {
 		t.Skip("-short: this run takes minutes")
