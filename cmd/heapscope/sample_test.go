@@ -48,18 +48,7 @@ func TestSampleAccuracy(t *testing.T) {
 // program draws from the kernel's generator, which takes no seed, and a
 // run takes minutes (about 8 million allocations, each still trapping).
 func TestSampleAccuracyEBPF(t *testing.T) {
-	testutil.SkipWithoutEBPF(t, ebpf.Available())
-	if testing.Short() {
-		t.Skip("-short: this run takes minutes")
-	}
-	t.Cleanup(testutil.Cleanup)
-	bin := testutil.MustBuild(t, "sample_sites", testutil.Options{})
-	sites, got := sampleSites(t, bin, filepath.Join(t.TempDir(), "e"), "ebpf", nil, "--provider", "ebpf")
-	errs := map[string][][2]float64{}
-	for name, e := range got {
-		errs[name] = append(errs[name], e)
-	}
-	logSampleErrors(t, sites, errs)
+	sampleOnceEBPF(t, "ebpf", "--provider", "ebpf")
 }
 
 // TestSampleAccuracyEBPFAggregate is TestSampleAccuracyEBPF in aggregate
@@ -67,13 +56,21 @@ func TestSampleAccuracyEBPF(t *testing.T) {
 // block adding the bytes and objects it stands for, weighed in BPF, and
 // its free taking them away; the same bounds hold.
 func TestSampleAccuracyEBPFAggregate(t *testing.T) {
+	sampleOnceEBPF(t, "ebpf aggregate", "--provider", "ebpf", "--mode", "aggregate")
+}
+
+// sampleOnceEBPF runs sampleSites once with the eBPF provider and flags,
+// and logs its errors (the eBPF provider takes no seed: runs cannot be
+// repeated alike, and each takes minutes).
+func sampleOnceEBPF(t *testing.T, label string, flags ...string) {
+	t.Helper()
 	testutil.SkipWithoutEBPF(t, ebpf.Available())
 	if testing.Short() {
 		t.Skip("-short: this run takes minutes")
 	}
 	t.Cleanup(testutil.Cleanup)
 	bin := testutil.MustBuild(t, "sample_sites", testutil.Options{})
-	sites, got := sampleSites(t, bin, filepath.Join(t.TempDir(), "a"), "ebpf aggregate", nil, "--provider", "ebpf", "--mode", "aggregate")
+	sites, got := sampleSites(t, bin, filepath.Join(t.TempDir(), "e"), label, nil, flags...)
 	errs := map[string][][2]float64{}
 	for name, e := range got {
 		errs[name] = append(errs[name], e)
