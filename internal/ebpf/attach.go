@@ -460,7 +460,7 @@ func (t *Tracer) end(p *tracee, exited bool) {
 		if !exited {
 			t.clearThreads(p.pid)
 		}
-		if t.cfg.Sample > 0 && t.cfg.Mode == Stream { // aggregate: purge frees its live slots
+		if t.cfg.Sample > 0 && t.cfg.Mode == event.Stream { // aggregate: purge frees its live slots
 			t.forgetSampled(p.pid)
 		}
 		// Every thread of an exited process has left its probes: what
