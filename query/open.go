@@ -164,7 +164,8 @@ func (x *Index) index(path string, sel analyze.Processes) {
 
 // publish makes c's columns x's.
 func (x *Index) publish(c *Index) {
-	x.evs, x.rows, x.big, x.unmatched = c.evs, c.rows, c.big, c.unmatched
+	x.evs, x.rows, x.ends, x.big, x.unmatched, x.unmatchedDT = c.evs, c.rows, c.ends, c.big, c.unmatched, c.unmatchedDT
+	x.evs.x = x
 	x.arenaOwner = c
 }
 

@@ -125,37 +125,49 @@ func (x *Index) Span(f Filter) Span {
 	return Span{From: from, To: to, S0: x.seqAt(from), S1: x.seqAt(to)}
 }
 
-// seqAt returns the first sequence number whose time is at or after t.
+// seqAt returns the first sequence number whose time is at or after t:
+// the group is found by its first event's time, the event in it from its
+// rows.
 func (x *Index) seqAt(t int64) int64 {
-	return int64(sort.Search(x.evs.len(), func(i int) bool { return x.evs.time(i) >= t }))
+	c := &x.evs
+	g := sort.Search(len(c.groups), func(i int) bool { return c.groups[i].base >= t })
+	if g == 0 {
+		return 0
+	}
+	var d groupEvents
+	c.detail(g-1, &d)
+	i := sort.Search(d.n, func(i int) bool { return d.time[i] >= t })
+	return int64((g-1)<<groupBits + i)
 }
 
 // peakIn returns the state of largest live bytes among the states at the
 // window's start (after event s0-1) and after each of its events: the
-// first such, as the model takes the first instant of its peak.
+// first such, as the model takes the first instant of its peak. The
+// groups inside the window answer with their summaries; the one or two
+// it cuts are rebuilt.
 func (x *Index) peakIn(s0, s1 int64) int64 {
+	c := &x.evs
 	p := int64(-1)
 	var best uint64
-	lo := s0 - 1
-	if lo < 0 {
-		lo = 0
-	}
+	lo := max(s0-1, 0)
+	var d groupEvents
 	for i := int(lo); i < int(s1); {
-		// A chunk at a time, over its array.
-		k, off := i>>chunkBits, i&chunkMask
-		recs := x.evs.recs.chunks[k][off:]
-		recs = recs[:min(len(recs), int(s1)-i)]
-		base, wide := x.evs.baseLive[k], x.evs.wideLive[k]
-		for j := range recs {
-			v := base + uint64(int64(recs[j].dlive))
-			if wide != nil {
-				v = wide[off+j]
+		g := i >> groupBits
+		first := g << groupBits
+		if i == first && first+groupLen <= int(s1) {
+			if gr := &c.groups[g]; p < 0 || gr.peak > best {
+				p, best = int64(first+int(gr.peakOff)), gr.peak
 			}
-			if p < 0 || v > best {
-				p, best = int64(i+j), v
+			i += groupLen
+			continue
+		}
+		c.detail(g, &d)
+		end := min(first+d.n, int(s1))
+		for ; i < end; i++ {
+			if v := d.live[i-first]; p < 0 || v > best {
+				p, best = int64(i), v
 			}
 		}
-		i += len(recs)
 	}
 	if p >= 0 && best == 0 {
 		return -1 // nothing was live
@@ -210,8 +222,7 @@ func (x *Index) Window(f Filter) *Result {
 		res.Lifetime.Live += w.life.Live
 		res.Missed += w.missed
 	}
-	lo := sort.Search(len(x.unmatched), func(i int) bool { return int64(x.unmatched[i]) >= s0 })
-	hi := sort.Search(len(x.unmatched), func(i int) bool { return int64(x.unmatched[i]) >= s1 })
+	lo, hi := x.unmatchedIn(int(s0), int(s1))
 	res.Unmatch = uint64(hi - lo)
 	res.Sites = make([]Costs, len(x.sites))
 	for i := range res.stacks {
