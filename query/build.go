@@ -353,4 +353,8 @@ func (b *builder) unmap(seq uint32, kind *uint8, p *bproc, e *event.Event, last 
 	b.liveBlocks++
 }
 
-func (b *builder) finish() *Index { return b.x }
+// finish returns the index, its columns complete.
+func (b *builder) finish() *Index {
+	b.x.summarizeRows()
+	return b.x
+}

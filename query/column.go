@@ -3,6 +3,7 @@ package query
 import (
 	"math"
 	"sort"
+	"unsafe"
 )
 
 // chunked is an append-only column in chunks of fixed size: appending never
@@ -199,3 +200,37 @@ func (x *Index) unmatchedIn(lo, hi int) (int, int) {
 
 // noSpan marks a group whose times are whole (events.wide).
 const noSpan = math.MaxUint32
+
+// columnBytes returns the memory the windowed index's columns hold: what
+// grows with the trace (the rows, the ends, the groups' summaries, the
+// unmatched frees and the groups of whole times).
+func (x *Index) columnBytes() int {
+	n := len(x.rows.chunks)*chunkLen*int(unsafe.Sizeof(rowRec{})) +
+		len(x.ends.chunks)*chunkLen*4 +
+		cap(x.evs.groups)*int(unsafe.Sizeof(group{})) +
+		4*(cap(x.unmatched)+cap(x.unmatchedDT)) +
+		len(x.evs.wide)*groupLen*8
+	return n + len(x.big)*16
+}
+
+// The rows' latest ends are kept per group of rowGroupLen rows (in the
+// order of their allocation), so that a window skips, unread, the groups
+// of rows that were all over before it: most rows of a trace are
+// short-lived, and a window otherwise reads every row made before its end.
+const (
+	rowGroupBits = 8
+	rowGroupLen  = 1 << rowGroupBits
+	rowGroupMask = rowGroupLen - 1
+)
+
+// summarizeRows fills x.rowEnds from the rows.
+func (x *Index) summarizeRows() {
+	n := x.rows.len()
+	ends := make([]uint32, (n+rowGroupLen-1)>>rowGroupBits)
+	for i := 0; i < n; i++ {
+		if e := x.rows.at(i).end; e > ends[i>>rowGroupBits] {
+			ends[i>>rowGroupBits] = e
+		}
+	}
+	x.rowEnds = ends
+}

@@ -353,7 +353,11 @@ func (x *Index) readCache(d *diskReader, nstacks int) error {
 	if err := x.checkRows(nev, nstacks); err != nil {
 		return err
 	}
-	return x.checkEnds()
+	if err := x.checkEnds(); err != nil {
+		return err
+	}
+	x.summarizeRows()
+	return nil
 }
 
 // checkEnds checks that the ends list ended blocks in the order of their

@@ -124,10 +124,12 @@ type Index struct {
 	// Warnings are the reader's and the symbolizer's.
 	Warnings []string
 
-	evs  events            // by sequence number, rebuilt from the rows and the group summaries
-	rows chunked[rowRec]   // in the order of their allocation (alloc ascends)
-	ends chunked[uint32]   // the rows that ended (blocks), in the order of their ends
-	big  map[uint32]uint64 // row → size, for the rows of sizes of 4 GiB and more
+	evs  events          // by sequence number, rebuilt from the rows and the group summaries
+	rows chunked[rowRec] // in the order of their allocation (alloc ascends)
+	ends chunked[uint32] // the rows that ended (blocks), in the order of their ends
+	// rowEnds is the latest end of each group of rows (see rowGroupLen).
+	rowEnds []uint32
+	big     map[uint32]uint64 // row → size, for the rows of sizes of 4 GiB and more
 
 	stacks []stackRef // by stack index
 	sites  []*Site    // the symbolized, merged call sites

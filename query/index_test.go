@@ -403,3 +403,32 @@ func timelineOneByOne(x *Index, sp Span, points int) []Bucket {
 	}
 	return out
 }
+
+// The windowed index holds nothing per event: a trace of blocks made and
+// freed costs a row (32 bytes) and an end (4) per block, and the groups'
+// summaries, not the 13 bytes an event (26 a block) it held besides.
+func TestIndexBytesPerBlock(t *testing.T) {
+	b := newBuilder()
+	const n = 3 * chunkLen
+	evs := make([]event.Event, 0, 2*n)
+	for i := 0; i < n; i++ {
+		addr := uint64(0x1000 + 16*(i%64))
+		tm := int64(1e9 + 100*i)
+		evs = append(evs,
+			event.Event{Kind: event.KindAlloc, Time: tm, PID: 1, TID: 1, Stack: 1, Addr: addr, Size: 48},
+			event.Event{Kind: event.KindFree, Time: tm + 50, PID: 1, TID: 1, Addr: addr})
+		if len(evs) == cap(evs) || i%64 == 63 {
+			if err := b.Events(evs); err != nil {
+				t.Fatal(err)
+			}
+			evs = evs[:0]
+		}
+	}
+	x := b.finish()
+	if x.Events() != 2*n || x.Blocks() != n {
+		t.Fatalf("%d events, %d blocks; want %d, %d", x.Events(), x.Blocks(), 2*n, n)
+	}
+	if got := float64(x.columnBytes()) / n; got > 38 {
+		t.Errorf("the index holds %.1f bytes a block, want at most 38 (32 a row, 4 an end, the summaries)", got)
+	}
+}

@@ -164,7 +164,7 @@ func (x *Index) index(path string, sel analyze.Processes) {
 
 // publish makes c's columns x's.
 func (x *Index) publish(c *Index) {
-	x.evs, x.rows, x.ends, x.big, x.unmatched, x.unmatchedDT = c.evs, c.rows, c.ends, c.big, c.unmatched, c.unmatchedDT
+	x.evs, x.rows, x.ends, x.rowEnds, x.big, x.unmatched, x.unmatchedDT = c.evs, c.rows, c.ends, c.rowEnds, c.big, c.unmatched, c.unmatchedDT
 	x.evs.x = x
 	x.arenaOwner = c
 }
@@ -190,7 +190,7 @@ func (x *Index) build(path string, sel analyze.Processes) (*Index, error) {
 	if err != nil {
 		return nil, err
 	}
-	return b.x, nil
+	return b.finish(), nil
 }
 
 // CacheFile returns the index file of x ("" without Options.CacheDir) and

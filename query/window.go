@@ -205,7 +205,8 @@ func (x *Index) Window(f Filter) *Result {
 		at = x.seqAt(f.At+1) - 1 // the state after the last event at or before At
 	}
 	n := sort.Search(x.rows.len(), func(i int) bool { return int64(x.rows.at(i).alloc) >= s1 })
-	q := windowScan{f: f, s0: s0, s1: s1, p: p, at: at}
+	n0 := sort.Search(n, func(i int) bool { return int64(x.rows.at(i).alloc) >= s0 })
+	q := windowScan{f: f, s0: s0, s1: s1, p: p, at: at, n0: n0}
 	parts := parallel(n, func(w *windowPart, lo, hi int) { x.scanRows(&q, w, lo, hi) }, len(x.stacks))
 	res.stacks = parts[0].stacks
 	res.Hist, res.Lifetime, res.Missed = parts[0].hist, parts[0].life, parts[0].missed
@@ -239,6 +240,7 @@ type windowScan struct {
 	f      Filter
 	s0, s1 int64
 	p, at  int64 // the peak's and the instant's events; -1: none
+	n0     int   // the first row made inside the window
 }
 
 // windowPart is what one goroutine's rows cost.
@@ -285,6 +287,20 @@ func parallel(n int, scan func(w *windowPart, lo, hi int), nstacks int) []*windo
 
 // scanRows adds the costs of rows [lo, hi) to w.
 func (x *Index) scanRows(q *windowScan, w *windowPart, lo, hi int) {
+	s0, at := q.s0, q.at
+	for g := lo; g < hi; g = (g | rowGroupMask) + 1 {
+		if g&rowGroupMask == 0 && g+rowGroupLen <= q.n0 {
+			// Rows made before the window: skip a group over before it.
+			if e := int64(x.rowEnds[g>>rowGroupBits]); e < s0 && (at < 0 || e <= at) {
+				continue
+			}
+		}
+		x.scanGroup(q, w, g, min((g|rowGroupMask)+1, hi))
+	}
+}
+
+// scanGroup adds the costs of rows [lo, hi) to w.
+func (x *Index) scanGroup(q *windowScan, w *windowPart, lo, hi int) {
 	f, s0, s1, p, at := q.f, q.s0, q.s1, q.p, q.at
 	for i := lo; i < hi; i++ {
 		row := x.rows.at(i)
