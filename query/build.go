@@ -37,6 +37,8 @@ type builder struct {
 	// whether they fit offsets from its first.
 	times [groupLen]int64
 
+	// threads numbers the threads of the rows (see Index.threads).
+	threads map[uint32]uint16
 	// known is how many stacks were seeded (see seed); unknown is the
 	// first stack past them that a row used (-1: none).
 	known, unknown int
@@ -49,7 +51,7 @@ func newBuilder() *builder {
 	a := newArena(x)
 	x.rows.arena, x.ends.arena = a, a
 	x.evs.x = x
-	return &builder{x: x, procs: map[uint32]*bproc{}, last: map[uint64]*uint64{}, unknown: -1}
+	return &builder{x: x, procs: map[uint32]*bproc{}, last: map[uint64]*uint64{}, threads: map[uint32]uint16{}, unknown: -1}
 }
 
 var _ event.Sink = (*builder)(nil)
@@ -149,6 +151,25 @@ func (b *builder) dt(t int64) uint32 {
 	return 0
 }
 
+// thread returns the index of thread tid for row i.
+func (b *builder) thread(i, tid uint32) uint16 {
+	x := b.x
+	if k, ok := b.threads[tid]; ok {
+		return k
+	}
+	if len(x.threads) < manyThreads {
+		k := uint16(len(x.threads))
+		x.threads = append(x.threads, tid)
+		b.threads[tid] = k
+		return k
+	}
+	if x.bigThread == nil {
+		x.bigThread = map[uint32]uint32{}
+	}
+	x.bigThread[i] = tid
+	return manyThreads
+}
+
 // row appends a row made by the event numbered seq at time t and returns
 // its index.
 func (b *builder) row(seq uint32, t int64, stack int32, tid uint32, size uint64, flags uint8) uint32 {
@@ -174,7 +195,7 @@ func (b *builder) row(seq uint32, t int64, stack int32, tid uint32, size uint64,
 		r.size = uint32(size)
 	}
 	r.stack = stack
-	r.tid = tid
+	r.thread = b.thread(i, tid)
 	r.flags = flags
 	return i
 }
@@ -347,7 +368,7 @@ func (b *builder) unmap(seq uint32, kind *uint8, p *bproc, e *event.Event, last 
 	p.live.del(e.Addr)
 	b.end(seq, e.Time, kind, l, 0)
 	size := l.size - e.Size
-	n := b.row(seq, e.Time, old.stack, old.tid, size, fCont|old.flags&fRealloc)
+	n := b.row(seq, e.Time, old.stack, l.tid, size, fCont|old.flags&fRealloc)
 	p.live.put(e.Addr+e.Size, liveRef{row: n, tid: l.tid, size: size, t: e.Time})
 	b.liveBytes += size
 	b.liveBlocks++

@@ -31,13 +31,14 @@ import (
 //
 // Layout (little-endian, native structs; x86-64 only, as heapscope):
 //
-//	magic "HSIDX\x00\x00\x03", counts (events, rows, stacks, ends, groups,
-//	unmatched frees), the row chunks (32 bytes a row), the end chunks (4
+//	magic "HSIDX\x00\x00\x04", counts (events, rows, stacks, ends, groups,
+//	unmatched frees), the row chunks (28 bytes a row), the end chunks (4
 //	bytes), the groups' summaries (48 bytes per 256 events), the heap
 //	after the last event, the groups of whole times (index and times), the
-//	big sizes, the unmatched frees and their times, and the magic again.
+//	big sizes, the unmatched frees and their times, the threads, the rows'
+//	threads past the first 65535, and the magic again.
 
-const diskMagic = "HSIDX\x00\x00\x03"
+const diskMagic = "HSIDX\x00\x00\x04"
 
 // ErrBadIndexFile is wrapped by the errors of a cache file that cannot be
 // used; Open then builds the index again.
@@ -174,6 +175,19 @@ func (x *Index) writeCache(file string) (err error) {
 	d.raw(pad8(4 * len(x.unmatched)))
 	d.raw(rawBytes(x.unmatchedDT))
 	d.raw(pad8(4 * len(x.unmatchedDT)))
+	d.u64(uint64(len(x.threads)))
+	d.raw(rawBytes(x.threads))
+	d.raw(pad8(4 * len(x.threads)))
+	rows = rows[:0]
+	for r := range x.bigThread {
+		rows = append(rows, r)
+	}
+	sort.Slice(rows, func(i, j int) bool { return rows[i] < rows[j] })
+	d.u64(uint64(len(rows)))
+	for _, r := range rows {
+		d.u64(uint64(r))
+		d.u64(uint64(x.bigThread[r]))
+	}
 	d.raw([]byte(diskMagic))
 	if d.err == nil {
 		d.err = d.w.Flush()
@@ -331,6 +345,23 @@ func (x *Index) readCache(d *diskReader, nstacks int) error {
 	d.take(len(pad8(4 * int(nun))))
 	x.unmatchedDT = sliceOf[uint32](d.take(4*int(nun)), int(nun))
 	d.take(len(pad8(4 * int(nun))))
+	nthr := d.u64()
+	if nthr > manyThreads {
+		return fmt.Errorf("%d threads: %w", nthr, ErrBadIndexFile)
+	}
+	x.threads = sliceOf[uint32](d.take(4*int(nthr)), int(nthr))
+	d.take(len(pad8(4 * int(nthr))))
+	nbt := d.u64()
+	if nbt > nrows {
+		return fmt.Errorf("%d rows of other threads: %w", nbt, ErrBadIndexFile)
+	}
+	for i := uint64(0); i < nbt && d.err == nil; i++ {
+		r, tid := d.u64(), d.u64()
+		if x.bigThread == nil {
+			x.bigThread = map[uint32]uint32{}
+		}
+		x.bigThread[uint32(r)] = uint32(tid)
+	}
 	d.take(len(diskMagic))
 	if d.err != nil {
 		return d.err
@@ -385,6 +416,7 @@ func (x *Index) checkRows(nev uint64, nstacks int) error {
 	for i := 0; i < x.rows.len(); i++ {
 		r := x.rows.at(i)
 		if r.alloc < prev || uint64(r.alloc) >= nev || r.stack < 0 || int(r.stack) >= nstacks ||
+			r.thread != manyThreads && int(r.thread) >= len(x.threads) ||
 			r.end != never && (r.end < r.alloc || uint64(r.end) >= nev || r.life == 0 || r.life > 64) {
 			return fmt.Errorf("row %d: %w", i, ErrBadIndexFile)
 		}

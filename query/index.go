@@ -60,15 +60,15 @@ const maxEvents = math.MaxUint32 - 1
 // ErrTooLarge is returned for a trace of more than 4 G heap events.
 var ErrTooLarge = errors.New("query: the trace has more heap events than the index can number (2^32-1)")
 
-// rowRec is a block, or a call that made none: 32 bytes.
+// rowRec is a block, or a call that made none: 28 bytes.
 type rowRec struct {
 	alloc, end uint32 // sequence numbers: the event that made it, and the one that ended it (never: live at the end)
 	size       uint32 // with fBig, in Index.big
 	stack      int32  // index into Index.stacks
-	tid        uint32
 	// at and et are the times of alloc and end, less the base time of
 	// their event's group (unused when the group's times are wide).
 	at, et uint32
+	thread uint16 // index into Index.threads; manyThreads: in Index.bigThread
 	flags  uint8
 	// life is the bucket of the block's lifetime, bits.Len64(end's time -
 	// alloc's time) (at most 63), plus 1; 0 while it is live. Kept here
@@ -130,6 +130,10 @@ type Index struct {
 	// rowEnds is the latest end of each group of rows (see rowGroupLen).
 	rowEnds []uint32
 	big     map[uint32]uint64 // row → size, for the rows of sizes of 4 GiB and more
+	// threads are the thread IDs of the rows, by index; bigThread holds
+	// the thread of a row past the first 65535 threads.
+	threads   []uint32
+	bigThread map[uint32]uint32
 
 	stacks []stackRef // by stack index
 	sites  []*Site    // the symbolized, merged call sites
@@ -252,6 +256,20 @@ func (x *Index) size(r *rowRec, i int) uint64 {
 		return x.big[uint32(i)]
 	}
 	return uint64(r.size)
+}
+
+// manyThreads is rowRec.thread for a thread kept in Index.bigThread.
+const manyThreads = math.MaxUint16
+
+// tid returns the thread of row r, i.
+func (x *Index) tid(r *rowRec, i int) uint32 {
+	if r.thread == manyThreads {
+		return x.bigThread[uint32(i)]
+	}
+	if int(r.thread) < len(x.threads) {
+		return x.threads[r.thread]
+	}
+	return 0
 }
 
 // ErrAggregate is returned for questions an aggregate trace (snapshots, not

@@ -405,7 +405,7 @@ func timelineOneByOne(x *Index, sp Span, points int) []Bucket {
 }
 
 // The windowed index holds nothing per event: a trace of blocks made and
-// freed costs a row (32 bytes) and an end (4) per block, and the groups'
+// freed costs a row (28 bytes) and an end (4) per block, and the groups'
 // summaries, not the 13 bytes an event (26 a block) it held besides.
 func TestIndexBytesPerBlock(t *testing.T) {
 	b := newBuilder()
@@ -428,7 +428,30 @@ func TestIndexBytesPerBlock(t *testing.T) {
 	if x.Events() != 2*n || x.Blocks() != n {
 		t.Fatalf("%d events, %d blocks; want %d, %d", x.Events(), x.Blocks(), 2*n, n)
 	}
-	if got := float64(x.columnBytes()) / n; got > 38 {
-		t.Errorf("the index holds %.1f bytes a block, want at most 38 (32 a row, 4 an end, the summaries)", got)
+	if got := float64(x.columnBytes()) / n; got > 34 {
+		t.Errorf("the index holds %.1f bytes a block, want at most 34 (28 a row, 4 an end, the summaries)", got)
+	}
+}
+
+// A row keeps its thread as a 16-bit index; the threads past the first
+// 65535 are kept beside, and every row gives back its own.
+func TestManyThreads(t *testing.T) {
+	b := newBuilder()
+	const n = manyThreads + 1000
+	evs := make([]event.Event, 0, n)
+	for i := 0; i < n; i++ {
+		evs = append(evs, event.Event{Kind: event.KindAlloc, Time: int64(1e9 + i), PID: 1, TID: uint32(7 + i%(n-10)), Stack: 1, Addr: uint64(0x1000 + 16*i), Size: 8})
+	}
+	if err := b.Events(evs); err != nil {
+		t.Fatal(err)
+	}
+	x := b.finish()
+	if len(x.bigThread) == 0 {
+		t.Fatal("no row past the first 65535 threads")
+	}
+	for i := 0; i < x.rows.len(); i++ {
+		if got, want := x.tid(x.rows.at(i), i), evs[i].TID; got != want {
+			t.Fatalf("row %d: thread %d, want %d", i, got, want)
+		}
 	}
 }

@@ -207,7 +207,14 @@ func (x *Index) Window(f Filter) *Result {
 	n := sort.Search(x.rows.len(), func(i int) bool { return int64(x.rows.at(i).alloc) >= s1 })
 	n0 := sort.Search(n, func(i int) bool { return int64(x.rows.at(i).alloc) >= s0 })
 	q := windowScan{f: f, s0: s0, s1: s1, p: p, at: at, n0: n0}
-	parts := parallel(n, func(w *windowPart, lo, hi int) { x.scanRows(&q, w, lo, hi) }, len(x.stacks))
+	// The rows made before the window are mostly skipped (see rowEnds):
+	// the cores share the window's own, and the first also reads those.
+	parts := parallel(n-n0, func(w *windowPart, lo, hi int) {
+		if lo == 0 {
+			x.scanRows(&q, w, 0, n0)
+		}
+		x.scanRows(&q, w, n0+lo, n0+hi)
+	}, len(x.stacks))
 	res.stacks = parts[0].stacks
 	res.Hist, res.Lifetime, res.Missed = parts[0].hist, parts[0].life, parts[0].missed
 	for _, w := range parts[1:] {
@@ -310,7 +317,7 @@ func (x *Index) scanGroup(q *windowScan, w *windowPart, lo, hi int) {
 			continue // over before the window, and before the instant
 		}
 		st := row.stack
-		if f.PID != 0 && x.stacks[st].pid != f.PID || f.TID != 0 && row.tid != f.TID {
+		if f.PID != 0 && x.stacks[st].pid != f.PID || f.TID != 0 && x.tid(row, i) != f.TID {
 			continue
 		}
 		c := &w.stacks[st]
