@@ -71,9 +71,9 @@ type rowRec struct {
 	thread uint16 // index into Index.threads; manyThreads: in Index.bigThread
 	flags  uint8
 	// life is the bucket of the block's lifetime, bits.Len64(end's time -
-	// alloc's time) (at most 63), plus 1; 0 while it is live. Kept here
-	// (in what was padding) so that a window's lifetimes do not read the
-	// event column at random.
+	// alloc's time) (at most 63), plus 1; 0 while it is live. Kept (in
+	// what would be padding) so that a window's lifetimes need not look up
+	// the groups' base times.
 	life uint8
 }
 

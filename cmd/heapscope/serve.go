@@ -54,7 +54,7 @@ The index is written once, mode 0600, to heapscope's cache folder
 trace's path, inode, size and modification time and the processes selected;
 the next serve of the same trace reads it instead of building it (a changed
 trace gets a new one; a damaged or foreign file is built again). Its size is
-about 13 bytes per heap event and 24 per block: delete the folder to reclaim
+about 32 bytes per block (a heap event has no record of its own): delete the folder to reclaim
 it. --no-index-cache neither reads nor writes an index file.
 
 The URL is the first line of standard output. It listens on loopback, on a
