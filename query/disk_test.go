@@ -105,6 +105,19 @@ func TestIndexFileBad(t *testing.T) {
 			b[rowOff], b[rowOff+1], b[rowOff+2] = 0xff, 0xff, 0x7f
 			return os.WriteFile(file, b, 0o600)
 		},
+		"thread": func() error {
+			b := append([]byte(nil), good...)
+			o := len(diskMagic) + 6*8 + int(unsafe.Offsetof(rowRec{}.thread))
+			b[o], b[o+1] = 0xfe, 0xff
+			return os.WriteFile(file, b, 0o600)
+		},
+		"end": func() error {
+			// The first end, past the rows' chunks: a row out of range.
+			b := append([]byte(nil), good...)
+			o := len(diskMagic) + 6*8 + (x.Blocks()+chunkLen-1)/chunkLen*chunkLen*int(unsafe.Sizeof(rowRec{}))
+			b[o+3] = 0x7f
+			return os.WriteFile(file, b, 0o600)
+		},
 		"count": func() error {
 			b := append([]byte(nil), good...)
 			b[len(diskMagic)+8] ^= 0x40 // the rows
