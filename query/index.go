@@ -105,6 +105,12 @@ type Options struct {
 	// closed: a caller that wants the whole trace's answers first, or a
 	// test that asks questions while the index is not there.
 	IndexAfter <-chan struct{}
+	// NoIndex opens the trace without its windowed index: only the
+	// whole trace's answers of the report's pass (Quick) are given, and
+	// Wait returns ErrNotIndexed. For a caller that needs no window, such
+	// as a self-contained report: it reads the trace once, and holds no
+	// row per block.
+	NoIndex bool
 	// CacheDir, when not "", is a folder for index files (see
 	// DefaultCacheDir): Open reads the trace's index from there when it
 	// was written before for the same file and processes, and else writes
@@ -160,6 +166,8 @@ type Index struct {
 	ready chan struct{}
 	err   error
 	after <-chan struct{} // Options.IndexAfter
+	// noIndex is Options.NoIndex: ready is never closed.
+	noIndex bool
 
 	cacheDir  string        // Options.CacheDir
 	cacheFile string        // the index file; "" without a cache

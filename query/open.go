@@ -77,6 +77,11 @@ func Open(path string, o Options) (*Index, error) {
 		}
 	}
 	x.quick = x.quickResult()
+	if o.NoIndex {
+		x.noIndex = true
+		close(x.saved)
+		return x, nil
+	}
 	go x.index(path, o.Processes)
 	return x, nil
 }
@@ -89,6 +94,9 @@ func background() {
 	runtime.LockOSThread()
 	_ = syscall.Setpriority(syscall.PRIO_PROCESS, syscall.Gettid(), 10) // advice: without it, the same at normal priority
 }
+
+// ErrNotIndexed is returned by Wait, and by Build, with Options.NoIndex.
+var ErrNotIndexed = errors.New("query: opened without its windowed index")
 
 // Build is Open, and waits for the windowed index.
 func Build(path string, o Options) (*Index, error) {
@@ -115,6 +123,9 @@ func (x *Index) Ready() bool {
 // Wait waits until the windowed index is built, or ctx ends, and returns
 // why it could not be built, if it could not.
 func (x *Index) Wait(ctx context.Context) error {
+	if x.noIndex {
+		return ErrNotIndexed
+	}
 	select {
 	case <-x.ready:
 		return x.err

@@ -175,7 +175,8 @@ func serveOn(ctx context.Context, stdout io.Writer, l net.Listener, h http.Handl
 }
 
 // writeHTMLReport is `report --format html`: the page of serve, as one
-// file, for the whole trace.
+// file, for the whole trace, from the report's pass alone (no window
+// index: one read of the trace, no row per block in memory).
 func writeHTMLReport(lf *loadFlags, path, out string) error {
 	if lf.from.set || lf.to.set {
 		return usagef("--format html reports the whole trace: use 'heapscope serve' for windows")
@@ -184,7 +185,8 @@ func writeHTMLReport(lf *loadFlags, path, out string) error {
 	if err != nil {
 		return err
 	}
-	x, err := query.Build(path, o)
+	o.NoIndex = true
+	x, err := query.Open(path, o)
 	if err != nil {
 		return err
 	}
