@@ -37,8 +37,11 @@ type builder struct {
 	// whether they fit offsets from its first.
 	times [groupLen]int64
 
-	// threads numbers the threads of the rows (see Index.threads).
-	threads map[uint32]uint16
+	// threads numbers the threads of the rows (see Index.threads);
+	// lastTID was numbered lastThread (a map lookup a row is not free).
+	threads    map[uint32]uint16
+	lastTID    uint32
+	lastThread int32 // -1: none
 	// known is how many stacks were seeded (see seed); unknown is the
 	// first stack past them that a row used (-1: none).
 	known, unknown int
@@ -51,7 +54,7 @@ func newBuilder() *builder {
 	a := newArena(x)
 	x.rows.arena, x.ends.arena = a, a
 	x.evs.x = x
-	return &builder{x: x, procs: map[uint32]*bproc{}, last: map[uint64]*uint64{}, threads: map[uint32]uint16{}, unknown: -1}
+	return &builder{x: x, procs: map[uint32]*bproc{}, last: map[uint64]*uint64{}, threads: map[uint32]uint16{}, lastThread: -1, unknown: -1}
 }
 
 var _ event.Sink = (*builder)(nil)
@@ -154,13 +157,18 @@ func (b *builder) dt(t int64) uint32 {
 // thread returns the index of thread tid for row i.
 func (b *builder) thread(i, tid uint32) uint16 {
 	x := b.x
+	if b.lastThread >= 0 && b.lastTID == tid {
+		return uint16(b.lastThread)
+	}
 	if k, ok := b.threads[tid]; ok {
+		b.lastTID, b.lastThread = tid, int32(k)
 		return k
 	}
 	if len(x.threads) < manyThreads {
 		k := uint16(len(x.threads))
 		x.threads = append(x.threads, tid)
 		b.threads[tid] = k
+		b.lastTID, b.lastThread = tid, int32(k)
 		return k
 	}
 	if x.bigThread == nil {
