@@ -33,7 +33,15 @@ type builder struct {
 
 	liveBytes  uint64
 	liveBlocks uint32
+	// times are the current group's events' times, until it is known
+	// whether they fit offsets from its first.
+	times [groupLen]int64
 
+	// threads numbers the threads of the rows (see Index.threads);
+	// lastTID was numbered lastThread (a map lookup a row is not free).
+	threads    map[uint32]uint16
+	lastTID    uint32
+	lastThread int32 // -1: none
 	// known is how many stacks were seeded (see seed); unknown is the
 	// first stack past them that a row used (-1: none).
 	known, unknown int
@@ -44,8 +52,9 @@ func newBuilder() *builder {
 	x := &Index{ready: make(chan struct{})}
 	close(x.ready)
 	a := newArena(x)
-	x.evs.recs.arena, x.evs.kinds.arena, x.rows.arena = a, a, a
-	return &builder{x: x, procs: map[uint32]*bproc{}, last: map[uint64]*uint64{}, unknown: -1}
+	x.rows.arena, x.ends.arena = a, a
+	x.evs.x = x
+	return &builder{x: x, procs: map[uint32]*bproc{}, last: map[uint64]*uint64{}, threads: map[uint32]uint16{}, lastThread: -1, unknown: -1}
 }
 
 var _ event.Sink = (*builder)(nil)
@@ -124,8 +133,54 @@ type liveRef struct {
 	t    int64 // when it was made
 }
 
-// row appends a row made by the event numbered seq and returns its index.
-func (b *builder) row(seq uint32, stack int32, tid uint32, size uint64, flags uint8) uint32 {
+// dt returns time t of the current event less its group's base time; a
+// time that does not fit makes the group's times whole.
+func (b *builder) dt(t int64) uint32 {
+	c := &b.x.evs
+	g := len(c.groups) - 1
+	d := t - c.groups[g].base
+	if d >= 0 && d < noSpan {
+		return uint32(d)
+	}
+	if c.wide[int32(g)] == nil {
+		if c.wide == nil {
+			c.wide = map[int32][]int64{}
+		}
+		w := make([]int64, groupLen)
+		copy(w, b.times[:c.n&groupMask])
+		c.wide[int32(g)] = w
+		c.groups[g].span = noSpan
+	}
+	return 0
+}
+
+// thread returns the index of thread tid for row i.
+func (b *builder) thread(i, tid uint32) uint16 {
+	x := b.x
+	if b.lastThread >= 0 && b.lastTID == tid {
+		return uint16(b.lastThread)
+	}
+	if k, ok := b.threads[tid]; ok {
+		b.lastTID, b.lastThread = tid, int32(k)
+		return k
+	}
+	if len(x.threads) < manyThreads {
+		k := uint16(len(x.threads))
+		x.threads = append(x.threads, tid)
+		b.threads[tid] = k
+		b.lastTID, b.lastThread = tid, int32(k)
+		return k
+	}
+	if x.bigThread == nil {
+		x.bigThread = map[uint32]uint32{}
+	}
+	x.bigThread[i] = tid
+	return manyThreads
+}
+
+// row appends a row made by the event numbered seq at time t and returns
+// its index.
+func (b *builder) row(seq uint32, t int64, stack int32, tid uint32, size uint64, flags uint8) uint32 {
 	x := b.x
 	if int(stack) >= b.known && b.unknown < 0 {
 		b.unknown = int(stack)
@@ -133,8 +188,10 @@ func (b *builder) row(seq uint32, stack int32, tid uint32, size uint64, flags ui
 	i := uint32(x.rows.len())
 	r := x.rows.add()
 	r.alloc, r.end = seq, never
+	r.at = b.dt(t)
 	if flags&fNoBlock != 0 {
 		r.end, r.life = seq, 1
+		r.et = r.at
 	}
 	if size > math.MaxUint32 {
 		if x.big == nil {
@@ -146,7 +203,7 @@ func (b *builder) row(seq uint32, stack int32, tid uint32, size uint64, flags ui
 		r.size = uint32(size)
 	}
 	r.stack = stack
-	r.tid = tid
+	r.thread = b.thread(i, tid)
 	r.flags = flags
 	return i
 }
@@ -156,7 +213,7 @@ func (b *builder) alloc(seq uint32, kind *uint8, p *bproc, e *event.Event, flags
 	if old, ok := p.live.get(e.Addr); ok {
 		b.end(seq, e.Time, kind, old, fMissed)
 	}
-	r := b.row(seq, b.stackIndex(p, e.Stack), e.TID, e.Size, flags)
+	r := b.row(seq, e.Time, b.stackIndex(p, e.Stack), e.TID, e.Size, flags)
 	p.live.put(e.Addr, liveRef{row: r, tid: e.TID, size: e.Size, t: e.Time})
 	b.liveBytes += e.Size
 	b.liveBlocks++
@@ -168,6 +225,8 @@ func (b *builder) alloc(seq uint32, kind *uint8, p *bproc, e *event.Event, flags
 func (b *builder) end(seq uint32, now int64, kind *uint8, l liveRef, flags uint8) {
 	row := b.x.rows.at(int(l.row))
 	row.end = seq
+	row.et = b.dt(now)
+	*b.x.ends.add() = l.row
 	row.life = uint8(min(bits.Len64(uint64(now-l.t)), 63)) + 1
 	row.flags |= flags
 	b.liveBytes -= l.size
@@ -181,6 +240,7 @@ func (b *builder) free(seq uint32, kind *uint8, p *bproc, e *event.Event, addr u
 	l, ok := p.live.get(addr)
 	if !ok {
 		b.x.unmatched = append(b.x.unmatched, seq)
+		b.x.unmatchedDT = append(b.x.unmatchedDT, b.dt(e.Time))
 		return
 	}
 	p.live.del(addr)
@@ -209,6 +269,7 @@ func (b *builder) Events(evs []event.Event) error {
 			return ErrTooLarge
 		}
 		seq := uint32(x.evs.len())
+		b.startEvent(e.Time)
 		var kind uint8
 		p := b.proc(e.PID)
 		tk := uint64(e.PID)<<32 | uint64(e.TID)
@@ -224,7 +285,7 @@ func (b *builder) Events(evs []event.Event) error {
 		switch e.Kind {
 		case event.KindAlloc, event.KindMmap:
 			if e.Addr == 0 {
-				b.row(seq, b.stackIndex(p, e.Stack), e.TID, 0, fFailed|fNoBlock)
+				b.row(seq, e.Time, b.stackIndex(p, e.Stack), e.TID, 0, fFailed|fNoBlock)
 				*last = 0
 				break
 			}
@@ -235,7 +296,7 @@ func (b *builder) Events(evs []event.Event) error {
 			*last = 0
 		case event.KindRealloc:
 			if e.Addr == 0 && (e.Size != 0 || e.OldAddr == 0) {
-				b.row(seq, b.stackIndex(p, e.Stack), e.TID, 0, fRealloc|fFailed|fNoBlock)
+				b.row(seq, e.Time, b.stackIndex(p, e.Stack), e.TID, 0, fRealloc|fFailed|fNoBlock)
 				*last = 0
 				break
 			}
@@ -245,16 +306,55 @@ func (b *builder) Events(evs []event.Event) error {
 			if e.Addr != 0 {
 				b.alloc(seq, &kind, p, e, fRealloc)
 			} else {
-				b.row(seq, b.stackIndex(p, e.Stack), e.TID, 0, fRealloc|fNoBlock)
+				b.row(seq, e.Time, b.stackIndex(p, e.Stack), e.TID, 0, fRealloc|fNoBlock)
 			}
 			*last = e.Addr
 		case event.KindMunmap:
 			b.unmap(seq, &kind, p, e, *last)
 			*last = 0
 		}
-		x.evs.add(e.Time, b.liveBytes, b.liveBlocks, kind)
+		b.endEvent(e.Time, kind)
 	}
 	return nil
+}
+
+// startEvent opens a group for the event about to be numbered, when it is
+// the first of one.
+func (b *builder) startEvent(t int64) {
+	c := &b.x.evs
+	if c.n&groupMask == 0 {
+		c.groups = append(c.groups, group{base: t, live: b.liveBytes, blocks: b.liveBlocks})
+	}
+}
+
+// endEvent adds the event just applied to its group's summary.
+func (b *builder) endEvent(t int64, kind uint8) {
+	c := &b.x.evs
+	g := len(c.groups) - 1
+	gr := &c.groups[g]
+	off := c.n & groupMask
+	b.times[off] = t
+	if gr.span != noSpan {
+		if d := t - gr.base; d >= 0 && d < noSpan {
+			gr.span = max(gr.span, uint32(d))
+		} else {
+			b.dt(t) // makes the group wide
+		}
+	}
+	if w := c.wide[int32(g)]; w != nil {
+		w[off] = t
+	}
+	if off == 0 || b.liveBytes > gr.peak {
+		gr.peak, gr.peakBlocks, gr.peakOff = b.liveBytes, b.liveBlocks, uint16(off)
+	}
+	if kind&evMade != 0 {
+		gr.made++
+	}
+	if kind&evEnded != 0 {
+		gr.ended++
+	}
+	c.n++
+	c.endLive, c.endBlocks = b.liveBytes, b.liveBlocks
 }
 
 // unmap removes [Addr, Addr+Size) from the mapping that starts at Addr. A
@@ -265,6 +365,7 @@ func (b *builder) unmap(seq uint32, kind *uint8, p *bproc, e *event.Event, last 
 	l, ok := p.live.get(e.Addr)
 	if !ok {
 		b.x.unmatched = append(b.x.unmatched, seq)
+		b.x.unmatchedDT = append(b.x.unmatchedDT, b.dt(e.Time))
 		return
 	}
 	if e.Size == 0 || e.Size >= l.size {
@@ -275,10 +376,14 @@ func (b *builder) unmap(seq uint32, kind *uint8, p *bproc, e *event.Event, last 
 	p.live.del(e.Addr)
 	b.end(seq, e.Time, kind, l, 0)
 	size := l.size - e.Size
-	n := b.row(seq, old.stack, old.tid, size, fCont|old.flags&fRealloc)
+	n := b.row(seq, e.Time, old.stack, l.tid, size, fCont|old.flags&fRealloc)
 	p.live.put(e.Addr+e.Size, liveRef{row: n, tid: l.tid, size: size, t: e.Time})
 	b.liveBytes += size
 	b.liveBlocks++
 }
 
-func (b *builder) finish() *Index { return b.x }
+// finish returns the index, its columns complete.
+func (b *builder) finish() *Index {
+	b.x.summarizeRows()
+	return b.x
+}

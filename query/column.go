@@ -1,6 +1,10 @@
 package query
 
-import "math"
+import (
+	"math"
+	"sort"
+	"unsafe"
+)
 
 // chunked is an append-only column in chunks of fixed size: appending never
 // copies what is stored (a doubling slice of a 20 M-event trace copies
@@ -35,100 +39,198 @@ func (c *chunked[T]) at(i int) *T { return &c.chunks[i>>chunkBits][i&chunkMask] 
 
 func (c *chunked[T]) len() int { return c.n }
 
-// evRec is what the index keeps of an event besides its kind: its time and
-// the heap after it, in 12 bytes, the time and the live bytes as offsets
-// from their chunk's first. The kinds are a column apart.
-type evRec struct {
-	dt     uint32 // time - the chunk's base time, unless its times are whole
-	blocks uint32 // live blocks after the event
-	dlive  int32  // live bytes after it - the chunk's base, unless they are whole
+// Events are not stored one by one: every event made a row, ended one, or
+// is an unmatched free, and those carry its time. What the timeline and a
+// window's peak need of the heap between events is kept per group of
+// groupLen events (a 48-byte summary for 256 events); a question reads the
+// summaries of the groups it spans whole and rebuilds the events of the
+// one or two groups it cuts from their rows (see detail).
+const (
+	groupBits = 8
+	groupLen  = 1 << groupBits
+	groupMask = groupLen - 1
+)
+
+// group summarizes the events [g*groupLen, (g+1)*groupLen).
+type group struct {
+	base       int64  // the time of its first event: rows' and unmatched frees' times are offsets from it
+	live       uint64 // live bytes before its first event
+	peak       uint64 // the largest live bytes after one of its events
+	blocks     uint32 // live blocks before its first event
+	peakBlocks uint32 // live blocks then
+	// span is the latest time of its events less base; math.MaxUint32
+	// when it does not fit (its times are then in events.wide).
+	span    uint32
+	peakOff uint16 // the first of its events after which the heap was peak
+	made    uint16 // its events that made a block
+	ended   uint16 // its events that ended one
 }
 
-// events are the event columns, by sequence number. A time is kept as an
-// offset of 32 bits from the first time of its chunk of 64 Ki events (4.29
-// s), and the live bytes as a signed offset of 32 bits from the chunk's
-// first (2 GiB): 12 bytes an event less than both whole, over 20 M events.
-// A chunk that spans more (a trace idle for seconds between two events, a
-// heap that changes by gigabytes) keeps those values whole.
+// events is the index's view of its heap events, by sequence number, built
+// from the groups and the rows.
 type events struct {
-	recs     chunked[evRec]
-	kinds    chunked[uint8]
-	base     []int64    // by chunk: the time of its first event
-	wide     [][]int64  // by chunk: its times, when they do not fit offsets; else nil
-	baseLive []uint64   // by chunk: the live bytes after its first event
-	wideLive [][]uint64 // by chunk: its live bytes, when they do not fit offsets; else nil
+	n      int
+	groups []group
+	// wide holds, by group, the times of a group whose times do not fit
+	// 32-bit offsets from its first (a trace idle for seconds, a time
+	// before the group's first).
+	wide map[int32][]int64
+	// endLive and endBlocks are the heap after the last event.
+	endLive   uint64
+	endBlocks uint32
+	// x is the Index whose rows, ends and unmatched frees these are.
+	x *Index
 }
 
-func (c *events) len() int { return c.recs.len() }
+func (c *events) len() int { return c.n }
 
-// add appends an event.
-func (c *events) add(t int64, live uint64, blocks uint32, kind uint8) {
-	i := c.recs.len()
-	k := i >> chunkBits
-	if i&chunkMask == 0 {
-		c.base = append(c.base, t)
-		c.wide = append(c.wide, nil)
-		c.baseLive = append(c.baseLive, live)
-		c.wideLive = append(c.wideLive, nil)
-	}
-	r := c.recs.add()
-	*c.kinds.add() = kind
-	c.setLive(r, i, k, live)
-	r.blocks = blocks
-	if w := c.wide[k]; w != nil {
-		w[i&chunkMask] = t
-		return
-	}
-	d := t - c.base[k]
-	if d >= 0 && d <= math.MaxUint32 {
-		r.dt = uint32(d)
-		return
-	}
-	w := make([]int64, chunkLen)
-	for j := k << chunkBits; j < i; j++ {
-		w[j&chunkMask] = c.base[k] + int64(c.recs.at(j).dt)
-	}
-	w[i&chunkMask] = t
-	c.wide[k] = w
+// groupEvents is one group's events rebuilt: their times, the heap after
+// each, and their kinds (evMade, evEnded).
+type groupEvents struct {
+	n      int
+	time   [groupLen]int64
+	live   [groupLen]uint64
+	blocks [groupLen]uint32
+	kind   [groupLen]uint8
 }
 
-// setLive stores live, the live bytes after event i of chunk k, in r or in
-// the chunk's whole values.
-func (c *events) setLive(r *evRec, i, k int, live uint64) {
-	if w := c.wideLive[k]; w != nil {
-		w[i&chunkMask] = live
-		return
+// detail rebuilds the events of group g into d from the rows made and
+// ended in it and its unmatched frees: O(groupLen) after three searches.
+func (c *events) detail(g int, d *groupEvents) {
+	x := c.x
+	lo := g << groupBits
+	hi := min(lo+groupLen, c.n)
+	d.n = hi - lo
+	gr := &c.groups[g]
+	wide := c.wide[int32(g)]
+	var dlive [groupLen]int64
+	var dblocks [groupLen]int32
+	d.kind = [groupLen]uint8{}
+	for i, j := x.rowsAllocIn(lo, hi); i < j; i++ {
+		r := x.rows.at(i)
+		off := int(r.alloc) - lo
+		d.time[off] = gr.base + int64(r.at)
+		if r.flags&fNoBlock != 0 {
+			continue
+		}
+		dlive[off] += int64(x.size(r, i))
+		dblocks[off]++
+		if r.flags&fCont == 0 {
+			d.kind[off] |= evMade
+		}
 	}
-	d := int64(live - c.baseLive[k])
-	if d >= math.MinInt32 && d <= math.MaxInt32 {
-		r.dlive = int32(d)
-		return
+	for k, j := x.endsIn(lo, hi); k < j; k++ {
+		i := int(*x.ends.at(k))
+		r := x.rows.at(i)
+		off := int(r.end) - lo
+		d.time[off] = gr.base + int64(r.et)
+		dlive[off] -= int64(x.size(r, i))
+		dblocks[off]--
+		d.kind[off] |= evEnded
 	}
-	w := make([]uint64, chunkLen)
-	for j := k << chunkBits; j < i; j++ {
-		w[j&chunkMask] = c.baseLive[k] + uint64(int64(c.recs.at(j).dlive))
+	for k, j := x.unmatchedIn(lo, hi); k < j; k++ {
+		d.time[int(x.unmatched[k])-lo] = gr.base + int64(x.unmatchedDT[k])
 	}
-	w[i&chunkMask] = live
-	c.wideLive[k] = w
+	if wide != nil {
+		copy(d.time[:d.n], wide)
+	}
+	live, blocks := gr.live, gr.blocks
+	for i := 0; i < d.n; i++ {
+		live += uint64(dlive[i])
+		blocks += uint32(dblocks[i])
+		d.live[i], d.blocks[i] = live, blocks
+	}
 }
 
 // time returns the time of event i.
 func (c *events) time(i int) int64 {
-	k := i >> chunkBits
-	if w := c.wide[k]; w != nil {
-		return w[i&chunkMask]
-	}
-	return c.base[k] + int64(c.recs.chunks[k][i&chunkMask].dt)
+	var d groupEvents
+	c.detail(i>>groupBits, &d)
+	return d.time[i&groupMask]
 }
-
-func (c *events) kind(i int) uint8 { return *c.kinds.at(i) }
 
 // state returns the live bytes and blocks after event i.
 func (c *events) state(i int) (uint64, uint32) {
-	k := i >> chunkBits
-	r := &c.recs.chunks[k][i&chunkMask]
-	if w := c.wideLive[k]; w != nil {
-		return w[i&chunkMask], r.blocks
+	var d groupEvents
+	c.detail(i>>groupBits, &d)
+	return d.live[i&groupMask], d.blocks[i&groupMask]
+}
+
+// kind returns what event i did: evMade, evEnded.
+func (c *events) kind(i int) uint8 {
+	var d groupEvents
+	c.detail(i>>groupBits, &d)
+	return d.kind[i&groupMask]
+}
+
+// groupEnd returns the heap after the last event of group g.
+func (c *events) groupEnd(g int) (uint64, uint32) {
+	if g+1 < len(c.groups) {
+		return c.groups[g+1].live, c.groups[g+1].blocks
 	}
-	return c.baseLive[k] + uint64(int64(r.dlive)), r.blocks
+	return c.endLive, c.endBlocks
+}
+
+// rowsAllocIn returns the rows [i, j) made by the events [lo, hi).
+func (x *Index) rowsAllocIn(lo, hi int) (int, int) {
+	n := x.rows.len()
+	i := sort.Search(n, func(k int) bool { return int(x.rows.at(k).alloc) >= lo })
+	j := i + sort.Search(n-i, func(k int) bool { return int(x.rows.at(i+k).alloc) >= hi })
+	return i, j
+}
+
+// endsIn returns the positions [i, j) in x.ends of the blocks ended by the
+// events [lo, hi).
+func (x *Index) endsIn(lo, hi int) (int, int) {
+	n := x.ends.len()
+	end := func(k int) int { return int(x.rows.at(int(*x.ends.at(k))).end) }
+	i := sort.Search(n, func(k int) bool { return end(k) >= lo })
+	j := i + sort.Search(n-i, func(k int) bool { return end(i+k) >= hi })
+	return i, j
+}
+
+// unmatchedIn returns the positions [i, j) in x.unmatched of the unmatched
+// frees among the events [lo, hi).
+func (x *Index) unmatchedIn(lo, hi int) (int, int) {
+	u := x.unmatched
+	i := sort.Search(len(u), func(k int) bool { return int(u[k]) >= lo })
+	j := i + sort.Search(len(u)-i, func(k int) bool { return int(u[i+k]) >= hi })
+	return i, j
+}
+
+// noSpan marks a group whose times are whole (events.wide).
+const noSpan = math.MaxUint32
+
+// columnBytes returns the memory the windowed index's columns hold: what
+// grows with the trace (the rows, the ends, the groups' summaries, the
+// unmatched frees and the groups of whole times).
+func (x *Index) columnBytes() int {
+	n := len(x.rows.chunks)*chunkLen*int(unsafe.Sizeof(rowRec{})) +
+		len(x.ends.chunks)*chunkLen*4 +
+		cap(x.evs.groups)*int(unsafe.Sizeof(group{})) +
+		4*(cap(x.unmatched)+cap(x.unmatchedDT)) +
+		len(x.evs.wide)*groupLen*8
+	return n + len(x.big)*16
+}
+
+// The rows' latest ends are kept per group of rowGroupLen rows (in the
+// order of their allocation), so that a window skips, unread, the groups
+// of rows that were all over before it: most rows of a trace are
+// short-lived, and a window otherwise reads every row made before its end.
+const (
+	rowGroupBits = 8
+	rowGroupLen  = 1 << rowGroupBits
+	rowGroupMask = rowGroupLen - 1
+)
+
+// summarizeRows fills x.rowEnds from the rows.
+func (x *Index) summarizeRows() {
+	n := x.rows.len()
+	ends := make([]uint32, (n+rowGroupLen-1)>>rowGroupBits)
+	for i := 0; i < n; i++ {
+		if e := x.rows.at(i).end; e > ends[i>>rowGroupBits] {
+			ends[i>>rowGroupBits] = e
+		}
+	}
+	x.rowEnds = ends
 }

@@ -31,12 +31,14 @@ import (
 //
 // Layout (little-endian, native structs; x86-64 only, as heapscope):
 //
-//	magic "HSIDX\x00\x00\x01", counts (events, rows, stacks), the event
-//	chunks (12-byte records), the kind chunks, the row chunks (24 bytes),
-//	the chunks' base times and live bytes, the chunks kept whole (index
-//	and values), the big sizes, the unmatched frees, and the magic again.
+//	magic "HSIDX\x00\x00\x04", counts (events, rows, stacks, ends, groups,
+//	unmatched frees), the row chunks (28 bytes a row), the end chunks (4
+//	bytes), the groups' summaries (48 bytes per 256 events), the heap
+//	after the last event, the groups of whole times (index and times), the
+//	big sizes, the unmatched frees and their times, the threads, the rows'
+//	threads past the first 65535, and the magic again.
 
-const diskMagic = "HSIDX\x00\x00\x02"
+const diskMagic = "HSIDX\x00\x00\x04"
 
 // ErrBadIndexFile is wrapped by the errors of a cache file that cannot be
 // used; Open then builds the index again.
@@ -137,32 +139,26 @@ func (x *Index) writeCache(file string) (err error) {
 	}()
 	d := &diskWriter{w: bufio.NewWriterSize(f, 1<<20)}
 	d.raw([]byte(diskMagic))
-	d.u64(uint64(x.evs.len()))
-	d.u64(uint64(x.rows.len()))
-	d.u64(uint64(len(x.stacks)))
-	for _, c := range x.evs.recs.chunks {
-		d.raw(rawBytes(c))
-	}
-	for _, c := range x.evs.kinds.chunks {
-		d.raw(rawBytes(c))
+	for _, n := range []int{x.evs.len(), x.rows.len(), len(x.stacks), x.ends.len(), len(x.evs.groups), len(x.unmatched)} {
+		d.u64(uint64(n))
 	}
 	for _, c := range x.rows.chunks {
 		d.raw(rawBytes(c))
 	}
-	d.raw(rawBytes(x.evs.base))
-	d.raw(rawBytes(x.evs.baseLive))
-	for k, w := range x.evs.wide {
-		if w != nil {
-			d.u64(uint64(k))
-			d.raw(rawBytes(w))
-		}
+	for _, c := range x.ends.chunks {
+		d.raw(rawBytes(c))
 	}
-	d.u64(math64)
-	for k, w := range x.evs.wideLive {
-		if w != nil {
-			d.u64(uint64(k))
-			d.raw(rawBytes(w))
-		}
+	d.raw(rawBytes(x.evs.groups))
+	d.u64(x.evs.endLive)
+	d.u64(uint64(x.evs.endBlocks))
+	wide := make([]int32, 0, len(x.evs.wide))
+	for g := range x.evs.wide {
+		wide = append(wide, g)
+	}
+	sort.Slice(wide, func(i, j int) bool { return wide[i] < wide[j] })
+	for _, g := range wide {
+		d.u64(uint64(g))
+		d.raw(rawBytes(x.evs.wide[g]))
 	}
 	d.u64(math64)
 	rows := make([]uint32, 0, len(x.big))
@@ -175,9 +171,23 @@ func (x *Index) writeCache(file string) (err error) {
 		d.u64(uint64(r))
 		d.u64(x.big[r])
 	}
-	d.u64(uint64(len(x.unmatched)))
 	d.raw(rawBytes(x.unmatched))
 	d.raw(pad8(4 * len(x.unmatched)))
+	d.raw(rawBytes(x.unmatchedDT))
+	d.raw(pad8(4 * len(x.unmatchedDT)))
+	d.u64(uint64(len(x.threads)))
+	d.raw(rawBytes(x.threads))
+	d.raw(pad8(4 * len(x.threads)))
+	rows = rows[:0]
+	for r := range x.bigThread {
+		rows = append(rows, r)
+	}
+	sort.Slice(rows, func(i, j int) bool { return rows[i] < rows[j] })
+	d.u64(uint64(len(rows)))
+	for _, r := range rows {
+		d.u64(uint64(r))
+		d.u64(uint64(x.bigThread[r]))
+	}
 	d.raw([]byte(diskMagic))
 	if d.err == nil {
 		d.err = d.w.Flush()
@@ -285,43 +295,40 @@ func (x *Index) readCache(d *diskReader, nstacks int) error {
 	if string(d.take(len(diskMagic))) != diskMagic || string(tail) != diskMagic {
 		return fmt.Errorf("not an index file of this version: %w", ErrBadIndexFile)
 	}
-	nev, nrows, nst := d.u64(), d.u64(), d.u64()
-	if d.err != nil || nev > maxEvents || nrows > 2*maxEvents || nst != uint64(nstacks) {
-		return fmt.Errorf("counts %d events, %d rows, %d stacks (want %d stacks): %w", nev, nrows, nst, nstacks, ErrBadIndexFile)
+	nev, nrows, nst, nends, ngroups, nun := d.u64(), d.u64(), d.u64(), d.u64(), d.u64(), d.u64()
+	if d.err != nil || nev > maxEvents || nrows > 2*maxEvents || nst != uint64(nstacks) || nends > nrows || nun > nev ||
+		ngroups != (nev+groupLen-1)/groupLen {
+		return fmt.Errorf("counts %d events, %d rows, %d stacks (want %d stacks), %d ends, %d groups, %d unmatched: %w",
+			nev, nrows, nst, nstacks, nends, ngroups, nun, ErrBadIndexFile)
 	}
 	chunks := func(n uint64) int { return int((n + chunkLen - 1) / chunkLen) }
-	kev, krows := chunks(nev), chunks(nrows)
-	if int64(kev)*chunkLen*13+int64(krows)*chunkLen*int64(unsafe.Sizeof(rowRec{})) > d.size {
-		return fmt.Errorf("%d events and %d rows do not fit %d bytes: %w", nev, nrows, d.size, ErrBadIndexFile)
+	krows, kends := chunks(nrows), chunks(nends)
+	if int64(krows)*chunkLen*int64(unsafe.Sizeof(rowRec{}))+int64(kends)*chunkLen*4+int64(ngroups)*int64(unsafe.Sizeof(group{})) > d.size {
+		return fmt.Errorf("%d rows, %d ends and %d groups do not fit %d bytes: %w", nrows, nends, ngroups, d.size, ErrBadIndexFile)
 	}
 	a := newArena(x)
-	for k := 0; k < kev && d.err == nil; k++ {
-		x.evs.recs.chunks = append(x.evs.recs.chunks, readChunk[evRec](d, a))
-	}
-	for k := 0; k < kev && d.err == nil; k++ {
-		x.evs.kinds.chunks = append(x.evs.kinds.chunks, readChunk[uint8](d, a))
-	}
+	x.rows.arena, x.ends.arena = a, a
 	for k := 0; k < krows && d.err == nil; k++ {
 		x.rows.chunks = append(x.rows.chunks, readChunk[rowRec](d, a))
+	}
+	for k := 0; k < kends && d.err == nil; k++ {
+		x.ends.chunks = append(x.ends.chunks, readChunk[uint32](d, a))
 	}
 	if d.err != nil {
 		return d.err
 	}
-	x.evs.recs.n, x.evs.kinds.n, x.rows.n = int(nev), int(nev), int(nrows)
-	x.evs.base = sliceOf[int64](d.take(8*kev), kev)
-	x.evs.baseLive = sliceOf[uint64](d.take(8*kev), kev)
-	x.evs.wide, x.evs.wideLive = make([][]int64, kev), make([][]uint64, kev)
-	for k := d.u64(); d.err == nil && k != math64; k = d.u64() {
-		if k >= uint64(kev) {
-			return fmt.Errorf("whole times of chunk %d of %d: %w", k, kev, ErrBadIndexFile)
+	x.rows.n, x.ends.n = int(nrows), int(nends)
+	x.evs = events{n: int(nev), x: x}
+	x.evs.groups = sliceOf[group](d.take(int(ngroups)*int(unsafe.Sizeof(group{}))), int(ngroups))
+	x.evs.endLive, x.evs.endBlocks = d.u64(), uint32(d.u64())
+	for g := d.u64(); d.err == nil && g != math64; g = d.u64() {
+		if g >= ngroups || x.evs.wide[int32(g)] != nil {
+			return fmt.Errorf("whole times of group %d of %d: %w", g, ngroups, ErrBadIndexFile)
 		}
-		x.evs.wide[k] = sliceOf[int64](d.take(8*chunkLen), chunkLen)
-	}
-	for k := d.u64(); d.err == nil && k != math64; k = d.u64() {
-		if k >= uint64(kev) {
-			return fmt.Errorf("whole sizes of chunk %d of %d: %w", k, kev, ErrBadIndexFile)
+		if x.evs.wide == nil {
+			x.evs.wide = map[int32][]int64{}
 		}
-		x.evs.wideLive[k] = sliceOf[uint64](d.take(8*chunkLen), chunkLen)
+		x.evs.wide[int32(g)] = sliceOf[int64](d.take(8*groupLen), groupLen)
 	}
 	nbig := d.u64()
 	if nbig > nrows {
@@ -334,12 +341,27 @@ func (x *Index) readCache(d *diskReader, nstacks int) error {
 		}
 		x.big[uint32(r)] = size
 	}
-	nun := d.u64()
-	if nun > nev {
-		return fmt.Errorf("%d unmatched frees: %w", nun, ErrBadIndexFile)
-	}
 	x.unmatched = sliceOf[uint32](d.take(4*int(nun)), int(nun))
 	d.take(len(pad8(4 * int(nun))))
+	x.unmatchedDT = sliceOf[uint32](d.take(4*int(nun)), int(nun))
+	d.take(len(pad8(4 * int(nun))))
+	nthr := d.u64()
+	if nthr > manyThreads {
+		return fmt.Errorf("%d threads: %w", nthr, ErrBadIndexFile)
+	}
+	x.threads = sliceOf[uint32](d.take(4*int(nthr)), int(nthr))
+	d.take(len(pad8(4 * int(nthr))))
+	nbt := d.u64()
+	if nbt > nrows {
+		return fmt.Errorf("%d rows of other threads: %w", nbt, ErrBadIndexFile)
+	}
+	for i := uint64(0); i < nbt && d.err == nil; i++ {
+		r, tid := d.u64(), d.u64()
+		if x.bigThread == nil {
+			x.bigThread = map[uint32]uint32{}
+		}
+		x.bigThread[uint32(r)] = uint32(tid)
+	}
 	d.take(len(diskMagic))
 	if d.err != nil {
 		return d.err
@@ -347,12 +369,44 @@ func (x *Index) readCache(d *diskReader, nstacks int) error {
 	if d.off != d.size {
 		return fmt.Errorf("%d bytes after the end: %w", d.size-d.off, ErrBadIndexFile)
 	}
+	prev := uint32(0)
 	for _, u := range x.unmatched {
-		if uint64(u) >= nev {
+		if uint64(u) >= nev || u < prev {
 			return fmt.Errorf("unmatched free at event %d of %d: %w", u, nev, ErrBadIndexFile)
 		}
+		prev = u
 	}
-	return x.checkRows(nev, nstacks)
+	for g := range x.evs.groups {
+		if x.evs.groups[g].peakOff >= groupLen {
+			return fmt.Errorf("group %d: %w", g, ErrBadIndexFile)
+		}
+	}
+	if err := x.checkRows(nev, nstacks); err != nil {
+		return err
+	}
+	if err := x.checkEnds(); err != nil {
+		return err
+	}
+	x.summarizeRows()
+	return nil
+}
+
+// checkEnds checks that the ends list ended blocks in the order of their
+// ends, so that a search in it finds what it looks for.
+func (x *Index) checkEnds() error {
+	prev := uint32(0)
+	for k := 0; k < x.ends.len(); k++ {
+		i := *x.ends.at(k)
+		if int(i) >= x.rows.len() {
+			return fmt.Errorf("end %d: row %d of %d: %w", k, i, x.rows.len(), ErrBadIndexFile)
+		}
+		r := x.rows.at(int(i))
+		if r.end == never || r.flags&fNoBlock != 0 || r.end < prev {
+			return fmt.Errorf("end %d: %w", k, ErrBadIndexFile)
+		}
+		prev = r.end
+	}
+	return nil
 }
 
 // checkRows checks that every row points inside the index, in order, so
@@ -362,6 +416,7 @@ func (x *Index) checkRows(nev uint64, nstacks int) error {
 	for i := 0; i < x.rows.len(); i++ {
 		r := x.rows.at(i)
 		if r.alloc < prev || uint64(r.alloc) >= nev || r.stack < 0 || int(r.stack) >= nstacks ||
+			r.thread != manyThreads && int(r.thread) >= len(x.threads) ||
 			r.end != never && (r.end < r.alloc || uint64(r.end) >= nev || r.life == 0 || r.life > 64) {
 			return fmt.Errorf("row %d: %w", i, ErrBadIndexFile)
 		}

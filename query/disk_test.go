@@ -95,15 +95,27 @@ func TestIndexFileBad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The first row's stack, past the header and the event and kind chunks.
-	kev := (x.Events() + chunkLen - 1) / chunkLen
-	rowOff := len(diskMagic) + 24 + kev*chunkLen*(int(unsafe.Sizeof(evRec{}))+1) + int(unsafe.Offsetof(rowRec{}.stack))
+	// The first row's stack, past the header.
+	rowOff := len(diskMagic) + 6*8 + int(unsafe.Offsetof(rowRec{}.stack))
 	damage := map[string]func() error{
 		"truncated": func() error { return os.WriteFile(file, good[:len(good)/2], 0o600) },
 		"empty":     func() error { return os.WriteFile(file, nil, 0o600) },
 		"row": func() error {
 			b := append([]byte(nil), good...)
 			b[rowOff], b[rowOff+1], b[rowOff+2] = 0xff, 0xff, 0x7f
+			return os.WriteFile(file, b, 0o600)
+		},
+		"thread": func() error {
+			b := append([]byte(nil), good...)
+			o := len(diskMagic) + 6*8 + int(unsafe.Offsetof(rowRec{}.thread))
+			b[o], b[o+1] = 0xfe, 0xff
+			return os.WriteFile(file, b, 0o600)
+		},
+		"end": func() error {
+			// The first end, past the rows' chunks: a row out of range.
+			b := append([]byte(nil), good...)
+			o := len(diskMagic) + 6*8 + (x.Blocks()+chunkLen-1)/chunkLen*chunkLen*int(unsafe.Sizeof(rowRec{}))
+			b[o+3] = 0x7f
 			return os.WriteFile(file, b, 0o600)
 		},
 		"count": func() error {

@@ -125,8 +125,17 @@ func (x *Index) Flame(res *Result, c Cost, inverted bool, minShare float64, maxN
 	// The tree of the sites that cost something: trie nodes are numbered
 	// here in the order these sites first reach them, and named by the
 	// frame of the first that does, as if it were built from them alone.
-	nodes := []Node{{Name: "all", Parent: -1}}
-	kids := [][]int{nil}
+	// A node is a small record until it is kept: most are not (a trace's
+	// tree has up to millions), and making each a Node cost more than
+	// the rest of a flame graph.
+	type fnode struct {
+		value, self   uint64
+		parent, depth int32
+		trie          int32 // its trie node; -1: the root
+		site, step    int32 // the first site to reach it, and its step there: its frame
+	}
+	ns := make([]fnode, 1, 1024)
+	ns[0] = fnode{parent: -1, trie: -1}
 	at := make([]int32, len(tr.nodes)) // trie node → node + 1
 	var suppressed uint64
 	for _, s := range x.sites {
@@ -138,69 +147,78 @@ func (x *Index) Flame(res *Result, c Cost, inverted bool, minShare float64, maxN
 			suppressed += v
 			continue
 		}
-		nodes[0].Value += v
-		cur := 0
+		ns[0].value += v
+		cur := int32(0)
 		for i, t := range tr.paths[s.ID] {
-			k := int(at[t]) - 1
+			k := at[t] - 1
 			if k < 0 {
-				f := tr.frame(s, i)
-				k = len(nodes)
-				at[t] = int32(k + 1)
-				nodes = append(nodes, Node{Name: tr.nodes[t].name, Module: f.Module, File: f.File, Line: f.Line, Depth: nodes[cur].Depth + 1})
-				kids = append(kids, nil)
-				kids[cur] = append(kids[cur], k)
+				k = int32(len(ns))
+				at[t] = k + 1
+				ns = append(ns, fnode{parent: cur, depth: ns[cur].depth + 1, trie: t, site: int32(s.ID), step: int32(i)})
 			}
 			cur = k
-			nodes[cur].Value += v
+			ns[cur].value += v
 		}
-		nodes[cur].Self += v
+		ns[cur].self += v
 	}
-	fl := &Flame{Cost: c.String(), Inverted: inverted, Total: nodes[0].Value, Suppressed: suppressed}
+	name := func(i int32) string {
+		if i == 0 {
+			return "all"
+		}
+		return tr.nodes[ns[i].trie].name
+	}
+	fl := &Flame{Cost: c.String(), Inverted: inverted, Total: ns[0].value, Suppressed: suppressed}
 	// Which nodes to keep: at least minShare, and the maxNodes largest
 	// (a parent is never smaller than its child, and sorts first on a tie
 	// by its depth, so that the kept nodes form a tree).
 	min := uint64(minShare * float64(fl.Total))
-	order := make([]int, 0, len(nodes))
-	for i := range nodes {
-		if nodes[i].Value >= min && nodes[i].Value > 0 || i == 0 {
-			order = append(order, i)
+	order := make([]int32, 0, 1024)
+	for i := range ns {
+		if ns[i].value >= min && ns[i].value > 0 || i == 0 {
+			order = append(order, int32(i))
 		}
 	}
 	sort.SliceStable(order, func(a, b int) bool {
-		na, nb := &nodes[order[a]], &nodes[order[b]]
-		if na.Value != nb.Value {
-			return na.Value > nb.Value
+		na, nb := &ns[order[a]], &ns[order[b]]
+		if na.value != nb.value {
+			return na.value > nb.value
 		}
-		return na.Depth < nb.Depth
+		return na.depth < nb.depth
 	})
 	if maxNodes > 0 && len(order) > maxNodes {
 		order = order[:maxNodes]
 	}
-	keep := make([]bool, len(nodes))
+	keep := make([]bool, len(ns))
 	for _, i := range order {
 		keep[i] = true
 	}
-	fl.Hidden = len(nodes) - len(order)
+	// The kept nodes' children, each list in the order they were reached.
+	kids := make(map[int32][]int32, len(order))
+	for i := int32(1); i < int32(len(ns)); i++ {
+		if keep[i] {
+			kids[ns[i].parent] = append(kids[ns[i].parent], i)
+		}
+	}
+	fl.Hidden = len(ns) - len(order)
 	fl.Nodes = make([]Node, 0, len(order))
 	// Depth-first, children by value.
-	var walk func(i, parent int)
-	walk = func(i, parent int) {
-		n := nodes[i]
-		n.Parent = parent
-		me := len(fl.Nodes)
-		ks := make([]int, 0, len(kids[i]))
-		for _, k := range kids[i] {
-			if keep[k] {
-				ks = append(ks, k)
-			}
+	var walk func(i int32, parent int)
+	walk = func(i int32, parent int) {
+		n := &ns[i]
+		node := Node{Name: name(i), Parent: parent, Depth: int(n.depth), Value: n.value, Self: n.self}
+		if i != 0 {
+			f := tr.frame(x.sites[n.site], int(n.step))
+			node.Module, node.File, node.Line = f.Module, f.File, f.Line
 		}
-		fl.Nodes = append(fl.Nodes, n)
+		me := len(fl.Nodes)
+		fl.Nodes = append(fl.Nodes, node)
+		ks := kids[i]
 		sort.Slice(ks, func(a, b int) bool {
-			ka, kb := &nodes[ks[a]], &nodes[ks[b]]
-			if ka.Value != kb.Value {
-				return ka.Value > kb.Value
+			ka, kb := &ns[ks[a]], &ns[ks[b]]
+			if ka.value != kb.value {
+				return ka.value > kb.value
 			}
-			return ka.Name < kb.Name
+			return name(ks[a]) < name(ks[b])
 		})
 		for _, k := range ks {
 			walk(k, me)
@@ -220,8 +238,13 @@ type trie struct {
 }
 
 type trieNode struct {
-	name     string
-	children map[string]int32
+	name string
+}
+
+// trieEdge is a child of a trie node by name, while the trie is built.
+type trieEdge struct {
+	parent int32
+	name   string
 }
 
 // noStack is the frame of a site without frames.
@@ -246,18 +269,21 @@ func (x *Index) trieOf(inverted bool) *trie {
 		k = 1
 	}
 	x.trieOnce[k].Do(func() {
-		tr := &trie{inverted: inverted, nodes: []trieNode{{children: map[string]int32{}}}, paths: make([][]int32, len(x.sites))}
+		tr := &trie{inverted: inverted, nodes: []trieNode{{}}, paths: make([][]int32, len(x.sites))}
+		// One map of edges while building, not one per node kept for the
+		// server's life: a flame graph reads only names and paths.
+		children := map[trieEdge]int32{}
 		for _, s := range x.sites {
 			steps := max(len(s.Frames), 1)
 			path := make([]int32, 0, steps)
 			cur := int32(0)
 			for i := 0; i < steps; i++ {
 				name := FrameName(tr.frame(s, i))
-				nx, ok := tr.nodes[cur].children[name]
+				nx, ok := children[trieEdge{cur, name}]
 				if !ok {
 					nx = int32(len(tr.nodes))
-					tr.nodes[cur].children[name] = nx
-					tr.nodes = append(tr.nodes, trieNode{name: name, children: map[string]int32{}})
+					children[trieEdge{cur, name}] = nx
+					tr.nodes = append(tr.nodes, trieNode{name: name})
 				}
 				path = append(path, nx)
 				cur = nx

@@ -5,15 +5,20 @@
 // temporaries), the four lifetime classes of a window (WPA's AIFI, AIFO,
 // AOFI, AOFO), the size histogram and the lifetime distribution.
 //
-// The index is columnar. Every heap event gets a sequence number, the order
-// in which the heap model applied it, and three columns: its time and the
-// live bytes and blocks after it. Every block (and every call that made no
-// block: a failed allocation, a realloc that freed) is a row: the sequence
-// numbers of its allocation and of its end (free, realloc, munmap, or
-// "never"), its size, its stack and thread, and flags. Windows are cut by
-// sequence number, not time, so that events sharing a timestamp (the trace's
-// time resolution is 10µs by default) are ordered exactly as the model
-// ordered them, and the peak found here is the model's.
+// The index is columnar, and holds nothing per event: every block (and
+// every call that made no block: a failed allocation, a realloc that
+// freed) is a row: the sequence numbers (the order in which the heap model
+// applied the events) of its allocation and of its end (free, realloc,
+// munmap, or "never"), their times, its size, its stack and thread, and
+// flags. The rows are in the order of their allocation, and a second
+// column lists the ended ones in the order of their ends. Every event made
+// a row, ended one, or is an unmatched free (a list of its own), so an
+// event's time and the heap after it can be rebuilt from those; the
+// timeline and peaks read a summary of each group of 256 events instead
+// (see group). Windows are cut by sequence number, not time, so that events
+// sharing a timestamp (the trace's time resolution is 10µs by default) are
+// ordered exactly as the model ordered them, and the peak found here is the
+// model's.
 //
 // The whole trace also goes through analyze.Model, so that the summary of the
 // full trace is the text report's own; the index's whole-trace answers equal
@@ -55,17 +60,20 @@ const maxEvents = math.MaxUint32 - 1
 // ErrTooLarge is returned for a trace of more than 4 G heap events.
 var ErrTooLarge = errors.New("query: the trace has more heap events than the index can number (2^32-1)")
 
-// rowRec is a block, or a call that made none: 24 bytes.
+// rowRec is a block, or a call that made none: 28 bytes.
 type rowRec struct {
 	alloc, end uint32 // sequence numbers: the event that made it, and the one that ended it (never: live at the end)
 	size       uint32 // with fBig, in Index.big
 	stack      int32  // index into Index.stacks
-	tid        uint32
-	flags      uint8
+	// at and et are the times of alloc and end, less the base time of
+	// their event's group (unused when the group's times are wide).
+	at, et uint32
+	thread uint16 // index into Index.threads; manyThreads: in Index.bigThread
+	flags  uint8
 	// life is the bucket of the block's lifetime, bits.Len64(end's time -
-	// alloc's time) (at most 63), plus 1; 0 while it is live. Kept here
-	// (in what was padding) so that a window's lifetimes do not read the
-	// event column at random.
+	// alloc's time) (at most 63), plus 1; 0 while it is live. Kept (in
+	// what would be padding) so that a window's lifetimes need not look up
+	// the groups' base times.
 	life uint8
 }
 
@@ -97,6 +105,12 @@ type Options struct {
 	// closed: a caller that wants the whole trace's answers first, or a
 	// test that asks questions while the index is not there.
 	IndexAfter <-chan struct{}
+	// NoIndex opens the trace without its windowed index: only the
+	// whole trace's answers of the report's pass (Quick) are given, and
+	// Wait returns ErrNotIndexed. For a caller that needs no window, such
+	// as a self-contained report: it reads the trace once, and holds no
+	// row per block.
+	NoIndex bool
 	// CacheDir, when not "", is a folder for index files (see
 	// DefaultCacheDir): Open reads the trace's index from there when it
 	// was written before for the same file and processes, and else writes
@@ -116,9 +130,16 @@ type Index struct {
 	// Warnings are the reader's and the symbolizer's.
 	Warnings []string
 
-	evs  events            // by sequence number
-	rows chunked[rowRec]   // in the order of their allocation (alloc ascends)
-	big  map[uint32]uint64 // row → size, for the rows of sizes of 4 GiB and more
+	evs  events          // by sequence number, rebuilt from the rows and the group summaries
+	rows chunked[rowRec] // in the order of their allocation (alloc ascends)
+	ends chunked[uint32] // the rows that ended (blocks), in the order of their ends
+	// rowEnds is the latest end of each group of rows (see rowGroupLen).
+	rowEnds []uint32
+	big     map[uint32]uint64 // row → size, for the rows of sizes of 4 GiB and more
+	// threads are the thread IDs of the rows, by index; bigThread holds
+	// the thread of a row past the first 65535 threads.
+	threads   []uint32
+	bigThread map[uint32]uint32
 
 	stacks []stackRef // by stack index
 	sites  []*Site    // the symbolized, merged call sites
@@ -132,17 +153,21 @@ type Index struct {
 	// are suppressed (nil: no rules).
 	suppressed []bool
 	supOpt     suppress.Options
-	// unmatched holds the sequence numbers of unmatched frees.
-	unmatched []uint32
+	// unmatched holds the sequence numbers of unmatched frees, and
+	// unmatchedDT their times less their group's base time.
+	unmatched   []uint32
+	unmatchedDT []uint32
 
 	// quick is the whole trace's answer from the report's pass, for the
 	// questions asked before the windowed index is built (see Open).
 	quick *Result
-	// ready is closed when the windowed index (evs, rows, big, unmatched)
+	// ready is closed when the windowed index (evs, rows, ends, big, unmatched)
 	// is built, or failed with err; those fields are not read before.
 	ready chan struct{}
 	err   error
 	after <-chan struct{} // Options.IndexAfter
+	// noIndex is Options.NoIndex: ready is never closed.
+	noIndex bool
 
 	cacheDir  string        // Options.CacheDir
 	cacheFile string        // the index file; "" without a cache
@@ -216,7 +241,7 @@ func (x *Index) Start() int64 {
 	if x.evs.len() == 0 {
 		return x.Header.MonoStart
 	}
-	return x.evs.time(0)
+	return x.evs.groups[0].base
 }
 
 // End is the time of the last indexed event.
@@ -239,6 +264,20 @@ func (x *Index) size(r *rowRec, i int) uint64 {
 		return x.big[uint32(i)]
 	}
 	return uint64(r.size)
+}
+
+// manyThreads is rowRec.thread for a thread kept in Index.bigThread.
+const manyThreads = math.MaxUint16
+
+// tid returns the thread of row r, i.
+func (x *Index) tid(r *rowRec, i int) uint32 {
+	if r.thread == manyThreads {
+		return x.bigThread[uint32(i)]
+	}
+	if int(r.thread) < len(x.threads) {
+		return x.threads[r.thread]
+	}
+	return 0
 }
 
 // ErrAggregate is returned for questions an aggregate trace (snapshots, not

@@ -235,50 +235,69 @@ func maxU(a, b uint64) uint64 {
 
 func timeD(ns int64) time.Duration { return time.Duration(ns) }
 
-// liveOf is TestEventsColumn's live bytes after event i: growing, and in
-// the third chunk, by 5 GiB at once, then back down (offsets that do not
-// fit 32 bits, both ways); in the fourth, below its first.
-func liveOf(i int) uint64 {
-	v := uint64(1<<32 + i)
-	switch {
-	case i == 2*chunkLen+9:
-		v += 5 << 30
-	case i >= 3*chunkLen+3:
-		v -= 3 << 30
-	}
-	return v
-}
-
-// The event columns give back the times and heap sizes added, across
-// chunks, in chunks whose values fit offsets from their first and in those
-// that do not (a trace idle for seconds, a time before the chunk's first,
-// a heap that changes by gigabytes).
+// The events rebuilt from the rows and the groups' summaries give back
+// the times fed to the builder and the heap after each event, across
+// groups, in groups whose times fit offsets from their first and in those
+// that do not (a trace idle for seconds, a time before the group's first),
+// with blocks of 5 GiB, unmatched frees and failed allocations.
 func TestEventsColumn(t *testing.T) {
-	var c events
-	var want []int64
+	b := newBuilder()
+	var evs []event.Event
+	var times []int64
+	var lives []uint64
+	var blocks []uint32
+	var live uint64
+	var nlive uint32
+	var addrs []uint64
+	sizes := map[uint64]uint64{}
 	tm := int64(1e12)
-	for i := 0; i < 3*chunkLen+5; i++ {
+	for i := 0; i < 5*groupLen+7; i++ {
 		switch {
-		case i == chunkLen+100:
+		case i == groupLen+100:
 			tm += 5e9
-		case i == 2*chunkLen+7:
-			tm -= 1000 // before the chunk's first
+		case i == 3*groupLen+7:
+			tm -= 1000 // before the group's first
 		default:
 			tm += int64(i % 7)
 		}
-		want = append(want, tm)
-		c.add(tm, liveOf(i), uint32(i), uint8(i&3))
+		e := event.Event{Time: tm, PID: 1, TID: 1, Stack: 1}
+		switch {
+		case i%11 == 5:
+			e.Kind, e.Addr = event.KindFree, 0xdead0000+uint64(i) // unmatched
+		case i%13 == 6:
+			e.Kind = event.KindAlloc // failed: no block
+		case len(addrs) > 0 && i%3 == 0:
+			e.Kind, e.Addr = event.KindFree, addrs[len(addrs)-1]
+			addrs = addrs[:len(addrs)-1]
+			live -= sizes[e.Addr]
+			nlive--
+		default:
+			e.Kind, e.Addr, e.Size = event.KindAlloc, uint64(0x1000+16*i), uint64(1+i%700)
+			if i == 2*groupLen+9 {
+				e.Size = 5 << 30
+			}
+			sizes[e.Addr] = e.Size
+			addrs = append(addrs, e.Addr)
+			live += e.Size
+			nlive++
+		}
+		evs = append(evs, e)
+		times, lives, blocks = append(times, tm), append(lives, live), append(blocks, nlive)
 	}
-	if c.wide[0] != nil || c.wide[1] == nil || c.wide[2] == nil || c.wide[3] != nil {
-		t.Errorf("wide chunks: %v %v %v %v", c.wide[0] != nil, c.wide[1] != nil, c.wide[2] != nil, c.wide[3] != nil)
+	if err := b.Events(evs); err != nil {
+		t.Fatal(err)
 	}
-	if c.wideLive[0] != nil || c.wideLive[1] != nil || c.wideLive[2] == nil || c.wideLive[3] == nil {
-		t.Errorf("wide live chunks: %v %v %v %v", c.wideLive[0] != nil, c.wideLive[1] != nil, c.wideLive[2] != nil, c.wideLive[3] != nil)
+	c := &b.finish().evs
+	if c.len() != len(evs) {
+		t.Fatalf("%d events, want %d", c.len(), len(evs))
 	}
-	for i, w := range want {
-		live, blocks := c.state(i)
-		if got := c.time(i); got != w || live != liveOf(i) || blocks != uint32(i) || c.kind(i) != uint8(i&3) {
-			t.Fatalf("event %d: time %d, state %d/%d, kind %d; want time %d, live %d", i, got, live, blocks, c.kind(i), w, liveOf(i))
+	if c.wide[0] != nil || c.wide[1] == nil || c.wide[3] == nil || c.wide[4] != nil {
+		t.Errorf("wide groups: %v %v %v %v", c.wide[0] != nil, c.wide[1] != nil, c.wide[3] != nil, c.wide[4] != nil)
+	}
+	for i, w := range times {
+		l, k := c.state(i)
+		if got := c.time(i); got != w || l != lives[i] || k != blocks[i] {
+			t.Fatalf("event %d: time %d, state %d/%d; want time %d, %d/%d", i, got, l, k, w, lives[i], blocks[i])
 		}
 	}
 }
@@ -314,8 +333,8 @@ func TestTimelineChunks(t *testing.T) {
 		t.Fatal(err)
 	}
 	x := b.finish()
-	if x.evs.wide[1] == nil || x.evs.wideLive[2] == nil {
-		t.Fatal("no chunk of whole times, or of whole heap sizes")
+	if x.evs.wide[(chunkLen+10)>>groupBits] == nil || x.big == nil {
+		t.Fatal("no group of whole times, or no size of 4 GiB or more")
 	}
 	mid := x.evs.time(2*chunkLen + 60) // inside the chunk of whole heap sizes
 	for _, w := range [][2]int64{{0, 0}, {x.Start() + 3e9, x.Start() + 6e9}, {x.Start() + 1000, x.Start() + 2e6}, {mid, 0}, {mid, x.evs.time(2*chunkLen + 5000)}} {
@@ -383,4 +402,56 @@ func timelineOneByOne(x *Index, sp Span, points int) []Bucket {
 		}
 	}
 	return out
+}
+
+// The windowed index holds nothing per event: a trace of blocks made and
+// freed costs a row (28 bytes) and an end (4) per block, and the groups'
+// summaries, not the 13 bytes an event (26 a block) it held besides.
+func TestIndexBytesPerBlock(t *testing.T) {
+	b := newBuilder()
+	const n = 3 * chunkLen
+	evs := make([]event.Event, 0, 2*n)
+	for i := 0; i < n; i++ {
+		addr := uint64(0x1000 + 16*(i%64))
+		tm := int64(1e9 + 100*i)
+		evs = append(evs,
+			event.Event{Kind: event.KindAlloc, Time: tm, PID: 1, TID: 1, Stack: 1, Addr: addr, Size: 48},
+			event.Event{Kind: event.KindFree, Time: tm + 50, PID: 1, TID: 1, Addr: addr})
+		if len(evs) == cap(evs) || i%64 == 63 {
+			if err := b.Events(evs); err != nil {
+				t.Fatal(err)
+			}
+			evs = evs[:0]
+		}
+	}
+	x := b.finish()
+	if x.Events() != 2*n || x.Blocks() != n {
+		t.Fatalf("%d events, %d blocks; want %d, %d", x.Events(), x.Blocks(), 2*n, n)
+	}
+	if got := float64(x.columnBytes()) / n; got > 34 {
+		t.Errorf("the index holds %.1f bytes a block, want at most 34 (28 a row, 4 an end, the summaries)", got)
+	}
+}
+
+// A row keeps its thread as a 16-bit index; the threads past the first
+// 65535 are kept beside, and every row gives back its own.
+func TestManyThreads(t *testing.T) {
+	b := newBuilder()
+	const n = manyThreads + 1000
+	evs := make([]event.Event, 0, n)
+	for i := 0; i < n; i++ {
+		evs = append(evs, event.Event{Kind: event.KindAlloc, Time: int64(1e9 + i), PID: 1, TID: uint32(7 + i%(n-10)), Stack: 1, Addr: uint64(0x1000 + 16*i), Size: 8})
+	}
+	if err := b.Events(evs); err != nil {
+		t.Fatal(err)
+	}
+	x := b.finish()
+	if len(x.bigThread) == 0 {
+		t.Fatal("no row past the first 65535 threads")
+	}
+	for i := 0; i < x.rows.len(); i++ {
+		if got, want := x.tid(x.rows.at(i), i), evs[i].TID; got != want {
+			t.Fatalf("row %d: thread %d, want %d", i, got, want)
+		}
+	}
 }

@@ -77,6 +77,11 @@ func Open(path string, o Options) (*Index, error) {
 		}
 	}
 	x.quick = x.quickResult()
+	if o.NoIndex {
+		x.noIndex = true
+		close(x.saved)
+		return x, nil
+	}
 	go x.index(path, o.Processes)
 	return x, nil
 }
@@ -89,6 +94,9 @@ func background() {
 	runtime.LockOSThread()
 	_ = syscall.Setpriority(syscall.PRIO_PROCESS, syscall.Gettid(), 10) // advice: without it, the same at normal priority
 }
+
+// ErrNotIndexed is returned by Wait, and by Build, with Options.NoIndex.
+var ErrNotIndexed = errors.New("query: opened without its windowed index")
 
 // Build is Open, and waits for the windowed index.
 func Build(path string, o Options) (*Index, error) {
@@ -115,6 +123,9 @@ func (x *Index) Ready() bool {
 // Wait waits until the windowed index is built, or ctx ends, and returns
 // why it could not be built, if it could not.
 func (x *Index) Wait(ctx context.Context) error {
+	if x.noIndex {
+		return ErrNotIndexed
+	}
 	select {
 	case <-x.ready:
 		return x.err
@@ -164,7 +175,9 @@ func (x *Index) index(path string, sel analyze.Processes) {
 
 // publish makes c's columns x's.
 func (x *Index) publish(c *Index) {
-	x.evs, x.rows, x.big, x.unmatched = c.evs, c.rows, c.big, c.unmatched
+	x.evs, x.rows, x.ends, x.rowEnds, x.big, x.unmatched, x.unmatchedDT = c.evs, c.rows, c.ends, c.rowEnds, c.big, c.unmatched, c.unmatchedDT
+	x.threads, x.bigThread = c.threads, c.bigThread
+	x.evs.x = x
 	x.arenaOwner = c
 }
 
@@ -189,7 +202,7 @@ func (x *Index) build(path string, sel analyze.Processes) (*Index, error) {
 	if err != nil {
 		return nil, err
 	}
-	return b.x, nil
+	return b.finish(), nil
 }
 
 // CacheFile returns the index file of x ("" without Options.CacheDir) and

@@ -3,6 +3,7 @@ package query
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"path/filepath"
 	"testing"
 	"time"
@@ -133,4 +134,39 @@ func roundTripAny(t *testing.T, v any) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// Opened with NoIndex, an index answers the whole trace's quick questions
+// as a built one does, and says at once that it has no windows (it never
+// builds them).
+func TestNoIndex(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "random.hst")
+	writeRandomTrace(t, path, 2)
+	x, err := Open(path, Options{NoIndex: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := x.Wait(context.Background()); !errors.Is(err, ErrNotIndexed) {
+		t.Fatalf("Wait: %v, want ErrNotIndexed", err)
+	}
+	if x.Ready() || x.Blocks() != 0 {
+		t.Fatal("an index opened without windows has rows")
+	}
+	if _, err := Build(path, Options{NoIndex: true}); !errors.Is(err, ErrNotIndexed) {
+		t.Errorf("Build: %v, want ErrNotIndexed", err)
+	}
+	y, err := Build(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, ok := x.Quick(Filter{})
+	if !ok {
+		t.Fatal("no quick answer")
+	}
+	w := y.Window(Filter{})
+	for i := range w.Sites {
+		if got, want := quickFields(&q.Sites[i]), quickFields(&w.Sites[i]); got != want {
+			t.Errorf("site %d: quick %+v, window %+v", i, got, want)
+		}
+	}
 }

@@ -17,8 +17,9 @@ type Bucket struct {
 // Timeline cuts the span into at most points buckets of equal width and
 // returns the heap in each: its largest live bytes (so that no peak is
 // lost however coarse the buckets), the state at its end, and how many
-// blocks were made and ended (the rates). It reads the events of the span
-// once.
+// blocks were made and ended (the rates). A group of events that falls in
+// one bucket is added from its summary; the others are rebuilt from their
+// rows, an event at a time.
 func (x *Index) Timeline(sp Span, points int) []Bucket {
 	if points < 1 {
 		points = 1
@@ -42,50 +43,61 @@ func (x *Index) Timeline(sp Span, points int) []Bucket {
 		out[i] = Bucket{Time: sp.From + int64(i)*width, Width: width, MaxBytes: live, MaxBlocks: blocks}
 	}
 	b := 0
-	for s := int(sp.S0); s < int(sp.S1); {
-		// A chunk at a time, over its arrays.
-		k, off := s>>chunkBits, s&chunkMask
-		m := min(chunkLen-off, int(sp.S1)-s)
-		recs := x.evs.recs.chunks[k][off : off+m]
-		kinds := x.evs.kinds.chunks[k][off : off+m]
-		base, wide := x.evs.base[k], x.evs.wide[k]
-		baseLive, wideLive := x.evs.baseLive[k], x.evs.wideLive[k]
-		next := int64(math.MaxInt64) // the start of the next bucket
-		if b+1 < n {
-			next = out[b+1].Time
+	next := int64(math.MaxInt64) // the start of the next bucket
+	if n > 1 {
+		next = out[1].Time
+	}
+	// advance moves to the bucket of time t.
+	advance := func(t int64) {
+		for t >= next {
+			out[b].EndBytes, out[b].EndBlocks = live, blocks
+			b++
+			out[b].MaxBytes, out[b].MaxBlocks = live, blocks
+			next = math.MaxInt64
+			if b+1 < n {
+				next = out[b+1].Time
+			}
 		}
-		for j := range recs {
-			r := &recs[j]
-			t := base + int64(r.dt)
-			if wide != nil {
-				t = wide[off+j]
-			}
-			for t >= next {
-				out[b].EndBytes, out[b].EndBlocks = live, blocks
-				b++
-				out[b].MaxBytes, out[b].MaxBlocks = live, blocks
-				next = math.MaxInt64
-				if b+1 < n {
-					next = out[b+1].Time
+	}
+	c := &x.evs
+	var d groupEvents
+	for s := int(sp.S0); s < int(sp.S1); {
+		g := s >> groupBits
+		first := g << groupBits
+		gr := &c.groups[g]
+		if s == first && first+groupLen <= int(sp.S1) && gr.span != noSpan {
+			advance(gr.base)
+			if gr.base+int64(gr.span) < next {
+				// The whole group is in bucket b.
+				o := &out[b]
+				if gr.peak > o.MaxBytes {
+					o.MaxBytes, o.MaxBlocks = gr.peak, uint64(gr.peakBlocks)
 				}
+				o.Allocs += uint64(gr.made)
+				o.Frees += uint64(gr.ended)
+				l, k := c.groupEnd(g)
+				live, blocks = l, uint64(k)
+				s += groupLen
+				continue
 			}
-			live, blocks = baseLive+uint64(int64(r.dlive)), uint64(r.blocks)
-			if wideLive != nil {
-				live = wideLive[off+j]
-			}
+		}
+		c.detail(g, &d)
+		end := min(first+d.n, int(sp.S1))
+		for ; s < end; s++ {
+			j := s - first
+			advance(d.time[j])
+			live, blocks = d.live[j], uint64(d.blocks[j])
 			o := &out[b]
 			if live > o.MaxBytes {
 				o.MaxBytes, o.MaxBlocks = live, blocks
 			}
-			kind := kinds[j]
-			if kind&evMade != 0 {
+			if d.kind[j]&evMade != 0 {
 				o.Allocs++
 			}
-			if kind&evEnded != 0 {
+			if d.kind[j]&evEnded != 0 {
 				o.Frees++
 			}
 		}
-		s += m
 	}
 	for ; b < n; b++ {
 		out[b].EndBytes, out[b].EndBlocks = live, blocks

@@ -125,37 +125,49 @@ func (x *Index) Span(f Filter) Span {
 	return Span{From: from, To: to, S0: x.seqAt(from), S1: x.seqAt(to)}
 }
 
-// seqAt returns the first sequence number whose time is at or after t.
+// seqAt returns the first sequence number whose time is at or after t:
+// the group is found by its first event's time, the event in it from its
+// rows.
 func (x *Index) seqAt(t int64) int64 {
-	return int64(sort.Search(x.evs.len(), func(i int) bool { return x.evs.time(i) >= t }))
+	c := &x.evs
+	g := sort.Search(len(c.groups), func(i int) bool { return c.groups[i].base >= t })
+	if g == 0 {
+		return 0
+	}
+	var d groupEvents
+	c.detail(g-1, &d)
+	i := sort.Search(d.n, func(i int) bool { return d.time[i] >= t })
+	return int64((g-1)<<groupBits + i)
 }
 
 // peakIn returns the state of largest live bytes among the states at the
 // window's start (after event s0-1) and after each of its events: the
-// first such, as the model takes the first instant of its peak.
+// first such, as the model takes the first instant of its peak. The
+// groups inside the window answer with their summaries; the one or two
+// it cuts are rebuilt.
 func (x *Index) peakIn(s0, s1 int64) int64 {
+	c := &x.evs
 	p := int64(-1)
 	var best uint64
-	lo := s0 - 1
-	if lo < 0 {
-		lo = 0
-	}
+	lo := max(s0-1, 0)
+	var d groupEvents
 	for i := int(lo); i < int(s1); {
-		// A chunk at a time, over its array.
-		k, off := i>>chunkBits, i&chunkMask
-		recs := x.evs.recs.chunks[k][off:]
-		recs = recs[:min(len(recs), int(s1)-i)]
-		base, wide := x.evs.baseLive[k], x.evs.wideLive[k]
-		for j := range recs {
-			v := base + uint64(int64(recs[j].dlive))
-			if wide != nil {
-				v = wide[off+j]
+		g := i >> groupBits
+		first := g << groupBits
+		if i == first && first+groupLen <= int(s1) {
+			if gr := &c.groups[g]; p < 0 || gr.peak > best {
+				p, best = int64(first+int(gr.peakOff)), gr.peak
 			}
-			if p < 0 || v > best {
-				p, best = int64(i+j), v
+			i += groupLen
+			continue
+		}
+		c.detail(g, &d)
+		end := min(first+d.n, int(s1))
+		for ; i < end; i++ {
+			if v := d.live[i-first]; p < 0 || v > best {
+				p, best = int64(i), v
 			}
 		}
-		i += len(recs)
 	}
 	if p >= 0 && best == 0 {
 		return -1 // nothing was live
@@ -193,8 +205,16 @@ func (x *Index) Window(f Filter) *Result {
 		at = x.seqAt(f.At+1) - 1 // the state after the last event at or before At
 	}
 	n := sort.Search(x.rows.len(), func(i int) bool { return int64(x.rows.at(i).alloc) >= s1 })
-	q := windowScan{f: f, s0: s0, s1: s1, p: p, at: at}
-	parts := parallel(n, func(w *windowPart, lo, hi int) { x.scanRows(&q, w, lo, hi) }, len(x.stacks))
+	n0 := sort.Search(n, func(i int) bool { return int64(x.rows.at(i).alloc) >= s0 })
+	q := windowScan{f: f, s0: s0, s1: s1, p: p, at: at, n0: n0}
+	// The rows made before the window are mostly skipped (see rowEnds):
+	// the cores share the window's own, and the first also reads those.
+	parts := parallel(n-n0, func(w *windowPart, lo, hi int) {
+		if lo == 0 {
+			x.scanRows(&q, w, 0, n0)
+		}
+		x.scanRows(&q, w, n0+lo, n0+hi)
+	}, len(x.stacks))
 	res.stacks = parts[0].stacks
 	res.Hist, res.Lifetime, res.Missed = parts[0].hist, parts[0].life, parts[0].missed
 	for _, w := range parts[1:] {
@@ -210,8 +230,7 @@ func (x *Index) Window(f Filter) *Result {
 		res.Lifetime.Live += w.life.Live
 		res.Missed += w.missed
 	}
-	lo := sort.Search(len(x.unmatched), func(i int) bool { return int64(x.unmatched[i]) >= s0 })
-	hi := sort.Search(len(x.unmatched), func(i int) bool { return int64(x.unmatched[i]) >= s1 })
+	lo, hi := x.unmatchedIn(int(s0), int(s1))
 	res.Unmatch = uint64(hi - lo)
 	res.Sites = make([]Costs, len(x.sites))
 	for i := range res.stacks {
@@ -228,6 +247,7 @@ type windowScan struct {
 	f      Filter
 	s0, s1 int64
 	p, at  int64 // the peak's and the instant's events; -1: none
+	n0     int   // the first row made inside the window
 }
 
 // windowPart is what one goroutine's rows cost.
@@ -274,6 +294,20 @@ func parallel(n int, scan func(w *windowPart, lo, hi int), nstacks int) []*windo
 
 // scanRows adds the costs of rows [lo, hi) to w.
 func (x *Index) scanRows(q *windowScan, w *windowPart, lo, hi int) {
+	s0, at := q.s0, q.at
+	for g := lo; g < hi; g = (g | rowGroupMask) + 1 {
+		if g&rowGroupMask == 0 && g+rowGroupLen <= q.n0 {
+			// Rows made before the window: skip a group over before it.
+			if e := int64(x.rowEnds[g>>rowGroupBits]); e < s0 && (at < 0 || e <= at) {
+				continue
+			}
+		}
+		x.scanGroup(q, w, g, min((g|rowGroupMask)+1, hi))
+	}
+}
+
+// scanGroup adds the costs of rows [lo, hi) to w.
+func (x *Index) scanGroup(q *windowScan, w *windowPart, lo, hi int) {
 	f, s0, s1, p, at := q.f, q.s0, q.s1, q.p, q.at
 	for i := lo; i < hi; i++ {
 		row := x.rows.at(i)
@@ -283,7 +317,7 @@ func (x *Index) scanRows(q *windowScan, w *windowPart, lo, hi int) {
 			continue // over before the window, and before the instant
 		}
 		st := row.stack
-		if f.PID != 0 && x.stacks[st].pid != f.PID || f.TID != 0 && row.tid != f.TID {
+		if f.PID != 0 && x.stacks[st].pid != f.PID || f.TID != 0 && x.tid(row, i) != f.TID {
 			continue
 		}
 		c := &w.stacks[st]

@@ -283,6 +283,48 @@ func TestStaticHTML(t *testing.T) {
 	}
 }
 
+// The self-contained report made from the report's pass alone (no window
+// index, as `report --format html` makes it) shows the same leaks, flame
+// graph and sites, no error, and says that the window classes need serve.
+func TestStaticHTMLWithoutIndex(t *testing.T) {
+	ctx := browser(t)
+	path := trace(t, "serve_phases")
+	x, err := query.Open(path, query.Options{NoIndex: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := WriteHTML(&buf, x); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(buf.String(), `"/api/window?`) {
+		t.Error("the report embeds window classes it could not have")
+	}
+	file := filepath.Join(t.TempDir(), "report.html")
+	if err := os.WriteFile(file, buf.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	settle(t, ctx, chromedp.Navigate("file://"+file))
+	screenshot(t, ctx, artefacts(t), "static-noindex")
+	leak := eval[string](t, ctx, `document.querySelector('#summary-table td[data-k="leaked_bytes"]').textContent`)
+	if !strings.Contains(strings.ReplaceAll(leak, "\u202f", ""), "(11400 B) in 7 blocks") {
+		t.Errorf("leaks %q", leak)
+	}
+	if got := lastNumber(eval[string](t, ctx, `document.getElementById("match").textContent`)); got != 11400 {
+		t.Errorf("flame total %d", got)
+	}
+	if e := eval[bool](t, ctx, `document.getElementById("errors").hidden`); !e {
+		t.Errorf("errors: %s", eval[string](t, ctx, `document.getElementById("errors").textContent`))
+	}
+	if r := eval[string](t, ctx, `document.getElementById("sel-range").textContent`); !strings.Contains(r, "heapscope serve") {
+		t.Errorf("window bar %q", r)
+	}
+	settle(t, ctx, chromedp.Click(chromedp.ID("tab-sites")))
+	if top := eval[string](t, ctx, `document.querySelector("#sites-leaks tr:nth-child(2) .fn").textContent`); !strings.HasPrefix(top, "early_leak ") {
+		t.Errorf("top leak %q", top)
+	}
+}
+
 // With --base, the Diff view shows each site's difference: temp_site made
 // 30 more calls with 80 rounds than with 50.
 func TestPageDiff(t *testing.T) {

@@ -40,7 +40,9 @@ func staticPaths() []string {
 // that it opens from disk with no server and no network. It shows the
 // summary, the timeline, flame graphs of the main costs, the functions,
 // the sites lists and the histograms of the whole trace; choosing a window
-// needs `heapscope serve`.
+// needs `heapscope serve`. An x opened with query.Options.NoIndex gives
+// the report without the window classes, the histograms and the
+// lifetimes, from the report's pass alone.
 func WriteHTML(w io.Writer, x *query.Index) error {
 	s := New(x)
 	data := map[string]json.RawMessage{}
@@ -48,8 +50,11 @@ func WriteHTML(w io.Writer, x *query.Index) error {
 		rec := httptest.NewRecorder()
 		s.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, p, nil))
 		if rec.Code != http.StatusOK {
-			if x.Aggregate() && rec.Code == http.StatusUnprocessableEntity {
-				continue // the page shows what an aggregate trace lacks
+			if rec.Code == http.StatusUnprocessableEntity {
+				// An aggregate trace, or one opened without its windowed
+				// index (query.Options.NoIndex): the page shows what the
+				// report lacks.
+				continue
 			}
 			return fmt.Errorf("web: %s: %s", p, strings.TrimSpace(rec.Body.String()))
 		}

@@ -187,7 +187,7 @@ func writeErr(w http.ResponseWriter, err error) {
 	if errors.As(err, &br) {
 		code = http.StatusBadRequest
 	}
-	if errors.Is(err, query.ErrAggregate) {
+	if errors.Is(err, query.ErrAggregate) || errors.Is(err, query.ErrNotIndexed) {
 		code = http.StatusUnprocessableEntity
 	}
 	w.Header().Set("Content-Type", "application/json")

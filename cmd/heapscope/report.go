@@ -51,8 +51,9 @@ document (report/DIFF.md). --from, --to, --pid and --exe select the same of
 both traces.
 
 --format html writes one self-contained page (no network; it opens from disk)
-with the summary, the timeline, flame graphs, the functions and sites lists and
-the histograms of the whole trace: 'heapscope serve' explores windows.`,
+with the summary, the timeline, flame graphs, the functions and sites lists of
+the whole trace, from the report's pass alone: 'heapscope serve' explores
+windows, their classes and the histograms.`,
 		setup: func(fs *flag.FlagSet) func([]string) error {
 			var lf loadFlags
 			lf.register(fs)

@@ -54,7 +54,7 @@ The index is written once, mode 0600, to heapscope's cache folder
 trace's path, inode, size and modification time and the processes selected;
 the next serve of the same trace reads it instead of building it (a changed
 trace gets a new one; a damaged or foreign file is built again). Its size is
-about 13 bytes per heap event and 24 per block: delete the folder to reclaim
+about 32 bytes per block (a heap event has no record of its own): delete the folder to reclaim
 it. --no-index-cache neither reads nor writes an index file.
 
 The URL is the first line of standard output. It listens on loopback, on a
@@ -175,7 +175,8 @@ func serveOn(ctx context.Context, stdout io.Writer, l net.Listener, h http.Handl
 }
 
 // writeHTMLReport is `report --format html`: the page of serve, as one
-// file, for the whole trace.
+// file, for the whole trace, from the report's pass alone (no window
+// index: one read of the trace, no row per block in memory).
 func writeHTMLReport(lf *loadFlags, path, out string) error {
 	if lf.from.set || lf.to.set {
 		return usagef("--format html reports the whole trace: use 'heapscope serve' for windows")
@@ -184,7 +185,8 @@ func writeHTMLReport(lf *loadFlags, path, out string) error {
 	if err != nil {
 		return err
 	}
-	x, err := query.Build(path, o)
+	o.NoIndex = true
+	x, err := query.Open(path, o)
 	if err != nil {
 		return err
 	}

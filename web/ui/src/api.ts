@@ -232,6 +232,13 @@ export function isStatic(): boolean {
   return window.HEAPSCOPE_DATA !== undefined;
 }
 
+// embedded reports whether path can be answered: always with a server; in
+// a static report, when its answer is in the file.
+export function embedded(path: string): boolean {
+  const data = window.HEAPSCOPE_DATA;
+  return data === undefined || path in data;
+}
+
 export class APIError extends Error {}
 
 // get fetches an API path ("/api/flame?cost=leaks"). In a static report

@@ -8,6 +8,7 @@ import {
   Functions,
   Histogram,
   isStatic,
+  embedded,
   get,
   ReportJSON,
   Summary,
@@ -447,11 +448,17 @@ async function refresh(partial = false) {
       if (my === seq) timeline.set(t, sel, s.at);
     }),
   );
-  jobs.push(
-    get<Window>(`/api/window?${filter(s, false)}&top=100`).then((w) => {
-      if (my === seq) renderWindow(w);
-    }),
-  );
+  const wpath = `/api/window?${filter(s, false)}&top=100`;
+  if (embedded(wpath)) {
+    jobs.push(
+      get<Window>(wpath).then((w) => {
+        if (my === seq) renderWindow(w);
+      }),
+    );
+  } else {
+    // A static report made without the window index.
+    $("sel-range").textContent = "whole trace (window classes: run `heapscope serve` on the trace)";
+  }
   const amp = f ? `&${f}` : "";
   switch (s.tab) {
     case "flame":
