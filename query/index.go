@@ -116,6 +116,12 @@ type Options struct {
 	// was written before for the same file and processes, and else writes
 	// it there once built.
 	CacheDir string
+	// ReadProgress and IndexProgress, when set, are called with the length
+	// of every read of the trace file by Open's first pass (the report's)
+	// and by the windowed index's build, from several goroutines: for
+	// progress meters. The first pass's definitions are read by every
+	// worker, so its sum may pass the file's size.
+	ReadProgress, IndexProgress func(n int64)
 }
 
 // Index is one trace, indexed. It is immutable once built and safe for
@@ -149,6 +155,8 @@ type Index struct {
 	trieOnce [2]sync.Once
 	tries    [2]*trie
 	rules    []*suppress.Rule
+	// indexProgress is Options.IndexProgress.
+	indexProgress func(n int64)
 	// suppressed says, by site, that a rule matches its stack: its leaks
 	// are suppressed (nil: no rules).
 	suppressed []bool

@@ -40,12 +40,13 @@ func Open(path string, o Options) (*Index, error) {
 		Symbolize:    o.Symbolize,
 		Processes:    o.Processes,
 		Suppressions: o.Suppressions,
+		ReadProgress: o.ReadProgress,
 	})
 	if err != nil {
 		return nil, err
 	}
 	x := &Index{File: path, Header: h, Report: rep, Warnings: rep.Trace.Warnings, ready: make(chan struct{}), after: o.IndexAfter,
-		cacheDir: o.CacheDir, saved: make(chan struct{})}
+		cacheDir: o.CacheDir, saved: make(chan struct{}), indexProgress: o.IndexProgress}
 	x.rules, x.supOpt = o.Suppressions, suppress.Options{Sysroot: o.Symbolize.Sysroot}
 
 	// The report's stacks are the index's: each address symbolized once,
@@ -222,7 +223,7 @@ func (x *Index) WaitSaved() error {
 // replay feeds the trace's events to b, through a filter of sel's
 // processes, on a goroutine of b's own (see async).
 func (x *Index) replay(path string, b *builder, sel analyze.Processes) error {
-	r, err := tracefile.Open(path)
+	r, err := tracefile.OpenCounting(path, x.indexProgress)
 	if err != nil {
 		return err
 	}

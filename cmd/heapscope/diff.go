@@ -71,7 +71,7 @@ For a pprof profile of the difference, use 'heapscope export --base BASE NEW'.`,
 // both at once was slower on a busy 2-core machine (see bench/RESULTS-diff.md).
 func (f *loadFlags) loadDiff(base, new string) (*report.Diff, error) {
 	if f.progress == nil {
-		f.progress = startProgress(base, new)
+		f.progress = startProgress("reading", base, new)
 		defer func() { f.progress.finish(); f.progress = nil }()
 	}
 	b, err := f.load(base)

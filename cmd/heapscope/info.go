@@ -95,7 +95,7 @@ func (s *infoSink) seen(t int64) {
 // info prints the description of the trace file at path, of the processes
 // sel selects.
 func info(out io.Writer, path string, sel analyze.Processes) error {
-	prog := startProgress(path)
+	prog := startProgress("reading", path)
 	defer prog.finish()
 	r, f, err := openCounted(path, prog)
 	if err != nil {

@@ -20,6 +20,7 @@ import (
 // A nil *progress (stderr not a terminal) does nothing.
 type progress struct {
 	w     io.Writer
+	verb  string // what the work is called ("reading" when "")
 	label string
 	total int64
 	read  atomic.Int64
@@ -33,17 +34,17 @@ type progress struct {
 // commands print nothing.
 const progressDelay = time.Second
 
-// startProgress starts a meter of the files at paths, or returns nil when
-// standard error is not a terminal.
-func startProgress(paths ...string) *progress {
+// startProgress starts a meter of the work (verb: "reading") on the files
+// at paths, or returns nil when standard error is not a terminal.
+func startProgress(verb string, paths ...string) *progress {
 	if !isTerminal(os.Stderr) {
 		return nil
 	}
-	return newProgress(os.Stderr, paths...)
+	return newProgress(os.Stderr, verb, paths...)
 }
 
-func newProgress(w io.Writer, paths ...string) *progress {
-	p := &progress{w: w, start: time.Now(), stop: make(chan struct{}), done: make(chan struct{}), sigs: make(chan os.Signal, 1)}
+func newProgress(w io.Writer, verb string, paths ...string) *progress {
+	p := &progress{w: w, verb: verb, start: time.Now(), stop: make(chan struct{}), done: make(chan struct{}), sigs: make(chan os.Signal, 1)}
 	for i, path := range paths {
 		if fi, err := os.Stat(path); err == nil {
 			p.total += fi.Size()
@@ -131,12 +132,16 @@ func (p *progress) line(now time.Time) string {
 	read := p.read.Load()
 	elapsed := now.Sub(p.start).Seconds()
 	rate := float64(read) / elapsed
-	s := fmt.Sprintf("reading %s: %s", p.label, fmtSize(uint64(read)))
+	verb := p.verb
+	if verb == "" {
+		verb = "reading"
+	}
+	s := fmt.Sprintf("%s %s: %s", verb, p.label, fmtSize(uint64(read)))
 	if p.total > 0 {
 		// Definitions are read again by each decoding worker: the count
 		// may pass the size.
 		done := min(read, p.total)
-		s = fmt.Sprintf("reading %s: %s of %s (%d%%)", p.label, fmtSize(uint64(done)), fmtSize(uint64(p.total)), done*100/p.total)
+		s = fmt.Sprintf("%s %s: %s of %s (%d%%)", verb, p.label, fmtSize(uint64(done)), fmtSize(uint64(p.total)), done*100/p.total)
 		if rate > 0 && done < p.total {
 			left := time.Duration(float64(p.total-done) / rate * float64(time.Second)).Round(time.Second)
 			return s + fmt.Sprintf(", %s/s, %s left", fmtSize(uint64(rate)), left)

@@ -74,3 +74,37 @@ func TestReportProgress(t *testing.T) {
 		t.Errorf("the meter's line was left on the screen:\n%s", s)
 	}
 }
+
+// TestServeProgress serves a large trace (20M malloc+free pairs of churn)
+// in a terminal without an index file: the URL comes once the report's pass
+// is read, a meter shows the windowed index built behind it, its line is
+// gone once the index is there, and Ctrl-C stops serve cleanly.
+func TestServeProgress(t *testing.T) {
+	t.Cleanup(testutil.Cleanup)
+	churn := testutil.MustBuild(t, "churn", testutil.Options{})
+	dir := t.TempDir()
+	big := filepath.Join(dir, "big.hst")
+	if code, errs := exitCode(t, cli(t, "run", "-q", "-o", big, "--", churn, "20000000", "1")); code != 0 {
+		t.Fatalf("run churn: exit %d: %s", code, errs)
+	}
+	url, done := filepath.Join(dir, "url"), filepath.Join(dir, "done")
+	p := newTmuxPane(t, fmt.Sprintf("trap true INT; %s serve --no-index-cache %s > %s; echo rc=$? > %s; sleep 60",
+		cliBinary(t), big, url, done))
+	indexing := regexp.MustCompile(`indexing big\.hst: [\d.]+ [KMG]?i?B of [\d.]+ MiB \(\d+%\)`)
+	p.waitFor("the index's meter", func(s string) bool { return indexing.MatchString(s) })
+	if b, _ := os.ReadFile(url); !strings.HasPrefix(string(b), "http://127.0.0.1:") {
+		t.Errorf("no URL while the index is built: %q", b)
+	}
+	p.waitFor("the index built and its meter gone", func(s string) bool { return !indexing.MatchString(s) })
+	p.keys("C-c")
+	var rc []byte
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if b, _ := os.ReadFile(done); strings.HasSuffix(string(b), "\n") {
+			rc = b
+			break
+		}
+	}
+	if string(rc) != "rc=0\n" {
+		t.Errorf("after Ctrl-C: %q, want rc=0\n%s", rc, p.screen())
+	}
+}

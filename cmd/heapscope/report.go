@@ -192,7 +192,7 @@ func (f *loadFlags) load(path string) (*report.Report, error) {
 	}
 	prog := f.progress
 	if prog == nil {
-		prog = startProgress(path)
+		prog = startProgress("reading", path)
 	}
 	rep, err := report.Load(path, report.LoadOptions{
 		From:         f.from.d,

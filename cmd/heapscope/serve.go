@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -111,33 +112,58 @@ func serve(ctx context.Context, stdout io.Writer, addr, path, base string, o que
 		return err
 	}
 	defer l.Close()
-	x, err := query.Open(path, o)
+	x, err := openShown(ctx, path, o)
 	if err != nil {
 		return err
 	}
-	for _, w := range x.Warnings {
-		fmt.Fprintf(os.Stderr, "heapscope: warning: %s: %s\n", path, w)
-	}
-	go reportIndexError(ctx, x)
 	var bx *query.Index
 	if base != "" {
-		if bx, err = query.Open(base, o); err != nil {
+		if bx, err = openShown(ctx, base, o); err != nil {
 			return err
 		}
-		for _, w := range bx.Warnings {
-			fmt.Fprintf(os.Stderr, "heapscope: warning: %s: %s\n", base, w)
-		}
-		go reportIndexError(ctx, bx)
 	}
 	return serveOn(ctx, stdout, l, web.NewWithBase(x, bx))
 }
 
-// reportIndexError says on standard error why x's windowed index could not
-// be built (the page says it too, for the questions that need it).
-func reportIndexError(ctx context.Context, x *query.Index) {
-	if err := x.Wait(ctx); err != nil && ctx.Err() == nil {
-		fmt.Fprintf(os.Stderr, "heapscope: %v (windows cannot be answered)\n", err)
+// openShown opens path (query.Open) with progress on standard error when
+// it is a terminal: the report's pass, then the windowed index built
+// behind it while the page is served. It prints the trace's warnings, and
+// why the index could not be built if it could not.
+func openShown(ctx context.Context, path string, o query.Options) (*query.Index, error) {
+	p := startProgress("reading", path)
+	o.ReadProgress = p.counter()
+	// The index's reads begin inside Open; its meter starts once the first
+	// pass's is done, with what was read before it.
+	var early atomic.Int64
+	var ip atomic.Pointer[progress]
+	if p != nil {
+		o.IndexProgress = func(n int64) {
+			if m := ip.Load(); m != nil {
+				m.add(n)
+			} else {
+				early.Add(n)
+			}
+		}
 	}
+	x, err := query.Open(path, o)
+	p.finish()
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range x.Warnings {
+		fmt.Fprintf(os.Stderr, "heapscope: warning: %s: %s\n", path, w)
+	}
+	m := startProgress("indexing", path)
+	m.add(early.Load())
+	ip.Store(m)
+	go func() {
+		err := x.Wait(ctx)
+		m.finish()
+		if err != nil && ctx.Err() == nil && !errors.Is(err, query.ErrNotIndexed) {
+			fmt.Fprintf(os.Stderr, "heapscope: %v (windows cannot be answered)\n", err)
+		}
+	}()
+	return x, nil
 }
 
 // serveLive is serve --session: the index follows the session.
