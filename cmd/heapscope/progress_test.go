@@ -39,12 +39,8 @@ func TestProgressLine(t *testing.T) {
 // standard error not a terminal it prints nothing.
 func TestReportProgress(t *testing.T) {
 	t.Cleanup(testutil.Cleanup)
-	churn := testutil.MustBuild(t, "churn", testutil.Options{})
 	dir := t.TempDir()
-	big := filepath.Join(dir, "big.hst")
-	if code, errs := exitCode(t, cli(t, "run", "-q", "-o", big, "--", churn, "20000000", "1")); code != 0 {
-		t.Fatalf("run churn: exit %d: %s", code, errs)
-	}
+	big := bigChurnTrace(t, dir)
 
 	// Not a terminal: nothing on standard error.
 	if code, errs := exitCode(t, cli(t, "report", "-o", filepath.Join(dir, "quiet.txt"), big)); code != 0 || errs != "" {
@@ -57,14 +53,8 @@ func TestReportProgress(t *testing.T) {
 	meter := regexp.MustCompile(`reading big\.hst: [\d.]+ [KMG]?i?B of [\d.]+ MiB \(\d+%\), [\d.]+ [KMG]?i?B/s, \d+s left`)
 	p.waitFor("the progress meter", func(s string) bool { return meter.MatchString(s) })
 	p.keys("C-c")
-	var rc []byte
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if b, _ := os.ReadFile(done); strings.HasSuffix(string(b), "\n") {
-			rc = b
-			break
-		}
-	}
-	if string(rc) != "rc=130\n" {
+	rc := waitLine(done)
+	if rc != "rc=130\n" {
 		t.Errorf("after Ctrl-C: %q, want rc=130", rc)
 	}
 	if _, err := os.Stat(out); !os.IsNotExist(err) {
@@ -81,12 +71,8 @@ func TestReportProgress(t *testing.T) {
 // gone once the index is there, and Ctrl-C stops serve cleanly.
 func TestServeProgress(t *testing.T) {
 	t.Cleanup(testutil.Cleanup)
-	churn := testutil.MustBuild(t, "churn", testutil.Options{})
 	dir := t.TempDir()
-	big := filepath.Join(dir, "big.hst")
-	if code, errs := exitCode(t, cli(t, "run", "-q", "-o", big, "--", churn, "20000000", "1")); code != 0 {
-		t.Fatalf("run churn: exit %d: %s", code, errs)
-	}
+	big := bigChurnTrace(t, dir)
 	url, done := filepath.Join(dir, "url"), filepath.Join(dir, "done")
 	p := newTmuxPane(t, fmt.Sprintf("trap true INT; %s serve --no-index-cache %s > %s; echo rc=$? > %s; sleep 60",
 		cliBinary(t), big, url, done))
@@ -97,14 +83,32 @@ func TestServeProgress(t *testing.T) {
 	}
 	p.waitFor("the index built and its meter gone", func(s string) bool { return !indexing.MatchString(s) })
 	p.keys("C-c")
-	var rc []byte
+	rc := waitLine(done)
+	if rc != "rc=0\n" {
+		t.Errorf("after Ctrl-C: %q, want rc=0\n%s", rc, p.screen())
+	}
+}
+
+// bigChurnTrace records 20M malloc+free pairs of churn (about 45 MB) into
+// dir/big.hst: work long enough for a progress meter.
+func bigChurnTrace(t *testing.T, dir string) string {
+	t.Helper()
+	churn := testutil.MustBuild(t, "churn", testutil.Options{})
+	big := filepath.Join(dir, "big.hst")
+	if code, errs := exitCode(t, cli(t, "run", "-q", "-o", big, "--", churn, "20000000", "1")); code != 0 {
+		t.Fatalf("run churn: exit %d: %s", code, errs)
+	}
+	return big
+}
+
+// waitLine returns the file's text once it is a whole line, or what it
+// holds after 10s.
+func waitLine(path string) string {
+	var b []byte
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if b, _ := os.ReadFile(done); strings.HasSuffix(string(b), "\n") {
-			rc = b
+		if b, _ = os.ReadFile(path); strings.HasSuffix(string(b), "\n") {
 			break
 		}
 	}
-	if string(rc) != "rc=0\n" {
-		t.Errorf("after Ctrl-C: %q, want rc=0\n%s", rc, p.screen())
-	}
+	return string(b)
 }
