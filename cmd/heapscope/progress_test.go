@@ -53,7 +53,7 @@ func TestReportProgress(t *testing.T) {
 	meter := regexp.MustCompile(`reading big\.hst: [\d.]+ [KMG]?i?B of [\d.]+ MiB \(\d+%\), [\d.]+ [KMG]?i?B/s, \d+s left`)
 	p.waitFor("the progress meter", func(s string) bool { return meter.MatchString(s) })
 	p.keys("C-c")
-	rc := waitLine(done)
+	rc := waitLine(done, 10*time.Second)
 	if rc != "rc=130\n" {
 		t.Errorf("after Ctrl-C: %q, want rc=130", rc)
 	}
@@ -83,7 +83,7 @@ func TestServeProgress(t *testing.T) {
 	}
 	p.waitFor("the index built and its meter gone", func(s string) bool { return !indexing.MatchString(s) })
 	p.keys("C-c")
-	rc := waitLine(done)
+	rc := waitLine(done, 10*time.Second)
 	if rc != "rc=0\n" {
 		t.Errorf("after Ctrl-C: %q, want rc=0\n%s", rc, p.screen())
 	}
@@ -101,11 +101,11 @@ func bigChurnTrace(t *testing.T, dir string) string {
 	return big
 }
 
-// waitLine returns the file's text once it is a whole line, or what it
-// holds after 10s.
-func waitLine(path string) string {
+// waitLine returns the file's text once it is a whole line (a shell's
+// report of how the command in a pane ended), or what it holds after d.
+func waitLine(path string, d time.Duration) string {
 	var b []byte
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		if b, _ = os.ReadFile(path); strings.HasSuffix(string(b), "\n") {
 			break
 		}

@@ -168,14 +168,8 @@ func TestTopInTerminal(t *testing.T) {
 	p.waitFor("paused", func(s string) bool { return strings.Contains(s, "paused") })
 	p.keys("Space")
 	p.keys("q")
-	var msg []byte
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		if b, _ := os.ReadFile(done); bytes.HasSuffix(b, []byte("\n")) {
-			msg = b
-			break
-		}
-	}
-	if string(msg) != "RESTORED rc=0\n" {
+	msg := waitLine(done, 20*time.Second)
+	if msg != "RESTORED rc=0\n" {
 		t.Fatalf("after q: %q (want the terminal's modes restored and exit 0):\n%s", msg, p.screen())
 	}
 	// (The message wraps at the pane's width.)
@@ -344,14 +338,8 @@ func TestTopJoinInTerminal(t *testing.T) {
 		return !strings.Contains(now, "paused") && liveLine.FindString(now) != liveLine.FindString(s)
 	})
 	p.keys("C-c")
-	var msg []byte
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		if b, _ := os.ReadFile(done); bytes.HasSuffix(b, []byte("\n")) {
-			msg = b
-			break
-		}
-	}
-	if string(msg) != "RESTORED rc=0\n" {
+	msg := waitLine(done, 20*time.Second)
+	if msg != "RESTORED rc=0\n" {
 		t.Fatalf("after Ctrl-C: %q (want the terminal's modes restored and exit 0):\n%s", msg, p.screen())
 	}
 	if code, errs := exitCode(t, cli(t, "query", name)); code != 0 {
