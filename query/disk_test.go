@@ -1,10 +1,12 @@
 package query
 
 import (
+	"fmt"
 	"math/bits"
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"testing"
 	"unsafe"
 )
@@ -13,7 +15,13 @@ import (
 // until its file is written.
 func openCached(t *testing.T, path, dir string) (x *Index, read bool) {
 	t.Helper()
-	x, err := Build(path, Options{CacheDir: dir})
+	return openCachedMap(t, path, dir, MapAuto)
+}
+
+// openCachedMap is openCached with the index file read or mapped as m says.
+func openCachedMap(t *testing.T, path, dir string, m IndexMap) (x *Index, read bool) {
+	t.Helper()
+	x, err := Build(path, Options{CacheDir: dir, IndexMap: m})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,24 +155,87 @@ func TestIndexFileBad(t *testing.T) {
 		}
 	}
 	for name, f := range damage {
-		t.Run(name, func(t *testing.T) {
-			os.Remove(file)
-			if err := f(); err != nil {
-				t.Fatal(err)
+		for _, m := range []IndexMap{MapNever, MapAlways} {
+			t.Run(fmt.Sprintf("%s/map%d", name, m), func(t *testing.T) {
+				os.Remove(file)
+				if err := f(); err != nil {
+					t.Fatal(err)
+				}
+				y, read := openCachedMap(t, path, dir, m)
+				if read {
+					t.Fatal("a bad index file was used")
+				}
+				sameAnswers(t, x, y)
+				fi, err := os.Lstat(file)
+				if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm() != 0o600 {
+					t.Fatalf("the index file was not written again: %v, %v", fi, err)
+				}
+				if _, read := openCachedMap(t, path, dir, m); !read {
+					t.Error("the index file written again is not used")
+				}
+			})
+		}
+	}
+}
+
+// An index file mapped (IndexMap MapAlways) rather than read answers as
+// the index built in memory and as the file read: windows, timelines,
+// flame graphs of every cost, the window's report; on a trace of several
+// chunks of rows, so that every chunk is a view of the mapping.
+func TestIndexFileMapped(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "cache")
+	path := filepath.Join(t.TempDir(), "random.hst")
+	writeRandomTraceN(t, path, 5, 3*chunkLen)
+	built, read := openCachedMap(t, path, dir, MapAlways)
+	if read || built.Mapped() {
+		t.Fatal("the first open read an index file")
+	}
+	if built.rows.len() <= chunkLen {
+		t.Fatalf("%d rows: one chunk", built.rows.len())
+	}
+	mapped, read := openCachedMap(t, path, dir, MapAlways)
+	if !read || !mapped.Mapped() {
+		t.Fatalf("read %v, mapped %v: want the file mapped", read, mapped.Mapped())
+	}
+	readIn, read := openCachedMap(t, path, dir, MapNever)
+	if !read || readIn.Mapped() {
+		t.Fatalf("read %v, mapped %v: want the file read", read, readIn.Mapped())
+	}
+	for _, y := range []*Index{mapped, readIn} {
+		sameAnswers(t, built, y)
+		sameViews(t, built, y)
+	}
+	// The mapping is unmapped when the index is collected, and nothing
+	// holds it after: a new open maps it again and answers the same.
+	mapped, readIn = nil, nil
+	runtime.GC()
+	runtime.GC()
+	again, _ := openCachedMap(t, path, dir, MapAlways)
+	sameViews(t, built, again)
+}
+
+// sameViews checks that y's flame graphs, in both directions and for
+// every cost, and window reports answer as x's, for a few windows.
+func sameViews(t *testing.T, x, y *Index) {
+	t.Helper()
+	span := x.End() - x.Start()
+	for _, f := range []Filter{{}, {From: x.Start() + span/4, To: x.Start() + span/2, At: x.Start() + span/3}, {From: x.Start() + span/2, TID: 20}} {
+		a, b := x.Window(f), y.Window(f)
+		for c := Cost(0); c < numCosts; c++ {
+			for _, inv := range []bool{false, true} {
+				if !reflect.DeepEqual(x.Flame(a, c, inv, 0, 0), y.Flame(b, c, inv, 0, 0)) {
+					t.Errorf("window %+v: flame graph of cost %d (inverted %v) differs", f, c, inv)
+				}
 			}
-			y, read := openCached(t, path, dir)
-			if read {
-				t.Fatal("a bad index file was used")
-			}
-			sameAnswers(t, x, y)
-			fi, err := os.Lstat(file)
-			if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm() != 0o600 {
-				t.Fatalf("the index file was not written again: %v, %v", fi, err)
-			}
-			if _, read := openCached(t, path, dir); !read {
-				t.Error("the index file written again is not used")
-			}
-		})
+		}
+		pa, okA := x.Peak(a.Span)
+		pb, okB := y.Peak(b.Span)
+		if okA != okB || !reflect.DeepEqual(pa, pb) {
+			t.Errorf("window %+v: peak differs", f)
+		}
+		if !reflect.DeepEqual(comparable(x.WindowReport(a).Document(0)), comparable(y.WindowReport(b).Document(0))) {
+			t.Errorf("window %+v: report (sites) differs", f)
+		}
 	}
 }
 

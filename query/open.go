@@ -46,7 +46,7 @@ func Open(path string, o Options) (*Index, error) {
 		return nil, err
 	}
 	x := &Index{File: path, Header: h, Report: rep, Warnings: rep.Trace.Warnings, ready: make(chan struct{}), after: o.IndexAfter,
-		cacheDir: o.CacheDir, saved: make(chan struct{}), indexProgress: o.IndexProgress}
+		cacheDir: o.CacheDir, indexMap: o.IndexMap, saved: make(chan struct{}), indexProgress: o.IndexProgress}
 	x.rules, x.supOpt = o.Suppressions, suppress.Options{Sysroot: o.Symbolize.Sysroot}
 
 	// The report's stacks are the index's: each address symbolized once,
@@ -153,9 +153,9 @@ func (x *Index) index(path string, sel analyze.Processes) {
 	if x.cacheDir != "" {
 		if name, err := cacheName(x.cacheDir, path, sel); err == nil {
 			x.cacheFile = name
-			if c, err := loadCache(name, len(x.stacks)); err == nil {
+			if c, err := loadCache(name, len(x.stacks), x.indexMap); err == nil {
 				x.publish(c)
-				x.fromCache = true
+				x.fromCache, x.mapped = true, c.mapped
 				close(x.ready)
 				return
 			}
@@ -211,6 +211,13 @@ func (x *Index) build(path string, sel analyze.Processes) (*Index, error) {
 func (x *Index) CacheFile() (file string, read bool) {
 	x.await()
 	return x.cacheFile, x.fromCache
+}
+
+// Mapped reports whether x's rows and ends are its index file mapped
+// rather than read into memory (see Options.IndexMap).
+func (x *Index) Mapped() bool {
+	x.await()
+	return x.mapped
 }
 
 // WaitSaved waits until the index file is written (or was read, or there
