@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"runtime"
+	"strings"
 	"testing"
 	"unsafe"
 )
@@ -178,20 +179,31 @@ func TestIndexFileBad(t *testing.T) {
 	}
 }
 
-// An index file mapped (IndexMap MapAlways) rather than read answers as
-// the index built in memory and as the file read: windows, timelines,
-// flame graphs of every cost, the window's report; on a trace of several
-// chunks of rows, so that every chunk is a view of the mapping.
+// With IndexMap MapAlways the index is built in a file of the cache
+// folder, and its index file is mapped when read: both answer as the index
+// built in memory and as the file read into memory (windows, timelines,
+// flame graphs of every cost, peaks, the window's report); on a trace of
+// several chunks of rows, so that every chunk is a view of a mapping. The
+// rows are file pages: the process maps a file of the cache folder at
+// least as large as the rows.
 func TestIndexFileMapped(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "cache")
 	path := filepath.Join(t.TempDir(), "random.hst")
 	writeRandomTraceN(t, path, 5, 3*chunkLen)
-	built, read := openCachedMap(t, path, dir, MapAlways)
-	if read || built.Mapped() {
-		t.Fatal("the first open read an index file")
+	inMem, err := Build(path, Options{IndexMap: MapAlways}) // no cache folder: in memory
+	if err != nil {
+		t.Fatal(err)
 	}
-	if built.rows.len() <= chunkLen {
-		t.Fatalf("%d rows: one chunk", built.rows.len())
+	if inMem.Mapped() || inMem.rows.len() <= chunkLen {
+		t.Fatalf("mapped %v, %d rows: want in memory, several chunks", inMem.Mapped(), inMem.rows.len())
+	}
+	rowBytes := int64(inMem.rows.len()) * int64(unsafe.Sizeof(rowRec{}))
+	spilled, read := openCachedMap(t, path, dir, MapAlways)
+	if read || !spilled.Mapped() {
+		t.Fatalf("read %v, mapped %v: want built in a file", read, spilled.Mapped())
+	}
+	if got := mappedFrom(t, dir); got < rowBytes {
+		t.Errorf("built in a file: %d bytes of %s mapped, want at least the rows' %d", got, dir, rowBytes)
 	}
 	mapped, read := openCachedMap(t, path, dir, MapAlways)
 	if !read || !mapped.Mapped() {
@@ -201,17 +213,39 @@ func TestIndexFileMapped(t *testing.T) {
 	if !read || readIn.Mapped() {
 		t.Fatalf("read %v, mapped %v: want the file read", read, readIn.Mapped())
 	}
-	for _, y := range []*Index{mapped, readIn} {
-		sameAnswers(t, built, y)
-		sameViews(t, built, y)
+	for _, y := range []*Index{spilled, mapped, readIn} {
+		sameAnswers(t, inMem, y)
+		sameViews(t, inMem, y)
 	}
-	// The mapping is unmapped when the index is collected, and nothing
-	// holds it after: a new open maps it again and answers the same.
-	mapped, readIn = nil, nil
+	// Unmapped when the indexes are collected: a new open maps the file
+	// again and answers the same.
+	spilled, mapped, readIn = nil, nil, nil
 	runtime.GC()
 	runtime.GC()
 	again, _ := openCachedMap(t, path, dir, MapAlways)
-	sameViews(t, built, again)
+	sameViews(t, inMem, again)
+}
+
+// mappedFrom returns the bytes the process maps of files in dir.
+func mappedFrom(t *testing.T, dir string) int64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 6 || !strings.HasPrefix(f[5], dir+"/") {
+			continue
+		}
+		var lo, hi int64
+		if _, err := fmt.Sscanf(f[0], "%x-%x", &lo, &hi); err != nil {
+			t.Fatal(err)
+		}
+		n += hi - lo
+	}
+	return n
 }
 
 // sameViews checks that y's flame graphs, in both directions and for

@@ -168,6 +168,7 @@ func (x *Index) index(path string, sel analyze.Processes) {
 		return
 	}
 	x.publish(c)
+	x.mapped = c.mapped
 	close(x.ready)
 	if x.cacheFile != "" {
 		x.saveErr = x.writeCache(x.cacheFile)
@@ -187,6 +188,13 @@ func (x *Index) publish(c *Index) {
 // that rows point at the sites already made.
 func (x *Index) build(path string, sel analyze.Processes) (*Index, error) {
 	b := newBuilder()
+	if x.buildInFile() {
+		// Without a file, the build holds its rows in memory, as before.
+		if a, err := newFileArena(b.x, x.cacheDir); err == nil {
+			b.x.rows.arena, b.x.ends.arena = a, a
+			b.x.mapped = true
+		}
+	}
 	b.x.stacks = append([]stackRef(nil), x.stacks...)
 	for i, st := range x.stacks {
 		b.seed(st.pid, st.id, int32(i))
@@ -206,6 +214,17 @@ func (x *Index) build(path string, sel analyze.Processes) (*Index, error) {
 	return b.finish(), nil
 }
 
+// buildInFile says whether the index's rows and ends are built in a file
+// of the cache folder rather than in memory: with MapAlways, or with
+// MapAuto when they would pass a quarter of the memory available (about
+// 32 bytes an event: a row of 28 and an end of 4 for most blocks).
+func (x *Index) buildInFile() bool {
+	if x.cacheDir == "" || x.indexMap == MapNever || ownDir(x.cacheDir) != nil {
+		return false
+	}
+	return mapFile(x.indexMap, int64(x.Report.Profile.Summary.Events)*32)
+}
+
 // CacheFile returns the index file of x ("" without Options.CacheDir) and
 // whether x's columns were read from it rather than built.
 func (x *Index) CacheFile() (file string, read bool) {
@@ -213,8 +232,9 @@ func (x *Index) CacheFile() (file string, read bool) {
 	return x.cacheFile, x.fromCache
 }
 
-// Mapped reports whether x's rows and ends are its index file mapped
-// rather than read into memory (see Options.IndexMap).
+// Mapped reports whether x's rows and ends are file pages rather than
+// memory: its index file mapped, or built in a file (see
+// Options.IndexMap).
 func (x *Index) Mapped() bool {
 	x.await()
 	return x.mapped
