@@ -184,8 +184,8 @@ func TestIndexFileBad(t *testing.T) {
 // built in memory and as the file read into memory (windows, timelines,
 // flame graphs of every cost, peaks, the window's report); on a trace of
 // several chunks of rows, so that every chunk is a view of a mapping. The
-// rows are file pages: the process maps a file of the cache folder at
-// least as large as the rows.
+// rows are file pages: the process maps a file of the cache folder (the
+// unnamed one, then the index file) at least as large as the rows.
 func TestIndexFileMapped(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "cache")
 	path := filepath.Join(t.TempDir(), "random.hst")
@@ -202,12 +202,15 @@ func TestIndexFileMapped(t *testing.T) {
 	if read || !spilled.Mapped() {
 		t.Fatalf("read %v, mapped %v: want built in a file", read, spilled.Mapped())
 	}
-	if got := mappedFrom(t, dir); got < rowBytes {
+	if got := mappedFrom(t, dir+"/"); got < rowBytes {
 		t.Errorf("built in a file: %d bytes of %s mapped, want at least the rows' %d", got, dir, rowBytes)
 	}
 	mapped, read := openCachedMap(t, path, dir, MapAlways)
 	if !read || !mapped.Mapped() {
 		t.Fatalf("read %v, mapped %v: want the file mapped", read, mapped.Mapped())
+	}
+	if file, _ := mapped.CacheFile(); mappedFrom(t, file) < rowBytes {
+		t.Errorf("%s: %d bytes mapped, want at least the rows' %d", file, mappedFrom(t, file), rowBytes)
 	}
 	readIn, read := openCachedMap(t, path, dir, MapNever)
 	if !read || readIn.Mapped() {
@@ -226,8 +229,9 @@ func TestIndexFileMapped(t *testing.T) {
 	sameViews(t, inMem, again)
 }
 
-// mappedFrom returns the bytes the process maps of files in dir.
-func mappedFrom(t *testing.T, dir string) int64 {
+// mappedFrom returns the bytes the process maps of files whose paths
+// begin with prefix.
+func mappedFrom(t *testing.T, prefix string) int64 {
 	t.Helper()
 	b, err := os.ReadFile("/proc/self/maps")
 	if err != nil {
@@ -236,7 +240,7 @@ func mappedFrom(t *testing.T, dir string) int64 {
 	var n int64
 	for _, line := range strings.Split(string(b), "\n") {
 		f := strings.Fields(line)
-		if len(f) < 6 || !strings.HasPrefix(f[5], dir+"/") {
+		if len(f) < 6 || !strings.HasPrefix(f[5], prefix) {
 			continue
 		}
 		var lo, hi int64
