@@ -94,8 +94,11 @@ func (a *arena) chunk(n int) []byte {
 const madvHugepage = 14
 
 // fileRegion grows a's file by size bytes (zeros) and maps them shared.
+// The blocks are allocated first (fallocate, not a sparse truncate): a
+// full disk is then an error here, which leaves the chunk to the Go heap,
+// rather than a SIGBUS when a page is written.
 func (a *arena) fileRegion(size int) ([]byte, error) {
-	if err := a.file.Truncate(a.size + int64(size)); err != nil {
+	if err := unix.Fallocate(int(a.file.Fd()), 0, a.size, int64(size)); err != nil {
 		return nil, err
 	}
 	mem, err := syscall.Mmap(int(a.file.Fd()), a.size, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)

@@ -1,6 +1,7 @@
 package query
 
 import (
+	"errors"
 	"fmt"
 	"math/bits"
 	"os"
@@ -301,5 +302,18 @@ func TestRowLifetimes(t *testing.T) {
 		if res.Lifetime != want {
 			t.Errorf("window %+v: lifetimes %v, from the event column %v", f, res.Lifetime, want)
 		}
+	}
+}
+
+// HEAPSCOPE_INDEX_MAP's values parse, and another is refused with
+// ErrBadOption.
+func TestParseIndexMap(t *testing.T) {
+	for s, want := range map[string]IndexMap{"": MapAuto, "auto": MapAuto, "always": MapAlways, "never": MapNever} {
+		if got, err := ParseIndexMap(s); err != nil || got != want {
+			t.Errorf("%q: %v, %v; want %v", s, got, err, want)
+		}
+	}
+	if _, err := ParseIndexMap("yes"); !errors.Is(err, ErrBadOption) {
+		t.Errorf("yes: %v, want ErrBadOption", err)
 	}
 }
