@@ -195,6 +195,9 @@ func TestIndexFileMapped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if none, err := Open(path, Options{NoIndex: true, IndexMap: MapAlways}); err != nil || none.Mapped() {
+		t.Fatalf("without an index: %v, mapped", err)
+	}
 	if inMem.Mapped() || inMem.rows.len() <= chunkLen {
 		t.Fatalf("mapped %v, %d rows: want in memory, several chunks", inMem.Mapped(), inMem.rows.len())
 	}

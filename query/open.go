@@ -234,8 +234,11 @@ func (x *Index) CacheFile() (file string, read bool) {
 
 // Mapped reports whether x's rows and ends are file pages rather than
 // memory: its index file mapped, or built in a file (see
-// Options.IndexMap).
+// Options.IndexMap). It waits for the index; false without one.
 func (x *Index) Mapped() bool {
+	if x.noIndex {
+		return false
+	}
 	x.await()
 	return x.mapped
 }
