@@ -1,10 +1,15 @@
 package query
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
 	"runtime"
 	"sync"
 	"syscall"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // arena holds the index's columns outside the Go heap, in anonymous
@@ -20,6 +25,26 @@ type arena struct {
 	mu      sync.Mutex
 	regions [][]byte
 	free    []byte // the rest of the newest region
+	// file, when not nil, backs the regions (see newFileArena); size is
+	// its length.
+	file *os.File
+	size int64
+}
+
+// newFileArena returns an arena whose regions are shared mappings of an
+// unnamed file in dir (O_TMPFILE, mode 0600: no name to open, removed
+// with its last descriptor): its memory is page cache, which the kernel
+// writes back and drops when memory is short, rather than the process's
+// anonymous memory. For an index whose rows do not fit in memory; slower
+// to fill than newArena's (no huge pages). dir must be checked by ownDir.
+func newFileArena[T any](owner *T, dir string) (*arena, error) {
+	fd, err := unix.Open(dir, unix.O_RDWR|unix.O_TMPFILE|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("a file for the index's rows in %s: %w", dir, err)
+	}
+	a := &arena{file: os.NewFile(uintptr(fd), filepath.Join(dir, "(index rows)"))}
+	runtime.AddCleanup(owner, func(a *arena) { a.release() }, a)
+	return a, nil
 }
 
 // arenaRegion is the size of one mapping: a few chunks of every column.
@@ -45,7 +70,13 @@ func (a *arena) chunk(n int) []byte {
 	n = (n + 7) &^ 7
 	if len(a.free) < n {
 		size := max(arenaRegion, n)
-		mem, err := syscall.Mmap(-1, 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE|syscall.MAP_ANONYMOUS)
+		var mem []byte
+		var err error
+		if a.file != nil {
+			mem, err = a.fileRegion(size)
+		} else {
+			mem, err = syscall.Mmap(-1, 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE|syscall.MAP_ANONYMOUS)
+		}
 		if err != nil {
 			return nil
 		}
@@ -62,6 +93,22 @@ func (a *arena) chunk(n int) []byte {
 // madvHugepage is MADV_HUGEPAGE (not in package syscall).
 const madvHugepage = 14
 
+// fileRegion grows a's file by size bytes (zeros) and maps them shared.
+// The blocks are allocated first (fallocate, not a sparse truncate): a
+// full disk is then an error here, which leaves the chunk to the Go heap,
+// rather than a SIGBUS when a page is written.
+func (a *arena) fileRegion(size int) ([]byte, error) {
+	if err := unix.Fallocate(int(a.file.Fd()), 0, a.size, int64(size)); err != nil {
+		return nil, err
+	}
+	mem, err := syscall.Mmap(int(a.file.Fd()), a.size, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+	if err != nil {
+		return nil, err
+	}
+	a.size += int64(size)
+	return mem, nil
+}
+
 func (a *arena) release() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -69,6 +116,10 @@ func (a *arena) release() {
 		syscall.Munmap(r)
 	}
 	a.regions, a.free = nil, nil
+	if a.file != nil {
+		a.file.Close()
+		a.file = nil
+	}
 }
 
 // newChunk returns a chunk of chunkLen Ts from a, or from the Go heap. T

@@ -11,6 +11,8 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
+	"strings"
 	"syscall"
 	"unsafe"
 
@@ -206,6 +208,9 @@ type diskReader struct {
 	f         *os.File
 	off, size int64
 	err       error
+	// mem, when not nil, is the file mapped (size bytes): the row and end
+	// chunks are views of it rather than copies (see IndexMap).
+	mem []byte
 }
 
 // into fills b from the file.
@@ -215,6 +220,11 @@ func (d *diskReader) into(b []byte) {
 	}
 	if int64(len(b)) > d.size-d.off {
 		d.err = fmt.Errorf("truncated at %d: %w", d.off, ErrBadIndexFile)
+		return
+	}
+	if d.mem != nil {
+		copy(b, d.mem[d.off:])
+		d.off += int64(len(b))
 		return
 	}
 	if _, err := d.f.ReadAt(b, d.off); err != nil {
@@ -250,18 +260,103 @@ func sliceOf[T any](b []byte, n int) []T {
 	return unsafe.Slice((*T)(unsafe.Pointer(unsafe.SliceData(b))), n)
 }
 
-// readChunk reads a column's chunk into the arena.
+// readChunk reads a column's chunk into the arena, or, from a mapped
+// file, returns the mapping's bytes as the chunk.
 func readChunk[T any](d *diskReader, a *arena) []T {
+	if d.mem != nil {
+		n := int64(chunkLen * unsafe.Sizeof(*new(T)))
+		if d.err != nil || n > d.size-d.off || d.off%8 != 0 {
+			if d.err == nil {
+				d.err = fmt.Errorf("chunk at %d: %w", d.off, ErrBadIndexFile)
+			}
+			return nil
+		}
+		b := d.mem[d.off : d.off+n : d.off+n]
+		d.off += n
+		return unsafe.Slice((*T)(unsafe.Pointer(unsafe.SliceData(b))), chunkLen)
+	}
 	c := newChunk[T](a)
 	d.into(rawBytes(c))
 	return c
 }
 
+// IndexMap says whether an index file is read into memory or mapped.
+type IndexMap int
+
+const (
+	// MapAuto maps an index file larger than a quarter of the memory
+	// available (MemAvailable in /proc/meminfo), and reads a smaller one.
+	MapAuto IndexMap = iota
+	// MapAlways maps every index file.
+	MapAlways
+	// MapNever reads every index file into memory.
+	MapNever
+)
+
+// ParseIndexMap parses "auto", "always" or "never" ("" is auto), the
+// values of serve's HEAPSCOPE_INDEX_MAP.
+func ParseIndexMap(s string) (IndexMap, error) {
+	switch s {
+	case "", "auto":
+		return MapAuto, nil
+	case "always":
+		return MapAlways, nil
+	case "never":
+		return MapNever, nil
+	}
+	return MapAuto, fmt.Errorf("index map %q: want auto, always or never: %w", s, ErrBadOption)
+}
+
+// ErrBadOption is wrapped by the errors of an option's value that cannot
+// be used.
+var ErrBadOption = errors.New("query: bad option")
+
+// mapFile says whether an index file of size bytes is mapped under m.
+func mapFile(m IndexMap, size int64) bool {
+	switch m {
+	case MapAlways:
+		return true
+	case MapNever:
+		return false
+	}
+	avail, ok := memAvailable()
+	return ok && size > avail/4
+}
+
+// memAvailable returns MemAvailable of /proc/meminfo, in bytes.
+func memAvailable() (int64, bool) {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0, false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "MemAvailable:"); ok {
+			f := strings.Fields(rest)
+			if len(f) == 2 && f[1] == "kB" {
+				if kb, err := strconv.ParseInt(f[0], 10, 64); err == nil {
+					return kb << 10, true
+				}
+			}
+		}
+	}
+	return 0, false
+}
+
 // loadCache reads file into an Index holding x's columns, in an arena as
-// a built index's (a mapping of the file was read several times slower
-// than anonymous memory on this machine: each click paid for it). nstacks
-// is the number of stacks x has: the file's rows must point at them.
-func loadCache(file string, nstacks int) (*Index, error) {
+// a built index's (a click on a mapped file cost up to 1.6x the CPU time
+// on this machine: bench/RESULTS-serve.md, r3-web3), or, when m says so,
+// maps it: the rows and ends are then the file's pages, in
+// the page cache rather than the process's memory, so that an index
+// larger than the memory still opens. nstacks is the number of stacks x
+// has: the file's rows must point at them.
+//
+// A mapped file is checked as a read one, once. The mapping is private
+// and read-only; heapscope never writes an index file in place (it
+// renames a new one over it), so the pages checked stay the pages read.
+// What remains: another process of this user's that truncates or
+// rewrites the file in place while it is mapped makes the server fail
+// (SIGBUS, or a row out of range).
+func loadCache(file string, nstacks int, m IndexMap) (*Index, error) {
 	f, err := os.OpenFile(file, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 	if err != nil {
 		return nil, err
@@ -280,8 +375,27 @@ func loadCache(file string, nstacks int) (*Index, error) {
 	}
 	x := &Index{ready: make(chan struct{})}
 	close(x.ready)
-	if err := x.readCache(&diskReader{f: f, size: fi.Size()}, nstacks); err != nil {
+	d := &diskReader{f: f, size: fi.Size()}
+	if mapFile(m, fi.Size()) && fi.Size() == int64(int(fi.Size())) {
+		mem, err := syscall.Mmap(int(f.Fd()), 0, int(fi.Size()), syscall.PROT_READ, syscall.MAP_PRIVATE)
+		if err != nil {
+			return nil, fmt.Errorf("%s: mapping: %w", file, err)
+		}
+		d.mem = mem
+	}
+	if err := x.readCache(d, nstacks); err != nil {
+		if d.mem != nil {
+			syscall.Munmap(d.mem)
+		}
 		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	if d.mem != nil {
+		// Unmapped with the arena, when x is collected.
+		a := x.rows.arena
+		a.mu.Lock()
+		a.regions = append(a.regions, d.mem)
+		a.mu.Unlock()
+		x.mapped = true
 	}
 	return x, nil
 }
@@ -289,7 +403,9 @@ func loadCache(file string, nstacks int) (*Index, error) {
 // readCache fills x's columns from the file d, and checks them.
 func (x *Index) readCache(d *diskReader, nstacks int) error {
 	tail := make([]byte, len(diskMagic))
-	if _, err := d.f.ReadAt(tail, d.size-int64(len(tail))); err != nil {
+	if d.mem != nil {
+		copy(tail, d.mem[d.size-int64(len(tail)):])
+	} else if _, err := d.f.ReadAt(tail, d.size-int64(len(tail))); err != nil {
 		return err
 	}
 	if string(d.take(len(diskMagic))) != diskMagic || string(tail) != diskMagic {

@@ -1,10 +1,14 @@
 package query
 
 import (
+	"errors"
+	"fmt"
 	"math/bits"
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
+	"strings"
 	"testing"
 	"unsafe"
 )
@@ -13,7 +17,13 @@ import (
 // until its file is written.
 func openCached(t *testing.T, path, dir string) (x *Index, read bool) {
 	t.Helper()
-	x, err := Build(path, Options{CacheDir: dir})
+	return openCachedMap(t, path, dir, MapAuto)
+}
+
+// openCachedMap is openCached with the index file read or mapped as m says.
+func openCachedMap(t *testing.T, path, dir string, m IndexMap) (x *Index, read bool) {
+	t.Helper()
+	x, err := Build(path, Options{CacheDir: dir, IndexMap: m})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,24 +157,127 @@ func TestIndexFileBad(t *testing.T) {
 		}
 	}
 	for name, f := range damage {
-		t.Run(name, func(t *testing.T) {
-			os.Remove(file)
-			if err := f(); err != nil {
-				t.Fatal(err)
+		for _, m := range []IndexMap{MapNever, MapAlways} {
+			t.Run(fmt.Sprintf("%s/map%d", name, m), func(t *testing.T) {
+				os.Remove(file)
+				if err := f(); err != nil {
+					t.Fatal(err)
+				}
+				y, read := openCachedMap(t, path, dir, m)
+				if read {
+					t.Fatal("a bad index file was used")
+				}
+				sameAnswers(t, x, y)
+				fi, err := os.Lstat(file)
+				if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm() != 0o600 {
+					t.Fatalf("the index file was not written again: %v, %v", fi, err)
+				}
+				if _, read := openCachedMap(t, path, dir, m); !read {
+					t.Error("the index file written again is not used")
+				}
+			})
+		}
+	}
+}
+
+// With IndexMap MapAlways the index is built in a file of the cache
+// folder, and its index file is mapped when read: both answer as the index
+// built in memory and as the file read into memory (windows, timelines,
+// flame graphs of every cost, peaks, the window's report); on a trace of
+// several chunks of rows, so that every chunk is a view of a mapping. The
+// rows are file pages: the process maps a file of the cache folder (the
+// unnamed one, then the index file) at least as large as the rows.
+func TestIndexFileMapped(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "cache")
+	path := filepath.Join(t.TempDir(), "random.hst")
+	writeRandomTraceN(t, path, 5, 3*chunkLen)
+	inMem, err := Build(path, Options{IndexMap: MapAlways}) // no cache folder: in memory
+	if err != nil {
+		t.Fatal(err)
+	}
+	if none, err := Open(path, Options{NoIndex: true, IndexMap: MapAlways}); err != nil || none.Mapped() {
+		t.Fatalf("without an index: %v, mapped", err)
+	}
+	if inMem.Mapped() || inMem.rows.len() <= chunkLen {
+		t.Fatalf("mapped %v, %d rows: want in memory, several chunks", inMem.Mapped(), inMem.rows.len())
+	}
+	rowBytes := int64(inMem.rows.len()) * int64(unsafe.Sizeof(rowRec{}))
+	spilled, read := openCachedMap(t, path, dir, MapAlways)
+	if read || !spilled.Mapped() {
+		t.Fatalf("read %v, mapped %v: want built in a file", read, spilled.Mapped())
+	}
+	if got := mappedFrom(t, dir+"/"); got < rowBytes {
+		t.Errorf("built in a file: %d bytes of %s mapped, want at least the rows' %d", got, dir, rowBytes)
+	}
+	mapped, read := openCachedMap(t, path, dir, MapAlways)
+	if !read || !mapped.Mapped() {
+		t.Fatalf("read %v, mapped %v: want the file mapped", read, mapped.Mapped())
+	}
+	if file, _ := mapped.CacheFile(); mappedFrom(t, file) < rowBytes {
+		t.Errorf("%s: %d bytes mapped, want at least the rows' %d", file, mappedFrom(t, file), rowBytes)
+	}
+	readIn, read := openCachedMap(t, path, dir, MapNever)
+	if !read || readIn.Mapped() {
+		t.Fatalf("read %v, mapped %v: want the file read", read, readIn.Mapped())
+	}
+	for _, y := range []*Index{spilled, mapped, readIn} {
+		sameAnswers(t, inMem, y)
+		sameViews(t, inMem, y)
+	}
+	// Unmapped when the indexes are collected: a new open maps the file
+	// again and answers the same.
+	spilled, mapped, readIn = nil, nil, nil
+	runtime.GC()
+	runtime.GC()
+	again, _ := openCachedMap(t, path, dir, MapAlways)
+	sameViews(t, inMem, again)
+}
+
+// mappedFrom returns the bytes the process maps of files whose paths
+// begin with prefix.
+func mappedFrom(t *testing.T, prefix string) int64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 6 || !strings.HasPrefix(f[5], prefix) {
+			continue
+		}
+		var lo, hi int64
+		if _, err := fmt.Sscanf(f[0], "%x-%x", &lo, &hi); err != nil {
+			t.Fatal(err)
+		}
+		n += hi - lo
+	}
+	return n
+}
+
+// sameViews checks that y's flame graphs, in both directions and for
+// every cost, and window reports answer as x's, for a few windows.
+func sameViews(t *testing.T, x, y *Index) {
+	t.Helper()
+	span := x.End() - x.Start()
+	for _, f := range []Filter{{}, {From: x.Start() + span/4, To: x.Start() + span/2, At: x.Start() + span/3}, {From: x.Start() + span/2, TID: 20}} {
+		a, b := x.Window(f), y.Window(f)
+		for c := Cost(0); c < numCosts; c++ {
+			for _, inv := range []bool{false, true} {
+				if !reflect.DeepEqual(x.Flame(a, c, inv, 0, 0), y.Flame(b, c, inv, 0, 0)) {
+					t.Errorf("window %+v: flame graph of cost %d (inverted %v) differs", f, c, inv)
+				}
 			}
-			y, read := openCached(t, path, dir)
-			if read {
-				t.Fatal("a bad index file was used")
-			}
-			sameAnswers(t, x, y)
-			fi, err := os.Lstat(file)
-			if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm() != 0o600 {
-				t.Fatalf("the index file was not written again: %v, %v", fi, err)
-			}
-			if _, read := openCached(t, path, dir); !read {
-				t.Error("the index file written again is not used")
-			}
-		})
+		}
+		pa, okA := x.Peak(a.Span)
+		pb, okB := y.Peak(b.Span)
+		if okA != okB || !reflect.DeepEqual(pa, pb) {
+			t.Errorf("window %+v: peak differs", f)
+		}
+		if !reflect.DeepEqual(comparable(x.WindowReport(a).Document(0)), comparable(y.WindowReport(b).Document(0))) {
+			t.Errorf("window %+v: report (sites) differs", f)
+		}
 	}
 }
 
@@ -192,5 +305,18 @@ func TestRowLifetimes(t *testing.T) {
 		if res.Lifetime != want {
 			t.Errorf("window %+v: lifetimes %v, from the event column %v", f, res.Lifetime, want)
 		}
+	}
+}
+
+// HEAPSCOPE_INDEX_MAP's values parse, and another is refused with
+// ErrBadOption.
+func TestParseIndexMap(t *testing.T) {
+	for s, want := range map[string]IndexMap{"": MapAuto, "auto": MapAuto, "always": MapAlways, "never": MapNever} {
+		if got, err := ParseIndexMap(s); err != nil || got != want {
+			t.Errorf("%q: %v, %v; want %v", s, got, err, want)
+		}
+	}
+	if _, err := ParseIndexMap("yes"); !errors.Is(err, ErrBadOption) {
+		t.Errorf("yes: %v, want ErrBadOption", err)
 	}
 }

@@ -116,6 +116,10 @@ type Options struct {
 	// was written before for the same file and processes, and else writes
 	// it there once built.
 	CacheDir string
+	// IndexMap says whether an index file read from CacheDir is read
+	// into memory or mapped (MapAuto: mapped when large against the
+	// memory available).
+	IndexMap IndexMap
 	// ReadProgress and IndexProgress, when set, are called with the length
 	// of every read of the trace file by Open's first pass (the report's)
 	// and by the windowed index's build, from several goroutines: for
@@ -177,9 +181,11 @@ type Index struct {
 	// noIndex is Options.NoIndex: ready is never closed.
 	noIndex bool
 
-	cacheDir  string        // Options.CacheDir
-	cacheFile string        // the index file; "" without a cache
-	fromCache bool          // the columns are the index file's
+	cacheDir  string // Options.CacheDir
+	cacheFile string // the index file; "" without a cache
+	fromCache bool   // the columns are the index file's
+	mapped    bool   // and its rows and ends are the file mapped
+	indexMap  IndexMap
 	saved     chan struct{} // closed when the index file is written, or was not
 	saveErr   error
 	// arenaOwner is the builder's Index, whose arena holds the columns:

@@ -46,7 +46,7 @@ func Open(path string, o Options) (*Index, error) {
 		return nil, err
 	}
 	x := &Index{File: path, Header: h, Report: rep, Warnings: rep.Trace.Warnings, ready: make(chan struct{}), after: o.IndexAfter,
-		cacheDir: o.CacheDir, saved: make(chan struct{}), indexProgress: o.IndexProgress}
+		cacheDir: o.CacheDir, indexMap: o.IndexMap, saved: make(chan struct{}), indexProgress: o.IndexProgress}
 	x.rules, x.supOpt = o.Suppressions, suppress.Options{Sysroot: o.Symbolize.Sysroot}
 
 	// The report's stacks are the index's: each address symbolized once,
@@ -153,9 +153,9 @@ func (x *Index) index(path string, sel analyze.Processes) {
 	if x.cacheDir != "" {
 		if name, err := cacheName(x.cacheDir, path, sel); err == nil {
 			x.cacheFile = name
-			if c, err := loadCache(name, len(x.stacks)); err == nil {
+			if c, err := loadCache(name, len(x.stacks), x.indexMap); err == nil {
 				x.publish(c)
-				x.fromCache = true
+				x.fromCache, x.mapped = true, c.mapped
 				close(x.ready)
 				return
 			}
@@ -168,6 +168,7 @@ func (x *Index) index(path string, sel analyze.Processes) {
 		return
 	}
 	x.publish(c)
+	x.mapped = c.mapped
 	close(x.ready)
 	if x.cacheFile != "" {
 		x.saveErr = x.writeCache(x.cacheFile)
@@ -187,6 +188,13 @@ func (x *Index) publish(c *Index) {
 // that rows point at the sites already made.
 func (x *Index) build(path string, sel analyze.Processes) (*Index, error) {
 	b := newBuilder()
+	if x.buildInFile() {
+		// Without a file, the build holds its rows in memory, as before.
+		if a, err := newFileArena(b.x, x.cacheDir); err == nil {
+			b.x.rows.arena, b.x.ends.arena = a, a
+			b.x.mapped = true
+		}
+	}
 	b.x.stacks = append([]stackRef(nil), x.stacks...)
 	for i, st := range x.stacks {
 		b.seed(st.pid, st.id, int32(i))
@@ -206,11 +214,33 @@ func (x *Index) build(path string, sel analyze.Processes) (*Index, error) {
 	return b.finish(), nil
 }
 
+// buildInFile says whether the index's rows and ends are built in a file
+// of the cache folder rather than in memory: with MapAlways, or with
+// MapAuto when they would pass a quarter of the memory available (about
+// 32 bytes an event: a row of 28 and an end of 4 for most blocks).
+func (x *Index) buildInFile() bool {
+	if x.cacheDir == "" || x.indexMap == MapNever || ownDir(x.cacheDir) != nil {
+		return false
+	}
+	return mapFile(x.indexMap, int64(x.Report.Profile.Summary.Events)*32)
+}
+
 // CacheFile returns the index file of x ("" without Options.CacheDir) and
 // whether x's columns were read from it rather than built.
 func (x *Index) CacheFile() (file string, read bool) {
 	x.await()
 	return x.cacheFile, x.fromCache
+}
+
+// Mapped reports whether x's rows and ends are file pages rather than
+// memory: its index file mapped, or built in a file (see
+// Options.IndexMap). It waits for the index; false without one.
+func (x *Index) Mapped() bool {
+	if x.noIndex {
+		return false
+	}
+	x.await()
+	return x.mapped
 }
 
 // WaitSaved waits until the index file is written (or was read, or there

@@ -18,6 +18,13 @@ import (
 // freeing NULL, with many timestamps shared, from many stacks.
 func writeRandomTrace(t *testing.T, path string, seed int64) {
 	t.Helper()
+	writeRandomTraceN(t, path, seed, 40000)
+}
+
+// writeRandomTraceN is writeRandomTrace with n events (an idle gap at the
+// 30000th when n passes it).
+func writeRandomTraceN(t *testing.T, path string, seed int64, n int) {
+	t.Helper()
 	const start = int64(1_000_000_000)
 	w, err := tracefile.Create(path, tracefile.Header{Session: "random", Provider: "preload", MonoStart: start,
 		WallStart: time.Unix(1700000000, 0)}, tracefile.Options{ChunkSize: 16 << 10})
@@ -39,7 +46,7 @@ func writeRandomTrace(t *testing.T, path string, seed int64) {
 	var live [4][]uint64
 	tm := start
 	next := uint64(0x100000)
-	for i := 0; i < 40000; i++ {
+	for i := 0; i < n; i++ {
 		if rng.Intn(3) == 0 {
 			tm += int64(rng.Intn(50000)) // else the same timestamp
 		}

@@ -6,7 +6,7 @@
 // the latency of a click (a new window's classes and flame graph, a zoomed
 // timeline).
 //
-//	go run ./bench/servebench -trace FILE [-reps 3] [-clicks 20] [-bin HEAPSCOPE] [-o bench/RESULTS-serve.md]
+//	go run ./bench/servebench -trace FILE [-reps 3] [-clicks 20] [-cache cold|warm] [-map auto|always|never] [-bin HEAPSCOPE] [-o bench/RESULTS-serve.md]
 //
 // -bin measures a heapscope binary built elsewhere (another commit) instead
 // of building ./cmd/heapscope.
@@ -43,7 +43,11 @@ func main() {
 	out := flag.String("o", "bench/RESULTS-serve.md", "results file")
 	bin := flag.String("bin", "", "the heapscope binary to measure (default: build ./cmd/heapscope)")
 	cache := flag.String("cache", "cold", "the index file: cold (none: every serve builds the index) or warm (written by an untimed serve first)")
+	indexMap := flag.String("map", "", "HEAPSCOPE_INDEX_MAP for the servers: auto, always (the index file mapped) or never (read into memory); \"\": as the environment says")
 	flag.Parse()
+	if *indexMap != "" {
+		os.Setenv("HEAPSCOPE_INDEX_MAP", *indexMap)
+	}
 	if *trace == "" {
 		fmt.Fprintln(os.Stderr, "servebench: -trace FILE is needed")
 		os.Exit(2)
@@ -118,6 +122,9 @@ func run(trace string, reps, clicks int, bin string, warm bool, outFile string) 
 	mode := "cold"
 	if warm {
 		mode = "warm"
+	}
+	if m := os.Getenv("HEAPSCOPE_INDEX_MAP"); m != "" {
+		mode += " -map " + m
 	}
 	fmt.Fprintf(&doc, "# `heapscope serve` against `heapscope report`\n\nWritten by `go run ./bench/servebench -trace %s -reps %d -clicks %d -cache %s`.\n\n", filepath.Base(trace), reps, clicks, mode)
 	fmt.Fprintf(&doc, "- date: %s\n- machine: %s\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"), benchutil.Machine())

@@ -94,6 +94,11 @@ free port, unless --listen says otherwise; it serves until Ctrl-C.`,
 					// Without a cache folder (no home), the index stays in memory.
 					o.CacheDir, _ = query.DefaultCacheDir()
 				}
+				// HEAPSCOPE_INDEX_MAP=always|never|auto: map the index file
+				// or read it (auto: mapped when large against memory).
+				if o.IndexMap, err = query.ParseIndexMap(os.Getenv("HEAPSCOPE_INDEX_MAP")); err != nil {
+					return err
+				}
 				ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 				defer stop()
 				return serve(ctx, os.Stdout, *listen, args[0], *base, o)
