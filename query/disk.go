@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -285,7 +286,8 @@ type IndexMap int
 
 const (
 	// MapAuto maps an index file larger than a quarter of the memory
-	// available (MemAvailable in /proc/meminfo), and reads a smaller one.
+	// available (MemAvailable in /proc/meminfo, or what the process's
+	// memory cgroup leaves it when that is less), and reads a smaller one.
 	MapAuto IndexMap = iota
 	// MapAlways maps every index file.
 	MapAlways
@@ -323,8 +325,20 @@ func mapFile(m IndexMap, size int64) bool {
 	return ok && size > avail/4
 }
 
-// memAvailable returns MemAvailable of /proc/meminfo, in bytes.
+// memAvailable returns the memory this process can still use, in bytes:
+// MemAvailable of /proc/meminfo, or less when the process's memory cgroup
+// (v2 memory.max, v1 memory.limit_in_bytes) leaves less, as in a
+// container: its limit less its usage.
 func memAvailable() (int64, bool) {
+	avail, ok := meminfoAvailable()
+	if left, cok := cgroupLeft("/proc/self/cgroup", "/sys/fs/cgroup"); cok && (!ok || left < avail) {
+		return left, true
+	}
+	return avail, ok
+}
+
+// meminfoAvailable returns MemAvailable of /proc/meminfo, in bytes.
+func meminfoAvailable() (int64, bool) {
 	b, err := os.ReadFile("/proc/meminfo")
 	if err != nil {
 		return 0, false
@@ -337,6 +351,53 @@ func memAvailable() (int64, bool) {
 					return kb << 10, true
 				}
 			}
+		}
+	}
+	return 0, false
+}
+
+// cgroupLeft returns what the memory cgroup of the process whose
+// /proc/PID/cgroup is at procCgroup leaves it (limit less usage), with the
+// cgroup file systems under root; false when it has no limit or none can
+// be read. Version 2's unified hierarchy ("0::/path") and version 1's
+// memory controller ("N:memory:/path", mounted at root/memory) are read.
+func cgroupLeft(procCgroup, root string) (int64, bool) {
+	b, err := os.ReadFile(procCgroup)
+	if err != nil {
+		return 0, false
+	}
+	read := func(file string) (int64, bool) {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return 0, false
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		return n, err == nil // "max" (no limit) does not parse
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.SplitN(line, ":", 3)
+		if len(f) != 3 || strings.Contains(f[2], "..") {
+			continue
+		}
+		var limit, usage int64
+		var lok, uok bool
+		switch {
+		case f[0] == "0" && f[1] == "":
+			for _, dir := range []string{filepath.Join(root, f[2]), filepath.Join(root, "unified", f[2])} {
+				if limit, lok = read(filepath.Join(dir, "memory.max")); lok {
+					usage, uok = read(filepath.Join(dir, "memory.current"))
+					break
+				}
+			}
+		case slices.Contains(strings.Split(f[1], ","), "memory"):
+			dir := filepath.Join(root, "memory", f[2])
+			limit, lok = read(filepath.Join(dir, "memory.limit_in_bytes"))
+			usage, uok = read(filepath.Join(dir, "memory.usage_in_bytes"))
+			// Version 1 says "no limit" with a huge number.
+			lok = lok && limit < 1<<60
+		}
+		if lok && uok {
+			return max(limit-usage, 0), true
 		}
 	}
 	return 0, false
