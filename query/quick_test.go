@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -25,13 +26,7 @@ func quickFields(c *Costs) Costs {
 func checkQuick(t *testing.T, path string) {
 	t.Helper()
 	hold := make(chan struct{})
-	released := false
-	release := func() {
-		if !released {
-			released = true
-			close(hold)
-		}
-	}
+	release := sync.OnceFunc(func() { close(hold) })
 	defer release()
 	x, err := Open(path, Options{IndexAfter: hold})
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -25,13 +26,7 @@ func TestPageWhileIndexing(t *testing.T) {
 	}
 	want := rep.Document(0).Summary
 	hold := make(chan struct{})
-	released := false
-	release := func() {
-		if !released {
-			released = true
-			close(hold)
-		}
-	}
+	release := sync.OnceFunc(func() { close(hold) })
 	defer release()
 	x, err := query.Open(path, query.Options{IndexAfter: hold})
 	if err != nil {
