@@ -242,6 +242,29 @@ func TestPageTruncatedTrace(t *testing.T) {
 	}
 }
 
+// openStatic opens the self-contained report page from a file, keeps its
+// screenshot under name, and checks that it shows serve_phases' leaks and
+// flame graph and no error.
+func openStatic(t *testing.T, ctx context.Context, page []byte, name string) {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "report.html")
+	if err := os.WriteFile(file, page, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	settle(t, ctx, chromedp.Navigate("file://"+file))
+	screenshot(t, ctx, artefacts(t), name)
+	leak := eval[string](t, ctx, `document.querySelector('#summary-table td[data-k="leaked_bytes"]').textContent`)
+	if !strings.Contains(strings.ReplaceAll(leak, "\u202f", ""), "(11400 B) in 7 blocks") {
+		t.Errorf("leaks %q", leak)
+	}
+	if got := lastNumber(eval[string](t, ctx, `document.getElementById("match").textContent`)); got != 11400 {
+		t.Errorf("flame total %d", got)
+	}
+	if e := eval[bool](t, ctx, `document.getElementById("errors").hidden`); !e {
+		t.Errorf("errors: %s", eval[string](t, ctx, `document.getElementById("errors").textContent`))
+	}
+}
+
 // The self-contained report opens from disk, with no server, and shows the
 // leaks of the whole trace and its flame graph.
 func TestStaticHTML(t *testing.T) {
@@ -260,22 +283,7 @@ func TestStaticHTML(t *testing.T) {
 			t.Errorf("the report refers to the network: %s", ref)
 		}
 	}
-	file := filepath.Join(t.TempDir(), "report.html")
-	if err := os.WriteFile(file, buf.Bytes(), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	settle(t, ctx, chromedp.Navigate("file://"+file))
-	screenshot(t, ctx, artefacts(t), "static")
-	leak := eval[string](t, ctx, `document.querySelector('#summary-table td[data-k="leaked_bytes"]').textContent`)
-	if !strings.Contains(strings.ReplaceAll(leak, "\u202f", ""), "(11400 B) in 7 blocks") {
-		t.Errorf("leaks %q", leak)
-	}
-	if got := lastNumber(eval[string](t, ctx, `document.getElementById("match").textContent`)); got != 11400 {
-		t.Errorf("flame total %d", got)
-	}
-	if e := eval[bool](t, ctx, `document.getElementById("errors").hidden`); !e {
-		t.Errorf("errors: %s", eval[string](t, ctx, `document.getElementById("errors").textContent`))
-	}
+	openStatic(t, ctx, buf.Bytes(), "static")
 	// The sites and the inverted flame graph are in the file too.
 	settle(t, ctx, chromedp.Click(chromedp.ID("tab-sites")))
 	if top := eval[string](t, ctx, `document.querySelector("#sites-leaks tr:nth-child(2) .fn").textContent`); !strings.HasPrefix(top, "early_leak ") {
@@ -300,22 +308,7 @@ func TestStaticHTMLWithoutIndex(t *testing.T) {
 	if strings.Contains(buf.String(), `"/api/window?`) {
 		t.Error("the report embeds window classes it could not have")
 	}
-	file := filepath.Join(t.TempDir(), "report.html")
-	if err := os.WriteFile(file, buf.Bytes(), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	settle(t, ctx, chromedp.Navigate("file://"+file))
-	screenshot(t, ctx, artefacts(t), "static-noindex")
-	leak := eval[string](t, ctx, `document.querySelector('#summary-table td[data-k="leaked_bytes"]').textContent`)
-	if !strings.Contains(strings.ReplaceAll(leak, "\u202f", ""), "(11400 B) in 7 blocks") {
-		t.Errorf("leaks %q", leak)
-	}
-	if got := lastNumber(eval[string](t, ctx, `document.getElementById("match").textContent`)); got != 11400 {
-		t.Errorf("flame total %d", got)
-	}
-	if e := eval[bool](t, ctx, `document.getElementById("errors").hidden`); !e {
-		t.Errorf("errors: %s", eval[string](t, ctx, `document.getElementById("errors").textContent`))
-	}
+	openStatic(t, ctx, buf.Bytes(), "static-noindex")
 	if r := eval[string](t, ctx, `document.getElementById("sel-range").textContent`); !strings.Contains(r, "heapscope serve") {
 		t.Errorf("window bar %q", r)
 	}
