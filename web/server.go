@@ -215,8 +215,6 @@ func intParam(q map[string][]string, name string, def int64) (int64, error) {
 	return n, nil
 }
 
-// parse reads from_ns, to_ns, at_ns (from the trace's start), pid, tid,
-// cost and top.
 // parseEvents parses a question about the trace's events: on an error (a
 // bad parameter, an aggregate trace) it answers it and returns false.
 func (s *Server) parseEvents(w http.ResponseWriter, r *http.Request) (*params, bool) {
@@ -231,6 +229,22 @@ func (s *Server) parseEvents(w http.ResponseWriter, r *http.Request) (*params, b
 	return p, true
 }
 
+// parseIndexed is parseEvents for a question that needs the windowed
+// index: it waits for it, and answers why there is none.
+func (s *Server) parseIndexed(w http.ResponseWriter, r *http.Request) (*params, bool) {
+	p, ok := s.parseEvents(w, r)
+	if !ok {
+		return nil, false
+	}
+	if err := s.x.Wait(r.Context()); err != nil {
+		writeErr(w, err)
+		return nil, false
+	}
+	return p, true
+}
+
+// parse reads from_ns, to_ns, at_ns (from the trace's start), pid, tid,
+// cost and top.
 func (s *Server) parse(r *http.Request) (*params, error) {
 	q := r.URL.Query()
 	p := &params{query: q}
@@ -415,12 +429,8 @@ type SiteClasses struct {
 }
 
 func (s *Server) window(w http.ResponseWriter, r *http.Request) {
-	p, ok := s.parseEvents(w, r)
+	p, ok := s.parseIndexed(w, r)
 	if !ok {
-		return
-	}
-	if err := s.x.Wait(r.Context()); err != nil {
-		writeErr(w, err)
 		return
 	}
 	res := s.windowOf(p.f)
@@ -581,12 +591,8 @@ type LifetimeBucket struct {
 }
 
 func (s *Server) histogram(w http.ResponseWriter, r *http.Request) {
-	p, ok := s.parseEvents(w, r)
+	p, ok := s.parseIndexed(w, r)
 	if !ok {
-		return
-	}
-	if err := s.x.Wait(r.Context()); err != nil {
-		writeErr(w, err)
 		return
 	}
 	res := s.windowOf(p.f)
