@@ -21,14 +21,7 @@ func BenchmarkBuild(b *testing.B) {
 }
 
 func BenchmarkWindow(b *testing.B) {
-	path := os.Getenv("HEAPSCOPE_BENCH_TRACE")
-	if path == "" {
-		b.Skip("set HEAPSCOPE_BENCH_TRACE to a trace file")
-	}
-	x, err := Build(path, Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
+	x := benchIndex(b)
 	d := x.End() - x.Start()
 	f := Filter{From: x.Start() + d/3, To: x.Start() + 2*d/3}
 	b.ResetTimer()
@@ -40,14 +33,7 @@ func BenchmarkWindow(b *testing.B) {
 // BenchmarkClick is what the server computes for a click in the page: a
 // new window's classes (the window), its flame graph and its timeline.
 func BenchmarkClick(b *testing.B) {
-	path := os.Getenv("HEAPSCOPE_BENCH_TRACE")
-	if path == "" {
-		b.Skip("set HEAPSCOPE_BENCH_TRACE to a trace file")
-	}
-	x, err := Build(path, Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
+	x := benchIndex(b)
 	d := x.End() - x.Start()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -57,4 +43,19 @@ func BenchmarkClick(b *testing.B) {
 		x.Flame(x.Window(f), CostBytes, false, 0.001, 5000)
 		x.Timeline(x.Span(f), 1400)
 	}
+}
+
+// benchIndex builds the index of the trace named by $HEAPSCOPE_BENCH_TRACE,
+// or skips the benchmark without one.
+func benchIndex(b *testing.B) *Index {
+	b.Helper()
+	path := os.Getenv("HEAPSCOPE_BENCH_TRACE")
+	if path == "" {
+		b.Skip("set HEAPSCOPE_BENCH_TRACE to a trace file")
+	}
+	x, err := Build(path, Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return x
 }

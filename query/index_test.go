@@ -361,18 +361,8 @@ func TestTimelineChunks(t *testing.T) {
 
 // timelineOneByOne is Timeline reading an event at a time.
 func timelineOneByOne(x *Index, sp Span, points int) []Bucket {
-	dur := sp.To - sp.From
-	width := max((dur+int64(points)-1)/int64(points), 1)
-	n := int((dur + width - 1) / width)
-	out := make([]Bucket, n)
-	var live, blocks uint64
-	if sp.S0 > 0 {
-		l, k := x.evs.state(int(sp.S0 - 1))
-		live, blocks = l, uint64(k)
-	}
-	for i := range out {
-		out[i] = Bucket{Time: sp.From + int64(i)*width, Width: width, MaxBytes: live, MaxBlocks: blocks}
-	}
+	out, live, blocks := x.buckets(sp, points)
+	n := len(out)
 	b := 0
 	for s := sp.S0; s < sp.S1; s++ {
 		t := x.evs.time(int(s))

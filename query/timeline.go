@@ -28,20 +28,8 @@ func (x *Index) Timeline(sp Span, points int) []Bucket {
 	if dur <= 0 {
 		return nil
 	}
-	width := (dur + int64(points) - 1) / int64(points)
-	if width < 1 {
-		width = 1
-	}
-	n := int((dur + width - 1) / width)
-	out := make([]Bucket, n)
-	var live, blocks uint64
-	if sp.S0 > 0 {
-		l, k := x.evs.state(int(sp.S0 - 1))
-		live, blocks = l, uint64(k)
-	}
-	for i := range out {
-		out[i] = Bucket{Time: sp.From + int64(i)*width, Width: width, MaxBytes: live, MaxBlocks: blocks}
-	}
+	out, live, blocks := x.buckets(sp, points)
+	n := len(out)
 	b := 0
 	next := int64(math.MaxInt64) // the start of the next bucket
 	if n > 1 {
@@ -106,4 +94,21 @@ func (x *Index) Timeline(sp Span, points int) []Bucket {
 		}
 	}
 	return out
+}
+
+// buckets divides sp (From < To) into at most points buckets of one width,
+// each starting with the heap as it was before sp's first event (live
+// bytes and blocks, returned too).
+func (x *Index) buckets(sp Span, points int) (out []Bucket, live, blocks uint64) {
+	dur := sp.To - sp.From
+	width := max((dur+int64(points)-1)/int64(points), 1)
+	out = make([]Bucket, int((dur+width-1)/width))
+	if sp.S0 > 0 {
+		l, k := x.evs.state(int(sp.S0 - 1))
+		live, blocks = l, uint64(k)
+	}
+	for i := range out {
+		out[i] = Bucket{Time: sp.From + int64(i)*width, Width: width, MaxBytes: live, MaxBlocks: blocks}
+	}
+	return out, live, blocks
 }
