@@ -169,13 +169,7 @@ func (a *aggregate) events(evs []event.Event) {
 			}
 		case event.KindFree:
 			if e.Addr != 0 && e.Addr == t.pend {
-				// A temporary: free's first case, inlined.
-				s := &a.sites[t.pendSite]
-				s.frees++
-				s.freedBytes += t.pendSize
-				s.temporary++
-				t.pend = 0
-				p.pending--
+				a.freeHeld(p, t) // a temporary, without free's call
 			} else if e.Addr != 0 {
 				a.free(p, t, e.Addr)
 			}
@@ -224,14 +218,20 @@ func (a *aggregate) settle(p *aggProc, t *aggThread) {
 	p.pending--
 }
 
+// freeHeld frees the allocation t holds: a temporary, which never
+// entered its site's live counts. Small enough to inline in the event loop.
+func (a *aggregate) freeHeld(p *aggProc, t *aggThread) {
+	s := &a.sites[t.pendSite]
+	s.frees++
+	s.freedBytes += t.pendSize
+	s.temporary++
+	t.pend = 0
+	p.pending--
+}
+
 func (a *aggregate) free(p *aggProc, t *aggThread, addr uint64) {
 	if t.pend == addr {
-		s := &a.sites[t.pendSite]
-		s.frees++
-		s.freedBytes += t.pendSize
-		s.temporary++
-		t.pend = 0
-		p.pending--
+		a.freeHeld(p, t)
 		return
 	}
 	if t.pend != 0 {
