@@ -41,7 +41,6 @@ type aggProc struct {
 	frames  map[event.StackID][]uint64
 	threads map[uint32]*aggThread
 	thrList []*aggThread
-	last    *aggThread
 	hot     [16]*aggThread // by TID, direct-mapped: threads take turns in a batch
 	pending int            // threads whose last allocation is held in aggThread.pend
 	blocks  blockMap
@@ -101,7 +100,6 @@ func (a *aggregate) proc(pid uint32) *aggProc {
 
 func (p *aggProc) thread(tid uint32) *aggThread {
 	if t := p.hot[tid&15]; t != nil && t.tid == tid {
-		p.last = t
 		return t
 	}
 	t := p.threads[tid]
@@ -111,7 +109,6 @@ func (p *aggProc) thread(tid uint32) *aggThread {
 		p.thrList = append(p.thrList, t)
 	}
 	p.hot[tid&15] = t
-	p.last = t
 	return t
 }
 
@@ -148,8 +145,8 @@ func (a *aggregate) newSite(p *aggProc, t *aggThread, id event.StackID) int32 {
 // events counts evs. mmap and munmap are left out: top shows the heap.
 func (a *aggregate) events(evs []event.Event) {
 	last := a.lastTime
-	defer func() { a.lastTime = last }()
-	for i := range evs {
+	calm := 0 // no run of temporaries is looked for before this event
+	for i := 0; i < len(evs); i++ {
 		e := &evs[i]
 		// A provider's batch need not be in time order (eBPF's ring
 		// holds events in the order their probes finished).
@@ -158,9 +155,27 @@ func (a *aggregate) events(evs []event.Event) {
 		if p == nil || p.pid != e.PID {
 			p = a.proc(e.PID)
 		}
-		t := p.last
+		// Threads' events interleave: a table by TID, whose hits the
+		// processor predicts, rather than the last thread, which it
+		// cannot.
+		t := p.hot[e.TID&15]
 		if t == nil || t.tid != e.TID {
 			t = p.thread(e.TID)
+		}
+		// A run of temporaries made at the thread's last site: counted
+		// by a loop of its own (see temporaries), when it is likely to
+		// be longer than what entering that loop costs.
+		if i >= calm && i+2 < len(evs) && evs[i+2].TID == e.TID &&
+			(e.Kind == event.KindAlloc && e.Stack == t.lastStack || e.Kind == event.KindFree && e.Addr == t.pend) {
+			n := a.temporaries(evs[i:], p, t, &last)
+			if n < 8 {
+				// Threads take turns: runs are short here.
+				calm = i + 64
+			}
+			if n > 0 {
+				i += n - 1
+				continue
+			}
 		}
 		switch e.Kind {
 		case event.KindAlloc:
@@ -185,6 +200,101 @@ func (a *aggregate) events(evs []event.Event) {
 			}
 		}
 	}
+	a.lastTime = last
+}
+
+// temporaries counts the run of events at the start of evs that thread t of
+// p makes at its last site and frees at once: allocation, free, allocation,
+// free, as a loop that makes temporaries does. It returns how many it
+// counted, 0 if evs does not start such a run. The general path
+// (events) handles everything else.
+//
+// Why a loop of its own: with the thread's state in registers, not in its
+// struct, and the counts added to the site once per run, an event here
+// costs a few instructions; the general loop, whose calls make the
+// compiler keep its state on the stack, costs several times that. It is
+// what top's totals cost a session whose program churns (bench/topbench).
+func (a *aggregate) temporaries(evs []event.Event, p *aggProc, t *aggThread, last *int64) int {
+	if t.lastSite < 0 || t.pend != 0 && t.pendSite != t.lastSite {
+		return 0
+	}
+	pid, tid := p.pid, t.tid
+	pend, pendSize := t.pend, t.pendSize
+	stack := t.lastStack
+	tm := *last
+	// Few variables, so that the loop keeps them in registers: the
+	// calls and frees follow from the events' count and what is held
+	// before and after (see below).
+	var allocBytes uint64
+	i := 0
+	if pend == 0 {
+		// Pairs of an allocation and its free, checked with one branch
+		// (the fields are compared with xor and or, not && and ||).
+		for ; i+1 < len(evs); i += 2 {
+			e, f := &evs[i], &evs[i+1]
+			// (In Go, ^ and | bind alike: each xor is in parentheses.)
+			bad := uint64((e.PID^pid)|(e.TID^tid)|(f.PID^pid)|(f.TID^tid)|uint32(e.Stack^stack)) |
+				uint64((e.Kind^event.KindAlloc)|(f.Kind^event.KindFree)) | (e.Addr ^ f.Addr)
+			if bad != 0 || e.Addr == 0 {
+				break
+			}
+			allocBytes += e.Size
+		}
+		if i > 0 {
+			// A thread's events are in time order: the run's last
+			// is its latest.
+			tm = max(tm, evs[i-1].Time)
+		}
+	}
+	for ; i < len(evs); i++ {
+		e := &evs[i]
+		if e.PID != pid || e.TID != tid {
+			break
+		}
+		if e.Kind == event.KindFree {
+			if e.Addr != pend || pend == 0 {
+				break
+			}
+			pend = 0
+		} else if e.Kind == event.KindAlloc {
+			if e.Addr == 0 || pend != 0 || e.Stack != stack {
+				break
+			}
+			allocBytes += e.Size
+			pend, pendSize = e.Addr, e.Size
+		} else {
+			break
+		}
+		tm = max(tm, e.Time)
+	}
+	if i == 0 {
+		return 0
+	}
+	*last = tm
+	// The run alternates allocations and frees of them: with h0 and h1
+	// (0 or 1) allocations held before and after it, it made
+	// (i+h1-h0)/2 allocations and (i-h1+h0)/2 frees, and freed what was
+	// held before and what it allocated, less what it holds after.
+	var h0, h1, size0, size1 uint64
+	if t.pend != 0 {
+		h0, size0 = 1, t.pendSize
+	}
+	if pend != 0 {
+		h1, size1 = 1, pendSize
+	}
+	frees := (uint64(i) + h0 - h1) / 2
+	s := &a.sites[t.lastSite]
+	s.allocs += (uint64(i) + h1 - h0) / 2
+	s.allocBytes += allocBytes
+	s.frees += frees
+	s.freedBytes += size0 + allocBytes - size1
+	s.temporary += frees
+	p.pending += int(h1) - int(h0)
+	t.pend, t.pendSize = pend, pendSize
+	if pend != 0 {
+		t.pendSite = t.lastSite
+	}
+	return i
 }
 
 func (a *aggregate) alloc(p *aggProc, t *aggThread, e *event.Event) {

@@ -151,6 +151,95 @@ func TestAggregateAgreesWithModel(t *testing.T) {
 	}
 }
 
+// burstyEvents is randomEvents with runs in it: a thread allocating and
+// freeing at once at one stack, over and over (as a loop making
+// temporaries does), cut by failed allocations, frees of NULL, blocks it
+// keeps, and other threads' events.
+func burstyEvents(n int, seed int64) []event.Event {
+	rng := rand.New(rand.NewSource(seed))
+	other := randomEvents(n, seed+100)
+	var evs []event.Event
+	next, kept := uint64(0x7000_0000), uint64(0x6000_0000)
+	for len(evs) < n {
+		if rng.Intn(3) == 0 {
+			k := 1 + rng.Intn(20)
+			evs = append(evs, other[:k]...)
+			other = other[k:]
+			continue
+		}
+		e := event.Event{PID: uint32(1 + rng.Intn(2)), TID: uint32(10 + rng.Intn(3)), Stack: event.StackID(1 + rng.Intn(3))}
+		addr := next + uint64(rng.Intn(4))*16
+		next += 4096
+		for k := rng.Intn(40); k > 0; k-- {
+			a := e
+			a.Kind, a.Func, a.Addr, a.Size = event.KindAlloc, event.FuncMalloc, addr, uint64(1+rng.Intn(500))
+			f := e
+			f.Kind, f.Func, f.Addr, f.Stack = event.KindFree, event.FuncFree, addr, 0
+			evs = append(evs, a, f)
+			switch rng.Intn(30) {
+			case 0:
+				a.Addr = 0 // failed
+				evs = append(evs, a)
+			case 1:
+				f.Addr = 0 // free(NULL)
+				evs = append(evs, f)
+			case 2:
+				a.Addr = kept // kept
+				kept += 16
+				evs = append(evs, a)
+			case 3:
+				a.Stack++ // another stack, kept
+				a.Addr = kept
+				kept += 16
+				evs = append(evs, a)
+			}
+		}
+	}
+	for i := range evs {
+		evs[i].Time = int64(i)
+	}
+	return evs[:n]
+}
+
+// TestAggregateRuns: the loop that counts runs of temporaries (see
+// aggregate.temporaries) agrees with the heap model (analyze) and with the
+// general loop alone (batches of one event, too short for it).
+func TestAggregateRuns(t *testing.T) {
+	for seed := int64(1); seed <= 5; seed++ {
+		evs := burstyEvents(30000, seed)
+		a, one := newAggregate(), newAggregate()
+		m := analyze.New(analyze.Options{})
+		for i := 0; i < len(evs); i += 1000 {
+			a.events(evs[i:min(i+1000, len(evs))])
+			m.Events(evs[i:min(i+1000, len(evs))])
+		}
+		for i := range evs {
+			one.events(evs[i : i+1])
+		}
+		p := m.Profile()
+		got, ref := byStack(a), byStack(one)
+		for _, st := range p.Stacks {
+			k := [2]uint32{st.PID, uint32(st.ID)}
+			want := siteTotals{st.LiveBytes, st.LiveBlocks, st.Allocations + st.Reallocations - st.Failed, st.Frees, st.Temporary}
+			if g := got[k]; g != want || ref[k] != want {
+				t.Errorf("seed %d: pid %d stack %d: %+v, one at a time %+v, want (model) %+v", seed, st.PID, st.ID, g, ref[k], want)
+			}
+		}
+		if len(a.sites) != len(one.sites) {
+			t.Fatalf("seed %d: %d sites, one at a time %d", seed, len(a.sites), len(one.sites))
+		}
+		for i := range a.sites {
+			if a.sites[i] != one.sites[i] {
+				t.Errorf("seed %d: site %d: %+v, one at a time %+v", seed, i, a.sites[i], one.sites[i])
+			}
+		}
+		if a.unmatched != p.Summary.UnmatchedFrees || a.lastTime != one.lastTime || a.lastTime != evs[len(evs)-1].Time {
+			t.Errorf("seed %d: %d unmatched frees, want %d; last time %d, one at a time %d, want %d", seed,
+				a.unmatched, p.Summary.UnmatchedFrees, a.lastTime, one.lastTime, evs[len(evs)-1].Time)
+		}
+	}
+}
+
 // TestAggregateMerge: a seed of the first part of a stream merged with the
 // aggregate of the rest (which kept the frees it could not match) is the
 // aggregate of the whole stream; only a temporary across the cut counts as
@@ -243,28 +332,46 @@ func TestTopSeeded(t *testing.T) {
 	}
 }
 
-// BenchmarkAggregateChurn is the aggregate's cost per event on the churn
-// workload's stream (malloc+free pairs, two threads, one stack): what a
-// session pays while a Top client asks.
+// BenchmarkAggregateChurn: what the totals cost a session per event of
+// malloc+free pairs made one after the other, in batches of the size the
+// preload collector hands the sink (1024 events, in L2), by one thread, by
+// two taking turns pair by pair, and by two interleaved at random (two
+// threads running at once, their events merged in time order).
 func BenchmarkAggregateChurn(b *testing.B) {
-	evs := make([]event.Event, 0, 1<<20)
-	x := uint64(0x9E3779B97F4A7C15)
-	for i := 0; len(evs) < cap(evs); i++ {
-		x ^= x << 13
-		x ^= x >> 7
-		x ^= x << 17
-		tid := uint32(2 + i%2)
-		addr := 0x5555_0000_0000 + uint64(tid)<<20 + (x%64)*32
-		evs = append(evs,
-			event.Event{PID: 1, TID: tid, Kind: event.KindAlloc, Stack: 1, Addr: addr, Size: 16 + x%512},
-			event.Event{PID: 1, TID: tid, Kind: event.KindFree, Addr: addr})
+	for _, mode := range []string{"1thread", "2pairs", "2mixed"} {
+		b.Run(mode, func(b *testing.B) {
+			const batch = 1024
+			evs := make([]event.Event, 0, batch*64)
+			x := uint64(0x9E3779B97F4A7C15)
+			var held [2]uint64
+			for len(evs) < cap(evs) {
+				x ^= x << 13
+				x ^= x >> 7
+				x ^= x << 17
+				th := 0
+				switch mode {
+				case "2pairs":
+					th = len(evs) / 2 % 2
+				case "2mixed":
+					th = int(x>>40) % 2
+				}
+				e := event.Event{Time: int64(20 * len(evs)), PID: 1, TID: 2 + uint32(th)}
+				if held[th] == 0 {
+					held[th] = 0x5555_0000_0000 + uint64(th)<<20 + (x%32)*32
+					e.Kind, e.Stack, e.Addr, e.Size = event.KindAlloc, 1, held[th], 16+x%512
+				} else {
+					e.Kind, e.Addr, held[th] = event.KindFree, held[th], 0
+				}
+				evs = append(evs, e)
+			}
+			a := newAggregate()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				for j := 0; j < len(evs); j += batch {
+					a.events(evs[j : j+batch])
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(len(evs)), "ns/event")
+		})
 	}
-	a := newAggregate()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		for j := 0; j < len(evs); j += 4096 {
-			a.events(evs[j : j+4096])
-		}
-	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(len(evs)), "ns/event")
 }

@@ -25,7 +25,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"sort"
+	"strings"
 	"syscall"
 	"time"
 
@@ -36,7 +38,19 @@ func main() {
 	n := flag.Int("n", 20000000, "malloc+free pairs of churn")
 	reps := flag.Int("reps", 3, "repetitions of each variant")
 	interval := flag.Duration("interval", time.Second, "the polled variant's query interval")
+	only := flag.String("variants", "off,on,polled,late", "the variants to run, in this order")
+	cpuprofile := flag.String("cpuprofile", "", "write the session process's CPU profile over all runs to this file")
 	flag.Parse()
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			log.Fatal(err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	dir, err := os.MkdirTemp("", "topbench-")
 	if err != nil {
 		log.Fatal(err)
@@ -46,7 +60,7 @@ func main() {
 	if out, err := exec.Command("gcc", "-O2", "-g", "-fno-omit-frame-pointer", "-pthread", "-o", churn, "testdata/workloads/churn.c").CombinedOutput(); err != nil {
 		log.Fatalf("gcc: %v: %s (run from the repository's root)", err, out)
 	}
-	variants := []string{"off", "on", "polled", "late"}
+	variants := strings.Split(*only, ",")
 	cpu := map[string][]float64{}
 	fmt.Printf("churn %d pairs, 1 thread; CPU seconds (user+sys) of the session's process and of churn\n\n", *n)
 	fmt.Println("| rep | variant | session CPU | churn CPU | total | wall |")
@@ -66,6 +80,10 @@ func main() {
 	base := median(cpu["off"])
 	for _, v := range variants {
 		m := median(cpu[v])
+		if base == 0 {
+			fmt.Printf("| %s | %.2fs | |\n", v, m)
+			continue
+		}
 		fmt.Printf("| %s | %.2fs | %+.1f%% |\n", v, m, 100*(m-base)/base)
 	}
 }
