@@ -27,29 +27,10 @@ import (
 	"github.com/heapscope/heapscope/tracefile"
 )
 
-// program is a real workload.
-type program struct {
-	name string
-	argv []string
-	env  []string
-}
-
-var programs = []program{
-	{"sqlite3", []string{"sqlite3", ":memory:",
-		"create table t(a integer, b text); insert into t select value, hex(randomblob(16)) from generate_series(1,200000); " +
-			"create index ti on t(b); select count(*), sum(length(b)) from t group by a % 7 limit 2;"}, nil},
-	// The interpreter's real binary, not a shell shim; PYTHONMALLOC=malloc
-	// sends every object through the C allocator, as heaptrack's users do.
-	{"python3", []string{"/usr/bin/python3.11", "-c",
-		"import json\ndata=[]\nfor i in range(300000):\n    d={'k':i,'s':str(i)*3,'l':[i,i+1,i+2]}\n" +
-			"    data.append(d)\n    if len(data)>1000: data.pop(0)\nprint(len(json.dumps(data)))\n"},
-		[]string{"PYTHONMALLOC=malloc"}},
-}
-
 // A mode runs a program and returns the trace it left ("" for none).
 type mode struct {
 	name string
-	run  func(e *env, p program) (trace string, err error)
+	run  func(e *env, p benchutil.Program) (trace string, err error)
 }
 
 type env struct {
@@ -58,31 +39,31 @@ type env struct {
 }
 
 var modes = []mode{
-	{"untraced", func(e *env, p program) (string, error) {
-		return "", e.exec(p, p.argv)
+	{"untraced", func(e *env, p benchutil.Program) (string, error) {
+		return "", e.exec(p, p.Argv)
 	}},
-	{"heaptrack", func(e *env, p program) (string, error) {
-		out := filepath.Join(e.tmp, "ht-"+p.name)
-		err := e.exec(p, append([]string{"heaptrack", "-o", out}, p.argv...))
+	{"heaptrack", func(e *env, p benchutil.Program) (string, error) {
+		out := filepath.Join(e.tmp, "ht-"+p.Name)
+		err := e.exec(p, append([]string{"heaptrack", "-o", out}, p.Argv...))
 		return out + ".zst", err
 	}},
-	{"heapscope run (default: tables)", func(e *env, p program) (string, error) {
-		out := filepath.Join(e.tmp, "hs-tables-"+p.name+".hst")
-		return out, e.exec(p, append([]string{e.heapscope, "run", "-q", "-o", out, "--"}, p.argv...))
+	{"heapscope run (default: tables)", func(e *env, p benchutil.Program) (string, error) {
+		out := filepath.Join(e.tmp, "hs-tables-"+p.Name+".hst")
+		return out, e.exec(p, append([]string{e.heapscope, "run", "-q", "-o", out, "--"}, p.Argv...))
 	}},
-	{"heapscope run (fp)", func(e *env, p program) (string, error) {
-		out := filepath.Join(e.tmp, "hs-fp-"+p.name+".hst")
-		return out, e.exec(p, append([]string{e.heapscope, "run", "-q", "--unwind", "fp", "-o", out, "--"}, p.argv...))
+	{"heapscope run (fp)", func(e *env, p benchutil.Program) (string, error) {
+		out := filepath.Join(e.tmp, "hs-fp-"+p.Name+".hst")
+		return out, e.exec(p, append([]string{e.heapscope, "run", "-q", "--unwind", "fp", "-o", out, "--"}, p.Argv...))
 	}},
-	{"heapscope run (dwarf)", func(e *env, p program) (string, error) {
-		out := filepath.Join(e.tmp, "hs-dwarf-"+p.name+".hst")
-		return out, e.exec(p, append([]string{e.heapscope, "run", "-q", "--unwind", "dwarf", "-o", out, "--"}, p.argv...))
+	{"heapscope run (dwarf)", func(e *env, p benchutil.Program) (string, error) {
+		out := filepath.Join(e.tmp, "hs-dwarf-"+p.Name+".hst")
+		return out, e.exec(p, append([]string{e.heapscope, "run", "-q", "--unwind", "dwarf", "-o", out, "--"}, p.Argv...))
 	}},
 }
 
-func (e *env) exec(p program, argv []string) error {
+func (e *env) exec(p benchutil.Program, argv []string) error {
 	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = append(os.Environ(), p.env...)
+	cmd.Env = append(os.Environ(), p.Env...)
 	cmd.Stdout = io.Discard
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -125,30 +106,30 @@ func run(reps int, outFile string) error {
 	}
 
 	results := map[string]map[string]*result{}
-	for _, p := range programs {
-		results[p.name] = map[string]*result{}
+	for _, p := range benchutil.Programs {
+		results[p.Name] = map[string]*result{}
 		for _, m := range modes {
-			results[p.name][m.name] = &result{}
+			results[p.Name][m.name] = &result{}
 		}
 	}
 	for r := 0; r < reps; r++ {
-		for _, p := range programs {
+		for _, p := range benchutil.Programs {
 			for _, m := range modes {
 				start := time.Now()
 				trace, err := m.run(e, p)
 				wall := time.Since(start).Seconds()
 				if err != nil {
-					return fmt.Errorf("%s under %s: %w", p.name, m.name, err)
+					return fmt.Errorf("%s under %s: %w", p.Name, m.name, err)
 				}
-				res := results[p.name][m.name]
+				res := results[p.Name][m.name]
 				res.walls = append(res.walls, wall)
 				if trace != "" {
 					if res.bytes, res.events, err = traceSize(trace); err != nil {
-						return fmt.Errorf("%s under %s: %w", p.name, m.name, err)
+						return fmt.Errorf("%s under %s: %w", p.Name, m.name, err)
 					}
 					os.Remove(trace)
 				}
-				fmt.Fprintf(os.Stderr, "rep %d/%d  %-8s %-22s %7.3fs\n", r+1, reps, p.name, m.name, wall)
+				fmt.Fprintf(os.Stderr, "rep %d/%d  %-8s %-22s %7.3fs\n", r+1, reps, p.Name, m.name, wall)
 			}
 		}
 	}
@@ -156,13 +137,13 @@ func run(reps int, outFile string) error {
 	var table bytes.Buffer
 	fmt.Fprintf(&table, "| program | mode | median wall | × untraced | × heaptrack (wall) | trace bytes | events | bytes/event | × heaptrack (bytes/event) |\n")
 	fmt.Fprintf(&table, "|---|---|---:|---:|---:|---:|---:|---:|---:|\n")
-	for _, p := range programs {
-		base := benchutil.Median(results[p.name]["untraced"].walls)
-		ht := results[p.name]["heaptrack"]
+	for _, p := range benchutil.Programs {
+		base := benchutil.Median(results[p.Name]["untraced"].walls)
+		ht := results[p.Name]["heaptrack"]
 		htWall := benchutil.Median(ht.walls)
 		htBPE := perEvent(ht.bytes, ht.events)
 		for _, m := range modes {
-			res := results[p.name][m.name]
+			res := results[p.Name][m.name]
 			w := benchutil.Median(res.walls)
 			size, events, bpe, ratio := "–", "–", "–", "–"
 			if res.events > 0 {
@@ -171,7 +152,7 @@ func run(reps int, outFile string) error {
 				ratio = fmt.Sprintf("%.2f", perEvent(res.bytes, res.events)/htBPE)
 			}
 			fmt.Fprintf(&table, "| %s | %s | %.3fs | %.2f | %.3f | %s | %s | %s | %s |\n",
-				p.name, m.name, w, w/base, w/htWall, size, events, bpe, ratio)
+				p.Name, m.name, w, w/base, w/htWall, size, events, bpe, ratio)
 		}
 	}
 	os.Stdout.Write(table.Bytes())
@@ -183,9 +164,9 @@ func run(reps int, outFile string) error {
 	fmt.Fprintf(&doc, "- date: %s\n- machine: %s\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"), benchutil.Machine())
 	fmt.Fprintf(&doc, "- method: each program runs untraced, under `heaptrack`, and under `heapscope run` (its default unwind tables, frame-pointer and DWARF stacks), interleaved, %d times; wall times are medians and include the tracer's start and end (heaptrack's interpreter, heapscope's collector and file), not heapscope's summary (`-q`)\n", reps)
 	fmt.Fprintf(&doc, "- events: heaptrack's are the `+` (allocation) and `-` (free) records of its trace; heapscope's are the events in its trace (it keeps a time, thread and address for each)\n\n")
-	for _, p := range programs {
-		fmt.Fprintf(&doc, "- %s: `%s`", p.name, strings.Join(p.env, " "))
-		fmt.Fprintf(&doc, " `%q`\n", p.argv)
+	for _, p := range benchutil.Programs {
+		fmt.Fprintf(&doc, "- %s: `%s`", p.Name, strings.Join(p.Env, " "))
+		fmt.Fprintf(&doc, " `%q`\n", p.Argv)
 	}
 	fmt.Fprintln(&doc)
 	doc.Write(table.Bytes())

@@ -1,7 +1,7 @@
 // Command topbench measures what `heapscope top`'s totals cost a session:
 // the CPU of a preload session (the collector in this process and the
-// traced churn workload, its child) in three variants, interleaved in each
-// rep:
+// traced program, its child: churn, or -prog a real program of
+// bench/programs) in four variants, interleaved in each rep:
 //
 //	off     no Top client: the session as `heapscope run` runs it
 //	on      one Top query at the start and no more: the totals kept for
@@ -12,7 +12,9 @@
 //	        reads back what the trace file holds then (a top joining a
 //	        running session)
 //
-// Usage (repo root): go run ./bench/topbench [-n 20000000] [-reps 3]. The
+// Usage (repo root): go run ./bench/topbench [-n 20000000] [-threads 1]
+// [-prog churn|sqlite3|python3] [-reps 3] [-variants off,on,polled,late]
+// [-cpuprofile file]. The
 // shell script beside it (run.sh) measures the whole CLI (`top --`, a
 // joined `top NAME`) and eBPF's aggregate mode.
 package main
@@ -32,10 +34,13 @@ import (
 	"time"
 
 	"github.com/heapscope/heapscope"
+	"github.com/heapscope/heapscope/bench/internal/benchutil"
 )
 
 func main() {
-	n := flag.Int("n", 20000000, "malloc+free pairs of churn")
+	n := flag.Int("n", 20000000, "malloc+free pairs of churn, per thread")
+	threads := flag.Int("threads", 1, "churn's threads")
+	prog := flag.String("prog", "churn", "the workload: churn, or a real program of bench/programs (sqlite3, python3)")
 	reps := flag.Int("reps", 3, "repetitions of each variant")
 	interval := flag.Duration("interval", time.Second, "the polled variant's query interval")
 	only := flag.String("variants", "off,on,polled,late", "the variants to run, in this order")
@@ -56,18 +61,32 @@ func main() {
 		log.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
-	churn := filepath.Join(dir, "churn")
-	if out, err := exec.Command("gcc", "-O2", "-g", "-fno-omit-frame-pointer", "-pthread", "-o", churn, "testdata/workloads/churn.c").CombinedOutput(); err != nil {
-		log.Fatalf("gcc: %v: %s (run from the repository's root)", err, out)
+	var argv, env []string
+	switch *prog {
+	case "churn":
+		churn := filepath.Join(dir, "churn")
+		if out, err := exec.Command("gcc", "-O2", "-g", "-fno-omit-frame-pointer", "-pthread", "-o", churn, "testdata/workloads/churn.c").CombinedOutput(); err != nil {
+			log.Fatalf("gcc: %v: %s (run from the repository's root)", err, out)
+		}
+		argv = []string{churn, fmt.Sprint(*n), fmt.Sprint(*threads)}
+	default:
+		for _, p := range benchutil.Programs {
+			if p.Name == *prog {
+				argv, env = p.Argv, p.Env
+			}
+		}
+		if argv == nil {
+			log.Fatalf("-prog %q: not churn or a program of bench/programs", *prog)
+		}
 	}
 	variants := strings.Split(*only, ",")
 	cpu := map[string][]float64{}
-	fmt.Printf("churn %d pairs, 1 thread; CPU seconds (user+sys) of the session's process and of churn\n\n", *n)
-	fmt.Println("| rep | variant | session CPU | churn CPU | total | wall |")
+	fmt.Printf("%s; CPU seconds (user+sys) of the session's process and of the program\n\n", strings.Join(argv, " "))
+	fmt.Println("| rep | variant | session CPU | program CPU | total | wall |")
 	fmt.Println("|---|---|---|---|---|---|")
 	for rep := 1; rep <= *reps; rep++ {
 		for _, v := range variants {
-			sess, child, wall, err := measure(churn, *n, v, *interval, filepath.Join(dir, v+".hst"))
+			sess, child, wall, err := measure(argv, env, v, *interval, filepath.Join(dir, v+".hst"))
 			if err != nil {
 				log.Fatal(err)
 			}
@@ -88,11 +107,12 @@ func main() {
 	}
 }
 
-// measure runs churn under a session in variant v and returns the CPU
+// measure runs the program under a session in variant v and returns the CPU
 // seconds of this process and of its children over the run.
-func measure(churn string, n int, v string, interval time.Duration, trace string) (sess, child float64, wall time.Duration, err error) {
+func measure(argv, env []string, v string, interval time.Duration, trace string) (sess, child float64, wall time.Duration, err error) {
 	os.Remove(trace)
-	cmd := exec.Command(churn, fmt.Sprint(n), "1")
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), env...)
 	runtime.GC() // the previous run's garbage is not this one's cost
 	self0, kids0 := usage()
 	start := time.Now()

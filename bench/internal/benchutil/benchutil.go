@@ -31,6 +31,26 @@ func Machine() string {
 	return fmt.Sprintf("%s, %d CPUs, kernel %s, %s, %s, %s", cpu, runtime.NumCPU(), kernel, libc, runtime.Version(), ht)
 }
 
+// Program is a real workload the benchmarks trace.
+type Program struct {
+	Name string
+	Argv []string
+	Env  []string // added to the environment
+}
+
+// Programs are the real programs of bench/programs and bench/topbench.
+var Programs = []Program{
+	{"sqlite3", []string{"sqlite3", ":memory:",
+		"create table t(a integer, b text); insert into t select value, hex(randomblob(16)) from generate_series(1,200000); " +
+			"create index ti on t(b); select count(*), sum(length(b)) from t group by a % 7 limit 2;"}, nil},
+	// The interpreter's real binary, not a shell shim; PYTHONMALLOC=malloc
+	// sends every object through the C allocator, as heaptrack's users do.
+	{"python3", []string{"/usr/bin/python3.11", "-c",
+		"import json\ndata=[]\nfor i in range(300000):\n    d={'k':i,'s':str(i)*3,'l':[i,i+1,i+2]}\n" +
+			"    data.append(d)\n    if len(data)>1000: data.pop(0)\nprint(len(json.dumps(data)))\n"},
+		[]string{"PYTHONMALLOC=malloc"}},
+}
+
 // Median returns the median of xs, or 0 when xs is empty.
 func Median(xs []float64) float64 {
 	if len(xs) == 0 {
