@@ -81,7 +81,11 @@ func main() {
 	}
 	variants := strings.Split(*only, ",")
 	cpu := map[string][]float64{}
-	fmt.Printf("%s; CPU seconds (user+sys) of the session's process and of the program\n\n", strings.Join(argv, " "))
+	what := *prog + " (bench/programs)"
+	if *prog == "churn" {
+		what = fmt.Sprintf("churn %d pairs in each of %d threads", *n, *threads)
+	}
+	fmt.Printf("%s; CPU seconds (user+sys) of the session's process and of the program\n\n", what)
 	fmt.Println("| rep | variant | session CPU | program CPU | total | wall |")
 	fmt.Println("|---|---|---|---|---|---|")
 	for rep := 1; rep <= *reps; rep++ {
