@@ -2,6 +2,7 @@ package query
 
 import (
 	"bufio"
+	"cmp"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
@@ -369,7 +370,7 @@ func trimCache(dir, keep string, limit int64) error {
 			limit = min(limit, (int64(fs.Bavail)*fs.Bsize+total)/4)
 		}
 	}
-	slices.SortFunc(files, func(a, b file) int { return a.mtime.Compare(b.mtime) })
+	slices.SortFunc(files, func(a, b file) int { return cmp.Or(a.mtime.Compare(b.mtime), strings.Compare(a.name, b.name)) })
 	for _, f := range files {
 		if total <= limit {
 			break
