@@ -2,22 +2,28 @@ package query
 
 import (
 	"bufio"
+	"cmp"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
+	"math"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"github.com/heapscope/heapscope/analyze"
+	"golang.org/x/sys/unix"
 )
 
 // The windowed index on disk: its columns written once, after they are
@@ -26,11 +32,12 @@ import (
 //
 // A file is named by a hash of what it was built from: the trace's path,
 // device, inode, size and modification time, and the processes selected;
-// a changed trace gets another name. It is written under a temporary
-// name, created O_EXCL|O_NOFOLLOW, mode 0600, and renamed into place. It
-// is used only if it is a regular file of this user's, not writable by
-// others, and whole: every offset and count checked, every row checked to
-// point inside the index (a bad file is built again, never a panic).
+// a changed trace gets another name. It is written mode 0600 as an
+// unnamed file linked into place once whole (createIndexFile). It is used
+// only if it is a regular file of this user's, not writable by others,
+// and whole: every offset and count checked, every row checked to point
+// inside the index (a bad file is built again, never a panic). The folder
+// keeps the most recently used files up to a limit (trimCache).
 //
 // Layout (little-endian, native structs; x86-64 only, as heapscope):
 //
@@ -118,29 +125,24 @@ func rawBytes[T any](s []T) []byte {
 // pad8 is the padding after n bytes to a multiple of 8.
 func pad8(n int) []byte { return make([]byte, (8-n%8)%8) }
 
-// writeCache writes x's columns to file, under a temporary name first.
-func (x *Index) writeCache(file string) (err error) {
-	if err := ownDir(filepath.Dir(file)); err != nil {
+// writeCache writes x's columns to file (see createIndexFile), then trims
+// the cache folder to its limit (see trimCache).
+func (x *Index) writeCache(file string) error {
+	dir := filepath.Dir(file)
+	if err := ownDir(dir); err != nil {
 		return err
 	}
-	var rnd [8]byte
-	if _, err := rand.Read(rnd[:]); err != nil {
+	if err := createIndexFile(file, x.writeColumns); err != nil {
 		return err
 	}
-	tmp := fmt.Sprintf("%s.tmp-%x", file, rnd)
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			os.Remove(tmp)
-		}
-	}()
-	d := &diskWriter{w: bufio.NewWriterSize(f, 1<<20)}
+	// A bad value is reported, and the default limit kept.
+	limit, err := ParseCacheMax(os.Getenv(CacheMaxEnv))
+	return errors.Join(err, trimCache(dir, file, limit))
+}
+
+// writeColumns writes x's columns in the layout above.
+func (x *Index) writeColumns(w io.Writer) error {
+	d := &diskWriter{w: bufio.NewWriterSize(w, 1<<20)}
 	d.raw([]byte(diskMagic))
 	for _, n := range []int{x.evs.len(), x.rows.len(), len(x.stacks), x.ends.len(), len(x.evs.groups), len(x.unmatched)} {
 		d.u64(uint64(n))
@@ -195,10 +197,189 @@ func (x *Index) writeCache(file string) (err error) {
 	if d.err == nil {
 		d.err = d.w.Flush()
 	}
-	if d.err != nil {
-		return d.err
+	return d.err
+}
+
+// createIndexFile makes file, mode 0600, of what write writes, and gives
+// it its name only once whole: written as an unnamed file (O_TMPFILE) and
+// linked into place, so that a serve killed while writing leaves nothing
+// behind. Where no unnamed file can be made (a file system without
+// O_TMPFILE), it is written under a temporary name (createRenamed).
+func createIndexFile(file string, write func(io.Writer) error) error {
+	fd, err := unix.Open(filepath.Dir(file), unix.O_WRONLY|unix.O_TMPFILE|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return createRenamed(file, write)
+	}
+	f := os.NewFile(uintptr(fd), file)
+	defer f.Close()
+	if err := write(f); err != nil {
+		return err
+	}
+	// Linked by its descriptor's name in /proc, which linkat follows to
+	// the unnamed file (linking the descriptor itself, AT_EMPTY_PATH,
+	// needs CAP_DAC_READ_SEARCH).
+	link := func() error {
+		return unix.Linkat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(fd), unix.AT_FDCWD, file, unix.AT_SYMLINK_FOLLOW)
+	}
+	err = link()
+	if errors.Is(err, unix.EEXIST) {
+		// A file found bad, or one another serve of the trace just wrote:
+		// replaced. Not atomically: a reader in between builds the index.
+		if err = unix.Unlink(file); err == nil || errors.Is(err, unix.ENOENT) {
+			err = link()
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("naming the index file %s: %w", file, err)
+	}
+	return f.Close()
+}
+
+// createRenamed makes file as createIndexFile does, under a temporary
+// name first, created O_EXCL|O_NOFOLLOW, and removed if write fails. A
+// writer killed meanwhile leaves the temporary file, which trimCache
+// removes once it is old.
+func createRenamed(file string, write func(io.Writer) error) (err error) {
+	var rnd [8]byte
+	if _, err := rand.Read(rnd[:]); err != nil {
+		return err
+	}
+	tmp := fmt.Sprintf("%s.tmp-%x", file, rnd)
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			os.Remove(tmp)
+		}
+	}()
+	if err := write(f); err != nil {
+		return err
 	}
 	return os.Rename(tmp, file)
+}
+
+// CacheMaxEnv names the environment variable that sets the bytes of index
+// files a cache folder keeps (see ParseCacheMax, trimCache).
+const CacheMaxEnv = "HEAPSCOPE_INDEX_CACHE_MAX"
+
+// defaultCacheMax is the bytes of index files a cache folder keeps unless
+// CacheMaxEnv says otherwise: about four indexes of a trace of 20 M heap
+// events (537 MB, bench/RESULTS-serve.md), so that the few traces one goes
+// back to open without a build, and no more, since a build costs only
+// seconds. trimCache lowers it on a filling disk.
+const defaultCacheMax = 2 << 30
+
+// ParseCacheMax parses a size in bytes, with an optional suffix K, M, G or
+// T (powers of 1024), the value of HEAPSCOPE_INDEX_CACHE_MAX; "" is -1,
+// the default (see trimCache). 0 keeps only the index file just written.
+func ParseCacheMax(s string) (int64, error) {
+	if s == "" {
+		return -1, nil
+	}
+	num, shift := s, 0
+	if i := strings.Index("KMGT", strings.ToUpper(s[len(s)-1:])); i >= 0 {
+		num, shift = s[:len(s)-1], 10*(i+1)
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || n < 0 || n > math.MaxInt64>>shift {
+		return -1, fmt.Errorf("index cache size %q: want bytes, or a number with K, M, G or T: %w", s, ErrBadOption)
+	}
+	return n << shift, nil
+}
+
+// cacheFileName matches the names of index files (cacheName) and of their
+// temporary files (createRenamed): the only names trimCache removes.
+var cacheFileName = regexp.MustCompile(`^[0-9a-f]{32}\.hsi(\.tmp-[0-9a-f]{16})?$`)
+
+// staleTemp is the age past which a temporary file is taken for one a
+// killed writer left: an index file is written in seconds.
+const staleTemp = time.Hour
+
+// trimCache removes index files from dir, least recently used first (by
+// modification time, which loadCache renews), until those left hold at
+// most limit bytes, but never keep, the file just written; and removes
+// temporary files older than staleTemp. A limit below 0 is the default:
+// defaultCacheMax, or a quarter of the file system's free space (counting
+// the index files as free) when that is less, so that the cache gives way
+// on a filling disk.
+//
+// It removes only regular files of this user's with those names, directly
+// in dir, a folder of this user's not writable by others, opened without
+// following a symbolic link, and never follows one.
+func trimCache(dir, keep string, limit int64) error {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("trimming the index cache: %w", err)
+	}
+	d := os.NewFile(uintptr(fd), dir)
+	defer d.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return err
+	}
+	if int(st.Uid) != os.Geteuid() || st.Mode&0o022 != 0 {
+		return fmt.Errorf("%s: not a folder of this user's, or writable by others: %w", dir, ErrBadIndexFile)
+	}
+	names, err := d.Readdirnames(-1)
+	if err != nil {
+		return err
+	}
+	type file struct {
+		name  string
+		size  int64
+		mtime time.Time
+	}
+	var files []file
+	var total int64
+	var errs []error
+	remove := func(name string) bool {
+		err := unix.Unlinkat(fd, name, 0)
+		if err != nil && !errors.Is(err, unix.ENOENT) { // ENOENT: another serve removed it
+			errs = append(errs, fmt.Errorf("removing %s: %w", filepath.Join(dir, name), err))
+			return false
+		}
+		return true
+	}
+	for _, name := range names {
+		m := cacheFileName.FindStringSubmatch(name)
+		if m == nil || unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil ||
+			st.Mode&unix.S_IFMT != unix.S_IFREG || int(st.Uid) != os.Geteuid() {
+			continue
+		}
+		f := file{name, st.Size, time.Unix(st.Mtim.Unix())}
+		if m[1] != "" {
+			if time.Since(f.mtime) > staleTemp {
+				remove(name)
+			}
+			continue
+		}
+		total += f.size
+		if name != filepath.Base(keep) {
+			files = append(files, f)
+		}
+	}
+	if limit < 0 {
+		limit = defaultCacheMax
+		var fs unix.Statfs_t
+		if unix.Fstatfs(fd, &fs) == nil {
+			limit = min(limit, (int64(fs.Bavail)*fs.Bsize+total)/4)
+		}
+	}
+	slices.SortFunc(files, func(a, b file) int { return cmp.Or(a.mtime.Compare(b.mtime), strings.Compare(a.name, b.name)) })
+	for _, f := range files {
+		if total <= limit {
+			break
+		}
+		if remove(f.name) {
+			total -= f.size
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // math64 ends a list of chunk indices.
@@ -450,6 +631,9 @@ func loadCache(file string, nstacks int, m IndexMap) (*Index, error) {
 		}
 		return nil, fmt.Errorf("%s: %w", file, err)
 	}
+	// Used: the most recently of the folder's files (see trimCache).
+	now := []unix.Timespec{{Nsec: unix.UTIME_NOW}, {Nsec: unix.UTIME_NOW}}
+	unix.UtimesNanoAt(unix.AT_FDCWD, file, now, unix.AT_SYMLINK_NOFOLLOW)
 	if d.mem != nil {
 		// Unmapped with the arena, when x is collected.
 		a := x.rows.arena

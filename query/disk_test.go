@@ -1,16 +1,23 @@
 package query
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"math/bits"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // openCached builds path's index with the index files in dir and waits
@@ -318,5 +325,257 @@ func TestParseIndexMap(t *testing.T) {
 	}
 	if _, err := ParseIndexMap("yes"); !errors.Is(err, ErrBadOption) {
 		t.Errorf("yes: %v, want ErrBadOption", err)
+	}
+}
+
+// cacheFiles returns the names in dir.
+func cacheFiles(t *testing.T, dir string) []string {
+	t.Helper()
+	es, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range es {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+// With HEAPSCOPE_INDEX_CACHE_MAX at two index files, writing a third
+// removes the least recently used: the oldest written, as the one read
+// since is used again.
+func TestIndexFilesEvicted(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "cache")
+	traces := t.TempDir()
+	writeRandomTrace(t, filepath.Join(traces, "a.hst"), 6)
+	trace, err := os.ReadFile(filepath.Join(traces, "a.hst"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Three traces alike but for their paths: three index files of a size.
+	var files []string
+	var size int64
+	for i, name := range []string{"a.hst", "b.hst", "c.hst"} {
+		path := filepath.Join(traces, name)
+		if err := os.WriteFile(path, trace, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if i == 2 {
+			// a read again: used after b.
+			if _, read := openCached(t, filepath.Join(traces, "a.hst"), dir); !read {
+				t.Fatal("a's index file was not read")
+			}
+			t.Setenv(CacheMaxEnv, strconv.FormatInt(2*size, 10))
+		}
+		x, _ := openCached(t, path, dir)
+		file, _ := x.CacheFile()
+		files = append(files, file)
+		fi, err := os.Stat(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		size = fi.Size()
+		if i < 2 {
+			// Written hours ago, a before b (mtimes written in the same
+			// clock tick can be equal).
+			old := time.Now().Add(-time.Duration(3-i) * time.Hour)
+			if err := os.Chtimes(file, old, old); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for i, want := range []bool{true, false, true} {
+		if _, err := os.Stat(files[i]); (err == nil) != want {
+			t.Errorf("index file %d of 3: kept %v, want %v (folder: %v)", i+1, err == nil, want, cacheFiles(t, dir))
+		}
+	}
+}
+
+// trimCache removes the least recently used index files until the rest
+// fit the limit, and temporary files older than an hour; never the file
+// just written, a younger temporary file, a symbolic link, a file of
+// another name or of another user, or anything outside the folder.
+func TestTrimCache(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "cache")
+	if err := ownDir(dir); err != nil {
+		t.Fatal(err)
+	}
+	outside := filepath.Join(t.TempDir(), "target")
+	if err := os.WriteFile(outside, make([]byte, 1000), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	idx := func(c byte) string { return strings.Repeat(string(c), 32) + ".hsi" }
+	now := time.Now()
+	type file struct {
+		name string
+		size int
+		age  time.Duration
+		kept bool
+	}
+	files := []file{
+		{idx('a'), 100, 5 * time.Hour, false}, // the oldest: removed
+		{idx('b'), 100, 4 * time.Hour, false}, // removed
+		{idx('c'), 100, 3 * time.Hour, true},  // the rest fit: kept
+		{idx('d'), 100, 2 * time.Hour, true},
+		{idx('e'), 100, 6 * time.Hour, true},                            // just written: kept, however old
+		{idx('f') + ".tmp-0123456789abcdef", 100, 2 * time.Hour, false}, // a killed writer's
+		{idx('f') + ".tmp-fedcba9876543210", 100, time.Minute, true},    // being written
+		{"notes.txt", 100, 9 * time.Hour, true},
+		{idx('g') + ".bak", 100, 9 * time.Hour, true},
+		{strings.Repeat("A", 32) + ".hsi", 100, 9 * time.Hour, true},
+	}
+	if os.Geteuid() == 0 {
+		files = append(files, file{idx('h'), 100, 9 * time.Hour, true}) // chowned below
+	}
+	for _, f := range files {
+		p := filepath.Join(dir, f.name)
+		if err := os.WriteFile(p, make([]byte, f.size), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if f.name == idx('h') {
+			if err := os.Chown(p, 65534, 65534); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := os.Chtimes(p, now.Add(-f.age), now.Add(-f.age)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Links named as index files, older than all: to a file outside, and
+	// to the folder's oldest file.
+	for _, l := range []struct{ name, to string }{{idx('0'), outside}, {idx('1'), filepath.Join(dir, idx('a'))}} {
+		if err := os.Symlink(l.to, filepath.Join(dir, l.name)); err != nil {
+			t.Fatal(err)
+		}
+		ts := []unix.Timespec{unix.NsecToTimespec(0), unix.NsecToTimespec(0)}
+		if err := unix.UtimesNanoAt(unix.AT_FDCWD, filepath.Join(dir, l.name), ts, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, file{name: l.name, kept: true})
+	}
+	if err := trimCache(dir, filepath.Join(dir, idx('e')), 300); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		if _, err := os.Lstat(filepath.Join(dir, f.name)); (err == nil) != f.kept {
+			t.Errorf("%s: kept %v, want %v", f.name, err == nil, f.kept)
+		}
+	}
+	if _, err := os.Stat(outside); err != nil {
+		t.Errorf("the file outside the folder: %v", err)
+	}
+
+	// The default limit keeps files that fit it.
+	if err := trimCache(dir, "", -1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, idx('c'))); err != nil {
+		t.Errorf("under the default limit: %v", err)
+	}
+
+	// A folder that is a symbolic link is not trimmed.
+	link := filepath.Join(t.TempDir(), "link")
+	if err := os.Symlink(dir, link); err != nil {
+		t.Fatal(err)
+	}
+	if err := trimCache(link, "", 0); err == nil {
+		t.Error("a linked folder was trimmed")
+	}
+	if _, err := os.Lstat(filepath.Join(dir, idx('c'))); err != nil {
+		t.Errorf("through a linked folder: %v", err)
+	}
+}
+
+// An index file is written as an unnamed file that takes its name once
+// whole: a write that fails, or a writer killed in the middle, leaves
+// nothing in the folder; a whole file replaces an older one. The named
+// temporary file of the fallback is removed when the write fails.
+func TestIndexFileWriteInterrupted(t *testing.T) {
+	if file := os.Getenv("HEAPSCOPE_TEST_KILLED_WRITER"); file != "" {
+		// The writer killed by the test below: half a file, then wait.
+		createIndexFile(file, func(w io.Writer) error {
+			if _, err := w.Write(make([]byte, 1<<20)); err != nil {
+				return err
+			}
+			fmt.Println("written")
+			time.Sleep(time.Hour)
+			return nil
+		})
+		os.Exit(1)
+	}
+	dir := filepath.Join(t.TempDir(), "cache")
+	if err := ownDir(dir); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(dir, strings.Repeat("a", 32)+".hsi")
+	errWrite := errors.New("disk full")
+	failing := func(w io.Writer) error {
+		w.Write([]byte("half"))
+		return errWrite
+	}
+	for name, create := range map[string]func(string, func(io.Writer) error) error{
+		"unnamed": createIndexFile, "renamed": createRenamed} {
+		if err := create(file, failing); !errors.Is(err, errWrite) {
+			t.Errorf("%s: %v, want %v", name, err, errWrite)
+		}
+		if names := cacheFiles(t, dir); len(names) != 0 {
+			t.Errorf("%s: a failed write left %v", name, names)
+		}
+		for _, content := range []string{"old", "new"} {
+			if err := create(file, func(w io.Writer) error { _, err := w.Write([]byte(content)); return err }); err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+		}
+		if b, err := os.ReadFile(file); err != nil || string(b) != "new" {
+			t.Errorf("%s: %q, %v; want new", name, b, err)
+		}
+		if fi, err := os.Lstat(file); err != nil || fi.Mode() != 0o600 {
+			t.Errorf("%s: %v, %v; want a file of mode 0600", name, fi, err)
+		}
+		if names := cacheFiles(t, dir); len(names) != 1 {
+			t.Errorf("%s: the folder holds %v, want the file alone", name, names)
+		}
+		os.Remove(file)
+	}
+
+	cmd := exec.Command(os.Args[0], "-test.run=^TestIndexFileWriteInterrupted$")
+	cmd.Env = append(os.Environ(), "HEAPSCOPE_TEST_KILLED_WRITER="+file)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if line != "written\n" {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("the writer said %q, %v", line, err)
+	}
+	during := cacheFiles(t, dir)
+	cmd.Process.Kill()
+	cmd.Wait()
+	if len(during) != 0 {
+		t.Errorf("while writing, the folder holds %v", during)
+	}
+	if names := cacheFiles(t, dir); len(names) != 0 {
+		t.Errorf("a writer killed in the middle left %v", names)
+	}
+}
+
+// HEAPSCOPE_INDEX_CACHE_MAX's values parse, and another is refused with
+// ErrBadOption.
+func TestParseCacheMax(t *testing.T) {
+	for s, want := range map[string]int64{"": -1, "0": 0, "4096": 4096, "512k": 512 << 10, "3M": 3 << 20, "2G": 2 << 30, "1t": 1 << 40} {
+		if got, err := ParseCacheMax(s); err != nil || got != want {
+			t.Errorf("%q: %d, %v; want %d", s, got, err, want)
+		}
+	}
+	for _, s := range []string{"G", "-1", "1.5G", "2GB", "9000000T", "lots"} {
+		if _, err := ParseCacheMax(s); !errors.Is(err, ErrBadOption) {
+			t.Errorf("%q: %v, want ErrBadOption", s, err)
+		}
 	}
 }

@@ -55,8 +55,10 @@ The index is written once, mode 0600, to heapscope's cache folder
 trace's path, inode, size and modification time and the processes selected;
 the next serve of the same trace reads it instead of building it (a changed
 trace gets a new one; a damaged or foreign file is built again). Its size is
-about 32 bytes per block (a heap event has no record of its own): delete the folder to reclaim
-it. --no-index-cache neither reads nor writes an index file.
+about 32 bytes per block (a heap event has no record of its own). The folder keeps the most
+recently used index files up to 2 GiB (or a quarter of the free space, if less), or
+HEAPSCOPE_INDEX_CACHE_MAX bytes (512M, 4G, ...). --no-index-cache neither reads
+nor writes an index file.
 
 The URL is the first line of standard output. It listens on loopback, on a
 free port, unless --listen says otherwise; it serves until Ctrl-C.`,
@@ -97,6 +99,10 @@ free port, unless --listen says otherwise; it serves until Ctrl-C.`,
 				// HEAPSCOPE_INDEX_MAP=always|never|auto: map the index file
 				// or read it (auto: mapped when large against memory).
 				if o.IndexMap, err = query.ParseIndexMap(os.Getenv("HEAPSCOPE_INDEX_MAP")); err != nil {
+					return err
+				}
+				// Checked here: the index file is written after the page is up.
+				if _, err := query.ParseCacheMax(os.Getenv(query.CacheMaxEnv)); err != nil {
 					return err
 				}
 				ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
