@@ -298,9 +298,24 @@ func TestTopSeeded(t *testing.T) {
 	}
 	time.Sleep(1500 * time.Millisecond)
 	// 200,000 B/s for 1.5 s: 300 blocks of 1000 bytes before the first query.
+	// The first query starts reading them back and answers, here at once
+	// (a query waits readBackWait for a short file), with how far that
+	// is; the totals come once it is done.
+	defer func(w time.Duration) { readBackWait = w }(readBackWait)
+	readBackWait = 0
 	r, err := Top("top-seeded", TopQuery{Client: "t", N: 5})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if !r.Reading || r.ReadSize == 0 || r.Seeded || len(r.Sites) != 0 {
+		t.Fatalf("first query: reading %v (%d of %d bytes), seeded %v, %d sites: want the read-back begun, no totals yet",
+			r.Reading, r.ReadBytes, r.ReadSize, r.Seeded, len(r.Sites))
+	}
+	for deadline := time.Now().Add(30 * time.Second); r.Reading && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+		if r, err = Top("top-seeded", TopQuery{Client: "t", N: 5}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if !r.Seeded || len(r.Sites) == 0 || r.Sites[0].LiveBlocks < 250 || r.Sites[0].LiveBytes != 1000*r.Sites[0].LiveBlocks {
 		t.Fatalf("first query: seeded %v, sites %+v: want the 1000-byte blocks of the first 1.5 s (about 300)", r.Seeded, r.Sites)

@@ -6,6 +6,7 @@ import (
 	"os"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -74,6 +75,12 @@ type TopResult struct {
 	// when exact: the totals count the sampled allocations as they are,
 	// not scaled up to estimates.
 	SampleRate int64 `json:"sample_rate,omitempty"`
+	// Reading: the session is reading back its trace file, which the
+	// first query started (see Top), and has read ReadBytes of ReadSize;
+	// the answer has no totals, sites or processes until it is done.
+	Reading   bool  `json:"reading,omitempty"`
+	ReadBytes int64 `json:"read_bytes,omitempty"`
+	ReadSize  int64 `json:"read_size,omitempty"`
 }
 
 // TopProcess is a traced process and its threads.
@@ -117,12 +124,23 @@ const topLease = 30 * time.Second
 
 // topState is the session's side of Top.
 type topState struct {
-	mu      sync.Mutex // held by a query, across a seed
+	mu      sync.Mutex // held by a query
 	on      bool
+	gen     int // subscriptions so far: a read-back of an expired one is dropped
 	seeded  bool
 	clients map[string]*topClient
 	last    time.Time
+	// reading: the trace file is being read back (see subscribe); read
+	// counts the bytes read of readSize.
+	reading  bool
+	readDone chan struct{} // closed when the read-back is done
+	read     atomic.Int64
+	readSize int64
 }
+
+// readBackWait is how long a query waits for the read-back of the trace
+// file before it answers with its progress instead.
+var readBackWait = 250 * time.Millisecond
 
 // topClient is what one client saw at its previous query.
 type topClient struct {
@@ -161,7 +179,25 @@ func (s *Session) Top(q TopQuery) (TopResult, error) {
 		ts.clients[q.Client] = c
 	}
 	c.seen = ts.last
+	if ts.reading {
+		// A short file is read back before the answer, as if at once.
+		done := ts.readDone
+		ts.mu.Unlock()
+		select {
+		case <-done:
+		case <-time.After(readBackWait):
+		}
+		ts.mu.Lock()
+	}
 	stats := s.Stats()
+	if ts.reading {
+		// The totals come with the read-back: until then, how far it is.
+		s.sink.mu.Lock()
+		ended := s.sink.closed
+		s.sink.mu.Unlock()
+		return TopResult{Reading: true, ReadBytes: ts.read.Load(), ReadSize: ts.readSize, Stats: stats, Ended: ended,
+			SampleRate: int64(s.props.Sample)}, nil
+	}
 
 	// Copy what the answer needs under the sink's lock (the collector
 	// waits meanwhile), and sort outside it.
@@ -298,10 +334,13 @@ func (s *Session) Top(q TopQuery) (TopResult, error) {
 // subscribe turns the session's totals on. The events captured so far are
 // in the trace file: the writer is flushed and, from that instant, the live
 // events go to a new aggregate while the file's are read into another (a
-// seed), outside the sink's lock so the session goes on meanwhile. The two
+// seed) in the background, outside the sink's lock so the session goes on
+// meanwhile, and outside ts.mu so that queries answer with the progress (a
+// long session's file takes longer to read than a query may wait). The two
 // are then merged, the frees of the live part matched against the seed's
 // blocks. Sessions that write no file, or one that is not a plain sequence
-// (circular, newfile), begin their totals empty at the first query.
+// (circular, newfile), begin their totals empty at the first query. ts.mu
+// is held.
 func (s *Session) subscribe() error {
 	ts := &s.top
 	sk := s.sink
@@ -321,33 +360,48 @@ func (s *Session) subscribe() error {
 	sk.agg = live
 	sk.mu.Unlock()
 
-	seed := newAggregate()
-	var serr error
-	if path != "" {
-		serr = readSeed(seed, path, size)
-	}
-	sk.mu.Lock()
-	if serr == nil && path != "" {
-		seed.merge(live)
-		sk.agg = seed
-		ts.seeded = true
-	} else {
-		live.keepMisses, live.misses = false, nil
-	}
-	sk.mu.Unlock()
-	if serr != nil {
-		ts.seeded = false
-	}
-	ts.on = true
+	ts.gen++
+	ts.on, ts.seeded = true, false
 	ts.clients = map[string]*topClient{}
+	if path != "" {
+		ts.reading, ts.readSize, ts.readDone = true, size, make(chan struct{})
+		ts.read.Store(0)
+		go s.readBack(ts.gen, ts.readDone, live, path, size)
+	}
 	go s.expireTop()
 	return nil
+}
+
+// readBack reads the first size bytes of the session's trace file into a
+// seed and merges live, the aggregate of the events since, into it (see
+// subscribe). If the read fails, the totals go on from live alone.
+func (s *Session) readBack(gen int, done chan struct{}, live *aggregate, path string, size int64) {
+	ts := &s.top
+	seed := newAggregate()
+	err := readSeed(seed, path, size, &ts.read)
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	defer close(done)
+	if ts.gen != gen || !ts.on {
+		return // expired meanwhile
+	}
+	ts.reading = false
+	sk := s.sink
+	sk.mu.Lock()
+	defer sk.mu.Unlock()
+	if err != nil {
+		live.keepMisses, live.misses = false, nil
+		return
+	}
+	seed.merge(live)
+	sk.agg = seed
+	ts.seeded = true
 }
 
 // readSeed replays the first size bytes of the session's own trace file
 // into a. The file is opened without following a symbolic link, and must
 // be ours.
-func readSeed(a *aggregate, path string, size int64) error {
+func readSeed(a *aggregate, path string, size int64, read *atomic.Int64) error {
 	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		return err
@@ -360,12 +414,24 @@ func readSeed(a *aggregate, path string, size int64) error {
 	if int(st.Uid) != os.Geteuid() {
 		return fmt.Errorf("%s belongs to uid %d: %w", path, st.Uid, errs.ErrAccessDenied)
 	}
-	r, err := tracefile.NewReader(io.NewSectionReader(f, 0, size), size)
+	r, err := tracefile.NewReader(countingReader{io.NewSectionReader(f, 0, size), read}, size)
 	if err != nil {
 		return err
 	}
 	defer r.Close()
 	return r.Replay(a, tracefile.Window{})
+}
+
+// countingReader counts the bytes read through it.
+type countingReader struct {
+	r io.ReaderAt
+	n *atomic.Int64
+}
+
+func (c countingReader) ReadAt(b []byte, off int64) (int, error) {
+	n, err := c.r.ReadAt(b, off)
+	c.n.Add(int64(n))
+	return n, err
 }
 
 // expireTop drops the totals once no client has asked for topLease, or

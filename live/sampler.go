@@ -51,6 +51,11 @@ type Frame struct {
 	// SampleRate is the session's sampling rate, 0 when exact: the counts
 	// are of the samples, not estimates.
 	SampleRate int64
+	// Reading: the session is reading back its trace file (a top that
+	// joined a running session), ReadBytes of ReadSize so far; the frame
+	// has no totals or sites yet.
+	Reading             bool
+	ReadBytes, ReadSize int64
 }
 
 // Site is one call site's row.
@@ -174,6 +179,11 @@ func (s *Sampler) Sample(pid, tid uint32, o Order, n int) (*Frame, error) {
 	r, err := s.src(heapscope.TopQuery{Client: s.client, N: n, Order: topOrders[o], PID: pid, TID: tid, Modules: s.nmod, MinElapsed: s.minElapsed})
 	if err != nil {
 		return nil, err
+	}
+	if r.Reading {
+		// No totals yet: the next frame is the first.
+		return &Frame{Time: time.Now(), PID: pid, TID: tid, Stats: r.Stats, HasStats: true, Ended: r.Ended,
+			SampleRate: r.SampleRate, Reading: true, ReadBytes: r.ReadBytes, ReadSize: r.ReadSize}, nil
 	}
 	for _, m := range r.Modules {
 		s.sym.AddModule(m)

@@ -228,13 +228,14 @@ func runTopPlain(src *topSource, interval time.Duration, top int, w io.Writer) e
 	defer tick.Stop()
 	// The first frame at once: the session's totals begin with it, and a
 	// late start reads back more of the trace file.
-	for first := true; ; first = false {
-		ended := false
+	done := src.done
+	var readFrom *live.Frame
+	for first, ended := true, false; ; first = false {
 		if !first {
 			select {
 			case <-tick.C:
-			case <-src.done:
-				ended = true
+			case <-done:
+				ended, done = true, nil
 			case <-sigs:
 				return src.finish(os.Stderr)
 			}
@@ -244,15 +245,40 @@ func runTopPlain(src *topSource, interval time.Duration, top int, w io.Writer) e
 			src.finish(os.Stderr)
 			return err
 		}
+		if f.Reading && readFrom == nil {
+			readFrom = f
+		}
 		state, _ := src.state()
-		writePlainFrame(w, src.name, state, f, top)
-		if ended {
+		writePlainFrame(w, src.name, state, f, readFrom, top)
+		// A session of this process that ended while its trace was read
+		// back still answers once that is done; a joined one is gone.
+		if ended && (!f.Reading || src.stop == nil) {
 			return src.finish(os.Stderr)
 		}
 	}
 }
 
-func writePlainFrame(w io.Writer, name, state string, f *live.Frame, top int) {
+// readingWord says how far a session's read-back of its trace file is,
+// with its rate since from, the first frame of the read-back.
+func readingWord(f, from *live.Frame) string {
+	read := min(f.ReadBytes, f.ReadSize)
+	s := fmt.Sprintf("reading the trace back: %s of %s", fmtSize(uint64(read)), fmtSize(uint64(f.ReadSize)))
+	if f.ReadSize > 0 {
+		s += fmt.Sprintf(" (%d%%)", 100*read/f.ReadSize)
+	}
+	if from != nil && f.Time.After(from.Time) && read > from.ReadBytes {
+		rate := float64(read-from.ReadBytes) / f.Time.Sub(from.Time).Seconds()
+		left := time.Duration(float64(f.ReadSize-read) / rate * float64(time.Second)).Round(time.Second)
+		s += fmt.Sprintf(", %s/s, %s left", fmtSize(uint64(rate)), left)
+	}
+	return s
+}
+
+func writePlainFrame(w io.Writer, name, state string, f, readFrom *live.Frame, top int) {
+	if f.Reading {
+		fmt.Fprintf(w, "%s  session %q (%s)  %s\n\n", f.Time.Format("15:04:05"), name, state, readingWord(f, readFrom))
+		return
+	}
 	fmt.Fprintf(w, "%s  session %q (%s)  live %s in %s blocks  allocs %.0f/s  frees %.0f/s  lost %s\n",
 		f.Time.Format("15:04:05"), name, state, fmtSize(f.Live), fmtNum(f.Blocks), f.Allocs, f.Frees, lostWord(f))
 	if note := sampledNote(f); note != "" {

@@ -18,6 +18,7 @@ import (
 	"github.com/heapscope/heapscope/internal/ebpf"
 	"github.com/heapscope/heapscope/internal/registry"
 	"github.com/heapscope/heapscope/internal/testutil"
+	"github.com/heapscope/heapscope/live"
 )
 
 // tmuxPane runs a command in a detached tmux session of its own (its own
@@ -397,5 +398,24 @@ func TestTopSampled(t *testing.T) {
 	if !strings.Contains(last, "sampled every 4.0 KiB on average: the counts are of the samples") ||
 		!regexp.MustCompile(`(?m)\s+[\d,]+\s+–\s+grow_heap`).MatchString(last) {
 		t.Errorf("last frame of a sampled session:\n%s", last)
+	}
+}
+
+// TestReadingWord: while a joined session reads back its trace file, top
+// says how far it is, and at what rate once two frames give one.
+func TestReadingWord(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	first := &live.Frame{Time: t0, Reading: true, ReadBytes: 10 << 20, ReadSize: 100 << 20}
+	if got, want := readingWord(first, first), "reading the trace back: 10.0 MiB of 100.0 MiB (10%)"; got != want {
+		t.Errorf("first frame: %q, want %q", got, want)
+	}
+	next := &live.Frame{Time: t0.Add(2 * time.Second), Reading: true, ReadBytes: 50 << 20, ReadSize: 100 << 20}
+	if got, want := readingWord(next, first), "reading the trace back: 50.0 MiB of 100.0 MiB (50%), 20.0 MiB/s, 3s left"; got != want {
+		t.Errorf("later frame: %q, want %q", got, want)
+	}
+	// A reader may read a few bytes twice (headers, the index).
+	over := &live.Frame{Time: t0.Add(time.Second), Reading: true, ReadBytes: 101 << 20, ReadSize: 100 << 20}
+	if got := readingWord(over, nil); !strings.Contains(got, "100.0 MiB of 100.0 MiB (100%)") {
+		t.Errorf("past the end: %q", got)
 	}
 }

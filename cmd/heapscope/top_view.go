@@ -19,6 +19,7 @@ type topModel struct {
 	interval time.Duration
 
 	frame    *live.Frame
+	readFrom *live.Frame // the first frame of a read-back, for its rate
 	order    live.Order
 	pid      uint32 // the process shown; 0: all
 	tid      uint32 // the thread of pid shown; 0: all
@@ -102,7 +103,12 @@ func (m *topModel) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 			}
 			return m, m.request()
 		}
-		m.frame, m.ended = msg.f, msg.ended
+		if msg.f.Reading && (m.frame == nil || !m.frame.Reading) {
+			m.readFrom = msg.f
+		}
+		// A session that ended while its trace was read back still
+		// answers once that is done.
+		m.frame, m.ended = msg.f, msg.ended && !msg.f.Reading
 		m.frame.Sort(m.order)
 		m.sel = min(m.sel, max(0, len(m.frame.Sites)-1))
 		return m, m.tick()
@@ -278,6 +284,10 @@ func (m *topModel) render() string {
 	f := m.frame
 	if f == nil {
 		add("reading the trace…")
+		return strings.Join(lines, "\n")
+	}
+	if f.Reading {
+		add("%s", readingWord(f, m.readFrom))
 		return strings.Join(lines, "\n")
 	}
 	add("live %s in %s blocks   allocs %.0f/s   frees %.0f/s   lost events %s",
