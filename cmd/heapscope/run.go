@@ -10,6 +10,7 @@ import (
 	"syscall"
 
 	"github.com/heapscope/heapscope"
+	"github.com/heapscope/heapscope/internal/preload"
 )
 
 func init() {
@@ -60,6 +61,13 @@ func runProgram(sf sessionFlags, props heapscope.Properties, args []string) erro
 			return exitError{126}
 		}
 		return exitError{127}
+	}
+	if props.Provider == heapscope.ProviderPreload {
+		// Said before the program's own output, not refused: it may still
+		// allocate mostly through malloc.
+		if a, ok, _ := preload.FindPrivateAllocator(path); ok {
+			fmt.Fprintf(os.Stderr, "heapscope run: %s\n", a.Warning(args[0]))
+		}
 	}
 	cmd := exec.Command(path, args[1:]...)
 	cmd.Args[0] = args[0]

@@ -428,6 +428,7 @@ type hello struct {
 	flags     uint32
 	pid, ppid uint32
 	mono      int64
+	heap      event.Heap // the allocator its malloc is
 	exe       string
 	argv      []string
 }
@@ -446,6 +447,12 @@ func parseHello(b []byte) (*hello, error) {
 	el, cl := uint64(le.Uint32(b[32:])), uint64(le.Uint32(b[36:]))
 	if helloSize+el+cl > uint64(len(b)) || h.pid == 0 {
 		return nil, errors.New("preload: bad hello")
+	}
+	switch heap := le.Uint32(b[40:]); heap {
+	case heapLibc, heapJemalloc, heapTcmalloc, heapMimalloc:
+		h.heap = event.Heap(heap)
+	default:
+		return nil, fmt.Errorf("preload: bad hello: heap %d", heap)
 	}
 	h.exe = string(b[helloSize : helloSize+el])
 	if cmd := strings.TrimSuffix(string(b[helloSize+el:helloSize+el+cl]), "\x00"); cmd != "" {

@@ -19,7 +19,7 @@ func (c *Collector) events(p *proc, r *ring, bound uint64) {
 	}
 	base, mask, size := r.base, r.mask, r.size
 	pos, limit := r.pos, r.limit
-	pid, tid, idBase, last := p.pid, r.tid, p.idBase, p.lastTime
+	pid, tid, idBase, last, heaps := p.pid, r.tid, p.idBase, p.lastTime, &heapOf[p.heap]
 	tsc := c.clk.mode == clockTSC
 	ta, na, k := c.clk.ta, c.clk.na, c.clk.nsPerTick
 	batch := c.batch
@@ -61,7 +61,7 @@ func (c *Collector) events(p *proc, r *ring, bound uint64) {
 		ev.TID = tid
 		ev.Kind = kindOf[typ]
 		ev.Func = event.Func(typ)
-		ev.Heap = heapOf[typ]
+		ev.Heap = heaps[typ]
 		ev.Stack = event.StackID(sid)
 		ev.Addr = *(*uint64)(unsafe.Add(base, off+16))
 		ev.Size, ev.OldAddr, ev.OldSize = 0, 0, 0
@@ -114,7 +114,7 @@ func (c *Collector) deliver(p *proc, r *ring) {
 		ev.TID = r.tid
 		ev.Kind = kindOf[typ]
 		ev.Func = event.Func(typ)
-		ev.Heap = heapOf[typ]
+		ev.Heap = heapOf[p.heap][typ]
 		ev.Stack = event.StackID(sid)
 		ev.Addr = r.word(off + 16)
 		ev.Size, ev.OldAddr, ev.OldSize = 0, 0, 0

@@ -35,7 +35,8 @@ type proc struct {
 	idBase    uint32 // added to the interposer's stack ids
 	maxID     uint32 // the largest id it defined
 	lastTime  int64
-	older     *proc // an earlier image of the same PID, still draining
+	older     *proc      // an earlier image of the same PID, still draining
+	heap      event.Heap // the allocator its malloc is (one parseHello accepts)
 }
 
 // hello registers a new image, or a new connection of a known one.
@@ -55,7 +56,7 @@ func (c *Collector) hello(cn *conn, h *hello) {
 	}
 	p := &proc{
 		pid: h.pid, ppid: h.ppid, start: h.mono, exe: h.exe, argv: h.argv,
-		direct: h.ppid == c.self, conns: 1, pidfd: -1, lastTime: h.mono,
+		direct: h.ppid == c.self, conns: 1, pidfd: -1, lastTime: h.mono, heap: h.heap,
 	}
 	if fd, err := unix.PidfdOpen(int(h.pid), 0); err == nil {
 		p.pidfd = fd

@@ -8,7 +8,7 @@ import "github.com/heapscope/heapscope/event"
 // documents the messages, the control block and the rings.
 const (
 	magic   = 0x31505348 // "HSP1"
-	version = 2
+	version = 3
 
 	envSocket = "HEAPSCOPE_PRELOAD_SOCKET" // the collector's socket
 	envLib    = "HEAPSCOPE_PRELOAD_LIB"    // this library's path, as put in LD_PRELOAD
@@ -33,7 +33,7 @@ const (
 	helloContinue  = 1 // flags: another connection of an image already traced
 	helloTruncated = 2 // flags: exe or cmdline was cut to fit
 
-	helloSize = 40
+	helloSize = 48
 	helloMax  = (64 * 1024) // whole message
 
 	welcomeSize = 16
@@ -80,6 +80,11 @@ const (
 	famAligned = 0x10
 	famCXX     = 0x20
 	famMmap    = 0x40
+
+	heapLibc     = 0
+	heapJemalloc = 3
+	heapTcmalloc = 4
+	heapMimalloc = 5
 
 	kindAlloc   = 1
 	kindRealloc = 2
@@ -140,6 +145,10 @@ func _() {
 	_ = x[famAligned-event.FamilyAligned]
 	_ = x[famCXX-event.FamilyCXX]
 	_ = x[famMmap-event.FamilyMmap]
+	_ = x[heapLibc-event.HeapLibc]
+	_ = x[heapJemalloc-event.HeapJemalloc]
+	_ = x[heapTcmalloc-event.HeapTcmalloc]
+	_ = x[heapMimalloc-event.HeapMimalloc]
 	_ = x[kindAlloc-event.KindAlloc]
 	_ = x[kindRealloc-event.KindRealloc]
 	_ = x[kindFree-event.KindFree]

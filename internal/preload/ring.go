@@ -196,10 +196,19 @@ var (
 		event.FuncMmap: event.KindMmap, event.FuncMunmap: event.KindMunmap,
 		event.FuncMremap: event.KindRealloc,
 	}
-	heapOf = [maxFunc + 1]event.Heap{
-		event.FuncMmap: event.HeapMmap, event.FuncMunmap: event.HeapMmap, event.FuncMremap: event.HeapMmap,
-	}
 )
+
+// heapOf holds, for each allocator a process's malloc may be, the heap of
+// each event type: that allocator's, except HeapMmap for the mmap family.
+var heapOf = func() (t [heapMimalloc + 1][maxFunc + 1]event.Heap) {
+	for h := range t {
+		for f := range t[h] {
+			t[h][f] = event.Heap(h)
+		}
+		t[h][event.FuncMmap], t[h][event.FuncMunmap], t[h][event.FuncMremap] = event.HeapMmap, event.HeapMmap, event.HeapMmap
+	}
+	return t
+}()
 
 // decodeModule reads a MODULE record at off.
 func (r *ring) decodeModule(off, words uint64) (event.Module, bool) {

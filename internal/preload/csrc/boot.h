@@ -73,4 +73,50 @@ static void resolve_reals(void)
 		sched_yield();
 }
 
+/*
+ * The allocator the real malloc belongs to (HS_HEAP_*), for HELLO: the file
+ * that defines it, named as the eBPF provider names allocator files
+ * (internal/ebpf: libjemalloc.so*, libtcmalloc*, libmimalloc*). A file of
+ * another name that is not the C library is told by a function only one
+ * allocator defines (internal/ebpf/sites' marks); anything else is the C
+ * library's. Worked out once per image (the real malloc does not change),
+ * with in_hook set: dlsym may allocate.
+ */
+static uint32_t malloc_heap(void)
+{
+	static int known;
+	static uint32_t heap;
+	if (known)
+		return heap;
+	known = 1;
+	heap = HS_HEAP_LIBC;
+	Dl_info mi;
+	if (!real.malloc || !dladdr((void *)real.malloc, &mi) || !mi.dli_fname)
+		return heap;
+	const char *base = strrchr(mi.dli_fname, '/');
+	base = base ? base + 1 : mi.dli_fname;
+	static const struct {
+		const char *file, *mark;
+		uint32_t heap;
+	} allocs[] = {
+		{"libjemalloc.so", "mallocx", HS_HEAP_JEMALLOC},
+		{"libjemalloc.so", "je_mallocx", HS_HEAP_JEMALLOC},
+		{"libtcmalloc", "tc_malloc", HS_HEAP_TCMALLOC},
+		{"libmimalloc", "mi_malloc", HS_HEAP_MIMALLOC},
+	};
+	for (size_t i = 0; i < sizeof allocs / sizeof allocs[0]; i++)
+		if (!strncmp(base, allocs[i].file, strlen(allocs[i].file)))
+			return heap = allocs[i].heap;
+	if (!strncmp(base, "libc.so", 7) || !strncmp(base, "libc-", 5))
+		return heap;
+	for (size_t i = 0; i < sizeof allocs / sizeof allocs[0]; i++) {
+		Dl_info si;
+		void *s = dlsym(RTLD_NEXT, allocs[i].mark);
+		if (s && dladdr(s, &si) && si.dli_fbase == mi.dli_fbase)
+			return heap = allocs[i].heap;
+	}
+	dlerror(); /* the failed lookups are ours, not the program's */
+	return heap;
+}
+
 #endif

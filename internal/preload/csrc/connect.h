@@ -292,6 +292,7 @@ static int connect_locked(int cont)
 	h->pid = (uint32_t)getpid();
 	h->ppid = (uint32_t)getppid();
 	h->mono_ns = mono_ns();
+	h->heap = malloc_heap();
 	size_t off = HS_HELLO_SIZE;
 	ssize_t n = readlink("/proc/self/exe", g_exe, sizeof g_exe - 1);
 	g_exe[n > 0 ? n : 0] = 0;

@@ -5,7 +5,7 @@
  *
  * protocol.go is generated from the HS_ defines here by go generate
  * (internal/protogen: integers, strings and expressions of earlier names;
- * HS_FUNC_*, HS_FAM_* and HS_KIND_* are checked against package event at
+ * HS_FUNC_*, HS_FAM_*, HS_KIND_* and HS_HEAP_* are checked against package event at
  * compile time). Bump HS_VERSION when the format changes.
  *
  * Everything is little-endian x86-64; offsets are fixed, not left to the
@@ -17,7 +17,7 @@
 #include <stdint.h>
 
 #define HS_MAGIC 0x31505348u /* "HSP1" */
-#define HS_VERSION 2u
+#define HS_VERSION 3u
 
 /* Environment of a traced process. */
 #define HS_ENV_SOCKET "HEAPSCOPE_PRELOAD_SOCKET" /* the collector's socket */
@@ -86,8 +86,10 @@ struct hs_hello {        /* followed by exe_len bytes of exe, then cmdline_len b
 	int64_t mono_ns;      /* 24: CLOCK_MONOTONIC when tracing began */
 	uint32_t exe_len;     /* 32 */
 	uint32_t cmdline_len; /* 36: NUL-separated argv, as /proc/PID/cmdline */
+	uint32_t heap;        /* 40: HS_HEAP_*: the allocator the process's malloc is */
+	uint32_t reserved;    /* 44 */
 };
-#define HS_HELLO_SIZE 40
+#define HS_HELLO_SIZE 48
 #define HS_HELLO_MAX (64 * 1024) /* whole message */
 
 struct hs_welcome {  /* with the control block's memfd as SCM_RIGHTS */
@@ -165,6 +167,17 @@ struct hs_children { /* followed by count uint32_t PIDs */
 #define HS_FAM_ALIGNED 0x10u
 #define HS_FAM_CXX 0x20u
 #define HS_FAM_MMAP 0x40u
+
+/*
+ * event.Heap values: the allocator a process's heap events go to, in its
+ * HELLO. It is whichever library defines the malloc the interposer forwards
+ * to (RTLD_NEXT): glibc, or jemalloc, tcmalloc or mimalloc when the program
+ * links or preloads one. mmap events are HeapMmap whatever the allocator.
+ */
+#define HS_HEAP_LIBC 0
+#define HS_HEAP_JEMALLOC 3
+#define HS_HEAP_TCMALLOC 4
+#define HS_HEAP_MIMALLOC 5
 
 /* event.Kind values, as bits of HS_STATE_STACKS. */
 #define HS_KIND_ALLOC 1

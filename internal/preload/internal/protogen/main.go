@@ -9,7 +9,7 @@
 // a constant named in lower camel case without the HS_ prefix (HS_CTL_RING_SIZE
 // → ctlRingSize, with Go's initialisms: HS_UNWIND_FP → unwindFP), its value an
 // integer, a string, or an expression of those and earlier names. The
-// HS_FUNC_*, HS_FAM_* and HS_KIND_* values repeat package event's for C: for
+// HS_FUNC_*, HS_FAM_*, HS_KIND_* and HS_HEAP_* values repeat package event's for C: for
 // them protocol.go also gets a function that does not compile when the two
 // disagree. Anything else in a define is an error, not a guess.
 //
@@ -36,7 +36,7 @@ var initialisms = map[string]bool{"FP": true, "DWARF": true, "TSC": true, "TS": 
 
 // mirrored maps a prefix of names that repeat package event's values to the
 // prefix of event's names.
-var mirrored = []struct{ c, goName string }{{"HS_FUNC_", "Func"}, {"HS_FAM_", "Family"}, {"HS_KIND_", "Kind"}}
+var mirrored = []struct{ c, goName string }{{"HS_FUNC_", "Func"}, {"HS_FAM_", "Family"}, {"HS_KIND_", "Kind"}, {"HS_HEAP_", "Heap"}}
 
 var (
 	defineRE = regexp.MustCompile(`^#define\s+(HS_[A-Z0-9_]+)\s+(.*?)\s*(?:/\*\s*(.*?)\s*\*/)?\s*$`)

@@ -39,6 +39,7 @@ struct hs_x { int a; };
 #define HS_FUNC_NEW_ARRAY 12
 #define HS_MAX_FUNC HS_FUNC_NEW_ARRAY /* the last */
 #define HS_FAM_CXX 0x20u
+#define HS_HEAP_JEMALLOC 3
 #endif`
 	got, err := generate("h", []byte(src))
 	if err != nil {
@@ -52,6 +53,7 @@ struct hs_x { int a; };
 		"maxFunc        = funcNewArray // the last\n",
 		"_ = x[funcNewArray-event.FuncNewArray]\n",
 		"_ = x[famCXX-event.FamilyCXX]\n",
+		"_ = x[heapJemalloc-event.HeapJemalloc]\n",
 		"import \"github.com/heapscope/heapscope/event\"",
 	} {
 		if !strings.Contains(string(got), want) {
