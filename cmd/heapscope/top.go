@@ -17,6 +17,7 @@ import (
 	tea "charm.land/bubbletea/v2"
 
 	"github.com/heapscope/heapscope"
+	"github.com/heapscope/heapscope/internal/preload"
 	"github.com/heapscope/heapscope/live"
 	"github.com/heapscope/heapscope/report"
 	"github.com/heapscope/heapscope/symbolize"
@@ -120,6 +121,13 @@ func openTopSource(sf *sessionFlags, pids pidList, args []string) (*topSource, e
 	props, err := sf.properties(args[0], os.Getpid())
 	if err != nil {
 		return nil, err
+	}
+	if props.Provider != heapscope.ProviderEBPF { // top -- launches with the preload provider
+		// As run says it (the full-screen view leaves it on the screen
+		// it restores).
+		if a, ok, _ := preload.FindPrivateAllocator(path); ok {
+			fmt.Fprintf(os.Stderr, "heapscope top: %s\n", a.Warning(args[0]))
+		}
 	}
 	cmd := exec.Command(path, args[1:]...)
 	cmd.Args[0] = args[0]
