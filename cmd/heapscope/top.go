@@ -49,7 +49,8 @@ top asks the session for its per-stack totals every interval (the control
 operation "top"); the session keeps them while top asks, from the events it
 has in hand, and reads its trace file back once at the first question, so
 the totals cover the whole session (a session without a sequential trace
-file counts from top's first question). When standard output is not a
+file counts from top's first question); until that is done, top shows how
+far it is (bytes, rate, time left). When standard output is not a
 terminal, top prints a plain table every interval instead, until the session
 ends or Ctrl-C.`,
 		setup: func(fs *flag.FlagSet) func([]string) error {
