@@ -119,8 +119,9 @@ func Top(name string, q TopQuery) (TopResult, error) {
 	return r, err
 }
 
-// topLease is how long a session keeps its totals after the last query.
-const topLease = 30 * time.Second
+// topLease is how long a session keeps its totals after the last query (a
+// variable for tests: subscribe hands it to expireTop).
+var topLease = 30 * time.Second
 
 // topState is the session's side of Top.
 type topState struct {
@@ -361,14 +362,16 @@ func (s *Session) subscribe() error {
 	sk.mu.Unlock()
 
 	ts.gen++
-	ts.on, ts.seeded = true, false
+	// A read-back of an expired subscription may still run: its
+	// reading is not this one's.
+	ts.on, ts.seeded, ts.reading = true, false, false
 	ts.clients = map[string]*topClient{}
 	if path != "" {
 		ts.reading, ts.readSize, ts.readDone = true, size, make(chan struct{})
 		ts.read.Store(0)
 		go s.readBack(ts.gen, ts.readDone, live, path, size)
 	}
-	go s.expireTop()
+	go s.expireTop(topLease)
 	return nil
 }
 
@@ -437,7 +440,7 @@ func (c countingReader) ReadAt(b []byte, off int64) (int, error) {
 // expireTop drops the totals once no client has asked for topLease, or
 // when the session ends (they stay readable in this process: an owner's
 // last query sees the final state).
-func (s *Session) expireTop() {
+func (s *Session) expireTop(topLease time.Duration) {
 	t := time.NewTicker(topLease / 6)
 	defer t.Stop()
 	for {
