@@ -132,10 +132,11 @@ type topState struct {
 	clients map[string]*topClient
 	last    time.Time
 	// reading: the trace file is being read back (see subscribe); read
-	// counts the bytes read of readSize.
+	// counts the bytes read of readSize (one counter per read-back: that of
+	// an expired subscription may still run).
 	reading  bool
 	readDone chan struct{} // closed when the read-back is done
-	read     atomic.Int64
+	read     *atomic.Int64
 	readSize int64
 }
 
@@ -368,8 +369,8 @@ func (s *Session) subscribe() error {
 	ts.clients = map[string]*topClient{}
 	if path != "" {
 		ts.reading, ts.readSize, ts.readDone = true, size, make(chan struct{})
-		ts.read.Store(0)
-		go s.readBack(ts.gen, ts.readDone, live, path, size)
+		ts.read = new(atomic.Int64)
+		go s.readBack(ts.gen, ts.readDone, ts.read, live, path, size)
 	}
 	go s.expireTop(topLease)
 	return nil
@@ -378,10 +379,10 @@ func (s *Session) subscribe() error {
 // readBack reads the first size bytes of the session's trace file into a
 // seed and merges live, the aggregate of the events since, into it (see
 // subscribe). If the read fails, the totals go on from live alone.
-func (s *Session) readBack(gen int, done chan struct{}, live *aggregate, path string, size int64) {
+func (s *Session) readBack(gen int, done chan struct{}, read *atomic.Int64, live *aggregate, path string, size int64) {
 	ts := &s.top
 	seed := newAggregate()
-	err := readSeed(seed, path, size, &ts.read)
+	err := readSeed(seed, path, size, read)
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	defer close(done)
