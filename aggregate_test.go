@@ -611,8 +611,9 @@ func shapedEvents(n int, seed int64) []event.Event {
 
 // TestAggregateShapes: on streams of other shapes (shapedEvents) cut into
 // batches of random sizes, the aggregate is the one the general loop alone
-// makes (the events given one at a time), site by site, and agrees with the
-// heap model on live bytes and blocks, frees and unmatched frees.
+// makes (the events given one at a time), site by site, agrees with the
+// heap model on live bytes and blocks, frees and unmatched frees, and is
+// what a seed of the stream up to a random cut merged with the rest makes.
 func TestAggregateShapes(t *testing.T) {
 	for seed := int64(1); seed <= 20; seed++ {
 		evs := shapedEvents(20000, seed)
@@ -673,6 +674,35 @@ func TestAggregateShapes(t *testing.T) {
 		}
 		if a.unmatched != p.Summary.UnmatchedFrees {
 			t.Errorf("seed %d: %d unmatched frees, want (model) %d", seed, a.unmatched, p.Summary.UnmatchedFrees)
+		}
+
+		// A seed of the stream up to a cut, merged with the rest (as
+		// subscribe does), is the whole, but for the temporaries across
+		// the cut: one per thread at most (five a process).
+		cut := rng.Intn(len(evs))
+		seedAgg, rest := newAggregate(), newAggregate()
+		rest.keepMisses = true
+		for i := 0; i < len(evs); {
+			n := min(1+rng.Intn(1500), len(evs)-i)
+			seedAgg.events(evs[min(i, cut):min(i+n, cut)])
+			rest.events(evs[max(i, cut):max(i+n, cut)])
+			i += n
+		}
+		seedAgg.merge(rest)
+		merged := byStack(seedAgg)
+		for k, w := range byStack(a) {
+			g := merged[k]
+			if g.temps > w.temps || g.temps+5 < w.temps {
+				t.Errorf("seed %d, cut %d: pid %d stack %d: %d temporaries, want %d (or a few less)", seed, cut, k[0], k[1], g.temps, w.temps)
+			}
+			g.temps, w.temps = 0, 0
+			if g != w {
+				t.Errorf("seed %d, cut %d: pid %d stack %d: merged %+v, want %+v", seed, cut, k[0], k[1], g, w)
+			}
+		}
+		if seedAgg.unmatched != a.unmatched || seedAgg.lastTime != a.lastTime {
+			t.Errorf("seed %d, cut %d: merged: %d unmatched, last time %d; want %d, %d", seed, cut,
+				seedAgg.unmatched, seedAgg.lastTime, a.unmatched, a.lastTime)
 		}
 	}
 }
