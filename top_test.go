@@ -131,3 +131,36 @@ func TestTopReadAgainAfterLease(t *testing.T) {
 		t.Errorf("after the read-back: seeded %v, %d sites", r.Seeded, len(r.Sites))
 	}
 }
+
+// TestTopEndsWhileReading: a session that ends while its trace file is read
+// back still answers once that is done, with the totals of the whole
+// session, read back and live.
+func TestTopEndsWhileReading(t *testing.T) {
+	s, cmd := readingSession(t, "top-ends")
+	defer func(w time.Duration) { readBackWait = w }(readBackWait)
+	readBackWait = 0
+	r, err := s.Top(TopQuery{Client: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.Reading {
+		t.Fatalf("first query: reading %v: want the read-back begun", r.Reading)
+	}
+	cmd.Process.Kill()
+	if err := s.Stop(); err != nil {
+		t.Logf("stop: %v", err) // the program was killed
+	}
+	for deadline := time.Now().Add(60 * time.Second); r.Reading; {
+		if time.Now().After(deadline) {
+			t.Fatalf("still reading (%d of %d bytes) 60 s on", r.ReadBytes, r.ReadSize)
+		}
+		time.Sleep(20 * time.Millisecond)
+		if r, err = s.Top(TopQuery{Client: "t"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !r.Ended || !r.Seeded || len(r.Sites) == 0 || r.Totals.Allocs < 800000 || r.Totals.Frees == 0 {
+		t.Errorf("after the read-back: ended %v, seeded %v, %d sites, totals %+v: want the session's allocations (python3 made 800,000 dicts)",
+			r.Ended, r.Seeded, len(r.Sites), r.Totals)
+	}
+}
