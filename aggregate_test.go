@@ -489,3 +489,220 @@ func BenchmarkAggregateTrace(b *testing.B) {
 		})
 	}
 }
+
+// shapedEvents is a stream of shapes burstyEvents does not make: three
+// processes of up to five threads, two of whose TIDs share a slot of
+// aggProc.hot (10 and 26), taking turns run by run or event by event;
+// runs of temporaries whose site changes, that begin with a free of the block a thread holds,
+// whose block another thread frees, that a realloc of the held block
+// (moved, in place, to size 0, failed) or of NULL cuts, at stack 0 (no
+// stack) and at stacks above smallStacks; failed allocations and frees of
+// NULL inside runs. Times are in order within a thread, not across threads
+// (eBPF's ring holds events in the order their probes finished).
+func shapedEvents(n int, seed int64) []event.Event {
+	rng := rand.New(rand.NewSource(seed))
+	tids := []uint32{10, 26, 11, 12, 27}
+	stacks := []event.StackID{0, 1, 2, smallStacks + 5, 1 << 30}
+	type thr struct {
+		pid, tid uint32
+		stack    event.StackID
+		held     uint64 // the block allocated last, not yet freed
+		kept     []uint64
+	}
+	var ths []*thr
+	for pid := uint32(1); pid <= 3; pid++ {
+		for _, tid := range tids[:2+rng.Intn(4)] {
+			ths = append(ths, &thr{pid: pid, tid: tid, stack: stacks[rng.Intn(len(stacks))]})
+		}
+	}
+	next := uint64(0x10_0000)
+	newAddr := func() uint64 { next += 16 * uint64(1+rng.Intn(4)); return next }
+	var evs []event.Event
+	emit := func(th *thr, kind event.Kind, addr, size, old uint64) {
+		evs = append(evs, event.Event{PID: th.pid, TID: th.tid, Kind: kind, Stack: th.stack, Addr: addr, Size: size, OldAddr: old})
+	}
+	for len(evs) < n {
+		th := ths[rng.Intn(len(ths))]
+		if rng.Intn(8) == 0 {
+			th.stack = stacks[rng.Intn(len(stacks))]
+		}
+		k := 1 + rng.Intn(12)
+		if rng.Intn(3) == 0 {
+			k = 40 + rng.Intn(200) // a long run, likely across batches
+		}
+		for ; k > 0; k-- {
+			switch r := rng.Intn(100); {
+			case r < 70: // the run: free what is held, or make a temporary
+				if th.held != 0 {
+					emit(th, event.KindFree, th.held, 0, 0)
+					th.held = 0
+				} else {
+					if rng.Intn(16) == 0 {
+						th.stack = stacks[rng.Intn(len(stacks))] // the loop calls another site
+					}
+					th.held = newAddr()
+					emit(th, event.KindAlloc, th.held, uint64(1+rng.Intn(300)), 0)
+				}
+			case r < 73:
+				emit(th, event.KindAlloc, 0, 64, 0) // failed
+			case r < 76:
+				emit(th, event.KindFree, 0, 0, 0) // free(NULL)
+			case r < 80: // another thread of the process frees the held block
+				if th.held != 0 {
+					for _, o := range ths {
+						if o.pid == th.pid && o != th {
+							emit(o, event.KindFree, th.held, 0, 0)
+							th.held = 0
+							break
+						}
+					}
+				}
+			case r < 86: // realloc of the held block
+				if th.held != 0 {
+					switch rng.Intn(4) {
+					case 0: // moved
+						a := newAddr()
+						emit(th, event.KindRealloc, a, uint64(1+rng.Intn(300)), th.held)
+						th.held = a
+					case 1: // in place
+						emit(th, event.KindRealloc, th.held, uint64(1+rng.Intn(300)), th.held)
+					case 2: // to size 0: freed
+						emit(th, event.KindRealloc, 0, 0, th.held)
+						th.held = 0
+					default: // failed: the block stays
+						emit(th, event.KindRealloc, 0, 1<<40, th.held)
+					}
+				} else {
+					th.held = newAddr()
+					emit(th, event.KindRealloc, th.held, uint64(1+rng.Intn(300)), 0)
+				}
+			case r < 92: // a block kept, freed later by its thread
+				a := newAddr()
+				emit(th, event.KindAlloc, a, uint64(1+rng.Intn(300)), 0)
+				if th.held != 0 {
+					th.kept = append(th.kept, th.held)
+				}
+				th.held = a
+			case r < 97:
+				if len(th.kept) > 0 {
+					j := rng.Intn(len(th.kept))
+					emit(th, event.KindFree, th.kept[j], 0, 0)
+					th.kept = append(th.kept[:j], th.kept[j+1:]...)
+				}
+			default: // a free of a block never seen
+				emit(th, event.KindFree, 0xdead_0000+uint64(rng.Intn(64))*16, 0, 0)
+			}
+			if rng.Intn(4) == 0 {
+				th = ths[rng.Intn(len(ths))] // threads running at once
+			}
+		}
+	}
+	evs = evs[:n]
+	// Each event's time: later than its thread's previous one, but
+	// threads' times are out of order with one another.
+	last := map[[2]uint32]int64{}
+	for i := range evs {
+		k := [2]uint32{evs[i].PID, evs[i].TID}
+		last[k] = max(last[k]+1, int64(i)-50+int64(rng.Intn(100)))
+		evs[i].Time = last[k]
+	}
+	return evs
+}
+
+// TestAggregateShapes: on streams of other shapes (shapedEvents) cut into
+// batches of random sizes, the aggregate is the one the general loop alone
+// makes (the events given one at a time), site by site, agrees with the
+// heap model on live bytes and blocks, frees and unmatched frees, and is
+// what a seed of the stream up to a random cut merged with the rest makes.
+func TestAggregateShapes(t *testing.T) {
+	for seed := int64(1); seed <= 20; seed++ {
+		evs := shapedEvents(20000, seed)
+		rng := rand.New(rand.NewSource(seed))
+		a, one := newAggregate(), newAggregate()
+		m := analyze.New(analyze.Options{})
+		var latest int64
+		for i := 0; i < len(evs); {
+			n := min(1+rng.Intn(1500), len(evs)-i)
+			a.events(evs[i : i+n])
+			for _, e := range evs[i : i+n] {
+				latest = max(latest, e.Time)
+			}
+			if a.lastTime != latest {
+				t.Fatalf("seed %d: after event %d: last time %d, want %d", seed, i+n, a.lastTime, latest)
+			}
+			i += n
+		}
+		m.Events(evs)
+		for i := range evs {
+			one.events(evs[i : i+1])
+		}
+		if len(a.sites) != len(one.sites) {
+			t.Fatalf("seed %d: %d sites, one at a time %d", seed, len(a.sites), len(one.sites))
+		}
+		for i := range a.sites {
+			if a.sites[i] != one.sites[i] {
+				t.Errorf("seed %d: site %d: %+v, one at a time %+v", seed, i, a.sites[i], one.sites[i])
+			}
+		}
+		if a.unmatched != one.unmatched || a.lastTime != latest || one.lastTime != latest {
+			t.Errorf("seed %d: %d unmatched, one at a time %d; last time %d, one at a time %d, want %d",
+				seed, a.unmatched, one.unmatched, a.lastTime, one.lastTime, latest)
+		}
+		for _, p := range a.procList {
+			held := 0
+			for _, th := range p.thrList {
+				if th.pend != 0 {
+					held++
+				}
+			}
+			if held != p.pending {
+				t.Errorf("seed %d: pid %d: %d threads hold a block, pending says %d", seed, p.pid, held, p.pending)
+			}
+		}
+		// The model counts a realloc to size 0 as a call, and a failed
+		// allocation between an allocation and its free makes that no
+		// temporary there: calls and temporaries are left out.
+		p := m.Profile()
+		got := byStack(a)
+		for _, st := range p.Stacks {
+			k := [2]uint32{st.PID, uint32(st.ID)}
+			g := got[k]
+			g.calls, g.temps = 0, 0
+			if want := (siteTotals{live: st.LiveBytes, blocks: st.LiveBlocks, frees: st.Frees}); g != want {
+				t.Errorf("seed %d: pid %d stack %d: %+v, want (model) %+v", seed, st.PID, st.ID, g, want)
+			}
+		}
+		if a.unmatched != p.Summary.UnmatchedFrees {
+			t.Errorf("seed %d: %d unmatched frees, want (model) %d", seed, a.unmatched, p.Summary.UnmatchedFrees)
+		}
+
+		// A seed of the stream up to a cut, merged with the rest (as
+		// subscribe does), is the whole, but for the temporaries across
+		// the cut: one per thread at most (five a process).
+		cut := rng.Intn(len(evs))
+		seedAgg, rest := newAggregate(), newAggregate()
+		rest.keepMisses = true
+		for i := 0; i < len(evs); {
+			n := min(1+rng.Intn(1500), len(evs)-i)
+			seedAgg.events(evs[min(i, cut):min(i+n, cut)])
+			rest.events(evs[max(i, cut):max(i+n, cut)])
+			i += n
+		}
+		seedAgg.merge(rest)
+		merged := byStack(seedAgg)
+		for k, w := range byStack(a) {
+			g := merged[k]
+			if g.temps > w.temps || g.temps+5 < w.temps {
+				t.Errorf("seed %d, cut %d: pid %d stack %d: %d temporaries, want %d (or a few less)", seed, cut, k[0], k[1], g.temps, w.temps)
+			}
+			g.temps, w.temps = 0, 0
+			if g != w {
+				t.Errorf("seed %d, cut %d: pid %d stack %d: merged %+v, want %+v", seed, cut, k[0], k[1], g, w)
+			}
+		}
+		if seedAgg.unmatched != a.unmatched || seedAgg.lastTime != a.lastTime {
+			t.Errorf("seed %d, cut %d: merged: %d unmatched, last time %d; want %d, %d", seed, cut,
+				seedAgg.unmatched, seedAgg.lastTime, a.unmatched, a.lastTime)
+		}
+	}
+}

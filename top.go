@@ -119,8 +119,9 @@ func Top(name string, q TopQuery) (TopResult, error) {
 	return r, err
 }
 
-// topLease is how long a session keeps its totals after the last query.
-const topLease = 30 * time.Second
+// topLease is how long a session keeps its totals after the last query (a
+// variable for tests: subscribe hands it to expireTop).
+var topLease = 30 * time.Second
 
 // topState is the session's side of Top.
 type topState struct {
@@ -131,10 +132,11 @@ type topState struct {
 	clients map[string]*topClient
 	last    time.Time
 	// reading: the trace file is being read back (see subscribe); read
-	// counts the bytes read of readSize.
+	// counts the bytes read of readSize (one counter per read-back: that of
+	// an expired subscription may still run).
 	reading  bool
 	readDone chan struct{} // closed when the read-back is done
-	read     atomic.Int64
+	read     *atomic.Int64
 	readSize int64
 }
 
@@ -361,24 +363,26 @@ func (s *Session) subscribe() error {
 	sk.mu.Unlock()
 
 	ts.gen++
-	ts.on, ts.seeded = true, false
+	// A read-back of an expired subscription may still run: its
+	// reading is not this one's.
+	ts.on, ts.seeded, ts.reading = true, false, false
 	ts.clients = map[string]*topClient{}
 	if path != "" {
 		ts.reading, ts.readSize, ts.readDone = true, size, make(chan struct{})
-		ts.read.Store(0)
-		go s.readBack(ts.gen, ts.readDone, live, path, size)
+		ts.read = new(atomic.Int64)
+		go s.readBack(ts.gen, ts.readDone, ts.read, live, path, size)
 	}
-	go s.expireTop()
+	go s.expireTop(topLease)
 	return nil
 }
 
 // readBack reads the first size bytes of the session's trace file into a
 // seed and merges live, the aggregate of the events since, into it (see
 // subscribe). If the read fails, the totals go on from live alone.
-func (s *Session) readBack(gen int, done chan struct{}, live *aggregate, path string, size int64) {
+func (s *Session) readBack(gen int, done chan struct{}, read *atomic.Int64, live *aggregate, path string, size int64) {
 	ts := &s.top
 	seed := newAggregate()
-	err := readSeed(seed, path, size, &ts.read)
+	err := readSeed(seed, path, size, read)
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	defer close(done)
@@ -437,7 +441,7 @@ func (c countingReader) ReadAt(b []byte, off int64) (int, error) {
 // expireTop drops the totals once no client has asked for topLease, or
 // when the session ends (they stay readable in this process: an owner's
 // last query sees the final state).
-func (s *Session) expireTop() {
+func (s *Session) expireTop(topLease time.Duration) {
 	t := time.NewTicker(topLease / 6)
 	defer t.Stop()
 	for {

@@ -419,3 +419,24 @@ func TestReadingWord(t *testing.T) {
 		t.Errorf("past the end: %q", got)
 	}
 }
+
+// TestTopViewEndsWhileReading: the full-screen view keeps asking a session
+// of its own that ended while it read its trace back (it answers once that
+// is done), as the plain table does; a joined one is gone, and its last
+// answer stands, as in the plain table, rather than a progress whose rate
+// falls and time left grows for ever.
+func TestTopViewEndsWhileReading(t *testing.T) {
+	for _, own := range []bool{true, false} {
+		src := &topSource{name: "s", state: func() (string, bool) { return "ended", true }}
+		if own {
+			src.stop = func() error { return nil }
+		}
+		m := &topModel{src: src, interval: time.Second}
+		f := &live.Frame{Time: time.Now(), Reading: true, ReadBytes: 10 << 20, ReadSize: 100 << 20, Ended: true}
+		m.Update(frameMsg{f: f, ended: true})
+		m.Update(tickMsg{m.gen})
+		if m.inflight != own {
+			t.Errorf("own session %v, ended while reading: asks again %v, want %v", own, m.inflight, own)
+		}
+	}
+}

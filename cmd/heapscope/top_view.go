@@ -106,9 +106,9 @@ func (m *topModel) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		if msg.f.Reading && (m.frame == nil || !m.frame.Reading) {
 			m.readFrom = msg.f
 		}
-		// A session that ended while its trace was read back still
-		// answers once that is done.
-		m.frame, m.ended = msg.f, msg.ended && !msg.f.Reading
+		// A session of this process that ended while its trace was read
+		// back still answers once that is done; a joined one is gone.
+		m.frame, m.ended = msg.f, msg.ended && (!msg.f.Reading || m.src.stop == nil)
 		m.frame.Sort(m.order)
 		m.sel = min(m.sel, max(0, len(m.frame.Sites)-1))
 		return m, m.tick()

@@ -1,0 +1,166 @@
+package heapscope
+
+import (
+	"bufio"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// readingSession launches python3 churning the C allocator for a while (a
+// trace file that takes far longer to read back than the lease
+// expireWhileReading sets) and returns once it has, while it waits.
+func readingSession(t *testing.T, name string) (*Session, *exec.Cmd) {
+	cmd := exec.Command("/usr/bin/python3.11", "-c", "import sys, time\ndata=[]\nfor i in range(800000):\n"+
+		"    data.append({'k':i,'s':str(i)*3,'l':[i,i+1,i+2]})\n    if len(data)>1000: data.pop(0)\n"+
+		"print('ready', flush=True)\ntime.sleep(120)\n")
+	cmd.Env = append(os.Environ(), "PYTHONMALLOC=malloc")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	props := Properties{File: filepath.Join(t.TempDir(), name+".hst"), FlushInterval: 100 * time.Millisecond}
+	s, err := Launch(name, props, cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		s.Stop()
+	})
+	if line, _ := bufio.NewReader(stdout).ReadString('\n'); line != "ready\n" {
+		t.Fatalf("workload said %q", line)
+	}
+	time.Sleep(time.Second) // the collector has the events
+	return s, cmd
+}
+
+// expireWhileReading asks s for its totals with a short lease and no wait
+// for the read-back, lets the lease expire while the trace file is read
+// back, and puts the lease back.
+func expireWhileReading(t *testing.T, s *Session) TopResult {
+	defer func(l, w time.Duration) { topLease, readBackWait = l, w }(topLease, readBackWait)
+	topLease, readBackWait = 12*time.Millisecond, 0
+	r, err := s.Top(TopQuery{Client: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.Reading {
+		t.Fatalf("first query: reading %v (%d of %d bytes): want the read-back begun", r.Reading, r.ReadBytes, r.ReadSize)
+	}
+	// expireTop looks every 2 ms.
+	ts := &s.top
+	for on, reading := true, true; on; {
+		time.Sleep(2 * time.Millisecond)
+		ts.mu.Lock()
+		on, reading = ts.on, ts.reading
+		ts.mu.Unlock()
+		if !on && !reading {
+			t.Fatalf("the %d-byte trace file was read back before the lease expired: the case is not made", r.ReadSize)
+		}
+	}
+	return r
+}
+
+// TestTopLeaseExpiresWhileReading: when no client asks for the lease while
+// the session reads its trace file back, the totals are dropped; a client
+// that asks after the session ended gets the totals (of what the session
+// has in hand: none), not the progress of the dropped read-back for ever.
+func TestTopLeaseExpiresWhileReading(t *testing.T) {
+	s, cmd := readingSession(t, "top-lease")
+	expireWhileReading(t, s)
+	cmd.Process.Kill()
+	if err := s.Stop(); err != nil {
+		t.Logf("stop: %v", err) // the program was killed
+	}
+	var r TopResult
+	var err error
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		if r, err = s.Top(TopQuery{Client: "t"}); err != nil {
+			t.Fatal(err)
+		}
+		if !r.Reading {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after the session ended: still reading (%d of %d bytes) 30 s on", r.ReadBytes, r.ReadSize)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !r.Ended || r.Seeded {
+		t.Errorf("after the session ended: ended %v, seeded %v: want ended, not seeded (no file to read back)", r.Ended, r.Seeded)
+	}
+}
+
+// TestTopReadAgainAfterLease: a client that comes back after the lease
+// expired during a read-back starts another; its progress counts its own
+// bytes, not those the dropped one goes on reading.
+func TestTopReadAgainAfterLease(t *testing.T) {
+	s, _ := readingSession(t, "top-again")
+	expireWhileReading(t, s)
+	defer func(w time.Duration) { readBackWait = w }(readBackWait)
+	readBackWait = 0
+	r, err := s.Top(TopQuery{Client: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.Reading {
+		t.Fatalf("query after the lease: reading %v: want another read-back begun", r.Reading)
+	}
+	size := r.ReadSize
+	ts := &s.top
+	for deadline := time.Now().Add(60 * time.Second); r.Reading; {
+		if time.Now().After(deadline) {
+			t.Fatalf("still reading (%d of %d bytes) 60 s on", r.ReadBytes, r.ReadSize)
+		}
+		time.Sleep(20 * time.Millisecond)
+		if r, err = s.Top(TopQuery{Client: "t"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A reader reads a few bytes twice (headers, the index): no more.
+	ts.mu.Lock()
+	read := ts.read.Load()
+	ts.mu.Unlock()
+	if read > size+size/20 {
+		t.Errorf("the read-back of %d bytes counted %d", size, read)
+	}
+	if !r.Seeded || len(r.Sites) == 0 {
+		t.Errorf("after the read-back: seeded %v, %d sites", r.Seeded, len(r.Sites))
+	}
+}
+
+// TestTopEndsWhileReading: a session that ends while its trace file is read
+// back still answers once that is done, with the totals of the whole
+// session, read back and live.
+func TestTopEndsWhileReading(t *testing.T) {
+	s, cmd := readingSession(t, "top-ends")
+	defer func(w time.Duration) { readBackWait = w }(readBackWait)
+	readBackWait = 0
+	r, err := s.Top(TopQuery{Client: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.Reading {
+		t.Fatalf("first query: reading %v: want the read-back begun", r.Reading)
+	}
+	cmd.Process.Kill()
+	if err := s.Stop(); err != nil {
+		t.Logf("stop: %v", err) // the program was killed
+	}
+	for deadline := time.Now().Add(60 * time.Second); r.Reading; {
+		if time.Now().After(deadline) {
+			t.Fatalf("still reading (%d of %d bytes) 60 s on", r.ReadBytes, r.ReadSize)
+		}
+		time.Sleep(20 * time.Millisecond)
+		if r, err = s.Top(TopQuery{Client: "t"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !r.Ended || !r.Seeded || len(r.Sites) == 0 || r.Totals.Allocs < 800000 || r.Totals.Frees == 0 {
+		t.Errorf("after the read-back: ended %v, seeded %v, %d sites, totals %+v: want the session's allocations (python3 made 800,000 dicts)",
+			r.Ended, r.Seeded, len(r.Sites), r.Totals)
+	}
+}
