@@ -42,7 +42,7 @@ func readingSession(t *testing.T, name string) (*Session, *exec.Cmd) {
 // back, and puts the lease back.
 func expireWhileReading(t *testing.T, s *Session) TopResult {
 	defer func(l, w time.Duration) { topLease, readBackWait = l, w }(topLease, readBackWait)
-	topLease, readBackWait = 12*time.Millisecond, 0
+	topLease, readBackWait = 3*time.Millisecond, 0
 	r, err := s.Top(TopQuery{Client: "t"})
 	if err != nil {
 		t.Fatal(err)
@@ -50,7 +50,7 @@ func expireWhileReading(t *testing.T, s *Session) TopResult {
 	if !r.Reading {
 		t.Fatalf("first query: reading %v (%d of %d bytes): want the read-back begun", r.Reading, r.ReadBytes, r.ReadSize)
 	}
-	// expireTop looks every 2 ms.
+	// expireTop looks every 0.5 ms.
 	ts := &s.top
 	for on, reading := true, true; on; {
 		time.Sleep(2 * time.Millisecond)
