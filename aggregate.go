@@ -181,6 +181,10 @@ func (a *aggregate) events(evs []event.Event) {
 		case event.KindAlloc:
 			if e.Addr != 0 {
 				a.alloc(p, t, e)
+			} else if t.pend != 0 {
+				// A failed call is a heap event of the thread: what it
+				// holds is no temporary (as the model counts them).
+				a.settle(p, t)
 			}
 		case event.KindFree:
 			if e.Addr != 0 && e.Addr == t.pend {
@@ -189,14 +193,24 @@ func (a *aggregate) events(evs []event.Event) {
 				a.free(p, t, e.Addr)
 			}
 		case event.KindRealloc:
-			if e.Addr == 0 && e.Size != 0 {
-				continue // failed: the old block stays
+			if e.Addr == 0 && (e.Size != 0 || e.OldAddr == 0) {
+				// Failed: the old block stays.
+				if t.pend != 0 {
+					a.settle(p, t)
+				}
+				continue
 			}
 			if e.OldAddr != 0 {
 				a.free(p, t, e.OldAddr)
 			}
 			if e.Addr != 0 {
 				a.alloc(p, t, e)
+			}
+		default:
+			// mmap and munmap are not counted, but they are heap
+			// events of the thread.
+			if t.pend != 0 && (e.Kind == event.KindMmap || e.Kind == event.KindMunmap) {
+				a.settle(p, t)
 			}
 		}
 	}
