@@ -64,6 +64,39 @@ func expireWhileReading(t *testing.T, s *Session) TopResult {
 	return r
 }
 
+// startReading asks s for its totals with no wait for the read-back, which
+// the query must begin.
+func startReading(t *testing.T, s *Session, what string) TopResult {
+	t.Helper()
+	defer func(w time.Duration) { readBackWait = w }(readBackWait)
+	readBackWait = 0
+	r, err := s.Top(TopQuery{Client: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.Reading {
+		t.Fatalf("%s: reading %v: want a read-back begun", what, r.Reading)
+	}
+	return r
+}
+
+// untilRead asks s again until the read-back r reports is done, for a
+// minute at most, and returns the first answer after it.
+func untilRead(t *testing.T, s *Session, r TopResult) TopResult {
+	t.Helper()
+	for deadline := time.Now().Add(60 * time.Second); r.Reading; {
+		if time.Now().After(deadline) {
+			t.Fatalf("still reading (%d of %d bytes) 60 s on", r.ReadBytes, r.ReadSize)
+		}
+		time.Sleep(20 * time.Millisecond)
+		var err error
+		if r, err = s.Top(TopQuery{Client: "t"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return r
+}
+
 // TestTopLeaseExpiresWhileReading: when no client asks for the lease while
 // the session reads its trace file back, the totals are dropped; a client
 // that asks after the session ended gets the totals (of what the session
@@ -75,20 +108,11 @@ func TestTopLeaseExpiresWhileReading(t *testing.T) {
 	if err := s.Stop(); err != nil {
 		t.Logf("stop: %v", err) // the program was killed
 	}
-	var r TopResult
-	var err error
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		if r, err = s.Top(TopQuery{Client: "t"}); err != nil {
-			t.Fatal(err)
-		}
-		if !r.Reading {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after the session ended: still reading (%d of %d bytes) 30 s on", r.ReadBytes, r.ReadSize)
-		}
-		time.Sleep(50 * time.Millisecond)
+	r, err := s.Top(TopQuery{Client: "t"})
+	if err != nil {
+		t.Fatal(err)
 	}
+	r = untilRead(t, s, r) // the session ended: no read-back to wait for
 	if !r.Ended || r.Seeded {
 		t.Errorf("after the session ended: ended %v, seeded %v: want ended, not seeded (no file to read back)", r.Ended, r.Seeded)
 	}
@@ -100,26 +124,10 @@ func TestTopLeaseExpiresWhileReading(t *testing.T) {
 func TestTopReadAgainAfterLease(t *testing.T) {
 	s, _ := readingSession(t, "top-again")
 	expireWhileReading(t, s)
-	defer func(w time.Duration) { readBackWait = w }(readBackWait)
-	readBackWait = 0
-	r, err := s.Top(TopQuery{Client: "t"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !r.Reading {
-		t.Fatalf("query after the lease: reading %v: want another read-back begun", r.Reading)
-	}
+	r := startReading(t, s, "query after the lease")
 	size := r.ReadSize
 	ts := &s.top
-	for deadline := time.Now().Add(60 * time.Second); r.Reading; {
-		if time.Now().After(deadline) {
-			t.Fatalf("still reading (%d of %d bytes) 60 s on", r.ReadBytes, r.ReadSize)
-		}
-		time.Sleep(20 * time.Millisecond)
-		if r, err = s.Top(TopQuery{Client: "t"}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	r = untilRead(t, s, r)
 	// A reader reads a few bytes twice (headers, the index): no more.
 	ts.mu.Lock()
 	read := ts.read.Load()
@@ -137,28 +145,12 @@ func TestTopReadAgainAfterLease(t *testing.T) {
 // session, read back and live.
 func TestTopEndsWhileReading(t *testing.T) {
 	s, cmd := readingSession(t, "top-ends")
-	defer func(w time.Duration) { readBackWait = w }(readBackWait)
-	readBackWait = 0
-	r, err := s.Top(TopQuery{Client: "t"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !r.Reading {
-		t.Fatalf("first query: reading %v: want the read-back begun", r.Reading)
-	}
+	r := startReading(t, s, "first query")
 	cmd.Process.Kill()
 	if err := s.Stop(); err != nil {
 		t.Logf("stop: %v", err) // the program was killed
 	}
-	for deadline := time.Now().Add(60 * time.Second); r.Reading; {
-		if time.Now().After(deadline) {
-			t.Fatalf("still reading (%d of %d bytes) 60 s on", r.ReadBytes, r.ReadSize)
-		}
-		time.Sleep(20 * time.Millisecond)
-		if r, err = s.Top(TopQuery{Client: "t"}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	r = untilRead(t, s, r)
 	if !r.Ended || !r.Seeded || len(r.Sites) == 0 || r.Totals.Allocs < 800000 || r.Totals.Frees == 0 {
 		t.Errorf("after the read-back: ended %v, seeded %v, %d sites, totals %+v: want the session's allocations (python3 made 800,000 dicts)",
 			r.Ended, r.Seeded, len(r.Sites), r.Totals)
