@@ -418,24 +418,12 @@ func readSeed(a *aggregate, path string, size int64, read *atomic.Int64) error {
 	if int(st.Uid) != os.Geteuid() {
 		return fmt.Errorf("%s belongs to uid %d: %w", path, st.Uid, errs.ErrAccessDenied)
 	}
-	r, err := tracefile.NewReader(countingReader{io.NewSectionReader(f, 0, size), read}, size)
+	r, err := tracefile.NewReader(tracefile.CountReads(io.NewSectionReader(f, 0, size), func(n int64) { read.Add(n) }), size)
 	if err != nil {
 		return err
 	}
 	defer r.Close()
 	return r.Replay(a, tracefile.Window{})
-}
-
-// countingReader counts the bytes read through it.
-type countingReader struct {
-	r io.ReaderAt
-	n *atomic.Int64
-}
-
-func (c countingReader) ReadAt(b []byte, off int64) (int, error) {
-	n, err := c.r.ReadAt(b, off)
-	c.n.Add(int64(n))
-	return n, err
 }
 
 // expireTop drops the totals once no client has asked for topLease, or

@@ -69,11 +69,7 @@ func OpenCounting(path string, progress func(n int64)) (*Reader, error) {
 		f.Close()
 		return nil, fmt.Errorf("tracefile: %w", err)
 	}
-	var ra io.ReaderAt = f
-	if progress != nil {
-		ra = countingReaderAt{f, progress}
-	}
-	r, err := newReader(ra, st.Size(), path)
+	r, err := newReader(CountReads(f, progress), st.Size(), path)
 	if err != nil {
 		f.Close()
 		return nil, err
@@ -82,14 +78,24 @@ func OpenCounting(path string, progress func(n int64)) (*Reader, error) {
 	return r, nil
 }
 
+// CountReads returns ra, calling progress with the length of every read
+// through it (for a progress meter of a Reader made with NewReader); ra
+// itself when progress is nil.
+func CountReads(ra io.ReaderAt, progress func(n int64)) io.ReaderAt {
+	if progress == nil {
+		return ra
+	}
+	return countingReaderAt{ra, progress}
+}
+
 // countingReaderAt passes the length of each read to n.
 type countingReaderAt struct {
-	f *os.File
-	n func(int64)
+	ra io.ReaderAt
+	n  func(int64)
 }
 
 func (c countingReaderAt) ReadAt(b []byte, off int64) (int, error) {
-	n, err := c.f.ReadAt(b, off)
+	n, err := c.ra.ReadAt(b, off)
 	c.n(int64(n))
 	return n, err
 }
