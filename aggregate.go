@@ -563,6 +563,7 @@ func (a *aggregate) Snapshot(sn event.Snapshot) error {
 }
 
 func (a *aggregate) Stats(event.Stats) error { return nil }
+func (a *aggregate) Note(event.Note) error   { return nil }
 
 // processes lists the processes and their threads, by PID and TID.
 func (a *aggregate) processes() []TopProcess {

@@ -249,6 +249,16 @@ func (s *sessionSink) Stats(st event.Stats) error {
 	return nil
 }
 
+// Note passes a note to the trace file.
+func (s *sessionSink) Note(n event.Note) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.w != nil && !s.closed {
+		return s.w.Note(n)
+	}
+	return nil
+}
+
 func (s *sessionSink) flush() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -64,6 +64,9 @@ type Model struct {
 	modules  []event.Module
 	stats    event.Stats
 	hasStats bool
+	warnings []event.Warning
+	seenWarn map[event.Warning]bool
+	memory   []event.Memory
 
 	snaps        map[uint32]*snapProc
 	snapPeak     Peak
@@ -276,6 +279,28 @@ func (m *Model) Stack(st event.Stack) error {
 	p := m.proc(st.PID)
 	si := m.siteOf(p, st.ID)
 	m.sites[si].frames = m.frames.store(st.Frames)
+	return nil
+}
+
+// Note keeps the session's warnings (once each, whatever the window: they
+// are about the session) and the memory samples in the window.
+func (m *Model) Note(n event.Note) error {
+	switch n := n.(type) {
+	case event.Warning:
+		if m.seenWarn == nil {
+			m.seenWarn = make(map[event.Warning]bool)
+		}
+		k := n
+		k.Time = 0
+		if !m.seenWarn[k] {
+			m.seenWarn[k] = true
+			m.warnings = append(m.warnings, n)
+		}
+	case event.Memory:
+		if n.Time >= m.from && n.Time < m.to {
+			m.memory = append(m.memory, n)
+		}
+	}
 	return nil
 }
 
@@ -601,6 +626,8 @@ func (m *Model) Profile() *Profile {
 		Modules:    append([]event.Module(nil), m.modules...),
 		Stats:      m.stats,
 		HasStats:   m.hasStats,
+		Warnings:   m.warnings,
+		Memory:     m.memory,
 		Peak:       m.peak,
 		Aggregate:  len(m.snaps) > 0,
 		SampleRate: m.rate,

@@ -64,6 +64,7 @@ func (b *builder) Exit(event.Exit) error         { return nil }
 func (b *builder) Module(event.Module) error     { return nil }
 func (b *builder) Snapshot(event.Snapshot) error { return nil }
 func (b *builder) Stats(event.Stats) error       { return nil }
+func (b *builder) Note(event.Note) error         { return nil }
 
 func (b *builder) proc(pid uint32) *bproc {
 	if p := b.lastProc; p != nil && p.pid == pid {

@@ -72,6 +72,7 @@ func (e *events) Exit(event.Exit) error         { return nil }
 func (e *events) Module(event.Module) error     { return nil }
 func (e *events) Stack(event.Stack) error       { return nil }
 func (e *events) Snapshot(event.Snapshot) error { return nil }
+func (e *events) Note(event.Note) error         { return nil }
 func (e *events) Stats(event.Stats) error       { return nil }
 func (e *events) Events(evs []event.Event) error {
 	e.evs = append(e.evs, evs...)
