@@ -60,7 +60,8 @@ type sessionSink struct {
 	sampling  bool          // the session samples: count what it recorded
 	sampled   atomic.Uint64 // allocations and reallocations recorded, when sampling
 	call      Call
-	agg       *aggregate // per-stack totals, while a Top client asks (top.go)
+	agg       *aggregate      // per-stack totals, while a Top client asks (top.go)
+	running   map[uint32]bool // processes with a record and no exit: their memory is sampled (memory.go)
 }
 
 func (s *sessionSink) setHooks(h Hooks) {
@@ -99,6 +100,7 @@ func (s *sessionSink) fileStats(st event.Stats) event.Stats {
 func (s *sessionSink) Process(p event.Process) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.started(p.PID)
 	if s.agg != nil {
 		s.agg.Process(p)
 	}
@@ -111,6 +113,7 @@ func (s *sessionSink) Process(p event.Process) error {
 func (s *sessionSink) Exit(e event.Exit) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	delete(s.running, e.PID)
 	if s.agg != nil {
 		s.agg.Exit(e)
 	}
