@@ -184,8 +184,12 @@ func info(out io.Writer, path string, sel analyze.Processes) error {
 	if !sel.All() {
 		line("", "selected: %s (the events, modules, stacks and exits below are theirs; lost events are the session's)", sel)
 	}
-	nth := map[uint32]int{} // programs of each PID so far
-	for i, p := range s.procs {
+	nth := map[uint32]int{}   // programs of each PID so far
+	total := map[uint32]int{} // programs of each PID in all
+	for _, p := range s.procs {
+		total[p.PID]++
+	}
+	for _, p := range s.procs {
 		desc := fmt.Sprintf("pid %d (ppid %d) %s", p.PID, p.PPID, p.CommandLine())
 		if len(p.Cmdline) == 0 || p.Exe != p.Cmdline[0] {
 			desc += " [" + p.Exe + "]"
@@ -194,10 +198,7 @@ func info(out io.Writer, path string, sel analyze.Processes) error {
 		// The program's end: each program of a PID ends with one exit
 		// record, in order (one an exec replaced too), though it may be
 		// written after the next program started.
-		execd := false
-		for _, q := range s.procs[i+1:] {
-			execd = execd || q.PID == p.PID
-		}
+		execd := nth[p.PID] < total[p.PID]-1 // a later program has its PID
 		var exit *event.Exit
 		if k := nth[p.PID]; k < len(s.exits[p.PID]) {
 			exit = &s.exits[p.PID][k]
