@@ -56,6 +56,7 @@ type Model struct {
 	hist                  [65]uint64
 
 	events, unmatched, missed uint64
+	htTemporary               uint64 // temporaries by heaptrack's definition
 	rate                      int64  // the trace's sampling rate; 0: exact
 	sampled                   uint64 // allocations recorded, in a sampled trace
 	start, end                int64
@@ -83,6 +84,12 @@ type proc struct {
 	ids   []int32 // StackID → site index + 1, for small IDs
 	idm   map[event.StackID]int32
 	maps  *mappings // live mmap pages; nil until the first
+
+	// The site (index + 1) and size of the process's last allocation
+	// recorded, as heaptrack keeps them to count temporaries (see
+	// heaptrackFreed); 0 after a free.
+	htSite int32
+	htSize uint64
 }
 
 // thread is a thread's last heap event, for temporaries: the address it
@@ -362,6 +369,7 @@ func (m *Model) Events(evs []event.Event) error {
 					m.replaced(old)
 				}
 				m.added(si, e.Size)
+				p.htSite, p.htSize = si+1, e.Size
 			} else {
 				m.alloc(p, si, t.tid, e.Addr, e.Size)
 			}
@@ -379,6 +387,7 @@ func (m *Model) Events(evs []event.Event) error {
 				if t.last == e.Addr && b.tid == t.tid {
 					m.sites[b.site].temporary++
 				}
+				m.heaptrackFreed(p, b)
 			} else {
 				m.unmatched++
 			}
@@ -433,7 +442,14 @@ func (m *Model) realloc(p *proc, t *thread, e *event.Event) {
 		return
 	}
 	if e.OldAddr != 0 {
+		// heaptrack records no realloc that returned NULL (one that
+		// freed its block): its free leaves heaptrack's last
+		// allocation as it was.
+		htSite, htSize := p.htSite, p.htSize
 		m.free(p, t, e.OldAddr)
+		if e.Addr == 0 {
+			p.htSite, p.htSize = htSite, htSize
+		}
 	}
 	if e.Addr != 0 {
 		m.alloc(p, si, t.tid, e.Addr, e.Size)
@@ -454,6 +470,7 @@ func (m *Model) alloc(p *proc, si int32, tid uint32, addr, size uint64) {
 		m.replaced(old)
 	}
 	m.added(si, size)
+	p.htSite, p.htSize = si+1, size
 }
 
 // replaced counts a live block found at the address of a new one: its free
@@ -495,15 +512,32 @@ func (m *Model) free(p *proc, t *thread, addr uint64) {
 		m.unmatched++
 		return
 	}
-	m.freed(t, addr, b)
+	m.freed(p, t, addr, b)
 }
 
-// freed counts the free by thread t of block b at addr.
-func (m *Model) freed(t *thread, addr uint64, b block) {
+// freed counts the free by thread t of p of block b at addr.
+func (m *Model) freed(p *proc, t *thread, addr uint64, b block) {
 	m.release(b, true)
 	if t.last == addr && b.tid == t.tid {
 		m.sites[b.site].temporary++
 	}
+	m.heaptrackFreed(p, b)
+}
+
+// heaptrackFreed counts the free of block b of p as heaptrack counts a
+// temporary (heaptrack_print and heaptrack_gui, accumulatedtracedata.cpp):
+// its stream is every thread's calls, one after the other, and a free
+// (its '-' record) is temporary when the record before it was an
+// allocation ('+') of the same allocation info, the pair (stack, size),
+// whichever block that allocation made. So a loop that allocates a new
+// block and then frees an older one of the same size from the same stack
+// counts a temporary at every turn, where heapscope counts none: the
+// block freed is not the one just made.
+func (m *Model) heaptrackFreed(p *proc, b block) {
+	if p.htSite == b.site+1 && p.htSize == b.size {
+		m.htTemporary++
+	}
+	p.htSite = 0
 }
 
 // frameArena stores stack frames in large shared chunks, so that many small
@@ -572,6 +606,7 @@ func (m *Model) Profile() *Profile {
 	sum.UnmatchedFrees = m.unmatched
 	sum.MissedFrees = m.missed
 	sum.Sampled = m.sampled
+	sum.HeaptrackTemporary = m.htTemporary
 	if m.rate > 0 {
 		// The providers record neither every event nor a failed
 		// allocation when they sample.

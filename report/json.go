@@ -75,9 +75,12 @@ type JSONSummary struct {
 	SuppressedBytes      uint64 `json:"suppressed_bytes"`
 	SuppressedBlocks     uint64 `json:"suppressed_blocks"`
 	TemporaryAllocations uint64 `json:"temporary_allocations"`
-	UnmatchedFrees       uint64 `json:"unmatched_frees"`
-	FailedAllocations    uint64 `json:"failed_allocations"`
-	MissedFrees          uint64 `json:"missed_frees"`
+	// HeaptrackTemporary is the temporaries by heaptrack's definition
+	// (definitions.temporary), for a comparison with heaptrack.
+	HeaptrackTemporary uint64 `json:"heaptrack_temporary_allocations"`
+	UnmatchedFrees     uint64 `json:"unmatched_frees"`
+	FailedAllocations  uint64 `json:"failed_allocations"`
+	MissedFrees        uint64 `json:"missed_frees"`
 }
 
 // JSONLive is a site's live blocks: at the end (leaks) or at the peak.
@@ -208,6 +211,7 @@ func (r *Report) document(top int, sites bool) *JSON {
 			SuppressedBytes:      supBytes,
 			SuppressedBlocks:     supBlocks,
 			TemporaryAllocations: p.Summary.Temporary,
+			HeaptrackTemporary:   p.Summary.HeaptrackTemporary,
 			UnmatchedFrees:       p.Summary.UnmatchedFrees,
 			FailedAllocations:    p.Summary.Failed,
 			MissedFrees:          p.Summary.MissedFrees,

@@ -524,7 +524,7 @@ func TestLabels(t *testing.T) {
 	out := buf.String()
 	for _, want := range []string{
 		"temporary              5 (55.6% of allocation calls): freed by the next heap call of the thread that made them\n",
-		"heaptrack counts one only if no call of any thread came between",
+		"(heaptrack's count: 5, a free right after an allocation of the same stack and size, of any",
 		"unmatched frees        1, frees of blocks heapscope did not see made; possible causes:\n",
 		"- allocations among the 5 events lost",
 	} {

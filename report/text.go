@@ -225,7 +225,8 @@ func (t *textWriter) summary() {
 	} else {
 		row("temporary", "%s (%s of allocation calls): freed by the next heap call of the thread that made them", fmtCount(s.Temporary), pct(s.Temporary, s.Allocations+s.Reallocations))
 		if !t.o.Brief {
-			row("", "(heaptrack counts one only if no call of any thread came between: fewer with threads)")
+			row("", "(heaptrack's count: %s, a free right after an allocation of the same stack and size, of any", fmtCount(s.HeaptrackTemporary))
+			row("", " block, with no call of another thread between)")
 		}
 	}
 	if causes := r.UnmatchedCauses(); len(causes) > 0 {
