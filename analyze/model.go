@@ -33,6 +33,7 @@ type Model struct {
 
 	procs    map[uint32]*proc
 	procList []*proc
+	nkeys    int // process keys given (see blockTable.procKey)
 	lastPID  uint32
 	lastProc *proc
 
@@ -84,6 +85,11 @@ type proc struct {
 	ids   []int32 // StackID → site index + 1, for small IDs
 	idm   map[event.StackID]int32
 	maps  *mappings // live mmap pages; nil until the first
+	// sites are the process's sites, for its exit; gen counts its exits,
+	// and exitTime is the latest's.
+	sites    []int32
+	gen      uint32
+	exitTime int64
 
 	// The site (index + 1) and size of the process's last allocation
 	// recorded, as heaptrack keeps them to count temporaries (see
@@ -111,6 +117,9 @@ type site struct {
 
 	reallocs, failed      uint64
 	peakBytes, peakBlocks uint64
+	// gone is what of liveBytes and liveBlocks the exit of the site's
+	// process left: leaks, no longer in the heap (see Model.Exit).
+	goneBytes, goneBlocks uint64
 	pid                   uint32
 	id                    event.StackID
 	frames                []uint64
@@ -126,13 +135,19 @@ func (s *site) stack(epoch uint64) Stack {
 			Bytes: s.bytes, Frees: s.frees, FreedBytes: s.freedBytes, Temporary: s.temporary,
 			LiveBytes: s.liveBytes, LiveBlocks: s.liveBlocks, PeakBytes: s.peakBytes, PeakBlocks: s.peakBlocks,
 		},
+		ExitedBytes: s.goneBytes, ExitedBlocks: s.goneBlocks,
 	}
 	if s.stamp != epoch {
 		// Unchanged since the peak.
-		st.PeakBytes, st.PeakBlocks = s.liveBytes, s.liveBlocks
+		st.PeakBytes, st.PeakBlocks = s.heapBytes(), s.heapBlocks()
 	}
 	return st
 }
+
+// heapBytes and heapBlocks are what of the site's live blocks is in the
+// heap: its process has not exited since they were made.
+func (s *site) heapBytes() uint64  { return s.liveBytes - s.goneBytes }
+func (s *site) heapBlocks() uint64 { return s.liveBlocks - s.goneBlocks }
 
 // New returns an empty Model.
 func New(o Options) *Model {
@@ -172,7 +187,8 @@ func (m *Model) proc(pid uint32) *proc {
 	}
 	p := m.procs[pid]
 	if p == nil {
-		p = &proc{pid: pid, key: m.blocks.procKey(len(m.procList) + 1)}
+		m.nkeys++
+		p = &proc{pid: pid, key: m.blocks.procKey(m.nkeys)}
 		p.info.PID = pid
 		m.procs[pid] = p
 		m.procList = append(m.procList, p)
@@ -218,6 +234,7 @@ func (m *Model) newSite(p *proc, id event.StackID) int32 {
 	}
 	m.sites = append(m.sites, site{pid: p.pid, id: id})
 	s := int32(len(m.sites))
+	p.sites = append(p.sites, s-1)
 	if id < maxDenseID {
 		if int(id) >= len(p.ids) {
 			n := max(2*len(p.ids), int(id)+1, 64)
@@ -248,7 +265,7 @@ func (m *Model) lookupSite(p *proc, id event.StackID) int32 {
 // change after the latest peak.
 func (m *Model) touch(s *site) {
 	if s.stamp != m.epoch {
-		s.peakBytes, s.peakBlocks, s.stamp = s.liveBytes, s.liveBlocks, m.epoch
+		s.peakBytes, s.peakBlocks, s.stamp = s.heapBytes(), s.heapBlocks(), m.epoch
 	}
 }
 
@@ -264,12 +281,45 @@ func (m *Model) Process(ev event.Process) error {
 	return nil
 }
 
-// Exit records the end of a process.
+// Exit records the end of a process. Its blocks still live stay its
+// leaks (the stacks' LiveBytes and LiveBlocks), but leave the heap: from
+// here on the total live bytes, the timeline and the peak count them no
+// more (they are the stacks' ExitedBytes and ExitedBlocks), and the
+// process's later events (of the program an exec started) find none of
+// them: its blocks are keyed anew.
 func (m *Model) Exit(ev event.Exit) error {
 	p := m.proc(ev.PID)
 	p.info.Exited, p.info.Exit = true, ev
 	if m.inWindow(ev.Time) {
 		m.seen(ev.Time)
+	}
+	if p.gen > 0 && ev.Time <= p.exitTime {
+		return nil // an exit restated (a circular file's full chunk)
+	}
+	p.gen++
+	p.exitTime = ev.Time
+	var bytes, blocks uint64
+	for _, si := range p.sites {
+		s := &m.sites[si]
+		if s.liveBlocks == s.goneBlocks && s.liveBytes == s.goneBytes {
+			continue
+		}
+		m.touch(s)
+		bytes += s.heapBytes()
+		blocks += s.heapBlocks()
+		s.goneBytes, s.goneBlocks = s.liveBytes, s.liveBlocks
+	}
+	m.liveBytes -= bytes
+	m.liveBlocks -= blocks
+	m.nkeys++
+	p.key = m.blocks.procKey(m.nkeys)
+	p.maps = nil
+	p.htSite = 0
+	if m.snaps[ev.PID] != nil {
+		m.snapExit(ev)
+	}
+	if blocks > 0 && m.inWindow(ev.Time) {
+		m.timeline.add(ev.Time, m.liveBytes, m.liveBlocks)
 	}
 	return nil
 }

@@ -51,8 +51,12 @@
 // also records no realloc that returned NULL, no failed allocation and no
 // free of a block it did not see made.
 //
-// The peak is the first instant at which the bytes live across all traced
-// processes reached their maximum. For each stack the model keeps the bytes
+// The heap is the blocks live in the traced processes that are running: a
+// process's blocks still live when it exits stay its leaks (LiveBytes),
+// but leave the heap there (Stack.ExitedBytes), since the process's memory
+// is gone. The peak is the first instant at which the bytes live across
+// all traced processes reached their maximum: in a build, the compiler
+// that exited is not added to the assembler that runs after it. For each stack the model keeps the bytes
 // and blocks it had live at that instant, in constant time per event: the
 // model numbers each new peak, and a stack saves its live values the first
 // time they change after the latest peak.
@@ -206,6 +210,11 @@ type Stack struct {
 	ID     event.StackID
 	Frames []uint64
 	Counters
+	// ExitedBytes and ExitedBlocks are what of LiveBytes and LiveBlocks
+	// the exit of the process left: leaks that were no longer in the heap
+	// once it ended, so that neither the peak nor the timeline counts
+	// them after that.
+	ExitedBytes, ExitedBlocks uint64
 }
 
 // Missing is a set of the parts of a profile that its trace could not give.

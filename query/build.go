@@ -19,6 +19,9 @@ type bproc struct {
 	idm    map[event.StackID]int32
 	lastTK uint64 // the thread of the last event, and its last allocation
 	last   *uint64
+	// exits counts the process's exits, the latest at exitTime.
+	exits    int
+	exitTime int64
 }
 
 // builder is the event.Sink that fills an Index. It applies the events with
@@ -61,7 +64,6 @@ func newBuilder() *builder {
 var _ event.Sink = (*builder)(nil)
 
 func (b *builder) Process(event.Process) error   { return nil }
-func (b *builder) Exit(event.Exit) error         { return nil }
 func (b *builder) Module(event.Module) error     { return nil }
 func (b *builder) Snapshot(event.Snapshot) error { return nil }
 func (b *builder) Stats(event.Stats) error       { return nil }
@@ -384,6 +386,39 @@ func (b *builder) unmap(seq uint32, kind *uint8, p *bproc, e *event.Event, last 
 	}
 	b.liveBytes += size
 	b.liveBlocks++
+}
+
+// Exit ends the blocks the process has live, as the heap model does (see
+// analyze.Model.Exit): they leave the heap at the exit, which is an event
+// of the index of its own (listed in Index.exits), and stay leaks: their
+// rows end there with no lifetime (rowRec.exited), neither freed nor
+// counted as ended in the rates. A program an exec starts under the PID
+// starts with no live block.
+func (b *builder) Exit(x event.Exit) error {
+	p := b.procs[x.PID]
+	if p == nil || p.exits > 0 && x.Time <= p.exitTime {
+		return nil // nothing of it, or an exit restated
+	}
+	p.exits++
+	p.exitTime = x.Time
+	if p.live.Len() == 0 {
+		return nil
+	}
+	if b.x.evs.len() >= maxEvents {
+		b.tooLarge = true
+		return ErrTooLarge
+	}
+	seq := uint32(b.x.evs.len())
+	b.startEvent(x.Time)
+	var kind uint8
+	for _, l := range p.live.All() {
+		b.end(seq, x.Time, &kind, l, 0)
+		b.x.rows.at(int(l.row)).life = 0
+	}
+	p.live = blocks.Table[liveRef]{}
+	b.x.exits = append(b.x.exits, seq)
+	b.endEvent(x.Time, 0)
+	return nil
 }
 
 // finish returns the index, its columns complete.

@@ -126,7 +126,9 @@ func (c *events) detail(g int, d *groupEvents) {
 		d.time[off] = gr.base + int64(r.et)
 		dlive[off] -= int64(x.size(r, i))
 		dblocks[off]--
-		d.kind[off] |= evEnded
+		if !r.exited() {
+			d.kind[off] |= evEnded
+		}
 	}
 	for k, j := x.unmatchedIn(lo, hi); k < j; k++ {
 		d.time[int(x.unmatched[k])-lo] = gr.base + int64(x.unmatchedDT[k])
@@ -208,7 +210,7 @@ func (x *Index) columnBytes() int {
 	n := len(x.rows.chunks)*chunkLen*int(unsafe.Sizeof(rowRec{})) +
 		len(x.ends.chunks)*chunkLen*4 +
 		cap(x.evs.groups)*int(unsafe.Sizeof(group{})) +
-		4*(cap(x.unmatched)+cap(x.unmatchedDT)) +
+		4*(cap(x.unmatched)+cap(x.unmatchedDT)+cap(x.exits)) +
 		len(x.evs.wide)*groupLen*8
 	return n + len(x.big)*16
 }
@@ -228,7 +230,12 @@ func (x *Index) summarizeRows() {
 	n := x.rows.len()
 	ends := make([]uint32, (n+rowGroupLen-1)>>rowGroupBits)
 	for i := 0; i < n; i++ {
-		if e := x.rows.at(i).end; e > ends[i>>rowGroupBits] {
+		r := x.rows.at(i)
+		e := r.end
+		if r.exited() {
+			e = never // a leak: every window's question reads it
+		}
+		if e > ends[i>>rowGroupBits] {
 			ends[i>>rowGroupBits] = e
 		}
 	}

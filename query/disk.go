@@ -46,9 +46,10 @@ import (
 //	bytes), the groups' summaries (48 bytes per 256 events), the heap
 //	after the last event, the groups of whole times (index and times), the
 //	big sizes, the unmatched frees and their times, the threads, the rows'
-//	threads past the first 65535, and the magic again.
+//	threads past the first 65535, the exits (count and sequence numbers),
+//	and the magic again.
 
-const diskMagic = "HSIDX\x00\x00\x04"
+const diskMagic = "HSIDX\x00\x00\x05"
 
 // ErrBadIndexFile is wrapped by the errors of a cache file that cannot be
 // used; Open then builds the index again.
@@ -193,6 +194,9 @@ func (x *Index) writeColumns(w io.Writer) error {
 		d.u64(uint64(r))
 		d.u64(uint64(x.bigThread[r]))
 	}
+	d.u64(uint64(len(x.exits)))
+	d.raw(rawBytes(x.exits))
+	d.raw(pad8(4 * len(x.exits)))
 	d.raw([]byte(diskMagic))
 	if d.err == nil {
 		d.err = d.w.Flush()
@@ -723,6 +727,12 @@ func (x *Index) readCache(d *diskReader, nstacks int) error {
 		}
 		x.bigThread[uint32(r)] = uint32(tid)
 	}
+	nexits := d.u64()
+	if nexits > nev {
+		return fmt.Errorf("%d exits: %w", nexits, ErrBadIndexFile)
+	}
+	x.exits = sliceOf[uint32](d.take(4*int(nexits)), int(nexits))
+	d.take(len(pad8(4 * int(nexits))))
 	d.take(len(diskMagic))
 	if d.err != nil {
 		return d.err
@@ -730,12 +740,14 @@ func (x *Index) readCache(d *diskReader, nstacks int) error {
 	if d.off != d.size {
 		return fmt.Errorf("%d bytes after the end: %w", d.size-d.off, ErrBadIndexFile)
 	}
-	prev := uint32(0)
-	for _, u := range x.unmatched {
-		if uint64(u) >= nev || u < prev {
-			return fmt.Errorf("unmatched free at event %d of %d: %w", u, nev, ErrBadIndexFile)
+	for what, list := range map[string][]uint32{"unmatched free": x.unmatched, "exit": x.exits} {
+		prev := uint32(0)
+		for _, u := range list {
+			if uint64(u) >= nev || u < prev {
+				return fmt.Errorf("%s at event %d of %d: %w", what, u, nev, ErrBadIndexFile)
+			}
+			prev = u
 		}
-		prev = u
 	}
 	for g := range x.evs.groups {
 		if x.evs.groups[g].peakOff >= groupLen {
@@ -778,7 +790,7 @@ func (x *Index) checkRows(nev uint64, nstacks int) error {
 		r := x.rows.at(i)
 		if r.alloc < prev || uint64(r.alloc) >= nev || r.stack < 0 || int(r.stack) >= nstacks ||
 			r.thread != manyThreads && int(r.thread) >= len(x.threads) ||
-			r.end != never && (r.end < r.alloc || uint64(r.end) >= nev || r.life == 0 || r.life > 64) {
+			r.end != never && (r.end < r.alloc || uint64(r.end) >= nev || r.life == 0 && r.flags&fNoBlock != 0 || r.life > 64) {
 			return fmt.Errorf("row %d: %w", i, ErrBadIndexFile)
 		}
 		prev = r.alloc

@@ -12,7 +12,7 @@ type Cost uint8
 
 // The costs.
 const (
-	CostLeaks     Cost = iota // bytes live at the window's end
+	CostLeaks     Cost = iota // bytes not freed by the window's end (Costs.Leaked)
 	CostPeak                  // bytes live at the window's peak
 	CostInstant               // bytes live at Filter.At
 	CostNet                   // bytes live at the end minus at the start (growth; a site that shrank counts 0)
@@ -52,7 +52,7 @@ func ParseCost(s string) (Cost, error) {
 func (c Cost) Of(k *Costs) uint64 {
 	switch c {
 	case CostLeaks:
-		return k.End.Bytes
+		return k.Leaked.Bytes
 	case CostPeak:
 		return k.Peak.Bytes
 	case CostInstant:

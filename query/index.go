@@ -71,11 +71,16 @@ type rowRec struct {
 	thread uint16 // index into Index.threads; manyThreads: in Index.bigThread
 	flags  uint8
 	// life is the bucket of the block's lifetime, bits.Len64(end's time -
-	// alloc's time) (at most 63), plus 1; 0 while it is live. Kept (in
-	// what would be padding) so that a window's lifetimes need not look up
-	// the groups' base times.
+	// alloc's time) (at most 63), plus 1; 0 while it is live, and for a
+	// block ended by its process's exit (see exited): it was never
+	// freed. Kept (in what would be padding) so that a window's
+	// lifetimes need not look up the groups' base times.
 	life uint8
 }
+
+// exited reports whether row r is a block its process's exit ended: it
+// left the heap there, but was never freed (a leak).
+func (r *rowRec) exited() bool { return r.end != never && r.life == 0 && r.flags&fNoBlock == 0 }
 
 // Row flags.
 const (
@@ -169,6 +174,9 @@ type Index struct {
 	// unmatchedDT their times less their group's base time.
 	unmatched   []uint32
 	unmatchedDT []uint32
+	// exits are the sequence numbers of the processes' exits that ended
+	// blocks (see builder.Exit): events of the index, not heap events.
+	exits []uint32
 
 	// quick is the whole trace's answer from the report's pass, for the
 	// questions asked before the windowed index is built (see Open).
@@ -223,13 +231,21 @@ func (x *Index) Suppressed(id int) bool { return id < len(x.suppressed) && x.sup
 // Sites returns the call sites.
 func (x *Index) Sites() []*Site { return x.sites }
 
-// Events returns the number of heap events indexed: 0 until the windowed
-// index is ready.
+// Events returns the number of events indexed, the heap events and the
+// exits that ended blocks (sequence numbers run from 0 to it): 0 until the
+// windowed index is ready.
 func (x *Index) Events() int {
 	if !x.Ready() {
 		return 0
 	}
 	return x.evs.len()
+}
+
+// exitsIn returns how many of the events [lo, hi) are exits.
+func (x *Index) exitsIn(lo, hi int64) int {
+	i := sort.Search(len(x.exits), func(k int) bool { return int64(x.exits[k]) >= lo })
+	j := sort.Search(len(x.exits), func(k int) bool { return int64(x.exits[k]) >= hi })
+	return j - i
 }
 
 // Blocks returns the number of rows (blocks and calls that made none): 0

@@ -201,12 +201,13 @@ func TestWindowClamped(t *testing.T) {
 		x.Timeline(sp, 100)
 	}
 	whole := x.Window(Filter{From: 0, To: 1 << 62})
-	if whole.Total.End.Bytes != 11400 || whole.Total.End.Blocks != 7 {
-		t.Errorf("leaks of the clamped whole %+v", whole.Total.End)
+	if whole.Total.Leaked.Bytes != 11400 || whole.Total.Leaked.Blocks != 7 || whole.Total.End.Bytes != 0 {
+		t.Errorf("leaks of the clamped whole %+v, in the heap at the end %+v (the process exited)", whole.Total.Leaked, whole.Total.End)
 	}
 }
 
-// The timeline's buckets keep the peak and end with the heap at the end.
+// The timeline's buckets keep the peak and end with the heap at the end:
+// empty, once the process exited (its 11400 bytes of leaks left the heap).
 func TestTimeline(t *testing.T) {
 	x := build(t, record(t, "serve_phases"))
 	sp := x.Span(Filter{})
@@ -220,7 +221,7 @@ func TestTimeline(t *testing.T) {
 			max = maxU(max, b.MaxBytes)
 			allocs += b.Allocs
 		}
-		if max != 25000 || tl[len(tl)-1].EndBytes != 11400 || allocs != 24 {
+		if max != 25000 || tl[len(tl)-1].EndBytes != 0 || allocs != 24 {
 			t.Errorf("%d points: max %d, end %d, allocs %d", n, max, tl[len(tl)-1].EndBytes, allocs)
 		}
 	}

@@ -178,6 +178,7 @@ func (x *Index) index(path string, sel analyze.Processes) {
 // publish makes c's columns x's.
 func (x *Index) publish(c *Index) {
 	x.evs, x.rows, x.ends, x.rowEnds, x.big, x.unmatched, x.unmatchedDT = c.evs, c.rows, c.ends, c.rowEnds, c.big, c.unmatched, c.unmatchedDT
+	x.exits = c.exits
 	x.threads, x.bigThread = c.threads, c.bigThread
 	x.evs.x = x
 	x.arenaOwner = c

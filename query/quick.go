@@ -48,7 +48,8 @@ func (x *Index) quickResult() *Result {
 		c.Bytes += st.Bytes
 		c.Frees += st.Frees
 		c.Temporary += st.Temporary
-		live := Amount{Bytes: st.LiveBytes, Blocks: st.LiveBlocks}
+		c.Leaked.plus(Amount{Bytes: st.LiveBytes, Blocks: st.LiveBlocks})
+		live := Amount{Bytes: st.LiveBytes - st.ExitedBytes, Blocks: st.LiveBlocks - st.ExitedBlocks}
 		c.End.plus(live)
 		c.Classes[AIFO].plus(live)
 		c.Peak.plus(Amount{Bytes: st.PeakBytes, Blocks: st.PeakBlocks})

@@ -56,11 +56,18 @@ type Costs struct {
 	Frees         uint64 // blocks freed in the window (of any age)
 	Temporary     uint64 // blocks made and freed right after, in the window
 
-	Start   Amount    // live at the window's start
-	End     Amount    // live at its end
+	Start Amount // live at the window's start
+	End   Amount // live at its end
+	// Leaked is what was never freed by the window's end: End, and the
+	// blocks of the processes that exited before it (which left the heap
+	// there, but were not freed).
+	Leaked  Amount
 	Peak    Amount    // live at the window's peak instant
 	Instant Amount    // live at Filter.At
 	Classes [4]Amount // AIFI, AIFO, AOFI, AOFO
+	// ExitedAIFI is what of AIFI its process's exit ended, not a free:
+	// blocks that left the heap in the window, and are leaks.
+	ExitedAIFI Amount
 }
 
 func (c *Costs) add(o *Costs) {
@@ -72,11 +79,13 @@ func (c *Costs) add(o *Costs) {
 	c.Temporary += o.Temporary
 	c.Start.plus(o.Start)
 	c.End.plus(o.End)
+	c.Leaked.plus(o.Leaked)
 	c.Peak.plus(o.Peak)
 	c.Instant.plus(o.Instant)
 	for i := range c.Classes {
 		c.Classes[i].plus(o.Classes[i])
 	}
+	c.ExitedAIFI.plus(o.ExitedAIFI)
 }
 
 // Result is the answer to a window: the costs of every site, and the
@@ -313,7 +322,8 @@ func (x *Index) scanGroup(q *windowScan, w *windowPart, lo, hi int) {
 		row := x.rows.at(i)
 		a, e, fl := int64(row.alloc), int64(row.end), row.flags
 		inside := a >= s0
-		if !inside && e < s0 && (at < 0 || e <= at) {
+		exited := row.exited()
+		if !inside && e < s0 && (at < 0 || e <= at) && !exited {
 			continue // over before the window, and before the instant
 		}
 		st := row.stack
@@ -335,7 +345,7 @@ func (x *Index) scanGroup(q *windowScan, w *windowPart, lo, hi int) {
 			if block {
 				c.Bytes += size
 				w.hist[sizeBucket(size)]++
-				if e == never {
+				if e == never || exited {
 					w.life.Live++
 				} else {
 					w.life.Buckets[row.life-1]++
@@ -347,6 +357,9 @@ func (x *Index) scanGroup(q *windowScan, w *windowPart, lo, hi int) {
 		}
 		if !block {
 			continue
+		}
+		if e >= s1 || exited {
+			c.Leaked.add(size)
 		}
 		if e >= s0 && e < s1 {
 			if fl&fFreed != 0 {
@@ -374,6 +387,9 @@ func (x *Index) scanGroup(q *windowScan, w *windowPart, lo, hi int) {
 		switch {
 		case inside && e < s1:
 			c.Classes[AIFI].add(size)
+			if exited {
+				c.ExitedAIFI.add(size)
+			}
 		case inside:
 			c.Classes[AIFO].add(size)
 		case e < s1:
@@ -392,8 +408,9 @@ func sizeBucket(size uint64) int {
 }
 
 // Profile returns the window's answer as an analyze.Profile, for package
-// report's renderers: each stack's counters in the window, its live bytes
-// at the window's end as its leaks, at the window's peak as its peak. For
+// report's renderers: each stack's counters in the window, what it had not
+// freed by the window's end as its leaks, its live bytes at the window's
+// peak as its peak. For
 // the whole trace it is the heap model's profile (the timeline aside: the
 // index's is bucketed by time).
 func (x *Index) Profile(res *Result) *analyze.Profile {
@@ -415,7 +432,7 @@ func (x *Index) Profile(res *Result) *analyze.Profile {
 	}
 	for i := range res.stacks {
 		c := &res.stacks[i]
-		if c.Allocations == 0 && c.Reallocations == 0 && c.Frees == 0 && c.End.Blocks == 0 {
+		if c.Allocations == 0 && c.Reallocations == 0 && c.Frees == 0 && c.Leaked.Blocks == 0 {
 			continue
 		}
 		st := &x.stacks[i]
@@ -424,15 +441,20 @@ func (x *Index) Profile(res *Result) *analyze.Profile {
 			Counters: analyze.Counters{
 				Allocations: c.Allocations, Reallocations: c.Reallocations, Failed: c.Failed,
 				Bytes: c.Bytes, Frees: c.Frees, Temporary: c.Temporary,
-				LiveBytes: c.End.Bytes, LiveBlocks: c.End.Blocks, PeakBytes: c.Peak.Bytes, PeakBlocks: c.Peak.Blocks,
+				LiveBytes: c.Leaked.Bytes, LiveBlocks: c.Leaked.Blocks, PeakBytes: c.Peak.Bytes, PeakBlocks: c.Peak.Blocks,
 			},
+			ExitedBytes: c.Leaked.Bytes - c.End.Bytes, ExitedBlocks: c.Leaked.Blocks - c.End.Blocks,
 		})
 	}
 	sum := &pr.Summary
-	sum.Events = uint64(res.Span.S1 - res.Span.S0)
+	sum.Events = uint64(res.Span.S1-res.Span.S0) - uint64(x.exitsIn(res.Span.S0, res.Span.S1))
 	sum.UnmatchedFrees = res.Unmatch
 	sum.MissedFrees = res.Missed
 	sum.AddStacks(pr.Stacks)
+	if pr.From == 0 && pr.To == 0 && res.Filter.PID == 0 && res.Filter.TID == 0 {
+		// The model's count: the index keeps no stream of every thread.
+		sum.HeaptrackTemporary = whole.Summary.HeaptrackTemporary
+	}
 	pr.Histogram = analyze.SizeBuckets(&res.Hist)
 	for _, pt := range x.Timeline(res.Span, analyze.DefaultTimelinePoints) {
 		pr.Timeline = append(pr.Timeline, analyze.Point{Time: pt.Time, Bytes: pt.MaxBytes, Blocks: pt.MaxBlocks})

@@ -406,6 +406,9 @@ type Window struct {
 	Sites   []SiteClasses `json:"sites"` // by the sum of the four classes' bytes, at most top
 	More    int           `json:"more"`  // sites left out
 	Unmatch uint64        `json:"unmatched_frees"`
+	// ExitedAIFI is what of AIFI its process's exit ended, not a free
+	// (leaks that left the heap in the window).
+	ExitedAIFI query.Amount `json:"exited_aifi"`
 }
 
 // Classes are the four classes.
@@ -435,7 +438,7 @@ func (s *Server) window(w http.ResponseWriter, r *http.Request) {
 	}
 	res := s.windowOf(p.f)
 	out := Window{FromNs: s.rel(res.Span.From), ToNs: s.rel(res.Span.To), Total: classes(res.Total.Classes),
-		Start: res.Total.Start, End: res.Total.End, Unmatch: res.Unmatch, Sites: []SiteClasses{}}
+		Start: res.Total.Start, End: res.Total.End, Unmatch: res.Unmatch, ExitedAIFI: res.Total.ExitedAIFI, Sites: []SiteClasses{}}
 	if res.PeakSeq >= 0 {
 		out.Peak = Point{TNs: s.rel(res.Peak.Time), Bytes: res.Peak.Bytes, Blocks: res.Peak.Blocks}
 	}

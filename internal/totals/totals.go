@@ -41,6 +41,7 @@ type proc struct {
 	pid     uint32
 	exe     string
 	ended   bool
+	exits   int  // exits counted (see Exit)
 	snap    bool // reported by snapshots (eBPF aggregate mode): no events, no threads
 	frames  map[event.StackID][]uint64
 	threads map[uint32]*thread
@@ -77,6 +78,9 @@ type site struct {
 	allocs, allocBytes    uint64 // allocation and reallocation calls that returned a block
 	frees, freedBytes     uint64
 	temporary             uint64
+	// gone is what of liveBytes and liveBlocks the exit of the site's
+	// process left: leaks, no longer in the heap (see Exit).
+	goneBytes, goneBlocks uint64
 	pid, tid              uint32
 	stack                 event.StackID
 }
@@ -384,7 +388,9 @@ func (a *Totals) free(p *proc, t *thread, addr uint64) {
 		}
 	}
 	a.unmatched++
-	if a.keepMisses {
+	// After an exit the seed's blocks of p are out of the heap: no Merge
+	// matches this free with one.
+	if a.keepMisses && p.exits == 0 {
 		a.misses = append(a.misses, miss{pid: p.pid, tid: t.tid, addr: addr})
 	}
 }
@@ -474,6 +480,12 @@ func (a *Totals) Merge(b *Totals) {
 		}
 	}
 	a.unmatched += b.unmatched - uint64(len(b.misses))
+	for _, bp := range b.procList {
+		if ap := a.procs[bp.pid]; ap != nil && bp.exits > 0 {
+			// It exited after the seed: the seed's blocks left the heap.
+			a.retire(ap)
+		}
+	}
 	a.lastTime = max(a.lastTime, b.lastTime)
 	for _, m := range b.modules {
 		a.Module(m)
@@ -506,6 +518,8 @@ func (a *Totals) Merge(b *Totals) {
 				s.frees += o.frees
 				s.freedBytes += o.freedBytes
 				s.temporary += o.temporary
+				s.goneBytes += o.goneBytes
+				s.goneBlocks += o.goneBlocks
 			}
 			for id, si := range bt.small {
 				if si != 0 {
@@ -534,12 +548,41 @@ func (a *Totals) Process(pr event.Process) error {
 	return nil
 }
 
-// Exit marks a process ended.
+// Exit marks a process ended. Its blocks stay its sites' live bytes (its
+// leaks), but leave the heap: the sum of a View's rows counts them no
+// more, as the heap model does (analyze.Model.Exit), and the events after
+// (of a program an exec starts under the PID) find none of them.
 func (a *Totals) Exit(x event.Exit) error {
-	if p := a.procs[x.PID]; p != nil {
-		p.ended = true
-	}
+	// (Made when unknown: after a seed, its blocks are in the seed's.)
+	p := a.proc(x.PID)
+	p.ended = true
+	p.exits++
+	a.retire(p)
 	return nil
+}
+
+// retire takes p's live blocks out of the heap (see Exit).
+func (a *Totals) retire(p *proc) {
+	for _, t := range p.thrList {
+		if t.pend != 0 {
+			a.settle(p, t)
+		}
+	}
+	gone := func(si int32) {
+		s := &a.sites[si]
+		s.goneBytes, s.goneBlocks = s.liveBytes, s.liveBlocks
+	}
+	for _, t := range p.thrList {
+		for _, si := range t.small {
+			if si != 0 {
+				gone(si - 1)
+			}
+		}
+		for _, si := range t.big {
+			gone(si)
+		}
+	}
+	p.blocks = blocks.Table[blockVal]{}
 }
 
 // Module records a module, once.

@@ -486,3 +486,59 @@ func TestAggregateShapes(t *testing.T) {
 		}
 	}
 }
+
+// TestExitAgreesWithModel: a process that exits with blocks live keeps them
+// as its sites' live bytes (leaks), but the heap (the sum of a View's
+// rows) counts them no more, as the heap model's final timeline point
+// does; the program an exec starts under the same PID finds none of them,
+// as the model does not. Also when the exit comes after a seed (Merge).
+func TestExitAgreesWithModel(t *testing.T) {
+	for seed := int64(1); seed <= 3; seed++ {
+		evs := randomEvents(6000, seed)
+		cut := len(evs) / 2
+		exit := event.Exit{PID: 2, Time: evs[cut].Time}
+		// After the exit, process 2 (an exec's new program) allocates at
+		// the addresses the old one had live.
+		var after []event.Event
+		for i := 0; i < 50; i++ {
+			after = append(after, event.Event{Time: exit.Time + int64(i), PID: 2, TID: 10, Kind: event.KindAlloc,
+				Func: event.FuncMalloc, Addr: 0x1000 + 16*uint64(i), Size: 8, Stack: 7})
+		}
+		for _, merge := range []bool{false, true} {
+			a := New()
+			m := analyze.New(analyze.Options{})
+			m.Events(evs[:cut])
+			b := a
+			if merge {
+				a.events(evs[:cut])
+				b = New()
+				b.KeepMisses(true)
+			} else {
+				b.events(evs[:cut])
+			}
+			b.Exit(exit)
+			m.Exit(exit)
+			b.events(after)
+			m.Events(after)
+			b.events(evs[cut:])
+			m.Events(evs[cut:])
+			if merge {
+				a.Merge(b)
+			}
+			p := m.Profile()
+			got := byStack(a)
+			for _, st := range p.Stacks {
+				want := siteTotals{st.LiveBytes, st.LiveBlocks, st.Allocations + st.Reallocations, st.Frees, st.Temporary}
+				if g := got[[2]uint32{st.PID, uint32(st.ID)}]; g != want {
+					t.Errorf("seed %d merge %v: pid %d stack %d: %+v, want (model) %+v", seed, merge, st.PID, st.ID, g, want)
+				}
+			}
+			_, sum, _ := a.View(0, 0, 0).Rows(&Client{}, ByLive, 0, 0)
+			end := p.Timeline[len(p.Timeline)-1]
+			if sum.LiveBytes != end.Bytes || sum.LiveBlocks != end.Blocks || sum.LiveBytes == p.Summary.LiveBytes {
+				t.Errorf("seed %d merge %v: the heap %d bytes in %d blocks, want the model's %+v (leaks %d)", seed, merge,
+					sum.LiveBytes, sum.LiveBlocks, end, p.Summary.LiveBytes)
+			}
+		}
+	}
+}

@@ -140,6 +140,9 @@ func (v *View) Rows(c *Client, o Order, n int, minElapsed int64) (rows []Row, su
 		pid, tid uint32
 		stack    event.StackID
 	}
+	// The sum is of the heap: the blocks of exited processes, leaks in
+	// their rows, are not in it.
+	var gone Row
 	byKey := map[rowKey]*Row{}
 	var list []*Row
 	for i := range v.sites {
@@ -156,6 +159,8 @@ func (v *View) Rows(c *Client, o Order, n int, minElapsed int64) (rows []Row, su
 		}
 		row.LiveBytes += st.liveBytes
 		row.LiveBlocks += st.liveBlocks
+		gone.LiveBytes += st.goneBytes
+		gone.LiveBlocks += st.goneBlocks
 		row.Allocs += st.allocs
 		row.AllocBytes += st.allocBytes
 		row.Frees += st.frees
@@ -181,6 +186,8 @@ func (v *View) Rows(c *Client, o Order, n int, minElapsed int64) (rows []Row, su
 		sum.Temporary += row.Temporary
 		sum.Growth += row.Growth
 	}
+	sum.LiveBytes -= gone.LiveBytes
+	sum.LiveBlocks -= gone.LiveBlocks
 	key := func(t *Row) int64 {
 		switch o {
 		case ByGrowth:

@@ -171,6 +171,7 @@ export interface Window {
   sites: SiteClasses[];
   more: number;
   unmatched_frees: number;
+  exited_aifi: Amount; // of AIFI: ended by their process's exit, leaks
 }
 
 export interface FlameNode {

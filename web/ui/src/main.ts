@@ -222,8 +222,10 @@ function renderWindow(w: Window) {
     ["aofi", "allocated before, freed inside"],
     ["aofo", "allocated before, live at the end"],
   ];
-  for (const [k, text] of names) {
+  for (const [k, what] of names) {
     const a = w.total[k];
+    const x = w.exited_aifi;
+    const text = k === "aifi" && x.blocks ? `${what}, or left at their process's exit: ${amount(x)} (leaks)` : what;
     body.append(
       el(
         "tr",
@@ -231,7 +233,7 @@ function renderWindow(w: Window) {
         el("th", {}, k.toUpperCase()),
         el("td", { class: "num", "data-v": String(a.bytes) }, bytesExact(a.bytes)),
         el("td", { class: "num", "data-v": String(a.blocks) }, count(a.blocks)),
-        el("td", { class: "dim" }, text),
+        el("td", { class: "dim", "data-exited": k === "aifi" ? String(x.bytes) : "" }, text),
       ),
     );
   }
