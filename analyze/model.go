@@ -57,9 +57,10 @@ type Model struct {
 	hist                  [65]uint64
 
 	events, unmatched, missed uint64
-	htTemporary               uint64 // temporaries by heaptrack's definition
-	rate                      int64  // the trace's sampling rate; 0: exact
-	sampled                   uint64 // allocations recorded, in a sampled trace
+	htTemporary               uint64  // temporaries by heaptrack's definition
+	bytesVar                  float64 // of the bytes allocated, when sampled
+	rate                      int64   // the trace's sampling rate; 0: exact
+	sampled                   uint64  // allocations recorded, in a sampled trace
 	start, end                int64
 	firstEv, lastEv           int64 // the first and last heap events' times
 
@@ -120,9 +121,12 @@ type site struct {
 	// gone is what of liveBytes and liveBlocks the exit of the site's
 	// process left: leaks, no longer in the heap (see Model.Exit).
 	goneBytes, goneBlocks uint64
-	pid                   uint32
-	id                    event.StackID
-	frames                []uint64
+	// In a sampled trace, the variances of the estimates liveBytes,
+	// goneBytes and peakBytes (see SampleVariance).
+	liveVar, goneVar, peakVar float64
+	pid                       uint32
+	id                        event.StackID
+	frames                    []uint64
 }
 
 // stack returns s as a Stack, its values at the peak saved at peak number
@@ -136,10 +140,11 @@ func (s *site) stack(epoch uint64) Stack {
 			LiveBytes: s.liveBytes, LiveBlocks: s.liveBlocks, PeakBytes: s.peakBytes, PeakBlocks: s.peakBlocks,
 		},
 		ExitedBytes: s.goneBytes, ExitedBlocks: s.goneBlocks,
+		LiveVar: s.liveVar, PeakVar: s.peakVar,
 	}
 	if s.stamp != epoch {
 		// Unchanged since the peak.
-		st.PeakBytes, st.PeakBlocks = s.heapBytes(), s.heapBlocks()
+		st.PeakBytes, st.PeakBlocks, st.PeakVar = s.heapBytes(), s.heapBlocks(), max(s.liveVar-s.goneVar, 0)
 	}
 	return st
 }
@@ -266,6 +271,7 @@ func (m *Model) lookupSite(p *proc, id event.StackID) int32 {
 func (m *Model) touch(s *site) {
 	if s.stamp != m.epoch {
 		s.peakBytes, s.peakBlocks, s.stamp = s.heapBytes(), s.heapBlocks(), m.epoch
+		s.peakVar = max(s.liveVar-s.goneVar, 0)
 	}
 }
 
@@ -307,7 +313,7 @@ func (m *Model) Exit(ev event.Exit) error {
 		m.touch(s)
 		bytes += s.heapBytes()
 		blocks += s.heapBlocks()
-		s.goneBytes, s.goneBlocks = s.liveBytes, s.liveBlocks
+		s.goneBytes, s.goneBlocks, s.goneVar = s.liveBytes, s.liveBlocks, s.liveVar
 	}
 	m.liveBytes -= bytes
 	m.liveBlocks -= blocks
@@ -657,6 +663,7 @@ func (m *Model) Profile() *Profile {
 	sum.MissedFrees = m.missed
 	sum.Sampled = m.sampled
 	sum.HeaptrackTemporary = m.htTemporary
+	sum.BytesVar = m.bytesVar
 	if m.rate > 0 {
 		// The providers record neither every event nor a failed
 		// allocation when they sample.

@@ -169,6 +169,9 @@ type Summary struct {
 	// definition (see the package documentation), for a comparison with
 	// heaptrack; not known when Temporary is not (Profile.Missing).
 	HeaptrackTemporary uint64
+	// BytesVar is, in a sampled trace, the variance of the estimate of
+	// the bytes allocated (see SampleVariance); 0 when exact or unknown.
+	BytesVar float64
 }
 
 // Peak is the instant the live heap was largest.
@@ -215,6 +218,10 @@ type Stack struct {
 	// once it ended, so that neither the peak nor the timeline counts
 	// them after that.
 	ExitedBytes, ExitedBlocks uint64
+	// LiveVar and PeakVar are, in a sampled trace, the variances of the
+	// estimates LiveBytes and PeakBytes (see SampleVariance): 0 when
+	// exact, or unknown (an aggregate trace, a window of serve's index).
+	LiveVar, PeakVar float64
 }
 
 // Missing is a set of the parts of a profile that its trace could not give.

@@ -36,7 +36,17 @@ func SampleWeights(size uint64, rate int64) (bytes, objects float64) {
 // sampledBlock is a recorded block's weights: its bytes and a whole number
 // of objects (stored in block.tid: temporaries, its use, are off).
 func (m *Model) sampledBlock(size, addr uint64, t int64) (uint64, uint32) {
-	b, o := SampleWeights(size, m.rate)
+	return SampledBlock(size, addr, t, m.rate)
+}
+
+// SampledBlock returns what the allocation of size bytes at addr, made at
+// time t and recorded in a trace sampled at rate, counts: its bytes,
+// SampleWeights' rounded, and a whole number of objects, floor(1/p) or one
+// more, chosen by a hash of addr and t with the probability of the
+// fraction. It is the one rule every view of a sampled trace scales by:
+// the model's and serve's index's.
+func SampledBlock(size, addr uint64, t, rate int64) (bytes uint64, objects uint32) {
+	b, o := SampleWeights(size, rate)
 	n := math.Floor(o)
 	if frac := o - n; frac > 0 {
 		h := (addr ^ uint64(t)*0x9e3779b97f4a7c15) * 0xbf58476d1ce4e5b9
@@ -46,6 +56,32 @@ func (m *Model) sampledBlock(size, addr uint64, t int64) (uint64, uint32) {
 		}
 	}
 	return uint64(math.Round(b)), uint32(min(n, math.MaxUint32))
+}
+
+// SampleVariance returns the variance of the bytes a recorded block
+// counts, bytes (SampledBlock's), as an estimate of the bytes it stands
+// for: (1-p)·bytes², p being the probability that an allocation of its
+// size was recorded (found again from bytes, which grows with the size).
+// Summed over blocks it is the variance of a total's estimate (each block
+// recorded or not independently): its square root is the total's
+// standard error.
+func SampleVariance(bytes uint64, rate int64) float64 {
+	if rate <= 0 || bytes == 0 {
+		return 0
+	}
+	// bytes/rate = x/(1-exp(-x)), x = size/rate: solve for x.
+	y := float64(bytes) / float64(rate)
+	lo, hi := 0.0, y
+	for i := 0; i < 60 && hi-lo > 1e-12*hi; i++ {
+		x := (lo + hi) / 2
+		if g := x / -math.Expm1(-x); g < y {
+			lo = x
+		} else {
+			hi = x
+		}
+	}
+	b := float64(bytes)
+	return math.Exp(-(lo+hi)/2) * b * b
 }
 
 // sampledEvent applies one heap event of a sampled trace.
@@ -92,6 +128,9 @@ func (m *Model) sampledAlloc(p *proc, si int32, e *event.Event) uint64 {
 	}
 	s := &m.sites[si]
 	m.touch(s)
+	v := SampleVariance(bytes, m.rate)
+	s.liveVar += v
+	m.bytesVar += v
 	s.liveBytes += bytes
 	s.liveBlocks += uint64(n)
 	s.bytes += bytes
@@ -115,6 +154,7 @@ func (m *Model) sampledRelease(b block, counted bool) {
 	s := &m.sites[b.site]
 	m.touch(s)
 	n := uint64(b.tid)
+	s.liveVar = max(s.liveVar-SampleVariance(b.size, m.rate), 0)
 	s.liveBytes -= b.size
 	s.liveBlocks -= n
 	if counted {

@@ -47,9 +47,10 @@ import (
 //	after the last event, the groups of whole times (index and times), the
 //	big sizes, the unmatched frees and their times, the threads, the rows'
 //	threads past the first 65535, the exits (count and sequence numbers),
-//	and the magic again.
+//	the rows' weights of a sampled trace (count, then chunks of 8 bytes a
+//	row), and the magic again.
 
-const diskMagic = "HSIDX\x00\x00\x05"
+const diskMagic = "HSIDX\x00\x00\x06"
 
 // ErrBadIndexFile is wrapped by the errors of a cache file that cannot be
 // used; Open then builds the index again.
@@ -197,6 +198,10 @@ func (x *Index) writeColumns(w io.Writer) error {
 	d.u64(uint64(len(x.exits)))
 	d.raw(rawBytes(x.exits))
 	d.raw(pad8(4 * len(x.exits)))
+	d.u64(uint64(x.weights.len()))
+	for _, c := range x.weights.chunks {
+		d.raw(rawBytes(c))
+	}
 	d.raw([]byte(diskMagic))
 	if d.err == nil {
 		d.err = d.w.Flush()
@@ -672,7 +677,7 @@ func (x *Index) readCache(d *diskReader, nstacks int) error {
 		return fmt.Errorf("%d rows, %d ends and %d groups do not fit %d bytes: %w", nrows, nends, ngroups, d.size, ErrBadIndexFile)
 	}
 	a := newArena(x)
-	x.rows.arena, x.ends.arena = a, a
+	x.rows.arena, x.ends.arena, x.weights.arena = a, a, a
 	for k := 0; k < krows && d.err == nil; k++ {
 		x.rows.chunks = append(x.rows.chunks, readChunk[rowRec](d, a))
 	}
@@ -733,6 +738,15 @@ func (x *Index) readCache(d *diskReader, nstacks int) error {
 	}
 	x.exits = sliceOf[uint32](d.take(4*int(nexits)), int(nexits))
 	d.take(len(pad8(4 * int(nexits))))
+	if nw := d.u64(); nw != 0 {
+		if nw != nrows || int64(chunks(nw))*chunkLen*int64(unsafe.Sizeof(weight{})) > d.size-d.off {
+			return fmt.Errorf("%d weights of %d rows: %w", nw, nrows, ErrBadIndexFile)
+		}
+		for k := 0; k < chunks(nw) && d.err == nil; k++ {
+			x.weights.chunks = append(x.weights.chunks, readChunk[weight](d, a))
+		}
+		x.weights.n = int(nw)
+	}
 	d.take(len(diskMagic))
 	if d.err != nil {
 		return d.err

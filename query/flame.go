@@ -100,6 +100,9 @@ type Flame struct {
 	// Suppressions) would have added to Total: the leaks cost leaves them
 	// out, as the report does.
 	Suppressed uint64 `json:"suppressed,omitempty"`
+	// Estimated says, for a sampled trace, that the values are estimates
+	// (report.Report.Estimate); "" when exact.
+	Estimated string `json:"estimated,omitempty"`
 }
 
 // Flame builds the flame graph of res by cost c: from the callers down
@@ -153,7 +156,7 @@ func (x *Index) Flame(res *Result, c Cost, inverted bool, minShare float64, maxN
 		}
 		return tr.nodes[ns[i].trie].name
 	}
-	fl := &Flame{Cost: c.String(), Inverted: inverted, Total: ns[0].value, Suppressed: suppressed}
+	fl := &Flame{Cost: c.String(), Inverted: inverted, Total: ns[0].value, Suppressed: suppressed, Estimated: x.Report.Estimate()}
 	// Which nodes to keep: at least minShare, and the maxNodes largest
 	// (a parent is never smaller than its child, and sorts first on a tie
 	// by its depth, so that the kept nodes form a tree).

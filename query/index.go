@@ -147,7 +147,10 @@ type Index struct {
 
 	evs  events          // by sequence number, rebuilt from the rows and the group summaries
 	rows chunked[rowRec] // in the order of their allocation (alloc ascends)
-	ends chunked[uint32] // the rows that ended (blocks), in the order of their ends
+	// weights are, in a sampled trace, each row's weight (see
+	// builder.rate); empty in an exact one.
+	weights chunked[weight]
+	ends    chunked[uint32] // the rows that ended (blocks), in the order of their ends
 	// rowEnds is the latest end of each group of rows (see rowGroupLen).
 	rowEnds []uint32
 	big     map[uint32]uint64 // row → size, for the rows of sizes of 4 GiB and more
@@ -286,6 +289,23 @@ func (x *Index) End() int64 {
 		return x.Header.MonoStart
 	}
 	return x.evs.time(x.evs.len() - 1)
+}
+
+// weight is what a row of a sampled trace counts beyond its bytes: its
+// objects, and the size bucket of the allocation recorded (its size is the
+// bytes it stands for).
+type weight struct {
+	n      uint32
+	bucket uint8
+}
+
+// objects returns the blocks row i counts: 1, or its objects in a sampled
+// trace.
+func (x *Index) objects(i int) uint32 {
+	if x.weights.n == 0 {
+		return 1
+	}
+	return x.weights.at(i).n
 }
 
 // size returns the size of row r, i.

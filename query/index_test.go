@@ -242,7 +242,7 @@ func timeD(ns int64) time.Duration { return time.Duration(ns) }
 // that do not (a trace idle for seconds, a time before the group's first),
 // with blocks of 5 GiB, unmatched frees and failed allocations.
 func TestEventsColumn(t *testing.T) {
-	b := newBuilder()
+	b := newBuilder(0)
 	var evs []event.Event
 	var times []int64
 	var lives []uint64
@@ -308,7 +308,7 @@ func TestEventsColumn(t *testing.T) {
 // several chunks, one of them of whole times (an idle gap of 5 s), one of
 // whole heap sizes (a block of 5 GiB).
 func TestTimelineChunks(t *testing.T) {
-	b := newBuilder()
+	b := newBuilder(0)
 	var evs []event.Event
 	tm := int64(1e9)
 	var live []uint64
@@ -399,7 +399,7 @@ func timelineOneByOne(x *Index, sp Span, points int) []Bucket {
 // freed costs a row (28 bytes) and an end (4) per block, and the groups'
 // summaries, not the 13 bytes an event (26 a block) it held besides.
 func TestIndexBytesPerBlock(t *testing.T) {
-	b := newBuilder()
+	b := newBuilder(0)
 	const n = 3 * chunkLen
 	evs := make([]event.Event, 0, 2*n)
 	for i := 0; i < n; i++ {
@@ -427,7 +427,7 @@ func TestIndexBytesPerBlock(t *testing.T) {
 // A row keeps its thread as a 16-bit index; the threads past the first
 // 65535 are kept beside, and every row gives back its own.
 func TestManyThreads(t *testing.T) {
-	b := newBuilder()
+	b := newBuilder(0)
 	const n = manyThreads + 1000
 	evs := make([]event.Event, 0, n)
 	for i := 0; i < n; i++ {

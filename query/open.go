@@ -178,7 +178,7 @@ func (x *Index) index(path string, sel analyze.Processes) {
 // publish makes c's columns x's.
 func (x *Index) publish(c *Index) {
 	x.evs, x.rows, x.ends, x.rowEnds, x.big, x.unmatched, x.unmatchedDT = c.evs, c.rows, c.ends, c.rowEnds, c.big, c.unmatched, c.unmatchedDT
-	x.exits = c.exits
+	x.exits, x.weights = c.exits, c.weights
 	x.threads, x.bigThread = c.threads, c.bigThread
 	x.evs.x = x
 	x.arenaOwner = c
@@ -188,11 +188,11 @@ func (x *Index) publish(c *Index) {
 // is done). The builder numbers stacks as the report's profile does, so
 // that rows point at the sites already made.
 func (x *Index) build(path string, sel analyze.Processes) (*Index, error) {
-	b := newBuilder()
+	b := newBuilder(x.Header.SampleRate)
 	if x.buildInFile() {
 		// Without a file, the build holds its rows in memory, as before.
 		if a, err := newFileArena(b.x, x.cacheDir); err == nil {
-			b.x.rows.arena, b.x.ends.arena = a, a
+			b.x.rows.arena, b.x.ends.arena, b.x.weights.arena = a, a, a
 			b.x.mapped = true
 		}
 	}

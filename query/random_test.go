@@ -25,9 +25,16 @@ func writeRandomTrace(t *testing.T, path string, seed int64) {
 // 30000th when n passes it).
 func writeRandomTraceN(t *testing.T, path string, seed int64, n int) {
 	t.Helper()
+	writeRandomTraceRate(t, path, seed, n, 0)
+}
+
+// writeRandomTraceRate is writeRandomTraceN of a trace that says it was
+// sampled at rate (its events are then the ones recorded).
+func writeRandomTraceRate(t *testing.T, path string, seed int64, n int, rate int64) {
+	t.Helper()
 	const start = int64(1_000_000_000)
 	w, err := tracefile.Create(path, tracefile.Header{Session: "random", Provider: "preload", MonoStart: start,
-		WallStart: time.Unix(1700000000, 0)}, tracefile.Options{ChunkSize: 16 << 10})
+		WallStart: time.Unix(1700000000, 0), SampleRate: rate}, tracefile.Options{ChunkSize: 16 << 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,6 +206,64 @@ func TestWindowParts(t *testing.T) {
 		parts := x.Window(f)
 		if !reflect.DeepEqual(one, parts) {
 			t.Errorf("window %d: in parts %+v, in one %+v", k, parts.Total, one.Total)
+		}
+	}
+}
+
+// TestSampledTrace: in a sampled trace the index weighs each row as the
+// heap model counts it (analyze.SampledBlock), so that every answer is the
+// same estimate: the whole trace's report is the model's, the timeline's
+// and the window's peak are the model's peak, every window's classes add
+// up to the heap at its ends, and the flame graphs and quick answers read
+// the same scaled counts.
+func TestSampledTrace(t *testing.T) {
+	for seed := int64(1); seed <= 2; seed++ {
+		path := filepath.Join(t.TempDir(), "sampled.hst")
+		writeRandomTraceRate(t, path, seed, 20000, 4096)
+		x := build(t, path)
+		rep, err := report.Load(path, report.LoadOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !rep.Profile.Estimated() {
+			t.Fatal("the model does not take the trace for sampled")
+		}
+		want := comparable(rep.Document(0))
+		got := comparable(report.New(x.Profile(x.Window(Filter{})), x.trace(), x.res).Document(0))
+		if g, w := roundTrip(t, got), roundTrip(t, want); g != w {
+			t.Fatalf("seed %d: the index's report differs from the model's:\nindex %s\nmodel %s", seed, g, w)
+		}
+		if got.Trace.Estimated == "" {
+			t.Errorf("seed %d: the index's report is not labelled an estimate", seed)
+		}
+		sp := x.Span(Filter{})
+		pk, ok := x.Peak(sp)
+		var top uint64
+		for _, b := range x.Timeline(sp, 300) {
+			top = maxU(top, b.MaxBytes)
+		}
+		if !ok || pk.Bytes != rep.Profile.Peak.Bytes || pk.Blocks != rep.Profile.Peak.Blocks || top != pk.Bytes {
+			t.Errorf("seed %d: index peak %+v, timeline's largest %d, model's peak %+v", seed, pk, top, rep.Profile.Peak)
+		}
+		q, ok := x.Quick(Filter{})
+		whole := x.Window(Filter{})
+		if !ok || q.Total.Bytes != whole.Total.Bytes || q.Total.Leaked != whole.Total.Leaked || q.Total.Peak != whole.Total.Peak {
+			t.Errorf("seed %d: quick %+v, window %+v", seed, q.Total, whole.Total)
+		}
+		for _, c := range []Cost{CostLeaks, CostPeak, CostBytes, CostCalls} {
+			if a, b := x.Flame(q, c, false, 0, 0).Total, x.Flame(whole, c, false, 0, 0).Total; a != b || a == 0 {
+				t.Errorf("seed %d: cost %v: quick flame total %d, window's %d", seed, c, a, b)
+			}
+		}
+		rng := rand.New(rand.NewSource(seed))
+		for k := 0; k < 10; k++ {
+			a := x.Start() + rng.Int63n(x.End()-x.Start())
+			res := x.Window(Filter{From: a, To: a + 1 + rng.Int63n(x.End()-a+1)})
+			c := res.Total.Classes
+			b1, n1 := x.evs.state(int(res.Span.S1 - 1))
+			if c[AIFO].Bytes+c[AOFO].Bytes != b1 || c[AIFO].Blocks+c[AOFO].Blocks != uint64(n1) {
+				t.Errorf("seed %d window %d: classes %v, heap at the end %d/%d", seed, k, c, b1, n1)
+			}
 		}
 	}
 }

@@ -32,7 +32,7 @@ type Amount struct {
 	Blocks uint64 `json:"blocks"`
 }
 
-func (a *Amount) add(size uint64) { a.Bytes += size; a.Blocks++ }
+func (a *Amount) add(size, n uint64) { a.Bytes += size; a.Blocks += n }
 
 func (a *Amount) plus(o Amount) { a.Bytes += o.Bytes; a.Blocks += o.Blocks }
 
@@ -95,12 +95,15 @@ type Result struct {
 	Span   Span
 	// Peak is the instant of the window where the heap (of every process)
 	// was largest: its sequence number (-1: none), time and size.
-	PeakSeq  int64
-	Peak     analyze.Peak
-	Sites    []Costs // by Site.ID
-	Total    Costs
-	Unmatch  uint64     // unmatched frees in the window
-	Missed   uint64     // blocks whose free was lost, ended in the window
+	PeakSeq int64
+	Peak    analyze.Peak
+	Sites   []Costs // by Site.ID
+	Total   Costs
+	Unmatch uint64 // unmatched frees in the window
+	Missed  uint64 // blocks whose free was lost, ended in the window
+	// Sampled counts, in a sampled trace, the allocations and
+	// reallocations recorded in the window: what its estimates rest on.
+	Sampled  uint64
 	Hist     [65]uint64 // allocation sizes: bucket i holds sizes in (2^(i-1), 2^i]
 	Lifetime Lifetimes
 
@@ -225,7 +228,7 @@ func (x *Index) Window(f Filter) *Result {
 		x.scanRows(&q, w, n0+lo, n0+hi)
 	}, len(x.stacks))
 	res.stacks = parts[0].stacks
-	res.Hist, res.Lifetime, res.Missed = parts[0].hist, parts[0].life, parts[0].missed
+	res.Hist, res.Lifetime, res.Missed, res.Sampled = parts[0].hist, parts[0].life, parts[0].missed, parts[0].sampled
 	for _, w := range parts[1:] {
 		for i := range w.stacks {
 			res.stacks[i].add(&w.stacks[i])
@@ -238,6 +241,7 @@ func (x *Index) Window(f Filter) *Result {
 		}
 		res.Lifetime.Live += w.life.Live
 		res.Missed += w.missed
+		res.Sampled += w.sampled
 	}
 	lo, hi := x.unmatchedIn(int(s0), int(s1))
 	res.Unmatch = uint64(hi - lo)
@@ -261,10 +265,11 @@ type windowScan struct {
 
 // windowPart is what one goroutine's rows cost.
 type windowPart struct {
-	stacks []Costs
-	hist   [65]uint64
-	life   Lifetimes
-	missed uint64
+	stacks  []Costs
+	hist    [65]uint64
+	life    Lifetimes
+	missed  uint64
+	sampled uint64
 }
 
 // The window's rows are read in parts of at least scanMinPart rows, on at
@@ -333,22 +338,31 @@ func (x *Index) scanGroup(q *windowScan, w *windowPart, lo, hi int) {
 		c := &w.stacks[st]
 		size := x.size(row, i)
 		block := fl&fNoBlock == 0
+		n, bucket := uint64(1), 0
+		if x.weights.n > 0 {
+			wt := x.weights.at(i)
+			n, bucket = uint64(wt.n), int(wt.bucket)
+		} else {
+			bucket = sizeBucket(size)
+		}
 		if inside && fl&fCont == 0 {
 			if fl&fRealloc != 0 {
-				c.Reallocations++
+				c.Reallocations += n
 			} else {
-				c.Allocations++
+				c.Allocations += n
 			}
 			if fl&fFailed != 0 {
-				c.Failed++
+				c.Failed += n
+			} else if x.weights.n > 0 {
+				w.sampled++
 			}
 			if block {
 				c.Bytes += size
-				w.hist[sizeBucket(size)]++
+				w.hist[bucket] += n
 				if e == never || exited {
-					w.life.Live++
+					w.life.Live += n
 				} else {
-					w.life.Buckets[row.life-1]++
+					w.life.Buckets[row.life-1] += n
 				}
 			}
 			if fl&fTemp != 0 && e < s1 {
@@ -359,43 +373,43 @@ func (x *Index) scanGroup(q *windowScan, w *windowPart, lo, hi int) {
 			continue
 		}
 		if e >= s1 || exited {
-			c.Leaked.add(size)
+			c.Leaked.add(size, n)
 		}
 		if e >= s0 && e < s1 {
 			if fl&fFreed != 0 {
-				c.Frees++
+				c.Frees += n
 			}
 			if fl&fMissed != 0 {
 				w.missed++
 			}
 		}
 		if at >= 0 && a <= at && at < e {
-			c.Instant.add(size)
+			c.Instant.add(size, n)
 		}
 		if p >= 0 && a <= p && p < e {
-			c.Peak.add(size)
+			c.Peak.add(size, n)
 		}
 		if e < s0 {
 			continue
 		}
 		if !inside {
-			c.Start.add(size)
+			c.Start.add(size, n)
 		}
 		if e >= s1 {
-			c.End.add(size)
+			c.End.add(size, n)
 		}
 		switch {
 		case inside && e < s1:
-			c.Classes[AIFI].add(size)
+			c.Classes[AIFI].add(size, n)
 			if exited {
-				c.ExitedAIFI.add(size)
+				c.ExitedAIFI.add(size, n)
 			}
 		case inside:
-			c.Classes[AIFO].add(size)
+			c.Classes[AIFO].add(size, n)
 		case e < s1:
-			c.Classes[AOFI].add(size)
+			c.Classes[AOFI].add(size, n)
 		default:
-			c.Classes[AOFO].add(size)
+			c.Classes[AOFO].add(size, n)
 		}
 	}
 }
@@ -414,15 +428,19 @@ func sizeBucket(size uint64) int {
 // the whole trace it is the heap model's profile (the timeline aside: the
 // index's is bucketed by time).
 func (x *Index) Profile(res *Result) *analyze.Profile {
-	whole := x.Report.Profile
+	model := x.Report.Profile
 	pr := &analyze.Profile{
 		From:      res.Span.From,
 		To:        res.Span.To,
-		Processes: whole.Processes,
-		Modules:   whole.Modules,
-		Stats:     whole.Stats,
-		HasStats:  whole.HasStats,
+		Processes: model.Processes,
+		Modules:   model.Modules,
+		Stats:     model.Stats,
+		HasStats:  model.HasStats,
 		Peak:      res.Peak,
+		// A sampled trace's counts are estimates, as the model's: the
+		// rows weigh what the model counts.
+		SampleRate: model.SampleRate,
+		Missing:    model.Missing,
 	}
 	if res.Span.S0 == 0 && res.Span.S1 == int64(x.evs.len()) {
 		pr.From, pr.To = 0, 0 // the whole trace: no window
@@ -430,6 +448,8 @@ func (x *Index) Profile(res *Result) *analyze.Profile {
 	if res.Span.S1 > res.Span.S0 {
 		pr.Start, pr.End = x.evs.time(int(res.Span.S0)), x.evs.time(int(res.Span.S1-1))
 	}
+	// The whole trace's: the model's counts, which a window's are not.
+	whole := pr.From == 0 && pr.To == 0 && res.Filter.PID == 0 && res.Filter.TID == 0
 	for i := range res.stacks {
 		c := &res.stacks[i]
 		if c.Allocations == 0 && c.Reallocations == 0 && c.Frees == 0 && c.Leaked.Blocks == 0 {
@@ -445,15 +465,23 @@ func (x *Index) Profile(res *Result) *analyze.Profile {
 			},
 			ExitedBytes: c.Leaked.Bytes - c.End.Bytes, ExitedBlocks: c.Leaked.Blocks - c.End.Blocks,
 		})
+		if whole && i < len(model.Stacks) {
+			// A sampled trace's variances (the index keeps none).
+			st := &pr.Stacks[len(pr.Stacks)-1]
+			st.LiveVar, st.PeakVar = model.Stacks[i].LiveVar, model.Stacks[i].PeakVar
+		}
 	}
 	sum := &pr.Summary
 	sum.Events = uint64(res.Span.S1-res.Span.S0) - uint64(x.exitsIn(res.Span.S0, res.Span.S1))
 	sum.UnmatchedFrees = res.Unmatch
 	sum.MissedFrees = res.Missed
+	sum.Sampled = res.Sampled
 	sum.AddStacks(pr.Stacks)
-	if pr.From == 0 && pr.To == 0 && res.Filter.PID == 0 && res.Filter.TID == 0 {
-		// The model's count: the index keeps no stream of every thread.
-		sum.HeaptrackTemporary = whole.Summary.HeaptrackTemporary
+	if whole {
+		// The model's count (the index keeps no stream of every
+		// thread), and variance.
+		sum.HeaptrackTemporary = model.Summary.HeaptrackTemporary
+		sum.BytesVar = model.Summary.BytesVar
 	}
 	pr.Histogram = analyze.SizeBuckets(&res.Hist)
 	for _, pt := range x.Timeline(res.Span, analyze.DefaultTimelinePoints) {

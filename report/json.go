@@ -59,6 +59,18 @@ type JSONTrace struct {
 	SampleRate         int64  `json:"sample_rate"`
 	Estimated          string `json:"estimated,omitempty"`
 	SampledAllocations uint64 `json:"sampled_allocations"`
+	// StandardErrors are, for a sampled trace, the standard errors in
+	// bytes of the main estimates (absent when exact, or not known: a
+	// window of serve's index, an aggregate trace).
+	StandardErrors *JSONErrors `json:"standard_errors,omitempty"`
+}
+
+// JSONErrors are the standard errors of a sampled trace's estimates, in
+// bytes: about two in three estimates are within one of the truth.
+type JSONErrors struct {
+	BytesAllocated float64 `json:"bytes_allocated"`
+	PeakBytes      float64 `json:"peak_bytes"`
+	LeakedBytes    float64 `json:"leaked_bytes"`
 }
 
 // JSONSummary holds the totals.
@@ -197,6 +209,7 @@ func (r *Report) document(top int, sites bool) *JSON {
 			Events:     p.Summary.Events,
 			Aggregate:  p.Aggregate,
 			SampleRate: p.SampleRate, Estimated: estimatedNote(p), SampledAllocations: p.Summary.Sampled,
+			StandardErrors: r.jsonErrors(),
 		},
 		Summary: JSONSummary{
 			Allocations:          p.Summary.Allocations,

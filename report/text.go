@@ -121,6 +121,9 @@ func (t *textWriter) header() {
 	if p := r.Profile; p.Estimated() {
 		t.printf("This trace was sampled: one allocation per %s allocated on average was recorded (%s here).\n", fmtRate(p.SampleRate), sampledText(p))
 		t.printf("Every byte and block count below is %s: each allocation\nrecorded of S bytes counts S/(1-exp(-S/R)) bytes and 1/(1-exp(-S/R)) blocks. Temporaries are not available when sampled.\n", estimatedNote(p))
+		if _, _, _, ok := r.StandardErrors(); ok {
+			t.printf("A ± is the estimate's standard error: about two estimates in three are within one of the truth.\n")
+		}
 	}
 	var totals map[uint32]*ProcessTotals
 	if len(r.Profile.Processes) > 1 {
@@ -206,14 +209,15 @@ func (t *textWriter) summary() {
 		row("  failed", "%s (returned NULL)", fmtCount(s.Failed))
 	}
 	row("frees", "%s", fmtCount(s.Frees))
-	row("bytes allocated", "%s", fmtBytesExact(s.Bytes))
-	peak := fmt.Sprintf("%s in %s at %s", fmtBytesExact(p.Peak.Bytes), plural(p.Peak.Blocks, "block"), fmtDur(r.rel(p.Peak.Time)))
+	seB, seP, seL, seOK := r.StandardErrors()
+	row("bytes allocated", "%s%s", fmtBytesExact(s.Bytes), plusMinus(seB, seOK))
+	peak := fmt.Sprintf("%s%s in %s at %s", fmtBytesExact(p.Peak.Bytes), plusMinus(seP, seOK), plural(p.Peak.Blocks, "block"), fmtDur(r.rel(p.Peak.Time)))
 	if p.Missing.Has(analyze.NoPeakInstant) {
 		peak = "at least " + peak + " (largest at a snapshot)"
 	}
 	row("peak heap", "%s", peak)
 	lb, lk := r.Leaked()
-	row("leaked", "%s in %s", fmtBytesExact(lb), plural(lk, "block"))
+	row("leaked", "%s%s in %s", fmtBytesExact(lb), plusMinus(seL, seOK), plural(lk, "block"))
 	if sb, sk, n := r.SuppressedTotal(); n > 0 {
 		row("suppressed", "%s in %s by %s (not leaks of the program: see SUPPRESSED)", fmtBytesExact(sb), plural(sk, "block"), plural(uint64(n), "rule"))
 	}

@@ -15,6 +15,8 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/heapscope/heapscope/internal/testutil"
+	"github.com/heapscope/heapscope/internal/tracetest"
 	"github.com/heapscope/heapscope/query"
 	"github.com/heapscope/heapscope/report"
 )
@@ -399,5 +401,85 @@ func TestPageCallers(t *testing.T) {
 	}
 	if callers := eval[string](t, ctx, `document.querySelector("#callers-table tr[data-name]").getAttribute("data-name")`); callers != "main" {
 		t.Errorf("early_leak's first caller %q, want main", callers)
+	}
+}
+
+// TestPageSampled: every view of a sampled trace (sqlite3 recorded with
+// --sample 64KiB) is the report's estimate, scaled the same way, and says
+// so: the timeline's peak (API and page) is the summary's, the flame graph
+// of the peak adds up to it, the answers carry the estimate's words, the
+// page says "estimated" and "not available" for temporaries and failed
+// allocations (never 0), and the self-contained report of the report's
+// pass alone has its flame graphs.
+func TestPageSampled(t *testing.T) {
+	sqlite := testutil.Tool(t, "sqlite3")
+	path := filepath.Join(t.TempDir(), "sampled.hst")
+	tracetest.RecordSampled(t, path, 64<<10, sqlite, ":memory:",
+		"create table t(x text); insert into t select hex(randomblob(64)) from generate_series(1,100000); create index i on t(x);")
+	_, srv := serveTrace(t, path)
+	var sum Summary
+	getJSON(t, srv.URL+"/api/summary", &sum)
+	peak := sum.Summary.PeakBytes
+	if sum.Trace.Estimated == "" || peak == 0 {
+		t.Fatalf("summary of a sampled trace: estimated %q, peak %d", sum.Trace.Estimated, peak)
+	}
+	var tl Timeline
+	getJSON(t, srv.URL+"/api/timeline?points=800", &tl)
+	var top uint64
+	for _, p := range tl.Points {
+		top = max(top, p.MaxBytes)
+	}
+	if tl.Peak.Bytes != peak || top != peak || tl.Estimated == "" {
+		t.Errorf("timeline: peak %d, largest point %d, estimated %q; the summary's peak %d", tl.Peak.Bytes, top, tl.Estimated, peak)
+	}
+	var fl query.Flame
+	getJSON(t, srv.URL+"/api/flame?cost=peak", &fl)
+	if fl.Total != peak || fl.Estimated == "" {
+		t.Errorf("flame graph of the peak: total %d, estimated %q; the summary's peak %d", fl.Total, fl.Estimated, peak)
+	}
+	var win Window
+	getJSON(t, srv.URL+"/api/window", &win)
+	if win.Peak.Bytes != peak || win.Estimated == "" {
+		t.Errorf("window of the whole trace: peak %d, estimated %q; the summary's %d", win.Peak.Bytes, win.Estimated, peak)
+	}
+
+	ctx := browser(t)
+	settle(t, ctx, chromedp.Navigate(srv.URL+"/?cost=peak"))
+	screenshot(t, ctx, artefacts(t), "sampled")
+	onPage := eval[string](t, ctx, `document.getElementById("timeline").getAttribute("data-peak") + " " +
+		document.getElementById("timeline").getAttribute("data-top") + " " +
+		document.querySelector('#summary-table td[data-k="peak_bytes"]').getAttribute("data-v")`)
+	if want := fmt.Sprintf("%d %d %d", peak, peak, peak); onPage != want {
+		t.Errorf("the page's timeline peak, largest point and summary peak %q, want %q", onPage, want)
+	}
+	for k, want := range map[string]string{"exact": "estimated", "temporary": "not available when sampled", "failed": "not available when sampled", "peak_bytes": "±"} {
+		if got := eval[string](t, ctx, fmt.Sprintf(`document.querySelector('#summary-table td[data-k="%s"]').textContent`, k)); !strings.Contains(got, want) {
+			t.Errorf("summary row %s: %q, want %q in it", k, got, want)
+		}
+	}
+	if m := eval[string](t, ctx, `document.getElementById("match").textContent`); !strings.Contains(m, "estimated") {
+		t.Errorf("the flame graph's total %q does not say it is an estimate", m)
+	}
+
+	// report --format html: the report's pass alone.
+	y, err := query.Open(path, query.Options{NoIndex: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := WriteHTML(&buf, y); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "sampled.html")
+	if err := os.WriteFile(file, buf.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	settle(t, ctx, chromedp.Navigate("file://"+file+"?cost=peak"))
+	screenshot(t, ctx, artefacts(t), "sampled-static")
+	if n := eval[int](t, ctx, `Object.keys(window.HEAPSCOPE_DATA).filter((k) => k.startsWith("/api/flame")).length`); n != 10 {
+		t.Errorf("the self-contained report of a sampled trace holds %d flame graphs, want 10", n)
+	}
+	if got := lastNumber(strings.Split(eval[string](t, ctx, `document.getElementById("match").textContent`), " (estimated")[0]); got != peak {
+		t.Errorf("the self-contained report's flame graph of the peak totals %d, want %d", got, peak)
 	}
 }

@@ -347,6 +347,9 @@ type Timeline struct {
 	// while the index is built: each point is its bucket's largest heap
 	// (max_*), and end_*, allocs and frees are 0.
 	Coarse bool `json:"coarse,omitempty"`
+	// Estimated says, for a sampled trace, that the numbers are
+	// estimates, scaled up as the report's; "" when exact.
+	Estimated string `json:"estimated,omitempty"`
 }
 
 // Point is an instant and the heap then.
@@ -383,7 +386,7 @@ func (s *Server) timeline(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sp := s.x.Span(p.f)
-	out := Timeline{FromNs: s.rel(sp.From), ToNs: s.rel(sp.To), Points: []TimelinePoint{}}
+	out := Timeline{FromNs: s.rel(sp.From), ToNs: s.rel(sp.To), Points: []TimelinePoint{}, Estimated: s.x.Report.Estimate()}
 	if pk, ok := s.x.Peak(sp); ok {
 		out.Peak = Point{TNs: s.rel(pk.Time), Bytes: pk.Bytes, Blocks: pk.Blocks}
 	}
@@ -409,6 +412,7 @@ type Window struct {
 	// ExitedAIFI is what of AIFI its process's exit ended, not a free
 	// (leaks that left the heap in the window).
 	ExitedAIFI query.Amount `json:"exited_aifi"`
+	Estimated  string       `json:"estimated,omitempty"` // see Timeline
 }
 
 // Classes are the four classes.
@@ -438,7 +442,8 @@ func (s *Server) window(w http.ResponseWriter, r *http.Request) {
 	}
 	res := s.windowOf(p.f)
 	out := Window{FromNs: s.rel(res.Span.From), ToNs: s.rel(res.Span.To), Total: classes(res.Total.Classes),
-		Start: res.Total.Start, End: res.Total.End, Unmatch: res.Unmatch, ExitedAIFI: res.Total.ExitedAIFI, Sites: []SiteClasses{}}
+		Start: res.Total.Start, End: res.Total.End, Unmatch: res.Unmatch, ExitedAIFI: res.Total.ExitedAIFI, Sites: []SiteClasses{},
+		Estimated: s.x.Report.Estimate()}
 	if res.PeakSeq >= 0 {
 		out.Peak = Point{TNs: s.rel(res.Peak.Time), Bytes: res.Peak.Bytes, Blocks: res.Peak.Blocks}
 	}
@@ -523,7 +528,11 @@ func (s *Server) functions(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	writeJSON(w, map[string]any{"cost": p.cost.String(), "functions": s.x.Functions(res, p.cost, p.top)})
+	out := map[string]any{"cost": p.cost.String(), "functions": s.x.Functions(res, p.cost, p.top)}
+	if e := s.x.Report.Estimate(); e != "" {
+		out["estimated"] = e
+	}
+	writeJSON(w, out)
 }
 
 // callers is the caller/callee view of one function.
@@ -583,7 +592,8 @@ func (s *Server) document(ctx context.Context, p *params) (*report.JSON, error) 
 type Histogram struct {
 	Sizes     []report.JSONBucket `json:"sizes"`
 	Lifetimes []LifetimeBucket    `json:"lifetimes"`
-	Live      uint64              `json:"live"` // blocks of the window never freed
+	Live      uint64              `json:"live"`                // blocks of the window never freed
+	Estimated string              `json:"estimated,omitempty"` // see Timeline
 }
 
 // LifetimeBucket counts blocks that lived less than LtNs (and at least the
@@ -599,7 +609,7 @@ func (s *Server) histogram(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res := s.windowOf(p.f)
-	out := Histogram{Sizes: []report.JSONBucket{}, Lifetimes: []LifetimeBucket{}, Live: res.Lifetime.Live}
+	out := Histogram{Sizes: []report.JSONBucket{}, Lifetimes: []LifetimeBucket{}, Live: res.Lifetime.Live, Estimated: s.x.Report.Estimate()}
 	for _, b := range analyze.SizeBuckets(&res.Hist) {
 		out.Sizes = append(out.Sizes, report.JSONBucket{Le: b.Le, Count: b.Count})
 	}
@@ -755,7 +765,7 @@ func (s *Server) baseWindow() *query.Result {
 func (s *Server) quickTimeline(points int) Timeline {
 	pr := s.x.Report.Profile
 	from, to := s.x.Start(), s.x.End()+1
-	out := Timeline{FromNs: s.rel(from), ToNs: s.rel(to), Points: []TimelinePoint{}, Coarse: true}
+	out := Timeline{FromNs: s.rel(from), ToNs: s.rel(to), Points: []TimelinePoint{}, Coarse: true, Estimated: s.x.Report.Estimate()}
 	if pr.Peak.Bytes > 0 {
 		out.Peak = Point{TNs: s.rel(pr.Peak.Time), Bytes: pr.Peak.Bytes, Blocks: pr.Peak.Blocks}
 	}

@@ -73,6 +73,10 @@ export interface ReportJSON {
     events: number;
     lost_events: number;
     aggregate: boolean;
+    sample_rate: number;
+    sampled_allocations: number;
+    estimated?: string; // set when every count is an estimate (a sampled trace)
+    standard_errors?: { bytes_allocated: number; peak_bytes: number; leaked_bytes: number };
   };
   summary: ReportSummary;
   leaks: Live[];
@@ -82,6 +86,7 @@ export interface ReportJSON {
   processes: Process[];
   limitations: string[];
   warnings: string[];
+  unknown: string[]; // the fields the trace cannot give (written as 0)
   window?: { from_ns: number; to_ns: number };
 }
 
@@ -141,6 +146,7 @@ export interface Timeline {
   points: TimelinePoint[];
   // the heap model's coarse timeline, while the index is built
   coarse?: boolean;
+  estimated?: string;
 }
 
 export interface Amount {
@@ -162,6 +168,7 @@ export interface SiteClasses extends Classes {
 }
 
 export interface Window {
+  estimated?: string;
   from_ns: number;
   to_ns: number;
   total: Classes;
@@ -191,6 +198,8 @@ export interface Flame {
   total: number;
   nodes: FlameNode[];
   hidden: number;
+  suppressed?: number;
+  estimated?: string;
 }
 
 export interface FunctionRow {

@@ -161,19 +161,32 @@ function renderSummary(s: Summary) {
   document.title = `heapscope: ${s.trace.file.split("/").pop()}`;
   $("file").textContent = s.trace.file;
   const sm = s.summary;
+  const se = s.trace.standard_errors;
+  const pm = (k: "bytes_allocated" | "peak_bytes" | "leaked_bytes") => (se ? ` ±${bytes(se[k])}` : "");
+  // A count the trace cannot give is not 0: it is not available.
+  const why = s.trace.estimated ? "not available when sampled" : "not available (aggregate trace)";
+  const known = (field: string, text: string) => ((s.unknown ?? []).includes(field) ? why : text);
   const rows: [string, string, string, number?][] = [
     ["Duration", dur(s.trace.duration_ns), "duration_ns"],
     ["Session", `${s.trace.session} (${s.trace.provider})`, "session"],
     ["Events", count(s.trace.events), "events", s.trace.events],
     ["Lost events", count(s.trace.lost_events), "lost_events", s.trace.lost_events],
     ["Allocation calls", count(sm.allocations + sm.reallocations), "calls", sm.allocations + sm.reallocations],
-    ["Bytes allocated", bytesExact(sm.bytes_allocated), "bytes_allocated", sm.bytes_allocated],
-    ["Peak", `${bytesExact(sm.peak_bytes)} in ${count(sm.peak_blocks)} blocks at ${dur(sm.peak_time_ns)}`, "peak_bytes", sm.peak_bytes],
-    ["Leaked", `${bytesExact(sm.leaked_bytes)} in ${count(sm.leaked_blocks)} blocks`, "leaked_bytes", sm.leaked_bytes],
-    ["Temporary allocations", `${count(sm.temporary_allocations)} (${pct(sm.temporary_allocations, sm.allocations + sm.reallocations)})`, "temporary", sm.temporary_allocations],
+    ["Bytes allocated", bytesExact(sm.bytes_allocated) + pm("bytes_allocated"), "bytes_allocated", sm.bytes_allocated],
+    ["Peak", `${bytesExact(sm.peak_bytes)}${pm("peak_bytes")} in ${count(sm.peak_blocks)} blocks at ${dur(sm.peak_time_ns)}`, "peak_bytes", sm.peak_bytes],
+    ["Leaked", `${bytesExact(sm.leaked_bytes)}${pm("leaked_bytes")} in ${count(sm.leaked_blocks)} blocks`, "leaked_bytes", sm.leaked_bytes],
+    ["Temporary allocations", known("summary.temporary_allocations", `${count(sm.temporary_allocations)} (${pct(sm.temporary_allocations, sm.allocations + sm.reallocations)})`), "temporary", sm.temporary_allocations],
     ["Unmatched frees", count(sm.unmatched_frees), "unmatched_frees", sm.unmatched_frees],
-    ["Failed allocations", count(sm.failed_allocations), "failed", sm.failed_allocations],
-    ["Data", s.trace.aggregate ? "estimated from snapshots (aggregate mode)" : "exact: every event", "exact"],
+    ["Failed allocations", known("summary.failed_allocations", count(sm.failed_allocations)), "failed", sm.failed_allocations],
+    [
+      "Data",
+      s.trace.estimated
+        ? `${s.trace.estimated}: ${count(s.trace.sampled_allocations)} allocations recorded, each scaled up${se ? "; ± is a standard error" : ""}`
+        : s.trace.aggregate
+          ? "estimated from snapshots (aggregate mode)"
+          : "exact: every event",
+      "exact",
+    ],
   ];
   const t = $("summary-table");
   t.textContent = "";
@@ -288,7 +301,9 @@ function renderFlame(f: Flame) {
     bc.append(a);
   });
   const m = flame.matched();
-  $("match").textContent = state.q ? `“${state.q}”: ${valueFmt(f.cost)(m.value)}, ${pct(m.value, m.total)} of ${valueFmt(f.cost)(m.total)}` : `total ${valueFmt(f.cost)(f.total)}`;
+  $("match").textContent =
+    (state.q ? `“${state.q}”: ${valueFmt(f.cost)(m.value)}, ${pct(m.value, m.total)} of ${valueFmt(f.cost)(m.total)}` : `total ${valueFmt(f.cost)(f.total)}`) +
+    (f.estimated ? ` (${f.estimated})` : "");
   $("hidden").textContent = f.hidden ? `${count(f.hidden)} nodes under the threshold are not drawn` : "";
 }
 
