@@ -169,9 +169,9 @@ type Index struct {
 	rules    []*suppress.Rule
 	// indexProgress is Options.IndexProgress.
 	indexProgress func(n int64)
-	// suppressed says, by site, that a rule matches its stack: its leaks
-	// are suppressed (nil: no rules).
-	suppressed []bool
+	// suppressed is, by site, the rule that matches its stack: its leaks
+	// are suppressed (nil: no rules; a nil rule: none matched).
+	suppressed []*suppress.Rule
 	supOpt     suppress.Options
 	// unmatched holds the sequence numbers of unmatched frees, and
 	// unmatchedDT their times less their group's base time.
@@ -229,7 +229,16 @@ type Site struct {
 
 // Suppressed reports whether the leaks of site id are suppressed by a rule
 // of Options.Suppressions, as the report suppresses them.
-func (x *Index) Suppressed(id int) bool { return id < len(x.suppressed) && x.suppressed[id] }
+func (x *Index) Suppressed(id int) bool { return x.SuppressedBy(id) != nil }
+
+// SuppressedBy returns the rule that suppresses the leaks of site id, or
+// nil.
+func (x *Index) SuppressedBy(id int) *suppress.Rule {
+	if id < len(x.suppressed) {
+		return x.suppressed[id]
+	}
+	return nil
+}
 
 // Sites returns the call sites.
 func (x *Index) Sites() []*Site { return x.sites }

@@ -72,9 +72,9 @@ func Open(path string, o Options) (*Index, error) {
 	x.mergeSites()
 	if len(x.rules) > 0 {
 		m := suppress.NewMatcher(x.rules, x.supOpt)
-		x.suppressed = make([]bool, len(x.sites))
+		x.suppressed = make([]*suppress.Rule, len(x.sites))
 		for _, s := range x.sites {
-			x.suppressed[s.ID] = m.Match(s.Frames) != nil
+			x.suppressed[s.ID] = m.Match(s.Frames)
 		}
 	}
 	x.quick = x.quickResult()

@@ -19,6 +19,7 @@ import (
 	"github.com/heapscope/heapscope/internal/tracetest"
 	"github.com/heapscope/heapscope/query"
 	"github.com/heapscope/heapscope/report"
+	"github.com/heapscope/heapscope/suppress"
 )
 
 // browser starts headless Chromium for a test. Without Chromium the test is
@@ -481,5 +482,58 @@ func TestPageSampled(t *testing.T) {
 	}
 	if got := lastNumber(strings.Split(eval[string](t, ctx, `document.getElementById("match").textContent`), " (estimated")[0]); got != peak {
 		t.Errorf("the self-contained report's flame graph of the peak totals %d, want %d", got, peak)
+	}
+}
+
+// TestPageSuppressed: the page says what the default rules suppressed, as
+// the report counts it: "Leaked X (Y suppressed by RULES)", the flame graph
+// of the leaks and of the net growth leave the suppressed sites out and say
+// how much they hold, and the window classes name the rule of each
+// suppressed site.
+func TestPageSuppressed(t *testing.T) {
+	bin := testutil.MustBuild(t, "report_runtime", testutil.Options{CXX: true})
+	path := filepath.Join(t.TempDir(), "runtime.hst")
+	tracetest.Record(t, path, bin)
+	x, err := query.Build(path, query.Options{Suppressions: suppress.Defaults()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(New(x))
+	t.Cleanup(srv.Close)
+	leaked, _ := x.Report.Leaked()
+	sb, _, _ := x.Report.SuppressedTotal()
+	if sb == 0 {
+		t.Fatal("report_runtime: nothing suppressed")
+	}
+	var win Window
+	getJSON(t, srv.URL+"/api/window?top=0", &win)
+	named := 0
+	for _, s := range win.Sites {
+		if s.SuppressedBy != "" {
+			named++
+		}
+	}
+	if named == 0 || win.Suppressed.AIFO.Bytes+win.Suppressed.AIFI.Bytes == 0 {
+		t.Errorf("window: %d sites name their rule, suppressed classes %+v", named, win.Suppressed)
+	}
+	var fl query.Flame
+	getJSON(t, srv.URL+"/api/flame?cost=leaks", &fl)
+	if fl.Total != leaked || fl.Suppressed != sb {
+		t.Errorf("flame of the leaks: %d, %d suppressed; the report's %d, %d", fl.Total, fl.Suppressed, leaked, sb)
+	}
+
+	ctx := browser(t)
+	settle(t, ctx, chromedp.Navigate(srv.URL+"/"))
+	screenshot(t, ctx, artefacts(t), "suppressed")
+	row := strings.ReplaceAll(eval[string](t, ctx, `document.querySelector('#summary-table td[data-k="leaked_bytes"]').textContent`), "\u202f", "")
+	if !strings.Contains(row, fmt.Sprintf("(%d B)", leaked)) && !strings.HasPrefix(row, fmt.Sprintf("%d B", leaked)) || !strings.Contains(row, "suppressed by default:libstdc++-pool") {
+		t.Errorf("the Leaked row %q: want %d bytes, and what default:libstdc++-pool suppressed", row, leaked)
+	}
+	if m := eval[string](t, ctx, `document.getElementById("match").textContent`); !strings.Contains(m, "suppressed, not counted") || lastNumber(strings.Split(m, " (")[0]) == 0 && leaked != 0 {
+		t.Errorf("the flame graph of the leaks says %q", m)
+	}
+	settle(t, ctx, chromedp.Navigate(srv.URL+"/?tab=classes"))
+	if n := eval[int](t, ctx, `document.querySelectorAll("#classes-sites .suppressed").length`); n == 0 {
+		t.Error("the classes name no site's rule")
 	}
 }

@@ -413,6 +413,10 @@ type Window struct {
 	// (leaks that left the heap in the window).
 	ExitedAIFI query.Amount `json:"exited_aifi"`
 	Estimated  string       `json:"estimated,omitempty"` // see Timeline
+	// Suppressed is what of each class the sites a suppression rule
+	// matches hold (their rows say which rule): their leaks are left
+	// out of every leak cost, and stated apart, as the report does.
+	Suppressed Classes `json:"suppressed"`
 }
 
 // Classes are the four classes.
@@ -432,6 +436,9 @@ type SiteClasses struct {
 	Site  int                `json:"site"`
 	PIDs  []uint32           `json:"pids"`
 	Stack []report.JSONFrame `json:"stack"`
+	// SuppressedBy is the rule that suppresses the site's leaks ("" when
+	// none does): "leak:PATTERN" or "default:NAME".
+	SuppressedBy string `json:"suppressed_by,omitempty"`
 	Classes
 }
 
@@ -452,10 +459,15 @@ func (s *Server) window(w http.ResponseWriter, r *http.Request) {
 		sum uint64
 	}
 	var rs []ranked
+	var sup [4]query.Amount
 	for i := range res.Sites {
 		var sum uint64
-		for _, c := range res.Sites[i].Classes {
+		for k, c := range res.Sites[i].Classes {
 			sum += c.Bytes
+			if s.x.Suppressed(i) {
+				sup[k].Bytes += c.Bytes
+				sup[k].Blocks += c.Blocks
+			}
 		}
 		if sum > 0 {
 			rs = append(rs, ranked{i, sum})
@@ -471,10 +483,15 @@ func (s *Server) window(w http.ResponseWriter, r *http.Request) {
 		out.More = len(rs) - p.top
 		rs = rs[:p.top]
 	}
+	out.Suppressed = classes(sup)
 	sites := s.x.Sites()
 	for _, k := range rs {
 		st := sites[k.id]
-		out.Sites = append(out.Sites, SiteClasses{Site: k.id, PIDs: st.PIDs, Stack: jsonStack(st.Frames), Classes: classes(res.Sites[k.id].Classes)})
+		sc := SiteClasses{Site: k.id, PIDs: st.PIDs, Stack: jsonStack(st.Frames), Classes: classes(res.Sites[k.id].Classes)}
+		if r := s.x.SuppressedBy(k.id); r != nil {
+			sc.SuppressedBy = r.Text
+		}
+		out.Sites = append(out.Sites, sc)
 	}
 	writeJSON(w, out)
 }
@@ -695,6 +712,8 @@ type Diff struct {
 	Total DiffTotal  `json:"total"`
 	Sites []DiffSite `json:"sites"` // by the size of the difference, at most top
 	More  int        `json:"more"`
+	// Suppressed is present for a leak cost when a rule suppressed some.
+	Suppressed *DiffSuppressed `json:"suppressed,omitempty"`
 }
 
 // DiffTotal is the cost over every site.
@@ -702,6 +721,13 @@ type DiffTotal struct {
 	Value uint64 `json:"value"`
 	Base  uint64 `json:"base"`
 	Delta int64  `json:"delta"`
+}
+
+// DiffSuppressed is what suppressed sites hold in each trace, left out of
+// a leak cost's values (see query.Index.SiteCost).
+type DiffSuppressed struct {
+	Value uint64 `json:"value"`
+	Base  uint64 `json:"base"`
 }
 
 // DiffSite is one site's cost in both traces.
@@ -741,8 +767,13 @@ func (s *Server) diff(w http.ResponseWriter, r *http.Request) {
 	}
 	rows := query.Diff(s.x, res, s.base, baseRes, p.cost)
 	out := Diff{Cost: p.cost.String(), Base: s.base.File, Sites: []DiffSite{}}
-	out.Total.Value, out.Total.Base = p.cost.Of(&res.Total), p.cost.Of(&baseRes.Total)
+	var sv, sb uint64
+	out.Total.Value, sv = s.x.Total(res, p.cost)
+	out.Total.Base, sb = s.base.Total(baseRes, p.cost)
 	out.Total.Delta = int64(out.Total.Value) - int64(out.Total.Base)
+	if sv != 0 || sb != 0 {
+		out.Suppressed = &DiffSuppressed{Value: sv, Base: sb}
+	}
 	if p.top > 0 && len(rows) > p.top {
 		out.More = len(rows) - p.top
 		rows = rows[:p.top]

@@ -32,6 +32,8 @@ export interface ReportSummary {
   peak_time_ns: number;
   leaked_bytes: number;
   leaked_blocks: number;
+  suppressed_bytes: number;
+  suppressed_blocks: number;
   temporary_allocations: number;
   unmatched_frees: number;
   failed_allocations: number;
@@ -86,6 +88,7 @@ export interface ReportJSON {
   processes: Process[];
   limitations: string[];
   warnings: string[];
+  suppressed: { rule: string; source: string; description?: string; bytes: number; blocks: number; sites: number }[];
   unknown: string[]; // the fields the trace cannot give (written as 0)
   window?: { from_ns: number; to_ns: number };
 }
@@ -119,6 +122,7 @@ export interface Diff {
   total: DiffTotal;
   sites: (DiffTotal & { stack: Frame[] })[];
   more: number;
+  suppressed?: { value: number; base: number };
 }
 
 export interface Point {
@@ -165,6 +169,7 @@ export interface SiteClasses extends Classes {
   site: number;
   pids: number[];
   stack: Frame[];
+  suppressed_by?: string; // the rule that suppresses its leaks
 }
 
 export interface Window {
@@ -179,6 +184,7 @@ export interface Window {
   more: number;
   unmatched_frees: number;
   exited_aifi: Amount; // of AIFI: ended by their process's exit, leaks
+  suppressed: Classes; // of each class: the sites a suppression rule matches
 }
 
 export interface FlameNode {

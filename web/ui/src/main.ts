@@ -174,7 +174,7 @@ function renderSummary(s: Summary) {
     ["Allocation calls", count(sm.allocations + sm.reallocations), "calls", sm.allocations + sm.reallocations],
     ["Bytes allocated", bytesExact(sm.bytes_allocated) + pm("bytes_allocated"), "bytes_allocated", sm.bytes_allocated],
     ["Peak", `${bytesExact(sm.peak_bytes)}${pm("peak_bytes")} in ${count(sm.peak_blocks)} blocks at ${dur(sm.peak_time_ns)}`, "peak_bytes", sm.peak_bytes],
-    ["Leaked", `${bytesExact(sm.leaked_bytes)}${pm("leaked_bytes")} in ${count(sm.leaked_blocks)} blocks`, "leaked_bytes", sm.leaked_bytes],
+    ["Leaked", `${bytesExact(sm.leaked_bytes)}${pm("leaked_bytes")} in ${count(sm.leaked_blocks)} blocks${suppressedText(s)}`, "leaked_bytes", sm.leaked_bytes],
     ["Temporary allocations", known("summary.temporary_allocations", `${count(sm.temporary_allocations)} (${pct(sm.temporary_allocations, sm.allocations + sm.reallocations)})`), "temporary", sm.temporary_allocations],
     ["Unmatched frees", count(sm.unmatched_frees), "unmatched_frees", sm.unmatched_frees],
     ["Failed allocations", known("summary.failed_allocations", count(sm.failed_allocations)), "failed", sm.failed_allocations],
@@ -219,6 +219,15 @@ function renderSummary(s: Summary) {
   for (const c of s.costs) cs.append(el("option", { value: c }, costText[c] ?? c));
 }
 
+// suppressedText says, as heaptrack does ("5.7kB (3.2kB suppressed)"), what
+// the suppression rules took out of the leaks, and which rules.
+function suppressedText(s: ReportJSON): string {
+  const sm = s.summary;
+  if (!sm.suppressed_blocks) return "";
+  const rules = (s.suppressed ?? []).map((r) => r.rule).join(", ");
+  return ` (${bytes(sm.suppressed_bytes)} in ${count(sm.suppressed_blocks)} blocks suppressed${rules ? ` by ${rules}` : ""}: not counted as leaked)`;
+}
+
 // ---- the window bar and classes ----
 
 function renderWindow(w: Window) {
@@ -238,7 +247,9 @@ function renderWindow(w: Window) {
   for (const [k, what] of names) {
     const a = w.total[k];
     const x = w.exited_aifi;
-    const text = k === "aifi" && x.blocks ? `${what}, or left at their process's exit: ${amount(x)} (leaks)` : what;
+    let text = k === "aifi" && x.blocks ? `${what}, or left at their process's exit: ${amount(x)} (leaks)` : what;
+    const sup = w.suppressed?.[k];
+    if (sup && sup.blocks) text += `; ${amount(sup)} of it at sites whose leaks are suppressed`;
     body.append(
       el(
         "tr",
@@ -246,7 +257,7 @@ function renderWindow(w: Window) {
         el("th", {}, k.toUpperCase()),
         el("td", { class: "num", "data-v": String(a.bytes) }, bytesExact(a.bytes)),
         el("td", { class: "num", "data-v": String(a.blocks) }, count(a.blocks)),
-        el("td", { class: "dim", "data-exited": k === "aifi" ? String(x.bytes) : "" }, text),
+        el("td", { class: "dim", "data-exited": k === "aifi" ? String(x.bytes) : "", "data-suppressed": String(sup?.bytes ?? 0) }, text),
       ),
     );
   }
@@ -257,11 +268,13 @@ function renderWindow(w: Window) {
   t.textContent = "";
   t.append(el("tr", {}, ...["site", "AIFI", "AIFO", "AOFI", "AOFO"].map((h) => el("th", {}, h))));
   for (const s of w.sites) {
+    const cell = stackCell(s.stack);
+    if (s.suppressed_by) cell.append(el("div", { class: "dim suppressed" }, `leaks suppressed by ${s.suppressed_by}`));
     t.append(
       el(
         "tr",
         {},
-        stackCell(s.stack),
+        cell,
         ...[s.aifi, s.aifo, s.aofi, s.aofo].map((a) => el("td", { class: "num" }, a.blocks ? `${bytes(a.bytes)} / ${count(a.blocks)}` : "")),
       ),
     );
@@ -303,6 +316,7 @@ function renderFlame(f: Flame) {
   const m = flame.matched();
   $("match").textContent =
     (state.q ? `“${state.q}”: ${valueFmt(f.cost)(m.value)}, ${pct(m.value, m.total)} of ${valueFmt(f.cost)(m.total)}` : `total ${valueFmt(f.cost)(f.total)}`) +
+    (f.suppressed ? ` (${bytes(f.suppressed)} suppressed, not counted)` : "") +
     (f.estimated ? ` (${f.estimated})` : "");
   $("hidden").textContent = f.hidden ? `${count(f.hidden)} nodes under the threshold are not drawn` : "";
 }
@@ -376,6 +390,7 @@ function renderSites(d: ReportJSON) {
     }
     if (rows.length === 0) t.append(el("tr", {}, el("td", { colspan: "3", class: "dim" }, "none")));
     box.append(el("h3", {}, title), t);
+    if (id === "sites-leaks" && d.summary.suppressed_blocks) box.append(el("p", { id: "sites-suppressed", class: "dim" }, `Not listed:${suppressedText(d)}.`));
   }
 }
 
@@ -412,7 +427,9 @@ function signed(fmt: (v: number) => string, v: number): string {
 
 function renderDiff(d: Diff) {
   const fmt = valueFmt(d.cost);
-  $("diff-total").textContent = `${costText[d.cost] ?? d.cost}: this trace ${fmt(d.total.value)}, base ${fmt(d.total.base)}, difference ${signed(fmt, d.total.delta)}`;
+  $("diff-total").textContent =
+    `${costText[d.cost] ?? d.cost}: this trace ${fmt(d.total.value)}, base ${fmt(d.total.base)}, difference ${signed(fmt, d.total.delta)}` +
+    (d.suppressed ? ` (suppressed, not counted: this trace ${fmt(d.suppressed.value)}, base ${fmt(d.suppressed.base)})` : "");
   $("diff-total").setAttribute("data-delta", String(d.total.delta));
   const t = $("diff-table");
   t.textContent = "";
