@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heapscope/heapscope/analyze"
 	"github.com/heapscope/heapscope/event"
 	"github.com/heapscope/heapscope/report"
 	"github.com/heapscope/heapscope/tracefile"
@@ -263,6 +264,67 @@ func TestSampledTrace(t *testing.T) {
 			b1, n1 := x.evs.state(int(res.Span.S1 - 1))
 			if c[AIFO].Bytes+c[AOFO].Bytes != b1 || c[AIFO].Blocks+c[AOFO].Blocks != uint64(n1) {
 				t.Errorf("seed %d window %d: classes %v, heap at the end %d/%d", seed, k, c, b1, n1)
+			}
+		}
+	}
+}
+
+// TestFilteredHeap: the timeline and the peak of one process (or thread)
+// are of its heap alone: a process's are those of the heap model of it
+// alone (`report --pid`), and a window of it has its peak there; a
+// thread's timeline reaches its peak, and its classes add up to its heap.
+func TestFilteredHeap(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "random.hst")
+	writeRandomTrace(t, path, 5)
+	x := build(t, path)
+	sp := x.Span(Filter{})
+	for pid := uint32(1); pid <= 3; pid++ {
+		rep, err := report.Load(path, report.LoadOptions{Processes: analyze.Processes{PIDs: []uint32{pid}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := Filter{PID: pid}
+		_, pk, ok := x.PeakOf(sp, f)
+		want := rep.Profile.Peak
+		if !ok || pk != want {
+			t.Errorf("pid %d: peak %+v, the model of it alone %+v", pid, pk, want)
+		}
+		var top uint64
+		for _, b := range x.TimelineOf(sp, 200, f) {
+			top = maxU(top, b.MaxBytes)
+		}
+		if top != want.Bytes {
+			t.Errorf("pid %d: timeline's largest %d, its peak %d", pid, top, want.Bytes)
+		}
+		if res := x.Window(f); res.Peak != want || res.Total.Peak.Bytes != want.Bytes {
+			t.Errorf("pid %d: window's peak %+v (sites at it %d), want %+v", pid, res.Peak, res.Total.Peak.Bytes, want)
+		}
+		if d := x.WindowReport(x.Window(f)).Document(0); d.Summary.PeakBytes != want.Bytes || d.Summary.LeakedBytes != rep.Document(0).Summary.LeakedBytes {
+			t.Errorf("pid %d: window report peak %d leaked %d, report --pid %d %d", pid, d.Summary.PeakBytes, d.Summary.LeakedBytes,
+				want.Bytes, rep.Document(0).Summary.LeakedBytes)
+		}
+	}
+	rng := rand.New(rand.NewSource(5))
+	for _, tid := range []uint32{10, 11, 21, 30} {
+		f := Filter{TID: tid}
+		_, pk, ok := x.PeakOf(sp, f)
+		var top uint64
+		tl := x.TimelineOf(sp, 300, f)
+		for _, b := range tl {
+			top = maxU(top, b.MaxBytes)
+		}
+		if !ok || top != pk.Bytes || pk.Bytes == 0 {
+			t.Errorf("tid %d: peak %+v, timeline's largest %d", tid, pk, top)
+		}
+		for k := 0; k < 5; k++ {
+			a := x.Start() + rng.Int63n(x.End()-x.Start())
+			g := Filter{TID: tid, From: a, To: a + 1 + rng.Int63n(x.End()-a+1)}
+			res := x.Window(g)
+			c := res.Total.Classes
+			// The thread's heap at the window's end: its timeline's.
+			end := x.TimelineOf(res.Span, 1, g)
+			if n := len(end); n == 0 || c[AIFO].Bytes+c[AOFO].Bytes != end[n-1].EndBytes {
+				t.Errorf("tid %d window %d: classes %v, heap at the end %+v", tid, k, c, end)
 			}
 		}
 	}

@@ -93,8 +93,9 @@ func (c *Costs) add(o *Costs) {
 type Result struct {
 	Filter Filter
 	Span   Span
-	// Peak is the instant of the window where the heap (of every process)
-	// was largest: its sequence number (-1: none), time and size.
+	// Peak is the instant of the window where the heap (of the filter's
+	// process and thread, or of every process) was largest: its sequence
+	// number (-1: none), time and size.
 	PeakSeq int64
 	Peak    analyze.Peak
 	Sites   []Costs // by Site.ID
@@ -207,11 +208,10 @@ func (x *Index) peakAt(i int64) analyze.Peak {
 func (x *Index) Window(f Filter) *Result {
 	sp := x.Span(f)
 	s0, s1 := sp.S0, sp.S1
-	res := &Result{Filter: f, Span: sp, PeakSeq: x.peakIn(s0, s1)}
+	// The peak of the heap asked about: of f's process and thread.
+	res := &Result{Filter: f, Span: sp}
+	res.PeakSeq, res.Peak, _ = x.PeakOf(sp, f)
 	p := res.PeakSeq
-	if p >= 0 {
-		res.Peak = x.peakAt(p)
-	}
 	at := int64(-1)
 	if f.At != 0 {
 		at = x.seqAt(f.At+1) - 1 // the state after the last event at or before At
@@ -484,7 +484,7 @@ func (x *Index) Profile(res *Result) *analyze.Profile {
 		sum.BytesVar = model.Summary.BytesVar
 	}
 	pr.Histogram = analyze.SizeBuckets(&res.Hist)
-	for _, pt := range x.Timeline(res.Span, analyze.DefaultTimelinePoints) {
+	for _, pt := range x.TimelineOf(res.Span, analyze.DefaultTimelinePoints, res.Filter) {
 		pr.Timeline = append(pr.Timeline, analyze.Point{Time: pt.Time, Bytes: pt.MaxBytes, Blocks: pt.MaxBlocks})
 	}
 	return pr

@@ -15,6 +15,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/heapscope/heapscope/analyze"
 	"github.com/heapscope/heapscope/internal/testutil"
 	"github.com/heapscope/heapscope/internal/tracetest"
 	"github.com/heapscope/heapscope/query"
@@ -535,5 +536,56 @@ func TestPageSuppressed(t *testing.T) {
 	settle(t, ctx, chromedp.Navigate(srv.URL+"/?tab=classes"))
 	if n := eval[int](t, ctx, `document.querySelectorAll("#classes-sites .suppressed").length`); n == 0 {
 		t.Error("the classes name no site's rule")
+	}
+}
+
+// TestPageProcessFilter: choosing a process filters every view, the
+// timeline and the summary too: on a shim that runs report_known, the
+// page of the inner process shows its peak (timeline, API and page) and
+// its leaks, those of `report --pid`, under a title that names it.
+func TestPageProcessFilter(t *testing.T) {
+	known := testutil.MustBuild(t, "report_known", testutil.Options{})
+	path := filepath.Join(t.TempDir(), "shim.hst")
+	tracetest.Record(t, path, testutil.MustBuild(t, "report_shim", testutil.Options{}), known)
+	x, srv := serveTrace(t, path)
+	inner := uint32(0)
+	for _, p := range x.Report.Profile.Processes {
+		if p.Exe == known {
+			inner = p.PID
+		}
+	}
+	if inner == 0 || len(x.Report.Profile.Processes) < 2 {
+		t.Fatalf("the shim's trace has processes %+v", x.Report.Profile.Processes)
+	}
+	alone, err := report.Load(path, report.LoadOptions{Processes: analyze.Processes{PIDs: []uint32{inner}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := alone.Document(0).Summary
+	var tl Timeline
+	getJSON(t, fmt.Sprintf("%s/api/timeline?pid=%d", srv.URL, inner), &tl)
+	if tl.Peak.Bytes != want.PeakBytes || tl.PID != inner {
+		t.Errorf("timeline of pid %d: peak %d (pid %d), report --pid %d", inner, tl.Peak.Bytes, tl.PID, want.PeakBytes)
+	}
+	var sum Summary
+	getJSON(t, fmt.Sprintf("%s/api/summary?pid=%d", srv.URL, inner), &sum)
+	if sum.Summary.PeakBytes != want.PeakBytes || sum.Summary.LeakedBytes != want.LeakedBytes || sum.Summary.Allocations != want.Allocations {
+		t.Errorf("summary of pid %d: %+v, report --pid %+v", inner, sum.Summary, want)
+	}
+
+	ctx := browser(t)
+	settle(t, ctx, chromedp.Navigate(fmt.Sprintf("%s/?pid=%d", srv.URL, inner)))
+	screenshot(t, ctx, artefacts(t), "process")
+	got := eval[string](t, ctx, `document.getElementById("timeline").getAttribute("data-peak") + " " +
+		document.querySelector('#summary-table td[data-k="peak_bytes"]').getAttribute("data-v") + " " +
+		document.querySelector('#summary-table td[data-k="leaked_bytes"]').getAttribute("data-v") + " " +
+		document.getElementById("summary-title").textContent`)
+	if w := fmt.Sprintf("%d %d %d Summary of process %d", want.PeakBytes, want.PeakBytes, want.LeakedBytes, inner); got != w {
+		t.Errorf("the page of pid %d: %q, want %q", inner, got, w)
+	}
+	// Back to every process: the whole trace's again.
+	settle(t, ctx, chromedp.SetValue(chromedp.ID("pid"), "0"), chromedp.Evaluate[chromedp.Void](`document.getElementById("pid").dispatchEvent(new Event("change"))`))
+	if got := eval[string](t, ctx, `document.getElementById("summary-title").textContent + " " + document.getElementById("timeline").getAttribute("data-peak")`); got != fmt.Sprintf("Summary of the whole trace %d", x.Report.Profile.Peak.Bytes) {
+		t.Errorf("back to every process: %q", got)
 	}
 }

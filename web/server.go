@@ -326,7 +326,26 @@ type BaseSummary struct {
 }
 
 func (s *Server) summary(w http.ResponseWriter, r *http.Request) {
+	p, err := s.parse(r)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
 	d := s.x.Report.Document(1)
+	if p.f.PID != 0 || p.f.TID != 0 {
+		// The summary of one process or thread: the report of its
+		// blocks, as `report --pid` gives it.
+		f := query.Filter{PID: p.f.PID, TID: p.f.TID}
+		if err := s.needEvents(); err != nil {
+			writeErr(w, err)
+			return
+		}
+		if err := s.x.Wait(r.Context()); err != nil {
+			writeErr(w, err)
+			return
+		}
+		d = s.x.WindowReport(s.windowOf(f)).Document(1)
+	}
 	d.Leaks, d.Peak, d.Allocations, d.Timeline = nil, nil, nil, nil
 	out := Summary{JSON: d, StartNs: s.rel(s.x.Start()), EndNs: s.rel(s.x.End()), Costs: query.CostNames(), Indexing: !s.x.Ready()}
 	out.Index.Events, out.Index.Blocks, out.Index.Sites = s.x.Events(), s.x.Blocks(), len(s.x.Sites())
@@ -350,6 +369,9 @@ type Timeline struct {
 	// Estimated says, for a sampled trace, that the numbers are
 	// estimates, scaled up as the report's; "" when exact.
 	Estimated string `json:"estimated,omitempty"`
+	// PID and TID are the process and thread whose heap this is (0: all).
+	PID uint32 `json:"pid,omitempty"`
+	TID uint32 `json:"tid,omitempty"`
 }
 
 // Point is an instant and the heap then.
@@ -377,7 +399,7 @@ func (s *Server) timeline(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	n = min(max(n, 1), maxPoints)
-	if !s.x.Ready() && p.f.From == 0 && p.f.To == 0 {
+	if !s.x.Ready() && p.f.From == 0 && p.f.To == 0 && p.f.PID == 0 && p.f.TID == 0 {
 		writeJSON(w, s.quickTimeline(int(n)))
 		return
 	}
@@ -385,12 +407,14 @@ func (s *Server) timeline(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
+	// The heap of the process and thread asked (pid, tid), or of all.
 	sp := s.x.Span(p.f)
-	out := Timeline{FromNs: s.rel(sp.From), ToNs: s.rel(sp.To), Points: []TimelinePoint{}, Estimated: s.x.Report.Estimate()}
-	if pk, ok := s.x.Peak(sp); ok {
+	out := Timeline{FromNs: s.rel(sp.From), ToNs: s.rel(sp.To), Points: []TimelinePoint{}, Estimated: s.x.Report.Estimate(),
+		PID: p.f.PID, TID: p.f.TID}
+	if _, pk, ok := s.x.PeakOf(sp, p.f); ok {
 		out.Peak = Point{TNs: s.rel(pk.Time), Bytes: pk.Bytes, Blocks: pk.Blocks}
 	}
-	for _, b := range s.x.Timeline(sp, int(n)) {
+	for _, b := range s.x.TimelineOf(sp, int(n), p.f) {
 		out.WidthNs = b.Width
 		out.Points = append(out.Points, TimelinePoint{TNs: s.rel(b.Time), Bucket: b})
 	}

@@ -160,6 +160,14 @@ function showError(e: unknown) {
 function renderSummary(s: Summary) {
   document.title = `heapscope: ${s.trace.file.split("/").pop()}`;
   $("file").textContent = s.trace.file;
+  renderSummaryTable(s);
+  renderSummaryRest(s);
+}
+
+// renderSummaryTable fills the summary's table: of the whole trace, or of
+// the process and thread chosen (its summary then asked with pid, tid).
+function renderSummaryTable(s: Summary, pid = 0, tid = 0) {
+  $("summary-title").textContent = pid || tid ? `Summary of ${pid ? `process ${pid}` : ""}${pid && tid ? ", " : ""}${tid ? `thread ${tid}` : ""}` : "Summary of the whole trace";
   const sm = s.summary;
   const se = s.trace.standard_errors;
   const pm = (k: "bytes_allocated" | "peak_bytes" | "leaked_bytes") => (se ? ` ±${bytes(se[k])}` : "");
@@ -195,6 +203,9 @@ function renderSummary(s: Summary) {
     if (n !== undefined) td.setAttribute("data-v", String(n));
     t.append(el("tr", {}, el("th", {}, k), td));
   }
+}
+
+function renderSummaryRest(s: Summary) {
   const pt = $("processes");
   pt.textContent = "";
   pt.append(el("tr", {}, el("th", {}, "PID"), el("th", {}, "parent"), el("th", {}, "command line"), el("th", {}, "exit")));
@@ -476,6 +487,21 @@ async function refresh(partial = false) {
   // A static report holds one timeline, of 1000 points.
   view.set("points", isStatic() ? "1000" : String(Math.min(2000, Math.max(100, Math.round($("timeline").getBoundingClientRect().width)))));
   const jobs: Promise<void>[] = [];
+  // The timeline and the summary are of the process and thread chosen, as
+  // every other view.
+  const who = new URLSearchParams();
+  if (s.pid) who.set("pid", String(s.pid));
+  if (s.tid) who.set("tid", String(s.tid));
+  who.forEach((v, k) => view.set(k, v));
+  if (s.pid || s.tid) {
+    jobs.push(
+      get<Summary>(`/api/summary?${who}`).then((sum) => {
+        if (my === seq) renderSummaryTable(sum, s.pid, s.tid);
+      }),
+    );
+  } else if (summary) {
+    renderSummaryTable(summary);
+  }
   const sel: [number, number] | null = s.from || s.to ? [s.from || summary.start_ns, s.to || summary.end_ns] : null;
   jobs.push(
     get<Timeline>(`/api/timeline?${view}`).then((t) => {
@@ -585,6 +611,9 @@ function wire() {
   $("zoom-reset").addEventListener("click", () => setState({ vfrom: 0, vto: 0 }));
   if (isStatic()) {
     document.body.classList.add("static");
+    // A self-contained report holds the whole trace's answers: no choice
+    // of process.
+    $("pid").hidden = true;
   }
 }
 
