@@ -86,11 +86,19 @@ func (r *Report) CutNote(unwind string, maxFrames int) string {
 			cutSites, sites, percent(cutBytes, total), strings.Join(mods, ", "), why, fix))
 	}
 	if deepSites > 0 {
-		notes = append(notes, fmt.Sprintf("stacks cut by the depth limit: %d of %d sites (%s of allocated bytes) have %d frames, the most recorded; raise --max-frames (up to 127)",
-			deepSites, sites, percent(deepBytes, total), maxFrames))
+		fix := fmt.Sprintf("raise --max-frames (up to %d)", mostFrames)
+		if maxFrames >= mostFrames {
+			fix = "the most heapscope records: their outermost frames are missing (deep recursion?)"
+		}
+		notes = append(notes, fmt.Sprintf("stacks cut by the depth limit: %d of %d sites (%s of allocated bytes) have %d frames, the most recorded; %s",
+			deepSites, sites, percent(deepBytes, total), maxFrames, fix))
 	}
 	return strings.Join(notes, "; ")
 }
+
+// mostFrames is the largest --max-frames (heapscope.MaxFrames, which the
+// analysis side does not import).
+const mostFrames = 127
 
 func percent(part, total uint64) string {
 	if total == 0 {

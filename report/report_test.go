@@ -611,3 +611,23 @@ func TestTextBrief(t *testing.T) {
 		t.Logf("text:\n%s", out)
 	}
 }
+
+// TestCutNoteDepth: a stack as deep as the depth limit asks for a larger
+// --max-frames, unless the limit is already the largest heapscope has.
+func TestCutNoteDepth(t *testing.T) {
+	deep := func(n int) *Report {
+		fr := make([]uint64, n)
+		for i := range fr {
+			fr[i] = 0x5000 + uint64(i)*16
+		}
+		p := &analyze.Profile{Stacks: []analyze.Stack{{PID: 1, ID: 1, Frames: fr, Counters: analyze.Counters{Allocations: 1, Bytes: 10}}}}
+		return New(p, Trace{}, frames)
+	}
+	if note := deep(8).CutNote("tables", 8); !strings.Contains(note, "raise --max-frames (up to 127)") {
+		t.Errorf("limit 8: %q", note)
+	}
+	note := deep(127).CutNote("tables", 127)
+	if strings.Contains(note, "raise --max-frames") || !strings.Contains(note, "the most heapscope records") {
+		t.Errorf("limit 127: %q", note)
+	}
+}

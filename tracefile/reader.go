@@ -169,6 +169,19 @@ func (r *Reader) readErr(err error, off int64, where string) error {
 	return fmt.Errorf("tracefile: reading %s: %w", r.path, err)
 }
 
+// notTrace is what readHeader expected of a file without the magic, and
+// what the file is when that is known (see foreign).
+func (r *Reader) notTrace() string {
+	// (A compressed block is up to 128 KiB: enough for the first.)
+	first := make([]byte, min(r.size, 256<<10))
+	if r.readAt(first, 0) == nil {
+		if what := foreign(first); what != "" {
+			return "the magic \"" + fileMagic + "\" (not a heapscope trace file: " + what + ")"
+		}
+	}
+	return "the magic \"" + fileMagic + "\" (not a heapscope trace file)"
+}
+
 func (r *Reader) readHeader() error {
 	var fixed [fileHeaderFixed]byte
 	n := int(min(r.size, fileHeaderFixed))
@@ -179,10 +192,13 @@ func (r *Reader) readHeader() error {
 		if bytes.HasPrefix([]byte(fileMagic), fixed[:min(n, len(fileMagic))]) {
 			return r.formatErr(int64(n), "file header", fmt.Sprintf("%d bytes of header (the file has %d)", fileHeaderFixed, n), ErrTruncated)
 		}
-		return r.formatErr(0, "file header", "the magic \""+fileMagic+"\" (not a heapscope trace file)", ErrCorrupt)
+		return r.formatErr(0, "file header", r.notTrace(), ErrCorrupt)
 	}
 	body, bad := headerBodyLen(fixed[:])
 	if bad != "" {
+		if string(fixed[:len(fileMagic)]) != fileMagic {
+			bad = r.notTrace()
+		}
 		return r.formatErr(0, "file header", bad, ErrCorrupt)
 	}
 	end := int64(fileHeaderFixed + body + 4)

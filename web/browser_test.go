@@ -583,6 +583,11 @@ func TestPageProcessFilter(t *testing.T) {
 	if w := fmt.Sprintf("%d %d %d Summary of process %d", want.PeakBytes, want.PeakBytes, want.LeakedBytes, inner); got != w {
 		t.Errorf("the page of pid %d: %q, want %q", inner, got, w)
 	}
+	// The inner process is not heapscope's child: its status is not known,
+	// not -1.
+	if pt := eval[string](t, ctx, `document.getElementById("processes").textContent`); strings.Contains(pt, "-1") || !strings.Contains(pt, "status unknown (not heapscope's child)") {
+		t.Errorf("the processes table says %q", pt)
+	}
 	// Back to every process: the whole trace's again.
 	settle(t, ctx, chromedp.SetValue(chromedp.ID("pid"), "0"), chromedp.Evaluate[chromedp.Void](`document.getElementById("pid").dispatchEvent(new Event("change"))`))
 	if got := eval[string](t, ctx, `document.getElementById("summary-title").textContent + " " + document.getElementById("timeline").getAttribute("data-peak")`); got != fmt.Sprintf("Summary of the whole trace %d", x.Report.Profile.Peak.Bytes) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -43,7 +44,7 @@ type LiveState struct {
 func NewLive(name string, o query.Options, every time.Duration) (*Live, error) {
 	st, err := heapscope.Control(name, heapscope.ControlFlush)
 	if err != nil {
-		return nil, fmt.Errorf("session %q: %w", name, err)
+		return nil, err // it names the session
 	}
 	if len(st.Files) == 0 {
 		return nil, fmt.Errorf("session %q writes no trace file (real-time mode): serve needs one", name)
@@ -53,6 +54,7 @@ func NewLive(name string, o query.Options, every time.Duration) (*Live, error) {
 	if err != nil {
 		return nil, err
 	}
+	runningIndex(x)
 	l := &Live{name: name, o: o, every: every, srv: New(x),
 		state: LiveState{Session: name, File: file, Running: true, Version: 1, Updated: time.Now()}}
 	return l, nil
@@ -98,10 +100,34 @@ func (l *Live) update(running bool) {
 		l.state.Error = err.Error()
 		return
 	}
+	if running {
+		runningIndex(x)
+	}
 	l.srv = New(x)
 	l.state.Version++
 	l.state.Updated = time.Now()
 	l.state.Error = ""
+}
+
+// unclosed begins the reader's warning about a file whose writer has not
+// closed it (tracefile): of a session still tracing, that is its state,
+// not damage, and the page does not say "killed, or out of disk space".
+const unclosed = "the file has no index (its writer has not closed it"
+
+// runningIndex drops from x's warnings the one about a file not closed: x
+// is of a session that is running.
+func runningIndex(x *query.Index) {
+	keep := func(ws []string) []string {
+		out := ws[:0:0]
+		for _, w := range ws {
+			if !strings.HasPrefix(w, unclosed) {
+				out = append(out, w)
+			}
+		}
+		return out
+	}
+	x.Warnings = keep(x.Warnings)
+	x.Report.Trace.Warnings = keep(x.Report.Trace.Warnings)
 }
 
 // State returns what /api/live says.

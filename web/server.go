@@ -635,6 +635,10 @@ type Histogram struct {
 	Lifetimes []LifetimeBucket    `json:"lifetimes"`
 	Live      uint64              `json:"live"`                // blocks of the window never freed
 	Estimated string              `json:"estimated,omitempty"` // see Timeline
+	// TimeResolutionNs is the trace's time resolution: lifetimes are
+	// multiples of it, the first bucket (lt_ns 1) holds those under it,
+	// and the buckets between cannot hold any (they are left out).
+	TimeResolutionNs int64 `json:"time_resolution_ns"`
 }
 
 // LifetimeBucket counts blocks that lived less than LtNs (and at least the
@@ -650,7 +654,9 @@ func (s *Server) histogram(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res := s.windowOf(p.f)
-	out := Histogram{Sizes: []report.JSONBucket{}, Lifetimes: []LifetimeBucket{}, Live: res.Lifetime.Live, Estimated: s.x.Report.Estimate()}
+	tres := max(int64(s.x.Header.TimeResolution), 1)
+	out := Histogram{Sizes: []report.JSONBucket{}, Lifetimes: []LifetimeBucket{}, Live: res.Lifetime.Live, Estimated: s.x.Report.Estimate(),
+		TimeResolutionNs: tres}
 	for _, b := range analyze.SizeBuckets(&res.Hist) {
 		out.Sizes = append(out.Sizes, report.JSONBucket{Le: b.Le, Count: b.Count})
 	}
@@ -661,6 +667,9 @@ func (s *Server) histogram(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	for i := 0; i < last; i++ {
+		if i > 0 && int64(1)<<i <= tres && res.Lifetime.Buckets[i] == 0 {
+			continue // shorter than the resolution, and not the same timestamp: none
+		}
 		out.Lifetimes = append(out.Lifetimes, LifetimeBucket{LtNs: 1 << i, Count: res.Lifetime.Buckets[i]})
 	}
 	writeJSON(w, out)

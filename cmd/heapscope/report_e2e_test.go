@@ -394,3 +394,29 @@ func parseHeaptrack(t *testing.T, out string) *htParsed {
 	}
 	return p
 }
+
+// TestReportOfHeaptrackFile: a heaptrack trace given to report (as it
+// writes it, zstd-compressed, or plain) is named as one, with what opens it.
+func TestReportOfHeaptrackFile(t *testing.T) {
+	testutil.Tool(t, "heaptrack")
+	dir := t.TempDir()
+	bin := testutil.MustBuild(t, "report_known", testutil.Options{})
+	htBase := filepath.Join(dir, "ht")
+	if out, err := exec.Command("heaptrack", "-o", htBase, bin).CombinedOutput(); err != nil {
+		t.Fatalf("heaptrack: %v\n%s", err, out)
+	}
+	files, _ := filepath.Glob(htBase + ".*")
+	if len(files) != 1 {
+		t.Fatalf("heaptrack wrote %v", files)
+	}
+	for _, f := range files {
+		code, stderr := runCLI(t, "report", f)
+		if code == 0 || !strings.Contains(stderr, "it is a heaptrack trace") || !strings.Contains(stderr, "heaptrack_print") {
+			t.Errorf("report of heaptrack's %s: exit %d, %s", filepath.Base(f), code, stderr)
+		}
+	}
+	code, stderr := runCLI(t, "report", bin)
+	if code == 0 || strings.Contains(stderr, "heaptrack") || !strings.Contains(stderr, "not a heapscope trace file") {
+		t.Errorf("report of a program: exit %d, %s", code, stderr)
+	}
+}

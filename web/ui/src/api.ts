@@ -235,6 +235,7 @@ export interface Histogram {
   sizes: Bucket[];
   lifetimes: { lt_ns: number; count: number }[];
   live: number;
+  time_resolution_ns: number;
 }
 
 // Answers embedded in a self-contained report, by request path and query.

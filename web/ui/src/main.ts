@@ -210,7 +210,16 @@ function renderSummaryRest(s: Summary) {
   pt.textContent = "";
   pt.append(el("tr", {}, el("th", {}, "PID"), el("th", {}, "parent"), el("th", {}, "command line"), el("th", {}, "exit")));
   for (const p of s.processes) {
-    const exit = p.exited ? (p.signal ? `signal ${p.signal}` : `status ${p.exit_status}`) : "running or unknown";
+    // A status below 0 is not known: only heapscope's own child's is.
+    const exit = !p.exited
+      ? "running or unknown"
+      : p.signal
+        ? `signal ${p.signal}`
+        : p.exit_status >= 0
+          ? `status ${p.exit_status}`
+          : s.trace.provider === "preload"
+            ? "ended, status unknown (not heapscope's child)"
+            : "detached";
     pt.append(el("tr", {}, el("td", {}, String(p.pid)), el("td", {}, String(p.ppid)), el("td", { class: "mono" }, p.cmdline.join(" ") || p.exe), el("td", {}, exit)));
   }
   const warn = [...s.warnings, ...s.limitations];
@@ -428,7 +437,8 @@ function renderSizes(h: Histogram) {
   bars("sizes-table", sizes.slice(from(h.sizes)));
   // Bucket 0 holds the blocks freed at the same timestamp as they were
   // made: shorter than the trace's time resolution.
-  const lifetimes = h.lifetimes.map((b) => ({ label: b.lt_ns <= 1 ? "same timestamp" : `< ${dur(b.lt_ns)}`, v: b.count }));
+  const res = h.time_resolution_ns > 1 ? ` (under ${dur(h.time_resolution_ns)}, the trace's resolution)` : "";
+  const lifetimes = h.lifetimes.map((b) => ({ label: b.lt_ns <= 1 ? `same timestamp${res}` : `< ${dur(b.lt_ns)}`, v: b.count }));
   bars("lifetimes-table", [...lifetimes.slice(from(h.lifetimes)), { label: "never freed", v: h.live }]);
 }
 
