@@ -3,6 +3,7 @@ package analyze
 import (
 	"math"
 	"math/bits"
+	"slices"
 	"sort"
 
 	"github.com/heapscope/heapscope/event"
@@ -65,6 +66,7 @@ type Model struct {
 	firstEv, lastEv           int64 // the first and last heap events' times
 
 	modules  []event.Module
+	strs     map[string]string // the processes' strings, kept once
 	stats    event.Stats
 	hasStats bool
 	warnings []event.Warning
@@ -121,12 +123,24 @@ type site struct {
 	// gone is what of liveBytes and liveBlocks the exit of the site's
 	// process left: leaks, no longer in the heap (see Model.Exit).
 	goneBytes, goneBlocks uint64
-	// In a sampled trace, the variances of the estimates liveBytes,
-	// goneBytes and peakBytes (see SampleVariance).
-	liveVar, goneVar, peakVar float64
-	pid                       uint32
-	id                        event.StackID
-	frames                    []uint64
+	// vars are, in a sampled trace, the variances of its estimates
+	// (nil in an exact one, whose sites they would only weigh).
+	vars   *siteVars
+	pid    uint32
+	id     event.StackID
+	frames []uint64
+}
+
+// siteVars are the variances of a sampled site's estimates liveBytes,
+// goneBytes and peakBytes (see SampleVariance).
+type siteVars struct{ live, gone, peak float64 }
+
+// heapVar is the variance of s's bytes in the heap.
+func (s *site) heapVar() float64 {
+	if s.vars == nil {
+		return 0
+	}
+	return max(s.vars.live-s.vars.gone, 0)
 }
 
 // stack returns s as a Stack, its values at the peak saved at peak number
@@ -140,11 +154,13 @@ func (s *site) stack(epoch uint64) Stack {
 			LiveBytes: s.liveBytes, LiveBlocks: s.liveBlocks, PeakBytes: s.peakBytes, PeakBlocks: s.peakBlocks,
 		},
 		ExitedBytes: s.goneBytes, ExitedBlocks: s.goneBlocks,
-		LiveVar: s.liveVar, PeakVar: s.peakVar,
+	}
+	if s.vars != nil {
+		st.LiveVar, st.PeakVar = s.vars.live, s.vars.peak
 	}
 	if s.stamp != epoch {
 		// Unchanged since the peak.
-		st.PeakBytes, st.PeakBlocks, st.PeakVar = s.heapBytes(), s.heapBlocks(), max(s.liveVar-s.goneVar, 0)
+		st.PeakBytes, st.PeakBlocks, st.PeakVar = s.heapBytes(), s.heapBlocks(), s.heapVar()
 	}
 	return st
 }
@@ -242,7 +258,7 @@ func (m *Model) newSite(p *proc, id event.StackID) int32 {
 	p.sites = append(p.sites, s-1)
 	if id < maxDenseID {
 		if int(id) >= len(p.ids) {
-			n := max(2*len(p.ids), int(id)+1, 64)
+			n := max(2*len(p.ids), int(id)+1, 4)
 			p.ids = append(p.ids, make([]int32, n-len(p.ids))...)
 		}
 		p.ids[id] = s
@@ -271,20 +287,42 @@ func (m *Model) lookupSite(p *proc, id event.StackID) int32 {
 func (m *Model) touch(s *site) {
 	if s.stamp != m.epoch {
 		s.peakBytes, s.peakBlocks, s.stamp = s.heapBytes(), s.heapBlocks(), m.epoch
-		s.peakVar = max(s.liveVar-s.goneVar, 0)
+		if s.vars != nil {
+			s.vars.peak = s.heapVar()
+		}
 	}
 }
 
 // Process records a process.
 func (m *Model) Process(ev event.Process) error {
 	p := m.proc(ev.PID)
+	// The caller does not reuse a Process's command line (event.Sink):
+	// it is kept, its strings once each (the same command lines, by the
+	// thousand in a build), equal strings put in its place.
+	ev.Exe = m.intern(ev.Exe)
+	for i, a := range ev.Cmdline {
+		ev.Cmdline[i] = m.intern(a)
+	}
 	p.info.Process = ev
-	p.info.Cmdline = append([]string(nil), ev.Cmdline...)
 	p.known = true
 	if m.inWindow(ev.Time) {
 		m.seen(ev.Time)
 	}
 	return nil
+}
+
+// intern returns s, or an equal string kept before.
+func (m *Model) intern(s string) string {
+	if t, ok := m.strs[s]; ok {
+		return t
+	}
+	if m.strs == nil {
+		m.strs = map[string]string{}
+	}
+	if len(m.strs) < 1<<20 { // a bound: a million distinct strings are not shared anyway
+		m.strs[s] = s
+	}
+	return s
 }
 
 // Exit records the end of a process. Its blocks still live stay its
@@ -313,7 +351,10 @@ func (m *Model) Exit(ev event.Exit) error {
 		m.touch(s)
 		bytes += s.heapBytes()
 		blocks += s.heapBlocks()
-		s.goneBytes, s.goneBlocks, s.goneVar = s.liveBytes, s.liveBlocks, s.liveVar
+		s.goneBytes, s.goneBlocks = s.liveBytes, s.liveBlocks
+		if s.vars != nil {
+			s.vars.gone = s.vars.live
+		}
 	}
 	m.liveBytes -= bytes
 	m.liveBlocks -= blocks
@@ -597,8 +638,13 @@ func (m *Model) heaptrackFreed(p *proc, b block) {
 }
 
 // frameArena stores stack frames in large shared chunks, so that many small
-// stacks cost no allocation each.
-type frameArena struct{ chunk []uint64 }
+// stacks cost no allocation each, and each distinct list of frames once:
+// stacks of the same frames (the same call path under several IDs, a
+// trace made to weigh) share one copy.
+type frameArena struct {
+	chunk []uint64
+	seen  map[uint64][]uint64 // by FrameHash: the first list stored with it
+}
 
 const arenaChunk = 1 << 16
 
@@ -606,15 +652,38 @@ func (a *frameArena) store(f []uint64) []uint64 {
 	if len(f) == 0 {
 		return nil
 	}
+	h := FrameHash(f)
+	if s, ok := a.seen[h]; ok && slices.Equal(s, f) {
+		return s
+	}
+	var s []uint64
 	if len(f) > arenaChunk/8 {
-		return append([]uint64(nil), f...)
+		s = append([]uint64(nil), f...)
+	} else {
+		if cap(a.chunk)-len(a.chunk) < len(f) {
+			a.chunk = make([]uint64, 0, arenaChunk)
+		}
+		n := len(a.chunk)
+		a.chunk = append(a.chunk, f...)
+		s = a.chunk[n : n+len(f) : n+len(f)]
 	}
-	if cap(a.chunk)-len(a.chunk) < len(f) {
-		a.chunk = make([]uint64, 0, arenaChunk)
+	if a.seen == nil {
+		a.seen = map[uint64][]uint64{}
 	}
-	n := len(a.chunk)
-	a.chunk = append(a.chunk, f...)
-	return a.chunk[n : n+len(f) : n+len(f)]
+	if _, ok := a.seen[h]; !ok {
+		a.seen[h] = s
+	}
+	return s
+}
+
+// FrameHash is a hash of a list of frames, for interning them.
+func FrameHash(f []uint64) uint64 {
+	h := uint64(len(f)) * 0x9e3779b97f4a7c15
+	for _, v := range f {
+		h = (h ^ v) * 0xbf58476d1ce4e5b9
+		h ^= h >> 29
+	}
+	return h
 }
 
 // Profile returns what the model has computed so far. It may be called more
@@ -638,20 +707,29 @@ func (m *Model) Profile() *Profile {
 	if m.to != math.MaxInt64 {
 		pr.To = m.to
 	}
+	pr.Processes = make([]Process, 0, len(m.procList))
 	for _, p := range m.procList {
 		pr.Processes = append(pr.Processes, p.info)
 	}
 	sort.Slice(pr.Processes, func(i, j int) bool { return pr.Processes[i].PID < pr.Processes[j].PID })
 
+	// Counted first, so that a million stacks are not copied as the slice
+	// grows.
+	reported := func(s *site) bool {
+		return m.snaps[s.pid] == nil && // else reported from its snapshots below
+			(s.allocs != 0 || s.reallocs != 0 || s.frees != 0 || s.liveBlocks != 0)
+	}
+	n := 0
 	for i := range m.sites {
-		s := &m.sites[i]
-		if m.snaps[s.pid] != nil {
-			continue // reported from its snapshots below
+		if reported(&m.sites[i]) {
+			n++
 		}
-		if s.allocs == 0 && s.reallocs == 0 && s.frees == 0 && s.liveBlocks == 0 {
-			continue
+	}
+	pr.Stacks = make([]Stack, 0, n)
+	for i := range m.sites {
+		if s := &m.sites[i]; reported(s) {
+			pr.Stacks = append(pr.Stacks, s.stack(m.epoch))
 		}
-		pr.Stacks = append(pr.Stacks, s.stack(m.epoch))
 	}
 	if len(m.snaps) > 0 {
 		m.snapshotStacks(pr)

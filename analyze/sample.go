@@ -129,7 +129,10 @@ func (m *Model) sampledAlloc(p *proc, si int32, e *event.Event) uint64 {
 	s := &m.sites[si]
 	m.touch(s)
 	v := SampleVariance(bytes, m.rate)
-	s.liveVar += v
+	if s.vars == nil {
+		s.vars = &siteVars{}
+	}
+	s.vars.live += v
 	m.bytesVar += v
 	s.liveBytes += bytes
 	s.liveBlocks += uint64(n)
@@ -154,7 +157,9 @@ func (m *Model) sampledRelease(b block, counted bool) {
 	s := &m.sites[b.site]
 	m.touch(s)
 	n := uint64(b.tid)
-	s.liveVar = max(s.liveVar-SampleVariance(b.size, m.rate), 0)
+	if s.vars != nil {
+		s.vars.live = max(s.vars.live-SampleVariance(b.size, m.rate), 0)
+	}
 	s.liveBytes -= b.size
 	s.liveBlocks -= n
 	if counted {

@@ -456,7 +456,9 @@ func (s *Stats) TotalLost() uint64 {
 //
 // A Stack is sent before the first event that refers to it, a Process before
 // its first event and a Module before the stacks that point into it. Events
-// passed to Events may be reused by the caller after it returns.
+// passed to Events, and the Frames of a Stack passed to Stack, may be reused
+// by the caller after it returns: a sink that keeps them copies them. A
+// Process's command line is the sink's to keep.
 type Sink interface {
 	Process(Process) error
 	Exit(Exit) error

@@ -113,7 +113,7 @@ func (b *builder) seed(pid uint32, id event.StackID, i int32) {
 	p := b.proc(pid)
 	if id < maxDenseID {
 		if int(id) >= len(p.ids) {
-			n := max(2*len(p.ids), int(id)+1, 64)
+			n := max(2*len(p.ids), int(id)+1, 4)
 			p.ids = append(p.ids, make([]int32, n-len(p.ids))...)
 		}
 		p.ids[id] = i + 1

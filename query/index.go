@@ -159,9 +159,9 @@ type Index struct {
 	threads   []uint32
 	bigThread map[uint32]uint32
 
-	stacks []stackRef // by stack index
-	sites  []*Site    // the symbolized, merged call sites
-	res    cachedResolver
+	stacks []stackRef      // by stack index
+	sites  []*Site         // the symbolized, merged call sites
+	res    report.Resolver // the report's: its stacks' frames
 	// tries are the flame graphs' trees of the sites, top-down and
 	// inverted, made on first use.
 	trieOnce [2]sync.Once
@@ -359,27 +359,31 @@ func (x *Index) trace() report.Trace {
 // event, so that windows cannot be answered.
 func (x *Index) Aggregate() bool { return x.Report.Profile.Aggregate }
 
-// cachedResolver holds every address of every stack, symbolized once at
-// build time: the index answers without the symbolizer's files open.
-type cachedResolver map[uint32]map[uint64][]symbolize.Frame
-
-// Frames implements report.Resolver.
-func (c cachedResolver) Frames(pid uint32, addr uint64) []symbolize.Frame {
-	if fs, ok := c[pid][addr]; ok {
-		return fs
-	}
-	return []symbolize.Frame{{Address: addr}}
-}
-
 // mergeSites symbolizes each stack, trims the allocator's frames and merges
 // the stacks that become the same.
 func (x *Index) mergeSites() {
 	frameIDs := map[symbolize.FrameKey]uint32{}
 	bySite := map[string]int32{}
+	// Stacks of one process with the same frames (the model stores them
+	// once) are one site, found without symbolizing them again.
+	type framesKey struct {
+		pid   uint32
+		first *uint64
+		n     int
+	}
+	byFrames := map[framesKey]int32{}
 	var buf []symbolize.Frame
 	var kb []byte
 	for i := range x.stacks {
 		st := &x.stacks[i]
+		var fk framesKey
+		if len(st.frames) > 0 {
+			fk = framesKey{st.pid, &st.frames[0], len(st.frames)}
+			if si, ok := byFrames[fk]; ok {
+				st.site = si
+				continue
+			}
+		}
 		buf = buf[:0]
 		for _, a := range st.frames {
 			buf = append(buf, x.res.Frames(st.pid, a)...)
@@ -406,6 +410,9 @@ func (x *Index) mergeSites() {
 			s.PIDs = append(s.PIDs, st.pid)
 		}
 		st.site = si
+		if fk.first != nil {
+			byFrames[fk] = si
+		}
 	}
 	for _, s := range x.sites {
 		sort.Slice(s.PIDs, func(i, j int) bool { return s.PIDs[i] < s.PIDs[j] })

@@ -11,7 +11,6 @@ import (
 	"github.com/heapscope/heapscope/event"
 	"github.com/heapscope/heapscope/report"
 	"github.com/heapscope/heapscope/suppress"
-	"github.com/heapscope/heapscope/symbolize"
 	"github.com/heapscope/heapscope/tracefile"
 )
 
@@ -49,25 +48,15 @@ func Open(path string, o Options) (*Index, error) {
 		cacheDir: o.CacheDir, indexMap: o.IndexMap, saved: make(chan struct{}), indexProgress: o.IndexProgress}
 	x.rules, x.supOpt = o.Suppressions, suppress.Options{Sysroot: o.Symbolize.Sysroot}
 
-	// The report's stacks are the index's: each address symbolized once,
-	// by the report's pass, and kept (the symbolizer's files are closed).
+	// The report's stacks are the index's, and so are their frames: each
+	// address symbolized once, by the report's pass, which keeps them (the
+	// symbolizer's files are closed).
 	pr := rep.Profile
-	sym := rep.Resolver()
-	x.res = cachedResolver{}
+	x.res = rep.Resolver()
 	x.stacks = make([]stackRef, len(pr.Stacks))
 	for i := range pr.Stacks {
 		st := &pr.Stacks[i]
 		x.stacks[i] = stackRef{pid: st.PID, id: st.ID, frames: st.Frames}
-		m := x.res[st.PID]
-		if m == nil {
-			m = map[uint64][]symbolize.Frame{}
-			x.res[st.PID] = m
-		}
-		for _, a := range st.Frames {
-			if _, ok := m[a]; !ok {
-				m[a] = sym.Frames(st.PID, a)
-			}
-		}
 	}
 	x.mergeSites()
 	if len(x.rules) > 0 {

@@ -45,7 +45,16 @@ func (r *Report) Pprof() (*profile.Profile, error) {
 	p.Comments = r.pprofComments()
 
 	var frames []symbolize.Frame
+	// A sample per stack of a process; the stacks of one process with the
+	// same frames (which the model stores once: a trace can have a million
+	// stack IDs of one call path) are one sample.
+	type sampleKey struct {
+		pid   uint32
+		first *uint64
+		n     int
+	}
 	for _, s := range r.Sites {
+		same := map[sampleKey]*profile.Sample{}
 		for _, st := range s.members {
 			objs := st.Allocations + st.Reallocations - min(st.Failed, st.Allocations+st.Reallocations)
 			liveBlocks, liveBytes := st.LiveBlocks, st.LiveBytes
@@ -56,12 +65,27 @@ func (r *Report) Pprof() (*profile.Profile, error) {
 			if objs == 0 && liveBlocks == 0 {
 				continue
 			}
+			v := []int64{int64(objs), int64(st.Bytes), int64(liveBlocks), int64(liveBytes)}
+			var k sampleKey
+			if len(st.Frames) > 0 {
+				k = sampleKey{st.PID, &st.Frames[0], len(st.Frames)}
+				if sm := same[k]; sm != nil {
+					for i := range v {
+						sm.Value[i] += v[i]
+					}
+					continue
+				}
+			}
 			frames = r.frames(st, frames[:0])
-			p.Sample = append(p.Sample, &profile.Sample{
+			sm := &profile.Sample{
 				Location: b.locations(st.PID, frames),
-				Value:    []int64{int64(objs), int64(st.Bytes), int64(liveBlocks), int64(liveBytes)},
+				Value:    v,
 				NumLabel: map[string][]int64{"pid": {int64(st.PID)}},
-			})
+			}
+			p.Sample = append(p.Sample, sm)
+			if k.first != nil {
+				same[k] = sm
+			}
 		}
 	}
 	return checked(p, "pprof profile")
