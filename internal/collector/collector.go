@@ -16,11 +16,11 @@
 package collector
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -86,6 +86,7 @@ const runConfig = `receivers:
 exporters:
   file:
     path: ${env:HEAPSCOPE_TEST_OUT}
+    append: true
     flush_interval: 100ms
 service:
   telemetry:
@@ -307,36 +308,90 @@ func (c *Collector) Restart() {
 	c.start()
 }
 
+// Stop stops the collector with SIGSTOP, and waits until each of its
+// threads is stopped: it then accepts connections (the kernel does) and
+// answers nothing, as a hung collector does. Continue resumes it.
+func (c *Collector) Stop() {
+	c.tb.Helper()
+	pid := c.PID()
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		c.tb.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !allStopped(pid) {
+		if time.Now().After(deadline) {
+			c.tb.Fatalf("collector %d not stopped after 10 s", pid)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// allStopped reports whether every thread of pid is in state T.
+func allStopped(pid int) bool {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil || len(tasks) == 0 {
+		return false
+	}
+	for _, t := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, t.Name()))
+		if err != nil {
+			return false
+		}
+		// The state follows the command's closing parenthesis.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 || i+2 >= len(b) || b[i+2] != 'T' {
+			return false
+		}
+	}
+	return true
+}
+
+// Continue resumes a collector that Stop stopped.
+func (c *Collector) Continue() {
+	syscall.Kill(c.PID(), syscall.SIGCONT)
+}
+
+// PID is the running collector's process ID.
+func (c *Collector) PID() int { return c.cmd.Process.Pid }
+
 // Log returns what the collector printed.
 func (c *Collector) Log() string { return c.log.String() }
 
 // Messages returns the export messages the file exporter has written so
-// far, one per line, in order.
+// far, one per line, in order. A last line without its newline is not
+// whole yet and is left out (the exporter may write a message and its
+// newline in two writes, a flush apart).
 func (c *Collector) Messages() ([]pprofile.Profiles, error) {
-	f, err := os.Open(c.Out)
+	b, err := os.ReadFile(c.Out)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
 	var out []pprofile.Profiles
-	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 256<<20)
 	var u pprofile.JSONUnmarshaler
-	for n := 1; sc.Scan(); n++ {
-		if len(bytes.TrimSpace(sc.Bytes())) == 0 {
+	for n := 1; ; n++ {
+		i := bytes.IndexByte(b, '\n')
+		if i < 0 {
+			return out, nil
+		}
+		line := b[:i]
+		b = b[i+1:]
+		if len(bytes.TrimSpace(line)) == 0 {
 			continue
 		}
-		p, err := u.UnmarshalProfiles(sc.Bytes())
+		// One message per line: two run together (a collector killed
+		// between a message and its newline) are an error, not the first.
+		if !json.Valid(line) {
+			return out, fmt.Errorf("%s line %d is not one JSON message", c.Out, n)
+		}
+		p, err := u.UnmarshalProfiles(line)
 		if err != nil {
-			// A line cut by a kill is the last; say which.
 			return out, fmt.Errorf("%s line %d: %w", c.Out, n, err)
 		}
 		out = append(out, p)
 	}
-	return out, sc.Err()
 }
 
 // WaitMessages waits until the file holds at least n messages (the file
