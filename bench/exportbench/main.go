@@ -59,12 +59,9 @@ func main() {
 }
 
 type result struct {
-	name       string
-	cpu, wall  []float64 // ms
-	bytes, gz  int
-	samples    int
-	locations  int
-	descriptor string
+	name      string
+	cpu, wall []float64 // ms
+	bytes, gz int
 }
 
 func run(nstacks, depth, reps int, out string) error {
