@@ -44,7 +44,11 @@ const (
 const ScopeName = "heapscope"
 
 // OTLP returns iv as OTLP profiles: one resource per process, four
-// profiles each (see the package documentation).
+// profiles each (see the package documentation). Note that pdata's
+// marshalers (ProtoMarshaler, JSONMarshaler) rewrite the attribute keys of
+// profiles they encode as dictionary references, in place, unless the
+// profiles are read-only: call MarkReadOnly on profiles that are read
+// after they are encoded.
 func OTLP(iv *Interval, o Options) (pprofile.Profiles, error) {
 	if err := iv.check(); err != nil {
 		return pprofile.Profiles{}, err
