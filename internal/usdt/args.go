@@ -291,3 +291,44 @@ func isARMReg(s string) bool {
 	n, err := strconv.Atoi(s[1:])
 	return err == nil && n >= 0 && n <= 30 && s[1] != '+' && (len(s) == 2 || s[1] != '0')
 }
+
+// x86-64's struct pt_regs, in order: the kernel's names for its fields
+// (as tracefs fetch arguments name them), each 8 bytes.
+var ptRegs = []string{"r15", "r14", "r13", "r12", "bp", "bx", "r11", "r10", "r9", "r8",
+	"ax", "cx", "dx", "si", "di", "orig_ax", "ip", "cs", "flags", "sp", "ss"}
+
+// x86Regs maps each name of an x86-64 general register, of any width
+// (rax, eax, ax, al, ah; r8, r8d, r8w, r8b), to its pt_regs field.
+var x86Regs = func() map[string]string {
+	m := map[string]string{"rip": "ip", "eip": "ip"}
+	for _, r := range []string{"a", "b", "c", "d"} {
+		m["r"+r+"x"], m["e"+r+"x"], m[r+"x"], m[r+"l"], m[r+"h"] = r+"x", r+"x", r+"x", r+"x", r+"x"
+	}
+	for _, r := range []string{"si", "di", "bp", "sp"} {
+		m["r"+r], m["e"+r], m[r], m[r+"l"] = r, r, r, r
+	}
+	for i := 8; i <= 15; i++ {
+		n := "r" + strconv.Itoa(i)
+		m[n], m[n+"d"], m[n+"w"], m[n+"b"] = n, n, n, n
+	}
+	return m
+}()
+
+// PtRegsX86 returns the x86-64 struct pt_regs field that holds register
+// reg (as an Arg names it: "rdi", "esi", "r12", "rip") and its byte
+// offset in the struct: where a uprobe's BPF program, or a tracefs fetch
+// argument (%NAME), reads it. ok is false for a name that is not an x86-64
+// general register. A narrower register is the low bytes of its field
+// (ah, bh, ch, dh are the second byte: the caller shifts).
+func PtRegsX86(reg string) (field string, offset int, ok bool) {
+	field, ok = x86Regs[reg]
+	if !ok {
+		return "", 0, false
+	}
+	for i, f := range ptRegs {
+		if f == field {
+			return field, 8 * i, true
+		}
+	}
+	return "", 0, false
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"reflect"
 	"strconv"
 	"strings"
@@ -185,6 +186,24 @@ func TestNoNotes(t *testing.T) {
 	}
 }
 
+func TestPtRegsX86(t *testing.T) {
+	for reg, want := range map[string]struct {
+		field  string
+		offset int
+	}{"rdi": {"di", 112}, "edi": {"di", 112}, "r12": {"r12", 24}, "r12d": {"r12", 24}, "rbx": {"bx", 40},
+		"al": {"ax", 80}, "r15": {"r15", 0}, "rsp": {"sp", 152}, "rip": {"ip", 128}, "r8b": {"r8", 72}} {
+		f, off, ok := PtRegsX86(reg)
+		if !ok || f != want.field || off != want.offset {
+			t.Errorf("PtRegsX86(%q) = %q, %d, %v; want %q, %d", reg, f, off, ok, want.field, want.offset)
+		}
+	}
+	for _, bad := range []string{"", "x0", "r16", "xmm0", "rflags"} {
+		if _, _, ok := PtRegsX86(bad); ok {
+			t.Errorf("PtRegsX86(%q) ok", bad)
+		}
+	}
+}
+
 func TestParseArgs(t *testing.T) {
 	for _, c := range []struct {
 		spec string
@@ -268,5 +287,120 @@ func TestParseNotes(t *testing.T) {
 	}
 	if _, err := ParseNotes(data, leOrder, elf.ELFCLASSNONE); !errors.Is(err, ErrFormat) {
 		t.Errorf("class none: %v", err)
+	}
+}
+
+// TestSemaphoresThroughKernel attaches uprobes to usdt_sampler's probes at
+// the parsed file offsets, with the parsed semaphore offsets as their
+// reference counters (tracefs uprobe_events, in a trace instance of the
+// test's own): the kernel raises the semaphores, which turns the program's
+// sampler on, and each probe the sampler says it fired is a hit, with its
+// arguments read from the registers the specs name.
+func TestSemaphoresThroughKernel(t *testing.T) {
+	const tracefs = "/sys/kernel/tracing"
+	if _, err := os.Stat(tracefs + "/uprobe_events"); err != nil || os.Geteuid() != 0 {
+		testutil.SkipWithout(t, fmt.Errorf("tracefs uprobes as root: %v", err))
+	}
+	bin := testutil.MustBuild(t, "usdt_sampler", testutil.Options{})
+	ps, err := Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alloc, free := Find(ps, "otel_memory", "alloc"), Find(ps, "otel_memory", "free")
+	if len(alloc) != 1 || len(free) != 1 {
+		t.Fatalf("probes %+v", ps)
+	}
+	group := fmt.Sprintf("heapscope_usdt_%d", os.Getpid())
+	fetch := func(p Probe, names ...string) string {
+		var s []string
+		for i, a := range p.Args {
+			field, _, ok := PtRegsX86(a.Reg)
+			if a.Kind != ArgRegister || !ok {
+				t.Fatalf("argument %+v is not in a register", a)
+			}
+			s = append(s, fmt.Sprintf("%s=%%%s:u64", names[i], field))
+		}
+		return strings.Join(s, " ")
+	}
+	defs := []string{
+		fmt.Sprintf("p:%s/alloc %s:%#x(%#x) %s", group, bin, alloc[0].Offset, alloc[0].SemaphoreOffset, fetch(alloc[0], "ptr", "size", "weight")),
+		fmt.Sprintf("p:%s/free %s:%#x(%#x) %s", group, bin, free[0].Offset, free[0].SemaphoreOffset, fetch(free[0], "ptr")),
+	}
+	appendLine := func(path, line string) error {
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+		if err != nil {
+			return err
+		}
+		_, err = f.WriteString(line + "\n")
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		return err
+	}
+	inst := filepath.Join(tracefs, "instances", group)
+	if err := os.Mkdir(inst, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(inst)
+	for _, d := range defs {
+		if err := appendLine(tracefs+"/uprobe_events", d); err != nil {
+			t.Fatalf("%s: %v", d, err)
+		}
+	}
+	defer func() {
+		os.WriteFile(filepath.Join(inst, "events", group, "enable"), []byte("0"), 0)
+		for _, n := range []string{"alloc", "free"} {
+			appendLine(tracefs+"/uprobe_events", "-:"+group+"/"+n)
+		}
+	}()
+	if err := os.WriteFile(filepath.Join(inst, "events", group, "enable"), []byte("1"), 0); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(bin, "65536").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(inst, "events", group, "enable"), []byte("0"), 0)
+	trace, err := os.ReadFile(filepath.Join(inst, "trace"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var firedAllocs, firedFrees, weight int
+	var semA, semF int
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		switch {
+		case len(f) >= 6 && f[0] == "sampler":
+			firedAllocs, _ = strconv.Atoi(f[2])
+			firedFrees, _ = strconv.Atoi(f[4])
+		case len(f) == 3 && f[0] == "semaphores":
+			semA, _ = strconv.Atoi(f[1])
+			semF, _ = strconv.Atoi(f[2])
+		case len(f) > 13 && f[0] == "site" && f[12] == "weight":
+			w, _ := strconv.Atoi(f[13])
+			weight += w
+		}
+	}
+	if semA != 1 || semF != 1 {
+		t.Fatalf("semaphores %d %d while attached, want 1 1:\n%s", semA, semF, out)
+	}
+	var hitsA, hitsF, hitWeight int
+	for _, line := range strings.Split(string(trace), "\n") {
+		switch {
+		case strings.Contains(line, " alloc: "):
+			hitsA++
+			i := strings.Index(line, "weight=")
+			w, err := strconv.ParseUint(strings.Fields(line[i+len("weight="):])[0], 0, 64)
+			if err != nil {
+				t.Fatalf("%q: %v", line, err)
+			}
+			hitWeight += int(w)
+		case strings.Contains(line, " free: "):
+			hitsF++
+		}
+	}
+	if firedAllocs == 0 || hitsA != firedAllocs || hitsF != firedFrees || hitWeight != weight {
+		t.Errorf("the sampler fired %d allocs (weight %d) and %d frees; the probes saw %d (weight %d) and %d",
+			firedAllocs, weight, firedFrees, hitsA, hitWeight, hitsF)
 	}
 }
