@@ -81,7 +81,7 @@ func FromProfile(p *analyze.Profile, c Clock, host Host) *Interval {
 		}
 		x := proc(st.PID)
 		x.Stacks = append(x.Stacks, Stack{
-			Frames: st.Frames, Allocs: calls, AllocBytes: st.Bytes,
+			ID: uint64(st.ID), Frames: st.Frames, Allocs: calls, AllocBytes: st.Bytes,
 			LiveObjects: st.LiveBlocks, LiveBytes: st.LiveBytes,
 		})
 	}

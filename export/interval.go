@@ -85,6 +85,10 @@ type Mapping struct {
 
 // Stack is what one stack of a process did in the interval.
 type Stack struct {
+	// ID identifies the stack within its process (the provider's stack
+	// ID): Deltas matches a stack's totals across intervals by it.
+	ID uint64
+
 	// Frames are return addresses, innermost first, as the provider
 	// recorded them; empty for allocations that carried no stack.
 	Frames []uint64
