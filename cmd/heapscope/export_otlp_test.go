@@ -1,13 +1,20 @@
 package main
 
 import (
+	"bytes"
+	"context"
+	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/collector/pdata/pprofile"
+	"go.opentelemetry.io/collector/pdata/pprofile/pprofileotlp"
 
 	"github.com/heapscope/heapscope/export"
+	"github.com/heapscope/heapscope/export/push"
 	"github.com/heapscope/heapscope/internal/collector"
 	"github.com/heapscope/heapscope/internal/testutil"
 	"github.com/heapscope/heapscope/internal/tracetest"
@@ -67,6 +74,29 @@ func TestExportOTLP(t *testing.T) {
 		}
 	}
 	raw := ps.ResourceProfiles().At(0).Resource().Attributes().AsRaw()
+	// The file is the body of a POST to a collector's profiles endpoint:
+	// a real collector takes it and writes the same totals.
+	c := collector.Start(t)
+	body, err := os.ReadFile(out)
+	rmust(t, err)
+	req, err := http.NewRequest(http.MethodPost, "http://"+c.HTTP+push.ProfilesPath, bytes.NewReader(body))
+	rmust(t, err)
+	req.Header.Set("Content-Type", "application/x-protobuf")
+	req.Header.Set(pprofileotlp.DevelopmentVersionHeader, pprofileotlp.DevelopmentVersion)
+	resp, err := http.DefaultClient.Do(req)
+	rmust(t, err)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("the collector answered %s", resp.Status)
+	}
+	ms, err := c.WaitMessages(context.Background(), 1, 30*time.Second)
+	rmust(t, err)
+	got, err := collector.Totals(ms[0])
+	rmust(t, err)
+	if !reflect.DeepEqual(got, totals) {
+		t.Errorf("the collector wrote %v, the file holds %v", got, totals)
+	}
+
 	// The trace names no host (tracetest's header has none): host.name
 	// is left out rather than taken from the machine that exports.
 	if raw["process.executable.path"] != bin || raw["host.name"] != nil || raw["host.arch"] != "amd64" {
