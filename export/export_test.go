@@ -153,6 +153,9 @@ func CheckResource(t *testing.T, raw map[string]any, pid int64, bin string) {
 			t.Errorf("resource attribute %s = %#v, want %#v", k, raw[k], v)
 		}
 	}
+	if id, _ := raw["process.executable.build_id.gnu"].(string); len(id) != 40 {
+		t.Errorf("process.executable.build_id.gnu %v, want gcc's 20-byte SHA-1 in hex", raw["process.executable.build_id.gnu"])
+	}
 	if ppid, ok := raw["process.parent_pid"].(int64); !ok || ppid != int64(os.Getpid()) {
 		t.Errorf("process.parent_pid %v, want %d", raw["process.parent_pid"], os.Getpid())
 	}

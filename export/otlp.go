@@ -334,6 +334,12 @@ func resourceAttrs(m pcommon.Map, iv *Interval, p *Process) {
 	}
 	if p.Exe != "" {
 		m.PutStr("process.executable.path", p.Exe)
+		for _, mp := range p.Mappings {
+			if mp.File == p.Exe && mp.BuildID != "" {
+				m.PutStr("process.executable.build_id.gnu", mp.BuildID)
+				break
+			}
+		}
 	}
 	if len(p.Cmdline) > 0 {
 		m.PutStr("process.command_line", strings.Join(p.Cmdline, " "))
