@@ -13,7 +13,7 @@ func init() {
 	register(&command{
 		name:    "export",
 		args:    "[flags] FILE",
-		summary: "export a trace as a pprof profile or collapsed stacks",
+		summary: "export a trace as a pprof profile, collapsed stacks or OTLP profiles",
 		help: `
 --format pprof writes a gzipped pprof profile with the sample types of Go heap
 profiles (alloc_objects, alloc_space, inuse_objects, inuse_space; "in use"
@@ -32,11 +32,12 @@ suppressed leaks are not "in use" (inuse_*). Without -o, a pprof profile
 
 --base BASE (pprof only) writes the difference FILE minus BASE, stacks matched
 by their symbolized frames as 'heapscope diff' does: what 'go tool pprof -base'
-shows, with negative values where FILE has less.`,
+shows, with negative values where FILE has less.
+` + otlpHelp,
 		setup: func(fs *flag.FlagSet) func([]string) error {
 			var lf loadFlags
 			lf.register(fs)
-			format := fs.String("format", "pprof", "pprof or collapsed")
+			format := fs.String("format", "pprof", "pprof, collapsed or otlp")
 			metric := fs.String("metric", "alloc_space", "collapsed: the value of each stack")
 			out := fs.String("o", "", "output file ('-' for standard output)")
 			base := fs.String("base", "", "pprof: write the difference from this trace (go tool pprof -base semantics)")
@@ -54,8 +55,13 @@ shows, with negative values where FILE has less.`,
 						return usagef("--format pprof needs -o FILE (or -o - for standard output)")
 					}
 				case "collapsed":
+				case "otlp":
+					if *base != "" {
+						return usagef("--base applies to --format pprof, not otlp")
+					}
+					return exportOTLP(&lf, args[0], *out)
 				default:
-					return usagef("--format: want pprof or collapsed, not %q", *format)
+					return usagef("--format: want pprof, collapsed or otlp, not %q", *format)
 				}
 				if *base != "" {
 					return exportDiff(&lf, *format, *base, args[0], *out)
