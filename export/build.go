@@ -21,7 +21,7 @@ type Options struct {
 	// inlined calls. A frame it cannot name keeps its address and mapping.
 	Resolver Resolver
 	// Trim, when set, is applied to each stack's resolved frames (e.g.
-	// report.TrimAllocator, which drops the allocator's own frames). It
+	// symbolize.TrimAllocator, which drops the allocator's own frames). It
 	// returns a suffix of its argument.
 	Trim func([]symbolize.Frame) []symbolize.Frame
 	// Version is heapscope's version, written as the instrumentation

@@ -43,6 +43,7 @@ import (
 	"github.com/heapscope/heapscope/internal/preload"
 	"github.com/heapscope/heapscope/internal/testutil"
 	"github.com/heapscope/heapscope/report"
+	"github.com/heapscope/heapscope/symbolize"
 	"github.com/heapscope/heapscope/tracefile"
 )
 
@@ -98,7 +99,7 @@ func run(nstacks, depth, reps int, out string) error {
 	if live < nstacks {
 		return fmt.Errorf("the trace has %d live stacks, want at least %d", live, nstacks)
 	}
-	sym := export.Options{Resolver: rep.Resolver(), Trim: report.TrimAllocator, Version: "bench"}
+	sym := export.Options{Resolver: rep.Resolver(), Trim: symbolize.TrimAllocator, Version: "bench"}
 
 	var results []result
 	measure := func(name string, f func() ([]byte, error)) error {

@@ -11,7 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/heapscope/heapscope/export"
-	"github.com/heapscope/heapscope/report"
+	"github.com/heapscope/heapscope/symbolize"
 	"github.com/heapscope/heapscope/tracefile"
 )
 
@@ -47,7 +47,7 @@ func exportOTLP(lf *loadFlags, path, out string) error {
 		return err
 	}
 	iv := export.FromProfile(rep.Profile, export.Clock{MonoStart: rep.Trace.Start, WallStart: rep.Trace.WallStart}, host)
-	b, err := export.MarshalOTLP(iv, export.Options{Resolver: rep.Resolver(), Trim: report.TrimAllocator, Version: buildVersion()})
+	b, err := export.MarshalOTLP(iv, export.Options{Resolver: rep.Resolver(), Trim: symbolize.TrimAllocator, Version: buildVersion()})
 	if err != nil {
 		return err
 	}

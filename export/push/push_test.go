@@ -25,6 +25,7 @@ import (
 	"github.com/heapscope/heapscope/internal/testutil"
 	"github.com/heapscope/heapscope/internal/tracetest"
 	"github.com/heapscope/heapscope/report"
+	"github.com/heapscope/heapscope/symbolize"
 )
 
 func TestMain(m *testing.M) { testutil.Main(m) }
@@ -51,7 +52,7 @@ func knownInterval(tb testing.TB) (*export.Interval, export.Options, string) {
 	}
 	iv := export.FromProfile(rep.Profile, export.Clock{MonoStart: rep.Trace.Start, WallStart: rep.Trace.WallStart},
 		export.Host{Name: "testhost", Arch: "amd64"})
-	return iv, export.Options{Resolver: rep.Resolver(), Trim: report.TrimAllocator, Version: "test"}, bin
+	return iv, export.Options{Resolver: rep.Resolver(), Trim: symbolize.TrimAllocator, Version: "test"}, bin
 }
 
 // nth is iv moved to start n seconds after base: the intervals of one
