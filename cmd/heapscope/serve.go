@@ -214,7 +214,7 @@ func serveOn(ctx context.Context, stdout io.Writer, l net.Listener, h http.Handl
 // writeHTMLReport is `report --format html`: the page of serve, as one
 // file, for the whole trace, from the report's pass alone (no window
 // index: one read of the trace, no row per block in memory).
-func writeHTMLReport(lf *loadFlags, path, out string) error {
+func writeHTMLReport(lf *loadFlags, path string, out output) error {
 	if lf.from.set || lf.to.set {
 		return usagef("--format html reports the whole trace: use 'heapscope serve' for windows")
 	}
