@@ -153,9 +153,15 @@ func serveFile(w http.ResponseWriter, fsys fs.FS, name, ctype string) {
 // ErrAddrInUse is returned by Listen when the address is taken.
 var ErrAddrInUse = errors.New("address already in use")
 
+// ErrNotLoopback is returned by Listen for an address other machines can
+// reach, unless it is allowed.
+var ErrNotLoopback = errors.New("not a loopback address")
+
 // Listen listens on addr (host:port; port 0 picks a free one). A port in use
-// is an error wrapping ErrAddrInUse.
-func Listen(addr string) (net.Listener, error) {
+// is an error wrapping ErrAddrInUse; an address that is not loopback (one
+// that other machines can reach: an interface's, 0.0.0.0, [::]) one
+// wrapping ErrNotLoopback unless remote is true.
+func Listen(addr string, remote bool) (net.Listener, error) {
 	l, err := net.Listen("tcp", addr)
 	if errors.Is(err, syscall.EADDRINUSE) {
 		return nil, fmt.Errorf("listen on %s: %w (another program has it: choose another --listen)", addr, ErrAddrInUse)
@@ -163,7 +169,17 @@ func Listen(addr string) (net.Listener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", addr, err)
 	}
+	if !remote && !Loopback(l.Addr()) {
+		l.Close()
+		return nil, fmt.Errorf("listen on %s: %w: other machines could reach it (--allow-remote allows it)", addr, ErrNotLoopback)
+	}
 	return l, nil
+}
+
+// Loopback reports whether a is a loopback address.
+func Loopback(a net.Addr) bool {
+	ta, ok := a.(*net.TCPAddr)
+	return ok && ta.IP.IsLoopback()
 }
 
 // badRequest is a parameter the API cannot use.
@@ -190,6 +206,11 @@ func writeErr(w http.ResponseWriter, err error) {
 	if errors.Is(err, query.ErrAggregate) || errors.Is(err, query.ErrNotIndexed) {
 		code = http.StatusUnprocessableEntity
 	}
+	writeErrCode(w, code, err)
+}
+
+// writeErrCode answers {"error": err} with status code.
+func writeErrCode(w http.ResponseWriter, code int, err error) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	json.NewEncoder(w).Encode(map[string]string{"error": err.Error()})
