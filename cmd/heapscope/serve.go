@@ -229,21 +229,8 @@ func serveOn(ctx context.Context, stdout io.Writer, sf serveFlags, l net.Listene
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: g, ReadHeaderTimeout: 10 * time.Second}
 	fmt.Fprintln(stdout, g.URL())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(l) }()
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-			return err
-		}
-		return nil
-	}
+	return web.Serve(ctx, l, g)
 }
 
 // writeHTMLReport is `report --format html`: the page of serve, as one
