@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"net"
 	"net/http"
 	"sort"
@@ -276,7 +277,9 @@ func (s *Server) parseIndexed(w http.ResponseWriter, r *http.Request) (*params, 
 }
 
 // parse reads from_ns, to_ns, at_ns (from the trace's start), pid, tid,
-// cost and top.
+// cost and top: what is outside its range is clamped where API.md says so,
+// and a 400 where it cannot be (a time past the trace's clock, a pid that
+// is not one, a negative top).
 func (s *Server) parse(r *http.Request) (*params, error) {
 	q := r.URL.Query()
 	p := &params{query: q}
@@ -293,17 +296,26 @@ func (s *Server) parse(r *http.Request) (*params, error) {
 		}
 		vals[i] = v
 	}
-	if vals[0] != 0 {
-		p.f.From = base + vals[0]
-	}
-	if vals[1] > 0 {
-		p.f.To = base + vals[1]
-		if vals[1] <= vals[0] {
-			return nil, badRequest{fmt.Sprintf("to_ns (%d) must be after from_ns (%d)", vals[1], vals[0])}
+	// A time is from the trace's start: one outside the trace is clamped
+	// to it (query.Span), one the trace's clock cannot count is a 400
+	// (it wrapped round to the whole trace). 0 is "not given", so a time
+	// that lands on the clock's 0 is taken as just before it.
+	var times [3]int64
+	for i, name := range []string{"from_ns", "to_ns", "at_ns"} {
+		v := vals[i]
+		if v == 0 {
+			continue
+		}
+		if v > math.MaxInt64-base || v < math.MinInt64-min(base, 0) {
+			return nil, badRequest{fmt.Sprintf("%s: %d ns from the trace's start is past what its clock counts", name, v)}
+		}
+		if times[i] = base + v; times[i] == 0 {
+			times[i] = -1
 		}
 	}
-	if vals[2] > 0 {
-		p.f.At = base + vals[2]
+	p.f.From, p.f.To, p.f.At = times[0], times[1], times[2]
+	if vals[1] != 0 && vals[1] <= vals[0] {
+		return nil, badRequest{fmt.Sprintf("to_ns (%d) must be after from_ns (%d)", vals[1], vals[0])}
 	}
 	if vals[3] < 0 || vals[3] > 1<<32-1 || vals[4] < 0 || vals[4] > 1<<32-1 {
 		return nil, badRequest{"pid and tid must be process and thread ids"}
