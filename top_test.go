@@ -2,11 +2,14 @@ package heapscope
 
 import (
 	"bufio"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/heapscope/heapscope/internal/testutil"
 )
 
 // readingSession launches python3 churning the C allocator for a while (a
@@ -154,5 +157,49 @@ func TestTopEndsWhileReading(t *testing.T) {
 	if !r.Ended || !r.Seeded || len(r.Sites) == 0 || r.Totals.Allocs < 800000 || r.Totals.Frees == 0 {
 		t.Errorf("after the read-back: ended %v, seeded %v, %d sites, totals %+v: want the session's allocations (python3 made 800,000 dicts)",
 			r.Ended, r.Seeded, len(r.Sites), r.Totals)
+	}
+}
+
+// TestTopClientsBounded: a session remembers at most maxTopClients clients
+// (each holds every site's live bytes: 3,000 names took 815 MB, issue 27
+// #11), forgetting the one that asked least recently; one that keeps
+// asking keeps its growth.
+func TestTopClientsBounded(t *testing.T) {
+	bin := testutil.MustBuild(t, "top_grow", testutil.Options{})
+	cmd := exec.Command(bin, "30")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Launch("top-clients", Properties{File: filepath.Join(t.TempDir(), "c.hst")}, cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		cmd.Process.Kill()
+		s.Stop()
+	}()
+	if line, _ := bufio.NewReader(stdout).ReadString('\n'); line != "started\n" {
+		t.Fatalf("workload said %q", line)
+	}
+	defer func(w time.Duration) { readBackWait = w }(readBackWait)
+	readBackWait = 0
+	ask := func(name string) {
+		t.Helper()
+		if _, err := s.Top(TopQuery{Client: name}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 3 * maxTopClients {
+		ask("steady")
+		ask(fmt.Sprintf("client-%d", i))
+	}
+	ts := &s.top
+	ts.mu.Lock()
+	n, steady := len(ts.clients), ts.clients["steady"] != nil
+	last := ts.clients[fmt.Sprintf("client-%d", 3*maxTopClients-1)] != nil
+	ts.mu.Unlock()
+	if n > maxTopClients || !steady || !last {
+		t.Errorf("after %d clients: %d remembered (at most %d), the steady one %v, the last %v", 3*maxTopClients+1, n, maxTopClients, steady, last)
 	}
 }
