@@ -135,17 +135,20 @@ const (
 
 var heurNames = [...]string{"", "stdstring", "length64", "newarray"}
 
+// extent is where a block lies: [start, end).
+type extent struct{ start, end uint64 }
+
 type scanner struct {
 	opt     Options
 	heur    bool
-	starts  []uint64 // sorted
-	ends    []uint64
+	bl      []extent // the blocks, sorted
 	ord     []int32 // sorted position → index in the caller's slice
 	lo, hi  uint64  // every reference is in [lo, hi)
+	segs    []segment
 	state   []uint8
 	via     []uint8 // heuristic that made a block reachable
-	pending []bool
-	stack   []int32
+	stack   []int32 // blocks to scan
+	later   []int32 // possibly lost blocks to scan once stack is empty
 	data    []byte  // the blocks' contents
 	off     []int64 // offset of each block's contents in data, -1 when unread
 	res     *Result
@@ -172,7 +175,7 @@ func Scan(blocks []Block, mem io.ReaderAt, roots Roots, opt Options) (*Result, e
 	}
 	s.drain(modeMark)
 
-	n := len(s.starts)
+	n := len(s.bl)
 	if opt.Rules == LeakSanitizer {
 		for j := 0; j < n; j++ {
 			if s.state[j] != reachable {
@@ -215,8 +218,7 @@ func (s *scanner) index(blocks []Block) error {
 		return 0
 	})
 	s.ord = ord
-	s.starts = make([]uint64, n)
-	s.ends = make([]uint64, n)
+	s.bl = make([]extent, n)
 	s.lo = ^uint64(0)
 	for j, i := range ord {
 		b := blocks[i]
@@ -224,11 +226,11 @@ func (s *scanner) index(blocks []Block) error {
 		if end < b.Addr {
 			return fmt.Errorf("block %#x of %d bytes wraps around the address space: %w", b.Addr, b.Size, ErrOverlap)
 		}
-		if j > 0 && (b.Addr < s.ends[j-1] || b.Addr == s.starts[j-1]) {
+		if j > 0 && (b.Addr < s.bl[j-1].end || b.Addr == s.bl[j-1].start) {
 			p := blocks[ord[j-1]]
 			return fmt.Errorf("block %#x (%d bytes) and block %#x (%d bytes): %w", p.Addr, p.Size, b.Addr, b.Size, ErrOverlap)
 		}
-		s.starts[j], s.ends[j] = b.Addr, end
+		s.bl[j].start, s.bl[j].end = b.Addr, end
 		s.lo = min(s.lo, b.Addr)
 		if b.Size == 0 {
 			end++ // a zero-sized block is referenced at its start
@@ -238,9 +240,9 @@ func (s *scanner) index(blocks []Block) error {
 	if n == 0 {
 		s.lo, s.hi = 1, 0
 	}
+	s.buildSegments()
 	s.state = make([]uint8, n)
 	s.via = make([]uint8, n)
-	s.pending = make([]bool, n)
 	s.off = make([]int64, n)
 	return nil
 }
@@ -262,12 +264,12 @@ func (s *scanner) read(mem io.ReaderAt, blocks []Block) {
 	}
 	var spans []span
 	var total int64
-	for j := 0; j < len(s.starts); {
-		sp := span{addr: s.starts[j], first: j, off: total}
-		end := s.ends[j]
+	for j := 0; j < len(s.bl); {
+		sp := span{addr: s.bl[j].start, first: j, off: total}
+		end := s.bl[j].end
 		k := j + 1
-		for k < len(s.starts) && s.starts[k]-end <= maxGap && s.ends[k]-sp.addr <= maxSpan {
-			end = max(end, s.ends[k])
+		for k < len(s.bl) && s.bl[k].start-end <= maxGap && s.bl[k].end-sp.addr <= maxSpan {
+			end = max(end, s.bl[k].end)
 			k++
 		}
 		sp.size, sp.end = end-sp.addr, k
@@ -280,13 +282,13 @@ func (s *scanner) read(mem io.ReaderAt, blocks []Block) {
 		buf := s.data[sp.off : sp.off+int64(sp.size)]
 		n, err := mem.ReadAt(buf, int64(sp.addr))
 		for j := sp.first; j < sp.end; j++ {
-			s.off[j] = sp.off + int64(s.starts[j]-sp.addr)
-			if err == nil || s.ends[j]-sp.addr <= uint64(n) {
+			s.off[j] = sp.off + int64(s.bl[j].start-sp.addr)
+			if err == nil || s.bl[j].end-sp.addr <= uint64(n) {
 				continue
 			}
 			// This block was past the failure: read it alone.
-			b := s.data[s.off[j] : s.off[j]+int64(s.ends[j]-s.starts[j])]
-			if _, berr := mem.ReadAt(b, int64(s.starts[j])); berr != nil {
+			b := s.data[s.off[j] : s.off[j]+int64(s.bl[j].end-s.bl[j].start)]
+			if _, berr := mem.ReadAt(b, int64(s.bl[j].start)); berr != nil {
 				s.off[j] = -1
 				i := int(s.ord[j])
 				s.res.Unread = append(s.res.Unread, Unread{Block: i, Addr: blocks[i].Addr, Size: blocks[i].Size, Err: berr})
@@ -300,15 +302,83 @@ func (s *scanner) contents(j int) []byte {
 	if s.off[j] < 0 {
 		return nil
 	}
-	return s.data[s.off[j] : s.off[j]+int64(s.ends[j]-s.starts[j])]
+	return s.data[s.off[j] : s.off[j]+int64(s.bl[j].end-s.bl[j].start)]
+}
+
+// segment is a run of blocks with no wide gap between them, and a bucket
+// table over its addresses: bucket k holds the blocks that may contain an
+// address of [start + k<<shift, start + (k+1)<<shift), as the sorted
+// positions first[k] to first[k+1] (inclusive: a block that starts in an
+// earlier bucket may reach into this one). The table turns the binary
+// search over every block into a search within a bucket (a few blocks).
+type segment struct {
+	start, end uint64 // [start, end) covers every block of it
+	shift      uint
+	first      []int32
+}
+
+// segGap is the widest gap inside a segment; past it a new one starts, so
+// that the tables of a sparse address space stay small.
+const segGap = 64 << 20
+
+func (s *scanner) buildSegments() {
+	n := len(s.bl)
+	end := func(i int) uint64 { return max(s.bl[i].end, s.bl[i].start+1) } // a zero-sized block holds its start
+	for j := 0; j < n; {
+		k, hi := j+1, end(j)
+		for k < n && s.bl[k].start-hi <= segGap {
+			hi = max(hi, end(k))
+			k++
+		}
+		seg := segment{start: s.bl[j].start, end: hi, shift: 12}
+		for (hi-seg.start)>>seg.shift > uint64(k-j) { // about a bucket per block at most
+			seg.shift++
+		}
+		buckets := int((hi-seg.start-1)>>seg.shift) + 1
+		seg.first = make([]int32, buckets+1)
+		i := j
+		for b := range seg.first {
+			// the first block that ends after the bucket's start
+			bs := seg.start + uint64(b)<<seg.shift
+			for i < k && end(i) <= bs {
+				i++
+			}
+			seg.first[b] = int32(i)
+		}
+		s.segs = append(s.segs, seg)
+		j = k
+	}
 }
 
 // find returns the sorted position of the block that w points into, or -1.
 func (s *scanner) find(w uint64) int {
-	lo, hi := 0, len(s.starts)
+	segs := s.segs
+	i := 0
+	if len(segs) > 1 {
+		lo, hi := 0, len(segs)
+		for lo < hi {
+			m := int(uint(lo+hi) >> 1)
+			if segs[m].start <= w {
+				lo = m + 1
+			} else {
+				hi = m
+			}
+		}
+		i = lo - 1
+		if i < 0 {
+			return -1
+		}
+	}
+	seg := &segs[i]
+	if w < seg.start || w >= seg.end {
+		return -1
+	}
+	b := (w - seg.start) >> seg.shift
+	// the last block of [first[b], first[b+1]] that starts at or before w
+	lo, hi := int(seg.first[b]), min(int(seg.first[b+1])+1, len(s.bl))
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)
-		if s.starts[m] <= w {
+		if s.bl[m].start <= w {
 			lo = m + 1
 		} else {
 			hi = m
@@ -318,7 +388,7 @@ func (s *scanner) find(w uint64) int {
 	if j < 0 {
 		return -1
 	}
-	if w < s.ends[j] || w == s.starts[j] {
+	if w < s.bl[j].end || w == s.bl[j].start {
 		return j
 	}
 	return -1
@@ -332,20 +402,35 @@ const (
 	modeLSanIndirect int32 = -3
 )
 
+// push queues block j for scanning. Each block changes state at most twice
+// (Memcheck's possible, then reachable), and is queued at each change.
 func (s *scanner) push(j int) {
-	if !s.pending[j] {
-		s.pending[j] = true
-		s.stack = append(s.stack, int32(j))
+	if s.state[j] == possible {
+		s.later = append(s.later, int32(j))
+		return
 	}
+	s.stack = append(s.stack, int32(j))
 }
 
-// drain scans the blocks pushed until none is left.
+// drain scans the blocks queued until none is left. Possibly lost blocks
+// wait until no reachable one is left to scan: what they reference can only
+// be possibly lost, and by then they may have become reachable (and been
+// scanned as such), so that no block is scanned twice.
 func (s *scanner) drain(mode int32) {
-	for len(s.stack) > 0 {
-		j := int(s.stack[len(s.stack)-1])
-		s.stack = s.stack[:len(s.stack)-1]
-		s.pending[j] = false
-		s.scanBlock(j, mode)
+	for {
+		for len(s.stack) > 0 {
+			j := int(s.stack[len(s.stack)-1])
+			s.stack = s.stack[:len(s.stack)-1]
+			s.scanBlock(j, mode)
+		}
+		if len(s.later) == 0 {
+			return
+		}
+		j := int(s.later[len(s.later)-1])
+		s.later = s.later[:len(s.later)-1]
+		if s.state[j] == possible {
+			s.scanBlock(j, mode)
+		}
 	}
 }
 
@@ -358,7 +443,7 @@ func (s *scanner) scanBlock(j int, mode int32) {
 		return
 	}
 	s.res.Scanned += uint64(len(b))
-	s.words(b, s.starts[j], mode, j)
+	s.words(b, s.bl[j].start, mode, j)
 }
 
 // words looks up every aligned word of b, which is memory at addr.
@@ -410,12 +495,12 @@ func (s *scanner) refFrom(w uint64, mode int32, from int) {
 		definite := mode == modeRoot || s.state[from] != possible
 		st := s.state[j]
 		if st == reachable {
-			if w == s.starts[j] {
+			if w == s.bl[j].start {
 				s.via[j] = heurNone
 			}
 			return
 		}
-		start, h := w == s.starts[j], heurNone
+		start, h := w == s.bl[j].start, heurNone
 		if !start && s.heur {
 			h = s.heuristic(j, w)
 			start = h != heurNone
@@ -435,9 +520,9 @@ func (s *scanner) refFrom(w uint64, mode int32, from int) {
 // j's interior, counts as a start pointer.
 func (s *scanner) heuristic(j int, w uint64) uint8 {
 	b := s.contents(j)
-	size := s.ends[j] - s.starts[j]
+	size := s.bl[j].end - s.bl[j].start
 	word := func(k int) uint64 { return binary.LittleEndian.Uint64(b[8*k:]) }
-	off := w - s.starts[j]
+	off := w - s.bl[j].start
 	switch {
 	case b == nil || len(b) < 16:
 		return heurNone
@@ -498,21 +583,21 @@ func (s *scanner) scanRoot(mem io.ReaderAt, r Range) {
 func (s *scanner) scanOutsideBlocks(b []byte, addr uint64) {
 	end := addr + uint64(len(b))
 	// the first block that ends after addr
-	lo, hi := 0, len(s.ends)
+	lo, hi := 0, len(s.bl)
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)
-		if s.ends[m] <= addr {
+		if s.bl[m].end <= addr {
 			lo = m + 1
 		} else {
 			hi = m
 		}
 	}
 	at := addr
-	for j := lo; j < len(s.starts) && s.starts[j] < end; j++ {
-		if s.starts[j] > at {
-			s.words(b[at-addr:s.starts[j]-addr], at, modeRoot, -1)
+	for j := lo; j < len(s.bl) && s.bl[j].start < end; j++ {
+		if s.bl[j].start > at {
+			s.words(b[at-addr:s.bl[j].start-addr], at, modeRoot, -1)
 		}
-		at = max(at, min(s.ends[j], end))
+		at = max(at, min(s.bl[j].end, end))
 	}
 	if at < end {
 		s.words(b[at-addr:], at, modeRoot, -1)
@@ -523,7 +608,7 @@ func (s *scanner) scanOutsideBlocks(b []byte, addr uint64) {
 // was not read could change them.
 func (s *scanner) verdicts(blocks []Block) {
 	lostUnread := false
-	for j := range s.starts {
+	for j := range s.bl {
 		if s.off[j] < 0 && (s.state[j] == unreached || s.state[j] == indirect) {
 			lostUnread = true
 		}
@@ -532,7 +617,7 @@ func (s *scanner) verdicts(blocks []Block) {
 		}
 	}
 	s.res.Verdicts = make([]Verdict, len(blocks))
-	for j := range s.starts {
+	for j := range s.bl {
 		i := s.ord[j]
 		var c Class
 		switch s.state[j] {
