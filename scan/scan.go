@@ -139,19 +139,19 @@ var heurNames = [...]string{"", "stdstring", "length64", "newarray"}
 type extent struct{ start, end uint64 }
 
 type scanner struct {
-	opt     Options
-	heur    bool
-	bl      []extent // the blocks, sorted
-	ord     []int32 // sorted position → index in the caller's slice
-	lo, hi  uint64  // every reference is in [lo, hi)
-	segs    []segment
-	state   []uint8
-	via     []uint8 // heuristic that made a block reachable
-	stack   []int32 // blocks to scan
-	later   []int32 // possibly lost blocks to scan once stack is empty
-	data    []byte  // the blocks' contents
-	off     []int64 // offset of each block's contents in data, -1 when unread
-	res     *Result
+	opt    Options
+	heur   bool
+	bl     []extent // the blocks, sorted
+	ord    []int32  // sorted position → index in the caller's slice
+	lo, hi uint64   // every reference is in [lo, hi)
+	segs   []segment
+	state  []uint8
+	via    []uint8 // heuristic that made a block reachable
+	stack  []int32 // blocks to scan
+	later  []int32 // possibly lost blocks to scan once stack is empty
+	data   []byte  // the blocks' contents
+	off    []int64 // offset of each block's contents in data, -1 when unread
+	res    *Result
 
 	incomplete bool // a root or a reached block could not be read
 }
