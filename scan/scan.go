@@ -524,7 +524,7 @@ func (s *scanner) heuristic(j int, w uint64) uint8 {
 	word := func(k int) uint64 { return binary.LittleEndian.Uint64(b[8*k:]) }
 	off := w - s.bl[j].start
 	switch {
-	case b == nil || len(b) < 16:
+	case len(b) < 16: // unread, or too small for any
 		return heurNone
 	case off == 24:
 		// std::string's old layout: length, capacity, refcount, chars.
