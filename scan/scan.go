@@ -6,6 +6,10 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // Block is a live heap block.
@@ -55,6 +59,10 @@ type Options struct {
 	// NoHeuristics turns Memcheck's heuristics off, as
 	// --leak-check-heuristics=none does.
 	NoHeuristics bool
+	// AfterRead, when set, is called once the scan has read all the
+	// memory it needs (the blocks and the roots), before it classifies:
+	// where a stopped process can be let go.
+	AfterRead func()
 }
 
 // Class is a block's reachability class.
@@ -112,6 +120,9 @@ type Result struct {
 	Totals   [NumClasses]Total // by class
 	Unread   []Unread
 	Scanned  uint64 // bytes of roots and blocks read and scanned
+
+	ReadTime     time.Duration // reading the blocks and the roots
+	ClassifyTime time.Duration // after the reading (AfterRead included)
 }
 
 // ErrOverlap is returned for blocks that overlap one another.
@@ -150,8 +161,14 @@ type scanner struct {
 	stack  []int32 // blocks to scan
 	later  []int32 // possibly lost blocks to scan once stack is empty
 	data   []byte  // the blocks' contents
+	free   func()  // releases data
 	off    []int64 // offset of each block's contents in data, -1 when unread
 	res    *Result
+
+	roots    []rootData
+	cands    []uint64 // candidate words to look up (marking)
+	tmp      []uint64 // the radix sort's other buffer
+	definite bool     // the candidates come from roots or still reachable blocks
 
 	incomplete bool // a root or a reached block could not be read
 }
@@ -165,15 +182,16 @@ func Scan(blocks []Block, mem io.ReaderAt, roots Roots, opt Options) (*Result, e
 	if err := s.index(blocks); err != nil {
 		return nil, err
 	}
+	t0 := time.Now()
 	s.read(mem, blocks)
-
-	for _, w := range roots.Words {
-		s.ref(w.Value, modeRoot, -1)
-	}
 	for _, r := range roots.Ranges {
-		s.scanRoot(mem, r)
+		s.readRoot(mem, r)
 	}
-	s.drain(modeMark)
+	t1 := time.Now()
+	if opt.AfterRead != nil {
+		opt.AfterRead()
+	}
+	s.mark(roots)
 
 	n := len(s.bl)
 	if opt.Rules == LeakSanitizer {
@@ -191,6 +209,8 @@ func Scan(blocks []Block, mem io.ReaderAt, roots Roots, opt Options) (*Result, e
 		}
 	}
 	s.verdicts(blocks)
+	s.free()
+	s.res.ReadTime, s.res.ClassifyTime = t1.Sub(t0), time.Since(t1)
 	return s.res, nil
 }
 
@@ -277,7 +297,7 @@ func (s *scanner) read(mem io.ReaderAt, blocks []Block) {
 		total += int64(sp.size)
 		j = k
 	}
-	s.data = make([]byte, total)
+	s.data, s.free = buffer(int(total))
 	for _, sp := range spans {
 		buf := s.data[sp.off : sp.off+int64(sp.size)]
 		n, err := mem.ReadAt(buf, int64(sp.addr))
@@ -295,6 +315,25 @@ func (s *scanner) read(mem io.ReaderAt, blocks []Block) {
 			}
 		}
 	}
+}
+
+// buffer returns n bytes for the blocks' contents, and what releases them.
+// A large buffer is mapped apart, with transparent huge pages asked for
+// and populated in one call: filling it page fault by page fault cost more
+// than the scan (0.35-0.6 s for 512 MiB here, against 0.07-0.2 s).
+func buffer(n int) ([]byte, func()) {
+	if n < 4<<20 {
+		return make([]byte, n), func() {}
+	}
+	b, err := unix.Mmap(-1, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		return make([]byte, n), func() {}
+	}
+	unix.Madvise(b, unix.MADV_HUGEPAGE)
+	// Fault it in at once (Linux 5.14 on; ignored before): several times
+	// cheaper than one fault at a time, and huge pages where it can.
+	unix.Madvise(b, unix.MADV_POPULATE_WRITE)
+	return b, func() { unix.Munmap(b) }
 }
 
 // contents returns block j's bytes, or nil when they could not be read.
@@ -375,20 +414,21 @@ func (s *scanner) find(w uint64) int {
 	}
 	b := (w - seg.start) >> seg.shift
 	// the last block of [first[b], first[b+1]] that starts at or before w
-	lo, hi := int(seg.first[b]), min(int(seg.first[b+1])+1, len(s.bl))
-	for lo < hi {
-		m := int(uint(lo+hi) >> 1)
-		if s.bl[m].start <= w {
-			lo = m + 1
-		} else {
-			hi = m
-		}
-	}
-	j := lo - 1
-	if j < 0 {
+	j := int(seg.first[b])
+	n := min(int(seg.first[b+1])+1, len(s.bl)) - j
+	if n <= 0 {
 		return -1
 	}
-	if w < s.bl[j].end || w == s.bl[j].start {
+	// the last of the n blocks from j that starts at or before w, or j
+	// (branch-free steps: the processor overlaps the lookups of a batch)
+	for n > 1 {
+		half := n >> 1
+		if s.bl[j+half].start <= w {
+			j += half
+		}
+		n -= half
+	}
+	if e := s.bl[j]; w < e.end && w >= e.start || w == e.start {
 		return j
 	}
 	return -1
@@ -397,9 +437,8 @@ func (s *scanner) find(w uint64) int {
 // Scan modes: a clique leader's sorted position (Memcheck's clique phase),
 // or one of these.
 const (
-	modeRoot         int32 = -1 // a root: Memcheck's "definite" prior
-	modeMark         int32 = -2 // a reached block: definite unless it is possible
-	modeLSanIndirect int32 = -3
+	modeMark         int32 = -1 // marking from the roots (batched lookups)
+	modeLSanIndirect int32 = -2
 )
 
 // push queues block j for scanning. Each block changes state at most twice
@@ -412,25 +451,58 @@ func (s *scanner) push(j int) {
 	s.stack = append(s.stack, int32(j))
 }
 
-// drain scans the blocks queued until none is left. Possibly lost blocks
-// wait until no reachable one is left to scan: what they reference can only
-// be possibly lost, and by then they may have become reachable (and been
-// scanned as such), so that no block is scanned twice.
-func (s *scanner) drain(mode int32) {
+// mark finds every block the roots lead to. The candidate words (those in
+// the heap's range) are gathered in batches, sorted and merged with the
+// sorted blocks: the lookups walk the index in order instead of jumping
+// about it, one cache miss each, which costs several times more than the
+// sort. The roots and the blocks they lead to through start pointers are
+// taken first (Memcheck's definite prior), then the possibly lost ones:
+// what these lead to can only be possibly lost, and by then some have
+// become reachable (and were scanned as such), so that no block is
+// scanned twice.
+func (s *scanner) mark(roots Roots) {
+	s.definite = true
+	for _, w := range roots.Words {
+		s.candidate(w.Value)
+	}
+	for _, r := range s.roots {
+		s.scanOutsideBlocks(r.b, r.addr)
+		s.res.Scanned += uint64(len(r.b))
+	}
 	for {
+		s.flush()
+		if len(s.stack) == 0 {
+			break
+		}
 		for len(s.stack) > 0 {
 			j := int(s.stack[len(s.stack)-1])
 			s.stack = s.stack[:len(s.stack)-1]
-			s.scanBlock(j, mode)
+			s.scanBlock(j, modeMark)
 		}
+	}
+	s.definite = false
+	for {
+		s.flush()
 		if len(s.later) == 0 {
-			return
+			break
 		}
-		j := int(s.later[len(s.later)-1])
-		s.later = s.later[:len(s.later)-1]
-		if s.state[j] == possible {
-			s.scanBlock(j, mode)
+		for len(s.later) > 0 {
+			j := int(s.later[len(s.later)-1])
+			s.later = s.later[:len(s.later)-1]
+			if s.state[j] == possible {
+				s.scanBlock(j, modeMark)
+			}
 		}
+	}
+}
+
+// drain scans the blocks queued until none is left, looking each word up
+// alone (the phases after marking, whose order matters).
+func (s *scanner) drain(mode int32) {
+	for len(s.stack) > 0 {
+		j := int(s.stack[len(s.stack)-1])
+		s.stack = s.stack[:len(s.stack)-1]
+		s.scanBlock(j, mode)
 	}
 }
 
@@ -446,7 +518,9 @@ func (s *scanner) scanBlock(j int, mode int32) {
 	s.words(b, s.bl[j].start, mode, j)
 }
 
-// words looks up every aligned word of b, which is memory at addr.
+// words looks up every aligned word of b, which is memory at addr, that is
+// in the heap's range: gathered for a batch when marking, one by one in
+// the other phases.
 func (s *scanner) words(b []byte, addr uint64, mode int32, from int) {
 	if skip := (8 - addr%8) % 8; skip != 0 {
 		if uint64(len(b)) <= skip {
@@ -455,29 +529,172 @@ func (s *scanner) words(b []byte, addr uint64, mode int32, from int) {
 		b = b[skip:]
 	}
 	lo, span := s.lo, s.hi-s.lo
-	for len(b) >= 8 {
-		w := binary.LittleEndian.Uint64(b)
-		b = b[8:]
+	if mode == modeMark {
+		c := s.cands
+		for _, w := range asWords(b) {
+			if w-lo < span {
+				c = append(c, w)
+				if len(c) >= maxCands {
+					s.cands = c
+					s.flush()
+					c = s.cands
+				}
+			}
+		}
+		s.cands = c
+		return
+	}
+	for _, w := range asWords(b) {
 		if w-lo < span {
-			s.refFrom(w, mode, from)
+			if j := s.find(w); j >= 0 {
+				s.apply(j, w, mode, from)
+			}
 		}
 	}
 }
 
-func (s *scanner) ref(w uint64, mode int32, from int) {
+// asWords views b as little-endian words (the machine's order: heapscope
+// reads memory of its own architecture), the trailing partial word left
+// out. A b that is not 8-aligned in memory is copied.
+func asWords(b []byte) []uint64 {
+	n := len(b) / 8
+	if n == 0 {
+		return nil
+	}
+	if uintptr(unsafe.Pointer(&b[0]))%8 != 0 {
+		w := make([]uint64, n)
+		for i := range w {
+			w[i] = binary.LittleEndian.Uint64(b[8*i:])
+		}
+		return w
+	}
+	return unsafe.Slice((*uint64)(unsafe.Pointer(&b[0])), n)
+}
+
+// maxCands is the size of a batch of candidate words (8 MiB).
+const maxCands = 1 << 20
+
+// candidate adds a root word to the batch.
+func (s *scanner) candidate(w uint64) {
 	if w-s.lo < s.hi-s.lo {
-		s.refFrom(w, mode, from)
+		s.cands = append(s.cands, w)
+		if len(s.cands) >= maxCands {
+			s.flush()
+		}
 	}
 }
 
-// refFrom records a reference w from block from (or a root, -1).
-func (s *scanner) refFrom(w uint64, mode int32, from int) {
-	j := s.find(w)
-	if j < 0 {
+// flush looks up the batch of candidates: sorted, they are merged with the
+// sorted blocks, galloping ahead over the blocks that no candidate points
+// into (so that a small batch costs little in a large heap).
+func (s *scanner) flush() {
+	c := s.cands
+	if len(c) == 0 {
 		return
 	}
+	s.sortCands()
+	c = s.cands
+	bl := s.bl
+	n := len(bl)
+	j := -1 // the last block that starts at or before the candidate
+	for _, w := range c {
+		if j+1 < n && bl[j+1].start <= w {
+			lo, step := j+1, 1
+			for lo+step < n && bl[lo+step].start <= w {
+				lo += step
+				step <<= 1
+			}
+			hi := min(lo+step, n)
+			for hi-lo > 1 {
+				m := int(uint(lo+hi) >> 1)
+				if bl[m].start <= w {
+					lo = m
+				} else {
+					hi = m
+				}
+			}
+			j = lo
+		}
+		if j >= 0 && (w < bl[j].end || w == bl[j].start) {
+			s.markRef(j, w)
+		}
+	}
+	s.cands = s.cands[:0]
+}
+
+// sortCands sorts the batch: a radix sort of the words less the heap's
+// lowest address, 16 bits a pass, for a large batch.
+func (s *scanner) sortCands() {
+	c := s.cands
+	if len(c) < 1<<12 {
+		slices.Sort(c)
+		return
+	}
+	if cap(s.tmp) < len(c) {
+		s.tmp = make([]uint64, len(c), cap(c))
+	}
+	tmp := s.tmp[:len(c)]
+	span := s.hi - s.lo
+	var count [1 << 16]int32
+	for shift := uint(0); shift < 64 && span>>shift != 0; shift += 16 {
+		clear(count[:])
+		for _, w := range c {
+			count[((w-s.lo)>>shift)&0xffff]++
+		}
+		var sum int32
+		for i, k := range count {
+			count[i] = sum
+			sum += k
+		}
+		for _, w := range c {
+			d := ((w - s.lo) >> shift) & 0xffff
+			tmp[count[d]] = w
+			count[d]++
+		}
+		c, tmp = tmp, c
+	}
+	s.cands, s.tmp = c, tmp[:0]
+}
+
+// markRef records, while marking, a reference w to block j from a root or
+// a reached block (definite: a root or a still reachable block, as Memcheck
+// says it).
+func (s *scanner) markRef(j int, w uint64) {
+	st := s.state[j]
+	if s.opt.Rules == LeakSanitizer {
+		if st == unreached {
+			s.state[j] = reachable
+			s.push(j)
+		}
+		return
+	}
+	if st == reachable {
+		if w == s.bl[j].start {
+			s.via[j] = heurNone
+		}
+		return
+	}
+	start, h := w == s.bl[j].start, heurNone
+	if !start && s.heur {
+		h = s.heuristic(j, w)
+		start = h != heurNone
+	}
 	switch {
-	case mode >= 0: // Memcheck's clique of leader mode
+	case start && s.definite:
+		s.state[j], s.via[j] = reachable, h
+		s.push(j)
+	case st == unreached:
+		s.state[j] = possible
+		s.push(j)
+	}
+}
+
+// apply records a reference w to block j from lost block from, after the
+// marking: Memcheck's cliques (mode is the leader) or LeakSanitizer's
+// indirect leaks.
+func (s *scanner) apply(j int, w uint64, mode int32, from int) {
+	switch {
+	case mode >= 0:
 		if s.state[j] == unreached && j != int(mode) {
 			s.state[j] = indirect
 			s.push(j)
@@ -486,43 +703,19 @@ func (s *scanner) refFrom(w uint64, mode int32, from int) {
 		if j != from && s.state[j] != reachable {
 			s.state[j] = indirect
 		}
-	case s.opt.Rules == LeakSanitizer:
-		if s.state[j] == unreached {
-			s.state[j] = reachable
-			s.push(j)
-		}
-	default: // Memcheck's marking
-		definite := mode == modeRoot || s.state[from] != possible
-		st := s.state[j]
-		if st == reachable {
-			if w == s.bl[j].start {
-				s.via[j] = heurNone
-			}
-			return
-		}
-		start, h := w == s.bl[j].start, heurNone
-		if !start && s.heur {
-			h = s.heuristic(j, w)
-			start = h != heurNone
-		}
-		switch {
-		case start && definite:
-			s.state[j], s.via[j] = reachable, h
-			s.push(j)
-		case st == unreached:
-			s.state[j] = possible
-			s.push(j)
-		}
 	}
 }
 
 // heuristic returns the Memcheck heuristic by which w, a pointer into block
 // j's interior, counts as a start pointer.
 func (s *scanner) heuristic(j int, w uint64) uint8 {
+	off := w - s.bl[j].start
+	if off != 8 && off != 24 {
+		return heurNone // the only offsets they know: no need to read the block
+	}
 	b := s.contents(j)
 	size := s.bl[j].end - s.bl[j].start
 	word := func(k int) uint64 { return binary.LittleEndian.Uint64(b[8*k:]) }
-	off := w - s.bl[j].start
 	switch {
 	case len(b) < 16: // unread, or too small for any
 		return heurNone
@@ -545,22 +738,27 @@ func (s *scanner) heuristic(j int, w uint64) uint8 {
 // rootChunk is how much of a root range is read at once.
 const rootChunk = 1 << 20
 
-// scanRoot scans a root range, skipping the parts that are live blocks and
-// the pages that cannot be read.
-func (s *scanner) scanRoot(mem io.ReaderAt, r Range) {
+// rootData is memory read from a root range.
+type rootData struct {
+	addr uint64
+	b    []byte
+}
+
+// readRoot reads a root range, skipping the pages that cannot be read
+// (each run of them is one Unread).
+func (s *scanner) readRoot(mem io.ReaderAt, r Range) {
 	end := r.Addr + r.Size
 	if end < r.Addr {
 		end = ^uint64(0)
 	}
-	buf := make([]byte, min(uint64(rootChunk), r.Size))
-	var bad *Unread
+	bad := -1 // the Unread of the pages failing now
 	for at := r.Addr; at < end; {
-		want := min(uint64(len(buf)), end-at)
-		n, err := mem.ReadAt(buf[:want], int64(at))
+		want := min(uint64(rootChunk), end-at)
+		buf := make([]byte, want)
+		n, err := mem.ReadAt(buf, int64(at))
 		if n > 0 {
-			s.scanOutsideBlocks(buf[:n], at)
-			s.res.Scanned += uint64(n)
-			bad = nil
+			s.roots = append(s.roots, rootData{at, buf[:n]})
+			bad = -1
 		}
 		at += uint64(n)
 		if err == nil || uint64(n) == want {
@@ -568,11 +766,11 @@ func (s *scanner) scanRoot(mem io.ReaderAt, r Range) {
 		}
 		// Skip the page that failed and go on after it.
 		next := min((at|4095)+1, end)
-		if bad == nil {
+		if bad < 0 {
 			s.res.Unread = append(s.res.Unread, Unread{Root: r.Name, Block: -1, Addr: at, Err: err})
-			bad = &s.res.Unread[len(s.res.Unread)-1]
+			bad = len(s.res.Unread) - 1
 		}
-		bad.Size += next - at
+		s.res.Unread[bad].Size += next - at
 		s.incomplete = true
 		at = next
 	}
@@ -595,12 +793,12 @@ func (s *scanner) scanOutsideBlocks(b []byte, addr uint64) {
 	at := addr
 	for j := lo; j < len(s.bl) && s.bl[j].start < end; j++ {
 		if s.bl[j].start > at {
-			s.words(b[at-addr:s.bl[j].start-addr], at, modeRoot, -1)
+			s.words(b[at-addr:s.bl[j].start-addr], at, modeMark, -1)
 		}
 		at = max(at, min(s.bl[j].end, end))
 	}
 	if at < end {
-		s.words(b[at-addr:], at, modeRoot, -1)
+		s.words(b[at-addr:], at, modeMark, -1)
 	}
 }
 

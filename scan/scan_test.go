@@ -431,3 +431,49 @@ func FuzzScan(f *testing.F) {
 }
 
 var _ io.ReaderAt = (*memory)(nil)
+
+// closable fails every read once closed.
+type closable struct {
+	io.ReaderAt
+	closed bool
+}
+
+func (c *closable) ReadAt(p []byte, off int64) (int, error) {
+	if c.closed {
+		return 0, errors.New("closed")
+	}
+	return c.ReaderAt.ReadAt(p, off)
+}
+
+// TestAfterRead: the scan reads nothing after AfterRead (where a stopped
+// process is let go), and classifies all the same.
+func TestAfterRead(t *testing.T) {
+	rootSlot = 0
+	w := newWorld()
+	a, b := w.block("a", 32), w.block("b", 32)
+	w.root(a)
+	w.mem.put(a, b)
+	l := w.block("l", 32)
+	w.mem.put(l, w.block("m", 32))
+	mem := &closable{ReaderAt: w.mem}
+	calls := 0
+	for _, rules := range []Rules{Memcheck, LeakSanitizer} {
+		mem.closed = false
+		res, err := Scan(w.blocks, mem, w.roots, Options{Rules: rules, AfterRead: func() { calls++; mem.closed = true }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []Class{StillReachable, StillReachable, DefinitelyLost, IndirectlyLost}
+		for i, v := range res.Verdicts {
+			if v.Class != want[i] {
+				t.Errorf("%v: %s: %v, want %v", rules, w.names[i], v.Class, want[i])
+			}
+		}
+		if len(res.Unread) != 0 {
+			t.Errorf("%v: unread %+v", rules, res.Unread)
+		}
+	}
+	if calls != 2 {
+		t.Errorf("AfterRead called %d times for 2 scans", calls)
+	}
+}
