@@ -122,8 +122,8 @@ func main() {
 }
 
 type result struct {
-	blocks      int
-	bytes       uint64
+	blocks         int
+	bytes          uint64
 	pause, wall    time.Duration
 	cpu            time.Duration
 	read, classify time.Duration
