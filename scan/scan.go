@@ -169,6 +169,7 @@ type scanner struct {
 	cands    []uint64 // candidate words to look up (marking)
 	tmp      []uint64 // the radix sort's other buffer
 	definite bool     // the candidates come from roots or still reachable blocks
+	indirect bool     // LeakSanitizer's indirect phase: the candidates come from blocks not reached
 
 	incomplete bool // a root or a reached block could not be read
 }
@@ -195,11 +196,16 @@ func Scan(blocks []Block, mem io.ReaderAt, roots Roots, opt Options) (*Result, e
 
 	n := len(s.bl)
 	if opt.Rules == LeakSanitizer {
+		// Every block not reached, scanned once, in any order: what
+		// each references (itself aside) and was not reached is
+		// indirect. The lookups are batched as in the marking.
+		s.indirect = true
 		for j := 0; j < n; j++ {
 			if s.state[j] != reachable {
 				s.scanBlock(j, modeLSanIndirect)
 			}
 		}
+		s.flush()
 	} else {
 		for j := 0; j < n; j++ {
 			if s.state[j] == unreached {
@@ -529,10 +535,16 @@ func (s *scanner) words(b []byte, addr uint64, mode int32, from int) {
 		b = b[skip:]
 	}
 	lo, span := s.lo, s.hi-s.lo
-	if mode == modeMark {
+	if mode == modeMark || mode == modeLSanIndirect {
+		// A lost block's references to itself do not make it indirect
+		// (LeakSanitizer).
+		self, selfSpan := uint64(1), uint64(0)
+		if mode == modeLSanIndirect {
+			self, selfSpan = s.bl[from].start, s.bl[from].end-s.bl[from].start
+		}
 		c := s.cands
 		for _, w := range asWords(b) {
-			if w-lo < span {
+			if w-lo < span && w-self >= selfSpan {
 				c = append(c, w)
 				if len(c) >= maxCands {
 					s.cands = c
@@ -616,6 +628,12 @@ func (s *scanner) flush() {
 			j = lo
 		}
 		if j >= 0 && (w < bl[j].end || w == bl[j].start) {
+			if s.indirect {
+				if s.state[j] != reachable {
+					s.state[j] = indirect
+				}
+				continue
+			}
 			s.markRef(j, w)
 		}
 	}
@@ -689,19 +707,14 @@ func (s *scanner) markRef(j int, w uint64) {
 	}
 }
 
-// apply records a reference w to block j from lost block from, after the
-// marking: Memcheck's cliques (mode is the leader) or LeakSanitizer's
-// indirect leaks.
+// apply records a reference w to block j from lost block from in
+// Memcheck's cliques (mode is the leader).
 func (s *scanner) apply(j int, w uint64, mode int32, from int) {
 	switch {
 	case mode >= 0:
 		if s.state[j] == unreached && j != int(mode) {
 			s.state[j] = indirect
 			s.push(j)
-		}
-	case mode == modeLSanIndirect:
-		if j != from && s.state[j] != reachable {
-			s.state[j] = indirect
 		}
 	}
 }
