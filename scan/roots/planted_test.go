@@ -342,3 +342,64 @@ func TestEachRootKind(t *testing.T) {
 		}
 	}
 }
+
+// TestInterposerExcluded: a block that only heapscope's interposer holds
+// (a stand-in preloaded under its name) is lost: the interposer's segments
+// are not roots, unless Options.Exclude says otherwise.
+func TestInterposerExcluded(t *testing.T) {
+	lib, err := testutil.Build("scan_interposer", testutil.Options{Flags: []string{"-shared", "-fPIC"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	named := filepath.Join(t.TempDir(), "libheapscope_preload-0123456789abcdef.so")
+	b, err := os.ReadFile(lib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(named, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bin := testutil.MustBuild(t, "scan_planted", testutil.Options{})
+	cmd := exec.Command(bin)
+	cmd.Env = append(os.Environ(), "LD_PRELOAD="+named)
+	in, out := testutil.StartPiped(t, cmd)
+	blocks, pid := readPlanted(t, bufio.NewReader(out))
+	defer io.WriteString(in, "go\n")
+	p, err := stopped.Stop(pid, stopped.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Resume()
+	var sb []scan.Block
+	idx := -1
+	for i, b := range blocks {
+		sb = append(sb, scan.Block{Addr: b.addr, Size: b.size, ID: uint64(i)})
+		if b.label == "interposer" {
+			idx = i
+		}
+	}
+	if idx < 0 {
+		t.Fatal("scan_planted did not find the stand-in interposer's slot")
+	}
+	for _, c := range []struct {
+		exclude func(string) bool
+		want    scan.Class
+	}{
+		{nil, scan.DefinitelyLost},
+		{func(string) bool { return false }, scan.StillReachable},
+	} {
+		roots, _ := Gather(p, Options{Exclude: c.exclude})
+		res, err := scan.Scan(sb, p, roots, scan.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := res.Verdicts[idx].Class; got != c.want {
+			t.Errorf("exclude %v: the block the interposer holds is %v, want %v", c.exclude != nil, got, c.want)
+		}
+		for i, v := range res.Verdicts {
+			if i != idx && v.Class != blocks[i].class {
+				t.Errorf("%s: %v, planted %v", blocks[i].label, v.Class, blocks[i].class)
+			}
+		}
+	}
+}

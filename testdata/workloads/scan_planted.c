@@ -18,8 +18,10 @@
 // the tools' loss records (which group blocks by stack) hold one block each.
 // No copy of a planted pointer stays in a register or on a stack except
 // where a case puts it: the planting runs in functions that return before
-// the check, and the stack below is scrubbed.
+// the check, and the stack below is scrubbed. With scan_interposer.c
+// preloaded, one more block is held only by that library.
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -48,6 +50,7 @@ enum {
 	S_STACK = 3192, S_REG = 3208, S_TLSMAIN = 3224, S_TLSTHREAD = 3240,
 	S_BYLEAKED = 3256, S_LEAKER = 3272,
 	S_F_KEPT = 3288, S_F_DROPPED = 3304, S_F_CHILD = 3320, S_F_CHILDLOST = 3336,
+	S_INTERPOSER = 3352,
 };
 
 struct planted {
@@ -191,6 +194,14 @@ __attribute__((noinline)) static void plant(void)
 	// The main thread's TLS.
 	t_main_tls = z(S_TLSMAIN);
 	note("tls main", t_main_tls, S_TLSMAIN, "reachable");
+
+	// Held only by heapscope's interposer (scan_interposer.c preloaded
+	// under its name, in scan/roots' tests): not a root, so lost.
+	void **slot = dlsym(RTLD_DEFAULT, "heapscope_fake_slot");
+	if (slot) {
+		*slot = z(S_INTERPOSER);
+		note("interposer", *slot, S_INTERPOSER, "definite");
+	}
 }
 
 // ---- after fork ----
