@@ -69,7 +69,6 @@ type thread struct {
 	seized  bool
 	stopped bool
 	gone    bool // exited (or a zombie) before it stopped
-	group   bool // it was in a group stop (SIGSTOP and the like)
 	sig     int  // signal held in its signal-delivery-stop: delivered when it resumes
 	regs    unix.PtraceRegs
 }
@@ -449,7 +448,6 @@ func (p *Process) poll(t *thread) error {
 	case unix.PTRACE_EVENT_STOP:
 		// SIGTRAP: our interrupt; a stop signal: it is in a group stop,
 		// which the kernel restores when it is detached.
-		t.group = sig != int(unix.SIGTRAP)
 	case 0:
 		// A signal-delivery-stop: it was about to take signal sig, which
 		// it takes when it is detached.
