@@ -338,6 +338,10 @@ func (p *Process) seizeDenied(t *thread) error {
 	case st.state == 'Z' || st.state == 'X':
 		t.gone = true
 		return nil
+	case st.tracer != 0 && st.tracer == p.tr.tid:
+		// Traced by this very stop under another ID: a thread that
+		// executed a new program took the leader's.
+		return fmt.Errorf("pid %d executed a new program during the stop: %w", p.pid, errs.ErrCannotStop)
 	case st.tracer != 0:
 		who := ""
 		if c, err := os.ReadFile("/proc/" + strconv.Itoa(st.tracer) + "/comm"); err == nil {
