@@ -69,10 +69,10 @@ func main() {
 	var b strings.Builder
 	fmt.Fprintf(&b, "\n## %s: `go run ./bench/scanbench -mib %d -ptr %s -reps %d`\n\n", time.Now().Format("2006-01-02"), *mib, *ptrs, *reps)
 	fmt.Fprintf(&b, "Machine: %s.\n\n", benchutil.Machine())
-	b.WriteString("| pointers | rules | blocks | heap+roots MiB | pause ms | scan wall s (read + classify) | scan CPU s | GiB/s (wall) | GiB/CPU-s | LSan check s | heapscope scan / LSan check |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| pointers | rules | blocks | heap+roots MiB | pause ms | scan wall s (read + classify) | scan CPU s | GiB/s (wall) | GiB/CPU-s | LSan check s | scan / LSan | stop to classes s | stop to classes / LSan |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, p := range strings.Split(*ptrs, ",") {
-		type row struct{ pause, wall, cpu, read, classify, lsan []float64 }
+		type row struct{ pause, wall, cpu, read, classify, total, lsan []float64 }
 		rows := map[scan.Rules]*row{scan.Memcheck: {}, scan.LeakSanitizer: {}}
 		var nblocks int
 		var bytes uint64
@@ -89,6 +89,7 @@ func main() {
 				rw.cpu = append(rw.cpu, res.cpu.Seconds())
 				rw.read = append(rw.read, res.read.Seconds())
 				rw.classify = append(rw.classify, res.classify.Seconds())
+				rw.total = append(rw.total, res.total.Seconds())
 			}
 			l := runLSan(lsan, *mib, p)
 			rows[scan.Memcheck].lsan = append(rows[scan.Memcheck].lsan, l.Seconds())
@@ -101,14 +102,16 @@ func main() {
 			}
 			gib := float64(bytes) / (1 << 30)
 			wall, cpu, ls := benchutil.Median(rw.wall), benchutil.Median(rw.cpu), benchutil.Median(rw.lsan)
-			fmt.Fprintf(&b, "| %s%% | %v | %d | %.0f | %.1f | %.3f (%.3f + %.3f) | %.3f | %.2f | %.2f | %.3f | %.2f× |\n",
+			total := benchutil.Median(rw.total)
+			fmt.Fprintf(&b, "| %s%% | %v | %d | %.0f | %.1f | %.3f (%.3f + %.3f) | %.3f | %.2f | %.2f | %.3f | %.2f× | %.3f | %.2f× |\n",
 				p, rules, nblocks, float64(bytes)/(1<<20), benchutil.Median(rw.pause), wall,
-				benchutil.Median(rw.read), benchutil.Median(rw.classify), cpu, gib/wall, gib/cpu, ls, wall/ls)
+				benchutil.Median(rw.read), benchutil.Median(rw.classify), cpu, gib/wall, gib/cpu, ls, wall/ls, total, total/ls)
 		}
 	}
 	b.WriteString("\nMedians. pause: from the first thread's interrupt to the last detach: Stop, roots gathered, the " +
 		"blocks and roots read (process_vm_readv into a buffer populated with huge pages), Resume (Options.AfterRead); the " +
-		"classification runs after the process goes on. scan: scan.Scan, read and classify. LSan check: " +
+		"classification runs after the process goes on. scan: scan.Scan, read and classify. stop to classes: from the call " +
+		"to Stop to the classes (stop, roots, scan). LSan check: " +
 		"__lsan_do_leak_check, which stops the threads, scans and classifies in the process.\n")
 	fmt.Print(b.String())
 	if *out != "" {
@@ -127,6 +130,7 @@ type result struct {
 	pause, wall    time.Duration
 	cpu            time.Duration
 	read, classify time.Duration
+	total          time.Duration // from Stop to the classes
 }
 
 func cpuTime() time.Duration {
@@ -173,6 +177,7 @@ func runHeapscope(bin string, mib int, ptr string, rules scan.Rules) result {
 			pid, _ = strconv.Atoi(f[1])
 		}
 	}
+	tStop := time.Now()
 	p, err := stopped.Stop(pid, stopped.Options{MaxPause: time.Minute})
 	if err != nil {
 		log.Fatal(err)
@@ -180,7 +185,7 @@ func runHeapscope(bin string, mib int, ptr string, rules scan.Rules) result {
 	rs, _ := roots.Gather(p, roots.Options{})
 	c0, t0 := cpuTime(), time.Now()
 	res, err := scan.Scan(blocks, p, rs, scan.Options{Rules: rules, AfterRead: func() { p.Resume() }})
-	wall, cpu := time.Since(t0), cpuTime()-c0
+	wall, cpu, total := time.Since(t0), cpuTime()-c0, time.Since(tStop)
 	p.Resume()
 	if err != nil {
 		log.Fatal(err)
@@ -197,7 +202,7 @@ func runHeapscope(bin string, mib int, ptr string, rules scan.Rules) result {
 		rootBytes += rg.Size
 	}
 	return result{blocks: len(blocks), bytes: heap + rootBytes, pause: p.Paused(), wall: wall, cpu: cpu,
-		read: res.ReadTime, classify: res.ClassifyTime}
+		read: res.ReadTime, classify: res.ClassifyTime, total: total}
 }
 
 func runLSan(bin string, mib int, ptr string) time.Duration {
