@@ -403,3 +403,50 @@ func TestInterposerExcluded(t *testing.T) {
 		}
 	}
 }
+
+// TestPlantedRepeated scans the planted process 20 times in a row, letting
+// it go as soon as its memory is read (Options.AfterRead): the classes are
+// the same every time, and no thread is left stopped or traced.
+func TestPlantedRepeated(t *testing.T) {
+	bin := testutil.MustBuild(t, "scan_planted", testutil.Options{})
+	cmd := exec.Command(bin)
+	in, out := testutil.StartPiped(t, cmd)
+	blocks, pid := readPlanted(t, bufio.NewReader(out))
+	defer io.WriteString(in, "go\n")
+	var sb []scan.Block
+	for i, b := range blocks {
+		sb = append(sb, scan.Block{Addr: b.addr, Size: b.size, ID: uint64(i)})
+	}
+	for i := 0; i < 20; i++ {
+		p, err := stopped.Stop(pid, stopped.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		roots, _ := Gather(p, Options{})
+		res, err := scan.Scan(sb, p, roots, scan.Options{AfterRead: func() { p.Resume() }})
+		p.Resume()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range res.Verdicts {
+			if v.Class != blocks[k].class {
+				t.Errorf("scan %d: %s: %v, planted %v", i, blocks[k].label, v.Class, blocks[k].class)
+			}
+		}
+		tasks, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, task := range tasks {
+			b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/task/" + task.Name() + "/status")
+			if err != nil {
+				continue
+			}
+			for _, l := range strings.Split(string(b), "\n") {
+				if f := strings.Fields(l); len(f) >= 2 && ((f[0] == "State:" && (f[1] == "t" || f[1] == "T")) || (f[0] == "TracerPid:" && f[1] != "0")) {
+					t.Errorf("scan %d: thread %s: %s", i, task.Name(), l)
+				}
+			}
+		}
+	}
+}
