@@ -72,8 +72,10 @@
 // table over the address space, then a binary search.
 //
 // The blocks' contents are read once, in spans of neighbouring blocks, into
-// one buffer as large as the live heap (mapped with huge pages asked for
-// and populated at once), and the roots before the marking begins:
+// one buffer as large as the live heap (mapped with huge pages asked for;
+// up to four readers at once, as io.ReaderAt allows, each populating its
+// part of the buffer before it copies), and the roots before the marking
+// begins:
 // Options.AfterRead then lets a stopped process go before the
 // classification, so that it is stopped only while its memory is copied.
 package scan
