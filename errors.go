@@ -30,6 +30,10 @@ var (
 	// ErrUnavailable: the provider cannot work on this system (no eBPF
 	// support, no uprobes, ...).
 	ErrUnavailable = errs.ErrUnavailable
+	// ErrCannotStop: a process could not be stopped to read its memory (a
+	// leak scan, a census): another tracer holds it, a thread would not
+	// stop, or it exec'd meanwhile. It was left running.
+	ErrCannotStop = errs.ErrCannotStop
 	// ErrProtocol: a session answered in another ControlProtocol than
 	// this program's: another version of heapscope runs it.
 	ErrProtocol = errors.New("session speaks another control protocol")

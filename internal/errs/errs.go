@@ -20,4 +20,5 @@ var (
 	ErrNoSuchProcess = errors.New("no such process")
 	ErrNotRunning    = errors.New("no such session")
 	ErrUnavailable   = errors.New("provider unavailable")
+	ErrCannotStop    = errors.New("cannot stop process")
 )
