@@ -27,17 +27,25 @@ static int token_is(const char *tok, size_t n, const char *lib)
 	return base && strlen(base + 1) == n && memcmp(tok, base + 1, n) == 0;
 }
 
+/* This library's file name, found by the constructor (dladdr takes the
+ * loader's lock: turn_off may run where waiting for it would deadlock). */
+static char g_self_file[PATH_MAX];
+
+static void find_self_file(void)
+{
+	Dl_info di;
+	if (dladdr((void *)find_self_file, &di) && di.dli_fname && strlen(di.dli_fname) < sizeof g_self_file)
+		strcpy(g_self_file, di.dli_fname);
+}
+
 static void scrub_env(void)
 {
 	static char lib[PATH_MAX];
 	const char *l = getenv(HS_ENV_LIB);
 	if (l && strlen(l) < sizeof lib)
 		strcpy(lib, l);
-	else {
-		Dl_info di;
-		if (dladdr((void *)scrub_env, &di) && di.dli_fname && strlen(di.dli_fname) < sizeof lib)
-			strcpy(lib, di.dli_fname);
-	}
+	else
+		strcpy(lib, g_self_file);
 	char **env = environ;
 	if (!env)
 		return;
@@ -292,7 +300,7 @@ static int connect_locked(int cont)
 	h->pid = (uint32_t)getpid();
 	h->ppid = (uint32_t)getppid();
 	h->mono_ns = mono_ns();
-	h->heap = malloc_heap();
+	IN_LIB(h->heap = malloc_heap()); /* the first time, dlsym may allocate */
 	size_t off = HS_HELLO_SIZE;
 	ssize_t n = readlink("/proc/self/exe", g_exe, sizeof g_exe - 1);
 	g_exe[n > 0 ? n : 0] = 0;

@@ -9,9 +9,14 @@
  *
  * Rules this file keeps:
  *  - Nothing here allocates with malloc. Memory comes from mmap; the few libc
- *    calls that may allocate (dlsym, pthread_getattr_np, realpath, dlopen)
- *    run with the thread's in_hook flag set, so that their allocations pass
- *    straight to the real allocator untraced.
+ *    calls that may allocate (dlsym, realpath, dlopen, libunwind's first
+ *    walk) run with the thread's in_hook flag set, so that their
+ *    allocations pass straight to the real allocator untraced.
+ *  - A hook never calls a C library function that may wait for a lock the
+ *    program's thread can hold when it calls malloc (a thread's own lock in
+ *    pthread_getattr_np, the loader's lock in dl_iterate_phdr's callbacks),
+ *    and never waits for such a lock while it holds one of ours. See "What
+ *    a hook may call" in ../README.md.
  *  - The hot path takes no lock shared between threads: a thread writes only
  *    its own ring. Locks are taken only to attach a thread, to define a new
  *    stack or to connect.
@@ -122,13 +127,16 @@ static void load_libunwind(void)
 		return;
 	if (set_policy && as)
 		set_policy(*as, 2 /* UNW_CACHE_PER_THREAD */);
-	dl_iterate_phdr(self_cb, (void *)(uintptr_t)dwarf_walk);
+	iterate_phdr(self_cb, (void *)(uintptr_t)dwarf_walk);
 	__atomic_store_n(&p_unw_backtrace, bt, __ATOMIC_RELEASE);
 }
 
 __attribute__((constructor(101))) static void hs_init(void)
 {
 	ensure_reals();
+	/* What takes the loader's lock is done here, once, before any lock of
+	 * ours is held and (as a rule) before the program has threads. */
+	IN_LIB(find_self_file(); malloc_heap());
 	if (!getenv(HS_ENV_SOCKET)) {
 		/* preloaded without a session (an environment that leaked): run
 		 * untraced, and stop the leak here */

@@ -207,6 +207,31 @@ HS_EXPORT int dlclose(void *h)
 }
 
 /*
+ * The program's dl_iterate_phdr. Its callbacks run with the loader's lock
+ * held, and some allocate (Rust's backtrace lists the loaded objects so).
+ * libunwind takes a lock of its own and then the loader's, so a walk by
+ * libunwind from such a callback could wait for ever on a thread that
+ * holds libunwind's lock and waits for the loader's: calls made inside are
+ * walked without libunwind (tables, else frame pointers). The count is
+ * dropped on the way out however the callback leaves (an exception too).
+ */
+static void phdr_leave(uint32_t *unused)
+{
+	(void)unused;
+	tls.in_phdr--;
+}
+
+HS_EXPORT int dl_iterate_phdr(int (*cb)(struct dl_phdr_info *, size_t, void *), void *arg)
+{
+	ensure_reals();
+	if (HS_UNLIKELY(!real.dl_iterate_phdr))
+		return 0;
+	tls.in_phdr++;
+	uint32_t guard __attribute__((cleanup(phdr_leave))) = 1;
+	return real.dl_iterate_phdr(cb, arg);
+}
+
+/*
  * RTLD_DEEPBIND makes a library bind malloc and free to the C library's
  * before ours: its calls would be missed, and blocks the C library
  * allocated for it (strdup) that it frees would show as leaks. The flag is
