@@ -20,4 +20,6 @@ var (
 	ErrNoSuchProcess = errors.New("no such process")
 	ErrNotRunning    = errors.New("no such session")
 	ErrUnavailable   = errors.New("provider unavailable")
+	ErrNotSupported  = errors.New("allocator not supported")
+	ErrNoLayout      = errors.New("allocator layout cannot be confirmed")
 )

@@ -1,0 +1,311 @@
+package census
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"time"
+
+	"github.com/heapscope/heapscope/internal/proc"
+)
+
+// Target is what Take reads: a stopped process's address space, its
+// mappings and its threads. internal/stopped provides all three; nothing
+// here stops or resumes a process.
+type Target struct {
+	PID     int            // for /proc/PID/smaps and pagemap (TakeOptions.RSS)
+	Mem     io.ReaderAt    // the address space: offsets are addresses
+	Maps    []proc.Mapping // the mappings, as /proc/PID/maps has them while stopped
+	Threads []Thread       // every thread, for their tcaches
+}
+
+// Thread is what the census needs of a thread: its id and its thread
+// pointer (fs_base on x86-64), from which glibc's thread-local variables
+// are found.
+type Thread struct {
+	TID    int
+	FSBase uint64
+}
+
+// TakeOptions select what Take reads besides the heap.
+type TakeOptions struct {
+	// RSS also reads /proc/PID/smaps and which of the heap's pages are
+	// resident (/proc/PID/pagemap) while the process is stopped, for
+	// (*Census).RSS.
+	RSS bool
+}
+
+// State is what a chunk is to malloc.
+type State uint8
+
+// The states of a chunk.
+const (
+	InUse     State = iota + 1 // allocated (by the program, or by libc for itself: see Census.Internal)
+	Free                       // free, in a bin (unsorted, small or large)
+	Tcache                     // free, cached in a thread's tcache
+	Fastbin                    // free, in a fastbin
+	Top                        // the top chunk of an arena: the free space at the end of its newest heap
+	Mmapped                    // allocated, in a mapping of its own
+	Fencepost                  // the marker glibc puts at the end of a heap: no block
+	Unknown                    // before a corrupted header: whether it is in use cannot be read
+)
+
+func (s State) String() string {
+	switch s {
+	case InUse:
+		return "in use"
+	case Free:
+		return "free"
+	case Tcache:
+		return "tcache"
+	case Fastbin:
+		return "fastbin"
+	case Top:
+		return "top"
+	case Mmapped:
+		return "mmapped"
+	case Fencepost:
+		return "fencepost"
+	case Unknown:
+		return "unknown"
+	}
+	return fmt.Sprintf("state(%d)", uint8(s))
+}
+
+// Allocated reports whether a chunk of this state is a live block: in use,
+// in an arena or mmapped.
+func (s State) Allocated() bool { return s == InUse || s == Mmapped }
+
+// Chunk is one malloc chunk.
+type Chunk struct {
+	Addr  uint64 // the chunk's header (the block's address minus 16)
+	Size  uint64 // the chunk's size, flags cleared
+	First uint64 // the first word of the block as read: a vtable pointer, a free list's link, ...
+	Arena int32  // index in Census.Arenas; -1 for a mmapped chunk
+	State State
+}
+
+// User returns the block's address, what malloc returned.
+func (c Chunk) User() uint64 { return c.Addr + 2*sizeSz }
+
+// Usable returns what malloc_usable_size says of the block: the chunk less
+// its header (a chunk in an arena also has the next chunk's first word).
+func (c Chunk) Usable() uint64 {
+	switch {
+	case c.State == Mmapped:
+		return c.Size - 2*sizeSz
+	case c.Size < 2*sizeSz:
+		return 0
+	}
+	return c.Size - sizeSz
+}
+
+// Span is a range of addresses, [Start, End).
+type Span struct{ Start, End uint64 }
+
+// Arena is one malloc arena.
+type Arena struct {
+	Addr      uint64 // its malloc_state
+	Main      bool   // main_arena, whose heap is the sbrk heap
+	Heaps     []Span // where its chunks are: from mp_.sbrk_base to the end of the top chunk for the main arena, each heap (with its _heap_info) for the others
+	Top       uint64 // its top chunk
+	SystemMem uint64 // system_mem: the bytes it has from the system, as it counts them
+}
+
+// Problem is something the census found wrong in the heap: a corrupted
+// header, a free list that points outside the heap. The census goes on
+// with what it can read; Skipped says how much it could not.
+type Problem struct {
+	Addr    uint64
+	Skipped uint64 // bytes of heap not walked because of it
+	What    string
+}
+
+func (p Problem) String() string {
+	s := fmt.Sprintf("%#x: %s", p.Addr, p.What)
+	if p.Skipped > 0 {
+		s += fmt.Sprintf(" (%d bytes not walked)", p.Skipped)
+	}
+	return s
+}
+
+// ThreadCache is what the census found of one thread's tcache.
+type ThreadCache struct {
+	TID    int
+	Tcache uint64 // its tcache_perthread_struct (a block in an arena), 0 if it has none
+	Chunks int    // chunks cached in it
+}
+
+// maxProblems bounds the problems a census keeps: a heap overwritten
+// wholesale would otherwise make one per chunk.
+const maxProblems = 1000
+
+// Census is the heap of a process at one moment.
+type Census struct {
+	PID   int
+	Libc  string // "glibc 2.36"
+	Time  time.Time
+	Took  time.Duration // what Take took (the process was stopped through it)
+	Reads uint64        // reads of the process's memory
+	Bytes uint64        // bytes read
+
+	Arenas  []Arena
+	Chunks  []Chunk // every chunk of every arena and every mmapped chunk, in address order
+	Threads []ThreadCache
+	// Internal names the blocks libc allocated for itself, by chunk
+	// address: each thread's tcache, the thread vectors (DTV) of threads
+	// it created.
+	Internal map[uint64]string
+	Problems []Problem
+	// Omitted counts the problems past maxProblems, not kept.
+	Omitted int
+
+	// What mp_ says of the mmapped chunks, which the census finds by their
+	// headers in anonymous mappings.
+	NMmaps     uint64
+	MmappedMem uint64
+
+	mmapLead map[uint64]uint64 // a mmapped chunk's offset in its mapping (prev_size), by chunk
+	texts    map[int]string    // a printable run at the start of a block, by chunk index
+	res      *residency        // TakeOptions.RSS
+
+	heapMax     uint64 // HEAP_MAX_SIZE, as the process has it
+	chunkStruct uint64 // sizeof(struct malloc_chunk)
+}
+
+func (c *Census) problem(addr, skipped uint64, format string, args ...any) {
+	if len(c.Problems) >= maxProblems {
+		c.Omitted++
+		return
+	}
+	c.Problems = append(c.Problems, Problem{addr, skipped, fmt.Sprintf(format, args...)})
+}
+
+// Find returns the index of the chunk that starts at addr.
+func (c *Census) Find(addr uint64) (int, bool) {
+	i := sort.Search(len(c.Chunks), func(i int) bool { return c.Chunks[i].Addr >= addr })
+	return i, i < len(c.Chunks) && c.Chunks[i].Addr == addr
+}
+
+// Containing returns the index of the chunk whose memory holds addr.
+func (c *Census) Containing(addr uint64) (int, bool) {
+	i := sort.Search(len(c.Chunks), func(i int) bool { return c.Chunks[i].Addr > addr }) - 1
+	if i < 0 {
+		return 0, false
+	}
+	ch := c.Chunks[i]
+	return i, addr < ch.Addr+ch.Size
+}
+
+// MmapSpan returns the mapping a mmapped chunk lies in: glibc keeps the
+// chunk's offset in it (non-zero for an aligned block) in prev_size.
+func (c *Census) MmapSpan(i int) Span {
+	ch := c.Chunks[i]
+	lead := c.mmapLead[ch.Addr]
+	return Span{ch.Addr - lead, ch.Addr + ch.Size}
+}
+
+// Text returns the printable text a block starts with, if it does.
+func (c *Census) Text(i int) (string, bool) {
+	s, ok := c.texts[i]
+	return s, ok
+}
+
+// Block is a live block: what the program sees.
+type Block struct {
+	Addr uint64 // what malloc returned
+	Size uint64 // malloc_usable_size
+}
+
+// Live returns the allocated blocks (in use or mmapped), in address order,
+// libc's own among them (see Internal): the blocks live at the census, which
+// their frees will name.
+func (c *Census) Live() []Block {
+	var bs []Block
+	for _, ch := range c.Chunks {
+		if ch.State.Allocated() {
+			bs = append(bs, Block{ch.User(), ch.Usable()})
+		}
+	}
+	return bs
+}
+
+// Totals are a census's counts and bytes by state: Bytes are chunk sizes,
+// Usable what the program can use of the allocated ones.
+type Totals struct {
+	Chunks [Unknown + 1]uint64
+	Bytes  [Unknown + 1]uint64
+	Usable uint64 // of allocated chunks
+	// Overhead is what the arenas hold besides chunks: their _heap_info
+	// and malloc_state headers, alignment.
+	Overhead uint64
+}
+
+// Totals adds the chunks up.
+func (c *Census) Totals() Totals {
+	var t Totals
+	for _, ch := range c.Chunks {
+		t.Chunks[ch.State]++
+		t.Bytes[ch.State] += ch.Size
+		if ch.State.Allocated() {
+			t.Usable += ch.Usable()
+		}
+	}
+	var heaps uint64
+	for _, a := range c.Arenas {
+		for _, h := range a.Heaps {
+			heaps += h.End - h.Start
+		}
+	}
+	var inArenas uint64
+	for s := InUse; s <= Unknown; s++ {
+		if s != Mmapped {
+			inArenas += t.Bytes[s]
+		}
+	}
+	if heaps > inArenas {
+		t.Overhead = heaps - inArenas
+	}
+	return t
+}
+
+// Mallinfo is what mallinfo2() would answer, computed from the census's
+// chunks the way glibc computes it from its arenas: a check of the census
+// against the process's own count (glibc counts tcache chunks as in use).
+type Mallinfo struct {
+	Arena, Ordblks, Smblks, Hblks, Hblkhd, Usmblks, Fsmblks, Uordblks, Fordblks, Keepcost uint64
+}
+
+// Mallinfo computes mallinfo2()'s fields from the chunks; Hblks and Hblkhd
+// are the mmapped chunks found.
+func (c *Census) Mallinfo() Mallinfo {
+	var m Mallinfo
+	for _, a := range c.Arenas {
+		for _, h := range a.Heaps {
+			m.Arena += h.End - h.Start
+		}
+	}
+	var avail uint64
+	for _, ch := range c.Chunks {
+		switch ch.State {
+		case Top:
+			m.Ordblks++
+			avail += ch.Size
+			if ch.Arena >= 0 && c.Arenas[ch.Arena].Main {
+				m.Keepcost = ch.Size
+			}
+		case Free:
+			m.Ordblks++
+			avail += ch.Size
+		case Fastbin:
+			m.Smblks++
+			m.Fsmblks += ch.Size
+		case Mmapped:
+			m.Hblks++
+			m.Hblkhd += ch.Size + c.mmapLead[ch.Addr]
+		}
+	}
+	m.Fordblks = avail + m.Fsmblks
+	m.Uordblks = m.Arena - m.Fordblks
+	return m
+}

@@ -1,0 +1,514 @@
+package census
+
+import (
+	"encoding/binary"
+	"fmt"
+	"os"
+	"sort"
+	"time"
+
+	"github.com/heapscope/heapscope/internal/errs"
+)
+
+// What glibc's malloc.c defines for x86-64 and the DWARF does not say; the
+// versions in knownVersions have these.
+const (
+	sizeSz      = 8               // SIZE_SZ
+	align       = 16              // MALLOC_ALIGNMENT
+	minSize     = 32              // MINSIZE
+	prevInuse   = 1               // PREV_INUSE
+	isMmapped   = 2               // IS_MMAPPED
+	nonMain     = 4               // NON_MAIN_ARENA
+	flagBits    = 7               // SIZE_BITS
+	heapMaxSize = 2 * 4 << 20 * 8 // HEAP_MAX_SIZE: 2 * DEFAULT_MMAP_THRESHOLD_MAX (4 MiB * sizeof(long))
+	maxArenas   = 1 << 12         // bounds the arena list: more than any arena_max takes
+	maxHeaps    = 1 << 16         // bounds one arena's heap list
+	maxResumes  = 1 << 10         // bounds the walks resumed past corrupted headers
+)
+
+var pageSize = uint64(os.Getpagesize())
+
+// bigChunk is the chunk size past which the walk reads ahead a page, not
+// a window.
+const bigChunk = 4096
+
+// run is the chunks walked in one stretch of a heap, in address order.
+type run struct {
+	arena      int32
+	start, end uint64 // what was walked
+	chunks     []Chunk
+	second     []uint64 // each chunk's second word of user data (a free chunk's bk)
+	text       map[int]string
+}
+
+// gap is a stretch of a heap the walk could not go through: from a
+// corrupted header to the end of the heap.
+type gap struct {
+	arena      int32
+	start, end uint64
+	top        uint64
+}
+
+// walker holds a census being taken.
+type walker struct {
+	l    *Libc
+	lay  *Layout
+	mem  *memory
+	c    *Census
+	runs []run
+	gaps []gap
+
+	second  []uint64 // the runs' second words, merged as c.Chunks is
+	heapMax uint64
+	par     []byte
+}
+
+// Take reads the heap of the process t describes, which must be stopped
+// (every thread) for as long as it runs: every arena and heap, the mmapped
+// chunks, each thread's tcache, the fastbins and the bins. It does not
+// resume the process; the names of the blocks (Describe) and the RSS
+// explanation (RSS) need no more of the process and can wait until it runs.
+//
+// An error means the census could not start (the arena or mp_ cannot be
+// read, the TLS offset of libc cannot be found); a heap it finds corrupted
+// is a census with Problems, not an error.
+func (l *Libc) Take(t Target, o TakeOptions) (*Census, error) {
+	start := time.Now()
+	w := &walker{l: l, lay: l.layout, mem: newMemory(t.Mem, t.Maps), heapMax: heapMaxSize}
+	c := &Census{PID: t.PID, Libc: "glibc " + l.Version, Time: start, Internal: map[uint64]string{},
+		mmapLead: map[uint64]uint64{}, texts: map[int]string{}}
+	c.heapMax, c.chunkStruct = w.heapMax, uint64(l.layout.chunk.size)
+	w.c = c
+	if o.RSS && t.PID > 0 {
+		// Before anything reads the heap, which maps the kernel's zero
+		// page where the program never wrote: the residency is the
+		// program's, not the census's.
+		res, err := readResidency(t.PID)
+		if err != nil {
+			return nil, fmt.Errorf("census: pid %d: %w", t.PID, err)
+		}
+		c.res = res
+	}
+	tls, err := w.tlsOffset()
+	if err != nil {
+		return nil, fmt.Errorf("census: pid %d: %w", t.PID, err)
+	}
+	if err := w.arenas(); err != nil {
+		return nil, fmt.Errorf("census: pid %d: %w", t.PID, err)
+	}
+	w.mmapped(t.Maps)
+	w.merge()
+	// A corrupted header stops the walk of its heap; the free lists may
+	// name chunks past it to walk on from. Each round starts past the last
+	// gap, so the rounds are bounded by the chunks the lists name.
+	for round := 0; len(w.gaps) > 0 && round < maxResumes; round++ {
+		w.resume(w.lists(t.Threads, tls, false))
+		w.merge()
+	}
+	w.states(w.lists(t.Threads, tls, true))
+	w.internal(t.Threads)
+	c.Took = time.Since(start)
+	c.Reads, c.Bytes = w.mem.reads, w.mem.bytes
+	return c, nil
+}
+
+// tlsOffset returns libc's static TLS offset (l_tls_offset): on x86-64 a
+// thread's block of libc's thread-local variables starts that far below its
+// thread pointer. It is in libc's link_map, found from ld.so's _r_debug by
+// libc's dynamic section.
+func (w *walker) tlsOffset() (uint64, error) {
+	if w.l.rDebug == 0 {
+		return 0, fmt.Errorf("%w: no _r_debug in ld.so to find libc's TLS block by", errs.ErrNoLayout)
+	}
+	lm, err := w.mem.u64(w.l.rDebug + uint64(w.lay.rDebug.rMap.off))
+	if err != nil {
+		return 0, fmt.Errorf("%w: reading _r_debug: %v", errs.ErrNoLayout, err)
+	}
+	lay := w.lay.linkMap
+	for i := 0; lm != 0 && i < 1<<12; i++ {
+		b, err := w.mem.block(lm, uint64(lay.tlsModid.off+8))
+		if err != nil {
+			return 0, fmt.Errorf("%w: reading a link_map: %v", errs.ErrNoLayout, err)
+		}
+		if get(b, lay.ld) == w.l.dynamic {
+			off := int64(get(b, lay.tlsOffset))
+			if off <= 0 || off > 1<<30 {
+				return 0, fmt.Errorf("%w: libc's l_tls_offset is %d, not a static TLS offset", errs.ErrNoLayout, off)
+			}
+			return uint64(off), nil
+		}
+		lm = get(b, lay.next)
+	}
+	return 0, fmt.Errorf("%w: libc is not in ld.so's list of loaded objects", errs.ErrNoLayout)
+}
+
+// arenas reads mp_ and every arena, and walks their heaps.
+func (w *walker) arenas() error {
+	c, lay := w.c, w.lay
+	par, err := w.mem.block(w.l.mp, uint64(lay.par.sbrkBase.off+lay.par.sbrkBase.size))
+	if err != nil {
+		return fmt.Errorf("reading mp_: %w", err)
+	}
+	w.par = par
+	c.NMmaps, c.MmappedMem = get(par, lay.par.nMmaps), get(par, lay.par.mmappedMem)
+	if hp := get(par, lay.par.hpPagesize); hp != 0 {
+		w.heapMax = 4 * hp // heap_max_size() with glibc.malloc.hugetlb
+	}
+	addr := w.l.mainArena
+	seen := map[uint64]bool{}
+	for i := 0; i < maxArenas; i++ {
+		if seen[addr] {
+			break
+		}
+		seen[addr] = true
+		st, err := w.mem.block(addr, uint64(lay.state.size))
+		if err != nil {
+			if i == 0 {
+				return fmt.Errorf("reading main_arena: %w", err)
+			}
+			c.problem(addr, 0, "the arena list points at memory that cannot be read: the arenas from here on are not walked")
+			break
+		}
+		a := Arena{Addr: addr, Main: i == 0, Top: get(st, lay.state.top), SystemMem: get(st, lay.state.systemMem)}
+		c.Arenas = append(c.Arenas, a)
+		idx := int32(len(c.Arenas) - 1)
+		if a.Main {
+			w.mainHeap(idx, get(par, lay.par.sbrkBase))
+		} else {
+			w.heaps(idx)
+		}
+		addr = get(st, lay.state.next)
+		if addr == w.l.mainArena {
+			return nil
+		}
+	}
+	c.problem(addr, 0, "the arena list does not come back to main_arena")
+	return nil
+}
+
+// mainHeap walks the main arena: from mp_.sbrk_base to the end of its top
+// chunk. An arena that never took memory from sbrk has no chunks.
+func (w *walker) mainHeap(a int32, sbrkBase uint64) {
+	arena := &w.c.Arenas[a]
+	if sbrkBase == 0 {
+		return // malloc has not run, or only mmapped
+	}
+	top, ok := w.topEnd(arena.Top)
+	if !ok {
+		w.c.problem(arena.Top, 0, "main_arena's top chunk cannot be read: its heap is not walked")
+		return
+	}
+	// The first chunk is sbrk_base aligned so that its block is.
+	first := sbrkBase
+	if mis := (first + 2*sizeSz) & (align - 1); mis != 0 {
+		first += align - mis
+	}
+	if top < first || top-first > 1<<46 {
+		w.c.problem(sbrkBase, 0, "main_arena's top chunk (%#x) is not above mp_.sbrk_base: its heap is not walked", arena.Top)
+		return
+	}
+	arena.Heaps = append(arena.Heaps, Span{sbrkBase, top})
+	w.walk(a, first, top, arena.Top)
+}
+
+// topEnd returns the end of a top chunk, from its header.
+func (w *walker) topEnd(top uint64) (uint64, bool) {
+	b, err := w.mem.small(top, 2*sizeSz)
+	if err != nil {
+		return 0, false
+	}
+	end := top + binary.LittleEndian.Uint64(b[sizeSz:])&^flagBits
+	return end, end > top && w.mem.readable(top, end-top)
+}
+
+// heaps walks the heaps of a non-main arena: from the one that holds its
+// top chunk back through each _heap_info's prev. Each heap starts at a
+// multiple of HEAP_MAX_SIZE, with its _heap_info; the first also has the
+// arena's malloc_state.
+func (w *walker) heaps(a int32) {
+	lay := w.lay
+	arena := &w.c.Arenas[a]
+	h := arena.Top &^ (w.heapMax - 1)
+	top := arena.Top
+	seen := map[uint64]bool{}
+	for i := 0; h != 0 && i < maxHeaps; i++ {
+		if seen[h] {
+			w.c.problem(h, 0, "the heap list of arena %#x comes back to this heap", arena.Addr)
+			return
+		}
+		seen[h] = true
+		hi, err := w.mem.block(h, uint64(lay.heap.size))
+		if err != nil {
+			w.c.problem(h, 0, "the heap of arena %#x here cannot be read: %v", arena.Addr, err)
+			return
+		}
+		owner, prev, size := get(hi, lay.heap.arena), get(hi, lay.heap.prev), get(hi, lay.heap.length)
+		if owner != arena.Addr {
+			w.c.problem(h, 0, "this heap's _heap_info names arena %#x, not %#x: it and the heaps before it are not walked", owner, arena.Addr)
+			return
+		}
+		if size < uint64(lay.heap.size) || size > w.heapMax || !w.mem.readable(h, size) {
+			w.c.problem(h, 0, "this heap's _heap_info says it is %d bytes, which cannot be read: it and the heaps before it are not walked", size)
+			return
+		}
+		arena.Heaps = append(arena.Heaps, Span{h, h + size})
+		first := h + uint64(lay.heap.size)
+		if arena.Addr >= h && arena.Addr < h+size {
+			// The arena's first heap: its malloc_state follows _heap_info.
+			first = arena.Addr + uint64(lay.state.size)
+		}
+		if mis := (first + 2*sizeSz) & (align - 1); mis != 0 {
+			first += align - mis
+		}
+		end := h + size
+		if top >= h && top < end {
+			w.walk(a, first, end, top)
+		} else {
+			w.walk(a, first, end, 0)
+		}
+		h = prev
+	}
+	// The heaps come newest first: the walk wants them in address order.
+	hs := arena.Heaps
+	sort.Slice(hs, func(i, j int) bool { return hs[i].Start < hs[j].Start })
+}
+
+// walk goes through the chunks of one heap from start to end, where top
+// (if not 0) is the arena's top chunk. A header it cannot trust stops it:
+// the rest is a gap, which resume may walk from a chunk the free lists
+// know.
+func (w *walker) walk(a int32, start, end, top uint64) {
+	r := run{arena: a, start: start}
+	main := w.c.Arenas[a].Main
+	p := start
+	defer func() {
+		r.end = p
+		if len(r.chunks) > 0 {
+			w.runs = append(w.runs, r)
+		}
+	}()
+	// Each header read gives the previous chunk's state (PREV_INUSE).
+	prevState := func(hdr uint64) {
+		if n := len(r.chunks); n > 0 && r.chunks[n-1].State == 0 {
+			if hdr&prevInuse != 0 {
+				r.chunks[n-1].State = InUse
+			} else {
+				r.chunks[n-1].State = Free
+			}
+		}
+	}
+	unknownPrev := func() {
+		if n := len(r.chunks); n > 0 && r.chunks[n-1].State == 0 {
+			r.chunks[n-1].State = Unknown
+		}
+	}
+	for p < end {
+		if end-p < 2*sizeSz {
+			w.c.problem(p, end-p, "the heap ends inside a chunk header")
+			unknownPrev()
+			return
+		}
+		limit := end
+		if top > p && top < limit {
+			limit = top + 4*sizeSz
+		}
+		if n := len(r.chunks); n > 0 && r.chunks[n-1].Size >= bigChunk {
+			// After a big chunk, read a page: a window would read the
+			// next big chunk's data, not headers.
+			limit = min(limit, p+pageSize)
+		}
+		b, err := w.mem.view(p, min(4*sizeSz, end-p), limit)
+		if err != nil {
+			w.c.problem(p, end-p, "cannot read this chunk's header: %v", err)
+			unknownPrev()
+			return
+		}
+		hdr := binary.LittleEndian.Uint64(b[sizeSz:])
+		size := hdr &^ flagBits
+		var first, second uint64
+		if len(b) >= 4*sizeSz {
+			first, second = binary.LittleEndian.Uint64(b[2*sizeSz:]), binary.LittleEndian.Uint64(b[3*sizeSz:])
+		}
+		if p == top {
+			prevState(hdr)
+			if p+size != end {
+				w.c.problem(p, 0, "the top chunk's size (%d) does not reach the end of its heap (%#x)", size, end)
+			}
+			r.chunks = append(r.chunks, Chunk{Addr: p, Size: end - p, First: first, Arena: a, State: Top})
+			r.second = append(r.second, second)
+			p = end
+			return
+		}
+		if size == 0 && top == 0 && end-p <= minSize+2*sizeSz {
+			// The fencepost that ends a heap that is not the newest.
+			prevState(hdr)
+			r.chunks = append(r.chunks, Chunk{Addr: p, Size: end - p, Arena: a, State: Fencepost})
+			r.second = append(r.second, 0)
+			p = end
+			return
+		}
+		if size == 2*sizeSz && (top == 0 || main) {
+			// The first of the two fenceposts (a main arena whose sbrk
+			// was not contiguous has two of this kind). Its PREV_INUSE
+			// is clear when the old top before it was freed.
+			prevState(hdr)
+			r.chunks = append(r.chunks, Chunk{Addr: p, Size: size, Arena: a, State: Fencepost})
+			r.second = append(r.second, 0)
+			p += size
+			continue
+		}
+		if bad := w.badHeader(hdr, size, p, end); bad != "" {
+			w.c.problem(p, end-p, "corrupted chunk header %#x: %s", hdr, bad)
+			unknownPrev()
+			w.gaps = append(w.gaps, gap{a, p, end, top})
+			return
+		}
+		prevState(hdr)
+		if n := len(r.chunks); n > 0 && r.chunks[n-1].State == Fencepost && main {
+			w.c.problem(p, end-p, "main_arena is not contiguous here (its sbrk was moved by someone else): the rest up to its top chunk is not walked")
+			return
+		}
+		if len(b) >= 4*sizeSz && b[2*sizeSz] >= 0x20 && b[2*sizeSz] < 0x7f {
+			if s, ok := printable(w.mem, p+2*sizeSz, size-sizeSz, end); ok {
+				if r.text == nil {
+					r.text = map[int]string{}
+				}
+				r.text[len(r.chunks)] = s
+			}
+		}
+		r.chunks = append(r.chunks, Chunk{Addr: p, Size: size, First: first, Arena: a})
+		r.second = append(r.second, second)
+		p += size
+	}
+	// The heap ended without its top chunk or fencepost.
+	unknownPrev()
+	if top != 0 {
+		w.c.problem(p, 0, "the walk of this heap went past its top chunk %#x", top)
+	}
+}
+
+// badHeader says what is wrong with a chunk header in an arena, or "".
+func (w *walker) badHeader(hdr, size, p, end uint64) string {
+	switch {
+	case size < minSize:
+		return fmt.Sprintf("size %d is below the minimum", size)
+	case size%align != 0:
+		return fmt.Sprintf("size %d is not a multiple of %d", size, align)
+	case size > end-p:
+		return fmt.Sprintf("size %d runs past the end of the heap (%#x)", size, end)
+	case hdr&isMmapped != 0:
+		return "a chunk in an arena is marked mmapped"
+	}
+	return ""
+}
+
+// maxText is the most of a block's text the census keeps.
+const maxText = 48
+
+// printable returns the printable text (ASCII, with tab and newlines) that
+// the block at addr starts with, when it is text: at least 4 bytes ended by
+// a NUL or the block's end, or at least 16 bytes.
+func printable(m *memory, addr, usable, end uint64) (string, bool) {
+	n := min(usable, maxText+1, end-addr)
+	b, err := m.view(addr, n, end)
+	if err != nil {
+		return "", false
+	}
+	i := 0
+	for i < len(b) && (b[i] >= 0x20 && b[i] < 0x7f || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	ended := i < len(b) && b[i] == 0 || uint64(i) == usable
+	if i >= 16 || i >= 4 && ended {
+		return string(b[:min(i, maxText)]), true
+	}
+	return "", false
+}
+
+// merge puts the runs' chunks in address order in c.Chunks, dropping a run
+// that overlaps another (a heap list corrupted into a loop through the same
+// memory).
+func (w *walker) merge() {
+	rs := w.runs
+	sort.SliceStable(rs, func(i, j int) bool { return rs[i].start < rs[j].start })
+	n := 0
+	for _, r := range rs {
+		n += len(r.chunks)
+	}
+	c := w.c
+	c.Chunks = make([]Chunk, 0, n+int(min(c.NMmaps, 1<<16)))
+	w.second = make([]uint64, 0, n)
+	c.texts = map[int]string{}
+	var last uint64
+	kept := rs[:0]
+	for _, r := range rs {
+		if r.start < last {
+			c.problem(r.start, 0, "this heap overlaps one walked before: not counted twice")
+			continue
+		}
+		base := len(c.Chunks)
+		for i, s := range r.text {
+			c.texts[base+i] = s
+		}
+		c.Chunks = append(c.Chunks, r.chunks...)
+		w.second = append(w.second, r.second...)
+		last = r.end
+		kept = append(kept, r)
+	}
+	w.runs = kept
+}
+
+// chunkAt returns the index of the chunk at addr in an arena, if the walk
+// found one there.
+func (w *walker) chunkAt(addr uint64) (int, bool) {
+	i, ok := w.c.Find(addr)
+	if !ok || w.c.Chunks[i].Arena < 0 {
+		return 0, false
+	}
+	return i, true
+}
+
+// words returns the first two words of the block of the chunk at addr:
+// from the walk when it found the chunk, else read.
+func (w *walker) words(addr uint64) (first, second uint64, err error) {
+	if i, ok := w.chunkAt(addr); ok {
+		return w.c.Chunks[i].First, w.second[i], nil
+	}
+	b, err := w.mem.small(addr+2*sizeSz, 2*sizeSz)
+	if err != nil {
+		return 0, 0, err
+	}
+	return binary.LittleEndian.Uint64(b), binary.LittleEndian.Uint64(b[sizeSz:]), nil
+}
+
+// resume walks each gap from the first chunk in it that a free list names
+// (and whose header is good), up to the end of its heap.
+func (w *walker) resume(l *listed) {
+	gaps := w.gaps
+	w.gaps = nil
+	for _, g := range gaps {
+		var known []uint64
+		for addr := range l.state {
+			if addr > g.start && addr < g.end {
+				known = append(known, addr)
+			}
+		}
+		if g.top > g.start && g.top < g.end {
+			known = append(known, g.top)
+		}
+		sort.Slice(known, func(i, j int) bool { return known[i] < known[j] })
+		for _, k := range known {
+			b, err := w.mem.small(k, 2*sizeSz)
+			if err != nil {
+				continue
+			}
+			hdr := binary.LittleEndian.Uint64(b[sizeSz:])
+			if k != g.top && w.badHeader(hdr, hdr&^flagBits, k, g.end) != "" {
+				continue
+			}
+			w.c.problem(g.start, k-g.start, "the walk resumed at %#x, a chunk a free list names", k)
+			w.walk(g.arena, k, g.end, g.top)
+			break
+		}
+	}
+}
