@@ -142,12 +142,13 @@ const maxProblems = 1000
 
 // Census is the heap of a process at one moment.
 type Census struct {
-	PID   int
-	Libc  string // "glibc 2.36"
-	Time  time.Time
-	Took  time.Duration // what Take took (the process was stopped through it)
-	Reads uint64        // reads of the process's memory
-	Bytes uint64        // bytes read
+	PID    int
+	Libc   string // "glibc 2.36"
+	Time   time.Time
+	Took   time.Duration // what Take took (the process was stopped through it)
+	Paused time.Duration // how long TakeProcess kept the process stopped, stopping and resuming included
+	Reads  uint64        // reads of the process's memory
+	Bytes  uint64        // bytes read
 
 	Arenas  []Arena
 	Chunks  []Chunk // every chunk of every arena and every mmapped chunk, in address order

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/heapscope/heapscope/internal/proc"
 	"github.com/heapscope/heapscope/internal/testutil"
 )
 
@@ -74,16 +75,10 @@ func start(tb testing.TB, bin string, args ...string) *workload {
 
 func (w *workload) pid() int { return w.cmd.Process.Pid }
 
-// takeStopped stops pid, takes its census and resumes it.
-func takeStopped(tb testing.TB, pid int, o TakeOptions) *Census {
+// take takes the census of pid, failing the test on error.
+func take(tb testing.TB, pid int, o TakeOptions) *Census {
 	tb.Helper()
-	s := stop(tb, pid)
-	defer s.Resume()
-	l, err := Open(pid, s.target.Maps, Options{})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	c, err := l.Take(s.target, o)
+	c, err := TakeProcess(pid, ProcessOptions{TakeOptions: o})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -93,7 +88,7 @@ func takeStopped(tb testing.TB, pid int, o TakeOptions) *Census {
 func TestKnownHeap(t *testing.T) {
 	bin := testutil.MustBuild(t, "census_known", testutil.Options{CXX: true})
 	w := start(t, bin)
-	c := takeStopped(t, w.pid(), TakeOptions{RSS: true})
+	c := take(t, w.pid(), TakeOptions{RSS: true})
 	for _, p := range c.Problems {
 		t.Errorf("problem: %v", p)
 	}
@@ -129,14 +124,135 @@ func TestKnownHeap(t *testing.T) {
 	if want := len(w.tids) - 1; internal["thread"] != want {
 		t.Errorf("%d thread vectors named, want %d (one per thread created): %v", internal["thread"], want, c.Internal)
 	}
+	// Classes, strings and libc's blocks named; nothing else.
+	n := NewNamer(w.pid(), c.mapsForTest())
+	for i, ch := range c.Chunks {
+		k, ok := w.blocks[ch.User()]
+		if !ok || !ch.State.Allocated() {
+			continue
+		}
+		name, text := c.Name(n, i)
+		switch k.kind {
+		case "-", "holder":
+			if name != "" {
+				t.Errorf("block %#x named %q %q", ch.User(), name, text)
+			}
+		case "string":
+			if name != "string" || text == "" {
+				t.Errorf("string block %#x named %q %q", ch.User(), name, text)
+			}
+		default:
+			if name != k.kind {
+				t.Errorf("object %#x of class %s named %q", ch.User(), k.kind, name)
+			}
+		}
+	}
+	// Who holds them: the holder's first word points at its child.
+	live := c.Live()
+	starts := map[uint64]int{}
+	for i, b := range live {
+		starts[b.Addr] = i
+	}
+	byFirst := map[int]int{}
+	for i, ch := range c.Chunks {
+		if j, ok := starts[ch.First]; ok && ch.State.Allocated() {
+			byFirst[j] = starts[c.Chunks[i].User()]
+		}
+	}
+	groups := c.Describe(n, func(i int) (int, string) {
+		if h, ok := byFirst[i]; ok {
+			return h, ""
+		}
+		return -1, ""
+	})
+	var heldChild bool
+	for _, g := range groups {
+		t.Logf("%-12v %-30q %6d blocks %9d B  e.g. %#x %q held by %q (%d)", g.Class, g.Name, g.Blocks, g.Bytes, g.Example, g.Text, g.HeldBy, g.Held)
+		if g.Class == ClassOf(4096+16) && g.Name == "" {
+			heldChild = g.HeldBy == "a 24 B block" && g.Held == 1
+		}
+	}
+	if !heldChild {
+		t.Errorf("the holder's child is not said to be held by a 24 B block")
+	}
 	if got := c.Mallinfo(); got != w.mi {
 		t.Errorf("mallinfo2 from the census:\n%+v\nthe process's:\n%+v", got, w.mi)
+	}
+	r := checkRSS(t, c)
+	// The program wrote every block it holds, but not the calloc'd
+	// mmapped one (fresh mappings are zero): the residency is measured.
+	var inArenas uint64
+	for _, ch := range c.Chunks {
+		if _, internal := c.Internal[ch.Addr]; ch.State == InUse && !internal {
+			inArenas += ch.Usable()
+		}
+	}
+	if l := r.Line(HeapInUse); l.Bytes != inArenas || l.Rss*100 < l.Bytes*99 {
+		t.Errorf("heap in use: %d bytes (%d resident); the program holds %d bytes in arenas, all written", l.Bytes, l.Rss, inArenas)
+	}
+	if l := r.Line(MmappedChunks); l.Rss+480000 > l.Bytes || l.Rss < 3*200000+300000 {
+		t.Errorf("mmapped chunks: %d resident of %d: the 500000 B calloc'd block was never written, the others were", l.Rss, l.Bytes)
 	}
 	tot := c.Totals()
 	t.Logf("%d arenas, %d chunks: %d in use, %d mmapped, %d free, %d tcache, %d fastbin; %d reads, %d bytes, %v",
 		len(c.Arenas), len(c.Chunks), tot.Chunks[InUse], tot.Chunks[Mmapped], tot.Chunks[Free], tot.Chunks[Tcache], tot.Chunks[Fastbin],
 		c.Reads, c.Bytes, c.Took)
+	t.Logf("took %v, paused %v", c.Took, c.Paused)
 	if tot.Chunks[Tcache] == 0 || tot.Chunks[Fastbin] == 0 || tot.Chunks[Free] == 0 || len(c.Arenas) < 5 {
 		t.Errorf("the workload should have chunks in every free list and 5 arenas")
 	}
+}
+
+func (c *Census) mapsForTest() []proc.Mapping {
+	maps, _ := proc.ReadMaps(c.PID)
+	return maps
+}
+
+func TestSizeClasses(t *testing.T) {
+	prev := SizeClass{}
+	for size := uint64(32); size < 64<<20; size += 16 {
+		c := ClassOf(size)
+		if size < c.Lo || size >= c.Hi {
+			t.Fatalf("size %d in class %v", size, c)
+		}
+		if c != prev && c.Lo != prev.Hi && prev.Hi != 0 {
+			t.Fatalf("class %v after %v: a gap or an overlap", c, prev)
+		}
+		prev = c
+	}
+}
+
+// checkRSS explains the census's RSS and checks that its parts add up to
+// smaps' and that the pages counted in the heap's mappings are the pages
+// smaps counts there.
+func checkRSS(t *testing.T, c *Census) RSS {
+	t.Helper()
+	r, err := c.RSS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rss, pss uint64
+	for _, l := range r.Lines {
+		t.Logf("%-32s rss %10d pss %10d bytes %10d  %s", l.Part, l.Rss, l.Pss, l.Bytes, l.How)
+		rss += l.Rss
+		pss += l.Pss
+	}
+	t.Logf("RSS %d (smaps_rollup %d) PSS %d; trimmable %d; disagreement %d; zero pages known %v", r.Rss, r.Rollup, r.Pss, r.Trimmable, r.Disagreement, r.ZeroPagesKnown)
+	if rss != r.Rss || pss != r.Pss {
+		t.Errorf("the parts add up to RSS %d, PSS %d; smaps says %d, %d", rss, pss, r.Rss, r.Pss)
+	}
+	if d := absDiff(r.Rss, r.Rollup); d*100 > r.Rollup {
+		t.Errorf("smaps' RSS %d is not smaps_rollup's %d within 1%%", r.Rss, r.Rollup)
+	}
+	if r.Disagreement*100 > r.Rss {
+		t.Errorf("the heap's pages exceed smaps' RSS of its mappings by %d bytes, more than 1%% of %d", r.Disagreement, r.Rss)
+	}
+	return r
+}
+
+func absDiff(a, b uint64) uint64 {
+	if a > b {
+		return a - b
+	}
+	return b - a
 }
