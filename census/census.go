@@ -25,6 +25,7 @@ type Target struct {
 type Thread struct {
 	TID    int
 	FSBase uint64
+	PC     uint64 // where it stopped: a thread stopped in malloc's code may be changing the heap
 }
 
 // TakeOptions select what Take reads besides the heap.
@@ -147,6 +148,7 @@ type Census struct {
 	Time   time.Time
 	Took   time.Duration // what Take took (the process was stopped through it)
 	Paused time.Duration // how long TakeProcess kept the process stopped, stopping and resuming included
+	Stops  int           // how many times TakeProcess stopped it to find malloc idle
 	Reads  uint64        // reads of the process's memory
 	Bytes  uint64        // bytes read
 
@@ -160,6 +162,11 @@ type Census struct {
 	Problems []Problem
 	// Omitted counts the problems past maxProblems, not kept.
 	Omitted int
+	// Busy says why malloc may have been changing the heap when the
+	// process stopped: threads stopped in malloc's code, arenas locked.
+	// A census taken then may show a chunk mid-change (and say so in
+	// Problems); TakeProcess stops the process again until it is not busy.
+	Busy []string
 
 	// What mp_ says of the mmapped chunks, which the census finds by their
 	// headers in anonymous mappings.

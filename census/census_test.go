@@ -125,7 +125,7 @@ func TestKnownHeap(t *testing.T) {
 		t.Errorf("%d thread vectors named, want %d (one per thread created): %v", internal["thread"], want, c.Internal)
 	}
 	// Classes, strings and libc's blocks named; nothing else.
-	n := NewNamer(w.pid(), c.mapsForTest())
+	n := NewNamer(w.pid(), c.mapsForTest(), nil)
 	for i, ch := range c.Chunks {
 		k, ok := w.blocks[ch.User()]
 		if !ok || !ch.State.Allocated() {

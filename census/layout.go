@@ -3,6 +3,7 @@ package census
 import (
 	"debug/dwarf"
 	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/heapscope/heapscope/internal/errs"
@@ -24,9 +25,9 @@ type Layout struct {
 		prevSize, head field
 	}
 	state struct { // struct malloc_state
-		size                 int64
-		top, next, systemMem field
-		fastbins, bins       array
+		size                        int64
+		mutex, top, next, systemMem field
+		fastbins, bins              array
 	}
 	par struct { // struct malloc_par
 		nMmaps, mmappedMem, sbrkBase, hpPagesize field
@@ -45,6 +46,10 @@ type Layout struct {
 	}
 	rDebug struct{ rMap field } // struct r_debug
 	tcb    struct{ dtv field }  // tcbhead_t
+
+	// mallocCode is where malloc.c's code is, in the file: a thread
+	// stopped there may be changing the heap.
+	mallocCode []Span
 }
 
 // member is a struct member the census reads and where its place goes in a
@@ -65,6 +70,7 @@ func (l *Layout) want() map[string][]member {
 			{name: "mchunk_size", f: &l.chunk.head, size: 8},
 		},
 		"malloc_state": {
+			{name: "mutex", f: &l.state.mutex, size: 4},
 			{name: "top", f: &l.state.top, size: 8},
 			{name: "next", f: &l.state.next, size: 8},
 			{name: "system_mem", f: &l.state.systemMem, size: 8},
@@ -181,7 +187,7 @@ func LayoutFromDWARF(d *dwarf.Data) (l *Layout, err error) {
 	l = &Layout{}
 	want := l.want()
 	r := d.Reader()
-	for len(want) > 0 {
+	for len(want) > 0 || l.mallocCode == nil {
 		e, err := r.Next()
 		if err != nil {
 			return nil, fmt.Errorf("%w: reading DWARF: %v", errs.ErrNoLayout, err)
@@ -191,6 +197,15 @@ func LayoutFromDWARF(d *dwarf.Data) (l *Layout, err error) {
 		}
 		switch e.Tag {
 		case dwarf.TagCompileUnit, dwarf.TagPartialUnit:
+			if name, _ := e.Val(dwarf.AttrName).(string); name == "malloc.c" || strings.HasSuffix(name, "/malloc.c") {
+				rs, err := d.Ranges(e)
+				if err != nil || len(rs) == 0 {
+					return nil, fmt.Errorf("%w: malloc.c's unit has no code ranges: %v", errs.ErrNoLayout, err)
+				}
+				for _, r := range rs {
+					l.mallocCode = append(l.mallocCode, Span{r[0], r[1]})
+				}
+			}
 			continue // into the unit
 		case dwarf.TagStructType, dwarf.TagTypedef:
 			name, _ := e.Val(dwarf.AttrName).(string)
@@ -208,6 +223,9 @@ func LayoutFromDWARF(d *dwarf.Data) (l *Layout, err error) {
 	}
 	for name := range want {
 		return nil, fmt.Errorf("%w: the DWARF has no struct %s with the members the census reads", errs.ErrNoLayout, name)
+	}
+	if l.mallocCode == nil {
+		return nil, fmt.Errorf("%w: the DWARF has no unit for malloc.c", errs.ErrNoLayout)
 	}
 	if err := l.check(); err != nil {
 		return nil, fmt.Errorf("%w: %v", errs.ErrNoLayout, err)

@@ -52,6 +52,7 @@ type Libc struct {
 	tcacheKey uint64 // &tcache_key, 0 if the symbol is not there
 	dynamic   uint64 // libc's _DYNAMIC in the process: its link_map's l_ld
 	rDebug    uint64 // ld.so's _r_debug in the process, 0 if not found
+	code      []Span // malloc.c's code in the process
 }
 
 // Open finds the glibc malloc of process pid from its mappings, and the
@@ -115,6 +116,9 @@ func Open(pid int, maps []proc.Mapping, o Options) (*Libc, error) {
 	})
 	if err != nil {
 		return nil, fmt.Errorf("census: pid %d: %s (debug file %s): %w", pid, m.Path, debugPath, err)
+	}
+	for _, c := range l.layout.mallocCode {
+		l.code = append(l.code, Span{c.Start + bias, c.End + bias})
 	}
 	l.rDebug = findRDebug(pid, maps)
 	return l, nil

@@ -262,7 +262,17 @@ func (w *walker) mmapped(maps []proc.Mapping) {
 	}
 	if found < w.c.NMmaps || bytes < w.c.MmappedMem {
 		for _, s := range rest {
+			// A chunk's header is on a page malloc wrote: the pages the
+			// process never wrote need not be read (nor faulted in).
+			var written *proc.Resident
+			if w.pid > 0 {
+				written, _ = proc.ReadWritten(w.pid, s.Start, s.End)
+			}
 			for pos := s.Start; pos < s.End && (found < w.c.NMmaps || bytes < w.c.MmappedMem); {
+				if written != nil && !written.Page(pos) {
+					pos += pageSize
+					continue
+				}
 				ch, lead, ok := w.mmappedAt(pos, s, pos+min(pageSize, s.End-pos), s.End)
 				if !ok {
 					pos += pageSize

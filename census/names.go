@@ -1,9 +1,11 @@
 package census
 
 import (
+	"bytes"
 	"debug/elf"
 	"encoding/binary"
 	"fmt"
+	"io"
 	"math/bits"
 	"sort"
 	"strings"
@@ -21,23 +23,44 @@ type vtable struct {
 }
 
 // Namer names blocks by what they hold: a C++ object by the vtable its
-// first word points at. It reads the files a process maps, not its memory,
-// so it can be made while the process runs.
+// first word points at, from the vtable's symbol (_ZTV…) or, in a stripped
+// module, from the type_info its vtable points at (its name, a mangled
+// type, is in the module's data). It reads the files a process maps and,
+// for type_info, the process's memory, so it can be made and used while
+// the process runs: type information does not change.
 type Namer struct {
-	vtables  []vtable // sorted by start
-	Warnings []string // modules whose symbols could not be read
+	vtables   []vtable        // sorted by start
+	typeinfos map[uint64]bool // the address points of __cxxabiv1's type_info vtables
+	files     []Span          // file-backed mappings, sorted
+	mem       io.ReaderAt
+	cache     map[uint64]string // by first word, what the type_info says ("" nothing)
+	Warnings  []string          // modules whose symbols could not be read
+}
+
+// typeinfoVtables are the vtables of the type_info objects of classes:
+// without, with one, and with several or virtual bases.
+var typeinfoVtables = map[string]bool{
+	"_ZTVN10__cxxabiv117__class_type_infoE":     true,
+	"_ZTVN10__cxxabiv120__si_class_type_infoE":  true,
+	"_ZTVN10__cxxabiv121__vmi_class_type_infoE": true,
 }
 
 // maxVtable bounds the bytes of one vtable symbol the Namer keeps.
 const maxVtable = 1 << 16
 
 // NewNamer reads the vtable symbols (_ZTV…) of every file process pid maps,
-// from .symtab and .dynsym, placed where the process has them.
-func NewNamer(pid int, maps []proc.Mapping) *Namer {
-	n := &Namer{}
+// from .symtab and .dynsym, placed where the process has them. mem, which
+// may be nil, reads the process's memory for the type_info of objects whose
+// vtables have no symbol: the stopped process, or /proc/PID/mem once it runs.
+func NewNamer(pid int, maps []proc.Mapping, mem io.ReaderAt) *Namer {
+	n := &Namer{typeinfos: map[uint64]bool{}, mem: mem, cache: map[uint64]string{}}
 	seen := map[string]bool{}
 	for _, m := range maps {
-		if !m.File() || seen[m.Path] {
+		if !m.File() {
+			continue
+		}
+		n.files = append(n.files, Span{m.Start, m.End})
+		if seen[m.Path] {
 			continue
 		}
 		seen[m.Path] = true
@@ -46,6 +69,7 @@ func NewNamer(pid int, maps []proc.Mapping) *Namer {
 		}
 	}
 	sort.Slice(n.vtables, func(i, j int) bool { return n.vtables[i].start < n.vtables[j].start })
+	sort.Slice(n.files, func(i, j int) bool { return n.files[i].Start < n.files[j].Start })
 	return n
 }
 
@@ -77,6 +101,9 @@ func (n *Namer) module(pid int, maps []proc.Mapping, m proc.Mapping) (err error)
 				continue
 			}
 			seen[s.Value] = true
+			if typeinfoVtables[s.Name] {
+				n.typeinfos[s.Value+bias+2*sizeSz] = true
+			}
 			data, err := fileBytes(f, s.Value, s.Size)
 			if err != nil {
 				continue
@@ -103,13 +130,8 @@ func fileBytes(f *elf.File, vaddr, size uint64) ([]byte, error) {
 }
 
 // className demangles a vtable's symbol into the name of its class.
-func className(sym string) (name string) {
-	defer func() {
-		if recover() != nil {
-			name = sym
-		}
-	}()
-	s, err := demangle.ToString(sym, demangle.NoClones, demangle.MaxLength(16))
+func className(sym string) string {
+	s, err := demangleSafe(sym)
 	if err != nil {
 		return sym
 	}
@@ -126,7 +148,7 @@ func (n *Namer) Class(first uint64) (string, bool) {
 	}
 	i := sort.Search(len(n.vtables), func(i int) bool { return n.vtables[i].end > first })
 	if i == len(n.vtables) || n.vtables[i].start > first {
-		return "", false
+		return n.rtti(first)
 	}
 	v := n.vtables[i]
 	off := first - v.start
@@ -134,6 +156,76 @@ func (n *Namer) Class(first uint64) (string, bool) {
 		return "", false
 	}
 	return v.class, true
+}
+
+// maxTypeName bounds the mangled name of a type read from a type_info.
+const maxTypeName = 1024
+
+// rtti names the class of an object whose vtable has no symbol, from the
+// vtable's type_info: the word before the address point. It must be a
+// type_info of a class (its own vtable is one of __cxxabiv1's), and its
+// name a mangled type that demangles.
+func (n *Namer) rtti(first uint64) (string, bool) {
+	if n.mem == nil || len(n.typeinfos) == 0 || !n.inFile(first) {
+		return "", false
+	}
+	if name, ok := n.cache[first]; ok {
+		return name, name != ""
+	}
+	name := n.readRTTI(first)
+	n.cache[first] = name
+	return name, name != ""
+}
+
+func (n *Namer) readRTTI(first uint64) string {
+	var b [2 * sizeSz]byte
+	if _, err := n.mem.ReadAt(b[:], int64(first-2*sizeSz)); err != nil {
+		return ""
+	}
+	top, ti := binary.LittleEndian.Uint64(b[:]), binary.LittleEndian.Uint64(b[sizeSz:])
+	if top != 0 || !n.inFile(ti) || ti > 1<<63-1 {
+		return ""
+	}
+	if _, err := n.mem.ReadAt(b[:], int64(ti)); err != nil {
+		return ""
+	}
+	vptr, namePtr := binary.LittleEndian.Uint64(b[:]), binary.LittleEndian.Uint64(b[sizeSz:])
+	if !n.typeinfos[vptr] || !n.inFile(namePtr) || namePtr > 1<<63-1 {
+		return ""
+	}
+	buf := make([]byte, maxTypeName)
+	k, _ := n.mem.ReadAt(buf, int64(namePtr))
+	end := bytes.IndexByte(buf[:k], 0)
+	if end <= 0 {
+		return ""
+	}
+	for _, c := range buf[:end] {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '$') {
+			return ""
+		}
+	}
+	// A type_info's name is a mangled type: as the name of its typeinfo
+	// name symbol, it demangles.
+	s, err := demangleSafe("_ZTS" + string(buf[:end]))
+	if err != nil || !strings.HasPrefix(s, "typeinfo name for ") {
+		return ""
+	}
+	return strings.TrimPrefix(s, "typeinfo name for ")
+}
+
+// inFile reports whether addr is in a file-backed mapping.
+func (n *Namer) inFile(addr uint64) bool {
+	i := sort.Search(len(n.files), func(i int) bool { return n.files[i].End > addr })
+	return i < len(n.files) && n.files[i].Start <= addr
+}
+
+func demangleSafe(sym string) (s string, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("demangling %q: %v", sym, p)
+		}
+	}()
+	return demangle.ToString(sym, demangle.NoClones, demangle.MaxLength(16))
 }
 
 // SizeClass is a range of chunk sizes, [Lo, Hi): one size each below 1 KiB

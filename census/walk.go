@@ -58,6 +58,7 @@ type walker struct {
 	runs []run
 	gaps []gap
 
+	pid     int      // for pagemap, 0 if not known
 	second  []uint64 // the runs' second words, merged as c.Chunks is
 	heapMax uint64
 	par     []byte
@@ -74,7 +75,7 @@ type walker struct {
 // is a census with Problems, not an error.
 func (l *Libc) Take(t Target, o TakeOptions) (*Census, error) {
 	start := time.Now()
-	w := &walker{l: l, lay: l.layout, mem: newMemory(t.Mem, t.Maps), heapMax: heapMaxSize}
+	w := &walker{l: l, lay: l.layout, mem: newMemory(t.Mem, t.Maps), heapMax: heapMaxSize, pid: t.PID}
 	c := &Census{PID: t.PID, Libc: "glibc " + l.Version, Time: start, Internal: map[uint64]string{},
 		mmapLead: map[uint64]uint64{}, texts: map[int]string{}}
 	c.heapMax, c.chunkStruct = w.heapMax, uint64(l.layout.chunk.size)
@@ -88,6 +89,13 @@ func (l *Libc) Take(t Target, o TakeOptions) (*Census, error) {
 			return nil, fmt.Errorf("census: pid %d: %w", t.PID, err)
 		}
 		c.res = res
+	}
+	for _, th := range t.Threads {
+		for _, s := range l.code {
+			if th.PC >= s.Start && th.PC < s.End {
+				c.Busy = append(c.Busy, fmt.Sprintf("thread %d stopped in malloc's code (%#x)", th.TID, th.PC))
+			}
+		}
 	}
 	tls, err := w.tlsOffset()
 	if err != nil {
@@ -170,6 +178,9 @@ func (w *walker) arenas() error {
 			break
 		}
 		a := Arena{Addr: addr, Main: i == 0, Top: get(st, lay.state.top), SystemMem: get(st, lay.state.systemMem)}
+		if get(st, lay.state.mutex) != 0 {
+			c.Busy = append(c.Busy, fmt.Sprintf("arena %#x was locked", addr))
+		}
 		c.Arenas = append(c.Arenas, a)
 		idx := int32(len(c.Arenas) - 1)
 		if a.Main {

@@ -139,11 +139,23 @@ type Resident struct {
 // pagemap entry bits (Documentation/admin-guide/mm/pagemap.rst).
 const (
 	pmPresent = 1 << 63
+	pmSwapped = 1 << 62
 	pmPFN     = 1<<55 - 1
 )
 
 // ReadResident reads /proc/PID/pagemap for [start, end).
 func ReadResident(pid int, start, end uint64) (*Resident, error) {
+	return readPagemap(pid, start, end, false)
+}
+
+// ReadWritten is ReadResident, but it also counts pages swapped out: the
+// pages of [start, end) the process has written (or read from a file),
+// where data can be.
+func ReadWritten(pid int, start, end uint64) (*Resident, error) {
+	return readPagemap(pid, start, end, true)
+}
+
+func readPagemap(pid int, start, end uint64, swapped bool) (*Resident, error) {
 	ps := uint64(os.Getpagesize())
 	start, end = start&^(ps-1), (end+ps-1)&^(ps-1)
 	if end < start || (end-start)/ps > 1<<32 {
@@ -169,6 +181,10 @@ func ReadResident(pid int, start, end uint64) (*Resident, error) {
 		}
 		for j := 0; j+8 <= k; j, i = j+8, i+1 {
 			e := binary.LittleEndian.Uint64(buf[j:])
+			if swapped && e&pmSwapped != 0 {
+				r.bits[i/64] |= 1 << (i % 64)
+				continue
+			}
 			if e&pmPresent == 0 || zeroKnown && e&pmPFN == zero {
 				continue
 			}
@@ -203,6 +219,12 @@ func (r *Resident) Bytes(lo, hi uint64) uint64 {
 }
 
 func (r *Resident) page(i uint64) bool { return r.bits[i/64]&(1<<(i%64)) != 0 }
+
+// Page reports whether the page that holds addr is resident (or written,
+// for ReadWritten).
+func (r *Resident) Page(addr uint64) bool {
+	return addr >= r.Start && addr < r.End && r.page((addr-r.Start)/r.PageSize)
+}
 
 // pages counts the resident pages of [i, j).
 func (r *Resident) pages(i, j uint64) uint64 {
