@@ -17,12 +17,13 @@ func TestMain(m *testing.M) { testutil.Main(m) }
 // workload is a running test program that printed what it knows of its
 // heap and waits for a line on stdin to exit.
 type workload struct {
-	cmd    *exec.Cmd
-	stdin  io.WriteCloser
-	out    *bufio.Reader
-	blocks map[uint64]known // by address
-	tids   []int
-	mi     Mallinfo
+	cmd       *exec.Cmd
+	stdin     io.WriteCloser
+	out       *bufio.Reader
+	blocks    map[uint64]known // by address
+	tids      []int
+	clobbered uint64 // the chunk whose header the program overwrote
+	mi        Mallinfo
 }
 
 type known struct {
@@ -63,6 +64,8 @@ func start(tb testing.TB, bin string, args ...string) *workload {
 			w.blocks[hex(f[1])] = known{hex(f[2]), f[3]}
 		case "t":
 			w.tids = append(w.tids, int(hex(f[1])))
+		case "c":
+			w.clobbered = hex(f[1])
 		case "m":
 			v := make([]uint64, 10)
 			for i := range v {
@@ -255,4 +258,59 @@ func absDiff(a, b uint64) uint64 {
 		return a - b
 	}
 	return b - a
+}
+
+// TestOverflow takes the census of a heap a write past the end of a block
+// corrupted: the census reports the clobbered header where it is, resumes
+// at the next chunk a free list names, and agrees with the program on every
+// block outside the stretch it could not walk.
+func TestOverflow(t *testing.T) {
+	bin := testutil.MustBuild(t, "census_known", testutil.Options{CXX: true})
+	w := start(t, bin, "overflow")
+	if w.clobbered == 0 {
+		t.Fatal("the program did not say which header it overwrote")
+	}
+	c := take(t, w.pid(), TakeOptions{})
+	var skip Span
+	for _, p := range c.Problems {
+		t.Logf("problem: %v", p)
+		if p.Addr == w.clobbered && strings.Contains(p.What, "corrupted chunk header") {
+			skip = Span{p.Addr, p.Addr + p.Skipped}
+		}
+	}
+	if skip.Start == 0 {
+		t.Fatalf("no corrupted header reported at %#x", w.clobbered)
+	}
+	var resumed bool
+	for _, p := range c.Problems {
+		if p.Addr == w.clobbered && strings.Contains(p.What, "resumed at") {
+			resumed = true
+		}
+	}
+	if !resumed {
+		t.Fatalf("the walk did not resume past %#x", w.clobbered)
+	}
+	var missing, found int
+	for addr, k := range w.blocks {
+		i, ok := c.Find(addr - 16)
+		inGap := addr-16 >= skip.Start && addr-16 < skip.End
+		switch {
+		case inGap && ok:
+			t.Errorf("block %#x in the stretch not walked (%#x-%#x) is in the census", addr, skip.Start, skip.End)
+		case inGap:
+			missing++
+		case !ok:
+			t.Errorf("block %#x (%d bytes), outside the stretch not walked, is not in the census", addr, k.usable)
+		case addr == w.clobbered-16+16 || c.Chunks[i].State == Unknown:
+			// the block before the clobbered header: its state is unknown
+		case c.Chunks[i].Usable() != k.usable || !c.Chunks[i].State.Allocated():
+			t.Errorf("block %#x: census %v %d bytes, program %d", addr, c.Chunks[i].State, c.Chunks[i].Usable(), k.usable)
+		default:
+			found++
+		}
+	}
+	t.Logf("%d blocks found, %d in the %d bytes not walked", found, missing, skip.End-skip.Start)
+	if found == 0 {
+		t.Error("no block found")
+	}
 }

@@ -47,6 +47,7 @@ type gap struct {
 	arena      int32
 	start, end uint64
 	top        uint64
+	problem    int // the index of its problem in Census.Problems, -1 if not kept
 }
 
 // walker holds a census being taken.
@@ -369,9 +370,13 @@ func (w *walker) walk(a int32, start, end, top uint64) {
 			continue
 		}
 		if bad := w.badHeader(hdr, size, p, end); bad != "" {
+			pi := len(w.c.Problems)
 			w.c.problem(p, end-p, "corrupted chunk header %#x: %s", hdr, bad)
+			if pi == len(w.c.Problems) {
+				pi = -1
+			}
 			unknownPrev()
-			w.gaps = append(w.gaps, gap{a, p, end, top})
+			w.gaps = append(w.gaps, gap{a, p, end, top, pi})
 			return
 		}
 		prevState(hdr)
@@ -517,7 +522,10 @@ func (w *walker) resume(l *listed) {
 			if k != g.top && w.badHeader(hdr, hdr&^flagBits, k, g.end) != "" {
 				continue
 			}
-			w.c.problem(g.start, k-g.start, "the walk resumed at %#x, a chunk a free list names", k)
+			if g.problem >= 0 {
+				w.c.Problems[g.problem].Skipped = k - g.start
+				w.c.Problems[g.problem].What += fmt.Sprintf("; the walk resumed at %#x, a chunk a free list names", k)
+			}
 			w.walk(g.arena, k, g.end, g.top)
 			break
 		}

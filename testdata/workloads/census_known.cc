@@ -13,7 +13,9 @@
 // class name, "string" or "holder"), one line per thread ("t TID"),
 // mallinfo2() ("m arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks
 // fordblks keepcost"), and "ready", and waits for a line on stdin before it
-// exits. The threads wait too, so their tcaches stay.
+// exits. The threads wait too, so their tcaches stay. With the argument
+// "overflow" it also overwrites a chunk header, as a heap overflow does, and
+// prints the chunk's address ("c ADDR").
 //
 // The C++ runtime's emergency exception pool, a block the program cannot
 // list, is freed first (__gnu_cxx::__freeres, which exists for leak checkers).
@@ -149,8 +151,9 @@ static void *worker(void *arg)
 
 static char *volatile sink;
 
-int main()
+int main(int argc, char **argv)
 {
+	bool overflow = argc > 1 && strcmp(argv[1], "overflow") == 0;
 	__gnu_cxx::__freeres();
 
 	static const size_t sizes[] = {16, 24, 40, 56, 100, 120, 200, 500, 1000, 3000, 10000, 70000};
@@ -219,6 +222,18 @@ int main()
 		for (int i = 1; i < per; i += 3)
 			drop(ps[s][i]);
 
+	// "overflow": a heap overflow, as a program's bug makes one: a write
+	// past the end of a 3000-byte block clobbers the header of the chunk
+	// after it (a live 10000-byte block's), which the census must report
+	// and walk past.
+	uintptr_t clobbered = 0;
+	if (overflow) {
+		char *b = (char *)ps[9][0];
+		size_t n = malloc_usable_size(b);
+		clobbered = (uintptr_t)b + n - 8;
+		memset(b, 0xa5, n + 16);
+	}
+
 	pthread_t th[nThreads];
 	for (long i = 0; i < nThreads; i++)
 		if (pthread_create(&th[i], 0, worker, (void *)i) != 0)
@@ -234,6 +249,11 @@ int main()
 		hex(recs[i].usable);
 		puts_(" ");
 		puts_(recs[i].kind);
+		puts_("\n");
+	}
+	if (clobbered) {
+		puts_("c");
+		hex(clobbered);
 		puts_("\n");
 	}
 	puts_("t");
