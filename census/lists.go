@@ -9,29 +9,41 @@ import (
 
 // listed is what the free lists say of chunks: which list each is on.
 type listed struct {
+	budget  int              // list steps left: no more than the heap has chunks, in all
 	state   map[uint64]State // by chunk address
 	twice   map[uint64]bool  // chunks on more than one list
 	tcaches []ThreadCache
 	tcache  map[uint64]int // tcache_perthread_struct blocks, by chunk address: the thread's TID
 }
 
-func (l *listed) put(addr uint64, s State) {
+// put records that chunk addr is on a list of state s. It reports false
+// when the chunk was already on one: the list loops, or two lists share
+// the chunk (a double free), and the walk of this one stops there.
+func (l *listed) put(addr uint64, s State) bool {
 	if _, ok := l.state[addr]; ok {
 		l.twice[addr] = true
-		return
+		return false
 	}
 	l.state[addr] = s
+	return true
 }
 
 // lists walks every free list: each arena's fastbins and bins, each
 // thread's tcache. report says whether what is wrong with them becomes a
 // problem (only the last walk's does, after resume).
 func (w *walker) lists(threads []Thread, tls uint64, report bool) *listed {
-	l := &listed{state: map[uint64]State{}, twice: map[uint64]bool{}, tcache: map[uint64]int{}}
+	l := &listed{state: map[uint64]State{}, twice: map[uint64]bool{}, tcache: map[uint64]int{},
+		budget: len(w.c.Chunks) + 1<<12}
 	problem := func(addr uint64, format string, args ...any) {
 		if report {
 			w.c.problem(addr, 0, format, args...)
 		}
+	}
+	step := func(p uint64) bool {
+		if l.budget--; l.budget == 0 {
+			problem(p, "the free lists name more chunks than the heap has: the rest of them are not walked")
+		}
+		return l.budget > 0
 	}
 	limit := len(w.c.Chunks) + 1 // no list is longer than the chunks
 	lay := w.lay
@@ -48,6 +60,9 @@ func (w *walker) lists(threads []Thread, tls uint64, report bool) *listed {
 					problem(p, "fastbin %d of arena %d is longer than the heap has chunks (a loop)", i, ai)
 					break
 				}
+				if !step(p) {
+					break
+				}
 				ci, ok := w.chunkAt(p)
 				if !ok && !w.mem.readable(p, 4*sizeSz) {
 					problem(p, "fastbin %d of arena %d points at %#x, no chunk", i, ai, p)
@@ -56,7 +71,9 @@ func (w *walker) lists(threads []Thread, tls uint64, report bool) *listed {
 				if ok && w.c.Chunks[ci].Size != want {
 					problem(p, "a chunk of %d bytes in fastbin %d (of %d-byte chunks)", w.c.Chunks[ci].Size, i, want)
 				}
-				l.put(p, Fastbin)
+				if !l.put(p, Fastbin) {
+					break
+				}
 				first, _, err := w.words(p)
 				if err != nil {
 					break
@@ -74,6 +91,9 @@ func (w *walker) lists(threads []Thread, tls uint64, report bool) *listed {
 					problem(p, "bin %d of arena %d is longer than the heap has chunks (a loop)", i, ai)
 					break
 				}
+				if !step(p) {
+					break
+				}
 				if _, ok := w.chunkAt(p); !ok && !w.mem.readable(p, 4*sizeSz) {
 					problem(p, "bin %d of arena %d points at %#x, no chunk", i, ai, p)
 					break
@@ -85,12 +105,14 @@ func (w *walker) lists(threads []Thread, tls uint64, report bool) *listed {
 				if bk != back {
 					problem(p, "bin %d of arena %d: this chunk's bk is %#x, not the chunk before it in the list (%#x)", i, ai, bk, back)
 				}
-				l.put(p, Free)
+				if !l.put(p, Free) {
+					break
+				}
 				back, p = p, fd
 			}
 		}
 	}
-	w.tcaches(l, threads, tls, problem)
+	w.tcaches(l, threads, tls, problem, step)
 	return l
 }
 
@@ -98,7 +120,7 @@ func (w *walker) lists(threads []Thread, tls uint64, report bool) *listed {
 // thread's pointer minus libc's TLS offset plus the variable's offset in
 // libc's TLS block; its entries are blocks, linked through their first
 // word, safe-linked (stored ^ (address >> 12)).
-func (w *walker) tcaches(l *listed, threads []Thread, tls uint64, problem func(uint64, string, ...any)) {
+func (w *walker) tcaches(l *listed, threads []Thread, tls uint64, problem func(uint64, string, ...any), step func(uint64) bool) {
 	lay := w.lay
 	var key uint64
 	if w.l.tcacheKey != 0 {
@@ -136,6 +158,9 @@ func (w *walker) tcaches(l *listed, threads []Thread, tls uint64, problem func(u
 					problem(e, "thread %d: tcache bin %d has more entries than its count (%d)", t.TID, i, count)
 					break
 				}
+				if !step(e) {
+					break
+				}
 				p := e - 2*sizeSz
 				ci, ok := w.chunkAt(p)
 				if !ok && (e%align != 0 || !w.mem.readable(p, 4*sizeSz)) {
@@ -152,7 +177,9 @@ func (w *walker) tcaches(l *listed, threads []Thread, tls uint64, problem func(u
 				if key != 0 && second != key {
 					problem(p, "thread %d: a block in tcache bin %d without tcache_key", t.TID, i)
 				}
-				l.put(p, Tcache)
+				if !l.put(p, Tcache) {
+					break
+				}
 				tc.Chunks++
 				e = first ^ (e >> 12) // REVEAL_PTR(&e->next)
 			}

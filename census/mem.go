@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strings"
 
 	"github.com/heapscope/heapscope/internal/proc"
 )
@@ -35,7 +36,7 @@ func newMemory(r io.ReaderAt, maps []proc.Mapping) *memory {
 	sorted := append([]proc.Mapping(nil), maps...)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Start < sorted[j].Start })
 	for _, mp := range sorted {
-		if len(mp.Perms) < 1 || mp.Perms[0] != 'r' || mp.End <= mp.Start || mp.Path == "[vvar]" || mp.Path == "[vsyscall]" {
+		if len(mp.Perms) < 1 || mp.Perms[0] != 'r' || mp.End <= mp.Start || strings.HasPrefix(mp.Path, "[vvar") || mp.Path == "[vsyscall]" {
 			continue
 		}
 		if n := len(m.regions); n > 0 && m.regions[n-1].end == mp.Start {

@@ -23,7 +23,6 @@ const (
 	heapMaxSize = 2 * 4 << 20 * 8 // HEAP_MAX_SIZE: 2 * DEFAULT_MMAP_THRESHOLD_MAX (4 MiB * sizeof(long))
 	maxArenas   = 1 << 12         // bounds the arena list: more than any arena_max takes
 	maxHeaps    = 1 << 16         // bounds one arena's heap list
-	maxResumes  = 1 << 10         // bounds the walks resumed past corrupted headers
 )
 
 var pageSize = uint64(os.Getpagesize())
@@ -108,9 +107,8 @@ func (l *Libc) Take(t Target, o TakeOptions) (*Census, error) {
 	w.mmapped(t.Maps)
 	w.merge()
 	// A corrupted header stops the walk of its heap; the free lists may
-	// name chunks past it to walk on from. Each round starts past the last
-	// gap, so the rounds are bounded by the chunks the lists name.
-	for round := 0; len(w.gaps) > 0 && round < maxResumes; round++ {
+	// name chunks past it to walk on from.
+	if len(w.gaps) > 0 {
 		w.resume(w.lists(t.Threads, tls, false))
 		w.merge()
 	}
@@ -498,22 +496,26 @@ func (w *walker) words(addr uint64) (first, second uint64, err error) {
 }
 
 // resume walks each gap from the first chunk in it that a free list names
-// (and whose header is good), up to the end of its heap.
+// (and whose header is good), up to the end of its heap; a walk resumed
+// that meets another corrupted header makes another gap, further on, which
+// it resumes in turn. Each chunk a list names is tried once.
 func (w *walker) resume(l *listed) {
-	gaps := w.gaps
-	w.gaps = nil
-	for _, g := range gaps {
-		var known []uint64
-		for addr := range l.state {
-			if addr > g.start && addr < g.end {
-				known = append(known, addr)
-			}
-		}
-		if g.top > g.start && g.top < g.end {
+	var known []uint64
+	for addr := range l.state {
+		known = append(known, addr)
+	}
+	for _, g := range w.gaps {
+		if g.top != 0 {
 			known = append(known, g.top)
 		}
-		sort.Slice(known, func(i, j int) bool { return known[i] < known[j] })
-		for _, k := range known {
+	}
+	sort.Slice(known, func(i, j int) bool { return known[i] < known[j] })
+	for len(w.gaps) > 0 {
+		g := w.gaps[0]
+		w.gaps = w.gaps[1:]
+		i := sort.Search(len(known), func(i int) bool { return known[i] > g.start })
+		for ; i < len(known) && known[i] < g.end; i++ {
+			k := known[i]
 			b, err := w.mem.small(k, 2*sizeSz)
 			if err != nil {
 				continue

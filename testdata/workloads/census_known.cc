@@ -15,7 +15,8 @@
 // fordblks keepcost"), and "ready", and waits for a line on stdin before it
 // exits. The threads wait too, so their tcaches stay. With the argument
 // "overflow" it also overwrites a chunk header, as a heap overflow does, and
-// prints the chunk's address ("c ADDR").
+// prints the chunk's address ("c ADDR"); with "small", no arena grows past
+// one heap (for the fuzz test's copy of the heap).
 //
 // The C++ runtime's emergency exception pool, a block the program cannot
 // list, is freed first (__gnu_cxx::__freeres, which exists for leak checkers).
@@ -111,6 +112,7 @@ struct Holder {
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
 static int started, quit;
+static bool small; // "small": no thread grows past a heap
 static pid_t tids[nThreads];
 
 static void *worker(void *arg)
@@ -127,7 +129,7 @@ static void *worker(void *arg)
 	}
 	for (int i = 0; i < n; i += 2)
 		drop(ps[i]);
-	if (id == 1) {
+	if (id == 1 && !small) {
 		// 90 MiB in blocks under the mmap threshold: more than one heap
 		// (64 MiB each) holds this arena.
 		enum { big = 900 };
@@ -154,6 +156,7 @@ static char *volatile sink;
 int main(int argc, char **argv)
 {
 	bool overflow = argc > 1 && strcmp(argv[1], "overflow") == 0;
+	small = argc > 1 && strcmp(argv[1], "small") == 0;
 	__gnu_cxx::__freeres();
 
 	static const size_t sizes[] = {16, 24, 40, 56, 100, 120, 200, 500, 1000, 3000, 10000, 70000};
