@@ -3,6 +3,7 @@ package census
 import (
 	"fmt"
 	"io"
+	"math/bits"
 	"sort"
 	"time"
 
@@ -174,9 +175,11 @@ type Census struct {
 	MmappedMem uint64
 
 	mmapLead map[uint64]uint64 // a mmapped chunk's offset in its mapping (prev_size), by chunk
-	texts    map[int]string    // a printable run at the start of a block, by chunk index
+	texts    []textRef         // the blocks that start with printable text, by chunk index
+	textBuf  []byte            // their texts
 	res      *residency        // TakeOptions.RSS
 
+	index       *chunkIndex
 	heapMax     uint64 // HEAP_MAX_SIZE, as the process has it
 	chunkStruct uint64 // sizeof(struct malloc_chunk)
 }
@@ -191,8 +194,96 @@ func (c *Census) problem(addr, skipped uint64, format string, args ...any) {
 
 // Find returns the index of the chunk that starts at addr.
 func (c *Census) Find(addr uint64) (int, bool) {
-	i := sort.Search(len(c.Chunks), func(i int) bool { return c.Chunks[i].Addr >= addr })
-	return i, i < len(c.Chunks) && c.Chunks[i].Addr == addr
+	if c.index == nil {
+		c.index = newChunkIndex(c.Chunks)
+	}
+	i, exact := c.index.search(c.Chunks, addr)
+	return i, exact
+}
+
+// chunkIndex finds chunks by address with two memory accesses, where a
+// binary search over millions of chunks would make twenty: for each
+// stretch of adjacent chunks and each 4 KiB page of it, the index of the
+// first chunk at or after the page's start and a bit for each 16 bytes of
+// the page where a chunk starts.
+type chunkIndex struct {
+	runs []indexRun // sorted by start
+}
+
+type indexRun struct {
+	start, end uint64 // addresses
+	first      int    // index of its first chunk
+	base       uint64 // the first page's number (address >> 12)
+	pages      []indexPage
+}
+
+type indexPage struct {
+	first  int32     // the first chunk at or after the page's start, less the run's first
+	starts [4]uint64 // bit j: a chunk starts at 16*j into the page
+}
+
+func newChunkIndex(cs []Chunk) *chunkIndex {
+	x := &chunkIndex{}
+	for i := 0; i < len(cs); {
+		j := i + 1
+		for j < len(cs) && cs[j].Addr == cs[j-1].Addr+cs[j-1].Size {
+			j++
+		}
+		r := indexRun{start: cs[i].Addr, end: cs[j-1].Addr + cs[j-1].Size, first: i}
+		if j-i > 8 && cs[i].Addr%align == 0 && j-i < 1<<31 {
+			r.base = r.start >> 12
+			r.pages = make([]indexPage, (r.end-1)>>12-r.base+1)
+			next := 0 // the page whose first chunk is not set yet
+			for k := i; k < j; k++ {
+				a := cs[k].Addr
+				p := int(a>>12 - r.base)
+				for ; next <= p; next++ {
+					r.pages[next].first = int32(k - i)
+				}
+				bit := a & 4095 / align
+				r.pages[p].starts[bit/64] |= 1 << (bit % 64)
+			}
+			for ; next < len(r.pages); next++ {
+				r.pages[next].first = int32(j - i)
+			}
+		}
+		x.runs = append(x.runs, r)
+		i = j
+	}
+	return x
+}
+
+// search returns the index of the first chunk at or after addr, and
+// whether it starts at addr. The bits answer that without reading the
+// chunk, which a list walk would otherwise read from all over the heap.
+func (x *chunkIndex) search(cs []Chunk, addr uint64) (int, bool) {
+	ri := sort.Search(len(x.runs), func(i int) bool { return x.runs[i].end > addr })
+	if ri == len(x.runs) {
+		return len(cs), false
+	}
+	r := x.runs[ri]
+	if addr <= r.start {
+		return r.first, addr == r.start
+	}
+	if r.pages == nil {
+		i := r.first
+		for i < len(cs) && cs[i].Addr < addr {
+			i++
+		}
+		return i, i < len(cs) && cs[i].Addr == addr
+	}
+	pg := &r.pages[addr>>12-r.base]
+	bit := (addr&4095 + align - 1) / align // the first 16-byte slot at or after addr
+	n := 0
+	for w := uint64(0); w < 4 && w*64 < bit; w++ {
+		m := pg.starts[w]
+		if (w+1)*64 > bit {
+			m &= 1<<(bit%64) - 1
+		}
+		n += bits.OnesCount64(m)
+	}
+	exact := addr%align == 0 && bit < 256 && pg.starts[bit/64]&(1<<(bit%64)) != 0
+	return r.first + int(pg.first) + n, exact
 }
 
 // Containing returns the index of the chunk whose memory holds addr.
@@ -213,10 +304,20 @@ func (c *Census) MmapSpan(i int) Span {
 	return Span{ch.Addr - lead, ch.Addr + ch.Size}
 }
 
-// Text returns the printable text a block starts with, if it does.
+// textRef is the text chunk (an index) starts with: textBuf[off:off+n].
+type textRef struct {
+	chunk  int
+	off, n uint32
+}
+
+// Text returns the printable text block i starts with, if it does.
 func (c *Census) Text(i int) (string, bool) {
-	s, ok := c.texts[i]
-	return s, ok
+	j := sort.Search(len(c.texts), func(j int) bool { return c.texts[j].chunk >= i })
+	if j == len(c.texts) || c.texts[j].chunk != i {
+		return "", false
+	}
+	t := c.texts[j]
+	return string(c.textBuf[t.off : t.off+t.n]), true
 }
 
 // Block is a live block: what the program sees.

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"io"
 	"os/exec"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -312,5 +313,34 @@ func TestOverflow(t *testing.T) {
 	t.Logf("%d blocks found, %d in the %d bytes not walked", found, missing, skip.End-skip.Start)
 	if found == 0 {
 		t.Error("no block found")
+	}
+}
+
+// TestChunkIndex checks the index against a binary search, at every 8
+// bytes of stretches of chunks of random sizes, and around them.
+func TestChunkIndex(t *testing.T) {
+	var cs []Chunk
+	addr := uint64(0x55550000_1000)
+	seed := uint64(1)
+	for run := 0; run < 20; run++ {
+		n := 1 + int(seed%300)
+		for i := 0; i < n; i++ {
+			seed = seed*6364136223846793005 + 1442695040888963407
+			size := 32 + (seed>>33)%200*16
+			if seed>>60 == 0 {
+				size = 4096*3 + 16
+			}
+			cs = append(cs, Chunk{Addr: addr, Size: size})
+			addr += size
+		}
+		addr += 16 * (1 + (seed>>40)%1000) // a gap: another run
+	}
+	x := newChunkIndex(cs)
+	for a := cs[0].Addr - 64; a < addr+64; a += 8 {
+		want := sort.Search(len(cs), func(i int) bool { return cs[i].Addr >= a })
+		wantExact := want < len(cs) && cs[want].Addr == a
+		if got, exact := x.search(cs, a); got != want || exact != wantExact {
+			t.Fatalf("search(%#x) = %d, %v; want %d, %v", a, got, exact, want, wantExact)
+		}
 	}
 }

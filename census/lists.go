@@ -10,30 +10,54 @@ import (
 // listed is what the free lists say of chunks: which list each is on.
 type listed struct {
 	budget  int              // list steps left: no more than the heap has chunks, in all
-	state   map[uint64]State // by chunk address
+	marks   []State          // by chunk index: the list a chunk of the walk is on
+	extra   map[uint64]State // list nodes that are no chunk of the walk, by address
 	twice   map[uint64]bool  // chunks on more than one list
 	tcaches []ThreadCache
 	tcache  map[uint64]int // tcache_perthread_struct blocks, by chunk address: the thread's TID
 }
 
-// put records that chunk addr is on a list of state s. It reports false
-// when the chunk was already on one: the list loops, or two lists share
-// the chunk (a double free), and the walk of this one stops there.
-func (l *listed) put(addr uint64, s State) bool {
-	if _, ok := l.state[addr]; ok {
+// put records that chunk addr (index ci when the walk found it, ok) is on a
+// list of state s. It reports false when the chunk was already on one: the
+// list loops, or two lists share the chunk (a double free), and the walk of
+// this one stops there.
+func (l *listed) put(ci int, ok bool, addr uint64, s State) bool {
+	if ok {
+		if l.marks[ci] != 0 {
+			l.twice[addr] = true
+			return false
+		}
+		l.marks[ci] = s
+		return true
+	}
+	if _, dup := l.extra[addr]; dup {
 		l.twice[addr] = true
 		return false
 	}
-	l.state[addr] = s
+	l.extra[addr] = s
 	return true
+}
+
+// known returns the addresses of the chunks the lists name, in no order.
+func (l *listed) known(c *Census) []uint64 {
+	var ks []uint64
+	for i, m := range l.marks {
+		if m != 0 {
+			ks = append(ks, c.Chunks[i].Addr)
+		}
+	}
+	for addr := range l.extra {
+		ks = append(ks, addr)
+	}
+	return ks
 }
 
 // lists walks every free list: each arena's fastbins and bins, each
 // thread's tcache. report says whether what is wrong with them becomes a
 // problem (only the last walk's does, after resume).
 func (w *walker) lists(threads []Thread, tls uint64, report bool) *listed {
-	l := &listed{state: map[uint64]State{}, twice: map[uint64]bool{}, tcache: map[uint64]int{},
-		budget: len(w.c.Chunks) + 1<<12}
+	l := &listed{marks: make([]State, len(w.c.Chunks)), extra: map[uint64]State{}, twice: map[uint64]bool{},
+		tcache: map[uint64]int{}, budget: len(w.c.Chunks) + 1<<12}
 	problem := func(addr uint64, format string, args ...any) {
 		if report {
 			w.c.problem(addr, 0, format, args...)
@@ -71,10 +95,10 @@ func (w *walker) lists(threads []Thread, tls uint64, report bool) *listed {
 				if ok && w.c.Chunks[ci].Size != want {
 					problem(p, "a chunk of %d bytes in fastbin %d (of %d-byte chunks)", w.c.Chunks[ci].Size, i, want)
 				}
-				if !l.put(p, Fastbin) {
+				if !l.put(ci, ok, p, Fastbin) {
 					break
 				}
-				first, _, err := w.words(p)
+				first, err := w.firstWord(ci, ok, p)
 				if err != nil {
 					break
 				}
@@ -94,18 +118,19 @@ func (w *walker) lists(threads []Thread, tls uint64, report bool) *listed {
 				if !step(p) {
 					break
 				}
-				if _, ok := w.chunkAt(p); !ok && !w.mem.readable(p, 4*sizeSz) {
+				ci, ok := w.chunkAt(p)
+				if !ok && !w.mem.readable(p, 4*sizeSz) {
 					problem(p, "bin %d of arena %d points at %#x, no chunk", i, ai, p)
 					break
 				}
-				fd, bk, err := w.words(p)
+				fd, bk, err := w.words(ci, ok, p)
 				if err != nil {
 					break
 				}
 				if bk != back {
 					problem(p, "bin %d of arena %d: this chunk's bk is %#x, not the chunk before it in the list (%#x)", i, ai, bk, back)
 				}
-				if !l.put(p, Free) {
+				if !l.put(ci, ok, p, Free) {
 					break
 				}
 				back, p = p, fd
@@ -170,14 +195,14 @@ func (w *walker) tcaches(l *listed, threads []Thread, tls uint64, problem func(u
 				if ok && w.c.Chunks[ci].Size != want {
 					problem(p, "thread %d: a chunk of %d bytes in tcache bin %d (of %d-byte chunks)", t.TID, w.c.Chunks[ci].Size, i, want)
 				}
-				first, second, err := w.words(p)
+				first, second, err := w.words(ci, ok, p)
 				if err != nil {
 					break
 				}
 				if key != 0 && second != key {
 					problem(p, "thread %d: a block in tcache bin %d without tcache_key", t.TID, i)
 				}
-				if !l.put(p, Tcache) {
+				if !l.put(ci, ok, p, Tcache) {
 					break
 				}
 				tc.Chunks++
@@ -198,13 +223,14 @@ func (w *walker) states(l *listed) {
 	c := w.c
 	for i := range c.Chunks {
 		ch := &c.Chunks[i]
+		s := l.marks[i]
+		listed := s != 0
 		if ch.Arena < 0 || ch.State == Top || ch.State == Fencepost {
-			if _, ok := l.state[ch.Addr]; ok {
+			if listed {
 				c.problem(ch.Addr, 0, "the %s chunk is on a free list", ch.State)
 			}
 			continue
 		}
-		s, listed := l.state[ch.Addr]
 		if l.twice[ch.Addr] {
 			c.problem(ch.Addr, 0, "this chunk is on more than one free list (a double free)")
 		}
@@ -390,9 +416,10 @@ func (w *walker) aligned(ch Chunk) (Chunk, uint64, bool) {
 }
 
 func (w *walker) addMmapped(ch Chunk, lead, end uint64) {
-	r := run{arena: -1, start: ch.Addr - lead, end: ch.Addr + ch.Size, chunks: []Chunk{ch}, second: []uint64{0}}
-	if s, ok := printable(w.mem, ch.User(), ch.Usable(), end); ok {
-		r.text = map[int]string{0: s}
+	r := run{arena: -1, start: ch.Addr - lead, end: ch.Addr + ch.Size}
+	r.buf.add(ch, 0)
+	if b, ok := printable(w.mem, ch.User(), ch.Usable(), end); ok {
+		r.text = []textRef{w.keepText(0, b)}
 	}
 	w.c.mmapLead[ch.Addr] = lead
 	w.runs = append(w.runs, r)

@@ -309,7 +309,7 @@ func (c *Census) Describe(n *Namer, held Holders) []Group {
 		ch := c.Chunks[i]
 		name, text := c.name(n, i), ""
 		if name == "" {
-			if s, ok := c.texts[i]; ok {
+			if s, ok := c.Text(i); ok {
 				name, text = "string", s
 			}
 		}
@@ -388,7 +388,7 @@ func (c *Census) Name(n *Namer, i int) (name, text string) {
 	if name := c.name(n, i); name != "" {
 		return name, ""
 	}
-	if s, ok := c.texts[i]; ok {
+	if s, ok := c.Text(i); ok {
 		return "string", s
 	}
 	return "", ""

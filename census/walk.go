@@ -35,9 +35,47 @@ const bigChunk = 4096
 type run struct {
 	arena      int32
 	start, end uint64 // what was walked
-	chunks     []Chunk
-	second     []uint64 // each chunk's second word of user data (a free chunk's bk)
-	text       map[int]string
+	buf        chunkBuf
+	text       []textRef // chunk is the index in the run; the bytes are in walker.textBuf
+}
+
+// chunkBuf holds the chunks of a run, and each one's second word of user
+// data (a free chunk's bk), in blocks that do not move as it grows: a heap
+// of millions of chunks is copied once, into Census.Chunks.
+type chunkBuf struct {
+	chunks [][]Chunk
+	second [][]uint64
+	n      int
+}
+
+const chunkBlock = 1 << 14
+
+func (b *chunkBuf) add(c Chunk, second uint64) {
+	if k := len(b.chunks); k == 0 || len(b.chunks[k-1]) == cap(b.chunks[k-1]) {
+		size := min(chunkBlock, 16<<len(b.chunks))
+		b.chunks = append(b.chunks, make([]Chunk, 0, size))
+		b.second = append(b.second, make([]uint64, 0, size))
+	}
+	k := len(b.chunks) - 1
+	b.chunks[k] = append(b.chunks[k], c)
+	b.second[k] = append(b.second[k], second)
+	b.n++
+}
+
+// last returns the last chunk added, nil if none.
+func (b *chunkBuf) last() *Chunk {
+	if b.n == 0 {
+		return nil
+	}
+	blk := b.chunks[len(b.chunks)-1]
+	return &blk[len(blk)-1]
+}
+
+func (b *chunkBuf) appendTo(cs []Chunk, second []uint64) ([]Chunk, []uint64) {
+	for i := range b.chunks {
+		cs, second = append(cs, b.chunks[i]...), append(second, b.second[i]...)
+	}
+	return cs, second
 }
 
 // gap is a stretch of a heap the walk could not go through: from a
@@ -77,7 +115,7 @@ func (l *Libc) Take(t Target, o TakeOptions) (*Census, error) {
 	start := time.Now()
 	w := &walker{l: l, lay: l.layout, mem: newMemory(t.Mem, t.Maps), heapMax: heapMaxSize, pid: t.PID}
 	c := &Census{PID: t.PID, Libc: "glibc " + l.Version, Time: start, Internal: map[uint64]string{},
-		mmapLead: map[uint64]uint64{}, texts: map[int]string{}}
+		mmapLead: map[uint64]uint64{}}
 	c.heapMax, c.chunkStruct = w.heapMax, uint64(l.layout.chunk.size)
 	w.c = c
 	if o.RSS && t.PID > 0 {
@@ -293,23 +331,23 @@ func (w *walker) walk(a int32, start, end, top uint64) {
 	p := start
 	defer func() {
 		r.end = p
-		if len(r.chunks) > 0 {
+		if r.buf.n > 0 {
 			w.runs = append(w.runs, r)
 		}
 	}()
 	// Each header read gives the previous chunk's state (PREV_INUSE).
 	prevState := func(hdr uint64) {
-		if n := len(r.chunks); n > 0 && r.chunks[n-1].State == 0 {
+		if last := r.buf.last(); last != nil && last.State == 0 {
 			if hdr&prevInuse != 0 {
-				r.chunks[n-1].State = InUse
+				last.State = InUse
 			} else {
-				r.chunks[n-1].State = Free
+				last.State = Free
 			}
 		}
 	}
 	unknownPrev := func() {
-		if n := len(r.chunks); n > 0 && r.chunks[n-1].State == 0 {
-			r.chunks[n-1].State = Unknown
+		if last := r.buf.last(); last != nil && last.State == 0 {
+			last.State = Unknown
 		}
 	}
 	for p < end {
@@ -322,7 +360,7 @@ func (w *walker) walk(a int32, start, end, top uint64) {
 		if top > p && top < limit {
 			limit = top + 4*sizeSz
 		}
-		if n := len(r.chunks); n > 0 && r.chunks[n-1].Size >= bigChunk {
+		if last := r.buf.last(); last != nil && last.Size >= bigChunk {
 			// After a big chunk, read a page: a window would read the
 			// next big chunk's data, not headers.
 			limit = min(limit, p+pageSize)
@@ -344,16 +382,14 @@ func (w *walker) walk(a int32, start, end, top uint64) {
 			if p+size != end {
 				w.c.problem(p, 0, "the top chunk's size (%d) does not reach the end of its heap (%#x)", size, end)
 			}
-			r.chunks = append(r.chunks, Chunk{Addr: p, Size: end - p, First: first, Arena: a, State: Top})
-			r.second = append(r.second, second)
+			r.buf.add(Chunk{Addr: p, Size: end - p, First: first, Arena: a, State: Top}, second)
 			p = end
 			return
 		}
 		if size == 0 && top == 0 && end-p <= minSize+2*sizeSz {
 			// The fencepost that ends a heap that is not the newest.
 			prevState(hdr)
-			r.chunks = append(r.chunks, Chunk{Addr: p, Size: end - p, Arena: a, State: Fencepost})
-			r.second = append(r.second, 0)
+			r.buf.add(Chunk{Addr: p, Size: end - p, Arena: a, State: Fencepost}, 0)
 			p = end
 			return
 		}
@@ -362,8 +398,7 @@ func (w *walker) walk(a int32, start, end, top uint64) {
 			// was not contiguous has two of this kind). Its PREV_INUSE
 			// is clear when the old top before it was freed.
 			prevState(hdr)
-			r.chunks = append(r.chunks, Chunk{Addr: p, Size: size, Arena: a, State: Fencepost})
-			r.second = append(r.second, 0)
+			r.buf.add(Chunk{Addr: p, Size: size, Arena: a, State: Fencepost}, 0)
 			p += size
 			continue
 		}
@@ -378,20 +413,16 @@ func (w *walker) walk(a int32, start, end, top uint64) {
 			return
 		}
 		prevState(hdr)
-		if n := len(r.chunks); n > 0 && r.chunks[n-1].State == Fencepost && main {
+		if last := r.buf.last(); last != nil && last.State == Fencepost && main {
 			w.c.problem(p, end-p, "main_arena is not contiguous here (its sbrk was moved by someone else): the rest up to its top chunk is not walked")
 			return
 		}
 		if len(b) >= 4*sizeSz && b[2*sizeSz] >= 0x20 && b[2*sizeSz] < 0x7f {
 			if s, ok := printable(w.mem, p+2*sizeSz, size-sizeSz, end); ok {
-				if r.text == nil {
-					r.text = map[int]string{}
-				}
-				r.text[len(r.chunks)] = s
+				r.text = append(r.text, w.keepText(r.buf.n, s))
 			}
 		}
-		r.chunks = append(r.chunks, Chunk{Addr: p, Size: size, First: first, Arena: a})
-		r.second = append(r.second, second)
+		r.buf.add(Chunk{Addr: p, Size: size, First: first, Arena: a}, second)
 		p += size
 	}
 	// The heap ended without its top chunk or fencepost.
@@ -419,14 +450,22 @@ func (w *walker) badHeader(hdr, size, p, end uint64) string {
 // maxText is the most of a block's text the census keeps.
 const maxText = 48
 
+// keepText keeps text b of chunk i (of a run), in the census's buffer.
+func (w *walker) keepText(i int, b []byte) textRef {
+	t := textRef{i, uint32(len(w.c.textBuf)), uint32(len(b))}
+	w.c.textBuf = append(w.c.textBuf, b...)
+	return t
+}
+
 // printable returns the printable text (ASCII, with tab and newlines) that
 // the block at addr starts with, when it is text: at least 4 bytes ended by
-// a NUL or the block's end, or at least 16 bytes.
-func printable(m *memory, addr, usable, end uint64) (string, bool) {
+// a NUL or the block's end, or at least 16 bytes. The bytes are the
+// window's, valid until the next read.
+func printable(m *memory, addr, usable, end uint64) ([]byte, bool) {
 	n := min(usable, maxText+1, end-addr)
 	b, err := m.view(addr, n, end)
 	if err != nil {
-		return "", false
+		return nil, false
 	}
 	i := 0
 	for i < len(b) && (b[i] >= 0x20 && b[i] < 0x7f || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
@@ -434,9 +473,9 @@ func printable(m *memory, addr, usable, end uint64) (string, bool) {
 	}
 	ended := i < len(b) && b[i] == 0 || uint64(i) == usable
 	if i >= 16 || i >= 4 && ended {
-		return string(b[:min(i, maxText)]), true
+		return b[:min(i, maxText)], true
 	}
-	return "", false
+	return nil, false
 }
 
 // merge puts the runs' chunks in address order in c.Chunks, dropping a run
@@ -447,12 +486,12 @@ func (w *walker) merge() {
 	sort.SliceStable(rs, func(i, j int) bool { return rs[i].start < rs[j].start })
 	n := 0
 	for _, r := range rs {
-		n += len(r.chunks)
+		n += r.buf.n
 	}
 	c := w.c
 	c.Chunks = make([]Chunk, 0, n+int(min(c.NMmaps, 1<<16)))
 	w.second = make([]uint64, 0, n)
-	c.texts = map[int]string{}
+	c.texts = c.texts[:0]
 	var last uint64
 	kept := rs[:0]
 	for _, r := range rs {
@@ -461,15 +500,16 @@ func (w *walker) merge() {
 			continue
 		}
 		base := len(c.Chunks)
-		for i, s := range r.text {
-			c.texts[base+i] = s
+		for _, t := range r.text {
+			t.chunk += base
+			c.texts = append(c.texts, t)
 		}
-		c.Chunks = append(c.Chunks, r.chunks...)
-		w.second = append(w.second, r.second...)
+		c.Chunks, w.second = r.buf.appendTo(c.Chunks, w.second)
 		last = r.end
 		kept = append(kept, r)
 	}
 	w.runs = kept
+	c.index = newChunkIndex(c.Chunks)
 }
 
 // chunkAt returns the index of the chunk at addr in an arena, if the walk
@@ -482,10 +522,18 @@ func (w *walker) chunkAt(addr uint64) (int, bool) {
 	return i, true
 }
 
+// firstWord is words' first word alone: a fastbin's link.
+func (w *walker) firstWord(i int, found bool, addr uint64) (uint64, error) {
+	if found {
+		return w.c.Chunks[i].First, nil
+	}
+	return w.mem.u64(addr + 2*sizeSz)
+}
+
 // words returns the first two words of the block of the chunk at addr:
-// from the walk when it found the chunk, else read.
-func (w *walker) words(addr uint64) (first, second uint64, err error) {
-	if i, ok := w.chunkAt(addr); ok {
+// from the walk when it found the chunk (chunk i), else read.
+func (w *walker) words(i int, found bool, addr uint64) (first, second uint64, err error) {
+	if found {
 		return w.c.Chunks[i].First, w.second[i], nil
 	}
 	b, err := w.mem.small(addr+2*sizeSz, 2*sizeSz)
@@ -500,10 +548,7 @@ func (w *walker) words(addr uint64) (first, second uint64, err error) {
 // that meets another corrupted header makes another gap, further on, which
 // it resumes in turn. Each chunk a list names is tried once.
 func (w *walker) resume(l *listed) {
-	var known []uint64
-	for addr := range l.state {
-		known = append(known, addr)
-	}
+	known := l.known(w.c)
 	for _, g := range w.gaps {
 		if g.top != 0 {
 			known = append(known, g.top)
