@@ -147,7 +147,8 @@ type Census struct {
 	PID    int
 	Libc   string // "glibc 2.36"
 	Time   time.Time
-	Took   time.Duration // what Take took (the process was stopped through it)
+	Took   time.Duration // what Read took: the process was stopped through it
+	Finish time.Duration // what Finish took, the process running or not
 	Paused time.Duration // how long TakeProcess kept the process stopped, stopping and resuming included
 	Stops  int           // how many times TakeProcess stopped it to find malloc idle
 	Reads  uint64        // reads of the process's memory

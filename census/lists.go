@@ -55,7 +55,7 @@ func (l *listed) known(c *Census) []uint64 {
 // lists walks every free list: each arena's fastbins and bins, each
 // thread's tcache. report says whether what is wrong with them becomes a
 // problem (only the last walk's does, after resume).
-func (w *walker) lists(threads []Thread, tls uint64, report bool) *listed {
+func (w *walker) lists(report bool) *listed {
 	l := &listed{marks: make([]State, len(w.c.Chunks)), extra: map[uint64]State{}, twice: map[uint64]bool{},
 		tcache: map[uint64]int{}, budget: len(w.c.Chunks) + 1<<12}
 	problem := func(addr uint64, format string, args ...any) {
@@ -72,10 +72,7 @@ func (w *walker) lists(threads []Thread, tls uint64, report bool) *listed {
 	limit := len(w.c.Chunks) + 1 // no list is longer than the chunks
 	lay := w.lay
 	for ai, a := range w.c.Arenas {
-		st, err := w.mem.block(a.Addr, uint64(lay.state.size))
-		if err != nil {
-			continue // arenas() said so
-		}
+		st := w.structs[ai]
 		for i := int64(0); i < lay.state.fastbins.n; i++ {
 			want := uint64(i+2) * align // fastbin_index(sz) = sz/16 - 2
 			p := elem(st, lay.state.fastbins, i)
@@ -100,6 +97,7 @@ func (w *walker) lists(threads []Thread, tls uint64, report bool) *listed {
 				}
 				first, err := w.firstWord(ci, ok, p)
 				if err != nil {
+					problem(p, "fastbin %d of arena %d: chunk %#x, not one the walk found, cannot be read: %v", i, ai, p, err)
 					break
 				}
 				p = first ^ ((p + 2*sizeSz) >> 12) // REVEAL_PTR
@@ -125,6 +123,7 @@ func (w *walker) lists(threads []Thread, tls uint64, report bool) *listed {
 				}
 				fd, bk, err := w.words(ci, ok, p)
 				if err != nil {
+					problem(p, "bin %d of arena %d: chunk %#x, not one the walk found, cannot be read: %v", i, ai, p, err)
 					break
 				}
 				if bk != back {
@@ -137,42 +136,64 @@ func (w *walker) lists(threads []Thread, tls uint64, report bool) *listed {
 			}
 		}
 	}
-	w.tcaches(l, threads, tls, problem, step)
+	w.tcaches(l, problem, step)
 	return l
 }
 
-// tcaches walks each thread's tcache: the tcache variable is at the
+// threadRead is what Read reads of a thread: its tcache and its thread
+// vector.
+type threadRead struct {
+	tid       int
+	at        uint64 // the tcache variable's address
+	tcache    uint64 // its value
+	err       error  // why it or the tcache could not be read
+	perthread []byte // the tcache_perthread_struct
+	dtv       uint64 // tcbhead_t's dtv, 0 if not read
+}
+
+// readThreads reads each thread's tcache: the tcache variable is at the
 // thread's pointer minus libc's TLS offset plus the variable's offset in
-// libc's TLS block; its entries are blocks, linked through their first
-// word, safe-linked (stored ^ (address >> 12)).
-func (w *walker) tcaches(l *listed, threads []Thread, tls uint64, problem func(uint64, string, ...any), step func(uint64) bool) {
-	lay := w.lay
-	var key uint64
+// libc's TLS block. It also reads the thread's DTV pointer and tcache_key.
+func (w *walker) readThreads(threads []Thread, tls uint64) {
 	if w.l.tcacheKey != 0 {
-		key, _ = w.mem.u64(w.l.tcacheKey)
+		w.key, _ = w.mem.u64(w.l.tcacheKey)
 	}
-	limit := len(w.c.Chunks) + 1
 	for _, t := range threads {
-		tc := ThreadCache{TID: t.TID}
-		at := t.FSBase - tls + w.l.tcacheOff
-		ptr, err := w.mem.u64(at)
-		if err != nil {
-			problem(at, "thread %d: its tcache pointer cannot be read: %v", t.TID, err)
+		r := threadRead{tid: t.TID, at: t.FSBase - tls + w.l.tcacheOff}
+		if dtv, err := w.mem.u64(t.FSBase + uint64(w.lay.tcb.dtv.off)); err == nil {
+			r.dtv = dtv
+		}
+		r.tcache, r.err = w.mem.u64(r.at)
+		if r.err == nil && r.tcache != 0 {
+			r.perthread, r.err = w.mem.block(r.tcache, uint64(w.lay.tcache.size))
+		}
+		w.threads = append(w.threads, r)
+	}
+}
+
+// tcaches walks each thread's tcache, whose entries are blocks linked
+// through their first word, safe-linked (stored ^ (address >> 12)).
+func (w *walker) tcaches(l *listed, problem func(uint64, string, ...any), step func(uint64) bool) {
+	lay := w.lay
+	key := w.key
+	limit := len(w.c.Chunks) + 1
+	for _, t := range w.threads {
+		tc := ThreadCache{TID: t.tid, Tcache: t.tcache}
+		switch {
+		case t.err != nil && t.tcache == 0:
+			problem(t.at, "thread %d: its tcache pointer cannot be read: %v", t.tid, t.err)
 			l.tcaches = append(l.tcaches, tc)
 			continue
-		}
-		if ptr == 0 {
+		case t.tcache == 0:
 			l.tcaches = append(l.tcaches, tc) // the thread has not called malloc
 			continue
-		}
-		tc.Tcache = ptr
-		st, err := w.mem.block(ptr, uint64(lay.tcache.size))
-		if err != nil {
-			problem(ptr, "thread %d: its tcache cannot be read: %v", t.TID, err)
+		case t.err != nil:
+			problem(t.tcache, "thread %d: its tcache cannot be read: %v", t.tid, t.err)
 			l.tcaches = append(l.tcaches, tc)
 			continue
 		}
-		l.tcache[ptr-2*sizeSz] = t.TID
+		ptr, st := t.tcache, t.perthread
+		l.tcache[ptr-2*sizeSz] = t.tid
 		for i := int64(0); i < lay.tcache.entries.n; i++ {
 			count := elem(st, lay.tcache.counts, i)
 			want := uint64(i)*align + minSize // tidx2usize, as a chunk size
@@ -180,7 +201,7 @@ func (w *walker) tcaches(l *listed, threads []Thread, tls uint64, problem func(u
 			n := uint64(0)
 			for ; e != 0; n++ {
 				if n >= count || int(n) >= limit {
-					problem(e, "thread %d: tcache bin %d has more entries than its count (%d)", t.TID, i, count)
+					problem(e, "thread %d: tcache bin %d has more entries than its count (%d)", t.tid, i, count)
 					break
 				}
 				if !step(e) {
@@ -189,18 +210,19 @@ func (w *walker) tcaches(l *listed, threads []Thread, tls uint64, problem func(u
 				p := e - 2*sizeSz
 				ci, ok := w.chunkAt(p)
 				if !ok && (e%align != 0 || !w.mem.readable(p, 4*sizeSz)) {
-					problem(e, "thread %d: tcache bin %d points at %#x, no block", t.TID, i, e)
+					problem(e, "thread %d: tcache bin %d points at %#x, no block", t.tid, i, e)
 					break
 				}
 				if ok && w.c.Chunks[ci].Size != want {
-					problem(p, "thread %d: a chunk of %d bytes in tcache bin %d (of %d-byte chunks)", t.TID, w.c.Chunks[ci].Size, i, want)
+					problem(p, "thread %d: a chunk of %d bytes in tcache bin %d (of %d-byte chunks)", t.tid, w.c.Chunks[ci].Size, i, want)
 				}
 				first, second, err := w.words(ci, ok, p)
 				if err != nil {
+					problem(e, "thread %d: tcache bin %d: block %#x, not one the walk found, cannot be read: %v", t.tid, i, e, err)
 					break
 				}
 				if key != 0 && second != key {
-					problem(p, "thread %d: a block in tcache bin %d without tcache_key", t.TID, i)
+					problem(p, "thread %d: a block in tcache bin %d without tcache_key", t.tid, i)
 				}
 				if !l.put(ci, ok, p, Tcache) {
 					break
@@ -209,7 +231,7 @@ func (w *walker) tcaches(l *listed, threads []Thread, tls uint64, problem func(u
 				e = first ^ (e >> 12) // REVEAL_PTR(&e->next)
 			}
 			if e == 0 && n < count {
-				problem(ptr, "thread %d: tcache bin %d has %d entries, its count says %d", t.TID, i, n, count)
+				problem(ptr, "thread %d: tcache bin %d has %d entries, its count says %d", t.tid, i, n, count)
 			}
 		}
 		l.tcaches = append(l.tcaches, tc)
@@ -260,14 +282,13 @@ func (w *walker) states(l *listed) {
 
 // internal names the thread vectors (DTV) libc allocated for the threads
 // it created: tcbhead_t's dtv points one dtv_t (16 bytes) into a block.
-func (w *walker) internal(threads []Thread) {
-	for _, t := range threads {
-		dtv, err := w.mem.u64(t.FSBase + uint64(w.lay.tcb.dtv.off))
-		if err != nil || dtv < 4*sizeSz {
+func (w *walker) internal() {
+	for _, t := range w.threads {
+		if t.dtv < 4*sizeSz {
 			continue
 		}
-		if i, ok := w.c.Find(dtv - 2*align); ok && w.c.Chunks[i].State.Allocated() {
-			w.c.Internal[w.c.Chunks[i].Addr] = fmt.Sprintf("glibc: thread vector (DTV) of thread %d", t.TID)
+		if i, ok := w.c.Find(t.dtv - 2*align); ok && w.c.Chunks[i].State.Allocated() {
+			w.c.Internal[w.c.Chunks[i].Addr] = fmt.Sprintf("glibc: thread vector (DTV) of thread %d", t.tid)
 		}
 	}
 }
@@ -419,7 +440,8 @@ func (w *walker) addMmapped(ch Chunk, lead, end uint64) {
 	r := run{arena: -1, start: ch.Addr - lead, end: ch.Addr + ch.Size}
 	r.buf.add(ch, 0)
 	if b, ok := printable(w.mem, ch.User(), ch.Usable(), end); ok {
-		r.text = []textRef{w.keepText(0, b)}
+		r.text = []textRef{{0, uint32(len(w.c.textBuf)), uint32(len(b))}}
+		w.c.textBuf = append(w.c.textBuf, b...)
 	}
 	w.c.mmapLead[ch.Addr] = lead
 	w.runs = append(w.runs, r)

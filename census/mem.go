@@ -48,6 +48,12 @@ func newMemory(r io.ReaderAt, maps []proc.Mapping) *memory {
 	return m
 }
 
+// clone returns a memory of the same process with a window of its own, for
+// another goroutine.
+func (m *memory) clone() *memory {
+	return &memory{r: m.r, regions: m.regions}
+}
+
 // regionOf returns the readable region holding [addr, addr+n).
 func (m *memory) regionOf(addr, n uint64) (region, bool) {
 	i := sort.Search(len(m.regions), func(i int) bool { return m.regions[i].end > addr })

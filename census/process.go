@@ -25,8 +25,8 @@ const DefaultTries = 20
 
 // TakeProcess takes the census of a running process: it finds its libc and
 // the layout of its malloc (Open) while the process runs, stops every
-// thread (internal/stopped), reads the heap (Take) and lets it run again,
-// on every path. When a thread stopped in malloc's code or an arena was
+// thread (internal/stopped), reads the heap (Read), lets it run again, on
+// every path, and finishes the census (Finish). When a thread stopped in malloc's code or an arena was
 // locked (Census.Busy), it lets the process run a moment and stops it
 // again, up to Tries times; the census says so if malloc was busy at every
 // stop. The census's Paused is how long its stop lasted, Stops how many it
@@ -69,7 +69,8 @@ func TakeProcess(pid int, o ProcessOptions) (*Census, error) {
 	return best, nil
 }
 
-// takeStopped stops the process once and takes its census.
+// takeStopped stops the process once, reads its census, lets it run and
+// finishes the census.
 func (l *Libc) takeStopped(pid int, maps []proc.Mapping, o ProcessOptions) (*Census, error) {
 	p, err := stopped.Stop(pid, o.Stop)
 	if err != nil {
@@ -83,7 +84,7 @@ func (l *Libc) takeStopped(pid int, maps []proc.Mapping, o ProcessOptions) (*Cen
 	for _, th := range p.Threads() {
 		t.Threads = append(t.Threads, Thread{TID: th.TID, FSBase: th.FSBase(), PC: th.Regs.Rip})
 	}
-	c, err := l.Take(t, o.TakeOptions)
+	r, err := l.Read(t, o.TakeOptions)
 	if rerr := p.Resume(); err == nil && rerr != nil {
 		// MaxPause resumed it first: what was read may not be a snapshot.
 		err = fmt.Errorf("census: %w", rerr)
@@ -91,6 +92,7 @@ func (l *Libc) takeStopped(pid int, maps []proc.Mapping, o ProcessOptions) (*Cen
 	if err != nil {
 		return nil, err
 	}
+	c := r.Finish()
 	c.Paused = p.Paused()
 	return c, nil
 }

@@ -2,9 +2,12 @@ package census
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/heapscope/heapscope/internal/errs"
@@ -27,8 +30,8 @@ const (
 
 var pageSize = uint64(os.Getpagesize())
 
-// bigChunk is the chunk size past which the walk reads ahead a page, not
-// a window.
+// bigChunk is the average chunk size past which the walk reads each
+// header, not windows of the heap.
 const bigChunk = 4096
 
 // run is the chunks walked in one stretch of a heap, in address order.
@@ -95,25 +98,51 @@ type walker struct {
 	c    *Census
 	runs []run
 	gaps []gap
+	jobs []walkJob // heaps to walk
 
-	pid     int      // for pagemap, 0 if not known
-	second  []uint64 // the runs' second words, merged as c.Chunks is
+	pid    int      // for pagemap, 0 if not known
+	second []uint64 // the runs' second words, merged as c.Chunks is
+
+	// What Read keeps for Finish, which reads nothing of the process.
+	merged  bool                 // c.Chunks has every run's chunks
+	live    bool                 // the process is stopped: it may be read
+	structs [][]byte             // each arena's malloc_state, nil if it cannot be read
+	threads []threadRead         // each thread's tcache and thread vector
+	key     uint64               // tcache_key, 0 if not known
+	cache   map[uint64][2]uint64 // the first two words of list nodes the walk did not find, read while stopped
 	heapMax uint64
 	par     []byte
 }
 
 // Take reads the heap of the process t describes, which must be stopped
-// (every thread) for as long as it runs: every arena and heap, the mmapped
-// chunks, each thread's tcache, the fastbins and the bins. It does not
-// resume the process; the names of the blocks (Describe) and the RSS
-// explanation (RSS) need no more of the process and can wait until it runs.
+// (every thread) until it returns: Read, then Finish.
+func (l *Libc) Take(t Target, o TakeOptions) (*Census, error) {
+	r, err := l.Read(t, o)
+	if err != nil {
+		return nil, err
+	}
+	return r.Finish(), nil
+}
+
+// Reading is a census read from a stopped process, not yet finished.
+type Reading struct {
+	w *walker
+}
+
+// Read reads what a census needs of the process t describes, which must be
+// stopped (every thread) for as long as it runs: every arena and heap, the
+// mmapped chunks, each thread's tcache and the arenas' bins and fastbins.
+// It does not resume the process. Finish, which needs nothing more of the
+// process, can wait until it runs again: it follows the free lists
+// through what Read kept.
 //
 // An error means the census could not start (the arena or mp_ cannot be
 // read, the TLS offset of libc cannot be found); a heap it finds corrupted
 // is a census with Problems, not an error.
-func (l *Libc) Take(t Target, o TakeOptions) (*Census, error) {
+func (l *Libc) Read(t Target, o TakeOptions) (*Reading, error) {
 	start := time.Now()
-	w := &walker{l: l, lay: l.layout, mem: newMemory(t.Mem, t.Maps), heapMax: heapMaxSize, pid: t.PID}
+	w := &walker{l: l, lay: l.layout, mem: newMemory(t.Mem, t.Maps), heapMax: heapMaxSize, pid: t.PID,
+		live: true, cache: map[uint64][2]uint64{}}
 	c := &Census{PID: t.PID, Libc: "glibc " + l.Version, Time: start, Internal: map[uint64]string{},
 		mmapLead: map[uint64]uint64{}}
 	c.heapMax, c.chunkStruct = w.heapMax, uint64(l.layout.chunk.size)
@@ -142,19 +171,35 @@ func (l *Libc) Take(t Target, o TakeOptions) (*Census, error) {
 	if err := w.arenas(); err != nil {
 		return nil, fmt.Errorf("census: pid %d: %w", t.PID, err)
 	}
+	w.walkAll()
 	w.mmapped(t.Maps)
-	w.merge()
+	w.readThreads(t.Threads, tls)
 	// A corrupted header stops the walk of its heap; the free lists may
-	// name chunks past it to walk on from.
+	// name chunks past it to walk on from. Otherwise what is left to do
+	// needs nothing more of the process, and waits for Finish.
 	if len(w.gaps) > 0 {
-		w.resume(w.lists(t.Threads, tls, false))
 		w.merge()
+		w.resume(w.lists(false))
+		w.merged = false
 	}
-	w.states(w.lists(t.Threads, tls, true))
-	w.internal(t.Threads)
+	w.live = false
 	c.Took = time.Since(start)
 	c.Reads, c.Bytes = w.mem.reads, w.mem.bytes
-	return c, nil
+	return &Reading{w}, nil
+}
+
+// Finish follows the free lists through what Read kept and gives each
+// chunk its state. It reads nothing of the process.
+func (r *Reading) Finish() *Census {
+	start := time.Now()
+	w := r.w
+	if !w.merged {
+		w.merge()
+	}
+	w.states(w.lists(true))
+	w.internal()
+	w.c.Finish = time.Since(start)
+	return w.c
 }
 
 // tlsOffset returns libc's static TLS offset (l_tls_offset): on x86-64 a
@@ -214,6 +259,7 @@ func (w *walker) arenas() error {
 			c.problem(addr, 0, "the arena list points at memory that cannot be read: the arenas from here on are not walked")
 			break
 		}
+		w.structs = append(w.structs, st)
 		a := Arena{Addr: addr, Main: i == 0, Top: get(st, lay.state.top), SystemMem: get(st, lay.state.systemMem)}
 		if get(st, lay.state.mutex) != 0 {
 			c.Busy = append(c.Busy, fmt.Sprintf("arena %#x was locked", addr))
@@ -256,7 +302,7 @@ func (w *walker) mainHeap(a int32, sbrkBase uint64) {
 		return
 	}
 	arena.Heaps = append(arena.Heaps, Span{sbrkBase, top})
-	w.walk(a, first, top, arena.Top)
+	w.jobs = append(w.jobs, walkJob{a, first, top, arena.Top})
 }
 
 // topEnd returns the end of a top chunk, from its header.
@@ -310,9 +356,9 @@ func (w *walker) heaps(a int32) {
 		}
 		end := h + size
 		if top >= h && top < end {
-			w.walk(a, first, end, top)
+			w.jobs = append(w.jobs, walkJob{a, first, end, top})
 		} else {
-			w.walk(a, first, end, 0)
+			w.jobs = append(w.jobs, walkJob{a, first, end, 0})
 		}
 		h = prev
 	}
@@ -325,14 +371,15 @@ func (w *walker) heaps(a int32) {
 // (if not 0) is the arena's top chunk. A header it cannot trust stops it:
 // the rest is a gap, which resume may walk from a chunk the free lists
 // know.
-func (w *walker) walk(a int32, start, end, top uint64) {
+func (w *walker) walk(o *walkOut, j walkJob) {
+	a, start, end, top := j.arena, j.start, j.end, j.top
 	r := run{arena: a, start: start}
 	main := w.c.Arenas[a].Main
 	p := start
 	defer func() {
 		r.end = p
 		if r.buf.n > 0 {
-			w.runs = append(w.runs, r)
+			o.runs = append(o.runs, r)
 		}
 	}()
 	// Each header read gives the previous chunk's state (PREV_INUSE).
@@ -350,9 +397,10 @@ func (w *walker) walk(a int32, start, end, top uint64) {
 			last.State = Unknown
 		}
 	}
+	avg := uint64(0) // the chunks' sizes, averaged (an exponential moving average, weight 1/8)
 	for p < end {
 		if end-p < 2*sizeSz {
-			w.c.problem(p, end-p, "the heap ends inside a chunk header")
+			o.problem(p, end-p, "the heap ends inside a chunk header")
 			unknownPrev()
 			return
 		}
@@ -360,14 +408,15 @@ func (w *walker) walk(a int32, start, end, top uint64) {
 		if top > p && top < limit {
 			limit = top + 4*sizeSz
 		}
-		if last := r.buf.last(); last != nil && last.Size >= bigChunk {
-			// After a big chunk, read a page: a window would read the
-			// next big chunk's data, not headers.
-			limit = min(limit, p+pageSize)
+		if avg >= bigChunk {
+			// Among big chunks, read each header (and what the text and
+			// the first words need): a window would read their data.
+			// A read costs about what copying bigChunk bytes does.
+			limit = min(limit, p+2*sizeSz+maxText+1)
 		}
-		b, err := w.mem.view(p, min(4*sizeSz, end-p), limit)
+		b, err := o.mem.view(p, min(4*sizeSz, end-p), limit)
 		if err != nil {
-			w.c.problem(p, end-p, "cannot read this chunk's header: %v", err)
+			o.problem(p, end-p, "cannot read this chunk's header: %v", err)
 			unknownPrev()
 			return
 		}
@@ -380,7 +429,7 @@ func (w *walker) walk(a int32, start, end, top uint64) {
 		if p == top {
 			prevState(hdr)
 			if p+size != end {
-				w.c.problem(p, 0, "the top chunk's size (%d) does not reach the end of its heap (%#x)", size, end)
+				o.problem(p, 0, "the top chunk's size (%d) does not reach the end of its heap (%#x)", size, end)
 			}
 			r.buf.add(Chunk{Addr: p, Size: end - p, First: first, Arena: a, State: Top}, second)
 			p = end
@@ -403,32 +452,30 @@ func (w *walker) walk(a int32, start, end, top uint64) {
 			continue
 		}
 		if bad := w.badHeader(hdr, size, p, end); bad != "" {
-			pi := len(w.c.Problems)
-			w.c.problem(p, end-p, "corrupted chunk header %#x: %s", hdr, bad)
-			if pi == len(w.c.Problems) {
-				pi = -1
-			}
+			pi := len(o.problems)
+			o.problem(p, end-p, "corrupted chunk header %#x: %s", hdr, bad)
 			unknownPrev()
-			w.gaps = append(w.gaps, gap{a, p, end, top, pi})
+			o.gaps = append(o.gaps, gap{a, p, end, top, pi})
 			return
 		}
 		prevState(hdr)
 		if last := r.buf.last(); last != nil && last.State == Fencepost && main {
-			w.c.problem(p, end-p, "main_arena is not contiguous here (its sbrk was moved by someone else): the rest up to its top chunk is not walked")
+			o.problem(p, end-p, "main_arena is not contiguous here (its sbrk was moved by someone else): the rest up to its top chunk is not walked")
 			return
 		}
 		if len(b) >= 4*sizeSz && b[2*sizeSz] >= 0x20 && b[2*sizeSz] < 0x7f {
-			if s, ok := printable(w.mem, p+2*sizeSz, size-sizeSz, end); ok {
-				r.text = append(r.text, w.keepText(r.buf.n, s))
+			if s, ok := printable(o.mem, p+2*sizeSz, size-sizeSz, end); ok {
+				r.text = append(r.text, o.keepText(r.buf.n, s))
 			}
 		}
 		r.buf.add(Chunk{Addr: p, Size: size, First: first, Arena: a}, second)
+		avg = avg - avg/8 + size/8
 		p += size
 	}
 	// The heap ended without its top chunk or fencepost.
 	unknownPrev()
 	if top != 0 {
-		w.c.problem(p, 0, "the walk of this heap went past its top chunk %#x", top)
+		o.problem(p, 0, "the walk of this heap went past its top chunk %#x", top)
 	}
 }
 
@@ -450,11 +497,97 @@ func (w *walker) badHeader(hdr, size, p, end uint64) string {
 // maxText is the most of a block's text the census keeps.
 const maxText = 48
 
-// keepText keeps text b of chunk i (of a run), in the census's buffer.
-func (w *walker) keepText(i int, b []byte) textRef {
-	t := textRef{i, uint32(len(w.c.textBuf)), uint32(len(b))}
-	w.c.textBuf = append(w.c.textBuf, b...)
+// walkJob is a heap to walk: from start to end, top its arena's top chunk
+// when it is in this heap (else 0).
+type walkJob struct {
+	arena           int32
+	start, end, top uint64
+}
+
+// walkOut is what the walks of heaps find, one walker goroutine's: the
+// census takes them in, in the order of the jobs.
+type walkOut struct {
+	mem      *memory
+	runs     []run
+	gaps     []gap // their problem is an index in problems
+	problems []Problem
+	text     []byte
+}
+
+func (o *walkOut) problem(addr, skipped uint64, format string, args ...any) {
+	o.problems = append(o.problems, Problem{addr, skipped, fmt.Sprintf(format, args...)})
+}
+
+// keepText keeps text b of chunk i (of a run).
+func (o *walkOut) keepText(i int, b []byte) textRef {
+	t := textRef{i, uint32(len(o.text)), uint32(len(b))}
+	o.text = append(o.text, b...)
 	return t
+}
+
+// walkers bounds the goroutines that walk heaps at once: each reads the
+// process on its own, and a heap of big chunks costs a read per chunk.
+var walkers = runtime.GOMAXPROCS(0)
+
+// walkAll walks the heaps of w.jobs, several at once, and takes in what
+// they found, in the order of the jobs: the census is the same whatever
+// the goroutines do.
+func (w *walker) walkAll() {
+	outs := make([]*walkOut, len(w.jobs))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for k := 0; k < min(walkers, len(w.jobs)); k++ {
+		mem := w.mem.clone()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				o := &walkOut{mem: mem}
+				w.walk(o, w.jobs[i])
+				outs[i] = o
+			}
+		}()
+	}
+	for i := range w.jobs {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	for _, o := range outs {
+		w.take(o)
+	}
+	w.jobs = nil
+}
+
+// take takes in what a walk found.
+func (w *walker) take(o *walkOut) {
+	base := uint32(len(w.c.textBuf))
+	w.c.textBuf = append(w.c.textBuf, o.text...)
+	for _, r := range o.runs {
+		for i := range r.text {
+			r.text[i].off += base
+		}
+		w.runs = append(w.runs, r)
+	}
+	kept := make([]int, len(o.problems))
+	for i, p := range o.problems {
+		kept[i] = -1
+		if len(w.c.Problems) < maxProblems {
+			kept[i] = len(w.c.Problems)
+		}
+		w.c.problem(p.Addr, p.Skipped, "%s", p.What)
+	}
+	for _, g := range o.gaps {
+		if g.problem >= 0 {
+			g.problem = kept[g.problem]
+		}
+		w.gaps = append(w.gaps, g)
+	}
+	if o.mem != w.mem {
+		w.mem.reads += o.mem.reads
+		w.mem.bytes += o.mem.bytes
+		o.mem.reads, o.mem.bytes = 0, 0
+	}
 }
 
 // printable returns the printable text (ASCII, with tab and newlines) that
@@ -509,7 +642,8 @@ func (w *walker) merge() {
 		kept = append(kept, r)
 	}
 	w.runs = kept
-	c.index = newChunkIndex(c.Chunks)
+	c.index = nil // Find makes it again
+	w.merged = true
 }
 
 // chunkAt returns the index of the chunk at addr in an arena, if the walk
@@ -527,8 +661,13 @@ func (w *walker) firstWord(i int, found bool, addr uint64) (uint64, error) {
 	if found {
 		return w.c.Chunks[i].First, nil
 	}
-	return w.mem.u64(addr + 2*sizeSz)
+	first, _, err := w.words(i, found, addr)
+	return first, err
 }
+
+// errNotRead is the error of words after Read for a list node Read did
+// not see.
+var errNotRead = errors.New("not read while the process was stopped")
 
 // words returns the first two words of the block of the chunk at addr:
 // from the walk when it found the chunk (chunk i), else read.
@@ -536,11 +675,19 @@ func (w *walker) words(i int, found bool, addr uint64) (first, second uint64, er
 	if found {
 		return w.c.Chunks[i].First, w.second[i], nil
 	}
+	if v, ok := w.cache[addr]; ok {
+		return v[0], v[1], nil
+	}
+	if !w.live {
+		return 0, 0, errNotRead
+	}
 	b, err := w.mem.small(addr+2*sizeSz, 2*sizeSz)
 	if err != nil {
 		return 0, 0, err
 	}
-	return binary.LittleEndian.Uint64(b), binary.LittleEndian.Uint64(b[sizeSz:]), nil
+	v := [2]uint64{binary.LittleEndian.Uint64(b), binary.LittleEndian.Uint64(b[sizeSz:])}
+	w.cache[addr] = v
+	return v[0], v[1], nil
 }
 
 // resume walks each gap from the first chunk in it that a free list names
@@ -573,7 +720,9 @@ func (w *walker) resume(l *listed) {
 				w.c.Problems[g.problem].Skipped = k - g.start
 				w.c.Problems[g.problem].What += fmt.Sprintf("; the walk resumed at %#x, a chunk a free list names", k)
 			}
-			w.walk(g.arena, k, g.end, g.top)
+			o := &walkOut{mem: w.mem}
+			w.walk(o, walkJob{g.arena, k, g.end, g.top})
+			w.take(o)
 			break
 		}
 	}

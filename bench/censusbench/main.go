@@ -2,17 +2,20 @@
 // how long it takes and how long the process stays stopped, per million
 // chunks, on heaps of testdata/workloads/census_bench.c (N blocks of a size
 // mix, from T threads, one in four freed) and, with -python, Debian's
-// python3.11 after it built a dict of N/3 entries. Each configuration is
+// python3.11 after it built a dict of N/3 str of 600 to 1000 bytes (malloc's,
+// not pymalloc's). Each configuration is
 // censused -reps times; the table gives medians.
 //
-//	census   what Take took: reading the arenas, heaps, mmapped chunks,
-//	         tcaches and bins while the process is stopped
+//	read     what Read took: reading the arenas, heaps, mmapped chunks
+//	         and tcaches while the process is stopped
 //	pause    how long the process was stopped: the stop (every thread
-//	         seized and interrupted), Take, and the resume
+//	         seized and interrupted), Read, and the resume
+//	finish   what Finish took, after the resume: the free lists followed
+//	         through what Read kept, each chunk's state
 //	CPU      this process's CPU time over the census (the stop, Take, the
 //	         Go runtime's work during it): steadier than wall time on a
 //	         shared machine
-//	read     bytes of the process's memory read
+//	read (last column) bytes of the process's memory read
 //
 // Usage (repo root, as root): go run ./bench/censusbench [-n 1000000]
 // [-mixes small,mixed,large] [-threads 1,4] [-reps 5] [-python].
@@ -62,7 +65,7 @@ func main() {
 		log.Fatal(err)
 	}
 	fmt.Printf("machine: %s\n\n", benchutil.Machine())
-	fmt.Printf("| heap | chunks | census: median (min) | pause: median (min) | CPU: median | per M chunks: census (min), pause (min), CPU | read |\n|---|---|---|---|---|---|---|\n")
+	fmt.Printf("| heap | chunks | read: median (min) | pause: median (min) | finish: median | CPU: median | per M chunks: pause (min), read + finish, CPU | read |\n|---|---|---|---|---|---|---|---|\n")
 	for _, mix := range strings.Split(*mixes, ",") {
 		for _, ts := range strings.Split(*threads, ",") {
 			row(fmt.Sprintf("census_bench %s, %s thread(s)", mix, ts), *reps, *rss,
@@ -70,8 +73,9 @@ func main() {
 		}
 	}
 	if *python {
-		script := fmt.Sprintf("import os\nd = {i: str(i) * (1 + i %% 40) for i in range(%d)}\nos.write(1, b'ready\\n')\nos.read(0, 1)\n", *n/3)
-		row(fmt.Sprintf("python3.11, a dict of %d str", *n/3), *reps, *rss, exec.Command("/usr/bin/python3.11", "-c", script))
+		// str of more than 512 bytes come from malloc, not pymalloc.
+		script := fmt.Sprintf("import os\nd = {i: ('%%d-' %% i) * (100 + i %% 60) for i in range(%d)}\nos.write(1, b'ready\\n')\nos.read(0, 1)\n", *n/3)
+		row(fmt.Sprintf("python3.11, a dict of %d str of 600-1000 bytes", *n/3), *reps, *rss, exec.Command("/usr/bin/python3.11", "-c", script))
 	}
 }
 
@@ -96,7 +100,7 @@ func row(name string, reps int, rss bool, cmd *exec.Cmd) {
 	if l, err := bufio.NewReader(out).ReadString('\n'); err != nil || l != "ready\n" {
 		log.Fatalf("%s: %q %v", name, l, err)
 	}
-	var took, paused, cpu []float64
+	var took, paused, cpu, finish []float64
 	var chunks int
 	var bytes uint64
 	for i := 0; i < reps; i++ {
@@ -110,15 +114,16 @@ func row(name string, reps int, rss bool, cmd *exec.Cmd) {
 			log.Fatalf("%s: %v", name, c.Problems)
 		}
 		took = append(took, float64(c.Took))
+		finish = append(finish, float64(c.Finish))
 		paused = append(paused, float64(c.Paused))
 		chunks, bytes = len(c.Chunks), c.Bytes
 	}
 	d := func(x float64) time.Duration { return time.Duration(x).Round(10 * time.Microsecond) }
 	m := float64(chunks) / 1e6
-	t, p, u := benchutil.Median(took), benchutil.Median(paused), benchutil.Median(cpu)
+	t, p, u, f := benchutil.Median(took), benchutil.Median(paused), benchutil.Median(cpu), benchutil.Median(finish)
 	tmin, pmin := slices.Min(took), slices.Min(paused)
-	fmt.Printf("| %s | %d | %v (%v) | %v (%v) | %v | %v (%v), %v (%v), %v | %.1f MiB |\n", name, chunks, d(t), d(tmin), d(p), d(pmin), d(u),
-		d(t/m), d(tmin/m), d(p/m), d(pmin/m), d(u/m), float64(bytes)/(1<<20))
+	fmt.Printf("| %s | %d | %v (%v) | %v (%v) | %v | %v | %v (%v), %v, %v | %.1f MiB |\n", name, chunks, d(t), d(tmin), d(p), d(pmin), d(f), d(u),
+		d(p/m), d(pmin/m), d((t+f)/m), d(u/m), float64(bytes)/(1<<20))
 	os.Stdout.Sync()
 }
 
