@@ -394,3 +394,83 @@ func TestChurn(t *testing.T) {
 	}
 	t.Logf("50 censuses: %d stops in all, longest pause %v; the last: %d chunks, %d arenas", stops, maxPause, len(cs[49].Chunks), len(cs[49].Arenas))
 }
+
+// killedEnv makes the test binary, run again by TestKilledMidCensus, take
+// censuses of the pid it names until it is killed.
+const killedEnv = "HEAPSCOPE_CENSUS_LOOP_PID"
+
+func init() {
+	if s := os.Getenv(killedEnv); s != "" {
+		pid, _ := strconv.Atoi(s)
+		fmt.Println("censusing")
+		for {
+			if _, err := TakeProcess(pid, ProcessOptions{}); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				os.Exit(1)
+			}
+		}
+	}
+}
+
+// TestKilledMidCensus kills a process that takes censuses of a program in
+// a loop, at random moments: every thread of the program runs again.
+func TestKilledMidCensus(t *testing.T) {
+	bin := testutil.MustBuild(t, "census_bench", testutil.Options{})
+	cmd := exec.Command(bin, "300000", "mixed", "4")
+	stdin, stdout := testutil.StartPiped(t, cmd)
+	defer stdin.Close()
+	waitFor(t, bufio.NewReader(stdout), "ready")
+	pid := cmd.Process.Pid
+	for i := 0; i < 10; i++ {
+		self, err := os.Executable()
+		if err != nil {
+			t.Fatal(err)
+		}
+		loop := exec.Command(self, "-test.run", "^$")
+		loop.Env = append(os.Environ(), fmt.Sprintf("%s=%d", killedEnv, pid))
+		_, out := testutil.StartPiped(t, loop)
+		waitFor(t, bufio.NewReader(out), "censusing")
+		time.Sleep(time.Duration(20+i*37) * time.Millisecond)
+		loop.Process.Kill()
+		loop.Wait()
+		// The kernel lets the threads go when their tracer dies.
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			stoppedThreads := threadsStopped(t, pid)
+			if stoppedThreads == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("kill %d: %d threads of the program still stopped", i, stoppedThreads)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	// And it is whole: one more census finds its heap.
+	c, err := TakeProcess(pid, ProcessOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Problems) > 0 {
+		t.Errorf("after the kills: %v", c.Problems)
+	}
+}
+
+// threadsStopped counts the threads of pid in a stop (t or T).
+func threadsStopped(t *testing.T, pid int) int {
+	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range ents {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, e.Name()))
+		if err != nil {
+			continue
+		}
+		if i := strings.LastIndexByte(string(b), ')'); i > 0 && i+2 < len(b) && (b[i+2] == 't' || b[i+2] == 'T') {
+			n++
+		}
+	}
+	return n
+}
