@@ -264,32 +264,32 @@ func TestNotGlibc(t *testing.T) {
 	bin := testutil.MustBuild(t, "census_known", testutil.Options{CXX: true})
 	cases := []struct {
 		name string
-		cmd  func() *exec.Cmd
+		cmd  func(t *testing.T) *exec.Cmd
 		err  error
 		says string
 	}{
-		{"redis (jemalloc)", func() *exec.Cmd {
+		{"redis (jemalloc)", func(t *testing.T) *exec.Cmd {
 			// With no TCP port, redis needs a socket to listen on, or it exits.
 			return exec.Command(testutil.Tool(t, "redis-server"), "--port", "0", "--unixsocket", t.TempDir()+"/redis.sock",
 				"--save", "", "--appendonly", "no")
 		}, errs.ErrNotSupported, "jemalloc"},
-		{"tcmalloc", func() *exec.Cmd {
+		{"tcmalloc", func(*testing.T) *exec.Cmd {
 			cmd := exec.Command(bin)
 			cmd.Env = append(os.Environ(), "LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4")
 			return cmd
 		}, errs.ErrNotSupported, "tcmalloc"},
-		{"mimalloc", func() *exec.Cmd {
+		{"mimalloc", func(*testing.T) *exec.Cmd {
 			cmd := exec.Command(bin)
 			cmd.Env = append(os.Environ(), "LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libmimalloc.so.2")
 			return cmd
 		}, errs.ErrNotSupported, "mimalloc"},
-		{"static", func() *exec.Cmd {
+		{"static", func(t *testing.T) *exec.Cmd {
 			return exec.Command(testutil.MustBuild(t, "census_churn", testutil.Options{Static: true}), "1")
 		}, errs.ErrNoLayout, "statically linked"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			cmd := tc.cmd()
+			cmd := tc.cmd(t)
 			if tc.name != "redis (jemalloc)" && tc.name != "static" {
 				if _, err := os.Stat(strings.TrimPrefix(cmd.Env[len(cmd.Env)-1], "LD_PRELOAD=")); err != nil {
 					testutil.SkipWithout(t, err)

@@ -21,7 +21,6 @@ const (
 	minSize     = 32              // MINSIZE
 	prevInuse   = 1               // PREV_INUSE
 	isMmapped   = 2               // IS_MMAPPED
-	nonMain     = 4               // NON_MAIN_ARENA
 	flagBits    = 7               // SIZE_BITS
 	heapMaxSize = 2 * 4 << 20 * 8 // HEAP_MAX_SIZE: 2 * DEFAULT_MMAP_THRESHOLD_MAX (4 MiB * sizeof(long))
 	maxArenas   = 1 << 12         // bounds the arena list: more than any arena_max takes
@@ -39,7 +38,7 @@ type run struct {
 	arena      int32
 	start, end uint64 // what was walked
 	buf        chunkBuf
-	text       []textRef // chunk is the index in the run; the bytes are in walker.textBuf
+	text       []textRef // chunk is the index in the run; off, in the walkOut's text, then in Census.textBuf
 }
 
 // chunkBuf holds the chunks of a run, and each one's second word of user
@@ -87,7 +86,7 @@ type gap struct {
 	arena      int32
 	start, end uint64
 	top        uint64
-	problem    int // the index of its problem in Census.Problems, -1 if not kept
+	problem    int // the index of its problem in the walkOut's, then in Census.Problems; -1 if not kept
 }
 
 // walker holds a census being taken.
@@ -145,7 +144,7 @@ func (l *Libc) Read(t Target, o TakeOptions) (*Reading, error) {
 		live: true, cache: map[uint64][2]uint64{}}
 	c := &Census{PID: t.PID, Libc: "glibc " + l.Version, Time: start, Internal: map[uint64]string{},
 		mmapLead: map[uint64]uint64{}}
-	c.heapMax, c.chunkStruct = w.heapMax, uint64(l.layout.chunk.size)
+	c.heapMax, c.chunkStruct = w.heapMax, uint64(l.layout.chunk.size) // heapMax again once mp_ is read
 	w.c = c
 	if o.RSS && t.PID > 0 {
 		// Before anything reads the heap, which maps the kernel's zero
@@ -235,15 +234,20 @@ func (w *walker) tlsOffset() (uint64, error) {
 // arenas reads mp_ and every arena, and walks their heaps.
 func (w *walker) arenas() error {
 	c, lay := w.c, w.lay
-	par, err := w.mem.block(w.l.mp, uint64(lay.par.sbrkBase.off+lay.par.sbrkBase.size))
+	var size int64
+	for _, f := range []field{lay.par.nMmaps, lay.par.mmappedMem, lay.par.sbrkBase, lay.par.hpPagesize} {
+		size = max(size, f.off+f.size)
+	}
+	par, err := w.mem.block(w.l.mp, uint64(size))
 	if err != nil {
 		return fmt.Errorf("reading mp_: %w", err)
 	}
 	w.par = par
 	c.NMmaps, c.MmappedMem = get(par, lay.par.nMmaps), get(par, lay.par.mmappedMem)
-	if hp := get(par, lay.par.hpPagesize); hp != 0 {
+	if hp := get(par, lay.par.hpPagesize); hp != 0 && hp&(hp-1) == 0 && hp <= 1<<30 {
 		w.heapMax = 4 * hp // heap_max_size() with glibc.malloc.hugetlb
 	}
+	c.heapMax = w.heapMax
 	addr := w.l.mainArena
 	seen := map[uint64]bool{}
 	for i := 0; i < maxArenas; i++ {
