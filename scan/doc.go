@@ -59,8 +59,23 @@
 //
 // # Cost
 //
-// The blocks are sorted once by address: a word is looked up by a range
-// check and a binary search over the blocks' starts (the sorted slice is the
-// index; there is no hash table). The blocks' contents are read once, in
-// spans of neighbouring blocks, into one buffer as large as the live heap.
+// The blocks are sorted once by address; that sorted slice is the index
+// (there is no hash table; the project has one, for its model). A word is
+// first checked against the heap's range. While marking, the words that
+// pass are gathered in batches of a million, sorted (radix, 16 bits a
+// pass) and merged with the sorted blocks, galloping over the blocks no
+// word points into: a batch walks the index in order, where looking words
+// up one by one costs a cache miss each, several times the sort. The
+// phases after marking (Memcheck's cliques, LeakSanitizer's indirect
+// leaks), whose order matters and which only lost blocks feed, look words
+// up one by one: a range of at most a few blocks found through a bucket
+// table over the address space, then a binary search.
+//
+// The blocks' contents are read once, in spans of neighbouring blocks, into
+// one buffer as large as the live heap (mapped with huge pages asked for;
+// up to four readers at once, as io.ReaderAt allows, each populating its
+// part of the buffer before it copies), and the roots before the marking
+// begins:
+// Options.AfterRead then lets a stopped process go before the
+// classification, so that it is stopped only while its memory is copied.
 package scan

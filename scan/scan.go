@@ -1,11 +1,18 @@
 package scan
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"slices"
+	"sync"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // Block is a live heap block.
@@ -55,6 +62,10 @@ type Options struct {
 	// NoHeuristics turns Memcheck's heuristics off, as
 	// --leak-check-heuristics=none does.
 	NoHeuristics bool
+	// AfterRead, when set, is called once the scan has read all the
+	// memory it needs (the blocks and the roots), before it classifies:
+	// where a stopped process can be let go.
+	AfterRead func()
 }
 
 // Class is a block's reachability class.
@@ -112,6 +123,9 @@ type Result struct {
 	Totals   [NumClasses]Total // by class
 	Unread   []Unread
 	Scanned  uint64 // bytes of roots and blocks read and scanned
+
+	ReadTime     time.Duration // reading the blocks and the roots
+	ClassifyTime time.Duration // after the reading (AfterRead included)
 }
 
 // ErrOverlap is returned for blocks that overlap one another.
@@ -135,20 +149,30 @@ const (
 
 var heurNames = [...]string{"", "stdstring", "length64", "newarray"}
 
+// extent is where a block lies: [start, end).
+type extent struct{ start, end uint64 }
+
 type scanner struct {
-	opt     Options
-	heur    bool
-	starts  []uint64 // sorted
-	ends    []uint64
-	ord     []int32 // sorted position → index in the caller's slice
-	lo, hi  uint64  // every reference is in [lo, hi)
-	state   []uint8
-	via     []uint8 // heuristic that made a block reachable
-	pending []bool
-	stack   []int32
-	data    []byte  // the blocks' contents
-	off     []int64 // offset of each block's contents in data, -1 when unread
-	res     *Result
+	opt    Options
+	heur   bool
+	bl     []extent // the blocks, sorted
+	ord    []int32  // sorted position → index in the caller's slice
+	lo, hi uint64   // every reference is in [lo, hi)
+	segs   []segment
+	state  []uint8
+	via    []uint8 // heuristic that made a block reachable
+	stack  []int32 // blocks to scan
+	later  []int32 // possibly lost blocks to scan once stack is empty
+	data   []byte  // the blocks' contents
+	free   func()  // releases data
+	off    []int64 // offset of each block's contents in data, -1 when unread
+	res    *Result
+
+	roots    []rootData
+	cands    []uint64 // candidate words to look up (marking)
+	tmp      []uint64 // the radix sort's other buffer
+	definite bool     // the candidates come from roots or still reachable blocks
+	indirect bool     // LeakSanitizer's indirect phase: the candidates come from blocks not reached
 
 	incomplete bool // a root or a reached block could not be read
 }
@@ -162,23 +186,29 @@ func Scan(blocks []Block, mem io.ReaderAt, roots Roots, opt Options) (*Result, e
 	if err := s.index(blocks); err != nil {
 		return nil, err
 	}
+	t0 := time.Now()
 	s.read(mem, blocks)
-
-	for _, w := range roots.Words {
-		s.ref(w.Value, modeRoot, -1)
-	}
 	for _, r := range roots.Ranges {
-		s.scanRoot(mem, r)
+		s.readRoot(mem, r)
 	}
-	s.drain(modeMark)
+	t1 := time.Now()
+	if opt.AfterRead != nil {
+		opt.AfterRead()
+	}
+	s.mark(roots)
 
-	n := len(s.starts)
+	n := len(s.bl)
 	if opt.Rules == LeakSanitizer {
+		// Every block not reached, scanned once, in any order: what
+		// each references (itself aside) and was not reached is
+		// indirect. The lookups are batched as in the marking.
+		s.indirect = true
 		for j := 0; j < n; j++ {
 			if s.state[j] != reachable {
 				s.scanBlock(j, modeLSanIndirect)
 			}
 		}
+		s.flush()
 	} else {
 		for j := 0; j < n; j++ {
 			if s.state[j] == unreached {
@@ -188,6 +218,8 @@ func Scan(blocks []Block, mem io.ReaderAt, roots Roots, opt Options) (*Result, e
 		}
 	}
 	s.verdicts(blocks)
+	s.free()
+	s.res.ReadTime, s.res.ClassifyTime = t1.Sub(t0), time.Since(t1)
 	return s.res, nil
 }
 
@@ -215,8 +247,7 @@ func (s *scanner) index(blocks []Block) error {
 		return 0
 	})
 	s.ord = ord
-	s.starts = make([]uint64, n)
-	s.ends = make([]uint64, n)
+	s.bl = make([]extent, n)
 	s.lo = ^uint64(0)
 	for j, i := range ord {
 		b := blocks[i]
@@ -224,11 +255,11 @@ func (s *scanner) index(blocks []Block) error {
 		if end < b.Addr {
 			return fmt.Errorf("block %#x of %d bytes wraps around the address space: %w", b.Addr, b.Size, ErrOverlap)
 		}
-		if j > 0 && (b.Addr < s.ends[j-1] || b.Addr == s.starts[j-1]) {
+		if j > 0 && (b.Addr < s.bl[j-1].end || b.Addr == s.bl[j-1].start) {
 			p := blocks[ord[j-1]]
 			return fmt.Errorf("block %#x (%d bytes) and block %#x (%d bytes): %w", p.Addr, p.Size, b.Addr, b.Size, ErrOverlap)
 		}
-		s.starts[j], s.ends[j] = b.Addr, end
+		s.bl[j].start, s.bl[j].end = b.Addr, end
 		s.lo = min(s.lo, b.Addr)
 		if b.Size == 0 {
 			end++ // a zero-sized block is referenced at its start
@@ -238,9 +269,9 @@ func (s *scanner) index(blocks []Block) error {
 	if n == 0 {
 		s.lo, s.hi = 1, 0
 	}
+	s.buildSegments()
 	s.state = make([]uint8, n)
 	s.via = make([]uint8, n)
-	s.pending = make([]bool, n)
 	s.off = make([]int64, n)
 	return nil
 }
@@ -262,12 +293,12 @@ func (s *scanner) read(mem io.ReaderAt, blocks []Block) {
 	}
 	var spans []span
 	var total int64
-	for j := 0; j < len(s.starts); {
-		sp := span{addr: s.starts[j], first: j, off: total}
-		end := s.ends[j]
+	for j := 0; j < len(s.bl); {
+		sp := span{addr: s.bl[j].start, first: j, off: total}
+		end := s.bl[j].end
 		k := j + 1
-		for k < len(s.starts) && s.starts[k]-end <= maxGap && s.ends[k]-sp.addr <= maxSpan {
-			end = max(end, s.ends[k])
+		for k < len(s.bl) && s.bl[k].start-end <= maxGap && s.bl[k].end-sp.addr <= maxSpan {
+			end = max(end, s.bl[k].end)
 			k++
 		}
 		sp.size, sp.end = end-sp.addr, k
@@ -275,24 +306,76 @@ func (s *scanner) read(mem io.ReaderAt, blocks []Block) {
 		total += int64(sp.size)
 		j = k
 	}
-	s.data = make([]byte, total)
-	for _, sp := range spans {
-		buf := s.data[sp.off : sp.off+int64(sp.size)]
-		n, err := mem.ReadAt(buf, int64(sp.addr))
-		for j := sp.first; j < sp.end; j++ {
-			s.off[j] = sp.off + int64(s.starts[j]-sp.addr)
-			if err == nil || s.ends[j]-sp.addr <= uint64(n) {
-				continue
-			}
-			// This block was past the failure: read it alone.
-			b := s.data[s.off[j] : s.off[j]+int64(s.ends[j]-s.starts[j])]
-			if _, berr := mem.ReadAt(b, int64(s.starts[j])); berr != nil {
-				s.off[j] = -1
-				i := int(s.ord[j])
-				s.res.Unread = append(s.res.Unread, Unread{Block: i, Addr: blocks[i].Addr, Size: blocks[i].Size, Err: berr})
-			}
-		}
+	var populate func(from, to int)
+	s.data, s.free, populate = buffer(int(total))
+	// Several readers, each populating its part of the buffer and reading
+	// its spans: the process waits for the copy, and two cores copy (and
+	// have the kernel zero pages) faster than one.
+	workers := min(runtime.GOMAXPROCS(0), 4)
+	if total < 16<<20 {
+		workers = 1
 	}
+	var mu sync.Mutex
+	var unread []Unread
+	var wg sync.WaitGroup
+	for first := 0; first < len(spans); {
+		last := first + 1
+		for last < len(spans) && spans[last].off-spans[first].off < total/int64(workers) {
+			last++
+		}
+		group := spans[first:last]
+		wg.Go(func() {
+			g0, g1 := group[0], group[len(group)-1]
+			populate(int(g0.off), int(g1.off+int64(g1.size)))
+			for _, sp := range group {
+				buf := s.data[sp.off : sp.off+int64(sp.size)]
+				n, err := mem.ReadAt(buf, int64(sp.addr))
+				for j := sp.first; j < sp.end; j++ {
+					s.off[j] = sp.off + int64(s.bl[j].start-sp.addr)
+					if err == nil || s.bl[j].end-sp.addr <= uint64(n) {
+						continue
+					}
+					// This block was past the failure: read it alone.
+					b := s.data[s.off[j] : s.off[j]+int64(s.bl[j].end-s.bl[j].start)]
+					if _, berr := mem.ReadAt(b, int64(s.bl[j].start)); berr != nil {
+						s.off[j] = -1
+						i := int(s.ord[j])
+						mu.Lock()
+						unread = append(unread, Unread{Block: i, Addr: blocks[i].Addr, Size: blocks[i].Size, Err: berr})
+						mu.Unlock()
+					}
+				}
+			}
+		})
+		first = last
+	}
+	wg.Wait()
+	slices.SortFunc(unread, func(a, b Unread) int { return cmp.Compare(a.Addr, b.Addr) })
+	s.res.Unread = append(s.res.Unread, unread...)
+}
+
+// buffer returns n bytes for the blocks' contents, what releases them, and
+// what populates a part of them. A large buffer is mapped apart, with
+// transparent huge pages asked for, and each reader populates its part in
+// one call before it copies: filling it page fault by page fault cost more
+// than the scan (0.35-0.6 s for 512 MiB here, against 0.07-0.2 s).
+func buffer(n int) (b []byte, free func(), populate func(from, to int)) {
+	none := func(int, int) {}
+	if n < 4<<20 {
+		return make([]byte, n), func() {}, none
+	}
+	b, err := unix.Mmap(-1, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		return make([]byte, n), func() {}, none
+	}
+	unix.Madvise(b, unix.MADV_HUGEPAGE)
+	populate = func(from, to int) {
+		const page = 4096
+		from, to = from&^(page-1), min((to+page-1)&^(page-1), len(b))
+		// Linux 5.14 on; ignored before (the copy then faults).
+		unix.Madvise(b[from:to], unix.MADV_POPULATE_WRITE)
+	}
+	return b, func() { unix.Munmap(b) }, populate
 }
 
 // contents returns block j's bytes, or nil when they could not be read.
@@ -300,25 +383,94 @@ func (s *scanner) contents(j int) []byte {
 	if s.off[j] < 0 {
 		return nil
 	}
-	return s.data[s.off[j] : s.off[j]+int64(s.ends[j]-s.starts[j])]
+	return s.data[s.off[j] : s.off[j]+int64(s.bl[j].end-s.bl[j].start)]
+}
+
+// segment is a run of blocks with no wide gap between them, and a bucket
+// table over its addresses: bucket k holds the blocks that may contain an
+// address of [start + k<<shift, start + (k+1)<<shift), as the sorted
+// positions first[k] to first[k+1] (inclusive: a block that starts in an
+// earlier bucket may reach into this one). The table turns the binary
+// search over every block into a search within a bucket (a few blocks).
+type segment struct {
+	start, end uint64 // [start, end) covers every block of it
+	shift      uint
+	first      []int32
+}
+
+// segGap is the widest gap inside a segment; past it a new one starts, so
+// that the tables of a sparse address space stay small.
+const segGap = 64 << 20
+
+func (s *scanner) buildSegments() {
+	n := len(s.bl)
+	end := func(i int) uint64 { return max(s.bl[i].end, s.bl[i].start+1) } // a zero-sized block holds its start
+	for j := 0; j < n; {
+		k, hi := j+1, end(j)
+		for k < n && s.bl[k].start-hi <= segGap {
+			hi = max(hi, end(k))
+			k++
+		}
+		seg := segment{start: s.bl[j].start, end: hi, shift: 12}
+		for (hi-seg.start)>>seg.shift > uint64(k-j) { // about a bucket per block at most
+			seg.shift++
+		}
+		buckets := int((hi-seg.start-1)>>seg.shift) + 1
+		seg.first = make([]int32, buckets+1)
+		i := j
+		for b := range seg.first {
+			// the first block that ends after the bucket's start
+			bs := seg.start + uint64(b)<<seg.shift
+			for i < k && end(i) <= bs {
+				i++
+			}
+			seg.first[b] = int32(i)
+		}
+		s.segs = append(s.segs, seg)
+		j = k
+	}
 }
 
 // find returns the sorted position of the block that w points into, or -1.
 func (s *scanner) find(w uint64) int {
-	lo, hi := 0, len(s.starts)
-	for lo < hi {
-		m := int(uint(lo+hi) >> 1)
-		if s.starts[m] <= w {
-			lo = m + 1
-		} else {
-			hi = m
+	segs := s.segs
+	i := 0
+	if len(segs) > 1 {
+		lo, hi := 0, len(segs)
+		for lo < hi {
+			m := int(uint(lo+hi) >> 1)
+			if segs[m].start <= w {
+				lo = m + 1
+			} else {
+				hi = m
+			}
+		}
+		i = lo - 1
+		if i < 0 {
+			return -1
 		}
 	}
-	j := lo - 1
-	if j < 0 {
+	seg := &segs[i]
+	if w < seg.start || w >= seg.end {
 		return -1
 	}
-	if w < s.ends[j] || w == s.starts[j] {
+	b := (w - seg.start) >> seg.shift
+	// the last block of [first[b], first[b+1]] that starts at or before w
+	j := int(seg.first[b])
+	n := min(int(seg.first[b+1])+1, len(s.bl)) - j
+	if n <= 0 {
+		return -1
+	}
+	// the last of the n blocks from j that starts at or before w, or j
+	// (branch-free steps: the processor overlaps the lookups of a batch)
+	for n > 1 {
+		half := n >> 1
+		if s.bl[j+half].start <= w {
+			j += half
+		}
+		n -= half
+	}
+	if e := s.bl[j]; w < e.end && w >= e.start || w == e.start {
 		return j
 	}
 	return -1
@@ -327,24 +479,71 @@ func (s *scanner) find(w uint64) int {
 // Scan modes: a clique leader's sorted position (Memcheck's clique phase),
 // or one of these.
 const (
-	modeRoot         int32 = -1 // a root: Memcheck's "definite" prior
-	modeMark         int32 = -2 // a reached block: definite unless it is possible
-	modeLSanIndirect int32 = -3
+	modeMark         int32 = -1 // marking from the roots (batched lookups)
+	modeLSanIndirect int32 = -2
 )
 
+// push queues block j for scanning. Each block changes state at most twice
+// (Memcheck's possible, then reachable), and is queued at each change.
 func (s *scanner) push(j int) {
-	if !s.pending[j] {
-		s.pending[j] = true
-		s.stack = append(s.stack, int32(j))
+	if s.state[j] == possible {
+		s.later = append(s.later, int32(j))
+		return
+	}
+	s.stack = append(s.stack, int32(j))
+}
+
+// mark finds every block the roots lead to. The candidate words (those in
+// the heap's range) are gathered in batches, sorted and merged with the
+// sorted blocks: the lookups walk the index in order instead of jumping
+// about it, one cache miss each, which costs several times more than the
+// sort. The roots and the blocks they lead to through start pointers are
+// taken first (Memcheck's definite prior), then the possibly lost ones:
+// what these lead to can only be possibly lost, and by then some have
+// become reachable (and were scanned as such), so that no block is
+// scanned twice.
+func (s *scanner) mark(roots Roots) {
+	s.definite = true
+	for _, w := range roots.Words {
+		s.candidate(w.Value)
+	}
+	for _, r := range s.roots {
+		s.scanOutsideBlocks(r.b, r.addr)
+		s.res.Scanned += uint64(len(r.b))
+	}
+	for {
+		s.flush()
+		if len(s.stack) == 0 {
+			break
+		}
+		for len(s.stack) > 0 {
+			j := int(s.stack[len(s.stack)-1])
+			s.stack = s.stack[:len(s.stack)-1]
+			s.scanBlock(j, modeMark)
+		}
+	}
+	s.definite = false
+	for {
+		s.flush()
+		if len(s.later) == 0 {
+			break
+		}
+		for len(s.later) > 0 {
+			j := int(s.later[len(s.later)-1])
+			s.later = s.later[:len(s.later)-1]
+			if s.state[j] == possible {
+				s.scanBlock(j, modeMark)
+			}
+		}
 	}
 }
 
-// drain scans the blocks pushed until none is left.
+// drain scans the blocks queued until none is left, looking each word up
+// alone (the phases after marking, whose order matters).
 func (s *scanner) drain(mode int32) {
 	for len(s.stack) > 0 {
 		j := int(s.stack[len(s.stack)-1])
 		s.stack = s.stack[:len(s.stack)-1]
-		s.pending[j] = false
 		s.scanBlock(j, mode)
 	}
 }
@@ -358,10 +557,12 @@ func (s *scanner) scanBlock(j int, mode int32) {
 		return
 	}
 	s.res.Scanned += uint64(len(b))
-	s.words(b, s.starts[j], mode, j)
+	s.words(b, s.bl[j].start, mode, j)
 }
 
-// words looks up every aligned word of b, which is memory at addr.
+// words looks up every aligned word of b, which is memory at addr, that is
+// in the heap's range: gathered for a batch when marking, one by one in
+// the other phases.
 func (s *scanner) words(b []byte, addr uint64, mode int32, from int) {
 	if skip := (8 - addr%8) % 8; skip != 0 {
 		if uint64(len(b)) <= skip {
@@ -370,62 +571,185 @@ func (s *scanner) words(b []byte, addr uint64, mode int32, from int) {
 		b = b[skip:]
 	}
 	lo, span := s.lo, s.hi-s.lo
-	for len(b) >= 8 {
-		w := binary.LittleEndian.Uint64(b)
-		b = b[8:]
-		if w-lo < span {
-			s.refFrom(w, mode, from)
+	if mode == modeMark || mode == modeLSanIndirect {
+		// A lost block's references to itself do not make it indirect
+		// (LeakSanitizer).
+		self, selfSpan := uint64(1), uint64(0)
+		if mode == modeLSanIndirect {
+			self, selfSpan = s.bl[from].start, s.bl[from].end-s.bl[from].start
 		}
-	}
-}
-
-func (s *scanner) ref(w uint64, mode int32, from int) {
-	if w-s.lo < s.hi-s.lo {
-		s.refFrom(w, mode, from)
-	}
-}
-
-// refFrom records a reference w from block from (or a root, -1).
-func (s *scanner) refFrom(w uint64, mode int32, from int) {
-	j := s.find(w)
-	if j < 0 {
+		c := s.cands
+		for _, w := range asWords(b) {
+			if w-lo < span && w-self >= selfSpan {
+				c = append(c, w)
+				if len(c) >= maxCands {
+					s.cands = c
+					s.flush()
+					c = s.cands
+				}
+			}
+		}
+		s.cands = c
 		return
 	}
-	switch {
-	case mode >= 0: // Memcheck's clique of leader mode
-		if s.state[j] == unreached && j != int(mode) {
-			s.state[j] = indirect
-			s.push(j)
+	for _, w := range asWords(b) {
+		if w-lo < span {
+			if j := s.find(w); j >= 0 {
+				s.apply(j, w, mode, from)
+			}
 		}
-	case mode == modeLSanIndirect:
-		if j != from && s.state[j] != reachable {
-			s.state[j] = indirect
+	}
+}
+
+// asWords views b as little-endian words (the machine's order: heapscope
+// reads memory of its own architecture), the trailing partial word left
+// out. A b that is not 8-aligned in memory is copied.
+func asWords(b []byte) []uint64 {
+	n := len(b) / 8
+	if n == 0 {
+		return nil
+	}
+	if uintptr(unsafe.Pointer(&b[0]))%8 != 0 {
+		w := make([]uint64, n)
+		for i := range w {
+			w[i] = binary.LittleEndian.Uint64(b[8*i:])
 		}
-	case s.opt.Rules == LeakSanitizer:
-		if s.state[j] == unreached {
+		return w
+	}
+	return unsafe.Slice((*uint64)(unsafe.Pointer(&b[0])), n)
+}
+
+// maxCands is the size of a batch of candidate words (8 MiB).
+const maxCands = 1 << 20
+
+// candidate adds a root word to the batch.
+func (s *scanner) candidate(w uint64) {
+	if w-s.lo < s.hi-s.lo {
+		s.cands = append(s.cands, w)
+		if len(s.cands) >= maxCands {
+			s.flush()
+		}
+	}
+}
+
+// flush looks up the batch of candidates: sorted, they are merged with the
+// sorted blocks, galloping ahead over the blocks that no candidate points
+// into (so that a small batch costs little in a large heap).
+func (s *scanner) flush() {
+	c := s.cands
+	if len(c) == 0 {
+		return
+	}
+	s.sortCands()
+	c = s.cands
+	bl := s.bl
+	n := len(bl)
+	j := -1 // the last block that starts at or before the candidate
+	for _, w := range c {
+		if j+1 < n && bl[j+1].start <= w {
+			lo, step := j+1, 1
+			for lo+step < n && bl[lo+step].start <= w {
+				lo += step
+				step <<= 1
+			}
+			hi := min(lo+step, n)
+			for hi-lo > 1 {
+				m := int(uint(lo+hi) >> 1)
+				if bl[m].start <= w {
+					lo = m
+				} else {
+					hi = m
+				}
+			}
+			j = lo
+		}
+		if j >= 0 && (w < bl[j].end || w == bl[j].start) {
+			if s.indirect {
+				if s.state[j] != reachable {
+					s.state[j] = indirect
+				}
+				continue
+			}
+			s.markRef(j, w)
+		}
+	}
+	s.cands = s.cands[:0]
+}
+
+// sortCands sorts the batch: a radix sort of the words less the heap's
+// lowest address, 16 bits a pass, for a large batch.
+func (s *scanner) sortCands() {
+	c := s.cands
+	if len(c) < 1<<12 {
+		slices.Sort(c)
+		return
+	}
+	if cap(s.tmp) < len(c) {
+		s.tmp = make([]uint64, len(c), cap(c))
+	}
+	tmp := s.tmp[:len(c)]
+	span := s.hi - s.lo
+	var count [1 << 16]int32
+	for shift := uint(0); shift < 64 && span>>shift != 0; shift += 16 {
+		clear(count[:])
+		for _, w := range c {
+			count[((w-s.lo)>>shift)&0xffff]++
+		}
+		var sum int32
+		for i, k := range count {
+			count[i] = sum
+			sum += k
+		}
+		for _, w := range c {
+			d := ((w - s.lo) >> shift) & 0xffff
+			tmp[count[d]] = w
+			count[d]++
+		}
+		c, tmp = tmp, c
+	}
+	s.cands, s.tmp = c, tmp[:0]
+}
+
+// markRef records, while marking, a reference w to block j from a root or
+// a reached block (definite: a root or a still reachable block, as Memcheck
+// says it).
+func (s *scanner) markRef(j int, w uint64) {
+	st := s.state[j]
+	if s.opt.Rules == LeakSanitizer {
+		if st == unreached {
 			s.state[j] = reachable
 			s.push(j)
 		}
-	default: // Memcheck's marking
-		definite := mode == modeRoot || s.state[from] != possible
-		st := s.state[j]
-		if st == reachable {
-			if w == s.starts[j] {
-				s.via[j] = heurNone
-			}
-			return
+		return
+	}
+	if st == reachable {
+		if w == s.bl[j].start {
+			s.via[j] = heurNone
 		}
-		start, h := w == s.starts[j], heurNone
-		if !start && s.heur {
-			h = s.heuristic(j, w)
-			start = h != heurNone
-		}
-		switch {
-		case start && definite:
-			s.state[j], s.via[j] = reachable, h
-			s.push(j)
-		case st == unreached:
-			s.state[j] = possible
+		return
+	}
+	start, h := w == s.bl[j].start, heurNone
+	if !start && s.heur {
+		h = s.heuristic(j, w)
+		start = h != heurNone
+	}
+	switch {
+	case start && s.definite:
+		s.state[j], s.via[j] = reachable, h
+		s.push(j)
+	case st == unreached:
+		s.state[j] = possible
+		s.push(j)
+	}
+}
+
+// apply records a reference w to block j from lost block from in
+// Memcheck's cliques (mode is the leader).
+func (s *scanner) apply(j int, w uint64, mode int32, from int) {
+	switch {
+	case mode >= 0:
+		if s.state[j] == unreached && j != int(mode) {
+			s.state[j] = indirect
 			s.push(j)
 		}
 	}
@@ -434,12 +758,15 @@ func (s *scanner) refFrom(w uint64, mode int32, from int) {
 // heuristic returns the Memcheck heuristic by which w, a pointer into block
 // j's interior, counts as a start pointer.
 func (s *scanner) heuristic(j int, w uint64) uint8 {
+	off := w - s.bl[j].start
+	if off != 8 && off != 24 {
+		return heurNone // the only offsets they know: no need to read the block
+	}
 	b := s.contents(j)
-	size := s.ends[j] - s.starts[j]
+	size := s.bl[j].end - s.bl[j].start
 	word := func(k int) uint64 { return binary.LittleEndian.Uint64(b[8*k:]) }
-	off := w - s.starts[j]
 	switch {
-	case b == nil || len(b) < 16:
+	case len(b) < 16: // unread, or too small for any
 		return heurNone
 	case off == 24:
 		// std::string's old layout: length, capacity, refcount, chars.
@@ -460,22 +787,27 @@ func (s *scanner) heuristic(j int, w uint64) uint8 {
 // rootChunk is how much of a root range is read at once.
 const rootChunk = 1 << 20
 
-// scanRoot scans a root range, skipping the parts that are live blocks and
-// the pages that cannot be read.
-func (s *scanner) scanRoot(mem io.ReaderAt, r Range) {
+// rootData is memory read from a root range.
+type rootData struct {
+	addr uint64
+	b    []byte
+}
+
+// readRoot reads a root range, skipping the pages that cannot be read
+// (each run of them is one Unread).
+func (s *scanner) readRoot(mem io.ReaderAt, r Range) {
 	end := r.Addr + r.Size
 	if end < r.Addr {
 		end = ^uint64(0)
 	}
-	buf := make([]byte, min(uint64(rootChunk), r.Size))
-	var bad *Unread
+	bad := -1 // the Unread of the pages failing now
 	for at := r.Addr; at < end; {
-		want := min(uint64(len(buf)), end-at)
-		n, err := mem.ReadAt(buf[:want], int64(at))
+		want := min(uint64(rootChunk), end-at)
+		buf := make([]byte, want)
+		n, err := mem.ReadAt(buf, int64(at))
 		if n > 0 {
-			s.scanOutsideBlocks(buf[:n], at)
-			s.res.Scanned += uint64(n)
-			bad = nil
+			s.roots = append(s.roots, rootData{at, buf[:n]})
+			bad = -1
 		}
 		at += uint64(n)
 		if err == nil || uint64(n) == want {
@@ -483,11 +815,11 @@ func (s *scanner) scanRoot(mem io.ReaderAt, r Range) {
 		}
 		// Skip the page that failed and go on after it.
 		next := min((at|4095)+1, end)
-		if bad == nil {
+		if bad < 0 {
 			s.res.Unread = append(s.res.Unread, Unread{Root: r.Name, Block: -1, Addr: at, Err: err})
-			bad = &s.res.Unread[len(s.res.Unread)-1]
+			bad = len(s.res.Unread) - 1
 		}
-		bad.Size += next - at
+		s.res.Unread[bad].Size += next - at
 		s.incomplete = true
 		at = next
 	}
@@ -498,24 +830,24 @@ func (s *scanner) scanRoot(mem io.ReaderAt, r Range) {
 func (s *scanner) scanOutsideBlocks(b []byte, addr uint64) {
 	end := addr + uint64(len(b))
 	// the first block that ends after addr
-	lo, hi := 0, len(s.ends)
+	lo, hi := 0, len(s.bl)
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)
-		if s.ends[m] <= addr {
+		if s.bl[m].end <= addr {
 			lo = m + 1
 		} else {
 			hi = m
 		}
 	}
 	at := addr
-	for j := lo; j < len(s.starts) && s.starts[j] < end; j++ {
-		if s.starts[j] > at {
-			s.words(b[at-addr:s.starts[j]-addr], at, modeRoot, -1)
+	for j := lo; j < len(s.bl) && s.bl[j].start < end; j++ {
+		if s.bl[j].start > at {
+			s.words(b[at-addr:s.bl[j].start-addr], at, modeMark, -1)
 		}
-		at = max(at, min(s.ends[j], end))
+		at = max(at, min(s.bl[j].end, end))
 	}
 	if at < end {
-		s.words(b[at-addr:], at, modeRoot, -1)
+		s.words(b[at-addr:], at, modeMark, -1)
 	}
 }
 
@@ -523,7 +855,7 @@ func (s *scanner) scanOutsideBlocks(b []byte, addr uint64) {
 // was not read could change them.
 func (s *scanner) verdicts(blocks []Block) {
 	lostUnread := false
-	for j := range s.starts {
+	for j := range s.bl {
 		if s.off[j] < 0 && (s.state[j] == unreached || s.state[j] == indirect) {
 			lostUnread = true
 		}
@@ -532,7 +864,7 @@ func (s *scanner) verdicts(blocks []Block) {
 		}
 	}
 	s.res.Verdicts = make([]Verdict, len(blocks))
-	for j := range s.starts {
+	for j := range s.bl {
 		i := s.ord[j]
 		var c Class
 		switch s.state[j] {

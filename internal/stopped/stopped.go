@@ -53,7 +53,8 @@ type Process struct {
 	start   time.Time // the first PTRACE_INTERRUPT
 	maps    []proc.Mapping
 
-	execed int // a thread that reported PTRACE_EVENT_EXEC while stopping
+	execed int    // a thread that reported PTRACE_EVENT_EXEC while stopping
+	image  string // imageID when Stop began
 
 	mu       sync.RWMutex // readers hold it shared; resuming takes it whole
 	resumed  bool
@@ -68,7 +69,6 @@ type thread struct {
 	seized  bool
 	stopped bool
 	gone    bool // exited (or a zombie) before it stopped
-	group   bool // it was in a group stop (SIGSTOP and the like)
 	sig     int  // signal held in its signal-delivery-stop: delivered when it resumes
 	regs    unix.PtraceRegs
 }
@@ -100,7 +100,7 @@ func Stop(pid int, opt Options) (p *Process, err error) {
 	if tgid == os.Getpid() {
 		return nil, fmt.Errorf("pid %d is this process: %w", pid, errs.ErrCannotStop)
 	}
-	p = &Process{pid: tgid, timeout: opt.Timeout, tr: startTracer()}
+	p = &Process{pid: tgid, timeout: opt.Timeout, image: imageID(tgid), tr: startTracer()}
 	defer func() {
 		// Any failure, a panic included, resumes what was stopped.
 		if r := recover(); r != nil {
@@ -178,24 +178,107 @@ func (p *Process) stopAll(deadline time.Time) error {
 			break
 		}
 	}
+	if err := p.verify(); err != nil {
+		return err
+	}
 	n := 0
 	for _, t := range p.ts {
-		if !t.stopped {
+		if !t.stopped || t.gone {
 			continue
 		}
 		if err := unix.PtraceGetRegs(t.tid, &t.regs); err != nil {
-			if errors.Is(err, unix.ESRCH) { // killed (SIGKILL reaches a stopped thread)
+			if errors.Is(err, unix.ESRCH) && !taskAlive(p.pid, t.tid) { // killed (SIGKILL reaches a stopped thread)
 				t.gone = true
 				continue
 			}
-			return fmt.Errorf("pid %d: registers of thread %d: %w", p.pid, t.tid, err)
+			return fmt.Errorf("pid %d: registers of thread %d: %v: %w", p.pid, t.tid, err, errs.ErrCannotStop)
 		}
 		n++
 	}
 	if n == 0 {
+		if proc.Alive(p.pid) && imageID(p.pid) != p.image {
+			return fmt.Errorf("pid %d executed a new program during the stop: %w", p.pid, errs.ErrCannotStop)
+		}
 		return fmt.Errorf("pid %d exited during the stop: %w", p.pid, errs.ErrNoSuchProcess)
 	}
 	return nil
+}
+
+// verify checks, once every thread seemed stopped, that the process is
+// still the one stopped: a thread that executes a new program takes the
+// leader's thread ID (and the other threads die), so that a thread ID seen
+// stopped may name a task that runs the new program. Each stopped thread
+// must have no stop left to report (an exec's would be there), and every
+// thread listed now must be one stopped.
+func (p *Process) verify() error {
+	if err := p.verifyThreads(); err != nil {
+		if p.execed != 0 || imageID(p.pid) != p.image {
+			return fmt.Errorf("pid %d executed a new program during the stop: %w", p.pid, errs.ErrCannotStop)
+		}
+		return err
+	}
+	return nil
+}
+
+// imageID identifies the program a process runs: where its code, stack and
+// heap begin, which an exec places anew (at random, with ASLR).
+func imageID(pid int) string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return ""
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return ""
+	}
+	f := strings.Fields(string(b[i+1:]))
+	// f[0] is field 3; startcode is 26, startstack 28, start_brk 47.
+	if len(f) < 45 {
+		return ""
+	}
+	return f[23] + " " + f[25] + " " + f[44]
+}
+
+func (p *Process) verifyThreads() error {
+	byTID := map[int]*thread{}
+	for _, t := range p.ts {
+		byTID[t.tid] = t
+		if !t.stopped || t.gone {
+			continue
+		}
+		var si unix.Siginfo
+		if unix.Waitid(unix.P_PID, t.tid, &si, unix.WSTOPPED|unix.WNOHANG|unix.WALL, nil) == nil {
+			if pid, status := childInfo(&si); pid != 0 && si.Code == cldTrapped {
+				if status>>8 == unix.PTRACE_EVENT_EXEC {
+					p.execed = t.tid
+				}
+				return fmt.Errorf("pid %d: thread %d changed during the stop (an exec?): %w", p.pid, t.tid, errs.ErrCannotStop)
+			}
+		}
+	}
+	if p.execed != 0 {
+		return fmt.Errorf("pid %d: thread %d reported an exec: %w", p.pid, p.execed, errs.ErrCannotStop)
+	}
+	tids, err := listTasks(p.pid)
+	if err != nil {
+		return err
+	}
+	for _, tid := range tids {
+		t := byTID[tid]
+		if t == nil || (t.seized && !t.stopped && !t.gone) {
+			return fmt.Errorf("pid %d: thread %d appeared during the stop: %w", p.pid, tid, errs.ErrCannotStop)
+		}
+		if st, err := taskState(p.pid, tid); err == nil && st != 't' && st != 'Z' && st != 'X' {
+			return fmt.Errorf("pid %d: thread %d is in state %c, not stopped: %w", p.pid, tid, st, errs.ErrCannotStop)
+		}
+	}
+	return nil
+}
+
+// taskAlive reports whether thread tid of pid exists and has not exited.
+func taskAlive(pid, tid int) bool {
+	st, err := taskState(pid, tid)
+	return err == nil && st != 'Z' && st != 'X'
 }
 
 func ptrace(req, tid int, addr, data uintptr) error {
@@ -208,12 +291,22 @@ func ptrace(req, tid int, addr, data uintptr) error {
 
 func (p *Process) seize(t *thread) error {
 	err := ptrace(unix.PTRACE_SEIZE, t.tid, 0, unix.PTRACE_O_TRACEEXEC)
+	// EPERM also comes from a thread on its way out, such as a leader
+	// that a thread's exec is replacing, whose ID then names the thread
+	// that executed: try again a few times before calling it a refusal.
+	for try := 0; errors.Is(err, unix.EPERM) && try < 20; try++ {
+		if err := p.seizeDenied(t); err != nil || t.gone {
+			return err
+		}
+		time.Sleep(500 * time.Microsecond)
+		err = ptrace(unix.PTRACE_SEIZE, t.tid, 0, unix.PTRACE_O_TRACEEXEC)
+	}
 	switch {
 	case errors.Is(err, unix.ESRCH):
 		t.gone = true
 		return nil
 	case errors.Is(err, unix.EPERM):
-		return p.seizeDenied(t)
+		return p.accessDenied(t)
 	case err != nil:
 		return fmt.Errorf("pid %d: PTRACE_SEIZE of thread %d: %w", p.pid, t.tid, err)
 	}
@@ -231,9 +324,9 @@ func (p *Process) seize(t *thread) error {
 	return nil
 }
 
-// seizeDenied says why PTRACE_SEIZE failed with EPERM: the thread is a
-// zombie (then it is simply gone), another tracer has it, or this process
-// lacks the right.
+// seizeDenied looks at why PTRACE_SEIZE failed with EPERM: the thread is a
+// zombie (then it is simply gone) or another tracer has it (an error); nil
+// otherwise.
 func (p *Process) seizeDenied(t *thread) error {
 	b, err := os.ReadFile(taskPath(p.pid, t.tid, "status"))
 	if err != nil {
@@ -245,6 +338,10 @@ func (p *Process) seizeDenied(t *thread) error {
 	case st.state == 'Z' || st.state == 'X':
 		t.gone = true
 		return nil
+	case st.tracer != 0 && st.tracer == p.tr.tid:
+		// Traced by this very stop under another ID: a thread that
+		// executed a new program took the leader's.
+		return fmt.Errorf("pid %d executed a new program during the stop: %w", p.pid, errs.ErrCannotStop)
 	case st.tracer != 0:
 		who := ""
 		if c, err := os.ReadFile("/proc/" + strconv.Itoa(st.tracer) + "/comm"); err == nil {
@@ -252,6 +349,12 @@ func (p *Process) seizeDenied(t *thread) error {
 		}
 		return fmt.Errorf("pid %d: thread %d is already traced by pid %d%s: %w", p.pid, t.tid, st.tracer, who, errs.ErrCannotStop)
 	}
+	return nil
+}
+
+// accessDenied is the error of a thread that PTRACE_SEIZE refuses for want
+// of the right.
+func (p *Process) accessDenied(t *thread) error {
 	why := "not permitted"
 	if b, err := os.ReadFile("/proc/sys/kernel/yama/ptrace_scope"); err == nil {
 		if s := strings.TrimSpace(string(b)); s != "0" {
@@ -281,7 +384,7 @@ func (p *Process) waitStopped(deadline time.Time) error {
 			}
 		}
 		if p.execed != 0 {
-			return fmt.Errorf("pid %d: thread %d executed a new program during the stop: %w", p.pid, p.execed, errs.ErrCannotStop)
+			return fmt.Errorf("pid %d executed a new program during the stop: %w", p.pid, errs.ErrCannotStop)
 		}
 		if pending == 0 {
 			return nil
@@ -349,7 +452,6 @@ func (p *Process) poll(t *thread) error {
 	case unix.PTRACE_EVENT_STOP:
 		// SIGTRAP: our interrupt; a stop signal: it is in a group stop,
 		// which the kernel restores when it is detached.
-		t.group = sig != int(unix.SIGTRAP)
 	case 0:
 		// A signal-delivery-stop: it was about to take signal sig, which
 		// it takes when it is detached.
@@ -396,23 +498,17 @@ func (p *Process) notStopped() error {
 	return fmt.Errorf("pid %d: thread %s did not stop within %v: %w", p.pid, strings.Join(which, ", "), p.timeout, errs.ErrCannotStop)
 }
 
-// release detaches every stopped thread, handing back the signal each held;
-// it reports whether every seized thread was detached. It runs on the
-// tracer's thread.
-func (p *Process) release() (all bool) {
-	all = true
+// release detaches every seized thread, handing back the signal each held.
+// It runs on the tracer's thread.
+func (p *Process) release() {
 	for _, t := range p.ts {
-		if !t.seized {
-			continue
-		}
-		// PTRACE_DETACH needs the thread in a ptrace stop, consumed or
-		// not; one that never got there (or a zombie) is released when
-		// the tracer's thread exits.
-		if err := ptrace(unix.PTRACE_DETACH, t.tid, 0, uintptr(t.sig)); err != nil && !t.gone {
-			all = false
+		if t.seized {
+			// PTRACE_DETACH needs the thread in a ptrace stop,
+			// consumed or not; one that never got there (or a
+			// zombie) is released when the tracer's thread exits.
+			ptrace(unix.PTRACE_DETACH, t.tid, 0, uintptr(t.sig))
 		}
 	}
-	return all
 }
 
 // Resume lets every thread run again: each is detached, a group stop it was
@@ -430,10 +526,12 @@ func (p *Process) resume(why string) error {
 	if p.watchdog != nil {
 		p.watchdog.Stop()
 	}
-	var all bool
-	p.tr.do(func() { all = p.release() })
+	p.tr.do(func() { p.release() })
 	p.end = time.Now()
-	p.tr.stop(!all)
+	// Wait for the tracer's thread to be gone: a thread that no detach
+	// reached (it never stopped, or its ID changed with an exec) is free
+	// once it is, and Resume promises that nothing stays traced.
+	p.tr.stop(true)
 	p.mem.close()
 	return nil
 }

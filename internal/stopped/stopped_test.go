@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/heapscope/heapscope/internal/errs"
+	"github.com/heapscope/heapscope/internal/proc"
 	"github.com/heapscope/heapscope/internal/testutil"
 )
 
@@ -570,4 +571,46 @@ func TestSignalDuringStop(t *testing.T) {
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ProcessState.Sys().(syscall.WaitStatus).Signal() != unix.SIGTERM {
 		t.Fatalf("target ended with %v, want killed by SIGTERM after the stop", err)
 	}
+}
+
+// TestExecWhileStopping stops a process over and over while its threads
+// execute new programs: each stop ends with the process stopped whole, or
+// an error that says why (an exec met during the stop, or a thread gone),
+// and the chain of execs runs to its end.
+func TestExecWhileStopping(t *testing.T) {
+	bin := testutil.MustBuild(t, "scan_exec", testutil.Options{})
+	cmd := exec.Command(bin, "150")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	outcomes := map[string]int{}
+	for proc.Alive(cmd.Process.Pid) {
+		p, err := Stop(cmd.Process.Pid, Options{Timeout: time.Second})
+		switch {
+		case err == nil:
+			outcomes["stopped"]++
+			checkAllStopped(t, cmd.Process.Pid, len(p.Threads()))
+			p.Resume()
+		case errors.Is(err, errs.ErrCannotStop) && strings.Contains(err.Error(), "executed a new program during the stop"):
+			outcomes["exec during the stop"]++
+		case errors.Is(err, errs.ErrNoSuchProcess):
+			outcomes["gone"]++
+		default:
+			t.Fatalf("Stop: %v", err)
+		}
+		if _, err := os.Stat("/proc/" + strconv.Itoa(cmd.Process.Pid)); err == nil {
+			if st, err := taskState(cmd.Process.Pid, cmd.Process.Pid); err == nil && st != 'Z' {
+				checkRunning(t, cmd.Process.Pid)
+			}
+		}
+	}
+	b, _ := io.ReadAll(out)
+	if err := cmd.Wait(); err != nil || string(b) != "done\n" {
+		t.Fatalf("scan_exec: %v, output %q", err, b)
+	}
+	t.Logf("outcomes: %v", outcomes)
 }

@@ -49,11 +49,19 @@ func (t *tracer) run(ready chan struct{}) {
 	// Return still locked: the thread exits.
 }
 
-// do runs f on the tracer's thread and waits for it.
+// do runs f on the tracer's thread and waits for it. A panic in f is
+// raised again in the caller, whose deferred Resume then runs (a panic on
+// the tracer's goroutine would end the program before anything resumed
+// the target; the kernel would then, but not the caller's cleanup).
 func (t *tracer) do(f func()) {
-	fin := make(chan struct{})
-	t.reqs <- func() { f(); close(fin) }
-	<-fin
+	fin := make(chan any, 1)
+	t.reqs <- func() {
+		defer func() { fin <- recover() }()
+		f()
+	}
+	if r := <-fin; r != nil {
+		panic(r)
+	}
 }
 
 // stop ends the tracer and, when wait is set, waits (up to a second) until its
