@@ -14,10 +14,12 @@ import (
 // mappings and its threads. internal/stopped provides all three; nothing
 // here stops or resumes a process.
 type Target struct {
-	PID     int            // for /proc/PID/smaps and pagemap (TakeOptions.RSS)
-	Mem     io.ReaderAt    // the address space: offsets are addresses
-	Maps    []proc.Mapping // the mappings, as /proc/PID/maps has them while stopped
-	Threads []Thread       // every thread, for their tcaches
+	PID  int            // for /proc/PID/smaps and pagemap; 0: no RSS, and every page is looked at for mmapped chunks
+	Mem  io.ReaderAt    // the address space: offsets are addresses
+	Maps []proc.Mapping // the mappings, as /proc/PID/maps has them while stopped
+	// Threads must be every thread: the chunks in the tcache of a thread
+	// left out would look in use.
+	Threads []Thread
 }
 
 // Thread is what the census needs of a thread: its id and its thread
