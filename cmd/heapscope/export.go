@@ -39,7 +39,8 @@ shows, with negative values where FILE has less.
 			lf.register(fs)
 			format := fs.String("format", "pprof", "pprof, collapsed or otlp")
 			metric := fs.String("metric", "alloc_space", "collapsed: the value of each stack")
-			out := fs.String("o", "", "output file ('-' for standard output)")
+			var out output
+			out.register(fs, "")
 			base := fs.String("base", "", "pprof: write the difference from this trace (go tool pprof -base semantics)")
 			return func(args []string) error {
 				if len(args) != 1 {
@@ -51,7 +52,7 @@ shows, with negative values where FILE has less.
 				}
 				switch *format {
 				case "pprof":
-					if *out == "" && isTerminal(os.Stdout) {
+					if out.path == "" && isTerminal(os.Stdout) {
 						return usagef("--format pprof needs -o FILE (or -o - for standard output)")
 					}
 				case "collapsed":
@@ -64,13 +65,13 @@ shows, with negative values where FILE has less.
 					return usagef("--format: want pprof, collapsed or otlp, not %q", *format)
 				}
 				if *base != "" {
-					return exportDiff(&lf, *format, *base, args[0], *out)
+					return exportDiff(&lf, *format, *base, args[0], out)
 				}
 				rep, err := lf.load(args[0])
 				if err != nil {
 					return err
 				}
-				return writeOutput(*out, func(w io.Writer) error {
+				return writeOutput(out, func(w io.Writer) error {
 					if *format == "pprof" {
 						return rep.WritePprof(w)
 					}
