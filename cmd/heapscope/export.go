@@ -60,7 +60,7 @@ shows, with negative values where FILE has less.
 					if *base != "" {
 						return usagef("--base applies to --format pprof, not otlp")
 					}
-					return exportOTLP(&lf, args[0], *out)
+					return exportOTLP(&lf, args[0], out.path)
 				default:
 					return usagef("--format: want pprof, collapsed or otlp, not %q", *format)
 				}
