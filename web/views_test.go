@@ -255,4 +255,3 @@ func (n noteSink) Note(x event.Note) error {
 	}
 	return nil
 }
-
