@@ -407,6 +407,13 @@ func TestPageControlsPerTab(t *testing.T) {
 			}
 		}
 		noErrors(t, ctx, tab)
+		if tab == "sizes" {
+			// No empty rows below the trace's time resolution.
+			rows := eval[[]string](t, ctx, `[...document.querySelectorAll("#lifetimes-table tr")].map((r) => r.cells[1].textContent)`)
+			if len(rows) < 2 || rows[1] == "0" {
+				t.Errorf("lifetimes %v: an empty bucket after the first", rows)
+			}
+		}
 	}
 }
 

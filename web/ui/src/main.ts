@@ -561,11 +561,14 @@ function renderSizes(h: Histogram | null) {
   $("lifetimes-box").hidden = false;
   bars("sizes-table", sizeRows(h.sizes ?? []));
   // Bucket 0 holds the blocks freed at the same timestamp as they were
-  // made: shorter than the trace's time resolution, and so are the buckets
-  // up to it.
+  // made: shorter than the trace's time resolution (10 µs by default), so
+  // the empty buckets after it, up to the first used, are below it and say
+  // nothing.
   const lts = h.lifetimes ?? [];
-  const first = lts.findIndex((b) => b.count > 0);
-  const lifetimes = lts.slice(Math.max(0, first)).map((b) => ({ label: b.lt_ns <= 1 ? "same timestamp" : `< ${dur(b.lt_ns)}`, v: b.count }));
+  const label = (b: { lt_ns: number }) => (b.lt_ns <= 1 ? "same timestamp" : `< ${dur(b.lt_ns)}`);
+  const lifetimes = lts.length && lts[0].count > 0 ? [{ label: label(lts[0]), v: lts[0].count }] : [];
+  const first = lts.findIndex((b, i) => i > 0 && b.count > 0);
+  if (first > 0) for (const b of lts.slice(first)) lifetimes.push({ label: label(b), v: b.count });
   bars("lifetimes-table", [...lifetimes, { label: "never freed", v: h.live }]);
 }
 
