@@ -205,15 +205,16 @@ func (w *bucketWalk) finish() {
 }
 
 // timelineSweep builds a subset's timeline, as Timeline builds the whole
-// heap's.
+// heap's, and finds its peak on the way.
 type timelineSweep struct {
-	heapState
+	peakFinder
 	out               []Bucket
 	walk              *bucketWalk
 	madeNow, endedNow bool // the current event made, ended a block of the subset
 }
 
-func (t *timelineSweep) begin(int64) {
+func (t *timelineSweep) begin(s0 int64) {
+	t.peakFinder.begin(s0)
 	for i := range t.out {
 		t.out[i].MaxBytes, t.out[i].MaxBlocks = t.bytes, t.blocks
 	}
@@ -237,7 +238,8 @@ func (t *timelineSweep) ended(seq int64, i int, r *rowRec, size uint64) {
 	t.endedNow = true
 }
 
-func (t *timelineSweep) after(int64) {
+func (t *timelineSweep) after(seq int64) {
+	t.peakFinder.after(seq)
 	o := &t.out[t.walk.b]
 	if t.bytes > o.MaxBytes {
 		o.MaxBytes, o.MaxBlocks = t.bytes, t.blocks
@@ -251,28 +253,40 @@ func (t *timelineSweep) after(int64) {
 	t.madeNow, t.endedNow = false, false
 }
 
-// subsetTimeline is Timeline for the heap of ss alone.
-func (x *Index) subsetTimeline(ss *subset, sp Span, points int) []Bucket {
+// subsetTimeline is Timeline for the heap of ss alone, and its peak (as
+// subsetPeak's).
+func (x *Index) subsetTimeline(ss *subset, sp Span, points int) ([]Bucket, int64, analyze.Peak) {
 	out, walk := x.newBucketWalk(sp, points)
-	if len(out) == 0 {
-		return nil
+	t := &timelineSweep{peakFinder: peakFinder{seq: -1}, out: out, walk: walk}
+	if len(out) > 0 {
+		x.sweep(ss, sp.S0, sp.S1, t)
+		t.walk.finish()
+		last := &out[len(out)-1]
+		last.EndBytes, last.EndBlocks = t.bytes, t.blocks
 	}
-	t := &timelineSweep{out: out, walk: walk}
-	x.sweep(ss, sp.S0, sp.S1, t)
-	t.walk.finish()
-	last := &out[len(out)-1]
-	last.EndBytes, last.EndBlocks = t.bytes, t.blocks
-	return out
+	if t.seq < 0 || t.best.bytes == 0 {
+		return out, -1, analyze.Peak{}
+	}
+	return out, t.seq, analyze.Peak{Time: x.evs.time(int(t.seq)), Bytes: t.best.bytes, Blocks: t.best.blocks}
 }
 
 // TimelineOf is Timeline for what f keeps: the whole heap when f has no
 // Match (its process and thread do not cut the timeline, see Peak), else
 // the heap of the sites it keeps (of its process and thread).
 func (x *Index) TimelineOf(f Filter, sp Span, points int) []Bucket {
+	b, _, _ := x.TimelinePeakOf(f, sp, points)
+	return b
+}
+
+// TimelinePeakOf is TimelineOf and PeakOf at once: for a Match, one pass
+// over the rows of the sites kept.
+func (x *Index) TimelinePeakOf(f Filter, sp Span, points int) ([]Bucket, analyze.Peak, bool) {
 	if ss := x.subsetOf(f); ss != nil {
-		return x.subsetTimeline(ss, sp, max(points, 1))
+		b, seq, p := x.subsetTimeline(ss, sp, max(points, 1))
+		return b, p, seq >= 0
 	}
-	return x.Timeline(sp, points)
+	p, ok := x.Peak(sp)
+	return x.Timeline(sp, points), p, ok
 }
 
 // PeakOf is Peak for what f keeps, as TimelineOf.

@@ -185,6 +185,9 @@ func TestSubsetHeap(t *testing.T) {
 			if res.PeakSeq != p || p >= 0 && (res.Peak.Bytes != bytes[p] || res.Peak.Blocks != blocks[p]) {
 				t.Errorf("window %d: filtered peak at %d (%d B), replay's at %d (%d B)", k, res.PeakSeq, res.Peak.Bytes, p, best)
 			}
+			if _, tp, ok := x.TimelinePeakOf(fn, sp, 37); ok != (p >= 0) || tp != res.Peak {
+				t.Errorf("window %d: the timeline's peak %+v (%v), the window's %+v", k, tp, ok, res.Peak)
+			}
 			if p >= 0 && res.Total.Peak.Bytes != res.Peak.Bytes {
 				t.Errorf("window %d: the sites' bytes at the filtered peak %d, the peak %d", k, res.Total.Peak.Bytes, res.Peak.Bytes)
 			}

@@ -70,7 +70,7 @@ func (x *Index) Tree(res *Result, by Cost, inverted bool, minShare float64, maxN
 	for _, c := range TreeCosts {
 		out.Costs = append(out.Costs, c.String())
 	}
-	v := make([]uint64, nc)
+	v, zero := make([]uint64, nc), make([]uint64, nc)
 	for _, s := range x.sites {
 		any := false
 		for i, c := range TreeCosts {
@@ -98,8 +98,8 @@ func (x *Index) Tree(res *Result, by Cost, inverted bool, minShare float64, maxN
 				at[t] = k + 1
 				ns = append(ns, tnode{parent: cur, depth: ns[cur].depth + 1, trie: t, site: int32(s.ID), step: int32(i)})
 				ns[cur].kids++
-				vals = append(vals, make([]uint64, nc)...)
-				self = append(self, make([]uint64, nc)...)
+				vals = append(vals, zero...)
+				self = append(self, zero...)
 			}
 			cur = k
 			addTo(vals, cur)

@@ -456,10 +456,11 @@ func (s *Server) timeline(w http.ResponseWriter, r *http.Request) {
 	}
 	sp := s.x.Span(p.f)
 	out := Timeline{FromNs: s.rel(sp.From), ToNs: s.rel(sp.To), Points: []TimelinePoint{}, Capped: capped}
-	if pk, ok := s.x.PeakOf(p.f, sp); ok {
+	buckets, pk, ok := s.x.TimelinePeakOf(p.f, sp, int(n))
+	if ok {
 		out.Peak = Point{TNs: s.rel(pk.Time), Bytes: pk.Bytes, Blocks: pk.Blocks}
 	}
-	for _, b := range s.x.TimelineOf(p.f, sp, int(n)) {
+	for _, b := range buckets {
 		out.WidthNs = b.Width
 		out.Points = append(out.Points, TimelinePoint{TNs: s.rel(b.Time), Bucket: b})
 	}
