@@ -1,6 +1,7 @@
 package query
 
 import (
+	"errors"
 	"math/rand"
 	"path/filepath"
 	"reflect"
@@ -297,4 +298,28 @@ func TestParseMatch(t *testing.T) {
 	if err != nil || !reflect.DeepEqual(back, m) {
 		t.Errorf("ParseMatch(%q) = %+v, %v", m.String(), back, err)
 	}
+}
+
+// A filter term comes from a URL: any text parses or is refused with
+// ErrBadTerm, and what a Match writes it reads back.
+func FuzzParseMatch(f *testing.F) {
+	for _, s := range []string{"ggc", "module:libc.so", "file:x.c", "function:a:b", "", "+a\n-b\n", "-module:\x01"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if tm, err := ParseTerm(s); err == nil {
+			m := Match{Include: []Term{tm}, Exclude: []Term{tm}}
+			back, err := ParseMatch(m.String())
+			if err != nil || !reflect.DeepEqual(back, m) {
+				t.Fatalf("%q: %+v read back as %+v, %v", s, m, back, err)
+			}
+		} else if !errors.Is(err, ErrBadTerm) {
+			t.Fatalf("%q: %v", s, err)
+		}
+		if m, err := ParseMatch(s); err == nil {
+			m.Keeps(nil)
+		} else if !errors.Is(err, ErrBadTerm) {
+			t.Fatalf("ParseMatch(%q): %v", s, err)
+		}
+	})
 }
