@@ -158,6 +158,7 @@ type Index struct {
 	// inverted, made on first use.
 	trieOnce [2]sync.Once
 	tries    [2]*trie
+	masks    masks // the sites of the latest Filter.Match asked (see siteMask)
 	rules    []*suppress.Rule
 	// indexProgress is Options.IndexProgress.
 	indexProgress func(n int64)
