@@ -14,8 +14,9 @@ var (
 	ErrAlreadyExists = errs.ErrAlreadyExists
 	// ErrNameTooLong: the session name is over MaxNameLen characters.
 	ErrNameTooLong = errs.ErrNameTooLong
-	// ErrInvalidFlags: an invalid property value or combination. The
-	// message says which. (The Windows equivalent is ERROR_INVALID_FLAGS.)
+	// ErrInvalidFlags: an invalid property value or combination: a
+	// *PropertyError (from Validate, Start, Launch) says which. (The
+	// Windows equivalent is ERROR_INVALID_FLAGS.)
 	ErrInvalidFlags = errs.ErrInvalidFlags
 	// ErrOutOfMemory: the session's buffers cannot be had. (The Windows
 	// equivalent is ERROR_OUT_OF_MEMORY.)

@@ -1,13 +1,10 @@
 package heapscope
 
 import (
-	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/heapscope/heapscope/event"
-	"github.com/heapscope/heapscope/internal/errs"
 	"github.com/heapscope/heapscope/tracefile"
 )
 
@@ -77,7 +74,7 @@ func ParseCaptureMode(s string) (CaptureMode, error) { return event.ParseCapture
 const DefaultStacks = event.DefaultStacks
 
 // MaxFrames is the deepest stack heapscope records.
-const MaxFrames = 127
+const MaxFrames = event.MaxFrames
 
 // DefaultStacksFor is the set of event kinds that carry a call stack when
 // the families f are traced and nothing else was chosen: every kind that
@@ -98,7 +95,7 @@ const (
 	MaxBufferSize        = 1 * MiB
 	DefaultBufferSize    = 64 * KiB
 	DefaultBuffers       = 64
-	DefaultFlushInterval = time.Second
+	DefaultFlushInterval = event.DefaultFlushInterval
 	// MaxBufferBytes bounds BufferSize × Buffers: the memory a session may
 	// ask for its buffers.
 	MaxBufferBytes = 4 * GiB
@@ -225,99 +222,6 @@ func (p Properties) withDefaults(provider Provider) Properties {
 		p.TimeResolution = tracefile.DefaultTimeResolution
 	}
 	return p
-}
-
-// Validate reports the first invalid value or combination in p, wrapping
-// ErrInvalidFlags (or ErrOutOfMemory for buffers that could never be had).
-// It applies the exclusions of the Windows equivalent (ETW), and
-// heapscope's own. The zero
-// Properties is invalid: it writes a file and names none (see Properties).
-func (p Properties) Validate() error {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf(format+": %w", append(args, errs.ErrInvalidFlags)...)
-	}
-	switch {
-	case p.BufferSize != 0 && (p.BufferSize < MinBufferSize || p.BufferSize > MaxBufferSize):
-		return bad("BufferSize %v: must be %v to %v", p.BufferSize, MinBufferSize, MaxBufferSize)
-	case p.Buffers < 0:
-		return bad("Buffers %d: negative", p.Buffers)
-	case p.MaxFileSize < 0 || p.MaxFileSize > 0 && p.MaxFileSize < tracefile.MinMaxSize:
-		return bad("MaxFileSize %v: must be 0 (unlimited) or at least %v", p.MaxFileSize, Size(tracefile.MinMaxSize))
-	case p.FlushInterval < 0:
-		return bad("negative FlushInterval")
-	case p.TimeResolution < 0 || p.TimeResolution > time.Second:
-		return bad("TimeResolution %v: must be 1ns to 1s", p.TimeResolution)
-	case p.MaxFrames < 0 || p.MaxFrames > MaxFrames:
-		return bad("MaxFrames %d: must be 0 to %d", p.MaxFrames, MaxFrames)
-	case p.Families&^event.FamilyAll != 0:
-		return bad("unknown Families bits %#x", uint32(p.Families&^event.FamilyAll))
-	case p.StackEvents&^(event.NoStacks|event.AllKinds) != 0:
-		return bad("unknown StackEvents bits %#x", uint8(p.StackEvents&^(event.NoStacks|event.AllKinds)))
-	}
-	switch p.FileMode {
-	case Sequential:
-		if p.File == "" {
-			return bad("sequential mode needs a File")
-		}
-	case Circular:
-		if p.File == "" || p.MaxFileSize == 0 {
-			return bad("circular mode needs a File and a MaxFileSize")
-		}
-	case NewFile:
-		if p.MaxFileSize == 0 {
-			return bad("newfile mode needs a MaxFileSize")
-		}
-		if strings.Count(p.File, "%d") != 1 || strings.Count(p.File, "%") != 1 {
-			return bad("newfile mode needs exactly one %%d (and no other %%) in File %q", p.File)
-		}
-	case RealTime:
-		if p.File != "" {
-			return bad("real-time mode writes no file, but File is %q", p.File)
-		}
-		if p.MaxFileSize != 0 {
-			return bad("real-time mode writes no file, but MaxFileSize is set")
-		}
-	default:
-		return bad("unknown FileMode %d", p.FileMode)
-	}
-	if p.FileMode != NewFile && strings.Contains(p.File, "%") {
-		return bad("%% in File %q is only for newfile mode", p.File)
-	}
-	switch p.Provider {
-	case "", ProviderEBPF, ProviderPreload:
-	default:
-		return bad("unknown provider %q (want preload or ebpf)", p.Provider)
-	}
-	switch p.Mode {
-	case Stream:
-	case Aggregate:
-		if p.Provider != ProviderEBPF && p.Provider != "" {
-			return bad("aggregate mode needs the ebpf provider")
-		}
-		if p.Families&event.FamilyMmap != 0 {
-			return bad("aggregate mode does not trace mmap")
-		}
-	default:
-		return bad("unknown capture mode %d", p.Mode)
-	}
-	if p.OnFull > Drop {
-		return bad("unknown OnFull policy %d", p.OnFull)
-	}
-	if p.OnFull == Block && p.Provider == ProviderEBPF {
-		// A uprobe cannot wait for room: "block" would drop all the same.
-		return bad("OnFull block with the ebpf provider: it cannot make the traced thread wait; it drops and counts (OnFull drop)")
-	}
-	if p.Unwind > Tables {
-		return bad("unknown unwinder %d", p.Unwind)
-	}
-	if err := p.validateSample(); err != nil {
-		return err
-	}
-	d := p.withDefaults(ProviderEBPF)
-	if d.BufferSize*Size(d.Buffers) > MaxBufferBytes {
-		return fmt.Errorf("%d buffers of %v exceed %v: %w", d.Buffers, d.BufferSize, Size(MaxBufferBytes), errs.ErrOutOfMemory)
-	}
-	return nil
 }
 
 // ringBytes is the size of the eBPF provider's ring buffer: Buffers

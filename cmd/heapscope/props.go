@@ -54,54 +54,63 @@ func (f *sessionFlags) register(fs *flag.FlagSet) {
 	fs.TextVar(&f.sample, "sample", heapscope.Size(0), "record one allocation per `SIZE` bytes allocated on average (e.g. 512KiB, 1MiB, 65536) and\nestimate the rest; 0 records every event. Not with --events mmap")
 }
 
-// validate checks each flag against its range, so that a value is never
-// quietly replaced by a default: 0 is an error, not "the default".
+// validate checks what is not a property: the session's name.
 func (f *sessionFlags) validate() error {
 	switch {
 	case f.name.set && f.name.s == "":
 		return usagef("--name: must be 1 to %d characters, not empty", heapscope.MaxNameLen)
 	case f.name.set && utf8.RuneCountInString(f.name.s) > heapscope.MaxNameLen:
 		return usagef("--name: must be 1 to %d characters, not %d", heapscope.MaxNameLen, utf8.RuneCountInString(f.name.s))
-	case f.bufferSize < int(heapscope.MinBufferSize/heapscope.KiB) || f.bufferSize > int(heapscope.MaxBufferSize/heapscope.KiB):
-		return usagef("--buffer-size %d: must be %d to %d (KB)", f.bufferSize, heapscope.MinBufferSize/heapscope.KiB, heapscope.MaxBufferSize/heapscope.KiB)
-	}
-	maxBuffers := int(heapscope.MaxBufferBytes / (heapscope.Size(f.bufferSize) * heapscope.KiB))
-	switch {
-	case f.buffers < 1 || f.buffers > maxBuffers:
-		return usagef("--buffers %d: must be 1 to %d (with --buffer-size %d)", f.buffers, maxBuffers, f.bufferSize)
-	case f.maxSize < 0:
-		return usagef("--max-size %d: must be 0 (unlimited) or more", f.maxSize)
-	case f.flushInterval <= 0:
-		return usagef("--flush-interval %v: must be more than 0", f.flushInterval)
-	case f.maxFrames < 1 || f.maxFrames > heapscope.MaxFrames:
-		return usagef("--max-frames %d: must be 1 to %d", f.maxFrames, heapscope.MaxFrames)
-	case f.timeRes < time.Nanosecond || f.timeRes > time.Second:
-		return usagef("--time-resolution %v: must be 1ns to 1s", f.timeRes)
 	}
 	return nil
 }
 
-// flagNames says which flag sets each field of heapscope.Properties, so
-// that an error of Properties.Validate names what the user typed.
-var flagNames = strings.NewReplacer(
-	"MaxFileSize", "--max-size",
-	"FileMode", "--log-mode",
-	"File", "-o",
-	"Buffers", "--buffers",
-	"BufferSize", "--buffer-size",
-	"FlushInterval", "--flush-interval",
-	"StackEvents", "--stacks",
-	"MaxFrames", "--max-frames",
-	"TimeResolution", "--time-resolution",
-	"Families", "--events",
-	"OnFull", "--on-full",
-	"Sample:", "--sample:",
-	"with the ebpf provider", "with --provider ebpf",
-)
+// propertyFlags names the flag that sets each field of
+// heapscope.Properties, and the unit of a size flag's bare numbers, so that
+// an error of Properties.Validate names what the user typed.
+var propertyFlags = map[string]struct {
+	name string
+	unit heapscope.Size
+}{
+	"File":           {"-o", 0},
+	"FileMode":       {"--log-mode", 0},
+	"MaxFileSize":    {"--max-size", heapscope.MiB},
+	"BufferSize":     {"--buffer-size", heapscope.KiB},
+	"Buffers":        {"--buffers", 0},
+	"FlushInterval":  {"--flush-interval", 0},
+	"Families":       {"--events", 0},
+	"StackEvents":    {"--stacks", 0},
+	"Provider":       {"--provider", 0},
+	"Mode":           {"--mode", 0},
+	"OnFull":         {"--on-full", 0},
+	"Unwind":         {"--unwind", 0},
+	"MaxFrames":      {"--max-frames", 0},
+	"TimeResolution": {"--time-resolution", 0},
+	"Sample":         {"--sample", 0},
+}
 
-// flagError rewrites an error of Properties.Validate in terms of flags.
+// flagError writes an error of Properties.Validate in terms of flags: a
+// usage error.
 func flagError(err error) error {
-	return usageError{flagNames.Replace(err.Error())}
+	var pe *heapscope.PropertyError
+	if !errors.As(err, &pe) {
+		return usageError{err.Error()}
+	}
+	name := func(field string) string {
+		if f, ok := propertyFlags[field]; ok {
+			return f.name
+		}
+		return field
+	}
+	value := func(field string, v any) string {
+		if s, ok := v.(heapscope.Size); ok {
+			if u := propertyFlags[field].unit; u != 0 && s%u == 0 {
+				return strconv.FormatInt(int64(s/u), 10)
+			}
+		}
+		return fmt.Sprint(v)
+	}
+	return usageError{pe.Describe(name, value)}
 }
 
 // setString is a string flag that records whether it was given.
@@ -143,6 +152,11 @@ func (f *sessionFlags) properties(program string, pid int) (heapscope.Properties
 		}
 	} else if f.output != "" {
 		return p, usagef("-o: realtime mode writes no file")
+	}
+	// Every flag has a value: 0 is one, never "the default". (What depends
+	// on the provider, which the command sets, Start checks.)
+	if err := p.ValidateGiven(); err != nil {
+		return p, flagError(err)
 	}
 	return p, nil
 }
