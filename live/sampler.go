@@ -69,12 +69,14 @@ type Site struct {
 	key       string
 }
 
-// Name is the site's innermost frame, as one word.
+// Name is the site's name, as the reports and serve name it (its first
+// frame that is not an allocator wrapper, symbolize.SiteFrame), with its
+// file and line.
 func (s *Site) Name() string {
 	if len(s.Stack) == 0 {
-		return "[no stack]"
+		return symbolize.NoStack
 	}
-	f := &s.Stack[0]
+	f := &s.Stack[symbolize.SiteFrame(len(s.Stack), func(i int) *symbolize.Frame { return &s.Stack[i] })]
 	name := f.Name()
 	if f.File != "" && f.Line > 0 {
 		name += " (" + f.File[strings.LastIndexByte(f.File, '/')+1:] + ":" + strconv.Itoa(f.Line) + ")"

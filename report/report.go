@@ -79,6 +79,15 @@ func (s *Site) Stack() []symbolize.Frame {
 	return out
 }
 
+// Name is the site's name in one word (symbolize.SiteName): its first
+// frame that is not an allocator wrapper.
+func (s *Site) Name() string {
+	if len(s.ids) == 0 {
+		return symbolize.NoStack
+	}
+	return s.table.name(s.ids[symbolize.SiteFrame(len(s.ids), s.frame)])
+}
+
 func (s *Site) depth() int                   { return len(s.ids) }
 func (s *Site) frame(i int) *symbolize.Frame { return &s.table.frames[s.ids[i]] }
 

@@ -41,6 +41,7 @@ export interface ReportSummary {
 export interface Live {
   bytes: number;
   blocks: number;
+  name: string; // the site's name: its first frame that is not an allocator wrapper
   pids: number[];
   stack: Frame[];
 }
@@ -54,6 +55,7 @@ export interface SiteTotals {
   failed: number;
   leaked_bytes: number;
   peak_bytes: number;
+  name: string;
   pids: number[];
   stack: Frame[];
 }
@@ -112,7 +114,7 @@ export interface Diff {
   cost: string;
   base: string;
   total: DiffTotal;
-  sites: (DiffTotal & { stack: Frame[] })[];
+  sites: (DiffTotal & { name: string; stack: Frame[] })[];
   more: number;
 }
 
@@ -157,6 +159,7 @@ export interface Classes {
 
 export interface SiteClasses extends Classes {
   site: number;
+  name: string;
   pids: number[];
   stack: Frame[];
 }

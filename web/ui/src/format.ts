@@ -66,8 +66,17 @@ export function el<K extends keyof HTMLElementTagNameMap>(
   return e;
 }
 
-export function frameText(f: { function?: string; file?: string; line?: number; module?: string }): string {
-  let s = f.function || "?";
+// frameName is a frame in one word, as the server's symbolize.Frame.Name
+// writes it: its function, else its module's base name and offset, else its
+// address.
+export function frameName(f: { function?: string; module?: string; offset?: string; address?: string }): string {
+  if (f.function) return f.function;
+  if (f.module) return `${f.module.split("/").pop()}+${f.offset ?? "0x0"}`;
+  return f.address ?? "?";
+}
+
+export function frameText(f: { function?: string; file?: string; line?: number; module?: string; offset?: string; address?: string }): string {
+  let s = frameName(f);
   if (f.file) {
     s += ` ${f.file.split("/").pop()}:${f.line ?? 0}`;
   }

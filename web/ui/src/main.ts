@@ -19,7 +19,7 @@ import {
   Diff,
   IndexState,
 } from "./api";
-import { bytes, bytesExact, count, dur, el, exact, frameText, pct } from "./format";
+import { bytes, bytesExact, count, dur, el, exact, frameName, frameText, pct } from "./format";
 import { TimelineView } from "./timeline";
 import { FlameView } from "./flame";
 
@@ -246,7 +246,7 @@ function renderWindow(w: Window) {
       el(
         "tr",
         {},
-        stackCell(s.stack),
+        stackCell(s.stack, s.name),
         ...[s.aifi, s.aifo, s.aofi, s.aofo].map((a) => el("td", { class: "num" }, a.blocks ? `${bytes(a.bytes)} / ${count(a.blocks)}` : "")),
       ),
     );
@@ -254,19 +254,19 @@ function renderWindow(w: Window) {
   if (w.more) t.append(el("tr", {}, el("td", { colspan: "5", class: "dim" }, `${w.more} more sites`)));
 }
 
-function stackCell(st: Frame[]): HTMLElement {
+// stackCell is a site: its name (the server's: its first frame that is not
+// an allocator wrapper) and its frames.
+function stackCell(st: Frame[], name: string): HTMLElement {
   const td = el("td", { class: "stack" });
   if (st.length === 0) {
     td.append("[no stack]");
     return td;
   }
-  const head = el("div", { class: "fn" }, frameText(st[0]));
-  td.append(head);
-  if (st.length > 1) {
-    const d = el("details", {}, el("summary", {}, `${st.length - 1} callers`));
-    for (const f of st.slice(1)) d.append(el("div", { class: "mono" }, frameText(f)));
-    td.append(d);
-  }
+  const named = st.find((f) => frameName(f) === name) ?? st[0];
+  td.append(el("div", { class: "fn" }, frameText(named)));
+  const d = el("details", {}, el("summary", {}, st.length === 1 ? "1 frame" : `${st.length} frames`));
+  for (const f of st) d.append(el("div", { class: "mono" }, frameText(f)));
+  td.append(d);
   return td;
 }
 
@@ -342,11 +342,11 @@ function renderCallers(c: Callers | null) {
 }
 
 function renderSites(d: ReportJSON) {
-  const lists: [string, string, { v: number; b?: number; stack: Frame[] }[], (v: number) => string][] = [
-    ["sites-leaks", "Leaks (live at the end of the window)", d.leaks.map((l) => ({ v: l.bytes, b: l.blocks, stack: l.stack })), bytesExact],
-    ["sites-peak", "Live at the peak", d.peak.map((l) => ({ v: l.bytes, b: l.blocks, stack: l.stack })), bytesExact],
-    ["sites-calls", "Allocation calls", d.allocations.filter((s) => s.allocations + s.reallocations > 0).sort((a, b) => b.allocations + b.reallocations - (a.allocations + a.reallocations)).map((s) => ({ v: s.allocations + s.reallocations, b: s.bytes, stack: s.stack })), count],
-    ["sites-temp", "Temporary allocations", d.allocations.filter((s) => s.temporary > 0).sort((a, b) => b.temporary - a.temporary).map((s) => ({ v: s.temporary, stack: s.stack })), count],
+  const lists: [string, string, { v: number; b?: number; name: string; stack: Frame[] }[], (v: number) => string][] = [
+    ["sites-leaks", "Leaks (live at the end of the window)", d.leaks.map((l) => ({ v: l.bytes, b: l.blocks, name: l.name, stack: l.stack })), bytesExact],
+    ["sites-peak", "Live at the peak", d.peak.map((l) => ({ v: l.bytes, b: l.blocks, name: l.name, stack: l.stack })), bytesExact],
+    ["sites-calls", "Allocation calls", d.allocations.filter((s) => s.allocations + s.reallocations > 0).sort((a, b) => b.allocations + b.reallocations - (a.allocations + a.reallocations)).map((s) => ({ v: s.allocations + s.reallocations, b: s.bytes, name: s.name, stack: s.stack })), count],
+    ["sites-temp", "Temporary allocations", d.allocations.filter((s) => s.temporary > 0).sort((a, b) => b.temporary - a.temporary).map((s) => ({ v: s.temporary, name: s.name, stack: s.stack })), count],
   ];
   const box = $("sites");
   box.textContent = "";
@@ -355,7 +355,7 @@ function renderSites(d: ReportJSON) {
     t.append(el("tr", {}, el("th", {}, "value"), el("th", {}, id === "sites-calls" ? "bytes" : id === "sites-temp" ? "" : "blocks"), el("th", {}, "site")));
     for (const r of rows.slice(0, 50)) {
       const second = r.b === undefined ? "" : id === "sites-calls" ? bytes(r.b) : count(r.b);
-      t.append(el("tr", {}, el("td", { class: "num" }, fmt(r.v)), el("td", { class: "num" }, second), stackCell(r.stack)));
+      t.append(el("tr", {}, el("td", { class: "num" }, fmt(r.v)), el("td", { class: "num" }, second), stackCell(r.stack, r.name)));
     }
     if (rows.length === 0) t.append(el("tr", {}, el("td", { colspan: "3", class: "dim" }, "none")));
     box.append(el("h3", {}, title), t);
@@ -408,7 +408,7 @@ function renderDiff(d: Diff) {
         el("td", { class: `num ${r.delta > 0 ? "up" : "down"}` }, signed(fmt, r.delta)),
         el("td", { class: "num" }, fmt(r.value)),
         el("td", { class: "num" }, fmt(r.base)),
-        stackCell(r.stack),
+        stackCell(r.stack, r.name),
       ),
     );
   }
