@@ -15,9 +15,15 @@ import (
 	"github.com/heapscope/heapscope/tracefile"
 )
 
-// sessionFlags are the flags run and attach share: the session's name, its
-// output and its properties.
+// sessionFlags are the flags of a session's properties: run's (a launch),
+// attach's, and top's, which takes both.
 type sessionFlags struct {
+	launch, attach bool // the flags of a launch, of an attach are registered
+	provider       event.Provider
+	unwind         event.Unwind
+	onFull         event.OnFull
+	noFollowFork   bool
+
 	name          setString
 	output        string
 	stacks        event.KindSet
@@ -35,7 +41,25 @@ type sessionFlags struct {
 	sample        heapscope.Size
 }
 
-func (f *sessionFlags) register(fs *flag.FlagSet) {
+// The flags of launching a program and of attaching to processes.
+const (
+	launchFlags = 1 << iota
+	attachFlags
+)
+
+// register registers the flags of every session, and those of which:
+// launchFlags, attachFlags or both.
+func (f *sessionFlags) register(fs *flag.FlagSet, which int) {
+	f.launch, f.attach = which&launchFlags != 0, which&attachFlags != 0
+	f.provider, f.unwind, f.onFull = heapscope.ProviderPreload, heapscope.Tables, heapscope.OnFullDefault
+	fs.TextVar(&f.unwind, "unwind", f.unwind, "stack walker `UNWINDER`: "+choices(heapscope.Tables, heapscope.FramePointers, heapscope.DWARF)+". tables (unwind tables built from each file's .eh_frame;\ncomplete stacks on code without frame pointers; with eBPF walked in BPF), fp (frame pointers only:\nfastest, short stacks on code built without them) or dwarf (preload: libunwind at every frame; eBPF: the same as tables)")
+	if f.launch {
+		fs.TextVar(&f.provider, "provider", f.provider, "`PROVIDER` of a launched program: "+choices(heapscope.ProviderPreload, heapscope.ProviderEBPF)+" (the LD_PRELOAD interposer or uprobes)")
+		fs.TextVar(&f.onFull, "on-full", f.onFull, "`POLICY` when the collector falls behind: "+choices(heapscope.OnFullDefault, heapscope.Block, heapscope.Drop)+". With preload, block\n(exact, slows the program) or drop (count losses); with ebpf, drop only (a uprobe cannot wait).\n(default: the provider's own, block for preload, drop for ebpf)")
+	}
+	if f.attach {
+		fs.BoolVar(&f.noFollowFork, "no-follow-fork", false, "eBPF: trace only the given processes, not the children they fork (an exec goes on as the same process)")
+	}
 	fs.Var(&f.name, "name", fmt.Sprintf("session `NAME`, unique on the machine, 1 to %d characters (default heapscope-PROGRAM-PID)", heapscope.MaxNameLen))
 	fs.StringVar(&f.output, "o", "", "trace file (default heapscope.PROGRAM.PID.hst; needs %d with --log-mode newfile)")
 	fs.TextVar(&f.stacks, "stacks", event.KindSet(0), "`KINDS` that carry a call stack: "+choices(event.KindAlloc, event.KindRealloc, event.KindFree, event.KindMmap, event.KindMunmap)+
@@ -125,9 +149,10 @@ func (v *setString) Set(s string) error {
 	return nil
 }
 
-// properties builds the session's properties; program names the default
+// properties builds the properties of a session that launches program
+// (attach false) or attaches to pid (attach true); they name the default
 // output file.
-func (f *sessionFlags) properties(program string, pid int) (heapscope.Properties, error) {
+func (f *sessionFlags) properties(program string, pid int, attach bool) (heapscope.Properties, error) {
 	var p heapscope.Properties
 	if err := f.validate(); err != nil {
 		return p, err
@@ -142,6 +167,10 @@ func (f *sessionFlags) properties(program string, pid int) (heapscope.Properties
 	p.TimeResolution = f.timeRes
 	p.Overwrite = f.overwrite
 	p.Sample = f.sample
+	p.Unwind, p.Provider, p.OnFull = f.unwind, f.provider, f.onFull
+	if attach {
+		p.Provider, p.NoFollowFork = heapscope.ProviderEBPF, f.noFollowFork
+	}
 	if p.FileMode != heapscope.RealTime {
 		p.File = f.output
 		if p.File == "" {
@@ -153,8 +182,7 @@ func (f *sessionFlags) properties(program string, pid int) (heapscope.Properties
 	} else if f.output != "" {
 		return p, usagef("-o: realtime mode writes no file")
 	}
-	// Every flag has a value: 0 is one, never "the default". (What depends
-	// on the provider, which the command sets, Start checks.)
+	// Every flag has a value: 0 is one, never "the default".
 	if err := p.ValidateGiven(); err != nil {
 		return p, flagError(err)
 	}

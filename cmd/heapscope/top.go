@@ -36,6 +36,8 @@ attaches to running processes with eBPF, and top -- PROGRAM launches a
 program with the preload provider (its standard input and output are
 discarded); a top that started its session stops it when it quits (the
 launched program is sent SIGINT) and keeps its trace file, as run and attach do.
+It takes their session flags, with their defaults (--unwind tables): run's
+for -- PROGRAM, attach's for -p.
 
 Every --interval the view shows the live bytes and blocks, with a sparkline of
 the last two minutes, the allocation and free rates, lost events, then the
@@ -55,7 +57,7 @@ terminal, top prints a plain table every interval instead, until the session
 ends or Ctrl-C.`,
 		setup: func(fs *flag.FlagSet) func([]string) error {
 			var sf sessionFlags
-			sf.register(fs)
+			sf.register(fs, launchFlags|attachFlags)
 			var pids pidList
 			fs.Var(&pids, "p", "attach to these process ids with eBPF, comma-separated or repeated")
 			interval := fs.Duration("interval", time.Second, "refresh interval")
@@ -63,11 +65,6 @@ ends or Ctrl-C.`,
 			return func(args []string) error {
 				if *interval < 10*time.Millisecond {
 					return usagef("--interval must be at least 10ms")
-				}
-				if sf.flushInterval == 0 {
-					// What the session delivers every interval is what
-					// each refresh reads.
-					sf.flushInterval = *interval
 				}
 				src, err := openTopSource(&sf, pids, args)
 				if err != nil {
@@ -97,11 +94,10 @@ func openTopSource(sf *sessionFlags, pids pidList, args []string) (*topSource, e
 	case len(pids) > 0 && len(args) > 0:
 		return nil, usagef("give a session NAME, -p PID or -- PROGRAM, not more than one")
 	case len(pids) > 0:
-		props, err := sf.properties("pid", pids[0])
+		props, err := sf.properties("pid", pids[0], true)
 		if err != nil {
 			return nil, err
 		}
-		props.Provider = heapscope.ProviderEBPF
 		name := sf.sessionName("top", os.Getpid())
 		s, err := heapscope.Start(name, props, pids)
 		if err != nil {
@@ -119,7 +115,7 @@ func openTopSource(sf *sessionFlags, pids pidList, args []string) (*topSource, e
 	if err != nil {
 		return nil, err
 	}
-	props, err := sf.properties(args[0], os.Getpid())
+	props, err := sf.properties(args[0], os.Getpid(), false)
 	if err != nil {
 		return nil, err
 	}

@@ -183,6 +183,38 @@ func TestTopInTerminal(t *testing.T) {
 	}
 }
 
+// TestTopPythonStack: top -- launches with the session flags' defaults, as
+// run does (unwind tables): the stack of the site growing in Debian's
+// python3.11, built without frame pointers, has many frames in the expanded
+// view, not the one a frame-pointer walk gives.
+func TestTopPythonStack(t *testing.T) {
+	t.Cleanup(testutil.Cleanup)
+	const python = "/usr/bin/python3.11"
+	if _, err := os.Stat(python); err != nil {
+		testutil.SkipWithout(t, err)
+	}
+	hs := cliBinary(t)
+	dir := t.TempDir()
+	script := filepath.Join(dir, "grow.py")
+	rmust(t, os.WriteFile(script, []byte("import time\nd = []\nwhile True:\n    d.append('x' * 1000 + str(len(d)))\n    time.sleep(0.0005)\n"), 0o644))
+	shell := fmt.Sprintf("PYTHONMALLOC=malloc %s=%s %s top --interval 1s -o %s -- %s %s; sleep 60",
+		registry.DirEnv, registryDir(t), hs, filepath.Join(dir, "py.hst"), python, script)
+	p := newTmuxPane(t, shell)
+	p.waitFor("a growing site", func(s string) bool {
+		g, _ := firstSite(s)
+		return strings.HasPrefix(g, "+")
+	})
+	p.keys("g")
+	p.waitFor("sorted by growth", func(s string) bool { return strings.Contains(s, "sorted by growth ") })
+	p.keys("Enter")
+	frame := regexp.MustCompile(`(?m)^ {52}\S`)
+	s := p.waitFor("the growing site's stack, expanded, of many frames", func(s string) bool { return len(frame.FindAllString(s, -1)) >= 6 })
+	if strings.Contains(s, "unwind=fp") {
+		t.Errorf("top walked frame pointers:\n%s", s)
+	}
+	p.keys("q")
+}
+
 // TestTopPlain: without a terminal, top prints a table every interval and
 // ends with the program; a name or pid that does not exist is a one-line
 // error.

@@ -326,11 +326,7 @@ func (m *topModel) render() string {
 				if loc != "" && fr.Line > 0 {
 					loc = fmt.Sprintf("%s:%d", fr.File, fr.Line)
 				}
-				name := fr.Function
-				if name == "" {
-					name = fmt.Sprintf("%s+0x%x", fr.Module, fr.Offset)
-				}
-				add("%52s%s  %s", "", name, loc)
+				add("%52s%s  %s", "", fr.Name(), loc)
 			}
 		}
 	}
