@@ -440,29 +440,30 @@ func (s *Session) Wait() error {
 func (s *Session) Done() <-chan struct{} { return s.stopped }
 
 // ExitStatus returns the launched program's exit status (128+N when killed
-// by signal N), once the session has ended; -1 for sessions that launched
-// nothing or whose program still runs.
-func (s *Session) ExitStatus() int {
+// by signal N) once it has exited; ok is false while it runs, and for a
+// session that launched nothing.
+func (s *Session) ExitStatus() (status int, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.exited == nil {
-		return -1
+		return 0, false
 	}
 	select {
 	case <-s.exited:
-		return s.exitCode
+		return s.exitCode, true
 	default:
-		return -1
+		return 0, false
 	}
 }
 
 // ProgramExited returns a channel closed when the program Launch started
 // has exited, which may be after the session ended (stopped by name, the
-// program runs on untraced); nil for a session that launched nothing.
-func (s *Session) ProgramExited() <-chan struct{} {
+// program runs on untraced); ok is false for a session that launched
+// nothing.
+func (s *Session) ProgramExited() (exited <-chan struct{}, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.exited
+	return s.exited, s.exited != nil
 }
 
 // Files returns the trace files written so far.

@@ -78,16 +78,17 @@ func runProgram(sf sessionFlags, props heapscope.Properties, args []string) erro
 	}
 	stop := s.ForwardSignals()
 	werr := s.Wait()
-	status := s.ExitStatus()
+	status, exited := s.ExitStatus()
 	if !sf.quiet {
 		printSummary(os.Stderr, s.Status(), s.Files())
 	}
-	if status < 0 {
+	if !exited {
 		// Stopped by name: the program runs on, untraced, and its
 		// status is still ours to pass on.
 		fmt.Fprintf(os.Stderr, "heapscope run: tracing stopped; waiting for pid %d, which runs on untraced\n", cmd.Process.Pid)
-		<-s.ProgramExited()
-		status = s.ExitStatus()
+		ch, _ := s.ProgramExited()
+		<-ch
+		status, _ = s.ExitStatus()
 	}
 	stop()
 	if werr != nil {
