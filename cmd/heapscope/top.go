@@ -18,7 +18,7 @@ import (
 
 	"github.com/heapscope/heapscope"
 	"github.com/heapscope/heapscope/internal/preload"
-	"github.com/heapscope/heapscope/live"
+	"github.com/heapscope/heapscope/internal/topframe"
 	"github.com/heapscope/heapscope/report"
 	"github.com/heapscope/heapscope/symbolize"
 )
@@ -82,7 +82,7 @@ ends or Ctrl-C.`,
 // topSource is the session top shows and how it is left.
 type topSource struct {
 	name  string
-	query live.Source
+	query topframe.Source
 	done  <-chan struct{}       // closed when the session ends
 	stop  func() error          // on quit; nil for a joined session
 	files func() []string       // the trace files, for the last words
@@ -227,14 +227,14 @@ func runTopPlain(src *topSource, interval time.Duration, top int, w io.Writer) e
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
-	smp := live.NewSampler(src.query, interval, symbolize.Options{})
+	smp := topframe.NewSampler(src.query, interval, symbolize.Options{})
 	defer smp.Close()
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	// The first frame at once: the session's totals begin with it, and a
 	// late start reads back more of the trace file.
 	done := src.done
-	var readFrom *live.Frame
+	var readFrom *topframe.Frame
 	for first, ended := true, false; ; first = false {
 		if !first {
 			select {
@@ -245,7 +245,7 @@ func runTopPlain(src *topSource, interval time.Duration, top int, w io.Writer) e
 				return src.finish(os.Stderr)
 			}
 		}
-		f, err := smp.Sample(0, 0, live.ByLive, top)
+		f, err := smp.Sample(0, 0, topframe.ByLive, top)
 		if err != nil {
 			src.finish(os.Stderr)
 			return err
@@ -265,7 +265,7 @@ func runTopPlain(src *topSource, interval time.Duration, top int, w io.Writer) e
 
 // readingWord says how far a session's read-back of its trace file is,
 // with its rate since from, the first frame of the read-back.
-func readingWord(f, from *live.Frame) string {
+func readingWord(f, from *topframe.Frame) string {
 	read := min(f.ReadBytes, f.ReadSize)
 	s := fmt.Sprintf("reading the trace back: %s of %s", fmtSize(uint64(read)), fmtSize(uint64(f.ReadSize)))
 	if f.ReadSize > 0 {
@@ -279,7 +279,7 @@ func readingWord(f, from *live.Frame) string {
 	return s
 }
 
-func writePlainFrame(w io.Writer, name, state string, f, readFrom *live.Frame, top int) {
+func writePlainFrame(w io.Writer, name, state string, f, readFrom *topframe.Frame, top int) {
 	if f.Reading {
 		fmt.Fprintf(w, "%s  session %q (%s)  %s\n\n", f.Time.Format("15:04:05"), name, state, readingWord(f, readFrom))
 		return
@@ -303,14 +303,14 @@ func writePlainFrame(w io.Writer, name, state string, f, readFrom *live.Frame, t
 }
 
 // sampledNote says that a sampled session's counts are of its samples.
-func sampledNote(f *live.Frame) string {
+func sampledNote(f *topframe.Frame) string {
 	if f.SampleRate <= 0 {
 		return ""
 	}
 	return fmt.Sprintf("sampled every %s on average: the counts are of the samples, not estimates", fmtSize(uint64(f.SampleRate)))
 }
 
-func lostWord(f *live.Frame) string {
+func lostWord(f *topframe.Frame) string {
 	if !f.HasStats {
 		return "?"
 	}
@@ -318,14 +318,14 @@ func lostWord(f *live.Frame) string {
 }
 
 // tempWord is a site's temporaries, or "–" where the trace cannot tell.
-func tempWord(f *live.Frame, s *live.Site) string {
+func tempWord(f *topframe.Frame, s *topframe.Site) string {
 	if f.NoTemporaries {
 		return "–"
 	}
 	return fmtNum(s.Temporary)
 }
 
-func growthWord(s *live.Site) string {
+func growthWord(s *topframe.Site) string {
 	if !s.HasGrowth {
 		return "–"
 	}
@@ -352,7 +352,7 @@ func fmtNum(n uint64) string {
 
 // runTopTUI runs the full-screen view.
 func runTopTUI(src *topSource, interval time.Duration) error {
-	m := &topModel{src: src, smp: live.NewSampler(src.query, interval, symbolize.Options{}), interval: interval}
+	m := &topModel{src: src, smp: topframe.NewSampler(src.query, interval, symbolize.Options{}), interval: interval}
 	defer m.smp.Close()
 	p := tea.NewProgram(m)
 	_, err := p.Run()

@@ -18,7 +18,7 @@ import (
 	"github.com/heapscope/heapscope/internal/ebpf"
 	"github.com/heapscope/heapscope/internal/registry"
 	"github.com/heapscope/heapscope/internal/testutil"
-	"github.com/heapscope/heapscope/live"
+	"github.com/heapscope/heapscope/internal/topframe"
 )
 
 // tmuxPane runs a command in a detached tmux session of its own (its own
@@ -437,16 +437,16 @@ func TestTopSampled(t *testing.T) {
 // says how far it is, and at what rate once two frames give one.
 func TestReadingWord(t *testing.T) {
 	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-	first := &live.Frame{Time: t0, Reading: true, ReadBytes: 10 << 20, ReadSize: 100 << 20}
+	first := &topframe.Frame{Time: t0, Reading: true, ReadBytes: 10 << 20, ReadSize: 100 << 20}
 	if got, want := readingWord(first, first), "reading the trace back: 10.0 MiB of 100.0 MiB (10%)"; got != want {
 		t.Errorf("first frame: %q, want %q", got, want)
 	}
-	next := &live.Frame{Time: t0.Add(2 * time.Second), Reading: true, ReadBytes: 50 << 20, ReadSize: 100 << 20}
+	next := &topframe.Frame{Time: t0.Add(2 * time.Second), Reading: true, ReadBytes: 50 << 20, ReadSize: 100 << 20}
 	if got, want := readingWord(next, first), "reading the trace back: 50.0 MiB of 100.0 MiB (50%), 20.0 MiB/s, 3s left"; got != want {
 		t.Errorf("later frame: %q, want %q", got, want)
 	}
 	// A reader may read a few bytes twice (headers, the index).
-	over := &live.Frame{Time: t0.Add(time.Second), Reading: true, ReadBytes: 101 << 20, ReadSize: 100 << 20}
+	over := &topframe.Frame{Time: t0.Add(time.Second), Reading: true, ReadBytes: 101 << 20, ReadSize: 100 << 20}
 	if got := readingWord(over, nil); !strings.Contains(got, "100.0 MiB of 100.0 MiB (100%)") {
 		t.Errorf("past the end: %q", got)
 	}
@@ -464,7 +464,7 @@ func TestTopViewEndsWhileReading(t *testing.T) {
 			src.stop = func() error { return nil }
 		}
 		m := &topModel{src: src, interval: time.Second}
-		f := &live.Frame{Time: time.Now(), Reading: true, ReadBytes: 10 << 20, ReadSize: 100 << 20, Ended: true}
+		f := &topframe.Frame{Time: time.Now(), Reading: true, ReadBytes: 10 << 20, ReadSize: 100 << 20, Ended: true}
 		m.Update(frameMsg{f: f, ended: true})
 		m.Update(tickMsg{m.gen})
 		if m.inflight != own {

@@ -1,11 +1,8 @@
-// Package live turns a session's per-stack totals (heapscope.TopResult,
-// which the session keeps from the events it has in hand) into the frames
-// `heapscope top` shows: symbolized sites, rates, growth and history.
-//
-// It reads no trace file: following the file meant decoding and modelling
-// every event a second time, which cost about half the CPU of a busy
-// session (bench/RESULTS-top.md).
-package live
+// Package topframe turns a session's per-stack totals (heapscope.Top, which
+// the session keeps from the events it has in hand) into the frames
+// `heapscope top` shows: symbolized sites, named and merged as the reports
+// do (package symbolize), with rates, growth and history.
+package topframe
 
 import (
 	"crypto/rand"

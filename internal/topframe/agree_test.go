@@ -1,4 +1,4 @@
-package live_test
+package topframe_test
 
 import (
 	"bufio"
@@ -16,7 +16,7 @@ import (
 	"github.com/heapscope/heapscope"
 	"github.com/heapscope/heapscope/internal/registry"
 	"github.com/heapscope/heapscope/internal/testutil"
-	"github.com/heapscope/heapscope/live"
+	"github.com/heapscope/heapscope/internal/topframe"
 	"github.com/heapscope/heapscope/query"
 	"github.com/heapscope/heapscope/report"
 	"github.com/heapscope/heapscope/symbolize"
@@ -52,11 +52,11 @@ func TestSitesAgree(t *testing.T) {
 	}
 
 	// top: what the session counts while the program waits.
-	smp := live.NewSampler(s.Top, 100*time.Millisecond, symbolize.Options{})
+	smp := topframe.NewSampler(s.Top, 100*time.Millisecond, symbolize.Options{})
 	defer smp.Close()
-	var f *live.Frame
+	var f *topframe.Frame
 	for deadline, calls := time.Now().Add(30*time.Second), uint64(0); ; {
-		if f, err = smp.Sample(0, 0, live.ByCalls, heapscope.MaxTopSites); err != nil {
+		if f, err = smp.Sample(0, 0, topframe.ByCalls, heapscope.MaxTopSites); err != nil {
 			t.Fatal(err)
 		}
 		n := uint64(0)
