@@ -101,8 +101,7 @@ const (
 	MaxBufferBytes = 4 * GiB
 )
 
-// Properties configure a session. (The Windows equivalent is ETW's
-// EVENT_TRACE_PROPERTIES.)
+// Properties configure a session.
 //
 // Every field's zero value means its default, applied in one place when the
 // session starts, except File: a session writes a trace file unless
@@ -113,15 +112,12 @@ type Properties struct {
 	// File is the trace file: required, unless FileMode is RealTime (when
 	// it must be empty); with NewFile it holds one %d. The file is made
 	// new, mode 0600, and takes the name only once the session has
-	// started; a file of the caller's at that path is replaced. (The
-	// Windows equivalent is LogFileName.)
+	// started; a file of the caller's at that path is replaced.
 	File string `json:"file,omitempty"`
 	// FileMode is how the trace is written; the zero value is Sequential.
-	// (The Windows equivalent is LogFileMode.)
 	FileMode LogFileMode `json:"file_mode"`
 	// MaxFileSize is the largest trace file, 0 (unlimited) or at least
-	// tracefile.MinMaxSize (64 KiB); Circular and NewFile need it. (The
-	// Windows equivalent is MaximumFileSize, in MB.)
+	// tracefile.MinMaxSize (64 KiB); Circular and NewFile need it.
 	MaxFileSize Size `json:"max_file_size"`
 	// Overwrite lets the session replace a File that is a symbolic link
 	// (the link is replaced, never followed) or a file of another user;
@@ -134,19 +130,17 @@ type Properties struct {
 	// provider's kernel ring buffer holds Buffers buffers; the preload
 	// provider gives each traced thread a ring of Buffers buffers. Both
 	// round the ring up to a power of two bytes, and commit its pages as
-	// they are first written. (The Windows equivalent is MaximumBuffers.)
+	// they are first written.
 	Buffers int `json:"buffers"`
 	// FlushInterval bounds how long a captured event may wait before it
-	// reaches the file and the hooks; 0 means DefaultFlushInterval. (The
-	// Windows equivalent is FlushTimer.)
+	// reaches the file and the hooks; 0 means DefaultFlushInterval.
 	FlushInterval time.Duration `json:"flush_interval_ns"`
 	// Families are the allocation families traced; 0 means
-	// event.FamilyHeap. (The Windows equivalent is EnableFlags.)
+	// event.FamilyHeap.
 	Families event.Family `json:"families"`
 	// StackEvents are the event kinds that carry a call stack; 0 means
 	// DefaultStacksFor(Families), event.NoStacks none. Update changes them
-	// on a running session. (The Windows equivalent is StartHeapTrace's
-	// stack event ids.)
+	// on a running session.
 	StackEvents event.KindSet `json:"stack_events"`
 	// Provider captures the events. Start defaults to ProviderEBPF (it
 	// attaches to running processes); Launch defaults to ProviderPreload.
@@ -170,8 +164,7 @@ type Properties struct {
 	// follows children.)
 	NoFollowFork bool `json:"no_follow_fork,omitempty"`
 	// Hooks, when set, are installed before tracing begins, so that they
-	// see the first event. SetHooks replaces them later. (The Windows
-	// equivalent is the EventRecordCallback given with the log file.)
+	// see the first event. SetHooks replaces them later.
 	Hooks Hooks `json:"-"`
 	// TimeResolution is the precision of event times in the trace file; 0
 	// means 10µs, 1ns keeps exact times. The order of events is exact

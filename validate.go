@@ -90,8 +90,8 @@ func (e *PropertyError) Describe(name func(field string) string, value func(fiel
 }
 
 // Validate reports the first invalid value or combination in p as a
-// *PropertyError. It applies the exclusions of the Windows equivalent
-// (ETW), and heapscope's own. The zero Properties is invalid: it writes a
+// *PropertyError. It applies ETW's exclusions (see the package doc), and
+// heapscope's own. The zero Properties is invalid: it writes a
 // file and names none (see Properties).
 func (p Properties) Validate() error { return p.validate(false) }
 
