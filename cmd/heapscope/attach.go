@@ -61,7 +61,7 @@ func attach(sf sessionFlags, props heapscope.Properties, pids []int, duration ti
 	defer signal.Stop(sigs)
 	s, err := heapscope.Start(name, props, pids)
 	if err != nil {
-		return startError(err)
+		return sf.startError(err)
 	}
 	fmt.Fprintf(os.Stderr, "heapscope: session %q tracing pid %v; Ctrl-C or 'heapscope stop %s' ends it\n", name, pidList(pids).String(), name)
 	var timeout <-chan time.Time

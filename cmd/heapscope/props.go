@@ -30,9 +30,10 @@ type sessionFlags struct {
 	events        string
 	mode          event.CaptureMode
 	logMode       event.LogFileMode
-	bufferSize    int
+	bufferSize    heapscope.Size
+	sizeText      map[string]string // the text of each size flag given, by field
 	buffers       int
-	maxSize       int64
+	maxSize       heapscope.Size
 	flushInterval time.Duration
 	maxFrames     int
 	timeRes       time.Duration
@@ -67,9 +68,11 @@ func (f *sessionFlags) register(fs *flag.FlagSet, which int) {
 	fs.StringVar(&f.events, "events", "heap", "allocation families traced: malloc,calloc,realloc,free,aligned,cxx,mmap, heap (all but mmap) or all")
 	fs.TextVar(&f.mode, "mode", heapscope.Stream, "`MODE`: "+choices(heapscope.Stream, heapscope.Aggregate)+": every event, or the live set and per-stack totals kept in the kernel (ebpf only)")
 	fs.TextVar(&f.logMode, "log-mode", heapscope.Sequential, "how the trace is written, `MODE`: "+choices(heapscope.Sequential, heapscope.Circular, heapscope.NewFile, heapscope.RealTime)+" (no file)")
-	fs.IntVar(&f.bufferSize, "buffer-size", int(heapscope.DefaultBufferSize/heapscope.KiB), fmt.Sprintf("buffer size in KB, %d to %d", heapscope.MinBufferSize/heapscope.KiB, heapscope.MaxBufferSize/heapscope.KiB))
+	f.bufferSize = heapscope.DefaultBufferSize
+	f.sizeText = map[string]string{}
+	fs.Var(sizeFlag{&f.bufferSize, propertyFlags["BufferSize"].unit, f.sizeText, "BufferSize"}, "buffer-size", fmt.Sprintf("`SIZE` of a buffer, %v to %v (e.g. 64KiB; a bare number is in KiB)", heapscope.MinBufferSize, heapscope.MaxBufferSize))
 	fs.IntVar(&f.buffers, "buffers", heapscope.DefaultBuffers, "number of buffers, at least 1 (buffers × buffer size at most 4 GiB)")
-	fs.Int64Var(&f.maxSize, "max-size", 0, "maximum trace file size in MB (0: unlimited; needed by circular and newfile)")
+	fs.Var(sizeFlag{&f.maxSize, propertyFlags["MaxFileSize"].unit, f.sizeText, "MaxFileSize"}, "max-size", "largest trace file `SIZE` (e.g. 512MiB; a bare number is in MiB; 0: unlimited; needed by circular and newfile)")
 	fs.DurationVar(&f.flushInterval, "flush-interval", heapscope.DefaultFlushInterval, "longest time an event waits before it reaches the file, more than 0")
 	fs.IntVar(&f.maxFrames, "max-frames", heapscope.MaxFrames, fmt.Sprintf("deepest stack recorded, 1 to %d", heapscope.MaxFrames))
 	fs.DurationVar(&f.timeRes, "time-resolution", tracefile.DefaultTimeResolution, "precision of event times in the file, 1ns to 1s; 1ns keeps exact times")
@@ -90,8 +93,7 @@ func (f *sessionFlags) validate() error {
 }
 
 // propertyFlags names the flag that sets each field of
-// heapscope.Properties, and the unit of a size flag's bare numbers, so that
-// an error of Properties.Validate names what the user typed.
+// heapscope.Properties, and the unit of a size flag's bare numbers.
 var propertyFlags = map[string]struct {
 	name string
 	unit heapscope.Size
@@ -113,9 +115,9 @@ var propertyFlags = map[string]struct {
 	"Sample":         {"--sample", 0},
 }
 
-// flagError writes an error of Properties.Validate in terms of flags: a
-// usage error.
-func flagError(err error) error {
+// flagError writes an error of Properties.Validate in terms of flags, a
+// usage error: the flags' names, their values as given.
+func (f *sessionFlags) flagError(err error) error {
 	var pe *heapscope.PropertyError
 	if !errors.As(err, &pe) {
 		return usageError{err.Error()}
@@ -127,14 +129,43 @@ func flagError(err error) error {
 		return field
 	}
 	value := func(field string, v any) string {
-		if s, ok := v.(heapscope.Size); ok {
-			if u := propertyFlags[field].unit; u != 0 && s%u == 0 {
-				return strconv.FormatInt(int64(s/u), 10)
-			}
+		if t, ok := f.sizeText[field]; ok && (field == "BufferSize" && v == f.bufferSize || field == "MaxFileSize" && v == f.maxSize) {
+			return t
 		}
 		return fmt.Sprint(v)
 	}
 	return usageError{pe.Describe(name, value)}
+}
+
+// sizeFlag is a size flag: a size with a unit, as heapscope.ParseSize
+// reads it (64KiB, 1MiB, 65536B), or a bare number in the flag's unit, as
+// the flags of sizes have always taken them (--buffer-size 64 is 64 KiB).
+// The text given is kept in text[field], for errors.
+type sizeFlag struct {
+	size  *heapscope.Size
+	unit  heapscope.Size
+	text  map[string]string
+	field string
+}
+
+func (f sizeFlag) String() string {
+	if f.size == nil {
+		return "0"
+	}
+	if *f.size%f.unit == 0 {
+		return strconv.FormatInt(int64(*f.size/f.unit), 10)
+	}
+	return f.size.String()
+}
+
+func (f sizeFlag) Set(s string) error {
+	if n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64); err == nil {
+		*f.size = heapscope.Size(n) * f.unit
+	} else if *f.size, err = heapscope.ParseSize(s); err != nil {
+		return err
+	}
+	f.text[f.field] = s
+	return nil
 }
 
 // setString is a string flag that records whether it was given.
@@ -162,8 +193,8 @@ func (f *sessionFlags) properties(program string, pid int, attach bool) (heapsco
 		return p, usagef("--events: %v", err)
 	}
 	p.StackEvents, p.Mode, p.FileMode = f.stacks, f.mode, f.logMode
-	p.BufferSize, p.Buffers = heapscope.Size(f.bufferSize)*heapscope.KiB, f.buffers
-	p.MaxFileSize, p.FlushInterval, p.MaxFrames = heapscope.Size(f.maxSize)*heapscope.MiB, f.flushInterval, f.maxFrames
+	p.BufferSize, p.Buffers = f.bufferSize, f.buffers
+	p.MaxFileSize, p.FlushInterval, p.MaxFrames = f.maxSize, f.flushInterval, f.maxFrames
 	p.TimeResolution = f.timeRes
 	p.Overwrite = f.overwrite
 	p.Sample = f.sample
@@ -184,7 +215,7 @@ func (f *sessionFlags) properties(program string, pid int, attach bool) (heapsco
 	}
 	// Every flag has a value: 0 is one, never "the default".
 	if err := p.ValidateGiven(); err != nil {
-		return p, flagError(err)
+		return p, f.flagError(err)
 	}
 	return p, nil
 }
@@ -231,11 +262,12 @@ func (p *pidList) Set(v string) error {
 	return nil
 }
 
-// startError is how run and attach report a session that did not start.
-func startError(err error) error {
+// startError is how run, attach and top report a session that did not
+// start.
+func (f *sessionFlags) startError(err error) error {
 	switch {
 	case errors.Is(err, heapscope.ErrInvalidFlags):
-		return flagError(err)
+		return f.flagError(err)
 	case errors.Is(err, tracefile.ErrUnsafePath):
 		return fmt.Errorf("%w (--overwrite replaces it)", err)
 	}

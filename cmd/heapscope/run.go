@@ -74,7 +74,7 @@ func runProgram(sf sessionFlags, props heapscope.Properties, args []string) erro
 			fmt.Fprintf(os.Stderr, "heapscope run: %v\n", err)
 			return exitError{126}
 		}
-		return startError(err)
+		return sf.startError(err)
 	}
 	stop := s.ForwardSignals()
 	werr := s.Wait()

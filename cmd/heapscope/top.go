@@ -101,7 +101,7 @@ func openTopSource(sf *sessionFlags, pids pidList, args []string) (*topSource, e
 		name := sf.sessionName("top", os.Getpid())
 		s, err := heapscope.Start(name, props, pids)
 		if err != nil {
-			return nil, startError(err)
+			return nil, sf.startError(err)
 		}
 		return ownSource(s, nil), nil
 	case len(args) == 0:
@@ -130,7 +130,7 @@ func openTopSource(sf *sessionFlags, pids pidList, args []string) (*topSource, e
 	cmd.Args[0] = args[0]
 	s, err := heapscope.Launch(sf.sessionName(args[0], os.Getpid()), props, cmd)
 	if err != nil {
-		return nil, startError(err)
+		return nil, sf.startError(err)
 	}
 	return ownSource(s, cmd), nil
 }
