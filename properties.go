@@ -228,16 +228,20 @@ func (p Properties) ringBytes() int {
 	return size
 }
 
-// text renders p as key/value pairs for the trace file's header.
+// text renders p as key/value pairs for the trace file's header, each
+// named as its field is in JSON (durations without the _ns of their JSON
+// numbers: here they are written "1s"). Traces of earlier versions named
+// some as ETW does: log_file_mode, log_file_name, flush_timer and
+// enable_flags.
 func (p Properties) text() [][2]string {
 	return [][2]string{
 		{"buffer_size", p.BufferSize.String()},
 		{"buffers", strconv.Itoa(p.Buffers)},
 		{"max_file_size", p.MaxFileSize.String()},
-		{"log_file_mode", p.FileMode.String()},
-		{"log_file_name", p.File},
-		{"flush_timer", p.FlushInterval.String()},
-		{"enable_flags", p.Families.String()},
+		{"file_mode", p.FileMode.String()},
+		{"file", p.File},
+		{"flush_interval", p.FlushInterval.String()},
+		{"families", p.Families.String()},
 		{"stack_events", p.StackEvents.String()},
 		{"provider", string(p.Provider)},
 		{"mode", p.Mode.String()},

@@ -41,7 +41,7 @@ type Trace struct {
 	// them.
 	Warnings []string
 	// Properties are the session's properties, from the trace header
-	// ("enable_flags": "malloc,free", ...).
+	// ("families": "malloc,free", ...).
 	Properties map[string]string
 }
 
