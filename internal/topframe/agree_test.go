@@ -1,12 +1,10 @@
-package topframe_test
+package topframe
 
 import (
-	"bufio"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"os/exec"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -14,9 +12,7 @@ import (
 	"time"
 
 	"github.com/heapscope/heapscope"
-	"github.com/heapscope/heapscope/internal/registry"
 	"github.com/heapscope/heapscope/internal/testutil"
-	"github.com/heapscope/heapscope/internal/topframe"
 	"github.com/heapscope/heapscope/query"
 	"github.com/heapscope/heapscope/report"
 	"github.com/heapscope/heapscope/symbolize"
@@ -29,34 +25,17 @@ import (
 // stacks that differ only in whether grow was inlined are two sites in
 // each.
 func TestSitesAgree(t *testing.T) {
-	t.Setenv(registry.DirEnv, t.TempDir())
-	t.Cleanup(testutil.Cleanup)
-	bin := testutil.MustBuild(t, "inline_sites", testutil.Options{Opt: "2"})
-	cmd := exec.Command(bin, "1000", "wait")
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "inline.hst")
-	s, err := heapscope.Launch("live-agree", heapscope.Properties{File: path, FlushInterval: 50 * time.Millisecond}, cmd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Stop()
-	if line, _ := bufio.NewReader(stdout).ReadString('\n'); line != "ready\n" {
-		t.Fatalf("workload said %q", line)
-	}
+	cmd := exec.Command(testutil.MustBuild(t, "inline_sites", testutil.Options{Opt: "2"}), "1000", "wait")
+	s, stdin := launch(t, "live-agree", cmd, "ready")
+	path := s.Files()[0]
 
 	// top: what the session counts while the program waits.
-	smp := topframe.NewSampler(s.Top, 100*time.Millisecond, symbolize.Options{})
+	smp := NewSampler(s.Top, 100*time.Millisecond, symbolize.Options{})
 	defer smp.Close()
-	var f *topframe.Frame
+	var f *Frame
+	var err error
 	for deadline, calls := time.Now().Add(30*time.Second), uint64(0); ; {
-		if f, err = smp.Sample(0, 0, topframe.ByCalls, heapscope.MaxTopSites); err != nil {
+		if f, err = smp.Sample(0, 0, ByCalls, heapscope.MaxTopSites); err != nil {
 			t.Fatal(err)
 		}
 		n := uint64(0)
