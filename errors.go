@@ -9,16 +9,14 @@ import (
 // The errors heapscope returns wrap one of these; test them with errors.Is.
 var (
 	// ErrAlreadyExists: a live session already has the name. The message
-	// names the owner's pid. (The Windows equivalent is
-	// ERROR_ALREADY_EXISTS.)
+	// names the owner's pid.
 	ErrAlreadyExists = errs.ErrAlreadyExists
 	// ErrNameTooLong: the session name is over MaxNameLen characters.
 	ErrNameTooLong = errs.ErrNameTooLong
-	// ErrInvalidFlags: an invalid property value or combination. The
-	// message says which. (The Windows equivalent is ERROR_INVALID_FLAGS.)
+	// ErrInvalidFlags: an invalid property value or combination: a
+	// *PropertyError (from Validate, Start, Launch) says which.
 	ErrInvalidFlags = errs.ErrInvalidFlags
-	// ErrOutOfMemory: the session's buffers cannot be had. (The Windows
-	// equivalent is ERROR_OUT_OF_MEMORY.)
+	// ErrOutOfMemory: the session's buffers cannot be had.
 	ErrOutOfMemory = errs.ErrOutOfMemory
 	// ErrAccessDenied: the provider needs privileges the caller lacks; the
 	// message says which.

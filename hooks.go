@@ -16,8 +16,7 @@ type Call struct {
 }
 
 // Hooks receive every event of a session live. A nil field means no hook
-// for that kind. (The Windows equivalent is the Xbox GDK's
-// XMemSetWin32HeapTrackingHooks.)
+// for that kind.
 // The *Call is only valid during the call. A hook must not call SetHooks or
 // Stop of its own session.
 type Hooks struct {

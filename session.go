@@ -1,18 +1,3 @@
-// Package heapscope traces the heap of Linux processes: every allocation,
-// reallocation and free, with the call stack that made it.
-//
-// A session is named and machine-wide. Start traces running processes;
-// Launch starts a program held until tracing is on, so that its first
-// allocation is seen. Update changes a running session's processes and
-// stack-walked events, and Control queries, flushes or stops it, by name
-// from any process; Sessions lists them. A session writes a trace file
-// (package tracefile, read by packages analyze and report) and feeds live
-// hooks (SetHooks). Properties configure it; every field's zero value is its
-// default except the trace file's name.
-//
-// The Windows equivalents are ETW's heap-tracing sessions (StartHeapTrace,
-// UpdateHeapTrace, ControlTrace, EVENT_TRACE_PROPERTIES) and the Xbox GDK's
-// XMemSetWin32HeapTrackingHooks.
 package heapscope
 
 import (
@@ -94,8 +79,7 @@ type Session struct {
 const MaxNameLen = registry.MaxNameLen
 
 // Start starts a session named name that traces the running processes pids.
-// The provider defaults to ProviderEBPF. (The Windows equivalent is
-// StartHeapTrace.)
+// The provider defaults to ProviderEBPF.
 func Start(name string, props Properties, pids []int) (*Session, error) {
 	if len(pids) == 0 {
 		return nil, fmt.Errorf("no process to trace: %w", errs.ErrInvalidFlags)
@@ -442,29 +426,30 @@ func (s *Session) Wait() error {
 func (s *Session) Done() <-chan struct{} { return s.stopped }
 
 // ExitStatus returns the launched program's exit status (128+N when killed
-// by signal N), once the session has ended; -1 for sessions that launched
-// nothing or whose program still runs.
-func (s *Session) ExitStatus() int {
+// by signal N) once it has exited; ok is false while it runs, and for a
+// session that launched nothing.
+func (s *Session) ExitStatus() (status int, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.exited == nil {
-		return -1
+		return 0, false
 	}
 	select {
 	case <-s.exited:
-		return s.exitCode
+		return s.exitCode, true
 	default:
-		return -1
+		return 0, false
 	}
 }
 
 // ProgramExited returns a channel closed when the program Launch started
 // has exited, which may be after the session ended (stopped by name, the
-// program runs on untraced); nil for a session that launched nothing.
-func (s *Session) ProgramExited() <-chan struct{} {
+// program runs on untraced); ok is false for a session that launched
+// nothing.
+func (s *Session) ProgramExited() (exited <-chan struct{}, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.exited
+	return s.exited, s.exited != nil
 }
 
 // Files returns the trace files written so far.
@@ -482,8 +467,7 @@ func (s *Session) Files() []string {
 const ControlProtocol = 2
 
 // Status describes a running session: what Control's ControlQuery returns,
-// and, as JSON, what the control socket carries. (The Windows equivalent is
-// ControlTrace's QUERY.)
+// and, as JSON, what the control socket carries.
 type Status struct {
 	// Protocol is the ControlProtocol of the session that answered.
 	Protocol int    `json:"protocol"`

@@ -48,9 +48,6 @@ const (
 	AOFO        // allocated before t0, still live at t1
 )
 
-// ClassNames are the classes' names, by their constants.
-var ClassNames = [4]string{"AIFI", "AIFO", "AOFI", "AOFO"}
-
 // Costs are what one stack or site cost in a window.
 type Costs struct {
 	Allocations   uint64 // calls that returned a new block, failed ones included, made in the window

@@ -52,7 +52,11 @@ func (r *Report) UnmatchedCauses() []string {
 		// what it misses, it misses by not being called.
 		out = append(out, "blocks made where the interposer was not called (before it was loaded, or by an allocator it does not wrap)")
 	}
-	if fam, err := event.ParseFamily(r.Trace.Properties["enable_flags"]); err == nil && fam&event.FamilyFree != 0 && fam&event.FamilyHeap != event.FamilyHeap {
+	fams, ok := r.Trace.Properties["families"]
+	if !ok {
+		fams = r.Trace.Properties["enable_flags"] // a trace of an earlier version
+	}
+	if fam, err := event.ParseFamily(fams); err == nil && fam&event.FamilyFree != 0 && fam&event.FamilyHeap != event.FamilyHeap {
 		out = append(out, fmt.Sprintf("blocks made by allocation functions not traced (only %s were)", fam))
 	}
 	if p.HasStats && p.Stats.TotalLost() > 0 {

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/heapscope/heapscope/analyze"
-	"github.com/heapscope/heapscope/analyze/load"
 	"github.com/heapscope/heapscope/event"
+	"github.com/heapscope/heapscope/internal/load"
 	"github.com/heapscope/heapscope/suppress"
 	"github.com/heapscope/heapscope/symbolize"
 )

@@ -41,7 +41,7 @@ type Trace struct {
 	// them.
 	Warnings []string
 	// Properties are the session's properties, from the trace header
-	// ("enable_flags": "malloc,free", ...).
+	// ("families": "malloc,free", ...).
 	Properties map[string]string
 }
 
@@ -77,6 +77,15 @@ func (s *Site) Stack() []symbolize.Frame {
 		out[i] = s.table.frames[id]
 	}
 	return out
+}
+
+// Name is the site's name in one word (symbolize.SiteName): its first
+// frame that is not an allocator wrapper.
+func (s *Site) Name() string {
+	if len(s.ids) == 0 {
+		return symbolize.NoStack
+	}
+	return s.table.name(s.ids[symbolize.SiteFrame(len(s.ids), s.frame)])
 }
 
 func (s *Site) depth() int                   { return len(s.ids) }

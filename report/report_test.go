@@ -519,6 +519,11 @@ func TestLabels(t *testing.T) {
 			t.Errorf("unmatched causes %q lack %q", causes, want)
 		}
 	}
+	// A trace of this version names the families as Properties does.
+	rn := New(testProfile(t), Trace{Provider: "preload", Properties: map[string]string{"families": "malloc,free"}}, frames)
+	if c := strings.Join(rn.UnmatchedCauses(), "; "); !strings.Contains(c, "only malloc,free were") {
+		t.Errorf("with families: unmatched causes %q", c)
+	}
 	var buf bytes.Buffer
 	must(t, r.WriteText(&buf, TextOptions{}))
 	out := buf.String()

@@ -506,6 +506,7 @@ func classes(c [4]query.Amount) Classes {
 // SiteClasses is one site's classes.
 type SiteClasses struct {
 	Site  int                `json:"site"`
+	Name  string             `json:"name"` // symbolize.SiteName: as the JSON report names sites
 	PIDs  []uint32           `json:"pids"`
 	Stack []report.JSONFrame `json:"stack"`
 	Classes
@@ -555,7 +556,8 @@ func (s *Server) window(w http.ResponseWriter, r *http.Request) {
 	sites := s.x.Sites()
 	for _, k := range rs {
 		st := sites[k.id]
-		out.Sites = append(out.Sites, SiteClasses{Site: k.id, PIDs: st.PIDs, Stack: jsonStack(st.Frames), Classes: classes(res.Sites[k.id].Classes)})
+		out.Sites = append(out.Sites, SiteClasses{Site: k.id, Name: symbolize.SiteName(st.Frames), PIDs: st.PIDs, Stack: jsonStack(st.Frames),
+			Classes: classes(res.Sites[k.id].Classes)})
 	}
 	writeJSON(w, out)
 }
@@ -882,6 +884,7 @@ type DiffTotal struct {
 
 // DiffSite is one site's cost in both traces.
 type DiffSite struct {
+	Name  string             `json:"name"` // as SiteClasses'
 	Stack []report.JSONFrame `json:"stack"`
 	DiffTotal
 }
@@ -936,7 +939,7 @@ func (s *Server) diff(w http.ResponseWriter, r *http.Request) {
 	}
 	out.Capped = p.capTop(out.More)
 	for _, d := range rows {
-		out.Sites = append(out.Sites, DiffSite{Stack: jsonStack(d.Frames), DiffTotal: DiffTotal{d.Value, d.Base, d.Delta}})
+		out.Sites = append(out.Sites, DiffSite{Name: symbolize.SiteName(d.Frames), Stack: jsonStack(d.Frames), DiffTotal: DiffTotal{d.Value, d.Base, d.Delta}})
 	}
 	writeJSON(w, out)
 }

@@ -26,13 +26,10 @@ after --duration, on Ctrl-C or SIGTERM, or on 'heapscope stop NAME'. Use
 'heapscope update NAME' to add or remove processes while it runs.`,
 		setup: func(fs *flag.FlagSet) func([]string) error {
 			var sf sessionFlags
-			sf.register(fs)
+			sf.register(fs, attachFlags)
 			var pids pidList
 			fs.Var(&pids, "p", "process id(s) to trace, comma-separated or repeated")
 			duration := fs.Duration("duration", 0, "stop after this long (0: until the processes exit or Ctrl-C)")
-			unwind := heapscope.Tables
-			fs.TextVar(&unwind, "unwind", unwind, "stack walker `UNWINDER`: "+choices(heapscope.Tables, heapscope.FramePointers, heapscope.DWARF)+". tables (unwind tables built from each file's .eh_frame,\nwalked in BPF: complete stacks on code built without frame pointers; dwarf is a synonym) or fp (frame pointers only:\nshort stacks on such code)")
-			noFollow := fs.Bool("no-follow-fork", false, "trace only the given processes, not the children they fork (an exec goes on as the same process)")
 			return func(args []string) error {
 				if len(args) > 0 {
 					return usagef("unexpected arguments %q", args)
@@ -44,13 +41,10 @@ after --duration, on Ctrl-C or SIGTERM, or on 'heapscope stop NAME'. Use
 				if exe, err := proc.Exe(pids[0]); err == nil {
 					program = exe
 				}
-				props, err := sf.properties(program, pids[0])
+				props, err := sf.properties(program, pids[0], true)
 				if err != nil {
 					return err
 				}
-				props.Provider = heapscope.ProviderEBPF
-				props.NoFollowFork = *noFollow
-				props.Unwind = unwind
 				return attach(sf, props, pids, *duration)
 			}
 		},
@@ -67,7 +61,7 @@ func attach(sf sessionFlags, props heapscope.Properties, pids []int, duration ti
 	defer signal.Stop(sigs)
 	s, err := heapscope.Start(name, props, pids)
 	if err != nil {
-		return startError(err)
+		return sf.startError(err)
 	}
 	fmt.Fprintf(os.Stderr, "heapscope: session %q tracing pid %v; Ctrl-C or 'heapscope stop %s' ends it\n", name, pidList(pids).String(), name)
 	var timeout <-chan time.Time

@@ -138,6 +138,7 @@ const (
 // compile when the two disagree.
 func _() {
 	var x [1]struct{}
+	_ = x[maxFrames-event.MaxFrames]
 	_ = x[famMalloc-event.FamilyMalloc]
 	_ = x[famCalloc-event.FamilyCalloc]
 	_ = x[famRealloc-event.FamilyRealloc]

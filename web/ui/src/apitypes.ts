@@ -299,6 +299,8 @@ export interface ReportSummary {
 export interface Live {
   bytes: number;
   blocks: number;
+  // the site's name: its first frame that is not an allocator wrapper
+  name: string;
   pids: number[] | null;
   stack: Frame[] | null;
 }
@@ -316,6 +318,8 @@ export interface SiteTotals {
   // Suppressed is the rule that suppressed the site's leaks, whose
   // bytes are then not in LeakedBytes; "" when none did.
   suppressed?: string;
+  // as JSONLive's
+  name: string;
   pids: number[] | null;
   stack: Frame[] | null;
 }
@@ -441,6 +445,8 @@ export interface Amount {
 // SiteClasses is one site's classes.
 export interface SiteClasses {
   site: number;
+  // symbolize.SiteName: as the JSON report names sites
+  name: string;
   pids: number[] | null;
   stack: Frame[] | null;
   aifi: Amount;
@@ -498,6 +504,8 @@ export interface DiffTotal {
 
 // DiffSite is one site's cost in both traces.
 export interface DiffSite {
+  // as SiteClasses'
+  name: string;
   stack: Frame[] | null;
   value: number;
   base: number;
