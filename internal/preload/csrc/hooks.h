@@ -67,6 +67,15 @@ HS_EXPORT void free(void *p)
 		real.free(p);
 }
 
+/* Record realloc(old, n) = q as sample_realloc_end said (SMP_REC_*). */
+static HS_INLINE void rec_realloc(uint32_t func, int what, void *old, void *q, size_t n, uintptr_t fp)
+{
+	if (HS_LIKELY(what == SMP_REC_REALLOC))
+		record(func, HS_FAM_REALLOC, HS_KIND_REALLOC, 3, (uint64_t)(uintptr_t)q, n, (uint64_t)(uintptr_t)old, 0, fp);
+	else if (what == SMP_REC_FREE)
+		record(HS_FUNC_FREE, HS_FAM_REALLOC, HS_KIND_FREE, 1, (uint64_t)(uintptr_t)old, 0, 0, 0, fp);
+}
+
 static void *boot_realloc(void *p, size_t n)
 {
 	size_t old = ((size_t *)p)[-1];
@@ -84,8 +93,10 @@ HS_EXPORT void *realloc(void *p, size_t n)
 		return p ? boot_realloc(p, n) : malloc(n);
 	int smp = sample_realloc_begin(p);
 	void *q = real.realloc(p, n);
-	if (TRACED(HS_FAM_REALLOC) && sample_realloc_end(smp, &p, q, n))
-		record(HS_FUNC_REALLOC, HS_FAM_REALLOC, HS_KIND_REALLOC, 3, (uint64_t)(uintptr_t)q, n, (uint64_t)(uintptr_t)p, 0, fp);
+	if (TRACED(HS_FAM_REALLOC)) {
+		int what = sample_realloc_end(smp, &p, q, n); /* may set p to NULL: before p is read */
+		rec_realloc(HS_FUNC_REALLOC, what, p, q, n, fp);
+	}
 	return q;
 }
 
@@ -106,9 +117,10 @@ HS_EXPORT void *reallocarray(void *p, size_t n, size_t size)
 	/* glibc's reallocarray calls realloc: that one is not the program's call */
 	int smp = sample_realloc_begin(p);
 	void *q = UNTRACED(real.reallocarray(p, n, size));
-	if (TRACED(HS_FAM_REALLOC) && sample_realloc_end(smp, &p, q, total))
-		record(HS_FUNC_REALLOCARRAY, HS_FAM_REALLOC, HS_KIND_REALLOC, 3, (uint64_t)(uintptr_t)q, total, (uint64_t)(uintptr_t)p, 0,
-		       fp);
+	if (TRACED(HS_FAM_REALLOC)) {
+		int what = sample_realloc_end(smp, &p, q, total); /* may set p to NULL: before p is read */
+		rec_realloc(HS_FUNC_REALLOCARRAY, what, p, q, total, fp);
+	}
 	return q;
 }
 
