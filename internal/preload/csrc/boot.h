@@ -65,6 +65,7 @@ static void resolve_reals(void)
 		real.dlclose = dlsym(RTLD_NEXT, "dlclose");
 		real.dlopen = dlsym(RTLD_NEXT, "dlopen");
 		real.dl_iterate_phdr = dlsym(RTLD_NEXT, "dl_iterate_phdr");
+		real.malloc_usable_size = dlsym(RTLD_NEXT, "malloc_usable_size");
 		tls.resolving = 0;
 		__atomic_store_n(&reals_state, 2, __ATOMIC_RELEASE);
 		return;

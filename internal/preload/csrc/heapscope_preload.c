@@ -10,8 +10,8 @@
  * Rules this file keeps:
  *  - Nothing here allocates with malloc. Memory comes from mmap; the few libc
  *    calls that may allocate (dlsym, realpath, dlopen, libunwind's first
- *    walk) run with the thread's in_hook flag set, so that their
- *    allocations pass straight to the real allocator untraced.
+ *    walk) run in HOOK_LIB, and what they allocate comes from our own heap
+ *    (own.h), untraced, never from the program's.
  *  - A hook never calls a C library function that may wait for a lock the
  *    program's thread can hold when it calls malloc (a thread's own lock in
  *    pthread_getattr_np, the loader's lock in dl_iterate_phdr's callbacks),
@@ -31,7 +31,8 @@
  *   thread.h    the real functions, thread state, reentrancy, signals held
  *   sample.h    sampling mode (--sample)
  *   boot.h      the bootstrap arena, resolving the real functions
- *   session.h   session state, clock, raw system calls, internal blocks
+ *   session.h   session state, clock, raw system calls
+ *   own.h       the interposer's own heap, for what the C library allocates for it
  *   connect.h   environment, connection and handshake with the collector
  *   ring.h      per-thread rings: reserve, publish, wait for room, attach
  *   stack.h     frame-pointer and libunwind walks, stack table, modules
@@ -81,6 +82,7 @@ extern void *__libc_stack_end;
 #include "sample.h"
 #include "boot.h"
 #include "session.h"
+#include "own.h"
 #include "connect.h"
 #include "ring.h"
 #include "stack.h"
