@@ -314,6 +314,7 @@ func (s *Session) Flush() error {
 	default:
 	}
 	err := s.b.flush()
+	s.sink.sampleMemory()
 	st := s.sinkStats()
 	if serr := s.sink.Stats(st); err == nil {
 		err = serr
@@ -389,6 +390,7 @@ func (s *Session) Update(c Change) error {
 func (s *Session) Stop() error {
 	s.stopOnce.Do(func() {
 		var errList []error
+		s.sink.sampleMemory() // before the provider ends: its processes may be gone after
 		if err := s.b.close(); err != nil {
 			errList = append(errList, err)
 		}

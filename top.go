@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/heapscope/heapscope/event"
 	"github.com/heapscope/heapscope/internal/errs"
+	"github.com/heapscope/heapscope/internal/totals"
 	"github.com/heapscope/heapscope/tracefile"
 )
 
@@ -144,11 +144,31 @@ type topState struct {
 // file before it answers with its progress instead.
 var readBackWait = 250 * time.Millisecond
 
+// maxTopClients bounds the clients a session remembers (each holds every
+// site's live bytes): a new one past it makes the session forget the one
+// that asked least recently, whose next growth is then its first.
+const maxTopClients = 64
+
+// makeRoom forgets the client seen least recently if there are
+// maxTopClients.
+func (ts *topState) makeRoom() {
+	if len(ts.clients) < maxTopClients {
+		return
+	}
+	var oldest string
+	var seen time.Time
+	for name, c := range ts.clients {
+		if seen.IsZero() || c.seen.Before(seen) {
+			oldest, seen = name, c.seen
+		}
+	}
+	delete(ts.clients, oldest)
+}
+
 // topClient is what one client saw at its previous query.
 type topClient struct {
-	time int64
-	live []uint64  // by site index
-	seen time.Time // its last query: clients gone for topLease are dropped
+	totals totals.Client
+	seen   time.Time // its last query: clients gone for topLease are dropped
 }
 
 // Top returns the session's sites. See the package function Top.
@@ -177,6 +197,7 @@ func (s *Session) Top(q TopQuery) (TopResult, error) {
 	ts.last = time.Now()
 	c := ts.clients[q.Client]
 	if c == nil {
+		ts.makeRoom()
 		c = &topClient{}
 		ts.clients[q.Client] = c
 	}
@@ -205,137 +226,27 @@ func (s *Session) Top(q TopQuery) (TopResult, error) {
 	// waits meanwhile), and sort outside it.
 	sk := s.sink
 	sk.mu.Lock()
-	a := sk.agg
-	// A growth is measured between the times of the latest events of two
-	// answers: before the first event there is no time to measure from
-	// (the wall clock would count what a provider delivers late, as
-	// eBPF's first events after an attach, as made since).
-	now := a.lastTime
-	r := TopResult{Time: now, Seeded: ts.seeded, Unmatched: a.unmatched, Processes: a.processes(),
-		NModules: len(a.modules), Stats: stats, Ended: sk.closed, SampleRate: int64(s.props.Sample)}
-	if q.Modules >= 0 && q.Modules < len(a.modules) {
-		r.Modules = append([]event.Module(nil), a.modules[q.Modules:]...)
-	}
-	sites := make([]aggSite, 0, len(a.sites))
-	idx := make([]int, 0, len(a.sites))
-	// Every site's live bytes, for the client's next growth whatever it
-	// shows next.
-	live := make([]uint64, len(a.sites))
-	all := append([]aggSite(nil), a.sites...)
-	a.held(func(si int32, size uint64) {
-		all[si].liveBytes += size
-		all[si].liveBlocks++
-	})
-	for i := range all {
-		st := &all[i]
-		live[i] = st.liveBytes
-		if q.PID != 0 && st.pid != q.PID || q.TID != 0 && st.tid != q.TID {
-			continue
-		}
-		sites = append(sites, *st)
-		idx = append(idx, i)
-	}
-	for _, p := range a.procList {
-		if p.snap {
-			r.Aggregate = true
-		}
-	}
-	frames := map[[2]uint64][]uint64{}
-	for _, st := range sites {
-		k := [2]uint64{uint64(st.pid), uint64(st.stack)}
-		if _, ok := frames[k]; !ok {
-			if p := a.procs[st.pid]; p != nil {
-				frames[k] = p.frames[st.stack]
-			}
-		}
-	}
+	v := sk.agg.View(q.PID, q.TID, q.Modules)
+	ended := sk.closed
 	sk.mu.Unlock()
-
-	advance := c.time == 0 || now-c.time >= max(q.MinElapsed, 1)
-	if c.time != 0 && advance {
-		r.Elapsed = now - c.time
+	rows, sum, elapsed := v.Rows(&c.totals, topOrders[q.Order], q.N, q.MinElapsed)
+	r := TopResult{Time: v.Time, Elapsed: elapsed, Seeded: ts.seeded, Aggregate: v.Aggregate, Totals: TopSite(sum),
+		Unmatched: v.Unmatched, Modules: v.Modules, NModules: v.NModules, Stats: stats, Ended: ended, SampleRate: int64(s.props.Sample)}
+	for _, p := range v.Processes {
+		r.Processes = append(r.Processes, TopProcess(p))
 	}
-	prev := c.live
-	if advance {
-		c.live = live
-	}
-	// Rows: by stack per process, threads summed, unless one thread is asked.
-	type rowKey struct {
-		pid, tid uint32
-		stack    event.StackID
-	}
-	rows := map[rowKey]*TopSite{}
-	var list []*TopSite
-	for i := range sites {
-		st := &sites[i]
-		k := rowKey{st.pid, st.tid, st.stack}
-		if q.TID == 0 {
-			k.tid = 0
-		}
-		row := rows[k]
-		if row == nil {
-			row = &TopSite{PID: st.pid, TID: k.tid, Frames: frames[[2]uint64{uint64(st.pid), uint64(st.stack)}]}
-			rows[k] = row
-			list = append(list, row)
-		}
-		row.LiveBytes += st.liveBytes
-		row.LiveBlocks += st.liveBlocks
-		row.Allocs += st.allocs
-		row.AllocBytes += st.allocBytes
-		row.Frees += st.frees
-		row.Temporary += st.temporary
-		si := idx[i]
-		if r.Elapsed > 0 {
-			old := uint64(0)
-			if si < len(prev) {
-				old = prev[si]
-			}
-			row.Growth += int64(st.liveBytes) - int64(old)
-		}
-	}
-	if advance {
-		c.time = now
-	}
-	for _, row := range list {
-		t := &r.Totals
-		t.LiveBytes += row.LiveBytes
-		t.LiveBlocks += row.LiveBlocks
-		t.Allocs += row.Allocs
-		t.AllocBytes += row.AllocBytes
-		t.Frees += row.Frees
-		t.Temporary += row.Temporary
-		t.Growth += row.Growth
-	}
-	key := func(t *TopSite) int64 {
-		switch q.Order {
-		case TopByGrowth:
-			return t.Growth
-		case TopByCalls:
-			return int64(t.Allocs)
-		case TopByTemporary:
-			return int64(t.Temporary)
-		}
-		return int64(t.LiveBytes)
-	}
-	sort.Slice(list, func(i, j int) bool {
-		a, b := key(list[i]), key(list[j])
-		if a != b {
-			return a > b
-		}
-		if list[i].LiveBytes != list[j].LiveBytes {
-			return list[i].LiveBytes > list[j].LiveBytes
-		}
-		return list[i].Allocs > list[j].Allocs
-	})
-	for _, row := range list[:min(q.N, len(list))] {
-		r.Sites = append(r.Sites, *row)
+	for _, row := range rows {
+		r.Sites = append(r.Sites, TopSite(row))
 	}
 	return r, nil
 }
 
+var topOrders = map[TopOrder]totals.Order{TopByLive: totals.ByLive, TopByGrowth: totals.ByGrowth, TopByCalls: totals.ByCalls,
+	TopByTemporary: totals.ByTemporary}
+
 // subscribe turns the session's totals on. The events captured so far are
 // in the trace file: the writer is flushed and, from that instant, the live
-// events go to a new aggregate while the file's are read into another (a
+// events go to new totals while the file's are read into another (a
 // seed) in the background, outside the sink's lock so the session goes on
 // meanwhile, and outside ts.mu so that queries answer with the progress (a
 // long session's file takes longer to read than a query may wait). The two
@@ -357,8 +268,8 @@ func (s *Session) subscribe() error {
 		sk.written.Store(sk.w.Written())
 		path, size = sk.w.Files()[0], sk.w.Written()
 	}
-	live := newAggregate()
-	live.keepMisses = path != ""
+	live := totals.New()
+	live.KeepMisses(path != "")
 	sk.agg = live
 	sk.mu.Unlock()
 
@@ -377,11 +288,11 @@ func (s *Session) subscribe() error {
 }
 
 // readBack reads the first size bytes of the session's trace file into a
-// seed and merges live, the aggregate of the events since, into it (see
+// seed and merges live, the totals of the events since, into it (see
 // subscribe). If the read fails, the totals go on from live alone.
-func (s *Session) readBack(gen int, done chan struct{}, read *atomic.Int64, live *aggregate, path string, size int64) {
+func (s *Session) readBack(gen int, done chan struct{}, read *atomic.Int64, live *totals.Totals, path string, size int64) {
 	ts := &s.top
-	seed := newAggregate()
+	seed := totals.New()
 	err := readSeed(seed, path, size, read)
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
@@ -394,10 +305,10 @@ func (s *Session) readBack(gen int, done chan struct{}, read *atomic.Int64, live
 	sk.mu.Lock()
 	defer sk.mu.Unlock()
 	if err != nil {
-		live.keepMisses, live.misses = false, nil
+		live.KeepMisses(false)
 		return
 	}
-	seed.merge(live)
+	seed.Merge(live)
 	sk.agg = seed
 	ts.seeded = true
 }
@@ -405,7 +316,7 @@ func (s *Session) readBack(gen int, done chan struct{}, read *atomic.Int64, live
 // readSeed replays the first size bytes of the session's own trace file
 // into a. The file is opened without following a symbolic link, and must
 // be ours.
-func readSeed(a *aggregate, path string, size int64, read *atomic.Int64) error {
+func readSeed(a *totals.Totals, path string, size int64, read *atomic.Int64) error {
 	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		return err

@@ -2,11 +2,14 @@ package heapscope
 
 import (
 	"bufio"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/heapscope/heapscope/internal/testutil"
 )
 
 // readingSession launches python3 churning the C allocator for a while (a
@@ -154,5 +157,124 @@ func TestTopEndsWhileReading(t *testing.T) {
 	if !r.Ended || !r.Seeded || len(r.Sites) == 0 || r.Totals.Allocs < 800000 || r.Totals.Frees == 0 {
 		t.Errorf("after the read-back: ended %v, seeded %v, %d sites, totals %+v: want the session's allocations (python3 made 800,000 dicts)",
 			r.Ended, r.Seeded, len(r.Sites), r.Totals)
+	}
+}
+
+// TestTopSeeded: a Top client that comes to a session late sees what the
+// session traced before it asked (read back from the trace file), then the
+// growth of top_grow's grow_heap since its previous query, sorted first.
+func TestTopSeeded(t *testing.T) {
+	bin := testutil.MustBuild(t, "top_grow", testutil.Options{})
+	cmd := exec.Command(bin, "30")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	props := Properties{File: filepath.Join(t.TempDir(), "seed.hst"), FlushInterval: 100 * time.Millisecond}
+	s, err := Launch("top-seeded", props, cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		cmd.Process.Kill()
+		s.Stop()
+	}()
+	if line, _ := bufio.NewReader(stdout).ReadString('\n'); line != "started\n" {
+		t.Fatalf("workload said %q", line)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	// 200,000 B/s for 1.5 s: 300 blocks of 1000 bytes before the first query.
+	// The first query starts reading them back and answers, here at once
+	// (a query waits readBackWait for a short file), with how far that
+	// is; the totals come once it is done.
+	defer func(w time.Duration) { readBackWait = w }(readBackWait)
+	readBackWait = 0
+	r, err := Top("top-seeded", TopQuery{Client: "t", N: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.Reading || r.ReadSize == 0 || r.Seeded || len(r.Sites) != 0 {
+		t.Fatalf("first query: reading %v (%d of %d bytes), seeded %v, %d sites: want the read-back begun, no totals yet",
+			r.Reading, r.ReadBytes, r.ReadSize, r.Seeded, len(r.Sites))
+	}
+	for deadline := time.Now().Add(30 * time.Second); r.Reading && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+		if r, err = Top("top-seeded", TopQuery{Client: "t", N: 5}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !r.Seeded || len(r.Sites) == 0 || r.Sites[0].LiveBlocks < 250 || r.Sites[0].LiveBytes != 1000*r.Sites[0].LiveBlocks {
+		t.Fatalf("first query: seeded %v, sites %+v: want the 1000-byte blocks of the first 1.5 s (about 300)", r.Seeded, r.Sites)
+	}
+	if len(r.Processes) != 1 || r.Processes[0].PID != uint32(cmd.Process.Pid) || len(r.Processes[0].Threads) != 1 || len(r.Modules) == 0 {
+		t.Errorf("processes %+v, %d modules", r.Processes, len(r.Modules))
+	}
+	first := r.Sites[0]
+	time.Sleep(time.Second)
+	r, err = Top("top-seeded", TopQuery{Client: "t", N: 5, Order: TopByGrowth, Modules: r.NModules})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := float64(r.Sites[0].Growth) / (float64(r.Elapsed) / 1e9)
+	if r.Sites[0].Frames[0] != first.Frames[0] || g < 180000 || g > 220000 {
+		t.Errorf("growth %d B in %v (%.0f B/s) at %#x, want 200,000 B/s ±10%% at %#x", r.Sites[0].Growth, time.Duration(r.Elapsed), g, r.Sites[0].Frames[0], first.Frames[0])
+	}
+	if len(r.Modules) != 0 {
+		t.Errorf("%d modules sent again", len(r.Modules))
+	}
+	// The churn site: a temporary every millisecond.
+	r, err = s.Top(TopQuery{Client: "u", N: 1, Order: TopByTemporary, PID: uint32(cmd.Process.Pid), TID: uint32(cmd.Process.Pid)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Sites) != 1 || r.Sites[0].Temporary < 1000 || r.Sites[0].TID != uint32(cmd.Process.Pid) {
+		t.Errorf("by temporaries: %+v", r.Sites)
+	}
+	if _, err := s.Top(TopQuery{N: MaxTopSites + 1}); err == nil {
+		t.Errorf("a query of %d sites was answered", MaxTopSites+1)
+	}
+}
+
+// TestTopClientsBounded: a session remembers at most maxTopClients clients
+// (each holds every site's live bytes: 3,000 names took 815 MB, issue 27
+// #11), forgetting the one that asked least recently; one that keeps
+// asking keeps its growth.
+func TestTopClientsBounded(t *testing.T) {
+	bin := testutil.MustBuild(t, "top_grow", testutil.Options{})
+	cmd := exec.Command(bin, "30")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Launch("top-clients", Properties{File: filepath.Join(t.TempDir(), "c.hst")}, cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		cmd.Process.Kill()
+		s.Stop()
+	}()
+	if line, _ := bufio.NewReader(stdout).ReadString('\n'); line != "started\n" {
+		t.Fatalf("workload said %q", line)
+	}
+	defer func(w time.Duration) { readBackWait = w }(readBackWait)
+	readBackWait = 0
+	ask := func(name string) {
+		t.Helper()
+		if _, err := s.Top(TopQuery{Client: name}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 3 * maxTopClients {
+		ask("steady")
+		ask(fmt.Sprintf("client-%d", i))
+	}
+	ts := &s.top
+	ts.mu.Lock()
+	n, steady := len(ts.clients), ts.clients["steady"] != nil
+	last := ts.clients[fmt.Sprintf("client-%d", 3*maxTopClients-1)] != nil
+	ts.mu.Unlock()
+	if n > maxTopClients || !steady || !last {
+		t.Errorf("after %d clients: %d remembered (at most %d), the steady one %v, the last %v", 3*maxTopClients+1, n, maxTopClients, steady, last)
 	}
 }

@@ -108,6 +108,7 @@ func (*collect) Module(event.Module) error     { return nil }
 func (*collect) Stack(event.Stack) error       { return nil }
 func (*collect) Stats(event.Stats) error       { return nil }
 func (*collect) Snapshot(event.Snapshot) error { return nil }
+func (*collect) Note(event.Note) error         { return nil }
 func (c *collect) Events(evs []event.Event) error {
 	if len(c.evs) >= c.max {
 		return errEnough

@@ -156,6 +156,21 @@ func (f *Filter) Stack(s event.Stack) error {
 // Stats implements event.Sink.
 func (f *Filter) Stats(s event.Stats) error { return f.next.Stats(s) }
 
+// Note implements event.Sink: a note passes when its process is selected,
+// and a note about the whole session always.
+func (f *Filter) Note(n event.Note) error {
+	pid, _ := n.Of()
+	if pid == 0 || f.sel.All() || f.pids[pid] {
+		return f.next.Note(n)
+	}
+	for _, p := range f.progs[pid] {
+		if p.selected {
+			return f.next.Note(n)
+		}
+	}
+	return nil
+}
+
 // Snapshot implements event.Sink.
 func (f *Filter) Snapshot(s event.Snapshot) error {
 	if !f.selected(s.PID, s.Time) {

@@ -64,6 +64,9 @@ type Model struct {
 	modules  []event.Module
 	stats    event.Stats
 	hasStats bool
+	warnings []event.Warning
+	seenWarn map[event.Warning]bool
+	memory   []event.Memory
 
 	snaps        map[uint32]*snapProc
 	snapPeak     Peak
@@ -131,7 +134,6 @@ func New(o Options) *Model {
 		to:       o.To,
 		procs:    map[uint32]*proc{},
 		threads:  map[uint64]*thread{},
-		blocks:   newBlockTable(),
 		timeline: newTimeline(o.TimelinePoints),
 		rate:     max(o.SampleRate, 0),
 	}
@@ -279,6 +281,28 @@ func (m *Model) Stack(st event.Stack) error {
 	return nil
 }
 
+// Note keeps the session's warnings (once each, whatever the window: they
+// are about the session) and the memory samples in the window.
+func (m *Model) Note(n event.Note) error {
+	switch n := n.(type) {
+	case event.Warning:
+		if m.seenWarn == nil {
+			m.seenWarn = make(map[event.Warning]bool)
+		}
+		k := n
+		k.Time = 0
+		if !m.seenWarn[k] {
+			m.seenWarn[k] = true
+			m.warnings = append(m.warnings, n)
+		}
+	case event.Memory:
+		if n.Time >= m.from && n.Time < m.to {
+			m.memory = append(m.memory, n)
+		}
+	}
+	return nil
+}
+
 // Stats keeps the latest statistics.
 func (m *Model) Stats(st event.Stats) error {
 	m.stats, m.hasStats = st, true
@@ -330,10 +354,15 @@ func (m *Model) Events(evs []event.Event) error {
 				t.last = 0
 				break
 			}
+			m.sites[si].allocs++
+			// m.alloc, with the table's call the only one: every
+			// allocation comes here.
 			if packable(p, e.Addr) {
-				m.allocFast(p, si, t.tid, e.Addr, e.Size)
+				if old, ok := m.blocks.packed.Put(p.key|e.Addr, block{size: e.Size, site: si, tid: t.tid}); ok {
+					m.replaced(old)
+				}
+				m.added(si, e.Size)
 			} else {
-				m.sites[si].allocs++
 				m.alloc(p, si, t.tid, e.Addr, e.Size)
 			}
 			t.last = e.Addr
@@ -342,10 +371,16 @@ func (m *Model) Events(evs []event.Event) error {
 			if e.Addr == 0 {
 				continue // free(NULL) does nothing
 			}
-			if packable(p, e.Addr) {
-				m.freeFast(p, t, e.Addr)
-			} else {
+			// m.free, likewise.
+			if !packable(p, e.Addr) {
 				m.free(p, t, e.Addr)
+			} else if b, ok := m.blocks.packed.Delete(p.key | e.Addr); ok {
+				m.release(b, true)
+				if t.last == e.Addr && b.tid == t.tid {
+					m.sites[b.site].temporary++
+				}
+			} else {
+				m.unmatched++
 			}
 			t.last = 0
 		case event.KindRealloc:
@@ -416,10 +451,20 @@ func sizeBucket(size uint64) int {
 
 func (m *Model) alloc(p *proc, si int32, tid uint32, addr, size uint64) {
 	if old, ok := m.blocks.put(p, addr, block{size: size, site: si, tid: tid}); ok {
-		// A live block at the same address: its free was lost.
-		m.missed++
-		m.release(old, false)
+		m.replaced(old)
 	}
+	m.added(si, size)
+}
+
+// replaced counts a live block found at the address of a new one: its free
+// was lost.
+func (m *Model) replaced(old block) {
+	m.missed++
+	m.release(old, false)
+}
+
+// added counts a new live block of size bytes at site si.
+func (m *Model) added(si int32, size uint64) {
 	s := &m.sites[si]
 	m.touch(s)
 	s.liveBytes += size
@@ -428,118 +473,6 @@ func (m *Model) alloc(p *proc, si int32, tid uint32, addr, size uint64) {
 	m.liveBytes += size
 	m.liveBlocks++
 	m.hist[sizeBucket(size)]++
-}
-
-// allocFast is alloc for a key that packs, in one function: the table's
-// lookup and insertion and the site's accounting. Every event goes through
-// here or freeFast, so calls and the copies of blocks between them count.
-func (m *Model) allocFast(p *proc, si int32, tid uint32, addr, size uint64) {
-	tb := &m.blocks
-	if tb.full() {
-		tb.grow()
-	}
-	k := p.key | addr
-	mask := uint64(len(tb.keys) - 1)
-	home, tag := tb.hash(k)
-	// Look for k, and for the first empty slot on the way.
-	eb, ei := uint64(0), -1
-	b := home
-	for {
-		tw := tb.tags[b]
-		for mt := matchTag(tw, tag); mt != 0; mt &= mt - 1 {
-			if tb.keys[b][slot(mt)] == k {
-				// A live block at the same address: the general case.
-				m.sites[si].allocs++
-				m.alloc(p, si, tid, addr, size)
-				return
-			}
-		}
-		if ei < 0 {
-			if em := emptyTags(tw); em != 0 {
-				eb, ei = b, slot(em)
-			}
-		}
-		if tb.over[b] == 0 {
-			break
-		}
-		b = (b + 1) & mask
-	}
-	for ei < 0 {
-		b = (b + 1) & mask
-		if em := emptyTags(tb.tags[b]); em != 0 {
-			eb, ei = b, slot(em)
-		}
-	}
-	// The full buckets before eb now have one more key past them.
-	for h := home; h != eb; h = (h + 1) & mask {
-		if tb.over[h] < maxOver {
-			tb.over[h]++
-		}
-	}
-	tb.set(eb, ei, tag, k, block{size: size, site: si, tid: tid})
-
-	s := &m.sites[si]
-	if s.stamp != m.epoch {
-		s.peakBytes, s.peakBlocks, s.stamp = s.liveBytes, s.liveBlocks, m.epoch
-	}
-	s.allocs++
-	s.liveBytes += size
-	s.liveBlocks++
-	s.bytes += size
-	m.liveBytes += size
-	m.liveBlocks++
-	m.hist[sizeBucket(size)]++
-}
-
-// freeFast is free for a key that packs, in one function.
-func (m *Model) freeFast(p *proc, t *thread, addr uint64) {
-	tb := &m.blocks
-	k := p.key | addr
-	mask := uint64(len(tb.keys) - 1)
-	home, tag := tb.hash(k)
-	b, i := home, -1
-	for {
-		for mt := matchTag(tb.tags[b], tag); mt != 0; mt &= mt - 1 {
-			if j := slot(mt); tb.keys[b][j] == k {
-				i = j
-				break
-			}
-		}
-		if i >= 0 {
-			break
-		}
-		if tb.over[b] == 0 {
-			m.unmatched++
-			return
-		}
-		b = (b + 1) & mask
-	}
-	v := &tb.vals[b][i]
-	size, si := v.size, v.site
-	temp := t.last == addr && v.tid == t.tid
-	// tb.clear, with the home bucket at hand.
-	tb.tags[b] &^= 0xff << (8 * i)
-	tb.keys[b][i] = 0
-	tb.n--
-	for h := home; h != b; h = (h + 1) & mask {
-		if tb.over[h] < maxOver {
-			tb.over[h]--
-		}
-	}
-
-	s := &m.sites[si]
-	if s.stamp != m.epoch {
-		s.peakBytes, s.peakBlocks, s.stamp = s.liveBytes, s.liveBlocks, m.epoch
-	}
-	s.liveBytes -= size
-	s.liveBlocks--
-	s.frees++
-	s.freedBytes += size
-	if temp {
-		s.temporary++
-	}
-	m.liveBytes -= size
-	m.liveBlocks--
 }
 
 // release takes block b out of the live set.
@@ -562,6 +495,11 @@ func (m *Model) free(p *proc, t *thread, addr uint64) {
 		m.unmatched++
 		return
 	}
+	m.freed(t, addr, b)
+}
+
+// freed counts the free by thread t of block b at addr.
+func (m *Model) freed(t *thread, addr uint64, b block) {
 	m.release(b, true)
 	if t.last == addr && b.tid == t.tid {
 		m.sites[b.site].temporary++
@@ -601,6 +539,8 @@ func (m *Model) Profile() *Profile {
 		Modules:    append([]event.Module(nil), m.modules...),
 		Stats:      m.stats,
 		HasStats:   m.hasStats,
+		Warnings:   m.warnings,
+		Memory:     m.memory,
 		Peak:       m.peak,
 		Aggregate:  len(m.snaps) > 0,
 		SampleRate: m.rate,

@@ -114,6 +114,13 @@ type Profile struct {
 	Stats    event.Stats
 	HasStats bool
 
+	// Warnings are what the session warned of as it traced, kept in the
+	// trace: once each, in the order given.
+	Warnings []event.Warning
+	// Memory holds the samples of the processes' resident memory in the
+	// window, in the order taken.
+	Memory []event.Memory
+
 	// Aggregate is true when some process was reported by snapshots.
 	Aggregate bool
 	// Missing says which parts this profile cannot give.

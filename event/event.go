@@ -465,6 +465,7 @@ type Sink interface {
 	Events([]Event) error
 	Snapshot(Snapshot) error
 	Stats(Stats) error
+	Note(Note) error
 }
 
 // MarshalText writes f by name ("malloc,free"), for JSON.

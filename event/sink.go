@@ -14,6 +14,7 @@ func (discard) Stack(Stack) error       { return nil }
 func (discard) Events([]Event) error    { return nil }
 func (discard) Snapshot(Snapshot) error { return nil }
 func (discard) Stats(Stats) error       { return nil }
+func (discard) Note(Note) error         { return nil }
 
 // Tee returns a Sink that passes every record to each of sinks in turn. Every
 // sink sees every record even when an earlier one fails; the errors are joined.
@@ -49,3 +50,4 @@ func (t tee) Snapshot(sn Snapshot) error {
 	return t.each(func(s Sink) error { return s.Snapshot(sn) })
 }
 func (t tee) Stats(st Stats) error { return t.each(func(s Sink) error { return s.Stats(st) }) }
+func (t tee) Note(n Note) error    { return t.each(func(s Sink) error { return s.Note(n) }) }

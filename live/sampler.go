@@ -17,7 +17,6 @@ import (
 
 	"github.com/heapscope/heapscope"
 	"github.com/heapscope/heapscope/event"
-	"github.com/heapscope/heapscope/report"
 	"github.com/heapscope/heapscope/symbolize"
 )
 
@@ -75,15 +74,8 @@ func (s *Site) Name() string {
 	if len(s.Stack) == 0 {
 		return "[no stack]"
 	}
-	f := s.Stack[0]
-	name := f.Function
-	if name == "" {
-		if f.Module != "" {
-			name = f.Module[strings.LastIndexByte(f.Module, '/')+1:] + "+0x" + strconv.FormatUint(f.Offset, 16)
-		} else {
-			name = "0x" + strconv.FormatUint(f.Address, 16)
-		}
-	}
+	f := &s.Stack[0]
+	name := f.Name()
 	if f.File != "" && f.Line > 0 {
 		name += " (" + f.File[strings.LastIndexByte(f.File, '/')+1:] + ":" + strconv.Itoa(f.Line) + ")"
 	}
@@ -213,8 +205,8 @@ func (s *Sampler) Sample(pid, tid uint32, o Order, n int) (*Frame, error) {
 		for _, a := range rs.Frames {
 			st = append(st, s.sym.Frames(rs.PID, a)...)
 		}
-		st = report.TrimAllocator(st)
-		k := siteKey(st)
+		st = symbolize.TrimAllocator(st)
+		k := symbolize.SiteKey(st)
 		j, ok := at[k]
 		if !ok {
 			j = len(f.Sites)
@@ -255,24 +247,4 @@ func (s *Sampler) Sample(pid, tid uint32, o Order, n int) (*Frame, error) {
 	f.History = append([]uint64(nil), s.history...)
 	s.prev, s.prevView, s.last = &r, [2]uint32{pid, tid}, f
 	return f, nil
-}
-
-// siteKey is a site's stack without addresses: the same site merges across
-// processes and refreshes.
-func siteKey(st []symbolize.Frame) string {
-	var b strings.Builder
-	for _, f := range st {
-		b.WriteString(f.Function)
-		b.WriteByte(0)
-		b.WriteString(f.File)
-		b.WriteByte(':')
-		b.WriteString(strconv.Itoa(f.Line))
-		if f.Function == "" {
-			b.WriteString(f.Module)
-			b.WriteString("+")
-			b.WriteString(strconv.FormatUint(f.Offset, 16))
-		}
-		b.WriteByte(1)
-	}
-	return b.String()
 }

@@ -52,6 +52,7 @@ func (a *async) Exit(event.Exit) error         { return nil }
 func (a *async) Module(event.Module) error     { return nil }
 func (a *async) Snapshot(event.Snapshot) error { return nil }
 func (a *async) Stats(event.Stats) error       { return nil }
+func (a *async) Note(event.Note) error         { return nil }
 
 func (a *async) Stack(st event.Stack) error {
 	a.flush()

@@ -5,6 +5,7 @@ import (
 	"math/bits"
 
 	"github.com/heapscope/heapscope/event"
+	"github.com/heapscope/heapscope/internal/blocks"
 )
 
 // maxDenseID bounds the stack IDs kept in a slice; larger ones go to a map.
@@ -13,8 +14,8 @@ const maxDenseID = 1 << 22
 // bproc is the builder's state for one process.
 type bproc struct {
 	pid    uint32
-	live   liveTable // address → the live block there
-	ids    []int32   // StackID → stack index + 1, for small IDs
+	live   blocks.Table[liveRef] // address → the live block there
+	ids    []int32               // StackID → stack index + 1, for small IDs
 	idm    map[event.StackID]int32
 	lastTK uint64 // the thread of the last event, and its last allocation
 	last   *uint64
@@ -64,6 +65,7 @@ func (b *builder) Exit(event.Exit) error         { return nil }
 func (b *builder) Module(event.Module) error     { return nil }
 func (b *builder) Snapshot(event.Snapshot) error { return nil }
 func (b *builder) Stats(event.Stats) error       { return nil }
+func (b *builder) Note(event.Note) error         { return nil }
 
 func (b *builder) proc(pid uint32) *bproc {
 	if p := b.lastProc; p != nil && p.pid == pid {
@@ -210,11 +212,11 @@ func (b *builder) row(seq uint32, t int64, stack int32, tid uint32, size uint64,
 
 // alloc makes a live block; a live block at the same address lost its free.
 func (b *builder) alloc(seq uint32, kind *uint8, p *bproc, e *event.Event, flags uint8) {
-	if old, ok := p.live.get(e.Addr); ok {
+	if old, ok := p.live.Get(e.Addr); ok {
 		b.end(seq, e.Time, kind, old, fMissed)
 	}
 	r := b.row(seq, e.Time, b.stackIndex(p, e.Stack), e.TID, e.Size, flags)
-	p.live.put(e.Addr, liveRef{row: r, tid: e.TID, size: e.Size, t: e.Time})
+	p.live.Put(e.Addr, liveRef{row: r, tid: e.TID, size: e.Size, t: e.Time})
 	b.liveBytes += e.Size
 	b.liveBlocks++
 	*kind |= evMade
@@ -237,13 +239,12 @@ func (b *builder) end(seq uint32, now int64, kind *uint8, l liveRef, flags uint8
 // free frees addr, as the model does: counted on the block's row, temporary
 // when it is the thread's last allocation.
 func (b *builder) free(seq uint32, kind *uint8, p *bproc, e *event.Event, addr uint64, last uint64) {
-	l, ok := p.live.get(addr)
+	l, ok := p.live.Delete(addr)
 	if !ok {
 		b.x.unmatched = append(b.x.unmatched, seq)
 		b.x.unmatchedDT = append(b.x.unmatchedDT, b.dt(e.Time))
 		return
 	}
-	p.live.del(addr)
 	fl := uint8(fFreed)
 	if last == addr && l.tid == e.TID {
 		fl |= fTemp
@@ -362,7 +363,7 @@ func (b *builder) endEvent(t int64, kind uint8) {
 // the rest (fCont: not a call, no bytes allocated), at the address after
 // the cut, as the model moves the block.
 func (b *builder) unmap(seq uint32, kind *uint8, p *bproc, e *event.Event, last uint64) {
-	l, ok := p.live.get(e.Addr)
+	l, ok := p.live.Get(e.Addr)
 	if !ok {
 		b.x.unmatched = append(b.x.unmatched, seq)
 		b.x.unmatchedDT = append(b.x.unmatchedDT, b.dt(e.Time))
@@ -373,11 +374,14 @@ func (b *builder) unmap(seq uint32, kind *uint8, p *bproc, e *event.Event, last 
 		return
 	}
 	old := *b.x.rows.at(int(l.row))
-	p.live.del(e.Addr)
+	p.live.Delete(e.Addr)
 	b.end(seq, e.Time, kind, l, 0)
 	size := l.size - e.Size
 	n := b.row(seq, e.Time, old.stack, l.tid, size, fCont|old.flags&fRealloc)
-	p.live.put(e.Addr+e.Size, liveRef{row: n, tid: l.tid, size: size, t: e.Time})
+	if rest := e.Addr + e.Size; rest != 0 {
+		// (Only a corrupt trace wraps around to 0: the rest is unknown.)
+		p.live.Put(rest, liveRef{row: n, tid: l.tid, size: size, t: e.Time})
+	}
 	b.liveBytes += size
 	b.liveBlocks++
 }

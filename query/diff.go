@@ -2,39 +2,9 @@ package query
 
 import (
 	"sort"
-	"strconv"
-	"strings"
 
 	"github.com/heapscope/heapscope/symbolize"
 )
-
-// SiteKey identifies a site across traces: its frames as symbolized (the
-// function, file, line and module of each, or the module and offset of a
-// frame without a function), never its addresses, which differ from run to
-// run. A frame with neither function nor module has only its address, and
-// so matches nothing in another run.
-func SiteKey(frames []symbolize.Frame) string {
-	var b strings.Builder
-	for _, f := range frames {
-		k := keyOf(f)
-		b.WriteString(k.function)
-		b.WriteByte(0)
-		b.WriteString(k.file)
-		b.WriteByte(0)
-		b.WriteString(strconv.Itoa(k.line))
-		b.WriteByte(0)
-		b.WriteString(k.module)
-		b.WriteByte(0)
-		b.WriteString(strconv.FormatUint(k.offset, 16))
-		b.WriteByte(0)
-		b.WriteString(strconv.FormatUint(k.address, 16))
-		if k.inlined {
-			b.WriteByte('i')
-		}
-		b.WriteByte(1)
-	}
-	return b.String()
-}
 
 // DiffRow is a site's cost in a trace and in a base trace.
 type DiffRow struct {
@@ -58,7 +28,7 @@ func Diff(x *Index, res *Result, base *Index, baseRes *Result, c Cost) []DiffRow
 			if v == 0 {
 				continue
 			}
-			k := SiteKey(s.Frames)
+			k := symbolize.SiteKey(s.Frames)
 			d := rows[k]
 			if d == nil {
 				d = &DiffRow{Frames: s.Frames}

@@ -2,9 +2,7 @@ package query
 
 import (
 	"fmt"
-	"path"
 	"sort"
-	"strconv"
 
 	"github.com/heapscope/heapscope/symbolize"
 )
@@ -102,18 +100,6 @@ type Flame struct {
 	// Suppressions) would have added to Total: the leaks cost leaves them
 	// out, as the report does.
 	Suppressed uint64 `json:"suppressed,omitempty"`
-}
-
-// FrameName is how a frame is named in a flame graph: its function, else
-// its module and offset, else its address (as package report names it).
-func FrameName(f symbolize.Frame) string {
-	switch {
-	case f.Function != "":
-		return f.Function
-	case f.Module != "":
-		return path.Base(f.Module) + "+0x" + strconv.FormatUint(f.Offset, 16)
-	}
-	return "0x" + strconv.FormatUint(f.Address, 16)
 }
 
 // Flame builds the flame graph of res by cost c: from the callers down
@@ -278,7 +264,8 @@ func (x *Index) trieOf(inverted bool) *trie {
 			path := make([]int32, 0, steps)
 			cur := int32(0)
 			for i := 0; i < steps; i++ {
-				name := FrameName(tr.frame(s, i))
+				f := tr.frame(s, i)
+				name := f.Name()
 				nx, ok := children[trieEdge{cur, name}]
 				if !ok {
 					nx = int32(len(tr.nodes))
@@ -323,7 +310,7 @@ func (x *Index) Functions(res *Result, c Cost, top int) []Function {
 			frames = []symbolize.Frame{{Function: "[no stack]"}}
 		}
 		for i, f := range frames {
-			name := FrameName(f)
+			name := f.Name()
 			fn := by[name]
 			if fn == nil {
 				fn = &Function{Name: name, Module: f.Module, File: f.File, Line: f.Line}
@@ -386,7 +373,7 @@ const (
 )
 
 // Callers returns the caller/callee view of the function named fn (as
-// FrameName names it) in res by cost c, at most top neighbours each way
+// symbolize.Frame.Name names it) in res by cost c, at most top neighbours each way
 // (0: all), by value descending.
 func (x *Index) Callers(res *Result, c Cost, fn string, top int) *Callers {
 	out := &Callers{Cost: c.String(), Function: fn}
@@ -401,16 +388,16 @@ func (x *Index) Callers(res *Result, c Cost, fn string, top int) *Callers {
 		clear(seenDown)
 		found := false
 		for i, f := range s.Frames { // innermost first
-			if FrameName(f) != fn {
+			if f.Name() != fn {
 				continue
 			}
 			found = true
 			up, down := RootCaller, SelfCallee
 			if i+1 < len(s.Frames) {
-				up = FrameName(s.Frames[i+1])
+				up = s.Frames[i+1].Name()
 			}
 			if i > 0 {
-				down = FrameName(s.Frames[i-1])
+				down = s.Frames[i-1].Name()
 			} else {
 				out.Self += v
 			}

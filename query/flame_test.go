@@ -150,7 +150,7 @@ func (x *Index) flameSlow(res *Result, c Cost, inverted bool, minShare float64, 
 }
 
 func slowChild(nodes *[]slowNode, parent int, f symbolize.Frame) int {
-	name := FrameName(f)
+	name := f.Name()
 	p := &(*nodes)[parent]
 	if i, ok := p.children[name]; ok {
 		return i

@@ -326,31 +326,10 @@ func (c cachedResolver) Frames(pid uint32, addr uint64) []symbolize.Frame {
 	return []symbolize.Frame{{Address: addr}}
 }
 
-// frameKey is what identifies a frame for merging stacks into sites: the
-// key package report merges by.
-type frameKey struct {
-	function, file, module string
-	line                   int
-	offset, address        uint64
-	inlined                bool
-}
-
-func keyOf(f symbolize.Frame) frameKey {
-	k := frameKey{function: f.Function, file: f.File, module: f.Module, line: f.Line, inlined: f.Inlined}
-	switch {
-	case f.Function != "":
-	case f.Module != "":
-		k.offset = f.Offset
-	default:
-		k.address = f.Address
-	}
-	return k
-}
-
 // mergeSites symbolizes each stack, trims the allocator's frames and merges
 // the stacks that become the same.
 func (x *Index) mergeSites() {
-	frameIDs := map[frameKey]uint32{}
+	frameIDs := map[symbolize.FrameKey]uint32{}
 	bySite := map[string]int32{}
 	var buf []symbolize.Frame
 	var kb []byte
@@ -360,10 +339,10 @@ func (x *Index) mergeSites() {
 		for _, a := range st.frames {
 			buf = append(buf, x.res.Frames(st.pid, a)...)
 		}
-		fs := report.TrimAllocator(buf)
+		fs := symbolize.TrimAllocator(buf)
 		kb = kb[:0]
-		for _, f := range fs {
-			k := keyOf(f)
+		for i := range fs {
+			k := fs[i].Key()
 			id, ok := frameIDs[k]
 			if !ok {
 				id = uint32(len(frameIDs))

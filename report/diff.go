@@ -5,9 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"path"
 	"sort"
-	"strconv"
 	"strings"
 
 	"github.com/google/pprof/profile"
@@ -94,39 +92,18 @@ type Diff struct {
 	Sites                 []*SiteDiff // every stack of either trace, in no order
 }
 
-// diffFrame is what a frame is matched by.
-type diffFrame struct {
-	function, file, module string
-	line                   int
-	inlined                bool
-	offset, address        uint64
-}
-
-func diffFrameOf(f *symbolize.Frame) diffFrame {
-	k := diffFrame{function: f.Function, file: f.File, line: f.Line, inlined: f.Inlined}
-	switch {
-	case f.Function != "":
-	case f.Module != "":
-		// The base name: two builds live at different paths.
-		k.module, k.offset = path.Base(f.Module), f.Offset
-	default:
-		k.address = f.Address
-	}
-	return k
-}
-
 // NewDiff compares base with new.
 func NewDiff(base, new *Report) *Diff {
 	d := &Diff{Base: base, New: new, BaseTotals: totals(base), NewTotals: totals(new)}
 	// Frames get numbers shared by the two reports; a stack's key is its
 	// numbers' bytes.
-	global := map[diffFrame]uint32{}
+	global := map[symbolize.FrameKey]uint32{}
 	byKey := map[string]*SiteDiff{}
 	var kb []byte
 	add := func(r *Report, isNew bool) {
 		ids := make([]uint32, len(r.table.frames))
 		for i := range ids {
-			k := diffFrameOf(&r.table.frames[i])
+			k := r.table.frames[i].DiffKey()
 			g, ok := global[k]
 			if !ok {
 				g = uint32(len(global))
@@ -171,34 +148,6 @@ func totals(r *Report) Counts {
 
 // TotalDelta is the change of the traces' totals.
 func (d *Diff) TotalDelta() Delta { return delta(d.BaseTotals, d.NewTotals) }
-
-// diffKey is a group of frames as a string, for the pprof profile's
-// locations: what diffFrame matches by.
-func diffKey(st []symbolize.Frame) string {
-	var b strings.Builder
-	for _, f := range st {
-		switch {
-		case f.Function != "":
-			b.WriteString(f.Function)
-			b.WriteByte(0)
-			b.WriteString(f.File)
-			b.WriteByte(':')
-			b.WriteString(strconv.Itoa(f.Line))
-			if f.Inlined {
-				b.WriteString(":i")
-			}
-		case f.Module != "":
-			b.WriteString(path.Base(f.Module))
-			b.WriteString("+0x")
-			b.WriteString(strconv.FormatUint(f.Offset, 16))
-		default:
-			b.WriteString("0x")
-			b.WriteString(strconv.FormatUint(f.Address, 16))
-		}
-		b.WriteByte(1)
-	}
-	return b.String()
-}
 
 func abs(x int64) int64 {
 	if x < 0 {
@@ -464,7 +413,7 @@ func (d *Diff) Pprof() (*profile.Profile, error) {
 	funcs := map[string]*profile.Function{}
 	locs := map[string]*profile.Location{}
 	function := func(f symbolize.Frame) *profile.Function {
-		name := frameName(f)
+		name := f.Name()
 		k := name + "\x00" + f.File
 		if pf := funcs[k]; pf != nil {
 			return pf
@@ -475,7 +424,7 @@ func (d *Diff) Pprof() (*profile.Profile, error) {
 		return pf
 	}
 	location := func(group []symbolize.Frame) *profile.Location {
-		k := diffKey(group)
+		k := symbolize.DiffSiteKey(group)
 		if l := locs[k]; l != nil {
 			return l
 		}

@@ -181,7 +181,7 @@ func (b *pprofBuilder) mapping(pid uint32, addr uint64) *profile.Mapping {
 }
 
 func (b *pprofBuilder) function(f symbolize.Frame) *profile.Function {
-	name := frameName(f)
+	name := f.Name()
 	k := funcKey{name, f.File}
 	if pf := b.funcs[k]; pf != nil {
 		return pf
@@ -206,7 +206,7 @@ func (b *pprofBuilder) locations(pid uint32, frames []symbolize.Frame) []*profil
 			j++
 		}
 		group := frames[i : j+1]
-		k := locKey{pid, frames[i].Address, len(group), frameName(frames[i])}
+		k := locKey{pid, frames[i].Address, len(group), frames[i].Name()}
 		out = append(out, b.location(k, b.mapping(pid, frames[i].Address), group))
 		i = j + 1
 	}

@@ -3,19 +3,16 @@
 // graphs.
 //
 // New symbolizes every stack of a profile once, drops the allocator's own
-// frames from the top of each (malloc, operator new, the C library's
-// internals above them, the interposer library), so that the first frame is
-// the code that asked for memory, and merges the stacks that become
-// identical: two call paths that differ only inside the allocator, or the
+// frames from the top of each (symbolize.TrimAllocator: malloc, operator
+// new, the C library's internals above them, the interposer library), so
+// that the first frame is the code that asked for memory, and merges the
+// stacks that become identical (by symbolize.Frame.Key): two call paths that differ only inside the allocator, or the
 // same code in several processes, are one site. The renderers then only
 // sort and print.
 package report
 
 import (
-	"path"
 	"sort"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/heapscope/heapscope/analyze"
@@ -102,30 +99,12 @@ type Report struct {
 // stored once, and a stack is a list of small indices.
 type frameTable struct {
 	frames []symbolize.Frame
-	index  map[frameKey]uint32
-	names  []string // frameName of each, made on first use
-}
-
-// frameKey is what a reader sees of a frame. Addresses are left out so
-// that the same code in several processes merges; a frame without a
-// function is known by its module and offset, one without a module by its
-// address.
-type frameKey struct {
-	function, file, module string
-	line                   int
-	offset, address        uint64
-	inlined                bool
+	index  map[symbolize.FrameKey]uint32 // by Frame.Key: what a reader sees of a frame
+	names  []string                      // Frame.Name of each, made on first use
 }
 
 func (t *frameTable) intern(f symbolize.Frame) uint32 {
-	k := frameKey{function: f.Function, file: f.File, module: f.Module, line: f.Line, inlined: f.Inlined}
-	switch {
-	case f.Function != "":
-	case f.Module != "":
-		k.offset = f.Offset
-	default:
-		k.address = f.Address
-	}
+	k := f.Key()
 	if id, ok := t.index[k]; ok {
 		return id
 	}
@@ -140,7 +119,7 @@ func (t *frameTable) name(id uint32) string {
 		t.names = append(t.names, "")
 	}
 	if t.names[id] == "" {
-		t.names[id] = frameName(t.frames[id])
+		t.names[id] = t.frames[id].Name()
 	}
 	return t.names[id]
 }
@@ -163,7 +142,7 @@ type symTable struct {
 }
 
 func newSymTable(r Resolver) *symTable {
-	return &symTable{r: r, table: frameTable{index: map[frameKey]uint32{}}, addrs: map[uint32]map[uint64][]uint32{}}
+	return &symTable{r: r, table: frameTable{index: map[symbolize.FrameKey]uint32{}}, addrs: map[uint32]map[uint64][]uint32{}}
 }
 
 // proc returns the table of process pid's addresses.
@@ -202,7 +181,7 @@ func newReport(p *analyze.Profile, t Trace, st *symTable) *Report {
 		for _, a := range stack.Frames {
 			ids = append(ids, st.ids(addrs, stack.PID, a)...)
 		}
-		ids = ids[trimCut(len(ids), func(i int) *symbolize.Frame { return &st.table.frames[ids[i]] }):]
+		ids = ids[symbolize.AllocatorFrames(len(ids), func(i int) *symbolize.Frame { return &st.table.frames[ids[i]] }):]
 		kb = kb[:0]
 		for _, id := range ids {
 			kb = append(kb, byte(id), byte(id>>8), byte(id>>16), byte(id>>24))
@@ -232,7 +211,7 @@ func (r *Report) frames(st *analyze.Stack, buf []symbolize.Frame) []symbolize.Fr
 	for _, a := range st.Frames {
 		buf = append(buf, r.resolver.Frames(st.PID, a)...)
 	}
-	t := TrimAllocator(buf)
+	t := symbolize.TrimAllocator(buf)
 	return buf[:copy(buf, t)]
 }
 
@@ -244,109 +223,6 @@ func dedup(x []uint32) []uint32 {
 		}
 	}
 	return out
-}
-
-// TrimAllocator returns frames without the allocator's frames at the top:
-// the allocation functions themselves (malloc, calloc, realloc, free, the
-// aligned family, operator new and delete, std::allocator, Rust's
-// alloc::alloc functions, mmap, and the C library's names for them), any frame of the interposer library (libheapscope*.so), and the
-// frames of the C and C++ runtime libraries that lie above (are called by)
-// such a frame. The first frame left is the caller of the allocator. Frames
-// of the runtime libraries that called the allocator themselves (strdup,
-// std::string) stay: they are the caller.
-func TrimAllocator(frames []symbolize.Frame) []symbolize.Frame {
-	return frames[trimCut(len(frames), func(i int) *symbolize.Frame { return &frames[i] }):]
-}
-
-// trimCut returns how many of the n frames at(0), at(1), ... TrimAllocator
-// drops.
-func trimCut(n int, at func(int) *symbolize.Frame) int {
-	cut := 0
-	for i := 0; i < n; i++ {
-		f := at(i)
-		switch {
-		case isAllocator(f.Function) || isInterposer(f.Module):
-			cut = i + 1
-		case isRuntimeLib(f.Module):
-			// Internal to the allocator only if an allocator frame
-			// follows; decided by a later iteration.
-		default:
-			return cut
-		}
-	}
-	return cut
-}
-
-var allocatorNames = map[string]bool{}
-
-func init() {
-	for _, n := range []string{
-		"malloc", "calloc", "realloc", "reallocarray", "free", "cfree",
-		"posix_memalign", "aligned_alloc", "memalign", "valloc", "pvalloc",
-		"mmap", "mmap64", "munmap", "mremap",
-	} {
-		allocatorNames[n] = true
-		// glibc's internal and exported aliases of the same functions.
-		allocatorNames["__libc_"+n] = true
-		allocatorNames["__"+n] = true
-	}
-}
-
-func isAllocator(fn string) bool {
-	if fn == "" {
-		return false
-	}
-	fn = strings.TrimPrefix(fn, "__GI_")
-	if allocatorNames[fn] {
-		return true
-	}
-	// operator new/delete, demangled ("operator new(unsigned long)",
-	// "operator delete[](void*, std::align_val_t)") or not (_Znwm, _ZdaPv).
-	if strings.HasPrefix(fn, "operator new") || strings.HasPrefix(fn, "operator delete") ||
-		strings.HasPrefix(fn, "_Znw") || strings.HasPrefix(fn, "_Zna") ||
-		strings.HasPrefix(fn, "_Zdl") || strings.HasPrefix(fn, "_Zda") {
-		return true
-	}
-	for _, p := range allocPrefixes {
-		if strings.HasPrefix(fn, p) {
-			return true
-		}
-	}
-	return false
-}
-
-// allocPrefixes begin the names of the plumbing between a container and
-// operator new, usually inlined into the program: C++'s std::allocator and
-// its traits, and Rust's counterparts of operator new and delete (the
-// global allocator's entry points and the alloc crate's functions that call
-// it). The containers that allocate (std::vector, RawVec, String) stay: they
-// are the caller.
-var allocPrefixes = []string{
-	"std::__new_allocator<", "__gnu_cxx::new_allocator<", "std::allocator<", "std::allocator_traits<",
-	"__rust_alloc", "__rust_realloc", "__rust_dealloc", "__rdl_",
-	"alloc::alloc::", "<alloc::alloc::Global", "std::alloc::", "<std::alloc::System",
-}
-
-func isInterposer(module string) bool {
-	base := path.Base(module)
-	return strings.HasPrefix(base, "libheapscope") && strings.Contains(base, ".so")
-}
-
-// runtimeLibs are the libraries whose frames between the allocator and its
-// caller are allocator internals.
-var runtimeLibs = []string{"libc.so", "libc-", "ld-linux", "libstdc++.so", "libc++.so", "libc++abi.so", "libgcc_s.so"}
-
-func isRuntimeLib(module string) bool {
-	if module == "" {
-		return false
-	}
-	base := path.Base(module)
-	for _, p := range runtimeLibs {
-		if strings.HasPrefix(base, p) {
-			return true
-		}
-	}
-	return false
 }
 
 // moduleResolver gives frames with module and offset from module records
@@ -449,15 +325,3 @@ func byLeaked(s *Site) uint64 { return s.LiveBytes }
 func byPeak(s *Site) uint64   { return s.PeakBytes }
 func byCalls(s *Site) uint64  { return s.Calls() }
 func byTemp(s *Site) uint64   { return s.Temporary }
-
-// frameName is how a frame is named where one word is needed: its function,
-// else its module and offset, else its address.
-func frameName(f symbolize.Frame) string {
-	switch {
-	case f.Function != "":
-		return f.Function
-	case f.Module != "":
-		return path.Base(f.Module) + "+0x" + strconv.FormatUint(f.Offset, 16)
-	}
-	return "0x" + strconv.FormatUint(f.Address, 16)
-}

@@ -88,7 +88,7 @@ func TestTrimAllocator(t *testing.T) {
 			"std::_Vector_base<int, std::allocator<int> >::_M_allocate(unsigned long)", 2},
 		{"nothing outside", f(0x7000), "", 0},
 	} {
-		got := TrimAllocator(c.in)
+		got := symbolize.TrimAllocator(c.in)
 		first := ""
 		if len(got) > 0 {
 			first = got[0].Function
@@ -425,7 +425,7 @@ func TestNoResolver(t *testing.T) {
 	var names []string
 	for _, s := range r.Sites {
 		if st := s.Stack(); len(st) > 0 {
-			names = append(names, frameName(st[0]))
+			names = append(names, st[0].Name())
 		}
 	}
 	sort.Strings(names)

@@ -6,6 +6,15 @@
 // resolves return addresses to frames (Frames), innermost first, with the
 // calls inlined at the address.
 //
+// # What a frame is called, and which stacks are one site
+//
+// The package also holds the one definition of a frame's vocabulary that
+// every consumer uses (report, query and serve, top, the diff): a frame's
+// one-word name (Frame.Name), its identity within a trace (Frame.Key,
+// SiteKey) and across traces (Frame.DiffKey, DiffSiteKey), and which frames
+// at the top of a stack are the allocator's own (TrimAllocator): a site is
+// a stack without them, by its frames' keys.
+//
 // # The DWARF reader
 //
 // The package has its own DWARF reader rather than debug/dwarf: it reads

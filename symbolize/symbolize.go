@@ -2,8 +2,10 @@ package symbolize
 
 import (
 	"fmt"
+	"hash/maphash"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"sync"
 
@@ -53,6 +55,9 @@ type Symbolizer struct {
 	wmu      sync.Mutex // guards warnings and warned
 	warnings []string
 	warned   map[string]bool
+	// Past maxWarnings, warnings are only counted, once each (by hash).
+	moreWarnings int
+	moreSeen     map[uint64]bool
 }
 
 // objEntry is an object, loaded once on first use.
@@ -105,18 +110,20 @@ func (s *Symbolizer) AddModule(m event.Module) {
 		p = &process{}
 		s.procs[m.PID] = p
 	}
-	mods := p.mods[:0:0]
-	for _, old := range p.mods {
-		if old.End <= m.Start || old.Start >= m.End {
-			mods = append(mods, old)
-		}
+	// The mappings are sorted and disjoint: the ones m overlaps (it
+	// replaces them) are a run, found by binary search. Modules usually
+	// come in address order, and then m goes at the end.
+	mods := p.mods
+	if n := len(mods); n == 0 || mods[n-1].End <= m.Start {
+		p.mods = append(mods, mapping{Module: m})
+	} else {
+		i := sort.Search(n, func(i int) bool { return mods[i].End > m.Start })
+		j := i + sort.Search(n-i, func(k int) bool { return mods[i+k].Start >= m.End })
+		p.mods = slices.Replace(mods, i, j, mapping{Module: m})
 	}
-	i := sort.Search(len(mods), func(i int) bool { return mods[i].Start > m.Start })
-	mods = append(mods, mapping{})
-	copy(mods[i+1:], mods[i:])
-	mods[i] = mapping{Module: m}
-	p.mods = mods
-	p.cache = nil // an address may now be in a module it was not in
+	if len(p.cache) > 0 {
+		p.cache = nil // an address may now be in a module it was not in
+	}
 	p.gen++
 }
 
@@ -314,14 +321,35 @@ func (s *Symbolizer) load(e *objEntry, m event.Module) *object {
 func (s *Symbolizer) Warnings() []string {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
-	return append([]string(nil), s.warnings...)
+	out := append([]string(nil), s.warnings...)
+	if s.moreWarnings > 0 {
+		out = append(out, fmt.Sprintf("%d more symbolization warnings like these", s.moreWarnings))
+	}
+	return out
 }
+
+// maxWarnings bounds the warnings kept: a trace naming thousands of files
+// that cannot be read says so in a few lines, not thousands.
+const maxWarnings = 32
+
+var warnSeed = maphash.MakeSeed()
 
 func (s *Symbolizer) warnf(format string, args ...any) {
 	w := fmt.Sprintf(format, args...)
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
-	if !s.warned[w] {
+	switch {
+	case s.warned[w]:
+	case len(s.warnings) >= maxWarnings:
+		h := maphash.String(warnSeed, w)
+		if !s.moreSeen[h] {
+			if s.moreSeen == nil {
+				s.moreSeen = make(map[uint64]bool)
+			}
+			s.moreSeen[h] = true
+			s.moreWarnings++
+		}
+	default:
 		s.warned[w] = true
 		s.warnings = append(s.warnings, w)
 	}

@@ -207,6 +207,15 @@ func (g guard) Exit(x event.Exit) error {
 	return g.s.Sink.Exit(x)
 }
 
+func (g guard) Note(n event.Note) error {
+	if pid, t := n.Of(); pid != 0 {
+		if err := g.s.ensure(pid, t); err != nil {
+			return err
+		}
+	}
+	return g.s.Sink.Note(n)
+}
+
 func (g guard) Snapshot(sn event.Snapshot) error {
 	if err := g.s.ensure(sn.PID, sn.Time); err != nil {
 		return err

@@ -71,6 +71,7 @@ func (c *collector) Events(evs []event.Event) error {
 	return nil
 }
 func (c *collector) Snapshot(event.Snapshot) error { return nil }
+func (c *collector) Note(event.Note) error         { return nil }
 func (c *collector) Stats(event.Stats) error       { return nil }
 
 func replay(t *testing.T, path string) (*collector, []string) {

@@ -55,6 +55,7 @@ type timelineDecoder struct {
 	threads []thread
 	batch   []event.Event
 	snap    *snapshotBuilder
+	notes   *noteBuilder
 	exited  func(event.Exit) // told of every exit decoded, in the window or not
 }
 
@@ -187,7 +188,7 @@ func (d *timelineDecoder) replay(st *[numStreams][]byte, base int64, w Window, s
 				if kind, fn, f, iex, err = extendedOp(st[sExt], iex); err != nil {
 					return err
 				}
-			case opExit, opSnapshot:
+			case opExit, opSnapshot, opNote:
 				// After the events before it.
 				if nb > 0 {
 					if err := sink.Events(batch[:nb]); err != nil {
@@ -426,6 +427,17 @@ func decodeAddr(c uint64, addrs []byte, i *int, hist []uint64, isNew bool, size 
 // record decodes an exit or a snapshot part at misc[i:] and passes it on
 // if its time t is in w. It returns the index after it.
 func (d *timelineDecoder) record(op byte, misc []byte, i int, t int64, w Window, sink event.Sink) (int, error) {
+	if op == opNote {
+		start := i
+		n, i, err := d.notes.note(misc, i, t, w.contains(t))
+		if err != nil {
+			return i, streamErr(sMisc, start, err.Error())
+		}
+		if n != nil {
+			return i, sink.Note(n)
+		}
+		return i, nil
+	}
 	if op == opSnapshot {
 		start := i
 		i, err := d.snap.part(misc, i, t, w.contains(t))

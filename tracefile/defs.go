@@ -189,8 +189,14 @@ func decodeDefs(raw []byte, h defsHandler) error {
 			}
 			x.Status, x.Signal = int32(status), int32(sig)
 			err = h.exitDef(x)
+		case defWarning:
+			var w event.Warning
+			if w, i = decodeWarning(raw, i); i < 0 {
+				return bad(at, "a warning record (pid, time, code, text)")
+			}
+			err = h.Note(w)
 		default:
-			return bad(at, fmt.Sprintf("a definition tag 1-5 (got %d)", tag))
+			return bad(at, fmt.Sprintf("a definition tag 1-6 (got %d)", tag))
 		}
 		if err != nil {
 			return err

@@ -25,6 +25,7 @@ func (printer) Events(evs []event.Event) error {
 	return nil
 }
 func (printer) Snapshot(event.Snapshot) error { return nil }
+func (printer) Note(event.Note) error         { return nil }
 func (printer) Stats(s event.Stats) error {
 	fmt.Println("delivered", s.Delivered, "lost", s.TotalLost())
 	return nil

@@ -58,6 +58,7 @@ const (
 	defStack   = 3
 	defStats   = 4
 	defExit    = 5 // only in full chunks: a process that exited before the chunk
+	defWarning = 6
 )
 
 // Timeline ops (one byte per record). Events with a kind of 1..7 and a func
@@ -66,6 +67,7 @@ const (
 	opEventExt = 0x01 // an event with explicit kind, func and old address and size
 	opExit     = 0x02
 	opSnapshot = 0x03
+	opNote     = 0x04 // a memory sample, or a part of a verdict or census (see note.go)
 )
 
 // The timeline streams, in the order they are stored.

@@ -73,6 +73,9 @@ func fuzzSeeds(tb testing.TB) [][]byte {
 		}
 		check(tb, w.Snapshot(snaps[0]))
 		check(tb, w.Snapshot(snaps[1]))
+		for _, n := range notes() {
+			check(tb, w.Note(n))
+		}
 		check(tb, w.Exit(exits[0]))
 		check(tb, w.Stats(stats))
 		return w

@@ -36,6 +36,7 @@ type recorder struct {
 	events    []event.Event
 	snapshots []event.Snapshot
 	stats     []event.Stats
+	notes     []event.Note
 
 	knownPID   map[uint32]bool
 	knownStack map[[2]uint32]bool
@@ -78,6 +79,7 @@ func (r *recorder) Events(evs []event.Event) error {
 }
 func (r *recorder) Snapshot(s event.Snapshot) error { r.snapshots = append(r.snapshots, s); return nil }
 func (r *recorder) Stats(s event.Stats) error       { r.stats = append(r.stats, s); return nil }
+func (r *recorder) Note(n event.Note) error         { r.notes = append(r.notes, n); return nil }
 
 func (r *recorder) check(t testing.TB) {
 	t.Helper()

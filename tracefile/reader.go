@@ -47,6 +47,7 @@ type Reader struct {
 	scan      []byte // resync's window
 	tld       timelineDecoder
 	snap      snapshotBuilder
+	notes     noteBuilder
 }
 
 // Open opens a trace file and checks its header. A file that was cut short
@@ -118,6 +119,7 @@ func newReader(ra io.ReaderAt, size int64, name string) (*Reader, error) {
 		return nil, fmt.Errorf("tracefile: %w", err)
 	}
 	r.tld.snap = &r.snap
+	r.tld.notes = &r.notes
 	r.tld.res = int64(r.hdr.TimeResolution)
 	if err := r.locateChunks(); err != nil {
 		r.dec.Close()
@@ -569,6 +571,7 @@ func (r *Reader) Replay(s event.Sink, w Window) error {
 	st := &replayState{Sink: s, w: w}
 	r.snap.reset()
 	r.snap.dropped = 0
+	r.notes = noteBuilder{}
 	var err error
 	switch {
 	case r.listed:
@@ -587,6 +590,12 @@ func (r *Reader) Replay(s event.Sink, w Window) error {
 	}
 	if r.snap.active {
 		r.warn("the last snapshot (pid %d) was cut short and dropped", r.snap.cur.PID)
+	}
+	if r.notes.dropped > 0 {
+		r.warn("%d parts of verdicts or censuses had lost their first part and were dropped", r.notes.dropped)
+	}
+	if r.notes.kind != 0 {
+		r.warn("the last verdict or census (pid %d) was cut short and dropped", r.notes.pid)
 	}
 	if st.haveStats {
 		return s.Stats(st.stats)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,9 +18,9 @@ import (
 	"github.com/heapscope/heapscope/report"
 )
 
-// browser starts headless Chromium for a test. Without Chromium the test is
+// browser starts headless Chromium for a test, with the extra options. Without Chromium the test is
 // skipped, unless HEAPSCOPE_REQUIRE_BROWSER=1 (CI sets it): then it fails.
-func browser(t *testing.T) context.Context {
+func browser(t *testing.T, extra ...chromedp.ExecAllocatorOption) context.Context {
 	t.Helper()
 	path := ""
 	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
@@ -38,6 +37,7 @@ func browser(t *testing.T) context.Context {
 	}
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox,
 		chromedp.DisableGPU, chromedp.WindowSize(1400, 1000), chromedp.UserDataDir(t.TempDir()))
+	opts = append(opts, extra...)
 	actx, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
 	t.Cleanup(cancel)
 	ctx, cancel2 := chromedp.NewContext(actx)
@@ -73,6 +73,12 @@ func eval[T any](t *testing.T, ctx context.Context, js string) T {
 		t.Fatalf("%s: %v", js, err)
 	}
 	return v
+}
+
+// visit opens path ("/?tab=sites") on srv as a user opens the URL serve
+// printed: with the token, which the server trades for the cookie.
+func visit(srv *testServer, path string) chromedp.Action[chromedp.Void] {
+	return chromedp.Navigate(srv.login(path))
 }
 
 // settle waits until the page has drawn the answers of its latest refresh.
@@ -123,7 +129,7 @@ func TestPageShowsTrace(t *testing.T) {
 	}
 	want := rep.Document(0)
 
-	settle(t, ctx, chromedp.Navigate(srv.URL+"/"))
+	settle(t, ctx, visit(srv, "/"))
 	screenshot(t, ctx, shots, "flame")
 	leak := eval[string](t, ctx, `document.querySelector('#summary-table td[data-k="leaked_bytes"]').textContent`)
 	if !strings.Contains(strings.ReplaceAll(leak, "\u202f", ""), fmt.Sprintf("(%d B) in %d blocks", want.Summary.LeakedBytes, want.Summary.LeakedBlocks)) {
@@ -157,7 +163,7 @@ func TestPageShowsTrace(t *testing.T) {
 		}
 		return out
 	}
-	settle(t, ctx, chromedp.Navigate(fmt.Sprintf("%s/?from=%d&to=%d&tab=classes", srv.URL, g1, g2)))
+	settle(t, ctx, visit(srv, fmt.Sprintf("/?from=%d&to=%d&tab=classes", g1, g2)))
 	screenshot(t, ctx, shots, "classes")
 	if got, want := classesOnPage(), ev.classes(g1, g2); got != want {
 		t.Errorf("window from the URL: the page's classes %v, direct %v", got, want)
@@ -168,7 +174,7 @@ func TestPageShowsTrace(t *testing.T) {
 
 	// Drag across the middle of the timeline: the URL gets the window,
 	// and the classes shown are the direct computation's for it.
-	settle(t, ctx, chromedp.Navigate(srv.URL+"/?tab=classes"))
+	settle(t, ctx, visit(srv, "/?tab=classes"))
 	box := eval[[]float64](t, ctx, `(() => { const r = document.getElementById("timeline").getBoundingClientRect(); return [r.left, r.top, r.width, r.height]; })()`)
 	y := box[1] + box[3]/3
 	x0, x1 := box[0]+box[2]*0.35, box[0]+box[2]*0.65
@@ -203,13 +209,13 @@ func TestPageShowsTrace(t *testing.T) {
 
 	// A search gives the share of the matches: early_leak has 10000 of the
 	// 11400 leaked bytes.
-	settle(t, ctx, chromedp.Navigate(srv.URL+"/?q=early_leak"))
+	settle(t, ctx, visit(srv, "/?q=early_leak"))
 	screenshot(t, ctx, shots, "search")
 	if m := eval[string](t, ctx, `document.getElementById("match").textContent`); !strings.Contains(m, "87.7%") {
 		t.Errorf("search share %q", m)
 	}
 	for _, tab := range []string{"functions", "sizes"} {
-		settle(t, ctx, chromedp.Navigate(srv.URL+"/?tab="+tab))
+		settle(t, ctx, visit(srv, "/?tab="+tab))
 		screenshot(t, ctx, shots, tab)
 	}
 	if n := eval[int](t, ctx, `document.querySelectorAll("#sizes-table tr").length`); n == 0 {
@@ -229,7 +235,7 @@ func TestPageTruncatedTrace(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, srv := serveTrace(t, cut)
-	settle(t, ctx, chromedp.Navigate(srv.URL+"/"))
+	settle(t, ctx, visit(srv, "/"))
 	screenshot(t, ctx, artefacts(t), "truncated")
 	if hidden := eval[bool](t, ctx, `document.getElementById("warnings").hidden`); hidden {
 		t.Fatal("no warning shown for a truncated trace")
@@ -330,9 +336,8 @@ func TestPageDiff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(NewWithBase(x, bx))
-	defer srv.Close()
-	settle(t, ctx, chromedp.Navigate(srv.URL+"/?tab=diff&cost=calls"))
+	srv := newTestServer(t, NewWithBase(x, bx))
+	settle(t, ctx, visit(srv, "/?tab=diff&cost=calls"))
 	screenshot(t, ctx, artefacts(t), "diff")
 	if hidden := eval[bool](t, ctx, `document.getElementById("tab-diff").hidden`); hidden {
 		t.Fatal("no Diff tab with a base trace")
@@ -379,7 +384,7 @@ func TestPageCallers(t *testing.T) {
 	if want["early_leak"] == 0 {
 		t.Fatalf("main calls no early_leak in the report: %v", want)
 	}
-	settle(t, ctx, chromedp.Navigate(srv.URL+"/?tab=functions&fn=main"))
+	settle(t, ctx, visit(srv, "/?tab=functions&fn=main"))
 	screenshot(t, ctx, shots, "callers")
 	got := eval[map[string]string](t, ctx, `Object.fromEntries([...document.querySelectorAll("#callees-table tr[data-name]")].map((r) => [r.getAttribute("data-name"), r.querySelector("td[data-v]").getAttribute("data-v")]))`)
 	if len(got) != len(want) {

@@ -2,7 +2,6 @@ package web
 
 import (
 	"fmt"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -32,8 +31,7 @@ func TestPageWhileIndexing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(New(x))
-	t.Cleanup(srv.Close)
+	srv := newTestServer(t, New(x))
 
 	var sum Summary
 	getJSON(t, srv.URL+"/api/summary", &sum)
@@ -63,7 +61,7 @@ func TestPageWhileIndexing(t *testing.T) {
 
 	ctx := browser(t)
 	shots := artefacts(t)
-	do(t, ctx, chromedp.Navigate(srv.URL+"/"))
+	do(t, ctx, visit(srv, "/"))
 	// The flame graph's total appears while the window waits for the index.
 	var shown string
 	for end := time.Now().Add(time.Minute); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http/httptest"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -77,8 +76,7 @@ func TestPageLive(t *testing.T) {
 	rctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go live.Run(rctx)
-	srv := httptest.NewServer(live)
-	defer srv.Close()
+	srv := newTestServer(t, live)
 
 	leaked := func() string {
 		return `document.querySelector('#summary-table td[data-k="leaked_bytes"]').getAttribute("data-v")`
@@ -89,7 +87,7 @@ func TestPageLive(t *testing.T) {
 			t.Fatalf("waiting for %s: %v (leaked on the page: %s)", what, err, eval[string](t, ctx, leaked()))
 		}
 	}
-	settle(t, ctx, chromedp.Navigate(srv.URL+"/"))
+	settle(t, ctx, visit(srv, "/"))
 	do(t, ctx, chromedp.Evaluate[chromedp.Void](`window.notReloaded = true`))
 	// The program's stdio buffers are live too: count from what the page
 	// shows once the first 10 blocks are there.

@@ -305,6 +305,8 @@ func replayPieces(path string, open func(string) (*tracefile.Reader, error), pie
 					m.Stack(x)
 				case event.Stats:
 					m.Stats(x)
+				case event.Note:
+					m.Note(x)
 				}
 			}
 		}
@@ -439,6 +441,15 @@ func (s *pieceSink) Stack(st event.Stack) error {
 
 func (s *pieceSink) Stats(st event.Stats) error { return s.sendDef(st) }
 
+// Note sends a warning as a definition (the definitions section holds
+// them) and the other notes, which are timed, in their place.
+func (s *pieceSink) Note(n event.Note) error {
+	if w, ok := n.(event.Warning); ok {
+		return s.sendDef(w)
+	}
+	return s.sendRec(pieceRec{def: n})
+}
+
 // replaySnapshots passes the snapshots taken before from to m.
 func replaySnapshots(open func(string) (*tracefile.Reader, error), path string, from int64, m event.Sink) error {
 	r, err := open(path)
@@ -458,6 +469,7 @@ func (snapshotsOnly) Module(event.Module) error          { return nil }
 func (snapshotsOnly) Stack(event.Stack) error            { return nil }
 func (snapshotsOnly) Events([]event.Event) error         { return nil }
 func (snapshotsOnly) Stats(event.Stats) error            { return nil }
+func (snapshotsOnly) Note(event.Note) error              { return nil }
 func (s snapshotsOnly) Snapshot(sn event.Snapshot) error { return s.m.Snapshot(sn) }
 
 // dedup returns ss without repeats, in the order first seen; never nil.

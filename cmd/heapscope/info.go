@@ -58,6 +58,10 @@ type infoSink struct {
 	last      int64
 	snapshots int
 	stats     *event.Stats
+	warnings  []string // the session's, kept in the trace
+	memory    int      // memory samples
+	verdicts  int
+	censuses  int
 }
 
 func (s *infoSink) Process(p event.Process) error { s.procs = append(s.procs, p); return nil }
@@ -68,6 +72,23 @@ func (s *infoSink) Exit(x event.Exit) error {
 func (s *infoSink) Module(event.Module) error  { s.modules++; return nil }
 func (s *infoSink) Stack(event.Stack) error    { s.stacks++; return nil }
 func (s *infoSink) Stats(st event.Stats) error { s.stats = &st; return nil }
+func (s *infoSink) Note(n event.Note) error {
+	switch n := n.(type) {
+	case event.Warning:
+		text := n.Text
+		if n.PID != 0 {
+			text = fmt.Sprintf("pid %d: %s", n.PID, text)
+		}
+		s.warnings = append(s.warnings, text)
+	case event.Memory:
+		s.memory++
+	case event.Verdict:
+		s.verdicts++
+	case event.Census:
+		s.censuses++
+	}
+	return nil
+}
 func (s *infoSink) Snapshot(sn event.Snapshot) error {
 	s.snapshots++
 	s.seen(sn.Time)
@@ -163,8 +184,12 @@ func info(out io.Writer, path string, sel analyze.Processes) error {
 	if !sel.All() {
 		line("", "selected: %s (the events, modules, stacks and exits below are theirs; lost events are the session's)", sel)
 	}
-	nth := map[uint32]int{} // programs of each PID so far
-	for i, p := range s.procs {
+	nth := map[uint32]int{}   // programs of each PID so far
+	total := map[uint32]int{} // programs of each PID in all
+	for _, p := range s.procs {
+		total[p.PID]++
+	}
+	for _, p := range s.procs {
 		desc := fmt.Sprintf("pid %d (ppid %d) %s", p.PID, p.PPID, p.CommandLine())
 		if len(p.Cmdline) == 0 || p.Exe != p.Cmdline[0] {
 			desc += " [" + p.Exe + "]"
@@ -173,10 +198,7 @@ func info(out io.Writer, path string, sel analyze.Processes) error {
 		// The program's end: each program of a PID ends with one exit
 		// record, in order (one an exec replaced too), though it may be
 		// written after the next program started.
-		execd := false
-		for _, q := range s.procs[i+1:] {
-			execd = execd || q.PID == p.PID
-		}
+		execd := nth[p.PID] < total[p.PID]-1 // a later program has its PID
 		var exit *event.Exit
 		if k := nth[p.PID]; k < len(s.exits[p.PID]) {
 			exit = &s.exits[p.PID][k]
@@ -202,6 +224,15 @@ func info(out io.Writer, path string, sel analyze.Processes) error {
 		line("time span", "none")
 	}
 	line("snapshots", "%d", s.snapshots)
+	if s.memory > 0 {
+		line("memory samples", "%d", s.memory)
+	}
+	if s.censuses > 0 {
+		line("censuses", "%d", s.censuses)
+	}
+	if s.verdicts > 0 {
+		line("leak scans", "%d", s.verdicts)
+	}
 
 	if st := s.stats; st == nil {
 		line("stats", "none (no stats record)")
@@ -226,7 +257,7 @@ func info(out io.Writer, path string, sel analyze.Processes) error {
 		}
 		line("written", "%s", infoBytes(int64(st.Bytes)))
 	}
-	warns := r.Warnings()
+	warns := append(dedupStrings(s.warnings), r.Warnings()...)
 	if len(warns) == 0 {
 		line("warnings", "none")
 	}
@@ -238,6 +269,19 @@ func info(out io.Writer, path string, sel analyze.Processes) error {
 		line(k, "%s", wn)
 	}
 	return w.Flush()
+}
+
+// dedupStrings returns ss without repeats, in the order first seen.
+func dedupStrings(ss []string) []string {
+	seen := make(map[string]bool, len(ss))
+	out := ss[:0:0]
+	for _, s := range ss {
+		if !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // endText says how a traced program ended: its exit record, if any, told

@@ -31,6 +31,7 @@ type recorder struct {
 	snapshots []event.Snapshot
 	snapImage []int // the same for each snapshot
 	stats     []event.Stats
+	notes     []event.Note
 	calls     int // Sink calls in flight, to catch concurrent use
 	// uncovered are frames of stacks that lay in no Module sent before
 	// the stack.
@@ -68,6 +69,7 @@ func (r *recorder) Process(p event.Process) error { return keep(r, &r.processes,
 func (r *recorder) Exit(e event.Exit) error       { return keep(r, &r.exits, e) }
 func (r *recorder) Module(m event.Module) error   { return keep(r, &r.modules, m) }
 func (r *recorder) Stats(s event.Stats) error     { return keep(r, &r.stats, s) }
+func (r *recorder) Note(n event.Note) error       { return keep(r, &r.notes, n) }
 
 func (r *recorder) Stack(s event.Stack) error {
 	defer r.enter()()

@@ -30,6 +30,7 @@ type recorder struct {
 	events  []event.Event
 	image   []int // per event: how many Process records its PID had then
 	stats   []event.Stats
+	notes   []event.Note
 	errs    []string
 
 	active  map[uint32]bool
@@ -143,6 +144,7 @@ func (r *recorder) Events(evs []event.Event) error {
 
 func (r *recorder) Snapshot(event.Snapshot) error { r.fail("unexpected Snapshot"); return nil }
 func (r *recorder) Stats(s event.Stats) error     { r.stats = append(r.stats, s); return nil }
+func (r *recorder) Note(n event.Note) error       { r.notes = append(r.notes, n); return nil }
 
 // check fails the test if any record broke the contract, or the session
 // ended without its final Stats or with a traced process not ended.

@@ -49,6 +49,9 @@ func (s *lockedSink) Snapshot(sn event.Snapshot) error {
 func (s *lockedSink) Stats(st event.Stats) error {
 	return s.locked(func() error { return s.w.Stats(st) })
 }
+func (s *lockedSink) Note(n event.Note) error {
+	return s.locked(func() error { return s.w.Note(n) })
+}
 
 // processCPU returns the CPU time this process (every thread) has used.
 func processCPU() time.Duration {

@@ -129,6 +129,17 @@ function $(id: string): HTMLElement {
   return document.getElementById(id)!;
 }
 
+// The URL serve printed holds a token, which the server traded for a
+// cookie when it sent this page: it leaves the address bar and the history.
+function dropToken() {
+  const q = new URLSearchParams(location.search);
+  if (!q.has("token")) return;
+  q.delete("token");
+  const qs = q.toString();
+  history.replaceState(null, "", qs ? `?${qs}` : location.pathname);
+}
+
+dropToken();
 let state = readState();
 let summary: Summary;
 let timeline: TimelineView;

@@ -1,59 +1,12 @@
-package heapscope
+package totals
 
 import (
-	"bufio"
 	"math/rand"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/heapscope/heapscope/analyze"
 	"github.com/heapscope/heapscope/event"
-	"github.com/heapscope/heapscope/internal/testutil"
-	"github.com/heapscope/heapscope/tracefile"
 )
-
-// TestBlockMap checks the block table against a Go map through inserts and
-// deletes that collide (addresses in a small range).
-func TestBlockMap(t *testing.T) {
-	rng := rand.New(rand.NewSource(1))
-	var m blockMap
-	ref := map[uint64]blockVal{}
-	for i := 0; i < 200000; i++ {
-		k := uint64(1 + rng.Intn(5000)*16)
-		if rng.Intn(3) > 0 {
-			v := blockVal{size: uint64(i), site: int32(i)}
-			old, ok := m.put(k, v)
-			rold, rok := ref[k]
-			if ok != rok || old != rold {
-				t.Fatalf("put %#x: replaced %v %v, want %v %v", k, old, ok, rold, rok)
-			}
-			ref[k] = v
-		} else {
-			v, ok := m.take(k)
-			rv, rok := ref[k]
-			if ok != rok || v != rv {
-				t.Fatalf("take %#x: %v %v, want %v %v", k, v, ok, rv, rok)
-			}
-			delete(ref, k)
-		}
-		if m.n != len(ref) {
-			t.Fatalf("%d keys, want %d", m.n, len(ref))
-		}
-	}
-	n := 0
-	m.each(func(k uint64, v blockVal) {
-		n++
-		if ref[k] != v {
-			t.Errorf("%#x: %v, want %v", k, v, ref[k])
-		}
-	})
-	if n != len(ref) {
-		t.Errorf("each saw %d keys, want %d", n, len(ref))
-	}
-}
 
 // randomEvents is a stream of two processes of three threads each: blocks
 // freed at once (temporaries), later, by another thread, never, reallocated,
@@ -107,9 +60,9 @@ func randomEvents(n int, seed int64) []event.Event {
 type siteTotals struct{ live, blocks, calls, frees, temps uint64 }
 
 // byStack sums an aggregate's sites by process and stack.
-func byStack(a *aggregate) map[[2]uint32]siteTotals {
+func byStack(a *Totals) map[[2]uint32]siteTotals {
 	out := map[[2]uint32]siteTotals{}
-	sites := append([]aggSite(nil), a.sites...)
+	sites := append([]site(nil), a.sites...)
 	a.held(func(si int32, size uint64) {
 		sites[si].liveBytes += size
 		sites[si].liveBlocks++
@@ -133,7 +86,7 @@ func byStack(a *aggregate) map[[2]uint32]siteTotals {
 func TestAggregateAgreesWithModel(t *testing.T) {
 	for seed := int64(1); seed <= 5; seed++ {
 		evs := randomEvents(20000, seed)
-		a := newAggregate()
+		a := New()
 		m := analyze.New(analyze.Options{})
 		for i := 0; i < len(evs); i += 333 {
 			a.events(evs[i:min(i+333, len(evs))])
@@ -204,12 +157,12 @@ func burstyEvents(n int, seed int64) []event.Event {
 }
 
 // TestAggregateRuns: the loop that counts runs of temporaries (see
-// aggregate.temporaries) agrees with the heap model (analyze) and with the
+// Totals.temporaries) agrees with the heap model (analyze) and with the
 // general loop alone (batches of one event, too short for it).
 func TestAggregateRuns(t *testing.T) {
 	for seed := int64(1); seed <= 5; seed++ {
 		evs := burstyEvents(30000, seed)
-		a, one := newAggregate(), newAggregate()
+		a, one := New(), New()
 		m := analyze.New(analyze.Options{})
 		for i := 0; i < len(evs); i += 1000 {
 			a.events(evs[i:min(i+1000, len(evs))])
@@ -249,14 +202,14 @@ func TestAggregateRuns(t *testing.T) {
 func TestAggregateMerge(t *testing.T) {
 	for seed := int64(1); seed <= 5; seed++ {
 		evs := randomEvents(20000, seed)
-		whole := newAggregate()
+		whole := New()
 		whole.events(evs)
 		cut := len(evs) / 3 * int(seed%3+1) / 2
-		a, b := newAggregate(), newAggregate()
-		b.keepMisses = true
+		a, b := New(), New()
+		b.KeepMisses(true)
 		a.events(evs[:cut])
 		b.events(evs[cut:])
-		a.merge(b)
+		a.Merge(b)
 		want, got := byStack(whole), byStack(a)
 		for k, w := range want {
 			g := got[k]
@@ -271,81 +224,6 @@ func TestAggregateMerge(t *testing.T) {
 		if a.unmatched != whole.unmatched {
 			t.Errorf("seed %d: %d unmatched, want %d", seed, a.unmatched, whole.unmatched)
 		}
-	}
-}
-
-// TestTopSeeded: a Top client that comes to a session late sees what the
-// session traced before it asked (read back from the trace file), then the
-// growth of top_grow's grow_heap since its previous query, sorted first.
-func TestTopSeeded(t *testing.T) {
-	bin := testutil.MustBuild(t, "top_grow", testutil.Options{})
-	cmd := exec.Command(bin, "30")
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	props := Properties{File: filepath.Join(t.TempDir(), "seed.hst"), FlushInterval: 100 * time.Millisecond}
-	s, err := Launch("top-seeded", props, cmd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		cmd.Process.Kill()
-		s.Stop()
-	}()
-	if line, _ := bufio.NewReader(stdout).ReadString('\n'); line != "started\n" {
-		t.Fatalf("workload said %q", line)
-	}
-	time.Sleep(1500 * time.Millisecond)
-	// 200,000 B/s for 1.5 s: 300 blocks of 1000 bytes before the first query.
-	// The first query starts reading them back and answers, here at once
-	// (a query waits readBackWait for a short file), with how far that
-	// is; the totals come once it is done.
-	defer func(w time.Duration) { readBackWait = w }(readBackWait)
-	readBackWait = 0
-	r, err := Top("top-seeded", TopQuery{Client: "t", N: 5})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !r.Reading || r.ReadSize == 0 || r.Seeded || len(r.Sites) != 0 {
-		t.Fatalf("first query: reading %v (%d of %d bytes), seeded %v, %d sites: want the read-back begun, no totals yet",
-			r.Reading, r.ReadBytes, r.ReadSize, r.Seeded, len(r.Sites))
-	}
-	for deadline := time.Now().Add(30 * time.Second); r.Reading && time.Now().Before(deadline); {
-		time.Sleep(20 * time.Millisecond)
-		if r, err = Top("top-seeded", TopQuery{Client: "t", N: 5}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if !r.Seeded || len(r.Sites) == 0 || r.Sites[0].LiveBlocks < 250 || r.Sites[0].LiveBytes != 1000*r.Sites[0].LiveBlocks {
-		t.Fatalf("first query: seeded %v, sites %+v: want the 1000-byte blocks of the first 1.5 s (about 300)", r.Seeded, r.Sites)
-	}
-	if len(r.Processes) != 1 || r.Processes[0].PID != uint32(cmd.Process.Pid) || len(r.Processes[0].Threads) != 1 || len(r.Modules) == 0 {
-		t.Errorf("processes %+v, %d modules", r.Processes, len(r.Modules))
-	}
-	first := r.Sites[0]
-	time.Sleep(time.Second)
-	r, err = Top("top-seeded", TopQuery{Client: "t", N: 5, Order: TopByGrowth, Modules: r.NModules})
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := float64(r.Sites[0].Growth) / (float64(r.Elapsed) / 1e9)
-	if r.Sites[0].Frames[0] != first.Frames[0] || g < 180000 || g > 220000 {
-		t.Errorf("growth %d B in %v (%.0f B/s) at %#x, want 200,000 B/s ±10%% at %#x", r.Sites[0].Growth, time.Duration(r.Elapsed), g, r.Sites[0].Frames[0], first.Frames[0])
-	}
-	if len(r.Modules) != 0 {
-		t.Errorf("%d modules sent again", len(r.Modules))
-	}
-	// The churn site: a temporary every millisecond.
-	r, err = s.Top(TopQuery{Client: "u", N: 1, Order: TopByTemporary, PID: uint32(cmd.Process.Pid), TID: uint32(cmd.Process.Pid)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(r.Sites) != 1 || r.Sites[0].Temporary < 1000 || r.Sites[0].TID != uint32(cmd.Process.Pid) {
-		t.Errorf("by temporaries: %+v", r.Sites)
-	}
-	if _, err := s.Top(TopQuery{N: MaxTopSites + 1}); err == nil {
-		t.Errorf("a query of %d sites was answered", MaxTopSites+1)
 	}
 }
 
@@ -381,7 +259,7 @@ func BenchmarkAggregateChurn(b *testing.B) {
 				}
 				evs = append(evs, e)
 			}
-			a := newAggregate()
+			a := New()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				for j := 0; j < len(evs); j += batch {
@@ -393,106 +271,9 @@ func BenchmarkAggregateChurn(b *testing.B) {
 	}
 }
 
-// batcher keeps a trace's events, in batches of the size the preload
-// collector hands the sink.
-type batcher struct {
-	event.Sink
-	batches [][]event.Event
-}
-
-func (b *batcher) Events(evs []event.Event) error {
-	for _, e := range evs {
-		if n := len(b.batches); n == 0 || len(b.batches[n-1]) == 1024 {
-			b.batches = append(b.batches, make([]event.Event, 0, 1024))
-		}
-		n := len(b.batches) - 1
-		b.batches[n] = append(b.batches[n], e)
-	}
-	return nil
-}
-
-// traceBatches traces cmd with the preload provider and returns its events.
-func traceBatches(b *testing.B, cmd *exec.Cmd) batcher {
-	path := filepath.Join(b.TempDir(), "bench.hst")
-	s, err := Launch("aggbench", Properties{File: path}, cmd)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := s.Wait(); err != nil {
-		b.Fatal(err)
-	}
-	r, err := tracefile.Open(path)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer r.Close()
-	bt := batcher{Sink: event.Discard}
-	if err := r.Replay(&bt, tracefile.Window{}); err != nil {
-		b.Fatal(err)
-	}
-	return bt
-}
-
-// BenchmarkAggregateTrace: what the totals cost per event on the stream of
-// a real session traced by the preload provider (churn from
-// testdata/workloads in one and in two threads, python3), its events given
-// again in batches of 1024.
-func BenchmarkAggregateTrace(b *testing.B) {
-	bin := testutil.MustBuild(b, "churn", testutil.Options{})
-	python := func() *exec.Cmd {
-		// As bench/programs runs it: objects kept for a while, every
-		// one from the C allocator.
-		cmd := exec.Command("/usr/bin/python3.11", "-c", "import json\ndata=[]\nfor i in range(300000):\n"+
-			"    d={'k':i,'s':str(i)*3,'l':[i,i+1,i+2]}\n    data.append(d)\n    if len(data)>1000: data.pop(0)\n"+
-			"print(len(json.dumps(data)))\n")
-		cmd.Env = append(os.Environ(), "PYTHONMALLOC=malloc")
-		return cmd
-	}
-	for _, w := range []struct {
-		name string
-		cmd  func() *exec.Cmd
-	}{
-		{"churn1thread", func() *exec.Cmd { return exec.Command(bin, "1000000", "1") }},
-		{"churn2threads", func() *exec.Cmd { return exec.Command(bin, "1000000", "2") }},
-		{"python3", python},
-	} {
-		var bt batcher
-		b.Run(w.name, func(b *testing.B) {
-			if bt.batches == nil {
-				bt = traceBatches(b, w.cmd())
-			}
-			n := 0
-			for _, batch := range bt.batches {
-				n += len(batch)
-			}
-			// The session's batch is in cache when the totals are
-			// counted (the collector has just written it, the trace
-			// writer read it): each batch is copied to one buffer, and
-			// the time of the copies alone is taken away.
-			buf := make([]event.Event, 1024)
-			var copying, both time.Duration
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				a := newAggregate()
-				t0 := time.Now()
-				for _, batch := range bt.batches {
-					copy(buf, batch)
-				}
-				t1 := time.Now()
-				for _, batch := range bt.batches {
-					a.events(buf[:copy(buf, batch)])
-				}
-				copying += t1.Sub(t0)
-				both += time.Since(t1)
-			}
-			b.ReportMetric(float64(both-copying)/float64(b.N)/float64(n), "ns/event")
-		})
-	}
-}
-
 // shapedEvents is a stream of shapes burstyEvents does not make: three
 // processes of up to five threads, two of whose TIDs share a slot of
-// aggProc.hot (10 and 26), taking turns run by run or event by event;
+// proc.hot (10 and 26), taking turns run by run or event by event;
 // runs of temporaries whose site changes, that begin with a free of the block a thread holds,
 // whose block another thread frees, that a realloc of the held block
 // (moved, in place, to size 0, failed) or of NULL cuts, at stack 0 (no
@@ -618,7 +399,7 @@ func TestAggregateShapes(t *testing.T) {
 	for seed := int64(1); seed <= 20; seed++ {
 		evs := shapedEvents(20000, seed)
 		rng := rand.New(rand.NewSource(seed))
-		a, one := newAggregate(), newAggregate()
+		a, one := New(), New()
 		m := analyze.New(analyze.Options{})
 		var latest int64
 		for i := 0; i < len(evs); {
@@ -679,15 +460,15 @@ func TestAggregateShapes(t *testing.T) {
 		// subscribe does), is the whole, but for the temporaries across
 		// the cut: one per thread at most (five a process).
 		cut := rng.Intn(len(evs))
-		seedAgg, rest := newAggregate(), newAggregate()
-		rest.keepMisses = true
+		seedAgg, rest := New(), New()
+		rest.KeepMisses(true)
 		for i := 0; i < len(evs); {
 			n := min(1+rng.Intn(1500), len(evs)-i)
 			seedAgg.events(evs[min(i, cut):min(i+n, cut)])
 			rest.events(evs[max(i, cut):max(i+n, cut)])
 			i += n
 		}
-		seedAgg.merge(rest)
+		seedAgg.Merge(rest)
 		merged := byStack(seedAgg)
 		for k, w := range byStack(a) {
 			g := merged[k]

@@ -1,53 +1,57 @@
-package heapscope
+// Package totals keeps a session's per-stack totals of its heap from the
+// events it has in hand, as the heap model (package analyze) counts them:
+// live bytes and blocks, calls, frees and temporaries by process, thread and
+// stack. They are what `heapscope top` shows (heapscope.Session.Top): the
+// session keeps them only while a client asks, and answers each query with
+// a View of them, whose Rows are the sites by stack. The cost is a few ns
+// per event: a block table insert and delete per allocation freed later,
+// less for a temporary, which never reaches the table (bench/topbench,
+// bench/RESULTS-top.md).
+package totals
 
 import (
 	"sort"
 
 	"github.com/heapscope/heapscope/event"
+	"github.com/heapscope/heapscope/internal/blocks"
 )
 
-// aggregate keeps per-stack totals of a session's heap from the events the
-// session has in hand: what `heapscope top` shows (see Session.Top). Sites
-// are per process, thread and stack. It costs a few ns per event (a block
-// table insert and delete per allocation freed later; less for a
-// temporary, which never reaches the table), so the session keeps one only
-// while a client asks (see subscribe).
-//
-// An aggregate implements event.Sink, to be seeded from a trace file. It
-// is not safe for concurrent use: the session's sink lock guards it.
-type aggregate struct {
-	procs     map[uint32]*aggProc
-	procList  []*aggProc
-	last      *aggProc
-	sites     []aggSite
+// Totals are the per-stack totals of a heap, from the events in hand.
+// Sites are per process, thread and stack. Totals implement event.Sink, to
+// be seeded from a trace file. They are not safe for concurrent use.
+type Totals struct {
+	procs     map[uint32]*proc
+	procList  []*proc
+	last      *proc
+	sites     []site
 	modules   []event.Module
 	known     map[event.Module]bool
 	unmatched uint64
 	lastTime  int64 // of the latest events or snapshot: how far the totals go
 
-	// While a seed is read from the trace file (see subscribe), the
-	// aggregate of the live events keeps the frees it cannot match: their
-	// blocks may be in the seed.
+	// While a seed is read from the trace file, the totals of the live
+	// events keep the frees they cannot match: their blocks may be in the
+	// seed (see KeepMisses, Merge).
 	keepMisses bool
-	misses     []aggMiss
+	misses     []miss
 }
 
-// aggProc is one process's part of an aggregate.
-type aggProc struct {
+// proc is one process's part of the totals.
+type proc struct {
 	pid     uint32
 	exe     string
 	ended   bool
 	snap    bool // reported by snapshots (eBPF aggregate mode): no events, no threads
 	frames  map[event.StackID][]uint64
-	threads map[uint32]*aggThread
-	thrList []*aggThread
-	hot     [16]*aggThread // by TID, direct-mapped: threads take turns in a batch
-	pending int            // threads whose last allocation is held in aggThread.pend
-	blocks  blockMap
+	threads map[uint32]*thread
+	thrList []*thread
+	hot     [16]*thread // by TID, direct-mapped: threads take turns in a batch
+	pending int         // threads whose last allocation is held in thread.pend
+	blocks  blocks.Table[blockVal]
 }
 
-// aggThread is one thread's sites, and its last allocation.
-type aggThread struct {
+// thread is one thread's sites, and its last allocation.
+type thread struct {
 	tid   uint32
 	small []int32 // StackID → site index + 1, for IDs below smallStacks
 	big   map[event.StackID]int32
@@ -67,8 +71,8 @@ type aggThread struct {
 // smallStacks bounds the stack IDs a thread maps with a slice.
 const smallStacks = 1 << 14
 
-// aggSite is one stack's totals in one thread of one process.
-type aggSite struct {
+// site is one stack's totals in one thread of one process.
+type site struct {
 	liveBytes, liveBlocks uint64
 	allocs, allocBytes    uint64 // allocation and reallocation calls that returned a block
 	frees, freedBytes     uint64
@@ -77,20 +81,21 @@ type aggSite struct {
 	stack                 event.StackID
 }
 
-// aggMiss is a free an aggregate could not match.
-type aggMiss struct {
+// miss is a free an aggregate could not match.
+type miss struct {
 	pid, tid uint32
 	addr     uint64
 }
 
-func newAggregate() *aggregate {
-	return &aggregate{procs: map[uint32]*aggProc{}}
+// New returns empty totals.
+func New() *Totals {
+	return &Totals{procs: map[uint32]*proc{}}
 }
 
-func (a *aggregate) proc(pid uint32) *aggProc {
+func (a *Totals) proc(pid uint32) *proc {
 	p := a.procs[pid]
 	if p == nil {
-		p = &aggProc{pid: pid, frames: map[event.StackID][]uint64{}, threads: map[uint32]*aggThread{}}
+		p = &proc{pid: pid, frames: map[event.StackID][]uint64{}, threads: map[uint32]*thread{}}
 		a.procs[pid] = p
 		a.procList = append(a.procList, p)
 	}
@@ -98,13 +103,13 @@ func (a *aggregate) proc(pid uint32) *aggProc {
 	return p
 }
 
-func (p *aggProc) thread(tid uint32) *aggThread {
+func (p *proc) thread(tid uint32) *thread {
 	if t := p.hot[tid&15]; t != nil && t.tid == tid {
 		return t
 	}
 	t := p.threads[tid]
 	if t == nil {
-		t = &aggThread{tid: tid, lastSite: -1}
+		t = &thread{tid: tid, lastSite: -1}
 		p.threads[tid] = t
 		p.thrList = append(p.thrList, t)
 	}
@@ -113,7 +118,7 @@ func (p *aggProc) thread(tid uint32) *aggThread {
 }
 
 // site returns the index of the site of stack id in thread t of p.
-func (a *aggregate) site(p *aggProc, t *aggThread, id event.StackID) int32 {
+func (a *Totals) site(p *proc, t *thread, id event.StackID) int32 {
 	if id < smallStacks {
 		if int(id) < len(t.small) {
 			if si := t.small[id]; si != 0 {
@@ -137,13 +142,13 @@ func (a *aggregate) site(p *aggProc, t *aggThread, id event.StackID) int32 {
 	return si
 }
 
-func (a *aggregate) newSite(p *aggProc, t *aggThread, id event.StackID) int32 {
-	a.sites = append(a.sites, aggSite{pid: p.pid, tid: t.tid, stack: id})
+func (a *Totals) newSite(p *proc, t *thread, id event.StackID) int32 {
+	a.sites = append(a.sites, site{pid: p.pid, tid: t.tid, stack: id})
 	return int32(len(a.sites) - 1)
 }
 
 // events counts evs. mmap and munmap are left out: top shows the heap.
-func (a *aggregate) events(evs []event.Event) {
+func (a *Totals) events(evs []event.Event) {
 	last := a.lastTime
 	calm := 0 // no run of temporaries is looked for before this event
 	for i := 0; i < len(evs); i++ {
@@ -228,7 +233,7 @@ func (a *aggregate) events(evs []event.Event) {
 // costs a few instructions; the general loop, whose calls make the
 // compiler keep its state on the stack, costs several times that. It is
 // what top's totals cost a session whose program churns (bench/topbench).
-func (a *aggregate) temporaries(evs []event.Event, p *aggProc, t *aggThread, last *int64) int {
+func (a *Totals) temporaries(evs []event.Event, p *proc, t *thread, last *int64) int {
 	if t.lastSite < 0 || t.pend != 0 && t.pendSite != t.lastSite {
 		return 0
 	}
@@ -311,7 +316,7 @@ func (a *aggregate) temporaries(evs []event.Event, p *aggProc, t *aggThread, las
 	return i
 }
 
-func (a *aggregate) alloc(p *aggProc, t *aggThread, e *event.Event) {
+func (a *Totals) alloc(p *proc, t *thread, e *event.Event) {
 	if t.pend != 0 {
 		a.settle(p, t)
 	}
@@ -330,11 +335,11 @@ func (a *aggregate) alloc(p *aggProc, t *aggThread, e *event.Event) {
 // settle moves t's held allocation into the block table, and into its
 // site's live bytes and blocks (a held one is not counted there: a
 // temporary never is).
-func (a *aggregate) settle(p *aggProc, t *aggThread) {
+func (a *Totals) settle(p *proc, t *thread) {
 	s := &a.sites[t.pendSite]
 	s.liveBytes += t.pendSize
 	s.liveBlocks++
-	if old, ok := p.blocks.put(t.pend, blockVal{size: t.pendSize, site: t.pendSite}); ok {
+	if old, ok := p.blocks.Put(t.pend, blockVal{size: t.pendSize, site: t.pendSite}); ok {
 		// A block at the same address was never seen freed.
 		a.release(old, false)
 	}
@@ -344,7 +349,7 @@ func (a *aggregate) settle(p *aggProc, t *aggThread) {
 
 // freeHeld frees the allocation t holds: a temporary, which never
 // entered its site's live counts. Small enough to inline in the event loop.
-func (a *aggregate) freeHeld(p *aggProc, t *aggThread) {
+func (a *Totals) freeHeld(p *proc, t *thread) {
 	s := &a.sites[t.pendSite]
 	s.frees++
 	s.freedBytes += t.pendSize
@@ -353,7 +358,7 @@ func (a *aggregate) freeHeld(p *aggProc, t *aggThread) {
 	p.pending--
 }
 
-func (a *aggregate) free(p *aggProc, t *aggThread, addr uint64) {
+func (a *Totals) free(p *proc, t *thread, addr uint64) {
 	if t.pend == addr {
 		a.freeHeld(p, t)
 		return
@@ -361,7 +366,7 @@ func (a *aggregate) free(p *aggProc, t *aggThread, addr uint64) {
 	if t.pend != 0 {
 		a.settle(p, t)
 	}
-	if v, ok := p.blocks.take(addr); ok {
+	if v, ok := p.blocks.Delete(addr); ok {
 		a.release(v, true)
 		return
 	}
@@ -380,12 +385,12 @@ func (a *aggregate) free(p *aggProc, t *aggThread, addr uint64) {
 	}
 	a.unmatched++
 	if a.keepMisses {
-		a.misses = append(a.misses, aggMiss{pid: p.pid, tid: t.tid, addr: addr})
+		a.misses = append(a.misses, miss{pid: p.pid, tid: t.tid, addr: addr})
 	}
 }
 
 // release takes block v out of its site's live set; counted: as a free.
-func (a *aggregate) release(v blockVal, counted bool) {
+func (a *Totals) release(v blockVal, counted bool) {
 	s := &a.sites[v.site]
 	s.liveBytes -= v.size
 	s.liveBlocks--
@@ -397,7 +402,7 @@ func (a *aggregate) release(v blockVal, counted bool) {
 
 // held calls f with each held allocation's site and size: live, but not
 // yet in its site's counts.
-func (a *aggregate) held(f func(site int32, size uint64)) {
+func (a *Totals) held(f func(site int32, size uint64)) {
 	for _, p := range a.procList {
 		if p.pending == 0 {
 			continue
@@ -411,7 +416,7 @@ func (a *aggregate) held(f func(site int32, size uint64)) {
 }
 
 // settleAll moves every held allocation into the block tables.
-func (a *aggregate) settleAll() {
+func (a *Totals) settleAll() {
 	for _, p := range a.procList {
 		for _, t := range p.thrList {
 			if t.pend != 0 {
@@ -424,18 +429,18 @@ func (a *aggregate) settleAll() {
 // snapshot replaces the totals of sn's process with the kernel's (eBPF
 // aggregate mode): live blocks by stack, calls and bytes since tracing
 // began.
-func (a *aggregate) snapshot(sn *event.Snapshot) {
+func (a *Totals) snapshot(sn *event.Snapshot) {
 	p := a.proc(sn.PID)
 	p.snap = true
 	a.lastTime = max(a.lastTime, sn.Time)
 	t := p.thread(0)
 	for _, si := range t.small {
 		if si != 0 {
-			a.sites[si-1] = aggSite{pid: p.pid, stack: a.sites[si-1].stack}
+			a.sites[si-1] = site{pid: p.pid, stack: a.sites[si-1].stack}
 		}
 	}
 	for _, si := range t.big {
-		a.sites[si] = aggSite{pid: p.pid, stack: a.sites[si].stack}
+		a.sites[si] = site{pid: p.pid, stack: a.sites[si].stack}
 	}
 	for i := range sn.Totals {
 		tot := &sn.Totals[i]
@@ -450,10 +455,10 @@ func (a *aggregate) snapshot(sn *event.Snapshot) {
 	}
 }
 
-// merge adds b, the aggregate of the events after a's (a seed read from
-// the trace file), to a. The frees b could not match are matched against
-// a's blocks first.
-func (a *aggregate) merge(b *aggregate) {
+// Merge adds b, the totals of the events after a's (a seed read from the
+// trace file), to a. The frees b could not match (see KeepMisses) are
+// matched against a's blocks first.
+func (a *Totals) Merge(b *Totals) {
 	a.settleAll()
 	b.settleAll()
 	for _, m := range b.misses {
@@ -462,7 +467,7 @@ func (a *aggregate) merge(b *aggregate) {
 			a.unmatched++
 			continue
 		}
-		if v, ok := p.blocks.take(m.addr); ok {
+		if v, ok := p.blocks.Delete(m.addr); ok {
 			a.release(v, true)
 		} else {
 			a.unmatched++
@@ -511,31 +516,34 @@ func (a *aggregate) merge(b *aggregate) {
 				each(id, si)
 			}
 		}
-		bp.blocks.each(func(addr uint64, v blockVal) {
+		for addr, v := range bp.blocks.All() {
 			v.site = remap[v.site]
-			if old, ok := ap.blocks.put(addr, v); ok {
+			if old, ok := ap.blocks.Put(addr, v); ok {
 				a.release(old, false)
 			}
-		})
+		}
 	}
 	a.last = nil
 }
 
-// The event.Sink methods, for the seed and the session's sink.
+// The event.Sink methods.
 
-func (a *aggregate) Process(pr event.Process) error {
+// Process records a process.
+func (a *Totals) Process(pr event.Process) error {
 	a.proc(pr.PID).exe = pr.Exe
 	return nil
 }
 
-func (a *aggregate) Exit(x event.Exit) error {
+// Exit marks a process ended.
+func (a *Totals) Exit(x event.Exit) error {
 	if p := a.procs[x.PID]; p != nil {
 		p.ended = true
 	}
 	return nil
 }
 
-func (a *aggregate) Module(m event.Module) error {
+// Module records a module, once.
+func (a *Totals) Module(m event.Module) error {
 	// A trace file repeats its definitions in its chunks.
 	if a.known == nil {
 		a.known = map[event.Module]bool{}
@@ -547,28 +555,35 @@ func (a *aggregate) Module(m event.Module) error {
 	return nil
 }
 
-func (a *aggregate) Stack(st event.Stack) error {
+// Stack records a stack's frames.
+func (a *Totals) Stack(st event.Stack) error {
 	a.proc(st.PID).frames[st.ID] = append([]uint64(nil), st.Frames...)
 	return nil
 }
 
-func (a *aggregate) Events(evs []event.Event) error {
+// Events counts evs (see events).
+func (a *Totals) Events(evs []event.Event) error {
 	a.events(evs)
 	return nil
 }
 
-func (a *aggregate) Snapshot(sn event.Snapshot) error {
+// Snapshot replaces a process's totals with the kernel's (see snapshot).
+func (a *Totals) Snapshot(sn event.Snapshot) error {
 	a.snapshot(&sn)
 	return nil
 }
 
-func (a *aggregate) Stats(event.Stats) error { return nil }
+// Stats is ignored: the totals count no losses.
+func (a *Totals) Stats(event.Stats) error { return nil }
+
+// Note is ignored: notes change no totals.
+func (a *Totals) Note(event.Note) error { return nil }
 
 // processes lists the processes and their threads, by PID and TID.
-func (a *aggregate) processes() []TopProcess {
-	var out []TopProcess
+func (a *Totals) processes() []Process {
+	var out []Process
 	for _, p := range a.procList {
-		tp := TopProcess{PID: p.pid, Exe: p.exe, Ended: p.ended}
+		tp := Process{PID: p.pid, Exe: p.exe, Ended: p.ended}
 		if !p.snap {
 			for _, t := range p.thrList {
 				tp.Threads = append(tp.Threads, t.tid)
@@ -581,111 +596,18 @@ func (a *aggregate) processes() []TopProcess {
 	return out
 }
 
+// KeepMisses sets whether the totals keep the frees they cannot match, for
+// a Merge into totals that may hold their blocks. Turned off, the kept ones
+// are dropped.
+func (a *Totals) KeepMisses(keep bool) {
+	a.keepMisses = keep
+	if !keep {
+		a.misses = nil
+	}
+}
+
 // blockVal is a live block: its size and site.
 type blockVal struct {
 	size uint64
 	site int32
-}
-
-// blockMap maps the addresses of live blocks to their values: open
-// addressing with linear probing, deletion by backward shift (no
-// tombstones, so a churning table stays short). Address 0 marks an empty
-// slot.
-type blockMap struct {
-	keys  []uint64
-	vals  []blockVal
-	n     int
-	shift uint8
-}
-
-func (m *blockMap) home(k uint64) int { return int((k * 0x9E3779B97F4A7C15) >> m.shift) }
-
-// put stores v at k and returns the value it replaced, if any.
-func (m *blockMap) put(k uint64, v blockVal) (blockVal, bool) {
-	if 2*(m.n+1) > len(m.keys) {
-		m.grow()
-	}
-	mask := len(m.keys) - 1
-	for i := m.home(k); ; i = (i + 1) & mask {
-		switch m.keys[i] {
-		case 0:
-			m.keys[i], m.vals[i] = k, v
-			m.n++
-			return blockVal{}, false
-		case k:
-			old := m.vals[i]
-			m.vals[i] = v
-			return old, true
-		}
-	}
-}
-
-// take removes k and returns its value.
-func (m *blockMap) take(k uint64) (blockVal, bool) {
-	if m.n == 0 {
-		return blockVal{}, false
-	}
-	mask := len(m.keys) - 1
-	for i := m.home(k); ; i = (i + 1) & mask {
-		switch m.keys[i] {
-		case 0:
-			return blockVal{}, false
-		case k:
-			v := m.vals[i]
-			m.remove(i)
-			return v, true
-		}
-	}
-}
-
-// remove empties slot i, moving back the keys after it that would no
-// longer be found past the hole.
-func (m *blockMap) remove(i int) {
-	mask := len(m.keys) - 1
-	m.n--
-	for j := i; ; {
-		m.keys[i] = 0
-		for {
-			j = (j + 1) & mask
-			if m.keys[j] == 0 {
-				return
-			}
-			// The key at j may move to i if its home is not in (i, j],
-			// cyclically.
-			h := m.home(m.keys[j])
-			if (j-h)&mask >= (j-i)&mask {
-				break
-			}
-		}
-		m.keys[i], m.vals[i] = m.keys[j], m.vals[j]
-		i = j
-	}
-}
-
-func (m *blockMap) grow() {
-	keys, vals := m.keys, m.vals
-	n := max(2*len(keys), 64)
-	m.keys, m.vals, m.n = make([]uint64, n), make([]blockVal, n), 0
-	m.shift = uint8(64 - bitsLen(n-1))
-	for i, k := range keys {
-		if k != 0 {
-			m.put(k, vals[i])
-		}
-	}
-}
-
-func (m *blockMap) each(f func(uint64, blockVal)) {
-	for i, k := range m.keys {
-		if k != 0 {
-			f(k, m.vals[i])
-		}
-	}
-}
-
-func bitsLen(n int) int {
-	l := 0
-	for ; n > 0; n >>= 1 {
-		l++
-	}
-	return l
 }

@@ -1,0 +1,145 @@
+package event
+
+// A Note is a record that says something about the traced processes besides
+// their heap events: a Warning, a Memory sample, the Verdict of a heap scan,
+// or the Census of an allocator's heap. It is one of the types below; a
+// consumer switches on the type and ignores the kinds it has no use for.
+type Note interface {
+	// Of returns the process the note is about (0: the session) and when
+	// it was taken (CLOCK_MONOTONIC ns).
+	Of() (pid uint32, time int64)
+	note()
+}
+
+// A Warning is something a session told its user: kept in the trace so that
+// every reader of it (info, report, the page) shows it too, not only the
+// terminal that started the session.
+type Warning struct {
+	PID  uint32 // the process it is about; 0 for the whole session
+	Time int64
+	// Code names the kind of warning in a few stable lowercase words
+	// ("allocator-unseen", "stacks-cut"); readers may group by it.
+	Code string
+	Text string // one line, for people
+}
+
+// Memory is a sample of a process's resident memory, as the kernel counts
+// it (/proc/PID/status): what the heap's figures are compared with.
+type Memory struct {
+	PID   uint32
+	Time  int64
+	RSS   uint64 // resident bytes: Anon + File + Shmem
+	Anon  uint64 // resident anonymous memory (the heap, stacks, private mappings)
+	File  uint64 // resident file-backed pages (code, data, mapped files)
+	Shmem uint64 // resident shared memory
+	Swap  uint64 // anonymous memory swapped out
+}
+
+// Class is the verdict of a reachability scan on one live block, as
+// Memcheck and LeakSanitizer name them.
+type Class uint8
+
+// The reachability classes.
+const (
+	ClassUnknown   Class = iota // not classified: the scan could not decide (see its warnings)
+	ClassDefinite               // definitely lost: no pointer to it or into it from the roots or a reachable block
+	ClassIndirect               // indirectly lost: reachable only through lost blocks
+	ClassPossible               // possibly lost: reachable only through pointers into its interior
+	ClassReachable              // still reachable: a pointer to its start from the roots or a reachable block
+	numClasses
+)
+
+var classNames = names{"unknown", "definite", "indirect", "possible", "reachable"}
+
+func (c Class) String() string {
+	return classNames.format(uint8(c), "Class")
+}
+
+// Valid reports whether c is one of the classes above.
+func (c Class) Valid() bool { return c < numClasses }
+
+// Lost reports whether c is a leak in the narrow sense: definitely or
+// indirectly lost.
+func (c Class) Lost() bool { return c == ClassDefinite || c == ClassIndirect }
+
+// Rules is the set of rules a scan classified by.
+type Rules uint8
+
+// The rules of the reachability scan.
+const (
+	RulesMemcheck Rules = iota // Valgrind Memcheck's: interior pointers make a block possibly lost
+	RulesLSan                  // LeakSanitizer's: an interior pointer makes a block reachable
+)
+
+var ruleNames = names{"memcheck", "lsan"}
+
+func (r Rules) String() string {
+	return ruleNames.format(uint8(r), "Rules")
+}
+
+// BlockClass is the class of the live block at Addr.
+type BlockClass struct {
+	Addr  uint64
+	Class Class
+}
+
+// A Verdict is the result of a reachability scan of a process's heap at
+// Time: the class of every live block the scan knew of, by address. Blocks
+// live at Time that it does not list were not scanned. What the scan could
+// not read (roots, blocks) is said in Warnings beside it.
+type Verdict struct {
+	PID      uint32
+	Time     int64
+	Rules    Rules
+	Pause    int64 // ns the process was stopped for the scan; 0 if it was not stopped by the scan
+	Elapsed  int64 // ns the scan took
+	Complete bool  // every root and block was read
+	Blocks   []BlockClass
+}
+
+// HeapSpace is how an allocator's heap is used, in bytes, as a census found
+// it. Fields a census cannot tell are 0.
+type HeapSpace struct {
+	Arenas        uint64 // arenas (glibc: the main arena and the others)
+	InUse         uint64 // usable bytes of blocks in use
+	InUseBlocks   uint64
+	Overhead      uint64 // chunk headers, alignment and minimum sizes of the blocks in use
+	FreeBins      uint64 // free chunks in the allocator's bins
+	FreeFastbins  uint64 // free chunks in fastbins
+	FreeTcache    uint64 // free chunks in the threads' caches
+	Top           uint64 // the top chunks of the arenas: free, at the end of each heap
+	Mmapped       uint64 // bytes of blocks the allocator mapped on their own (in InUse too)
+	MmappedBlocks uint64
+	Trimmable     uint64 // free bytes that malloc_trim could return to the system
+	Corrupt       uint64 // chunks found damaged (their headers contradict the layout)
+}
+
+// A Census is what a process's heap held at Time, read from the process's
+// memory rather than traced: every block in use (Stack 0: allocated before
+// the trace saw it; Time 0: when is unknown) and how the heap's space is
+// used. In a trace it is the rundown of an attach: the blocks live when
+// tracing began.
+type Census struct {
+	PID    uint32
+	Time   int64
+	Heap   Heap  // the allocator read
+	Pause  int64 // ns the process was stopped for the census
+	Blocks []LiveBlock
+	Space  HeapSpace
+}
+
+func (w Warning) Of() (uint32, int64) { return w.PID, w.Time }
+func (m Memory) Of() (uint32, int64)  { return m.PID, m.Time }
+func (v Verdict) Of() (uint32, int64) { return v.PID, v.Time }
+func (c Census) Of() (uint32, int64)  { return c.PID, c.Time }
+
+func (Warning) note() {}
+func (Memory) note()  {}
+func (Verdict) note() {}
+func (Census) note()  {}
+
+// ParseRules parses a Rules name: "memcheck" or "lsan".
+func ParseRules(s string) (Rules, error) {
+	v, err := ruleNames.parse(s, "leak rules")
+	return Rules(v), err
+}

@@ -1,0 +1,262 @@
+package heapscope
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/heapscope/heapscope/event"
+	"github.com/heapscope/heapscope/internal/totals"
+)
+
+type liveKey struct {
+	pid  uint32
+	addr uint64
+}
+
+type stackKey struct {
+	pid uint32
+	id  event.StackID
+}
+
+// sessionSink is where the provider's records go: to the trace file, to
+// the hooks, and to top's totals while a client asks. The provider calls it from one goroutine; the flush timer and
+// Stop call it from others, hence the lock.
+type sessionSink struct {
+	mu     sync.Mutex
+	w      traceWriter
+	closed bool // after close, records are refused
+
+	hooks atomic.Pointer[Hooks]
+	// While hooks are installed the sink keeps the live addresses (to tell
+	// unmatched frees) and the stacks (to hand hooks their frames). Both
+	// cost time per event, so they exist only then.
+	live      map[liveKey]struct{}
+	stacks    map[stackKey][]uint64
+	unmatched atomic.Uint64
+	written   atomic.Int64  // bytes in the trace file(s), read without the lock
+	sampling  bool          // the session samples: count what it recorded
+	sampled   atomic.Uint64 // allocations and reallocations recorded, when sampling
+	call      Call
+	agg       *totals.Totals  // per-stack totals, while a Top client asks (top.go)
+	running   map[uint32]bool // processes with a record and no exit: their memory is sampled (memory.go)
+}
+
+func (s *sessionSink) setHooks(h Hooks) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if h.OnAlloc == nil && h.OnRealloc == nil && h.OnFree == nil {
+		s.hooks.Store(nil)
+		s.live, s.stacks = nil, nil
+		return
+	}
+	if s.live == nil {
+		s.live = map[liveKey]struct{}{}
+		s.stacks = map[stackKey][]uint64{}
+	}
+	s.hooks.Store(&h)
+}
+
+// fill adds what only the sink knows to st.
+func (s *sessionSink) fill(st *event.Stats) {
+	st.Unmatched += s.unmatched.Load()
+	st.Bytes = uint64(s.written.Load())
+}
+
+// fileStats counts st as the trace file does (tracefile.Writer.FileStats):
+// what the file could not keep is lost, not delivered.
+func (s *sessionSink) fileStats(st event.Stats) event.Stats {
+	s.mu.Lock()
+	w := s.w
+	s.mu.Unlock()
+	if w == nil {
+		return st
+	}
+	return w.FileStats(st)
+}
+
+func (s *sessionSink) Process(p event.Process) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.started(p.PID)
+	if s.agg != nil {
+		s.agg.Process(p)
+	}
+	if s.w != nil && !s.closed {
+		return s.w.Process(p)
+	}
+	return nil
+}
+
+func (s *sessionSink) Exit(e event.Exit) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.running, e.PID)
+	if s.agg != nil {
+		s.agg.Exit(e)
+	}
+	if s.w != nil && !s.closed {
+		return s.w.Exit(e)
+	}
+	return nil
+}
+
+func (s *sessionSink) Module(m event.Module) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.agg != nil {
+		s.agg.Module(m)
+	}
+	if s.w != nil && !s.closed {
+		return s.w.Module(m)
+	}
+	return nil
+}
+
+func (s *sessionSink) Stack(st event.Stack) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stacks != nil {
+		s.stacks[stackKey{st.PID, st.ID}] = append([]uint64(nil), st.Frames...)
+	}
+	if s.agg != nil {
+		s.agg.Stack(st)
+	}
+	if s.w != nil && !s.closed {
+		return s.w.Stack(st)
+	}
+	return nil
+}
+
+func (s *sessionSink) Events(evs []event.Event) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var err error
+	if s.w != nil && !s.closed {
+		err = s.w.Events(evs)
+		s.written.Store(s.w.Written())
+	}
+	if s.agg != nil {
+		s.agg.Events(evs)
+	}
+	if h := s.hooks.Load(); h != nil {
+		for i := range evs {
+			s.deliver(h, &evs[i])
+		}
+	}
+	if s.sampling {
+		n := 0
+		for i := range evs {
+			if k := evs[i].Kind; k == event.KindAlloc || k == event.KindRealloc {
+				n++
+			}
+		}
+		s.sampled.Add(uint64(n))
+	}
+	return err
+}
+
+// deliver passes one event to its hook, keeping the live set.
+func (s *sessionSink) deliver(h *Hooks, e *event.Event) {
+	c := &s.call
+	*c = Call{Event: *e}
+	if e.Stack != 0 {
+		c.Frames = s.stacks[stackKey{e.PID, e.Stack}]
+	}
+	var hook func(*Call)
+	switch e.Kind {
+	case event.KindAlloc:
+		if e.Addr != 0 {
+			s.live[liveKey{e.PID, e.Addr}] = struct{}{}
+		}
+		hook = h.OnAlloc
+	case event.KindRealloc:
+		if e.OldAddr != 0 {
+			c.Unmatched = !s.forget(e.PID, e.OldAddr)
+		}
+		if e.Addr != 0 {
+			s.live[liveKey{e.PID, e.Addr}] = struct{}{}
+		}
+		hook = h.OnRealloc
+	case event.KindFree:
+		if e.Addr != 0 {
+			c.Unmatched = !s.forget(e.PID, e.Addr)
+		}
+		hook = h.OnFree
+	case event.KindMmap:
+		hook = h.OnAlloc
+	case event.KindMunmap:
+		hook = h.OnFree
+	}
+	if c.Unmatched {
+		s.unmatched.Add(1)
+	}
+	if hook != nil {
+		hook(c)
+	}
+}
+
+func (s *sessionSink) forget(pid uint32, addr uint64) bool {
+	k := liveKey{pid, addr}
+	if _, ok := s.live[k]; !ok {
+		return false
+	}
+	delete(s.live, k)
+	return true
+}
+
+func (s *sessionSink) Snapshot(sn event.Snapshot) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.agg != nil {
+		s.agg.Snapshot(sn)
+	}
+	if s.w != nil && !s.closed {
+		return s.w.Snapshot(sn)
+	}
+	return nil
+}
+
+// Stats records from the provider are completed with what the sink counts.
+func (s *sessionSink) Stats(st event.Stats) error {
+	if n := s.unmatched.Load(); n > st.Unmatched {
+		st.Unmatched = n
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.w != nil && !s.closed {
+		return s.w.Stats(st)
+	}
+	return nil
+}
+
+// Note passes a note to the trace file.
+func (s *sessionSink) Note(n event.Note) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.w != nil && !s.closed {
+		return s.w.Note(n)
+	}
+	return nil
+}
+
+func (s *sessionSink) flush() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.w != nil && !s.closed {
+		defer func() { s.written.Store(s.w.Written()) }()
+		return s.w.Flush()
+	}
+	return nil
+}
+
+func (s *sessionSink) close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.w == nil || s.closed {
+		return nil
+	}
+	s.closed = true
+	err := s.w.Close()
+	s.written.Store(s.w.Written())
+	return err
+}
