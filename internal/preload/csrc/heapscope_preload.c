@@ -40,6 +40,7 @@
  *   record.h    recording a call, and calls made by signal handlers
  *   hooks.h     the exported entry points
  *   fork.h      fork handlers and the forked child's reset
+ *   exec.h      the exec family: a set-ID program is announced
  * and, below, start-up.
  */
 #define _GNU_SOURCE
@@ -53,6 +54,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,8 +62,10 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
+#include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
 #include <x86intrin.h>
@@ -90,6 +94,7 @@ extern void *__libc_stack_end;
 #include "record.h"
 #include "hooks.h"
 #include "fork.h"
+#include "exec.h"
 
 /* ---- start-up ----------------------------------------------------------- */
 

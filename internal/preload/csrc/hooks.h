@@ -321,13 +321,10 @@ HS_EXPORT int dl_iterate_phdr(int (*cb)(struct dl_phdr_info *, size_t, void *), 
  */
 static HS_NOINLINE void deepbind_note(void)
 {
-	static int said;
-	if (__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+	static uint32_t said_gen; /* once per image: a forked child has a stream of its own */
+	if (__atomic_exchange_n(&said_gen, g_gen, __ATOMIC_RELAXED) == g_gen)
 		return;
-	static const char msg[] = "heapscope: dlopen with RTLD_DEEPBIND: the flag is dropped so that the library's "
-	                          "allocations are traced\n";
-	ssize_t r = write(2, msg, sizeof msg - 1);
-	(void)r;
+	send_note(HS_NOTE_DEEPBIND, NULL, 0);
 }
 
 HS_EXPORT void *dlopen(const char *file, int flags)
