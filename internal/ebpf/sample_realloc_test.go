@@ -38,7 +38,7 @@ func TestSampleReallocChains(t *testing.T) {
 			for run := 1; run <= runs; run++ {
 				m := analyze.New(analyze.Options{SampleRate: rate})
 				tr := newTracer(t, Config{Mode: mode, Sample: rate}, m)
-				w := startWorkloadNoReady(t, bin, fmt.Sprint(rate), "wait")
+				w := startWorkload(t, bin, fmt.Sprint(rate), "wait")
 				if err := tr.Attach(w.pid()); err != nil {
 					t.Fatal(err)
 				}

@@ -4,7 +4,7 @@
 //
 //   preload_rechain RATE [wait]
 //
-// With "wait" it reads a line from stdin first. Three sites, each a
+// With "wait" it says "ready", then reads a line from stdin. Three sites, each a
 // function in a section of its own, code_NAME (the linker's __start_ and
 // __stop_ symbols give the range of its code):
 //   site_chain  20000 times: malloc(16), realloc doubling to 64 KiB, free
@@ -99,6 +99,8 @@ int main(int argc, char **argv)
 	if (argc < 2 || (rate = atof(argv[1])) <= 0)
 		return 2;
 	if (argc > 2 && strcmp(argv[2], "wait") == 0) {
+		printf("ready\n"); /* its libraries are mapped: a tracer may attach */
+		fflush(stdout);
 		char line[16];
 		if (!fgets(line, sizeof line, stdin))
 			return 1;

@@ -83,32 +83,18 @@ static int exec_announce(const char *path)
 
 static void exec_failed(void) { send_note(HS_NOTE_EXEC_FAILED, NULL, 0); }
 
-typedef int (*hs_execve_fn)(const char *, char *const[], char *const[]);
-typedef int (*hs_execv_fn)(const char *, char *const[]);
-typedef int (*hs_spawn_fn)(pid_t *, const char *, const void *, const void *, char *const[], char *const[]);
-
-static void *exec_real(void **slot, const char *name)
-{
-	void *f = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
-	if (!f) {
-		ensure_reals();
-		IN_LIB(f = dlsym(RTLD_NEXT, name));
-		__atomic_store_n(slot, f, __ATOMIC_RELEASE);
+/* The C library's function name, or -1 with ENOSYS. */
+#define EXEC_REAL(name)                                                                                                \
+	ensure_reals();                                                                                                \
+	__typeof__(real.name) real_ = real.name;                                                                       \
+	if (!real_) {                                                                                                  \
+		errno = ENOSYS;                                                                                        \
+		return -1;                                                                                             \
 	}
-	if (!f)
-		errno = ENOSYS;
-	return f;
-}
-
-#define EXEC_REAL(type, name)                                                                                          \
-	static void *fn_;                                                                                              \
-	type real_ = (type)exec_real(&fn_, name);                                                                      \
-	if (!real_)                                                                                                    \
-		return -1
 
 HS_EXPORT int execve(const char *path, char *const argv[], char *const envp[])
 {
-	EXEC_REAL(hs_execve_fn, "execve");
+	EXEC_REAL(execve)
 	int s = exec_announce(path);
 	int r = real_(path, argv, envp);
 	if (s)
@@ -118,7 +104,7 @@ HS_EXPORT int execve(const char *path, char *const argv[], char *const envp[])
 
 HS_EXPORT int execv(const char *path, char *const argv[])
 {
-	EXEC_REAL(hs_execv_fn, "execv");
+	EXEC_REAL(execv)
 	int s = exec_announce(path);
 	int r = real_(path, argv);
 	if (s)
@@ -128,7 +114,7 @@ HS_EXPORT int execv(const char *path, char *const argv[])
 
 HS_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
 {
-	EXEC_REAL(hs_execve_fn, "execvpe");
+	EXEC_REAL(execvpe)
 	char buf[PATH_MAX];
 	int s = exec_announce(exec_path(file, buf, sizeof buf));
 	int r = real_(file, argv, envp);
@@ -139,7 +125,7 @@ HS_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
 
 HS_EXPORT int execvp(const char *file, char *const argv[])
 {
-	EXEC_REAL(hs_execv_fn, "execvp");
+	EXEC_REAL(execvp)
 	char buf[PATH_MAX];
 	int s = exec_announce(exec_path(file, buf, sizeof buf));
 	int r = real_(file, argv);
@@ -208,7 +194,7 @@ static int spawn_note(int r, pid_t *pid, const char *path)
 HS_EXPORT int posix_spawn(pid_t *pid, const char *path, const void *fa, const void *attr, char *const argv[],
                           char *const envp[])
 {
-	EXEC_REAL(hs_spawn_fn, "posix_spawn");
+	EXEC_REAL(posix_spawn)
 	pid_t child = 0;
 	int r = real_(&child, path, fa, attr, argv, envp);
 	if (pid)
@@ -219,7 +205,7 @@ HS_EXPORT int posix_spawn(pid_t *pid, const char *path, const void *fa, const vo
 HS_EXPORT int posix_spawnp(pid_t *pid, const char *file, const void *fa, const void *attr, char *const argv[],
                            char *const envp[])
 {
-	EXEC_REAL(hs_spawn_fn, "posix_spawnp");
+	EXEC_REAL(posix_spawnp)
 	pid_t child = 0;
 	int r = real_(&child, file, fa, attr, argv, envp);
 	if (pid)

@@ -58,7 +58,11 @@ HS_EXPORT void *calloc(size_t n, size_t size)
 	if (HS_UNLIKELY(!real.calloc))
 		return total == SIZE_MAX ? NULL : boot_alloc(total, 16); /* the arena is zeroed and never reused */
 	if (IN_LIB_CALL()) {
-		void *q = total == SIZE_MAX ? NULL : lib_alloc(total, 16);
+		if (total == SIZE_MAX) {
+			errno = ENOMEM;
+			return NULL;
+		}
+		void *q = lib_alloc(total, 16);
 		if (q)
 			memset(q, 0, total); /* a reused block is not */
 		return q;

@@ -29,6 +29,15 @@ static struct {
 	void *(*dlopen)(const char *, int);
 	int (*dl_iterate_phdr)(int (*)(struct dl_phdr_info *, size_t, void *), void *);
 	size_t (*malloc_usable_size)(void *);
+	/* the exec family (exec.h): resolved with the rest, so that an exec in
+	 * a forked child never calls dlsym, whose lock a thread of its parent
+	 * may have held at the fork */
+	int (*execve)(const char *, char *const[], char *const[]);
+	int (*execv)(const char *, char *const[]);
+	int (*execvp)(const char *, char *const[]);
+	int (*execvpe)(const char *, char *const[], char *const[]);
+	int (*posix_spawn)(pid_t *, const char *, const void *, const void *, char *const[], char *const[]);
+	int (*posix_spawnp)(pid_t *, const char *, const void *, const void *, char *const[], char *const[]);
 } real;
 
 /*
