@@ -23,4 +23,9 @@ type Hooks struct {
 	OnAlloc   func(*Call) // allocations, and mmap when traced
 	OnRealloc func(*Call)
 	OnFree    func(*Call) // frees, and munmap when traced
+	// OnWarning receives each warning the session has for its user (a
+	// traced program's allocator it cannot see, an exec it cannot follow),
+	// as it arises; each is kept in the trace too. The traced program's
+	// own streams are never written to: a front end prints these.
+	OnWarning func(event.Warning)
 }

@@ -58,6 +58,9 @@ type Session struct {
 	ctl     *control.Server
 	b       backend
 	sink    *sessionSink
+	// launched: the session launches its program (Launch), traced from
+	// its first instruction; the trace header says so ("launched")
+	launched bool
 
 	mu     sync.Mutex // guards stacks, child and the stop state
 	stacks event.KindSet
@@ -89,7 +92,7 @@ func Start(name string, props Properties, pids []int) (*Session, error) {
 			return nil, fmt.Errorf("pid %d: %w", pid, errs.ErrNoSuchProcess)
 		}
 	}
-	s, err := newSession(name, props, ProviderEBPF)
+	s, err := newSession(name, props, ProviderEBPF, false)
 	if err != nil {
 		return nil, err
 	}
@@ -120,7 +123,7 @@ func Launch(name string, props Properties, cmd *exec.Cmd) (*Session, error) {
 			return nil, err
 		}
 	}
-	s, err := newSession(name, props, ProviderPreload)
+	s, err := newSession(name, props, ProviderPreload, true)
 	if err != nil {
 		return nil, err
 	}
@@ -155,7 +158,7 @@ func Launch(name string, props Properties, cmd *exec.Cmd) (*Session, error) {
 	return s, nil
 }
 
-func newSession(name string, props Properties, defaultProvider Provider) (*Session, error) {
+func newSession(name string, props Properties, defaultProvider Provider, launched bool) (*Session, error) {
 	if err := registry.CheckName(name); err != nil {
 		return nil, err
 	}
@@ -183,6 +186,8 @@ func newSession(name string, props Properties, defaultProvider Provider) (*Sessi
 		stopped: make(chan struct{}),
 		drained: make(chan struct{}),
 		sink:    &sessionSink{sampling: props.Sample > 0},
+
+		launched: launched,
 	}
 	s.sink.setHooks(props.Hooks)
 	entry, err := registry.Acquire(dir, registry.Info{

@@ -45,9 +45,14 @@ func (r *Report) UnmatchedCauses() []string {
 	if len(forked) > 0 {
 		out = append(out, fmt.Sprintf("blocks a forked child (pid %s) inherited from its traced parent", strings.Join(forked, ", ")))
 	}
-	if r.Trace.Provider == "ebpf" {
+	switch {
+	case r.Trace.Provider == "ebpf" && r.Trace.Properties["launched"] != "true":
 		out = append(out, "blocks allocated before tracing attached to a running process")
-	} else {
+	case r.Trace.Provider == "ebpf":
+		// Launched held before its first instruction: nothing was
+		// allocated before the probes were in place.
+		out = append(out, "blocks made where the probes were not called (by an allocator heapscope does not probe)")
+	default:
 		// The interposer is there from the program's first instruction:
 		// what it misses, it misses by not being called.
 		out = append(out, "blocks made where the interposer was not called (before it was loaded, or by an allocator it does not wrap)")

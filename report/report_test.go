@@ -555,6 +555,12 @@ func TestLabels(t *testing.T) {
 		!strings.Contains(causes, "forked child (pid 3) inherited") {
 		t.Errorf("window, ebpf: causes %q", causes)
 	}
+	// A program run with the eBPF provider: traced from its first
+	// instruction, it had no block before tracing.
+	r = New(testProfile(t), Trace{File: "app.hst", Provider: "ebpf", Properties: map[string]string{"launched": "true"}}, frames)
+	if causes = strings.Join(r.UnmatchedCauses(), "; "); strings.Contains(causes, "attached") || !strings.Contains(causes, "probes were not called") {
+		t.Errorf("launched, ebpf: causes %q", causes)
+	}
 }
 
 // TestJSONStreamMatchesDocument checks that the streamed JSON is the

@@ -10,7 +10,7 @@ import (
 	"syscall"
 
 	"github.com/heapscope/heapscope"
-	"github.com/heapscope/heapscope/internal/preload"
+	"github.com/heapscope/heapscope/event"
 )
 
 func init() {
@@ -57,11 +57,14 @@ func runProgram(sf sessionFlags, props heapscope.Properties, args []string) erro
 		}
 		return exitError{127}
 	}
-	if props.Provider == heapscope.ProviderPreload {
-		// Said before the program's own output, not refused: it may still
-		// allocate mostly through malloc.
-		if a, ok, _ := preload.FindPrivateAllocator(path); ok {
-			fmt.Fprintf(os.Stderr, "heapscope run: %s\n", a.Warning(args[0]))
+	// The session's warnings (an allocator the interposer cannot see, said
+	// as the program starts; an exec it cannot follow) are printed here,
+	// on heapscope's stderr, and kept in the trace.
+	props.Hooks.OnWarning = func(w event.Warning) {
+		if w.PID != 0 {
+			fmt.Fprintf(os.Stderr, "heapscope run: warning: pid %d: %s\n", w.PID, w.Text)
+		} else {
+			fmt.Fprintf(os.Stderr, "heapscope run: warning: %s\n", w.Text)
 		}
 	}
 	cmd := exec.Command(path, args[1:]...)

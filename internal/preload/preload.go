@@ -75,6 +75,13 @@ type Config struct {
 	// SampleSeed seeds the sampling of every thread, for repeatable tests;
 	// 0 seeds each thread from its clock.
 	SampleSeed uint64
+	// OnWarning, when set, is called with each warning the collector
+	// has for the user about a traced process (event.Warning; its Code is
+	// one of the Warn constants), from the collector's goroutine, as it
+	// arises. The sink gets each as a Note too, so it is kept in the trace.
+	// The interposer never writes to the program's own streams: heapscope
+	// prints these.
+	OnWarning func(event.Warning)
 }
 
 // withDefaults validates c and fills in its zero fields.

@@ -65,6 +65,13 @@ static void resolve_reals(void)
 		real.dlclose = dlsym(RTLD_NEXT, "dlclose");
 		real.dlopen = dlsym(RTLD_NEXT, "dlopen");
 		real.dl_iterate_phdr = dlsym(RTLD_NEXT, "dl_iterate_phdr");
+		real.malloc_usable_size = dlsym(RTLD_NEXT, "malloc_usable_size");
+		real.execve = dlsym(RTLD_NEXT, "execve");
+		real.execv = dlsym(RTLD_NEXT, "execv");
+		real.execvp = dlsym(RTLD_NEXT, "execvp");
+		real.execvpe = dlsym(RTLD_NEXT, "execvpe");
+		real.posix_spawn = dlsym(RTLD_NEXT, "posix_spawn");
+		real.posix_spawnp = dlsym(RTLD_NEXT, "posix_spawnp");
 		tls.resolving = 0;
 		__atomic_store_n(&reals_state, 2, __ATOMIC_RELEASE);
 		return;

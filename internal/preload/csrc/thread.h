@@ -28,6 +28,16 @@ static struct {
 	int (*dlclose)(void *);
 	void *(*dlopen)(const char *, int);
 	int (*dl_iterate_phdr)(int (*)(struct dl_phdr_info *, size_t, void *), void *);
+	size_t (*malloc_usable_size)(void *);
+	/* the exec family (exec.h): resolved with the rest, so that an exec in
+	 * a forked child never calls dlsym, whose lock a thread of its parent
+	 * may have held at the fork */
+	int (*execve)(const char *, char *const[], char *const[]);
+	int (*execv)(const char *, char *const[]);
+	int (*execvp)(const char *, char *const[]);
+	int (*execvpe)(const char *, char *const[], char *const[]);
+	int (*posix_spawn)(pid_t *, const char *, const void *, const void *, char *const[], char *const[]);
+	int (*posix_spawnp)(pid_t *, const char *, const void *, const void *, char *const[], char *const[]);
 } real;
 
 /*
@@ -37,8 +47,8 @@ static struct {
  *    posix_memalign, ...): a nested call is part of it, not recorded.
  *  HOOK_LIB: our bookkeeping, inside a C library call that may allocate
  *    (dlsym, realpath, libunwind's first walk, ...): a nested
- *    call is ours: not recorded, and the blocks it returns are internal
- *    (their frees, whenever they come, are dropped too).
+ *    call is ours: served from our own heap (own.h), not recorded, nor the
+ *    free of its block, whenever it comes.
  *  HOOK_BUSY: our bookkeeping, calling nothing that allocates: a call can
  *    only come from a signal handler that interrupted us. It is queued
  *    (with its stack) and written when the interrupted hook is done.

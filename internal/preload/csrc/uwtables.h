@@ -518,7 +518,7 @@ __attribute__((constructor(102))) static void uw_init(void)
 {
 	if (g_mode == MODE_ON && g_unwind == HS_UNWIND_TABLES && !p_unw_backtrace) {
 		uint32_t saved = tls.in_hook;
-		tls.in_hook = 1;
+		tls.in_hook = HOOK_LIB;
 		load_libunwind();
 		tls.in_hook = saved;
 	}
