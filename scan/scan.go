@@ -135,7 +135,7 @@ type Total struct{ Blocks, Bytes uint64 }
 // Result is what Scan found.
 type Result struct {
 	Rules    Rules
-	Verdicts []Verdict         // one per block, in the order given
+	Verdicts []Verdict // one per block, in the order given
 	// Referrers, with Options.Referrers, holds one referrer per block in
 	// the order given: for a reached block the block or root whose
 	// reference reached it first (a still reachable block's, the one that
@@ -143,9 +143,9 @@ type Result struct {
 	// the lost block that leads to it; NoReferrer for a definitely lost
 	// one. Nil without Options.Referrers.
 	Referrers []Referrer
-	Totals   [NumClasses]Total // by class
-	Unread   []Unread
-	Scanned  uint64 // bytes of roots and blocks read and scanned
+	Totals    [NumClasses]Total // by class
+	Unread    []Unread
+	Scanned   uint64 // bytes of roots and blocks read and scanned
 
 	ReadTime     time.Duration // reading the blocks and the roots
 	ClassifyTime time.Duration // after the reading (AfterRead included)
