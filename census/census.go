@@ -153,6 +153,7 @@ type Census struct {
 	Finish time.Duration // what Finish took, the process running or not
 	Paused time.Duration // how long TakeProcess kept the process stopped, stopping and resuming included
 	Stops  int           // how many times TakeProcess stopped it to find malloc idle
+	Stop   int           // which of those stops (from 1) it was read at
 	Reads  uint64        // reads of the process's memory
 	Bytes  uint64        // bytes read
 
