@@ -189,6 +189,14 @@ type Properties struct {
 	// and aggregate modes); it excludes what needs every event (see
 	// Validate). The hooks see only the sampled events.
 	Sample Size `json:"sample,omitempty"`
+	// NoCensus skips the census Start and Update take of each process's
+	// heap once its probes are in (see census.go): without it, the blocks
+	// live before the attach are unknown and their frees unmatched.
+	NoCensus bool `json:"no_census,omitempty"`
+	// CensusScan also scans the heap at the census for reachability
+	// (event.Verdict) and who holds each kind of block, in the same stop:
+	// a longer pause, as long as copying the live heap takes.
+	CensusScan bool `json:"census_scan,omitempty"`
 }
 
 // withDefaults returns p with its zero fields filled in, for provider: the
@@ -253,6 +261,8 @@ func (p Properties) Validate() error {
 		return bad("unknown Families bits %#x", uint32(p.Families&^event.FamilyAll))
 	case p.StackEvents&^(event.NoStacks|event.AllKinds) != 0:
 		return bad("unknown StackEvents bits %#x", uint8(p.StackEvents&^(event.NoStacks|event.AllKinds)))
+	case p.CensusScan && p.NoCensus:
+		return bad("CensusScan scans at the census, and NoCensus takes none")
 	}
 	switch p.FileMode {
 	case Sequential:

@@ -86,7 +86,8 @@ type Session struct {
 	exitCode int           // the launched child's status, once exited is closed
 	exited   chan struct{} // Launch: closed when the launched child has exited
 
-	top topState // Top's totals and clients (top.go)
+	top topState    // Top's totals and clients (top.go)
+	cen censusState // the censuses at attach (census.go)
 }
 
 // MaxNameLen is the longest session name, in characters; a longer one is
@@ -118,6 +119,9 @@ func Start(name string, props Properties, pids []int) (*Session, error) {
 	if err := s.commit(); err != nil {
 		s.abort()
 		return nil, err
+	}
+	for _, pid := range pids {
+		s.censusAfterAttach(pid)
 	}
 	s.run()
 	return s, nil
@@ -360,7 +364,9 @@ func (s *Session) Update(c Change) error {
 		}
 		if err := s.b.attach(pid); err != nil {
 			errList = append(errList, err)
+			continue
 		}
+		s.censusAfterAttach(pid)
 	}
 	for _, pid := range c.RemovePIDs {
 		if err := s.b.detach(pid); err != nil {

@@ -40,6 +40,11 @@ type Rundown struct {
 	// blocks the trace had not seen: allocated before the attach, not
 	// unmatched frees.
 	FreedBefore uint64
+	// Overtaken counts the allocations the trace saw, after the census,
+	// at the address of one of Blocks still live: the census saw the
+	// allocation before its event did (or the block's free was lost).
+	// The block gives way to the traced one, not counted a missed free.
+	Overtaken uint64
 	// LiveBlocks and LiveBytes are what is left of Blocks at the end of
 	// the window.
 	LiveBlocks, LiveBytes uint64
@@ -85,6 +90,16 @@ func (r *rundownState) released(b block) {
 	g.g.LiveBytes -= b.size
 	g.run.LiveBlocks--
 	g.run.LiveBytes -= b.size
+}
+
+// overtaken counts a new allocation at the address of block b of a
+// PreTrace site, and reports whether b was one.
+func (r *rundownState) overtaken(b block) bool {
+	if !r.sites[b.site] || int(b.tid) >= len(r.groups) {
+		return false
+	}
+	r.groups[b.tid].run.Overtaken++
+	return true
 }
 
 // census applies a census of a process's heap (see Rundown). A census

@@ -122,3 +122,21 @@ func TestCensusUngrouped(t *testing.T) {
 		t.Errorf("timeline %+v", p.Timeline)
 	}
 }
+
+// TestCensusOvertaken: an allocation at the address of a block the census
+// found (its event came after the census saw it made) replaces it without
+// a missed free.
+func TestCensusOvertaken(t *testing.T) {
+	s, c := attachTrace()
+	m := New(Options{})
+	m.Events(s.evs)
+	m.Note(c)
+	after := &seq{t: 100}
+	after.alloc(9, 0xd000, 990)
+	m.Events(after.evs)
+	p := m.Profile()
+	r := p.Rundowns[0]
+	if p.Summary.MissedFrees != 1 || r.Overtaken != 1 || r.LiveBytes != 100 || r.Groups[0].LiveBytes != 0 {
+		t.Errorf("missed %d, rundown %+v", p.Summary.MissedFrees, r)
+	}
+}

@@ -470,7 +470,9 @@ func (m *Model) alloc(p *proc, si int32, tid uint32, addr, size uint64) {
 // replaced counts a live block found at the address of a new one: its free
 // was lost.
 func (m *Model) replaced(old block) {
-	m.missed++
+	if m.sites[old.site].id != PreTrace || !m.rundown.overtaken(old) {
+		m.missed++
+	}
 	m.release(old, false)
 }
 

@@ -172,6 +172,9 @@ type Census struct {
 	// A census taken then may show a chunk mid-change (and say so in
 	// Problems); TakeProcess stops the process again until it is not busy.
 	Busy []string
+	// BusyThreads are the threads Busy names: stopped in malloc's code,
+	// or returning from a traced call.
+	BusyThreads []int
 
 	// What mp_ says of the mmapped chunks, which the census finds by their
 	// headers in anonymous mappings.

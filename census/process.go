@@ -17,6 +17,12 @@ type ProcessOptions struct {
 	// Tries bounds the stops TakeProcess makes to find malloc idle
 	// (DefaultTries when 0).
 	Tries int
+	// Idle keeps only a census taken with malloc idle (Census.Busy
+	// empty), stopping again while Tries allow, where otherwise a busy
+	// one whose every check holds is kept: a thread in malloc or free
+	// may be between its call and the change it makes, which a tracer
+	// sees on one side of the stop and the census on the other.
+	Idle bool
 	// Stopped, when set, is called at each stop, every thread stopped,
 	// before the heap is read, with the stop's number (from 1; the
 	// census's Stop says which stop it was read at): for what must see
@@ -68,7 +74,7 @@ func TakeProcess(pid int, o ProcessOptions) (*Census, error) {
 			return nil, err
 		}
 		c.Stops = try
-		if c.settled() {
+		if len(c.Busy) == 0 || !o.Idle && c.settled() {
 			return c, nil
 		}
 		if best == nil || len(c.Problems) < len(best.Problems) {
@@ -109,7 +115,7 @@ func (l *Libc) takeStopped(pid int, maps []proc.Mapping, o ProcessOptions, try i
 	r, err := l.Read(t, o.TakeOptions)
 	var c *Census
 	if err == nil && o.WhileStopped != nil {
-		if c = r.Finish(); c.settled() {
+		if c = r.Finish(); len(c.Busy) == 0 || !o.Idle && c.settled() {
 			o.WhileStopped(c, p)
 		}
 	}
