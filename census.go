@@ -17,6 +17,7 @@ import (
 	"github.com/heapscope/heapscope/internal/stopped"
 	"github.com/heapscope/heapscope/scan"
 	"github.com/heapscope/heapscope/scan/roots"
+	"github.com/heapscope/heapscope/tracefile"
 )
 
 // The census at attach.
@@ -131,7 +132,7 @@ func (s *Session) census(pid int) CensusResult {
 			marks = append(marks, m)
 		},
 	}
-	notes, r, busy := takeCensus(pid, s.props.CensusScan, hooks)
+	notes, r, busy, _ := takeCensus(pid, s.props.CensusScan, hooks)
 	if h == nil {
 		if r.Warning == "" {
 			r.Taken, r.Warning = false, "no census: the session ended while it was taken"
@@ -171,14 +172,15 @@ type censusHooks struct {
 // takeCensus takes the census of running process pid (with a scan of its
 // heap in the same stop when scanToo), and returns its notes (the census,
 // the resident memory explained, the scan's verdict), timed at its stop
-// (r.Stop), and the threads that were in malloc's code then.
-func takeCensus(pid int, scanToo bool, hooks censusHooks) ([]event.Note, CensusResult, []int) {
+// (r.Stop), and the threads that were in malloc's code then; or, when it
+// could not be taken, why (r.Warning says it in one line).
+func takeCensus(pid int, scanToo bool, hooks censusHooks) ([]event.Note, CensusResult, []int, error) {
 	r := CensusResult{PID: pid}
 	t0 := time.Now()
 	maps, err := proc.ReadMaps(pid)
 	if err != nil {
 		r.Warning = censusWarning(pid, err)
-		return nil, r, nil
+		return nil, r, nil, err
 	}
 	// Named while the process runs: the symbols of its files do not change.
 	var namer *census.Namer
@@ -209,7 +211,7 @@ func takeCensus(pid int, scanToo bool, hooks censusHooks) ([]event.Note, CensusR
 	c, err := census.TakeProcess(pid, o)
 	if err != nil {
 		r.Warning = censusWarning(pid, err)
-		return nil, r, nil
+		return nil, r, nil, err
 	}
 	at := times[c.Stop-1]
 	notes, r := censusNotes(c, namer, res, at)
@@ -217,7 +219,7 @@ func takeCensus(pid int, scanToo bool, hooks censusHooks) ([]event.Note, CensusR
 	if res != nil && len(rootNotes) > 0 && r.Warning == "" {
 		r.Warning = fmt.Sprintf("census scan: %d roots not read (%s)", len(rootNotes), rootNotes[0])
 	}
-	return notes, r, c.BusyThreads
+	return notes, r, c.BusyThreads, nil
 }
 
 // dropBlocks takes the blocks at addrs out of the census among notes.
@@ -249,14 +251,11 @@ func dropBlocks(notes []event.Note, r *CensusResult, addrs map[uint64]bool) {
 
 // censusWarning says in one line why pid has no census.
 func censusWarning(pid int, err error) string {
-	what := "the blocks live before the attach are not known, and their frees count as unmatched"
-	switch {
-	case errors.Is(err, errs.ErrNotSupported):
-		return fmt.Sprintf("no census (%s): %v", what, err)
-	case errors.Is(err, errs.ErrNoLayout):
-		return fmt.Sprintf("no census (%s): %v (Debian: apt-get install libc6-dbg)", what, err)
+	why := strings.TrimPrefix(err.Error(), "census: ")
+	if errors.Is(err, errs.ErrNoLayout) {
+		why += " (Debian: apt-get install libc6-dbg)"
 	}
-	return fmt.Sprintf("no census (%s): %v", what, err)
+	return fmt.Sprintf("no census: %s; the blocks live before the attach are unknown, their frees unmatched", why)
 }
 
 // scanStopped classifies the census's blocks by reachability while the
@@ -382,4 +381,93 @@ func verdictClass(c scan.Class) event.Class {
 		return event.ClassReachable
 	}
 	return event.ClassUnknown
+}
+
+// SnapshotOptions configure Snapshot.
+type SnapshotOptions struct {
+	// File is the trace file written: made new, mode 0600, as a session's
+	// (see Properties.File), named only once it is whole.
+	File string
+	// Overwrite replaces a File that is a symbolic link or another user's
+	// file, as Properties.Overwrite does.
+	Overwrite bool
+	// Scan also scans the heap for reachability and who holds each kind
+	// of block, in the same stop (see Properties.CensusScan).
+	Scan bool
+	// Session names the snapshot in the file's header; "" is
+	// "snapshot-PID".
+	Session string
+}
+
+// Snapshot takes a census of the heap of the running process pid and
+// writes it as a trace file of no events: the process, its modules, and at
+// one instant the census (every block live, what the blocks are), the
+// process's resident memory explained, and with Scan the reachability of
+// each block. report, serve and info read it as any trace; every block in
+// it was allocated before the trace. The error wraps ErrNotSupported (an
+// allocator the census does not read), ErrNoLayout (a glibc it cannot
+// confirm the layout of), ErrNoSuchProcess, ErrAccessDenied or
+// ErrCannotStop.
+func Snapshot(pid int, o SnapshotOptions) (CensusResult, error) {
+	if o.File == "" {
+		return CensusResult{}, fmt.Errorf("snapshot: no file: %w", errs.ErrInvalidFlags)
+	}
+	if !proc.Alive(pid) {
+		return CensusResult{}, fmt.Errorf("snapshot: pid %d: %w", pid, errs.ErrNoSuchProcess)
+	}
+	name := o.Session
+	if name == "" {
+		name = fmt.Sprintf("snapshot-%d", pid)
+	}
+	h := tracefile.Header{Session: name, Provider: "census", Clock: "CLOCK_MONOTONIC",
+		Properties: []tracefile.Property{{Key: "census_scan", Value: strconv.FormatBool(o.Scan)}}}
+	h.Hostname, _ = os.Hostname()
+	h.WallStart, h.MonoStart = clockPair()
+	w, err := tracefile.Create(o.File, h, tracefile.Options{Hold: true, Replace: o.Overwrite, FlushInterval: -1})
+	if err != nil {
+		return CensusResult{}, err
+	}
+	defer w.Close() // removes the file unless committed
+	st, err := proc.ReadStat(pid)
+	if err != nil {
+		return CensusResult{}, fmt.Errorf("snapshot: %w", err)
+	}
+	exe, _ := proc.Exe(pid)
+	cmdline, _ := proc.Cmdline(pid)
+	now := monotonicNow()
+	mods, _ := proc.Modules(pid, now)
+	var errList []error
+	errList = append(errList, w.Process(event.Process{PID: uint32(pid), PPID: uint32(st.PPID), Time: now, Exe: exe, Cmdline: cmdline}))
+	for _, m := range mods {
+		errList = append(errList, w.Module(m))
+	}
+	notes, r, _, err := takeCensus(pid, o.Scan, censusHooks{})
+	if err != nil {
+		return r, fmt.Errorf("snapshot: %w", err)
+	}
+	if r.Warning != "" {
+		errList = append(errList, w.Note(event.Warning{PID: uint32(pid), Time: r.Time, Code: "census", Text: r.Warning}))
+	}
+	errList = append(errList, writeNotes(w, notes))
+	errList = append(errList, w.Stats(event.Stats{Time: monotonicNow()}))
+	if err := errors.Join(errList...); err != nil {
+		return r, fmt.Errorf("snapshot: writing %s: %w", o.File, err)
+	}
+	if err := w.Commit(); err != nil {
+		return r, err
+	}
+	return r, w.Close()
+}
+
+// TakeCensus takes a census of the heap of running process pid, as
+// Snapshot does, without writing a file: its notes (the event.Census, the
+// event.Resident and, with scan, the event.Verdict), timed in
+// CLOCK_MONOTONIC. What `heapscope info PID` prints. The errors are
+// Snapshot's.
+func TakeCensus(pid int, scan bool) (CensusResult, []event.Note, error) {
+	if !proc.Alive(pid) {
+		return CensusResult{PID: pid}, nil, fmt.Errorf("census: pid %d: %w", pid, errs.ErrNoSuchProcess)
+	}
+	notes, r, _, err := takeCensus(pid, scan, censusHooks{})
+	return r, notes, err
 }

@@ -2,7 +2,9 @@ package heapscope
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
+	"os"
 	"io"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +16,7 @@ import (
 	"github.com/heapscope/heapscope/analyze"
 	"github.com/heapscope/heapscope/analyze/load"
 	"github.com/heapscope/heapscope/event"
+	"github.com/heapscope/heapscope/internal/proc"
 	"github.com/heapscope/heapscope/internal/testutil"
 	"github.com/heapscope/heapscope/tracefile"
 )
@@ -24,13 +27,14 @@ type rundownProgram struct {
 	in     io.Writer
 	out    *bufio.Reader
 	blocks map[uint64]uint64 // address → usable size
+	nodes  map[uint64]bool   // the blocks only the table holds
 }
 
 func startRundown(t *testing.T) *rundownProgram {
 	t.Helper()
 	cmd := exec.Command(testutil.MustBuild(t, "census_rundown", testutil.Options{}))
 	in, out := testutil.StartPiped(t, cmd)
-	p := &rundownProgram{cmd: cmd, in: in, out: bufio.NewReader(out), blocks: map[uint64]uint64{}}
+	p := &rundownProgram{cmd: cmd, in: in, out: bufio.NewReader(out), blocks: map[uint64]uint64{}, nodes: map[uint64]bool{}}
 	for {
 		line, err := p.out.ReadString('\n')
 		if err != nil {
@@ -40,12 +44,13 @@ func startRundown(t *testing.T) *rundownProgram {
 		if len(f) == 1 && f[0] == "ready" {
 			return p
 		}
-		if len(f) != 3 || f[0] != "b" {
+		if len(f) != 3 || f[0] != "b" && f[0] != "n" {
 			t.Fatalf("census_rundown said %q", line)
 		}
 		a, _ := strconv.ParseUint(f[1], 16, 64)
 		n, _ := strconv.ParseUint(f[2], 16, 64)
 		p.blocks[a] = n
+		p.nodes[a] = f[0] == "n"
 	}
 }
 
@@ -108,12 +113,12 @@ func TestCensusAtAttach(t *testing.T) {
 	requireEBPF(t)
 	p := startRundown(t)
 	file := filepath.Join(t.TempDir(), "rundown.hst")
-	s, err := Start("census-at-attach", Properties{File: file}, []int{p.cmd.Process.Pid})
+	s, err := Start("census-at-attach", Properties{File: file, CensusScan: true}, []int{p.cmd.Process.Pid})
 	if err != nil {
 		t.Fatal(err)
 	}
 	cs := s.Censuses()
-	if len(cs) != 1 || !cs[0].Taken || cs[0].Warning != "" {
+	if len(cs) != 1 || !cs[0].Taken || !cs[0].Scanned || cs[0].Warning != "" {
 		s.Stop()
 		t.Fatalf("censuses %+v", cs)
 	}
@@ -124,8 +129,39 @@ func TestCensusAtAttach(t *testing.T) {
 	p.step(t, "")
 
 	// The census in the trace holds the program's blocks, with their
-	// usable sizes.
-	c := findCensus(t, traceNotes(t, file))
+	// usable sizes; the scan at the census named the table that holds
+	// the nodes, and classified every block.
+	notes := traceNotes(t, file)
+	c := findCensus(t, notes)
+	heldBy := map[string]uint64{}
+	for i, b := range c.Blocks {
+		if p.nodes[b.Addr] {
+			g := c.Groups[c.BlockGroups[i]]
+			heldBy[g.HeldBy] = g.Held
+		}
+	}
+	if len(heldBy) != 1 || heldBy["a 65544 B block"] != 100 {
+		t.Errorf("the nodes' groups are held by %v, want 100 of them by a 65544 B block (the table)", heldBy)
+	}
+	var v *event.Verdict
+	for _, n := range notes {
+		if x, ok := n.(event.Verdict); ok {
+			v = &x
+		}
+	}
+	if v == nil || v.Time != c.Time || len(v.Blocks) < len(c.Blocks) {
+		t.Errorf("the scan's verdict: %+v", v)
+	} else {
+		classes := map[event.Class]int{}
+		for _, b := range v.Blocks {
+			if _, ok := p.blocks[b.Addr]; ok {
+				classes[b.Class]++
+			}
+		}
+		if classes[event.ClassReachable] != len(p.blocks) {
+			t.Errorf("the program's blocks, all held, classified %v", classes)
+		}
+	}
 	in := map[uint64]uint64{}
 	var progBytes, otherBytes uint64
 	for _, b := range c.Blocks {
@@ -300,4 +336,198 @@ func censusWhileBusy(t *testing.T, bin string, try int) (busy, judged bool) {
 		t.Errorf("%d blocks from before the trace; the threads held 512 from before it", r.Blocks)
 	}
 	return cs[0].Busy, true
+}
+
+// knownProgram is census_known running: its blocks and their kinds.
+type knownProgram struct {
+	in     io.WriteCloser
+	blocks map[uint64]uint64 // address → usable size
+	kinds  map[uint64]string // address → "-", a class name, "string" or "holder"
+}
+
+func startKnown(t *testing.T) (*exec.Cmd, *knownProgram) {
+	t.Helper()
+	cmd := exec.Command(testutil.MustBuild(t, "census_known", testutil.Options{CXX: true}))
+	in, out := testutil.StartPiped(t, cmd)
+	t.Cleanup(func() { in.Close(); cmd.Wait() })
+	k := &knownProgram{in: in, blocks: map[uint64]uint64{}, kinds: map[uint64]string{}}
+	rd := bufio.NewReader(out)
+	for {
+		line, err := rd.ReadString('\n')
+		if err != nil {
+			t.Fatalf("census_known: %v", err)
+		}
+		f := strings.Fields(line)
+		if len(f) == 1 && f[0] == "ready" {
+			return cmd, k
+		}
+		if len(f) == 4 && f[0] == "b" {
+			a, _ := strconv.ParseUint(f[1], 16, 64)
+			n, _ := strconv.ParseUint(f[2], 16, 64)
+			k.blocks[a], k.kinds[a] = n, f[3]
+		}
+	}
+}
+
+// TestSnapshotKnown: the snapshot of census_known is its own list of
+// blocks (with glibc's own besides), its C++ objects and strings named,
+// its holder found, and its RSS parts add up to smaps' RSS; report reads
+// the file.
+func TestSnapshotKnown(t *testing.T) {
+	cmd, k := startKnown(t)
+	pid := cmd.Process.Pid
+	file := filepath.Join(t.TempDir(), "known.hst")
+	r, err := Snapshot(pid, SnapshotOptions{File: file, Scan: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.Taken || !r.Scanned || r.Warning != "" {
+		t.Errorf("snapshot: %+v", r)
+	}
+	notes := traceNotes(t, file)
+	c := findCensus(t, notes)
+	in := map[uint64]int{}
+	for i, b := range c.Blocks {
+		in[b.Addr] = i
+	}
+	for a, n := range k.blocks {
+		i, ok := in[a]
+		if !ok || c.Blocks[i].Size != n {
+			t.Errorf("the program's block %#x (%d bytes): in the snapshot %v", a, n, ok)
+		}
+	}
+	named := map[string]int{}
+	for i, b := range c.Blocks {
+		g := c.Groups[c.BlockGroups[i]]
+		kind, mine := k.kinds[b.Addr]
+		switch {
+		case !mine && !strings.HasPrefix(g.Name, "glibc: "):
+			t.Errorf("block %#x (%d bytes, %q) in the snapshot is neither the program's nor glibc's", b.Addr, b.Size, g.Name)
+		case mine && kind != "-" && kind != "holder" && g.Name != kind:
+			t.Errorf("block %#x: named %q, the program says %q", b.Addr, g.Name, kind)
+		}
+		if mine {
+			named[g.Name]++
+		}
+	}
+	for name, want := range map[string]int{"Circle": 10, "census_test::Widget": 6, "Both": 4, "string": 3} {
+		if named[name] != want {
+			t.Errorf("%d blocks named %q, the program has %d", named[name], name, want)
+		}
+	}
+	// The program keeps every block in a static array: each group of its
+	// blocks is held from the program's writable segment (the scan's
+	// marking reaches each block from there first).
+	for i, b := range c.Blocks {
+		if _, mine := k.blocks[b.Addr]; !mine {
+			continue
+		}
+		if g := c.Groups[c.BlockGroups[i]]; !strings.HasSuffix(g.HeldBy, "writable segment") || g.Held == 0 {
+			t.Errorf("block %#x: its group %+v, held from %q", b.Addr, g.Name, g.HeldBy)
+			break
+		}
+	}
+	var v *event.Verdict
+	var res *event.Resident
+	for _, n := range notes {
+		switch n := n.(type) {
+		case event.Verdict:
+			v = &n
+		case event.Resident:
+			res = &n
+		}
+	}
+	if v == nil || len(v.Blocks) < len(c.Blocks) {
+		t.Fatalf("verdict %+v", v)
+	}
+	if res == nil {
+		t.Fatal("no resident memory in the snapshot")
+	}
+	var sum uint64
+	for _, p := range res.Parts {
+		sum += p.RSS
+	}
+	rollup, err := proc.ReadSmapsRollup(pid) // the program waits: its RSS holds still
+	if err != nil {
+		t.Fatal(err)
+	}
+	for what, rss := range map[string]uint64{"smaps_rollup at the census": res.Rollup, "smaps_rollup after": rollup.Rss} {
+		if d := float64(sum) - float64(rss); d > 0.01*float64(rss) || -d > 0.01*float64(rss) {
+			t.Errorf("the RSS parts add up to %d, %s says %d: more than 1%% apart", sum, what, rss)
+		}
+	}
+	t.Logf("snapshot: %d blocks, paused %v; RSS parts %d, smaps_rollup %d then, %d after", len(c.Blocks), r.Paused, sum, res.Rollup, rollup.Rss)
+
+	loaded, err := load.Trace(file, load.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pr := loaded.Profile; len(pr.Rundowns) != 1 || pr.Rundowns[0].Blocks != uint64(len(c.Blocks)) || pr.Summary.LiveBlocks != uint64(len(c.Blocks)) {
+		t.Errorf("the snapshot read back: %+v, live %d blocks", pr.Rundowns, pr.Summary.LiveBlocks)
+	}
+}
+
+// TestSnapshotRefusesJemalloc: a process whose malloc is jemalloc has no
+// snapshot, and says why in one line.
+func TestSnapshotRefusesJemalloc(t *testing.T) {
+	cmd := startRedis(t)
+	file := filepath.Join(t.TempDir(), "redis.hst")
+	_, err := Snapshot(cmd.Process.Pid, SnapshotOptions{File: file})
+	if !errors.Is(err, ErrNotSupported) || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), "jemalloc") {
+		t.Errorf("snapshot of redis-server: %v; want one line naming jemalloc, wrapping ErrNotSupported", err)
+	}
+	if _, err := os.Stat(file); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a failed snapshot left %s: %v", file, err)
+	}
+}
+
+// startRedis runs redis-server (its malloc is jemalloc, linked in) until
+// the test ends.
+func startRedis(t *testing.T) *exec.Cmd {
+	t.Helper()
+	// With no TCP port, redis needs a socket to listen on, or it exits.
+	cmd := exec.Command(testutil.Tool(t, "redis-server"), "--port", "0", "--unixsocket", filepath.Join(t.TempDir(), "redis.sock"),
+		"--save", "", "--appendonly", "no")
+	_, out := testutil.StartPiped(t, cmd)
+	rd := bufio.NewReader(out)
+	for {
+		line, err := rd.ReadString('\n')
+		if err != nil {
+			t.Fatalf("redis-server: %v", err)
+		}
+		if strings.Contains(line, "ready to accept connections") {
+			go io.Copy(io.Discard, rd)
+			return cmd
+		}
+	}
+}
+
+// TestAttachJemalloc: a process whose malloc is jemalloc is traced with no
+// census, and a one-line warning saying why, kept in the trace.
+func TestAttachJemalloc(t *testing.T) {
+	requireEBPF(t)
+	cmd := startRedis(t)
+	file := filepath.Join(t.TempDir(), "redis.hst")
+	s, err := Start("census-jemalloc", Properties{File: file}, []int{cmd.Process.Pid})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := s.Censuses()
+	s.Stop()
+	if len(cs) != 1 || cs[0].Taken || !strings.Contains(cs[0].Warning, "jemalloc") || strings.Contains(cs[0].Warning, "\n") {
+		t.Fatalf("censuses of redis-server: %+v; want none, with a one-line warning naming jemalloc", cs)
+	}
+	t.Logf("warning: %s", cs[0].Warning)
+	var warned bool
+	for _, n := range traceNotes(t, file) {
+		switch n := n.(type) {
+		case event.Census:
+			t.Errorf("a census of redis-server in the trace")
+		case event.Warning:
+			warned = warned || n.Code == "census" && n.Text == cs[0].Warning
+		}
+	}
+	if !warned {
+		t.Errorf("the trace has no warning of the census")
+	}
 }

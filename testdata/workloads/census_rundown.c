@@ -3,10 +3,12 @@
 //
 // It allocates blocks of several sizes from the main thread and from two
 // threads (each allocating from an arena of its own, then waiting), some
-// mmapped, one aligned, one calloc'ed, frees some of them so that the heap
-// has free chunks, and prints, without allocating (rawout.h), one line per
-// block it holds ("b ADDR USABLE") and "ready". On a line on stdin it
-// reallocates some of its blocks (moving them), frees every block it holds,
+// mmapped, one aligned, one calloc'ed, and a table of 64 KiB that alone
+// holds 100 nodes of 72 bytes (their holder, for the census's scan), frees
+// some of them so that the heap has free chunks, and prints, without
+// allocating (rawout.h), one line per block it holds ("b ADDR USABLE", "n
+// ADDR USABLE" for the nodes) and "ready". On a line on stdin it frees the
+// nodes, reallocates some of its blocks (moving them), frees every block it holds,
 // lets its threads exit (glibc frees their tcaches and thread vectors),
 // prints "freed", and on the next line exits.
 #include <malloc.h>
@@ -16,7 +18,7 @@
 
 #include "rawout.h"
 
-enum { maxRecs = 1 << 14, nThreads = 2 };
+enum { maxRecs = 1 << 14, nThreads = 2, nNodes = 100 };
 
 static void *recs[maxRecs];
 static int nrecs;
@@ -73,6 +75,14 @@ int main(void)
 	if (posix_memalign(&al, 4096, 10000) != 0)
 		_exit(6);
 	keep(al);
+	void **table = malloc(65536);
+	keep(table);
+	for (int i = 0; i < nNodes; i++) {
+		table[i] = malloc(72);
+		if (!table[i])
+			_exit(3);
+		memset(table[i], 0xc3, 72);
+	}
 
 	pthread_t th[nThreads];
 	for (long i = 0; i < nThreads; i++)
@@ -89,10 +99,18 @@ int main(void)
 		hex(malloc_usable_size(recs[i]));
 		puts_("\n");
 	}
+	for (int i = 0; i < nNodes; i++) {
+		puts_("n");
+		hex((uintptr_t)table[i]);
+		hex(malloc_usable_size(table[i]));
+		puts_("\n");
+	}
 	puts_("ready\n");
 	flush();
 	wait_line();
 
+	for (int i = 0; i < nNodes; i++)
+		free(table[i]);
 	// Some blocks move (a realloc frees the old one and makes a new one),
 	// then every block goes.
 	for (int i = 0; i < nrecs; i += 7) {
