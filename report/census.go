@@ -294,8 +294,9 @@ type JSONResidentPart struct {
 	How      string `json:"how"`
 }
 
-// censusJSON returns the rundowns and resident memory of the report.
-func (r *Report) censusJSON() ([]JSONRundown, []JSONResident) {
+// CensusJSON returns what the report's censuses found before the trace and
+// the resident memory they explained, as the JSON report has them.
+func (r *Report) CensusJSON() ([]JSONRundown, []JSONResident) {
 	var runs []JSONRundown
 	for _, x := range r.Profile.Rundowns {
 		s := x.Space

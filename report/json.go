@@ -294,7 +294,7 @@ func (r *Report) document(top int, sites bool) *JSON {
 	for _, pt := range p.Timeline {
 		d.Timeline = append(d.Timeline, JSONPoint{TNs: int64(r.rel(pt.Time)), LiveBytes: pt.Bytes, LiveBlocks: pt.Blocks})
 	}
-	d.Rundowns, d.Resident = r.censusJSON()
+	d.Rundowns, d.Resident = r.CensusJSON()
 	return d
 }
 

@@ -134,6 +134,7 @@ func newServer(x, base *query.Index, g *gate) *Server {
 	s.mux.HandleFunc("GET /api/histogram", s.histogram)
 	s.mux.HandleFunc("GET /api/export", s.export)
 	s.mux.HandleFunc("GET /api/diff", s.diff)
+	s.mux.HandleFunc("GET /api/rss", s.rss) // memory_census.go
 	return s
 }
 
