@@ -182,6 +182,14 @@ func takeCensus(pid int, scanToo bool, hooks censusHooks) ([]event.Note, CensusR
 		r.Warning = censusWarning(pid, err)
 		return nil, r, nil, err
 	}
+	// Open reads libc's debug information (its layout is kept for the
+	// next census of this heapscope process): before anything is held,
+	// and TakeProcess, which opens it again, finds it at once. It also
+	// refuses, early, an allocator the census cannot read.
+	if _, err := census.Open(pid, maps, census.Options{}); err != nil {
+		r.Warning = censusWarning(pid, err)
+		return nil, r, nil, err
+	}
 	// Named while the process runs: the symbols of its files do not change.
 	var namer *census.Namer
 	if mem, err := os.Open(filepath.Join(proc.Root, strconv.Itoa(pid), "mem")); err == nil {
