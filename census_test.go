@@ -18,6 +18,7 @@ import (
 	"github.com/heapscope/heapscope/event"
 	"github.com/heapscope/heapscope/internal/proc"
 	"github.com/heapscope/heapscope/internal/testutil"
+	"github.com/heapscope/heapscope/report"
 	"github.com/heapscope/heapscope/tracefile"
 )
 
@@ -221,6 +222,38 @@ func TestCensusAtAttach(t *testing.T) {
 	}
 	if len(pr.Resident) != 1 || pr.Resident[0].RSS == 0 {
 		t.Errorf("resident memory explained: %+v", pr.Resident)
+	}
+
+	// The report says it, in text and JSON.
+	rep, err := report.Load(file, report.LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var text strings.Builder
+	if err := rep.WriteText(&text, report.TextOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"BEFORE THE TRACE (pid ", "of them (", "RESIDENT MEMORY (pid ", "heap in use", "held from",
+		"unmatched frees        0"} {
+		if !strings.Contains(text.String(), want) {
+			t.Errorf("the text report lacks %q:\n%s", want, text.String())
+		}
+	}
+	if strings.Contains(text.String(), "stacks cut short") {
+		t.Errorf("the site of the blocks from before the trace counted as a cut stack:\n%s", text.String())
+	}
+	d := rep.Document(0)
+	if len(d.Rundowns) != 1 || d.Rundowns[0].Blocks != r.Blocks || len(d.Resident) != 1 || len(d.Resident[0].Parts) == 0 {
+		t.Errorf("JSON: rundowns %+v, resident %+v", d.Rundowns, d.Resident)
+	}
+	var before bool
+	for _, a := range d.Allocations {
+		if len(a.Stack) == 1 && a.Stack[0].Function == report.BeforeTraceFunction {
+			before = a.Allocations == 0 && a.Frees >= uint64(len(p.blocks))
+		}
+	}
+	if !before {
+		t.Errorf("JSON: no site %s with no allocations and the program's frees", report.BeforeTraceFunction)
 	}
 }
 

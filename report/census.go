@@ -106,7 +106,7 @@ func (t *textWriter) census() {
 // first.
 func (t *textWriter) groups(r analyze.Rundown) {
 	tw := tabwriter.NewWriter(t.w, 0, 8, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "  left at the end\tat the census\tblocks\tsize class\t  what\t\n")
+	fmt.Fprintf(tw, "  left at the end\tat the census\tblocks\tsize class\t  what\n")
 	shown := 0
 	var restBytes, restLeft, restBlocks uint64
 	for _, g := range r.Groups {
@@ -120,10 +120,10 @@ func (t *textWriter) groups(r analyze.Rundown) {
 			continue
 		}
 		shown++
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t  %s\t\n", fmtBytes(g.LiveBytes), fmtBytes(g.Bytes), fmtCount(g.Blocks), classText(g.Lo, g.Hi), groupText(&g.CensusGroup, t.o.FullNames))
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t  %s\n", fmtBytes(g.LiveBytes), fmtBytes(g.Bytes), fmtCount(g.Blocks), classText(g.Lo, g.Hi), groupText(&g.CensusGroup, t.o.FullNames))
 	}
 	if restBlocks > 0 {
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t\t  (other kinds)\t\n", fmtBytes(restLeft), fmtBytes(restBytes), fmtCount(restBlocks))
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t\t  (other kinds)\n", fmtBytes(restLeft), fmtBytes(restBytes), fmtCount(restBlocks))
 	}
 	tw.Flush()
 }

@@ -89,7 +89,7 @@ func writeKinds(out io.Writer, c *event.Census) error {
 	sort.SliceStable(order, func(a, b int) bool { return sums[order[a]].bytes > sums[order[b]].bytes })
 	fmt.Fprintf(out, "\nwhat the blocks are (by their contents; sizes are chunk sizes):\n")
 	w := tabwriter.NewWriter(out, 0, 8, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(w, "  bytes\tblocks\tsize class\t  what\t\n")
+	fmt.Fprintf(w, "  bytes\tblocks\tsize class\t  what\n")
 	for k, i := range order {
 		if k == 15 || sums[i].blocks == 0 {
 			break
@@ -107,7 +107,7 @@ func writeKinds(out io.Writer, c *event.Census) error {
 		if g.HeldBy != "" {
 			what += fmt.Sprintf(", %d held from %s", g.Held, g.HeldBy)
 		}
-		fmt.Fprintf(w, "  %s\t%s\t%s\t  %s\t\n", report.FormatBytes(sums[i].bytes), countText(sums[i].blocks), sizeClass(g.Lo, g.Hi), what)
+		fmt.Fprintf(w, "  %s\t%s\t%s\t  %s\n", report.FormatBytes(sums[i].bytes), countText(sums[i].blocks), sizeClass(g.Lo, g.Hi), what)
 	}
 	return w.Flush()
 }
