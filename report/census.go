@@ -103,29 +103,50 @@ func (t *textWriter) census() {
 }
 
 // groups lists the kinds of block of a rundown, largest at the census
-// first.
+// first, and then the named kinds (C++ classes, strings) too small to be
+// among them.
 func (t *textWriter) groups(r analyze.Rundown) {
 	tw := tabwriter.NewWriter(t.w, 0, 8, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "  left at the end\tat the census\tblocks\tsize class\t  what\n")
-	shown := 0
 	var restBytes, restLeft, restBlocks uint64
-	for _, g := range r.Groups {
-		if g.Blocks == 0 {
-			continue
-		}
-		if shown == maxGroups {
+	shown := map[int]bool{}
+	for _, i := range ShownGroups(len(r.Groups), func(i int) (uint64, string) { return r.Groups[i].Blocks, r.Groups[i].Name }, maxGroups) {
+		g := r.Groups[i]
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t  %s\n", fmtBytes(g.LiveBytes), fmtBytes(g.Bytes), fmtCount(g.Blocks), classText(g.Lo, g.Hi), groupText(&g.CensusGroup, t.o.FullNames))
+		shown[i] = true
+	}
+	for i, g := range r.Groups {
+		if !shown[i] && g.Blocks > 0 {
 			restBytes += g.Bytes
 			restLeft += g.LiveBytes
 			restBlocks += g.Blocks
-			continue
 		}
-		shown++
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t  %s\n", fmtBytes(g.LiveBytes), fmtBytes(g.Bytes), fmtCount(g.Blocks), classText(g.Lo, g.Hi), groupText(&g.CensusGroup, t.o.FullNames))
 	}
 	if restBlocks > 0 {
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t\t  (other kinds)\n", fmtBytes(restLeft), fmtBytes(restBytes), fmtCount(restBlocks))
 	}
 	tw.Flush()
+}
+
+// ShownGroups picks the kinds of block a listing shows, of n kinds in the
+// order to list them (largest first), each with its blocks and name: the
+// first max that have blocks, then up to max more that have a name (a C++
+// class, strings, the allocator's own), which say more than their size.
+func ShownGroups(n int, kind func(i int) (blocks uint64, name string), max int) []int {
+	var out []int
+	named := 0
+	for i := 0; i < n; i++ {
+		blocks, name := kind(i)
+		switch {
+		case blocks == 0:
+		case len(out) < max:
+			out = append(out, i)
+		case name != "" && named < max:
+			out = append(out, i)
+			named++
+		}
+	}
+	return out
 }
 
 // classText writes a size class of chunk sizes [lo, hi).

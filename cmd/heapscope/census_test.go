@@ -121,3 +121,48 @@ func TestAttachWarnsJemalloc(t *testing.T) {
 		t.Errorf("attach to redis-server said %q; want one line saying there is no census, naming jemalloc", b)
 	}
 }
+
+// TestInfoAndSnapshotPID: `info PID` explains a running process's RSS, and
+// `snapshot PID` writes a trace that info and report read.
+func TestInfoAndSnapshotPID(t *testing.T) {
+	bin := testutil.MustBuild(t, "census_known", testutil.Options{CXX: true})
+	w := exec.Command(bin)
+	stdin, stdout := testutil.StartPiped(t, w)
+	defer stdin.Close()
+	rd := bufio.NewReader(stdout)
+	for {
+		line, err := rd.ReadString('\n')
+		if err != nil {
+			t.Fatalf("census_known: %v", err)
+		}
+		if strings.TrimSpace(line) == "ready" {
+			break
+		}
+	}
+	pid := strconv.Itoa(w.Process.Pid)
+	b, err := cli(t, "info", pid).CombinedOutput()
+	if err != nil {
+		t.Fatalf("info %s: %v\n%s", pid, err, b)
+	}
+	for _, want := range []string{"glibc malloc, 5 arena(s)", "RSS ", "heap in use", "mmapped chunks", "file-backed, clean or shared",
+		"smaps_rollup says", "what the blocks are", "Circle", "strings ("} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("info %s lacks %q:\n%s", pid, want, b)
+		}
+	}
+	snap := filepath.Join(t.TempDir(), "known.hst")
+	if b, err := cli(t, "snapshot", "-o", snap, pid).CombinedOutput(); err != nil || !strings.Contains(string(b), "census of pid "+pid) {
+		t.Fatalf("snapshot: %v\n%s", err, b)
+	}
+	b, err = cli(t, "info", snap).CombinedOutput()
+	if err != nil || !strings.Contains(string(b), "censuses         1") && !strings.Contains(string(b), "censuses") {
+		t.Errorf("info of the snapshot: %v\n%s", err, b)
+	}
+	b, err = cli(t, "report", snap).CombinedOutput()
+	if err != nil || !strings.Contains(string(b), "BEFORE THE TRACE") || !strings.Contains(string(b), "[allocated before the trace]") {
+		t.Errorf("report of the snapshot: %v\n%s", err, b)
+	}
+	if b, err := cli(t, "info", "999999999").CombinedOutput(); err == nil || strings.Count(strings.TrimSpace(string(b)), "\n") > 0 {
+		t.Errorf("info of no process: %v, said %q; want one line of error", err, b)
+	}
+}

@@ -90,10 +90,8 @@ func writeKinds(out io.Writer, c *event.Census) error {
 	fmt.Fprintf(out, "\nwhat the blocks are (by their contents; sizes are chunk sizes):\n")
 	w := tabwriter.NewWriter(out, 0, 8, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(w, "  bytes\tblocks\tsize class\t  what\n")
-	for k, i := range order {
-		if k == 15 || sums[i].blocks == 0 {
-			break
-		}
+	for _, i := range report.ShownGroups(len(order), func(k int) (uint64, string) { return sums[order[k]].blocks, c.Groups[order[k]].Name }, 12) {
+		i = order[i]
 		g := c.Groups[i]
 		what := g.Name
 		switch {
