@@ -81,6 +81,18 @@ func (h *heldWriter) release(mark int, notes []event.Note) (bool, error) {
 		errs = append(errs, writeNotes(h.w, notes))
 	}
 	h.end()
+	if h.s.live != nil {
+		// Hooks are installed: the blocks the census found are live, so
+		// that their frees from now on are not unmatched (those that came
+		// while the census was finished were).
+		for _, n := range notes {
+			if c, ok := n.(event.Census); ok {
+				for _, b := range c.Blocks {
+					h.s.live[liveKey{c.PID, b.Addr}] = struct{}{}
+				}
+			}
+		}
+	}
 	return true, errors.Join(errs...)
 }
 
