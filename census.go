@@ -236,6 +236,17 @@ func dropBlocks(notes []event.Note, r *CensusResult, addrs map[uint64]bool) {
 		return
 	}
 	for i, n := range notes {
+		if v, ok := n.(event.Verdict); ok {
+			bs := v.Blocks[:0]
+			for _, b := range v.Blocks {
+				if !addrs[b.Addr] {
+					bs = append(bs, b)
+				}
+			}
+			v.Blocks = bs
+			notes[i] = v
+			continue
+		}
 		c, ok := n.(event.Census)
 		if !ok {
 			continue
@@ -350,11 +361,17 @@ func censusNotes(c *census.Census, namer *census.Namer, res *scan.Result, at int
 	}
 	notes = append([]event.Note{note}, notes...)
 	if res != nil {
+		// The classes of the blocks the census note has (the tcaches
+		// left out): the blocks live at its time.
 		v := event.Verdict{PID: uint32(c.PID), Time: at, Rules: event.RulesMemcheck, Pause: int64(res.ReadTime),
 			Elapsed: int64(res.ReadTime + res.ClassifyTime), Complete: len(res.Unread) == 0,
-			Blocks: make([]event.BlockClass, len(live))}
+			Blocks: make([]event.BlockClass, 0, len(note.Blocks))}
+		k := 0
 		for i, b := range live {
-			v.Blocks[i] = event.BlockClass{Addr: b.Addr, Class: verdictClass(res.Verdicts[i].Class)}
+			if k < len(note.Blocks) && note.Blocks[k].Addr == b.Addr {
+				v.Blocks = append(v.Blocks, event.BlockClass{Addr: b.Addr, Class: verdictClass(res.Verdicts[i].Class)})
+				k++
+			}
 		}
 		notes = append(notes, v)
 	}

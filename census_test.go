@@ -150,7 +150,7 @@ func TestCensusAtAttach(t *testing.T) {
 			v = &x
 		}
 	}
-	if v == nil || v.Time != c.Time || len(v.Blocks) < len(c.Blocks) {
+	if v == nil || v.Time != c.Time || len(v.Blocks) != len(c.Blocks) {
 		t.Errorf("the scan's verdict: %+v", v)
 	} else {
 		classes := map[event.Class]int{}
@@ -470,8 +470,13 @@ func TestSnapshotKnown(t *testing.T) {
 			res = &n
 		}
 	}
-	if v == nil || len(v.Blocks) < len(c.Blocks) {
+	if v == nil || len(v.Blocks) != len(c.Blocks) {
 		t.Fatalf("verdict %+v", v)
+	}
+	for i, b := range v.Blocks {
+		if b.Addr != c.Blocks[i].Addr {
+			t.Fatalf("verdict block %d at %#x, the census's at %#x", i, b.Addr, c.Blocks[i].Addr)
+		}
 	}
 	if res == nil {
 		t.Fatal("no resident memory in the snapshot")
