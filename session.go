@@ -95,8 +95,10 @@ type Session struct {
 const MaxNameLen = registry.MaxNameLen
 
 // Start starts a session named name that traces the running processes pids.
-// The provider defaults to ProviderEBPF. (The Windows equivalent is
-// StartHeapTrace.)
+// The provider defaults to ProviderEBPF. Once a process's probes are in,
+// Start takes a census of its heap and writes it into the trace as the
+// blocks live before the trace (see census.go, Properties.NoCensus,
+// Censuses). (The Windows equivalent is StartHeapTrace.)
 func Start(name string, props Properties, pids []int) (*Session, error) {
 	if len(pids) == 0 {
 		return nil, fmt.Errorf("no process to trace: %w", errs.ErrInvalidFlags)
