@@ -67,7 +67,8 @@ type RundownGroup struct {
 type rundownState struct {
 	rundowns []*Rundown
 	// groups are every rundown's groups; a block allocated before the
-	// trace keeps the index of its group in block.tid.
+	// trace keeps the index of its group where a block keeps its thread
+	// (block.tid's low groupBits bits: the thread IDs' room).
 	groups []rundownGroup
 	sites  map[int32]bool // the PreTrace sites
 	// resident holds the processes' resident memory explained, in the
@@ -80,12 +81,20 @@ type rundownGroup struct {
 	run *Rundown
 }
 
+// groupBits bound a rundown group's index kept in block.tid: the bits a
+// thread ID takes there, below anything else a block may keep in it.
+const groupBits = 22
+
+// group returns the index of the rundown group of a block of a PreTrace
+// site.
+func (b block) group() int { return int(b.tid & (1<<groupBits - 1)) }
+
 // released counts the end of block b of a PreTrace site.
 func (r *rundownState) released(b block) {
-	if !r.sites[b.site] || int(b.tid) >= len(r.groups) {
+	if !r.sites[b.site] || b.group() >= len(r.groups) {
 		return
 	}
-	g := r.groups[b.tid]
+	g := r.groups[b.group()]
 	g.g.LiveBlocks--
 	g.g.LiveBytes -= b.size
 	g.run.LiveBlocks--
@@ -95,10 +104,10 @@ func (r *rundownState) released(b block) {
 // overtaken counts a new allocation at the address of block b of a
 // PreTrace site, and reports whether b was one.
 func (r *rundownState) overtaken(b block) bool {
-	if !r.sites[b.site] || int(b.tid) >= len(r.groups) {
+	if !r.sites[b.site] || b.group() >= len(r.groups) {
 		return false
 	}
-	r.groups[b.tid].run.Overtaken++
+	r.groups[b.group()].run.Overtaken++
 	return true
 }
 
@@ -124,8 +133,13 @@ func (m *Model) census(c *event.Census) {
 	if !grouped {
 		groups = []event.CensusGroup{{}}
 	}
-	r.Groups = make([]RundownGroup, len(groups))
 	base := len(m.rundown.groups)
+	if base+len(groups) > 1<<groupBits {
+		// More groups than a block can name (4 M, in all the censuses of
+		// the trace): the census's blocks go in one.
+		groups, grouped = []event.CensusGroup{{}}, false
+	}
+	r.Groups = make([]RundownGroup, len(groups))
 	for i := range groups {
 		r.Groups[i].CensusGroup = groups[i]
 		m.rundown.groups = append(m.rundown.groups, rundownGroup{&r.Groups[i], r})
@@ -153,7 +167,7 @@ func (m *Model) census(c *event.Census) {
 
 	s := &m.sites[si]
 	for i, b := range c.Blocks {
-		if _, ok := m.blocks.get(p, b.Addr); ok {
+		if _, ok := m.blocks.lookup(p, b.Addr); ok {
 			r.Traced++ // allocated since the attach: it keeps its stack
 			continue
 		}
@@ -217,8 +231,8 @@ func (m *Model) rundownProfile(pr *Profile) {
 	pr.Resident = append([]event.Resident(nil), m.rundown.resident...)
 }
 
-// get returns the block at addr.
-func (t *blockTable) get(p *proc, addr uint64) (block, bool) {
+// lookup returns the block at addr.
+func (t *blockTable) lookup(p *proc, addr uint64) (block, bool) {
 	if packable(p, addr) {
 		return t.packed.Get(p.key | addr)
 	}
