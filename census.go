@@ -468,7 +468,7 @@ func Snapshot(pid int, o SnapshotOptions) (CensusResult, error) {
 	}
 	notes, r, _, err := takeCensus(pid, o.Scan, censusHooks{})
 	if err != nil {
-		return r, fmt.Errorf("snapshot: %w", err)
+		return r, err // "census: pid N ...": one line, wrapping the sentinels
 	}
 	if r.Warning != "" {
 		errList = append(errList, w.Note(event.Warning{PID: uint32(pid), Time: r.Time, Code: "census", Text: r.Warning}))
