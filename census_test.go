@@ -569,3 +569,31 @@ func TestAttachJemalloc(t *testing.T) {
 		t.Errorf("the trace has no warning of the census")
 	}
 }
+
+// TestCensusOnUpdate: a process Update adds is censused as Start's are.
+func TestCensusOnUpdate(t *testing.T) {
+	requireEBPF(t)
+	a, b := startRundown(t), startRundown(t)
+	file := filepath.Join(t.TempDir(), "update.hst")
+	s, err := Start("census-update", Properties{File: file}, []int{a.cmd.Process.Pid})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	if err := s.Update(Change{AddPIDs: []int{b.cmd.Process.Pid}}); err != nil {
+		t.Fatal(err)
+	}
+	cs := s.Censuses()
+	if len(cs) != 2 || cs[1].PID != b.cmd.Process.Pid || !cs[1].Taken || cs[1].Blocks < uint64(len(b.blocks)) {
+		t.Fatalf("censuses %+v", cs)
+	}
+	b.step(t, "freed")
+	s.Stop()
+	loaded, err := load.Trace(file, load.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := loaded.Profile.Summary.UnmatchedFrees; n != 0 || len(loaded.Profile.Rundowns) != 2 {
+		t.Errorf("%d unmatched frees, %d rundowns; want 0 and 2", n, len(loaded.Profile.Rundowns))
+	}
+}
