@@ -326,7 +326,8 @@ func censusWhileBusy(t *testing.T, bin string, try int) (busy, judged bool) {
 	}
 	expect("started")
 	file := filepath.Join(t.TempDir(), "busy.hst")
-	s, err := Start(fmt.Sprintf("census-busy-%d", try), Properties{File: file}, []int{cmd.Process.Pid})
+	// A ring of 32 MiB: the checks need every event, on a busy machine too.
+	s, err := Start(fmt.Sprintf("census-busy-%d", try), Properties{File: file, Buffers: 512}, []int{cmd.Process.Pid})
 	if err != nil {
 		t.Fatal(err)
 	}
