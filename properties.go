@@ -179,6 +179,14 @@ type Properties struct {
 	// and aggregate modes); it excludes what needs every event (see
 	// Validate). The hooks see only the sampled events.
 	Sample Size `json:"sample,omitempty"`
+	// NoCensus skips the census Start and Update take of each process's
+	// heap once its probes are in (see census.go): without it, the blocks
+	// live before the attach are unknown and their frees unmatched.
+	NoCensus bool `json:"no_census,omitempty"`
+	// CensusScan also scans the heap at the census for reachability
+	// (event.Verdict) and who holds each kind of block, in the same stop:
+	// a longer pause, as long as copying the live heap takes.
+	CensusScan bool `json:"census_scan,omitempty"`
 }
 
 // withDefaults returns p with its zero fields filled in, for provider: the

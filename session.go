@@ -74,7 +74,8 @@ type Session struct {
 	exitCode int           // the launched child's status, once exited is closed
 	exited   chan struct{} // Launch: closed when the launched child has exited
 
-	top topState // Top's totals and clients (top.go)
+	top topState    // Top's totals and clients (top.go)
+	cen censusState // the censuses at attach (census.go)
 }
 
 // MaxNameLen is the longest session name, in characters; a longer one is
@@ -82,7 +83,10 @@ type Session struct {
 const MaxNameLen = registry.MaxNameLen
 
 // Start starts a session named name that traces the running processes pids.
-// The provider defaults to ProviderEBPF.
+// The provider defaults to ProviderEBPF. Once a process's probes are in,
+// Start takes a census of its heap and writes it into the trace as the
+// blocks live before the trace (see census.go, Properties.NoCensus,
+// Censuses).
 func Start(name string, props Properties, pids []int) (*Session, error) {
 	if len(pids) == 0 {
 		return nil, fmt.Errorf("no process to trace: %w", errs.ErrInvalidFlags)
@@ -105,6 +109,9 @@ func Start(name string, props Properties, pids []int) (*Session, error) {
 	if err := s.commit(); err != nil {
 		s.abort()
 		return nil, err
+	}
+	for _, pid := range pids {
+		s.censusAfterAttach(pid)
 	}
 	s.run()
 	return s, nil
@@ -349,7 +356,9 @@ func (s *Session) Update(c Change) error {
 		}
 		if err := s.b.attach(pid); err != nil {
 			errList = append(errList, err)
+			continue
 		}
+		s.censusAfterAttach(pid)
 	}
 	for _, pid := range c.RemovePIDs {
 		if err := s.b.detach(pid); err != nil {

@@ -210,6 +210,10 @@ func (p Properties) validate(given bool) error {
 	if p.Unwind > Tables {
 		return bad(PropertyError{Field: "Unwind", Value: p.Unwind, Want: "fp, dwarf or tables"})
 	}
+	if p.CensusScan && p.NoCensus {
+		return bad(PropertyError{Field: "CensusScan", Value: p.CensusScan, With: "NoCensus", WithValue: p.NoCensus,
+			Reason: "it scans at the census, which NoCensus skips"})
+	}
 	switch {
 	case p.Sample < 0 || p.Sample > MaxSample:
 		return bad(PropertyError{Field: "Sample", Value: p.Sample, Min: Size(1), Max: MaxSample, Zero: "every event"})
