@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/heapscope/heapscope/analyze"
-	"github.com/heapscope/heapscope/internal/load"
 	"github.com/heapscope/heapscope/event"
+	"github.com/heapscope/heapscope/internal/load"
 	"github.com/heapscope/heapscope/internal/proc"
 	"github.com/heapscope/heapscope/internal/testutil"
 	"github.com/heapscope/heapscope/report"
