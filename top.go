@@ -144,6 +144,27 @@ type topState struct {
 // file before it answers with its progress instead.
 var readBackWait = 250 * time.Millisecond
 
+// maxTopClients bounds the clients a session remembers (each holds every
+// site's live bytes): a new one past it makes the session forget the one
+// that asked least recently, whose next growth is then its first.
+const maxTopClients = 64
+
+// makeRoom forgets the client seen least recently if there are
+// maxTopClients.
+func (ts *topState) makeRoom() {
+	if len(ts.clients) < maxTopClients {
+		return
+	}
+	var oldest string
+	var seen time.Time
+	for name, c := range ts.clients {
+		if seen.IsZero() || c.seen.Before(seen) {
+			oldest, seen = name, c.seen
+		}
+	}
+	delete(ts.clients, oldest)
+}
+
 // topClient is what one client saw at its previous query.
 type topClient struct {
 	totals totals.Client
@@ -176,6 +197,7 @@ func (s *Session) Top(q TopQuery) (TopResult, error) {
 	ts.last = time.Now()
 	c := ts.clients[q.Client]
 	if c == nil {
+		ts.makeRoom()
 		c = &topClient{}
 		ts.clients[q.Client] = c
 	}

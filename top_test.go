@@ -2,6 +2,7 @@ package heapscope
 
 import (
 	"bufio"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -231,5 +232,49 @@ func TestTopSeeded(t *testing.T) {
 	}
 	if _, err := s.Top(TopQuery{N: MaxTopSites + 1}); err == nil {
 		t.Errorf("a query of %d sites was answered", MaxTopSites+1)
+	}
+}
+
+// TestTopClientsBounded: a session remembers at most maxTopClients clients
+// (each holds every site's live bytes: 3,000 names took 815 MB, issue 27
+// #11), forgetting the one that asked least recently; one that keeps
+// asking keeps its growth.
+func TestTopClientsBounded(t *testing.T) {
+	bin := testutil.MustBuild(t, "top_grow", testutil.Options{})
+	cmd := exec.Command(bin, "30")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Launch("top-clients", Properties{File: filepath.Join(t.TempDir(), "c.hst")}, cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		cmd.Process.Kill()
+		s.Stop()
+	}()
+	if line, _ := bufio.NewReader(stdout).ReadString('\n'); line != "started\n" {
+		t.Fatalf("workload said %q", line)
+	}
+	defer func(w time.Duration) { readBackWait = w }(readBackWait)
+	readBackWait = 0
+	ask := func(name string) {
+		t.Helper()
+		if _, err := s.Top(TopQuery{Client: name}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 3 * maxTopClients {
+		ask("steady")
+		ask(fmt.Sprintf("client-%d", i))
+	}
+	ts := &s.top
+	ts.mu.Lock()
+	n, steady := len(ts.clients), ts.clients["steady"] != nil
+	last := ts.clients[fmt.Sprintf("client-%d", 3*maxTopClients-1)] != nil
+	ts.mu.Unlock()
+	if n > maxTopClients || !steady || !last {
+		t.Errorf("after %d clients: %d remembered (at most %d), the steady one %v, the last %v", 3*maxTopClients+1, n, maxTopClients, steady, last)
 	}
 }

@@ -17,9 +17,10 @@ type async struct {
 }
 
 type asyncRec struct {
-	evs   []event.Event
-	stack *event.Stack
-	exit  *event.Exit
+	evs    []event.Event
+	stack  *event.Stack
+	exit   *event.Exit
+	census *event.Census
 }
 
 // asyncBatch is how many events a buffer holds: a hand-over costs the
@@ -40,6 +41,10 @@ func newAsync(b *builder) *async {
 				b.Exit(*r.exit)
 				continue
 			}
+			if r.census != nil {
+				b.Note(*r.census)
+				continue
+			}
 			b.Events(r.evs)
 			select {
 			case a.pool <- r.evs[:0]:
@@ -56,7 +61,15 @@ func (a *async) Process(event.Process) error   { return nil }
 func (a *async) Module(event.Module) error     { return nil }
 func (a *async) Snapshot(event.Snapshot) error { return nil }
 func (a *async) Stats(event.Stats) error       { return nil }
-func (a *async) Note(event.Note) error         { return nil }
+
+// Note passes a census (census.go), in its place among the events.
+func (a *async) Note(n event.Note) error {
+	if c, ok := n.(event.Census); ok {
+		a.flush()
+		a.ch <- asyncRec{census: &c}
+	}
+	return nil
+}
 
 func (a *async) Stack(st event.Stack) error {
 	a.flush()

@@ -74,7 +74,6 @@ func (b *builder) Process(event.Process) error   { return nil }
 func (b *builder) Module(event.Module) error     { return nil }
 func (b *builder) Snapshot(event.Snapshot) error { return nil }
 func (b *builder) Stats(event.Stats) error       { return nil }
-func (b *builder) Note(event.Note) error         { return nil }
 
 func (b *builder) proc(pid uint32) *bproc {
 	if p := b.lastProc; p != nil && p.pid == pid {
@@ -233,7 +232,7 @@ func (b *builder) row(seq uint32, t int64, stack int32, tid uint32, size uint64,
 // alloc makes a live block; a live block at the same address lost its free.
 func (b *builder) alloc(seq uint32, kind *uint8, p *bproc, e *event.Event, flags uint8) {
 	if old, ok := p.live.Get(e.Addr); ok {
-		b.end(seq, e.Time, kind, old, fMissed)
+		b.end(seq, e.Time, kind, old, b.replacedFlag(old))
 	}
 	size, n, w := e.Size, uint32(1), weight{n: 1}
 	tid := e.TID

@@ -2,15 +2,13 @@ package query
 
 import (
 	"bufio"
-	"cmp"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
-	"math"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -19,11 +17,11 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
 	"unsafe"
 
 	"github.com/heapscope/heapscope/analyze"
-	"golang.org/x/sys/unix"
+	"github.com/heapscope/heapscope/internal/cachedir"
+	"github.com/heapscope/heapscope/internal/safefile"
 )
 
 // The windowed index on disk: its columns written once, after they are
@@ -33,24 +31,30 @@ import (
 // A file is named by a hash of what it was built from: the trace's path,
 // device, inode, size and modification time, and the processes selected;
 // a changed trace gets another name. It is written mode 0600 as an
-// unnamed file linked into place once whole (createIndexFile). It is used
-// only if it is a regular file of this user's, not writable by others,
-// and whole: every offset and count checked, every row checked to point
-// inside the index (a bad file is built again, never a panic). The folder
-// keeps the most recently used files up to a limit (trimCache).
+// unnamed file named once whole (createIndexFile). It is used only if it
+// is a regular file of this user's, not writable by others, and whole:
+// its checksum (CRC-32C of every byte before it) right, every offset and
+// count checked, every row checked to point inside the index (a bad file
+// is built again, never a panic nor a wrong answer: a flipped bit that
+// leaves the rows in range changes the checksum). The folder keeps the
+// most recently used files up to a limit (trimCache).
 //
 // Layout (little-endian, native structs; x86-64 only, as heapscope):
 //
-//	magic "HSIDX\x00\x00\x04", counts (events, rows, stacks, ends, groups,
+//	magic "HSIDX\x00\x00\x07", counts (events, rows, stacks, ends, groups,
 //	unmatched frees), the row chunks (28 bytes a row), the end chunks (4
 //	bytes), the groups' summaries (48 bytes per 256 events), the heap
 //	after the last event, the groups of whole times (index and times), the
 //	big sizes, the unmatched frees and their times, the threads, the rows'
 //	threads past the first 65535, the exits (count and sequence numbers),
 //	the rows' weights of a sampled trace (count, then chunks of 8 bytes a
-//	row), and the magic again.
+//	row), the checksum (a word: the CRC-32C of the bytes before it), and
+//	the magic again.
 
-const diskMagic = "HSIDX\x00\x00\x06"
+const diskMagic = "HSIDX\x00\x00\x07"
+
+// castagnoli is the checksum's table (hash/crc32 computes it with SSE 4.2).
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // ErrBadIndexFile is wrapped by the errors of a cache file that cannot be
 // used; Open then builds the index again.
@@ -98,9 +102,10 @@ func ownDir(dir string) error {
 	return nil
 }
 
-// diskWriter writes little-endian words and raw columns.
+// diskWriter writes little-endian words and raw columns, and sums them.
 type diskWriter struct {
 	w   *bufio.Writer
+	crc uint32
 	err error
 }
 
@@ -112,6 +117,7 @@ func (d *diskWriter) u64(v uint64) {
 
 func (d *diskWriter) raw(b []byte) {
 	if d.err == nil {
+		d.crc = crc32.Update(d.crc, castagnoli, b)
 		_, d.err = d.w.Write(b)
 	}
 }
@@ -202,6 +208,7 @@ func (x *Index) writeColumns(w io.Writer) error {
 	for _, c := range x.weights.chunks {
 		d.raw(rawBytes(c))
 	}
+	d.u64(uint64(d.crc))
 	d.raw([]byte(diskMagic))
 	if d.err == nil {
 		d.err = d.w.Flush()
@@ -210,66 +217,26 @@ func (x *Index) writeColumns(w io.Writer) error {
 }
 
 // createIndexFile makes file, mode 0600, of what write writes, and gives
-// it its name only once whole: written as an unnamed file (O_TMPFILE) and
-// linked into place, so that a serve killed while writing leaves nothing
-// behind. Where no unnamed file can be made (a file system without
-// O_TMPFILE), it is written under a temporary name (createRenamed).
+// it its name only once whole (safefile: an unnamed file, or where the
+// file system has none a temporary name, renamed over file), so that a
+// serve killed while writing leaves nothing behind, or a temporary file
+// that trimCache sweeps. Whatever is at its name in the folder (a file
+// found bad, a link) is replaced, never written through. Not flushed to
+// disk first: a file lost to a crash is built again.
 func createIndexFile(file string, write func(io.Writer) error) error {
-	fd, err := unix.Open(filepath.Dir(file), unix.O_WRONLY|unix.O_TMPFILE|unix.O_CLOEXEC, 0o600)
+	f, err := safefile.Create(file, true)
 	if err != nil {
-		return createRenamed(file, write)
+		return err
 	}
-	f := os.NewFile(uintptr(fd), file)
 	defer f.Close()
+	defer f.Discard()
 	if err := write(f); err != nil {
 		return err
 	}
-	// Linked by its descriptor's name in /proc, which linkat follows to
-	// the unnamed file (linking the descriptor itself, AT_EMPTY_PATH,
-	// needs CAP_DAC_READ_SEARCH).
-	link := func() error {
-		return unix.Linkat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(fd), unix.AT_FDCWD, file, unix.AT_SYMLINK_FOLLOW)
-	}
-	err = link()
-	if errors.Is(err, unix.EEXIST) {
-		// A file found bad, or one another serve of the trace just wrote:
-		// replaced. Not atomically: a reader in between builds the index.
-		if err = unix.Unlink(file); err == nil || errors.Is(err, unix.ENOENT) {
-			err = link()
-		}
-	}
-	if err != nil {
+	if err := f.Commit(); err != nil {
 		return fmt.Errorf("naming the index file %s: %w", file, err)
 	}
 	return f.Close()
-}
-
-// createRenamed makes file as createIndexFile does, under a temporary
-// name first, created O_EXCL|O_NOFOLLOW, and removed if write fails. A
-// writer killed meanwhile leaves the temporary file, which trimCache
-// removes once it is old.
-func createRenamed(file string, write func(io.Writer) error) (err error) {
-	var rnd [8]byte
-	if _, err := rand.Read(rnd[:]); err != nil {
-		return err
-	}
-	tmp := fmt.Sprintf("%s.tmp-%x", file, rnd)
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			os.Remove(tmp)
-		}
-	}()
-	if err := write(f); err != nil {
-		return err
-	}
-	return os.Rename(tmp, file)
 }
 
 // CacheMaxEnv names the environment variable that sets the bytes of index
@@ -287,117 +254,40 @@ const defaultCacheMax = 2 << 30
 // T (powers of 1024), the value of HEAPSCOPE_INDEX_CACHE_MAX; "" is -1,
 // the default (see trimCache). 0 keeps only the index file just written.
 func ParseCacheMax(s string) (int64, error) {
-	if s == "" {
-		return -1, nil
-	}
-	num, shift := s, 0
-	if i := strings.Index("KMGT", strings.ToUpper(s[len(s)-1:])); i >= 0 {
-		num, shift = s[:len(s)-1], 10*(i+1)
-	}
-	n, err := strconv.ParseInt(num, 10, 64)
-	if err != nil || n < 0 || n > math.MaxInt64>>shift {
+	n, err := cachedir.ParseSize(s)
+	if err != nil {
 		return -1, fmt.Errorf("index cache size %q: want bytes, or a number with K, M, G or T: %w", s, ErrBadOption)
 	}
-	return n << shift, nil
+	return n, nil
 }
 
-// cacheFileName matches the names of index files (cacheName) and of their
-// temporary files (createRenamed): the only names trimCache removes.
-var cacheFileName = regexp.MustCompile(`^[0-9a-f]{32}\.hsi(\.tmp-[0-9a-f]{16})?$`)
-
-// staleTemp is the age past which a temporary file is taken for one a
-// killed writer left: an index file is written in seconds.
-const staleTemp = time.Hour
+// indexFiles are the names of index files (cacheName) and of their
+// temporary files (safefile's, and an older serve's): the only names
+// trimCache removes.
+var indexFiles = cachedir.Names{
+	File: regexp.MustCompile(`^[0-9a-f]{32}\.hsi$`),
+	Temp: regexp.MustCompile(`^(\.[0-9a-f]{32}\.hsi|[0-9a-f]{32}\.hsi)\.tmp-[0-9a-f]{16}$`),
+}
 
 // trimCache removes index files from dir, least recently used first (by
 // modification time, which loadCache renews), until those left hold at
 // most limit bytes, but never keep, the file just written; and removes
-// temporary files older than staleTemp. A limit below 0 is the default:
-// defaultCacheMax, or a quarter of the file system's free space (counting
-// the index files as free) when that is less, so that the cache gives way
-// on a filling disk.
-//
-// It removes only regular files of this user's with those names, directly
-// in dir, a folder of this user's not writable by others, opened without
-// following a symbolic link, and never follows one.
+// temporary files older than an hour (see cachedir.Trim). A limit below 0
+// is the default: defaultCacheMax, or a quarter of the file system's free
+// space (counting the index files as free) when that is less.
 func trimCache(dir, keep string, limit int64) error {
-	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("trimming the index cache: %w", err)
-	}
-	d := os.NewFile(uintptr(fd), dir)
-	defer d.Close()
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return err
-	}
-	if int(st.Uid) != os.Geteuid() || st.Mode&0o022 != 0 {
-		return fmt.Errorf("%s: not a folder of this user's, or writable by others: %w", dir, ErrBadIndexFile)
-	}
-	names, err := d.Readdirnames(-1)
-	if err != nil {
-		return err
-	}
-	type file struct {
-		name  string
-		size  int64
-		mtime time.Time
-	}
-	var files []file
-	var total int64
-	var errs []error
-	remove := func(name string) bool {
-		err := unix.Unlinkat(fd, name, 0)
-		if err != nil && !errors.Is(err, unix.ENOENT) { // ENOENT: another serve removed it
-			errs = append(errs, fmt.Errorf("removing %s: %w", filepath.Join(dir, name), err))
-			return false
-		}
-		return true
-	}
-	for _, name := range names {
-		m := cacheFileName.FindStringSubmatch(name)
-		if m == nil || unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil ||
-			st.Mode&unix.S_IFMT != unix.S_IFREG || int(st.Uid) != os.Geteuid() {
-			continue
-		}
-		f := file{name, st.Size, time.Unix(st.Mtim.Unix())}
-		if m[1] != "" {
-			if time.Since(f.mtime) > staleTemp {
-				remove(name)
-			}
-			continue
-		}
-		total += f.size
-		if name != filepath.Base(keep) {
-			files = append(files, f)
-		}
-	}
-	if limit < 0 {
-		limit = defaultCacheMax
-		var fs unix.Statfs_t
-		if unix.Fstatfs(fd, &fs) == nil {
-			limit = min(limit, (int64(fs.Bavail)*fs.Bsize+total)/4)
-		}
-	}
-	slices.SortFunc(files, func(a, b file) int { return cmp.Or(a.mtime.Compare(b.mtime), strings.Compare(a.name, b.name)) })
-	for _, f := range files {
-		if total <= limit {
-			break
-		}
-		if remove(f.name) {
-			total -= f.size
-		}
-	}
-	return errors.Join(errs...)
+	return cachedir.Trim(dir, indexFiles, keep, limit, defaultCacheMax)
 }
 
 // math64 ends a list of chunk indices.
 const math64 = ^uint64(0)
 
-// diskReader reads an index file, checking every length.
+// diskReader reads an index file, checking every length, and sums what it
+// reads, in order.
 type diskReader struct {
 	f         *os.File
 	off, size int64
+	crc       uint32
 	err       error
 	// mem, when not nil, is the file mapped (size bytes): the row and end
 	// chunks are views of it rather than copies (see IndexMap).
@@ -415,13 +305,11 @@ func (d *diskReader) into(b []byte) {
 	}
 	if d.mem != nil {
 		copy(b, d.mem[d.off:])
-		d.off += int64(len(b))
-		return
-	}
-	if _, err := d.f.ReadAt(b, d.off); err != nil {
+	} else if _, err := d.f.ReadAt(b, d.off); err != nil {
 		d.err = err
 		return
 	}
+	d.crc = crc32.Update(d.crc, castagnoli, b)
 	d.off += int64(len(b))
 }
 
@@ -463,6 +351,7 @@ func readChunk[T any](d *diskReader, a *arena) []T {
 			return nil
 		}
 		b := d.mem[d.off : d.off+n : d.off+n]
+		d.crc = crc32.Update(d.crc, castagnoli, b)
 		d.off += n
 		return unsafe.Slice((*T)(unsafe.Pointer(unsafe.SliceData(b))), chunkLen)
 	}
@@ -594,9 +483,8 @@ func cgroupLeft(procCgroup, root string) (int64, bool) {
 }
 
 // loadCache reads file into an Index holding x's columns, in an arena as
-// a built index's (a click on a mapped file cost up to 1.6x the CPU time
-// on this machine: bench/RESULTS-serve.md, r3-web3), or, when m says so,
-// maps it: the rows and ends are then the file's pages, in
+// a built index's (a click on a mapped file costs up to 1.6x the CPU time:
+// bench/RESULTS-serve.md), or, when m says so, maps it: the rows and ends are then the file's pages, in
 // the page cache rather than the process's memory, so that an index
 // larger than the memory still opens. nstacks is the number of stacks x
 // has: the file's rows must point at them.
@@ -641,8 +529,7 @@ func loadCache(file string, nstacks int, m IndexMap) (*Index, error) {
 		return nil, fmt.Errorf("%s: %w", file, err)
 	}
 	// Used: the most recently of the folder's files (see trimCache).
-	now := []unix.Timespec{{Nsec: unix.UTIME_NOW}, {Nsec: unix.UTIME_NOW}}
-	unix.UtimesNanoAt(unix.AT_FDCWD, file, now, unix.AT_SYMLINK_NOFOLLOW)
+	cachedir.Touch(file)
 	if d.mem != nil {
 		// Unmapped with the arena, when x is collected.
 		a := x.rows.arena
@@ -746,6 +633,9 @@ func (x *Index) readCache(d *diskReader, nstacks int) error {
 			x.weights.chunks = append(x.weights.chunks, readChunk[weight](d, a))
 		}
 		x.weights.n = int(nw)
+	}
+	if sum := d.crc; d.u64() != uint64(sum) && d.err == nil {
+		return fmt.Errorf("checksum: %w", ErrBadIndexFile)
 	}
 	d.take(len(diskMagic))
 	if d.err != nil {

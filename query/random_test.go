@@ -24,14 +24,14 @@ func writeRandomTrace(t *testing.T, path string, seed int64) {
 
 // writeRandomTraceN is writeRandomTrace with n events (an idle gap at the
 // 30000th when n passes it).
-func writeRandomTraceN(t *testing.T, path string, seed int64, n int) {
+func writeRandomTraceN(t testing.TB, path string, seed int64, n int) {
 	t.Helper()
 	writeRandomTraceRate(t, path, seed, n, 0)
 }
 
 // writeRandomTraceRate is writeRandomTraceN of a trace that says it was
 // sampled at rate (its events are then the ones recorded).
-func writeRandomTraceRate(t *testing.T, path string, seed int64, n int, rate int64) {
+func writeRandomTraceRate(t testing.TB, path string, seed int64, n int, rate int64) {
 	t.Helper()
 	const start = int64(1_000_000_000)
 	w, err := tracefile.Create(path, tracefile.Header{Session: "random", Provider: "preload", MonoStart: start,
@@ -238,6 +238,26 @@ func TestSampledTrace(t *testing.T) {
 			t.Errorf("seed %d: the index's report is not labelled an estimate", seed)
 		}
 		sp := x.Span(Filter{})
+		// A process's heap (its timeline, peak and consumed chart) weighs
+		// its rows as the model of it alone counts them: bytes and objects.
+		for pid := uint32(1); pid <= 3; pid++ {
+			alone, err := report.Load(path, report.LoadOptions{Processes: analyze.Processes{PIDs: []uint32{pid}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			f := Filter{PID: pid}
+			pk, ok := x.PeakOf(f, sp)
+			if !ok || pk != alone.Profile.Peak {
+				t.Errorf("seed %d pid %d: peak %+v, the model of it alone %+v", seed, pid, pk, alone.Profile.Peak)
+			}
+			var top uint64
+			for _, v := range x.Consumed(x.Window(f), 5, 300).Total {
+				top = maxU(top, v)
+			}
+			if top != pk.Bytes {
+				t.Errorf("seed %d pid %d: the consumed chart's largest %d, its peak %d", seed, pid, top, pk.Bytes)
+			}
+		}
 		pk, ok := x.Peak(sp)
 		var top uint64
 		for _, b := range x.Timeline(sp, 300) {
@@ -284,13 +304,13 @@ func TestFilteredHeap(t *testing.T) {
 			t.Fatal(err)
 		}
 		f := Filter{PID: pid}
-		_, pk, ok := x.PeakOf(sp, f)
+		pk, ok := x.PeakOf(f, sp)
 		want := rep.Profile.Peak
 		if !ok || pk != want {
 			t.Errorf("pid %d: peak %+v, the model of it alone %+v", pid, pk, want)
 		}
 		var top uint64
-		for _, b := range x.TimelineOf(sp, 200, f) {
+		for _, b := range x.TimelineOf(f, sp, 200) {
 			top = maxU(top, b.MaxBytes)
 		}
 		if top != want.Bytes {
@@ -307,9 +327,9 @@ func TestFilteredHeap(t *testing.T) {
 	rng := rand.New(rand.NewSource(5))
 	for _, tid := range []uint32{10, 11, 21, 30} {
 		f := Filter{TID: tid}
-		_, pk, ok := x.PeakOf(sp, f)
+		pk, ok := x.PeakOf(f, sp)
 		var top uint64
-		tl := x.TimelineOf(sp, 300, f)
+		tl := x.TimelineOf(f, sp, 300)
 		for _, b := range tl {
 			top = maxU(top, b.MaxBytes)
 		}
@@ -322,7 +342,7 @@ func TestFilteredHeap(t *testing.T) {
 			res := x.Window(g)
 			c := res.Total.Classes
 			// The thread's heap at the window's end: its timeline's.
-			end := x.TimelineOf(res.Span, 1, g)
+			end := x.TimelineOf(g, res.Span, 1)
 			if n := len(end); n == 0 || c[AIFO].Bytes+c[AOFO].Bytes != end[n-1].EndBytes {
 				t.Errorf("tid %d window %d: classes %v, heap at the end %+v", tid, k, c, end)
 			}

@@ -681,7 +681,7 @@ func (w *Writer) Commit() error {
 }
 
 func (w *Writer) commitFile() error {
-	if w.pending == nil || w.pending.tmp == "" {
+	if w.pending == nil || w.pending.named() {
 		return nil
 	}
 	if err := w.pending.commit(); err != nil {

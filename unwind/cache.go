@@ -3,14 +3,20 @@ package unwind
 import (
 	"bytes"
 	"debug/elf"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"syscall"
+
+	"github.com/heapscope/heapscope/internal/cachedir"
+	"github.com/heapscope/heapscope/internal/safefile"
 )
 
 // ErrUntrusted: a cache folder or file is not owned by this user, or others
@@ -18,9 +24,36 @@ import (
 var ErrUntrusted = errors.New("unwind: untrusted cache")
 
 // Cache keeps built tables on disk by build-id, so that a file is parsed
-// once, not once per process or per session.
+// once, not once per process or per session. A cache file is the table
+// (MarshalBinary) and a trailer: the CRC-32C of the table and the magic
+// "HSUC", so that a damaged file is built again rather than give wrong
+// stacks. Files are written as safefile writes them (a writer killed
+// midway leaves nothing), and the folder keeps the most recently used up
+// to a limit (see Put).
 type Cache struct {
 	dir string
+}
+
+// trailer ends a cache file: the table's CRC-32C (4 bytes, little-endian)
+// and this magic.
+const trailerMagic = "HSUC"
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// CacheMaxEnv names the environment variable that sets the bytes of
+// tables a cache folder keeps: bytes, or with K, M, G or T.
+const CacheMaxEnv = "HEAPSCOPE_UNWIND_CACHE_MAX"
+
+// defaultCacheMax is the bytes of tables a folder keeps unless CacheMaxEnv
+// says otherwise (or a quarter of the free space, if less): the tables of
+// about a thousand libraries of libpython's size (600 KB).
+const defaultCacheMax = 512 << 20
+
+// cacheFiles are the names of cache files and of safefile's and older
+// versions' temporary files: the only names Put's trim removes.
+var cacheFiles = cachedir.Names{
+	File: regexp.MustCompile(`^[0-9a-f]+\.v[0-9]+\.b[0-9]+\.hsuw$`),
+	Temp: regexp.MustCompile(`^(\.[0-9a-f]+\.v[0-9]+\.b[0-9]+\.hsuw\.tmp-[0-9a-f]{16}|\.tmp-[0-9]+)$`),
 }
 
 // maxTableFile bounds what Get reads (a table of 4 GiB of code would need
@@ -105,18 +138,28 @@ func (c *Cache) Get(buildID []byte) (*Table, error) {
 	if err != nil {
 		return nil, fmt.Errorf("unwind: cache: %w", err)
 	}
+	n := len(b) - 4 - len(trailerMagic)
+	if n < 0 || string(b[n+4:]) != trailerMagic || binary.LittleEndian.Uint32(b[n:]) != crc32.Checksum(b[:n], castagnoli) {
+		return nil, fmt.Errorf("%s: %w: checksum", p, ErrBadTable)
+	}
 	t := new(Table)
-	if err := t.UnmarshalBinary(b); err != nil {
+	if err := t.UnmarshalBinary(b[:n]); err != nil {
 		return nil, fmt.Errorf("%s: %w", p, err)
 	}
 	if !bytes.Equal(t.BuildID, buildID) {
 		return nil, fmt.Errorf("%s: %w: build-id differs", p, ErrBadTable)
 	}
+	cachedir.Touch(p) // used: kept longest by Put's trim
 	return t, nil
 }
 
-// Put stores t under its build-id: written 0600 to a new file (O_EXCL),
-// then renamed into place, so a reader never sees half a table.
+// Put stores t under its build-id, with its checksum: a new file, 0600,
+// named once whole (safefile), so a reader never sees half a table and a
+// writer killed midway leaves nothing. Then the folder is trimmed: the
+// least recently used tables (written or read) are removed until the rest
+// hold at most $HEAPSCOPE_UNWIND_CACHE_MAX bytes (default 512 MiB, or a
+// quarter of the free space if less), and temporary files older than an
+// hour with them.
 func (c *Cache) Put(t *Table) error {
 	if len(t.BuildID) == 0 {
 		return nil // nothing to key it by
@@ -125,23 +168,20 @@ func (c *Cache) Put(t *Table) error {
 	if err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(c.dir, ".tmp-*") // O_CREATE|O_EXCL, 0600
-	if err != nil {
+	b = binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+	b = append(b, trailerMagic...)
+	p := c.path(t.BuildID)
+	// Whatever is at the name in the folder of ours is replaced, never
+	// written through.
+	if err := safefile.Write(p, true, func(w io.Writer) error { _, err := w.Write(b); return err }); err != nil {
 		return fmt.Errorf("unwind: cache: %w", err)
 	}
-	tmp := f.Name()
-	_, err = f.Write(b)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, c.path(t.BuildID))
-	}
+	// A bad value is reported, and the default limit kept.
+	limit, err := cachedir.ParseSize(os.Getenv(CacheMaxEnv))
 	if err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("unwind: cache: %w", err)
+		err = fmt.Errorf("unwind: %s: %w", CacheMaxEnv, err)
 	}
-	return nil
+	return errors.Join(err, cachedir.Trim(c.dir, cacheFiles, p, limit, defaultCacheMax))
 }
 
 // Load returns the table of the ELF file at path: from the cache when its

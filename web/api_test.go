@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"reflect"
 	"strings"
 	"testing"
@@ -22,7 +21,7 @@ import (
 
 func getJSON(t *testing.T, url string, v any) {
 	t.Helper()
-	r, err := http.Get(url)
+	r, err := client.Get(url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +37,7 @@ func getJSON(t *testing.T, url string, v any) {
 
 func status(t *testing.T, url string) int {
 	t.Helper()
-	r, err := http.Get(url)
+	r, err := client.Get(url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +188,7 @@ func TestAPIExport(t *testing.T) {
 	_, srv := serveTrace(t, path)
 	g1, g2 := readEvents(t, path).gaps()
 	win := fmt.Sprintf("&from_ns=%d&to_ns=%d", g1, g2)
-	r, err := http.Get(srv.URL + "/api/export?format=pprof" + win)
+	r, err := client.Get(srv.URL + "/api/export?format=pprof" + win)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +210,7 @@ func TestAPIExport(t *testing.T) {
 	if inuse != 25000 { // live at the window's end: AIFO 15000 + AOFO 10000
 		t.Errorf("pprof inuse_space %d, want 25000", inuse)
 	}
-	r, err = http.Get(srv.URL + "/api/export?format=collapsed&cost=bytes" + win)
+	r, err = client.Get(srv.URL + "/api/export?format=collapsed&cost=bytes" + win)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,7 +233,7 @@ func TestListenPortInUse(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	_, err = Listen(l.Addr().String())
+	_, err = Listen(l.Addr().String(), false)
 	if !errors.Is(err, ErrAddrInUse) || !strings.Contains(err.Error(), l.Addr().String()) {
 		t.Errorf("listen on a port in use: %v", err)
 	}
@@ -253,8 +252,7 @@ func TestAPIDiff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(NewWithBase(x, bx))
-	defer srv.Close()
+	srv := newTestServer(t, NewWithBase(x, bx))
 	var d Diff
 	getJSON(t, srv.URL+"/api/diff?cost=calls", &d)
 	want := func(path string) uint64 {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,9 +22,9 @@ import (
 	"github.com/heapscope/heapscope/suppress"
 )
 
-// browser starts headless Chromium for a test. Without Chromium the test is
+// browser starts headless Chromium for a test, with the extra options. Without Chromium the test is
 // skipped, unless HEAPSCOPE_REQUIRE_BROWSER=1 (CI sets it): then it fails.
-func browser(t *testing.T) context.Context {
+func browser(t *testing.T, extra ...chromedp.ExecAllocatorOption) context.Context {
 	t.Helper()
 	path := ""
 	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
@@ -42,6 +41,7 @@ func browser(t *testing.T) context.Context {
 	}
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox,
 		chromedp.DisableGPU, chromedp.WindowSize(1400, 1000), chromedp.UserDataDir(t.TempDir()))
+	opts = append(opts, extra...)
 	actx, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
 	t.Cleanup(cancel)
 	ctx, cancel2 := chromedp.NewContext(actx)
@@ -79,6 +79,12 @@ func eval[T any](t *testing.T, ctx context.Context, js string) T {
 	return v
 }
 
+// visit opens path ("/?tab=sites") on srv as a user opens the URL serve
+// printed: with the token, which the server trades for the cookie.
+func visit(srv *testServer, path string) chromedp.Action[chromedp.Void] {
+	return chromedp.Navigate(srv.login(path))
+}
+
 // settle waits until the page has drawn the answers of its latest refresh.
 func settle(t *testing.T, ctx context.Context, act ...chromedp.Action[chromedp.Void]) {
 	t.Helper()
@@ -93,6 +99,12 @@ func screenshot(t *testing.T, ctx context.Context, dir, name string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	writeShot(t, dir, name, b)
+}
+
+// writeShot keeps a screenshot, and says where in the test's log.
+func writeShot(t *testing.T, dir, name string, b []byte) {
+	t.Helper()
 	p := filepath.Join(dir, name+".png")
 	if err := os.WriteFile(p, b, 0o644); err != nil {
 		t.Fatal(err)
@@ -127,14 +139,16 @@ func TestPageShowsTrace(t *testing.T) {
 	}
 	want := rep.Document(0)
 
-	settle(t, ctx, chromedp.Navigate(srv.URL+"/"))
-	screenshot(t, ctx, shots, "flame")
+	settle(t, ctx, visit(srv, "/"))
+	screenshot(t, ctx, shots, "overview")
 	leak := eval[string](t, ctx, `document.querySelector('#summary-table td[data-k="leaked_bytes"]').textContent`)
 	if !strings.Contains(strings.ReplaceAll(leak, "\u202f", ""), fmt.Sprintf("(%d B) in %d blocks", want.Summary.LeakedBytes, want.Summary.LeakedBlocks)) {
 		t.Errorf("the page's leaks %q, the report's %d bytes in %d blocks", leak, want.Summary.LeakedBytes, want.Summary.LeakedBlocks)
 	}
-	if got := lastNumber(eval[string](t, ctx, `document.getElementById("match").textContent`)); got != want.Summary.LeakedBytes {
-		t.Errorf("the flame graph's total %d, leaks %d", got, want.Summary.LeakedBytes)
+	settle(t, ctx, visit(srv, "/?tab=flame"))
+	screenshot(t, ctx, shots, "flame")
+	if got := eval[string](t, ctx, `document.getElementById("flame-total").getAttribute("data-v")`); got != strconv.FormatUint(want.Summary.LeakedBytes, 10) {
+		t.Errorf("the flame graph's total %s, leaks %d", got, want.Summary.LeakedBytes)
 	}
 	if w := eval[bool](t, ctx, `document.getElementById("warnings").hidden`); !w {
 		t.Errorf("warnings shown for a good trace: %s", eval[string](t, ctx, `document.getElementById("warnings").textContent`))
@@ -161,7 +175,7 @@ func TestPageShowsTrace(t *testing.T) {
 		}
 		return out
 	}
-	settle(t, ctx, chromedp.Navigate(fmt.Sprintf("%s/?from=%d&to=%d&tab=classes", srv.URL, g1, g2)))
+	settle(t, ctx, visit(srv, fmt.Sprintf("/?from=%d&to=%d&tab=classes", g1, g2)))
 	screenshot(t, ctx, shots, "classes")
 	if got, want := classesOnPage(), ev.classes(g1, g2); got != want {
 		t.Errorf("window from the URL: the page's classes %v, direct %v", got, want)
@@ -172,7 +186,7 @@ func TestPageShowsTrace(t *testing.T) {
 
 	// Drag across the middle of the timeline: the URL gets the window,
 	// and the classes shown are the direct computation's for it.
-	settle(t, ctx, chromedp.Navigate(srv.URL+"/?tab=classes"))
+	settle(t, ctx, visit(srv, "/?tab=classes"))
 	box := eval[[]float64](t, ctx, `(() => { const r = document.getElementById("timeline").getBoundingClientRect(); return [r.left, r.top, r.width, r.height]; })()`)
 	y := box[1] + box[3]/3
 	x0, x1 := box[0]+box[2]*0.35, box[0]+box[2]*0.65
@@ -207,13 +221,13 @@ func TestPageShowsTrace(t *testing.T) {
 
 	// A search gives the share of the matches: early_leak has 10000 of the
 	// 11400 leaked bytes.
-	settle(t, ctx, chromedp.Navigate(srv.URL+"/?q=early_leak"))
+	settle(t, ctx, visit(srv, "/?q=early_leak"))
 	screenshot(t, ctx, shots, "search")
 	if m := eval[string](t, ctx, `document.getElementById("match").textContent`); !strings.Contains(m, "87.7%") {
 		t.Errorf("search share %q", m)
 	}
 	for _, tab := range []string{"functions", "sizes"} {
-		settle(t, ctx, chromedp.Navigate(srv.URL+"/?tab="+tab))
+		settle(t, ctx, visit(srv, "/?tab="+tab))
 		screenshot(t, ctx, shots, tab)
 	}
 	if n := eval[int](t, ctx, `document.querySelectorAll("#sizes-table tr").length`); n == 0 {
@@ -233,7 +247,7 @@ func TestPageTruncatedTrace(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, srv := serveTrace(t, cut)
-	settle(t, ctx, chromedp.Navigate(srv.URL+"/"))
+	settle(t, ctx, visit(srv, "/"))
 	screenshot(t, ctx, artefacts(t), "truncated")
 	if hidden := eval[bool](t, ctx, `document.getElementById("warnings").hidden`); hidden {
 		t.Fatal("no warning shown for a truncated trace")
@@ -261,8 +275,10 @@ func openStatic(t *testing.T, ctx context.Context, page []byte, name string) {
 	if !strings.Contains(strings.ReplaceAll(leak, "\u202f", ""), "(11400 B) in 7 blocks") {
 		t.Errorf("leaks %q", leak)
 	}
-	if got := lastNumber(eval[string](t, ctx, `document.getElementById("match").textContent`)); got != 11400 {
-		t.Errorf("flame total %d", got)
+	settle(t, ctx, chromedp.Click(chromedp.ID("tab-flame")))
+	screenshot(t, ctx, artefacts(t), name+"-flame")
+	if got := eval[string](t, ctx, `document.getElementById("flame-total").getAttribute("data-v")`); got != "11400" {
+		t.Errorf("flame total %s", got)
 	}
 	if e := eval[bool](t, ctx, `document.getElementById("errors").hidden`); !e {
 		t.Errorf("errors: %s", eval[string](t, ctx, `document.getElementById("errors").textContent`))
@@ -313,8 +329,8 @@ func TestStaticHTMLWithoutIndex(t *testing.T) {
 		t.Error("the report embeds window classes it could not have")
 	}
 	openStatic(t, ctx, buf.Bytes(), "static-noindex")
-	if r := eval[string](t, ctx, `document.getElementById("sel-range").textContent`); !strings.Contains(r, "heapscope serve") {
-		t.Errorf("window bar %q", r)
+	if hidden := eval[bool](t, ctx, `document.getElementById("tab-classes").hidden`); !hidden {
+		t.Errorf("a report without the window index offers the window classes")
 	}
 	settle(t, ctx, chromedp.Click(chromedp.ID("tab-sites")))
 	if top := eval[string](t, ctx, `document.querySelector("#sites-leaks tr:nth-child(2) .fn").textContent`); !strings.HasPrefix(top, "early_leak ") {
@@ -334,9 +350,8 @@ func TestPageDiff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(NewWithBase(x, bx))
-	defer srv.Close()
-	settle(t, ctx, chromedp.Navigate(srv.URL+"/?tab=diff&cost=calls"))
+	srv := newTestServer(t, NewWithBase(x, bx))
+	settle(t, ctx, visit(srv, "/?tab=diff&cost=calls"))
 	screenshot(t, ctx, artefacts(t), "diff")
 	if hidden := eval[bool](t, ctx, `document.getElementById("tab-diff").hidden`); hidden {
 		t.Fatal("no Diff tab with a base trace")
@@ -383,7 +398,7 @@ func TestPageCallers(t *testing.T) {
 	if want["early_leak"] == 0 {
 		t.Fatalf("main calls no early_leak in the report: %v", want)
 	}
-	settle(t, ctx, chromedp.Navigate(srv.URL+"/?tab=functions&fn=main"))
+	settle(t, ctx, visit(srv, "/?tab=functions&fn=main"))
 	screenshot(t, ctx, shots, "callers")
 	got := eval[map[string]string](t, ctx, `Object.fromEntries([...document.querySelectorAll("#callees-table tr[data-name]")].map((r) => [r.getAttribute("data-name"), r.querySelector("td[data-v]").getAttribute("data-v")]))`)
 	if len(got) != len(want) {
@@ -444,9 +459,31 @@ func TestPageSampled(t *testing.T) {
 	if win.Peak.Bytes != peak || win.Estimated == "" {
 		t.Errorf("window of the whole trace: peak %d, estimated %q; the summary's %d", win.Peak.Bytes, win.Estimated, peak)
 	}
+	// The first screen's lists, the trees and the consumed chart are the
+	// same estimates: what was live at the peak adds up to the peak.
+	var tops Top
+	getJSON(t, srv.URL+"/api/top", &tops)
+	if tops.Peak.Total != peak || tops.PeakAt.Bytes != peak || tops.Estimated == "" || !tops.NoTemporary || len(tops.Temporary.Sites) != 0 {
+		t.Errorf("top: peak list total %d at %d, estimated %q, no temporaries %v (%d listed); the summary's peak %d",
+			tops.Peak.Total, tops.PeakAt.Bytes, tops.Estimated, tops.NoTemporary, len(tops.Temporary.Sites), peak)
+	}
+	var tr TreeAnswer
+	getJSON(t, srv.URL+"/api/tree?max_nodes=50", &tr)
+	if len(tr.Nodes) == 0 || tr.Nodes[0].Values[0] != peak || tr.Estimated == "" {
+		t.Errorf("tree: root %+v, estimated %q; the summary's peak %d", tr.Nodes[:min(len(tr.Nodes), 1)], tr.Estimated, peak)
+	}
+	var cs ConsumedAnswer
+	getJSON(t, srv.URL+"/api/consumed?points=800", &cs)
+	var most uint64
+	for _, v := range cs.Total {
+		most = max(most, v)
+	}
+	if most != peak || cs.Estimated == "" {
+		t.Errorf("consumed: largest %d, estimated %q; the summary's peak %d", most, cs.Estimated, peak)
+	}
 
 	ctx := browser(t)
-	settle(t, ctx, chromedp.Navigate(srv.URL+"/?cost=peak"))
+	settle(t, ctx, visit(srv, "/?cost=peak"))
 	screenshot(t, ctx, artefacts(t), "sampled")
 	onPage := eval[string](t, ctx, `document.getElementById("timeline").getAttribute("data-peak") + " " +
 		document.getElementById("timeline").getAttribute("data-top") + " " +
@@ -459,7 +496,9 @@ func TestPageSampled(t *testing.T) {
 			t.Errorf("summary row %s: %q, want %q in it", k, got, want)
 		}
 	}
-	if m := eval[string](t, ctx, `document.getElementById("match").textContent`); !strings.Contains(m, "estimated") {
+	// The flame graph's total (its tab's crumbs) says it is an estimate.
+	settle(t, ctx, visit(srv, "/?tab=flame&cost=peak"))
+	if m := eval[string](t, ctx, `document.getElementById("flame-total").textContent`); !strings.Contains(m, "estimated") {
 		t.Errorf("the flame graph's total %q does not say it is an estimate", m)
 	}
 
@@ -476,13 +515,13 @@ func TestPageSampled(t *testing.T) {
 	if err := os.WriteFile(file, buf.Bytes(), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	settle(t, ctx, chromedp.Navigate("file://"+file+"?cost=peak"))
+	settle(t, ctx, chromedp.Navigate("file://"+file+"?tab=flame&cost=peak"))
 	screenshot(t, ctx, artefacts(t), "sampled-static")
 	if n := eval[int](t, ctx, `Object.keys(window.HEAPSCOPE_DATA).filter((k) => k.startsWith("/api/flame")).length`); n != 10 {
 		t.Errorf("the self-contained report of a sampled trace holds %d flame graphs, want 10", n)
 	}
-	if got := lastNumber(strings.Split(eval[string](t, ctx, `document.getElementById("match").textContent`), " (estimated")[0]); got != peak {
-		t.Errorf("the self-contained report's flame graph of the peak totals %d, want %d", got, peak)
+	if got := eval[string](t, ctx, `document.getElementById("flame-total").getAttribute("data-v") + " " + document.getElementById("flame-total").getAttribute("data-estimated")`); got != fmt.Sprintf("%d %s", peak, sum.Trace.Estimated) {
+		t.Errorf("the self-contained report's flame graph of the peak: total and estimate %q, want %d %s", got, peak, sum.Trace.Estimated)
 	}
 }
 
@@ -499,8 +538,7 @@ func TestPageSuppressed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(New(x))
-	t.Cleanup(srv.Close)
+	srv := newTestServer(t, New(x))
 	leaked, _ := x.Report.Leaked()
 	sb, _, _ := x.Report.SuppressedTotal()
 	if sb == 0 {
@@ -524,16 +562,18 @@ func TestPageSuppressed(t *testing.T) {
 	}
 
 	ctx := browser(t)
-	settle(t, ctx, chromedp.Navigate(srv.URL+"/"))
+	settle(t, ctx, visit(srv, "/"))
 	screenshot(t, ctx, artefacts(t), "suppressed")
 	row := strings.ReplaceAll(eval[string](t, ctx, `document.querySelector('#summary-table td[data-k="leaked_bytes"]').textContent`), "\u202f", "")
 	if !strings.Contains(row, fmt.Sprintf("(%d B)", leaked)) && !strings.HasPrefix(row, fmt.Sprintf("%d B", leaked)) || !strings.Contains(row, "suppressed by default:libstdc++-pool") {
 		t.Errorf("the Leaked row %q: want %d bytes, and what default:libstdc++-pool suppressed", row, leaked)
 	}
-	if m := eval[string](t, ctx, `document.getElementById("match").textContent`); !strings.Contains(m, "suppressed, not counted") || lastNumber(strings.Split(m, " (")[0]) == 0 && leaked != 0 {
-		t.Errorf("the flame graph of the leaks says %q", m)
+	settle(t, ctx, visit(srv, "/?tab=flame&cost=leaks"))
+	if m := eval[string](t, ctx, `document.getElementById("flame-total").textContent`); !strings.Contains(m, "suppressed, not counted") ||
+		eval[string](t, ctx, `document.getElementById("flame-total").getAttribute("data-v")`) != fmt.Sprint(leaked) {
+		t.Errorf("the flame graph of the leaks says %q, want its total %d and what was suppressed", m, leaked)
 	}
-	settle(t, ctx, chromedp.Navigate(srv.URL+"/?tab=classes"))
+	settle(t, ctx, visit(srv, "/?tab=classes"))
 	if n := eval[int](t, ctx, `document.querySelectorAll("#classes-sites .suppressed").length`); n == 0 {
 		t.Error("the classes name no site's rule")
 	}
@@ -572,9 +612,35 @@ func TestPageProcessFilter(t *testing.T) {
 	if sum.Summary.PeakBytes != want.PeakBytes || sum.Summary.LeakedBytes != want.LeakedBytes || sum.Summary.Allocations != want.Allocations {
 		t.Errorf("summary of pid %d: %+v, report --pid %+v", inner, sum.Summary, want)
 	}
+	// The page's views of the process: its peak and its leaks, those of
+	// its exited blocks included, and its blocks leave the consumed chart
+	// at its exit.
+	var tops Top
+	getJSON(t, fmt.Sprintf("%s/api/top?pid=%d", srv.URL, inner), &tops)
+	if tops.PeakAt.Bytes != want.PeakBytes || tops.Peak.Total != want.PeakBytes || tops.Leaks.Total != want.LeakedBytes {
+		t.Errorf("top of pid %d: peak %d (list %d), leaks %d; report --pid %d, %d", inner, tops.PeakAt.Bytes, tops.Peak.Total, tops.Leaks.Total,
+			want.PeakBytes, want.LeakedBytes)
+	}
+	if n := len(tl.Points); n == 0 || tl.Points[n-1].EndBytes != 0 {
+		t.Errorf("timeline of pid %d: its heap at the end %+v, want 0 once it exited", inner, tl.Points[max(n-1, 0):])
+	}
+	var tl2 Timeline
+	getJSON(t, fmt.Sprintf("%s/api/timeline?pid=%d&points=500", srv.URL, inner), &tl2)
+	var cs ConsumedAnswer
+	getJSON(t, fmt.Sprintf("%s/api/consumed?pid=%d&points=500", srv.URL, inner), &cs)
+	var most uint64
+	for i, v := range cs.Total {
+		most = max(most, v)
+		if i >= len(tl2.Points) || tl2.Points[i].MaxBytes != v {
+			t.Fatalf("consumed of pid %d, bucket %d: %d, its timeline's %+v", inner, i, v, tl2.Points[min(i, len(tl2.Points)-1)])
+		}
+	}
+	if most != want.PeakBytes || len(cs.Total) != len(tl2.Points) {
+		t.Errorf("consumed of pid %d: largest %d in %d buckets; report --pid's peak %d, the timeline's %d buckets", inner, most, len(cs.Total), want.PeakBytes, len(tl2.Points))
+	}
 
 	ctx := browser(t)
-	settle(t, ctx, chromedp.Navigate(fmt.Sprintf("%s/?pid=%d", srv.URL, inner)))
+	settle(t, ctx, visit(srv, fmt.Sprintf("/?pid=%d", inner)))
 	screenshot(t, ctx, artefacts(t), "process")
 	got := eval[string](t, ctx, `document.getElementById("timeline").getAttribute("data-peak") + " " +
 		document.querySelector('#summary-table td[data-k="peak_bytes"]').getAttribute("data-v") + " " +
@@ -585,7 +651,7 @@ func TestPageProcessFilter(t *testing.T) {
 	}
 	// The inner process is not heapscope's child: its status is not known,
 	// not -1.
-	if pt := eval[string](t, ctx, `document.getElementById("processes").textContent`); strings.Contains(pt, "-1") || !strings.Contains(pt, "status unknown (not heapscope's child)") {
+	if pt := eval[string](t, ctx, `document.getElementById("processes").textContent`); strings.Contains(pt, "status -1") || !strings.Contains(pt, "status unknown (not heapscope's child)") {
 		t.Errorf("the processes table says %q", pt)
 	}
 	// Back to every process: the whole trace's again.

@@ -1,6 +1,7 @@
 package web
 
 import (
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -49,15 +50,62 @@ func trace(t *testing.T, workload string, args ...string) string {
 }
 
 // serveTrace indexes path and serves it on a loopback port.
-func serveTrace(t *testing.T, path string) (*query.Index, *httptest.Server) {
+func serveTrace(t *testing.T, path string) (*query.Index, *testServer) {
 	t.Helper()
 	x, err := query.Build(path, query.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(New(x))
+	return x, newTestServer(t, New(x))
+}
+
+// testServer serves a handler behind a Guard on a loopback port, as
+// `heapscope serve` does. URL is its address without the token: the
+// browser logs in by login, and client sends the token.
+type testServer struct {
+	*httptest.Server
+	guard *Guard
+}
+
+// tokens are the tokens of the test servers, by address (host:port).
+var tokens sync.Map
+
+func newTestServer(t *testing.T, h http.Handler) *testServer {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(nil)
+	g, err := NewGuard(h, srv.Listener.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Config.Handler = g
+	srv.Start()
+	tokens.Store(srv.Listener.Addr().String(), g.Token())
 	t.Cleanup(srv.Close)
-	return x, srv
+	return &testServer{srv, g}
+}
+
+// login is the URL of path ("/?tab=sites") with the server's token: a
+// browser's first visit, which trades it for the cookie.
+func (s *testServer) login(path string) string {
+	sep := "?"
+	if strings.Contains(path, "?") {
+		sep = "&"
+	}
+	return s.URL + path + sep + "token=" + s.guard.Token()
+}
+
+// client is an HTTP client that sends each test server its token, as a
+// script does ("Authorization: Bearer").
+var client = &http.Client{Transport: tokenTransport{}}
+
+type tokenTransport struct{}
+
+func (tokenTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if tok, ok := tokens.Load(r.URL.Host); ok {
+		r = r.Clone(r.Context())
+		r.Header.Set("Authorization", "Bearer "+tok.(string))
+	}
+	return http.DefaultTransport.RoundTrip(r)
 }
 
 // events reads a trace's heap events directly, without the index: the

@@ -2,7 +2,6 @@ package web
 
 import (
 	"fmt"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -32,8 +31,7 @@ func TestPageWhileIndexing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(New(x))
-	t.Cleanup(srv.Close)
+	srv := newTestServer(t, New(x))
 
 	var sum Summary
 	getJSON(t, srv.URL+"/api/summary", &sum)
@@ -63,11 +61,11 @@ func TestPageWhileIndexing(t *testing.T) {
 
 	ctx := browser(t)
 	shots := artefacts(t)
-	do(t, ctx, chromedp.Navigate(srv.URL+"/"))
+	do(t, ctx, visit(srv, "/?tab=flame"))
 	// The flame graph's total appears while the window waits for the index.
 	var shown string
 	for end := time.Now().Add(time.Minute); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
-		shown = eval[string](t, ctx, `document.getElementById("match").textContent`)
+		shown = eval[string](t, ctx, `(document.getElementById("flame-total") || {textContent: ""}).textContent`)
 		if lastNumber(shown) == want.LeakedBytes {
 			break
 		}
@@ -88,6 +86,7 @@ func TestPageWhileIndexing(t *testing.T) {
 	if !eval[bool](t, ctx, `document.getElementById("indexing").hidden`) {
 		t.Error("the indexing note stays once the index is built")
 	}
+	settle(t, ctx, chromedp.Click(chromedp.ID("tab-classes")))
 	// The process exited with its leaks: AIFO is what was live then, and
 	// the rest left the heap at the exit.
 	aifo := eval[string](t, ctx, `document.querySelector("#class-aifo td:nth-of-type(1)").getAttribute("data-v") + "+" +

@@ -23,6 +23,8 @@ type Live struct {
 	o     query.Options
 	every time.Duration
 
+	gate *gate // one for every index's Server
+
 	mu    sync.Mutex
 	srv   *Server
 	state LiveState
@@ -55,7 +57,8 @@ func NewLive(name string, o query.Options, every time.Duration) (*Live, error) {
 		return nil, err
 	}
 	runningIndex(x)
-	l := &Live{name: name, o: o, every: every, srv: New(x),
+	g := newGate()
+	l := &Live{name: name, o: o, every: every, gate: g, srv: newServer(x, nil, g),
 		state: LiveState{Session: name, File: file, Running: true, Version: 1, Updated: time.Now()}}
 	return l, nil
 }
@@ -103,7 +106,7 @@ func (l *Live) update(running bool) {
 	if running {
 		runningIndex(x)
 	}
-	l.srv = New(x)
+	l.srv = newServer(x, nil, l.gate)
 	l.state.Version++
 	l.state.Updated = time.Now()
 	l.state.Error = ""

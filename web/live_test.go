@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http/httptest"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -77,8 +76,7 @@ func TestPageLive(t *testing.T) {
 	rctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go live.Run(rctx)
-	srv := httptest.NewServer(live)
-	defer srv.Close()
+	srv := newTestServer(t, live)
 
 	leaked := func() string {
 		return `document.querySelector('#summary-table td[data-k="leaked_bytes"]').getAttribute("data-v")`
@@ -98,7 +96,7 @@ func TestPageLive(t *testing.T) {
 			t.Errorf("a running session's page warns %q", w)
 		}
 	}
-	settle(t, ctx, chromedp.Navigate(srv.URL+"/"))
+	settle(t, ctx, visit(srv, "/"))
 	do(t, ctx, chromedp.Evaluate[chromedp.Void](`window.notReloaded = true`))
 	// The program's stdio buffers are live too: count from what the page
 	// shows once the first 10 blocks are there.
@@ -107,9 +105,11 @@ func TestPageLive(t *testing.T) {
 	st.do(t, "a 5 2000")
 	want := strconv.FormatUint(first+10000, 10)
 	waitFor("10000 more leaked bytes", leaked()+` === "`+want+`"`)
-	// Every view follows, not only the summary: the whole trace's AIFO is
-	// what is live at its end.
-	waitFor("the window's classes", `document.querySelector("#class-aifo td").getAttribute("data-v") === "`+want+`"`)
+	// Every view follows, not only the summary: the overview's leaks, and
+	// the whole trace's AIFO is what is live at its end.
+	waitFor("the top leak", `document.querySelector("#top-leaks tr[data-v]") !== null`)
+	do(t, ctx, chromedp.Click(chromedp.ID("tab-classes")))
+	waitFor("the window's classes", `(document.querySelector("#class-aifo td") || {getAttribute: () => ""}).getAttribute("data-v") === "`+want+`"`)
 	screenshot(t, ctx, artefacts(t), "live")
 	in.Close() // the program exits; the session ends with it
 	if err := s.Wait(); err != nil {

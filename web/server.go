@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"net"
 	"net/http"
 	"sort"
@@ -31,21 +32,12 @@ import (
 //go:embed ui/index.html ui/dist/app.js ui/style.css
 var assets embed.FS
 
-// Limits of the answers: a browser is never sent more than these.
-const (
-	maxPoints   = 4000
-	defPoints   = 1000
-	defMaxNodes = 5000
-	maxMaxNodes = 50000
-	defTop      = 200
-	defMinShare = 0.001
-)
-
 // Server answers the API and serves the page for one index.
 type Server struct {
 	x    *query.Index
 	base *query.Index // the trace to compare with; nil: none
 	mux  *http.ServeMux
+	gate *gate // shared by the servers of a Live
 
 	mu    sync.Mutex
 	cache []cached // the latest windows answered, newest last
@@ -63,6 +55,17 @@ type cached struct {
 
 // cacheLen is how many windows the server remembers.
 const cacheLen = 8
+
+// waitFor waits until the answer to f for cost c can be had (see
+// windowFor), or ctx ends.
+func (s *Server) waitFor(ctx context.Context, f query.Filter, c query.Cost) error {
+	if !s.x.Ready() && query.QuickCost(c) {
+		if _, ok := s.x.Quick(f); ok {
+			return nil
+		}
+	}
+	return s.x.Wait(ctx)
+}
 
 // windowFor returns the answer to f for cost c: before the index is
 // built, the report's pass answers the whole trace's quick costs (see
@@ -105,8 +108,10 @@ func New(x *query.Index) *Server { return NewWithBase(x, nil) }
 
 // NewWithBase returns a Server for x that also compares x with base
 // (/api/diff): what serve --base does.
-func NewWithBase(x, base *query.Index) *Server {
-	s := &Server{x: x, base: base, mux: http.NewServeMux()}
+func NewWithBase(x, base *query.Index) *Server { return newServer(x, base, newGate()) }
+
+func newServer(x, base *query.Index, g *gate) *Server {
+	s := &Server{x: x, base: base, mux: http.NewServeMux(), gate: g}
 	ui, err := fs.Sub(assets, "ui")
 	if err != nil {
 		panic(err) // the embedded tree is fixed at build time
@@ -129,6 +134,8 @@ func NewWithBase(x, base *query.Index) *Server {
 	s.mux.HandleFunc("GET /api/histogram", s.histogram)
 	s.mux.HandleFunc("GET /api/export", s.export)
 	s.mux.HandleFunc("GET /api/diff", s.diff)
+	s.views()
+	s.mux.HandleFunc("GET /api/rss", s.rss) // memory_census.go
 	return s
 }
 
@@ -153,9 +160,15 @@ func serveFile(w http.ResponseWriter, fsys fs.FS, name, ctype string) {
 // ErrAddrInUse is returned by Listen when the address is taken.
 var ErrAddrInUse = errors.New("address already in use")
 
+// ErrNotLoopback is returned by Listen for an address other machines can
+// reach, unless it is allowed.
+var ErrNotLoopback = errors.New("not a loopback address")
+
 // Listen listens on addr (host:port; port 0 picks a free one). A port in use
-// is an error wrapping ErrAddrInUse.
-func Listen(addr string) (net.Listener, error) {
+// is an error wrapping ErrAddrInUse; an address that is not loopback (one
+// that other machines can reach: an interface's, 0.0.0.0, [::]) one
+// wrapping ErrNotLoopback unless remote is true.
+func Listen(addr string, remote bool) (net.Listener, error) {
 	l, err := net.Listen("tcp", addr)
 	if errors.Is(err, syscall.EADDRINUSE) {
 		return nil, fmt.Errorf("listen on %s: %w (another program has it: choose another --listen)", addr, ErrAddrInUse)
@@ -163,7 +176,17 @@ func Listen(addr string) (net.Listener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", addr, err)
 	}
+	if !remote && !Loopback(l.Addr()) {
+		l.Close()
+		return nil, fmt.Errorf("listen on %s: %w: other machines could reach it (--allow-remote allows it)", addr, ErrNotLoopback)
+	}
 	return l, nil
+}
+
+// Loopback reports whether a is a loopback address.
+func Loopback(a net.Addr) bool {
+	ta, ok := a.(*net.TCPAddr)
+	return ok && ta.IP.IsLoopback()
 }
 
 // badRequest is a parameter the API cannot use.
@@ -190,6 +213,15 @@ func writeErr(w http.ResponseWriter, err error) {
 	if errors.Is(err, query.ErrAggregate) || errors.Is(err, query.ErrNotIndexed) {
 		code = http.StatusUnprocessableEntity
 	}
+	if errors.Is(err, ErrBusy) {
+		code = http.StatusServiceUnavailable
+		w.Header().Set("Retry-After", "1")
+	}
+	writeErrCode(w, code, err)
+}
+
+// writeErrCode answers {"error": err} with status code.
+func writeErrCode(w http.ResponseWriter, code int, err error) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	json.NewEncoder(w).Encode(map[string]string{"error": err.Error()})
@@ -197,10 +229,13 @@ func writeErr(w http.ResponseWriter, err error) {
 
 // params are the query parameters every question shares.
 type params struct {
-	f     query.Filter
-	cost  query.Cost
-	top   int
-	query map[string][]string
+	f    query.Filter
+	cost query.Cost
+	top  int // 1 to maxTop
+	// topCapped: the question asked for more than maxTop, or for all
+	// (top=0), and top is maxTop.
+	topCapped bool
+	query     map[string][]string
 }
 
 func intParam(q map[string][]string, name string, def int64) (int64, error) {
@@ -244,7 +279,9 @@ func (s *Server) parseIndexed(w http.ResponseWriter, r *http.Request) (*params, 
 }
 
 // parse reads from_ns, to_ns, at_ns (from the trace's start), pid, tid,
-// cost and top.
+// cost and top: what is outside its range is clamped where API.md says so,
+// and a 400 where it cannot be (a time past the trace's clock, a pid that
+// is not one, a negative top).
 func (s *Server) parse(r *http.Request) (*params, error) {
 	q := r.URL.Query()
 	p := &params{query: q}
@@ -261,23 +298,39 @@ func (s *Server) parse(r *http.Request) (*params, error) {
 		}
 		vals[i] = v
 	}
-	if vals[0] != 0 {
-		p.f.From = base + vals[0]
-	}
-	if vals[1] > 0 {
-		p.f.To = base + vals[1]
-		if vals[1] <= vals[0] {
-			return nil, badRequest{fmt.Sprintf("to_ns (%d) must be after from_ns (%d)", vals[1], vals[0])}
+	// A time is from the trace's start: one outside the trace is clamped
+	// to it (query.Span), one the trace's clock cannot count is a 400
+	// (it wrapped round to the whole trace). 0 is "not given", so a time
+	// that lands on the clock's 0 is taken as just before it.
+	var times [3]int64
+	for i, name := range []string{"from_ns", "to_ns", "at_ns"} {
+		v := vals[i]
+		if v == 0 {
+			continue
+		}
+		if v > math.MaxInt64-base || v < math.MinInt64-min(base, 0) {
+			return nil, badRequest{fmt.Sprintf("%s: %d ns from the trace's start is past what its clock counts", name, v)}
+		}
+		if times[i] = base + v; times[i] == 0 {
+			times[i] = -1
 		}
 	}
-	if vals[2] > 0 {
-		p.f.At = base + vals[2]
+	p.f.From, p.f.To, p.f.At = times[0], times[1], times[2]
+	if vals[1] != 0 && vals[1] <= vals[0] {
+		return nil, badRequest{fmt.Sprintf("to_ns (%d) must be after from_ns (%d)", vals[1], vals[0])}
 	}
 	if vals[3] < 0 || vals[3] > 1<<32-1 || vals[4] < 0 || vals[4] > 1<<32-1 {
 		return nil, badRequest{"pid and tid must be process and thread ids"}
 	}
 	p.f.PID, p.f.TID = uint32(vals[3]), uint32(vals[4])
-	p.top = int(max(vals[5], 0))
+	switch top := vals[5]; {
+	case top < 0:
+		return nil, badRequest{fmt.Sprintf("top: want 0 (as many as the server gives) or more, not %d", top)}
+	case top == 0 || top > maxTop:
+		p.top, p.topCapped = maxTop, true
+	default:
+		p.top = int(top)
+	}
 	p.cost = query.CostLeaks
 	if c := q.Get("cost"); c != "" {
 		cost, err := query.ParseCost(c)
@@ -286,6 +339,11 @@ func (s *Server) parse(r *http.Request) (*params, error) {
 		}
 		p.cost = cost
 	}
+	m, err := parseMatch(q)
+	if err != nil {
+		return nil, err
+	}
+	p.f.Match = m
 	return p, nil
 }
 
@@ -332,10 +390,10 @@ func (s *Server) summary(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d := s.x.Report.Document(1)
-	if p.f.PID != 0 || p.f.TID != 0 {
-		// The summary of one process or thread: the report of its
-		// blocks, as `report --pid` gives it.
-		f := query.Filter{PID: p.f.PID, TID: p.f.TID}
+	if f := (query.Filter{PID: p.f.PID, TID: p.f.TID, Match: p.f.Match}); f != (query.Filter{}) {
+		// The summary of one process, thread or the sites a filter
+		// keeps: the report of their blocks, as `report --pid` gives
+		// a process's.
 		if err := s.needEvents(); err != nil {
 			writeErr(w, err)
 			return
@@ -344,6 +402,11 @@ func (s *Server) summary(w http.ResponseWriter, r *http.Request) {
 			writeErr(w, err)
 			return
 		}
+		leave, ok := s.heavy(w, r)
+		if !ok {
+			return
+		}
+		defer leave()
 		d = s.x.WindowReport(s.windowOf(f)).Document(1)
 	}
 	d.Leaks, d.Peak, d.Allocations, d.Timeline = nil, nil, nil, nil
@@ -365,7 +428,8 @@ type Timeline struct {
 	// Coarse is true for the timeline of the heap model's pass, answered
 	// while the index is built: each point is its bucket's largest heap
 	// (max_*), and end_*, allocs and frees are 0.
-	Coarse bool `json:"coarse,omitempty"`
+	Coarse bool    `json:"coarse,omitempty"`
+	Capped *Capped `json:"capped,omitempty"` // more points were asked for than maxPoints
 	// Estimated says, for a sampled trace, that the numbers are
 	// estimates, scaled up as the report's; "" when exact.
 	Estimated string `json:"estimated,omitempty"`
@@ -398,27 +462,54 @@ func (s *Server) timeline(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
+	var capped *Capped
+	if n > maxPoints {
+		capped = &Capped{Points: maxPoints}
+	}
 	n = min(max(n, 1), maxPoints)
-	if !s.x.Ready() && p.f.From == 0 && p.f.To == 0 && p.f.PID == 0 && p.f.TID == 0 {
-		writeJSON(w, s.quickTimeline(int(n)))
+	// The heap model's coarse timeline answers the whole trace's, of
+	// every process and site, while the index is built.
+	quick := !s.x.Ready() && p.f.From == 0 && p.f.To == 0 && p.f.PID == 0 && p.f.TID == 0 && p.f.Match == ""
+	if !quick {
+		if err := s.x.Wait(r.Context()); err != nil {
+			writeErr(w, err)
+			return
+		}
+	}
+	leave, ok := s.heavy(w, r)
+	if !ok {
 		return
 	}
-	if err := s.x.Wait(r.Context()); err != nil {
-		writeErr(w, err)
+	defer leave()
+	if quick {
+		out := s.quickTimeline(int(n))
+		out.Capped = capped
+		writeJSON(w, out)
 		return
 	}
-	// The heap of the process and thread asked (pid, tid), or of all.
+	// The heap of the process, thread and sites asked (pid, tid, include,
+	// exclude), or of all.
 	sp := s.x.Span(p.f)
-	out := Timeline{FromNs: s.rel(sp.From), ToNs: s.rel(sp.To), Points: []TimelinePoint{}, Estimated: s.x.Report.Estimate(),
-		PID: p.f.PID, TID: p.f.TID}
-	if _, pk, ok := s.x.PeakOf(sp, p.f); ok {
+	out := Timeline{FromNs: s.rel(sp.From), ToNs: s.rel(sp.To), Points: []TimelinePoint{}, Capped: capped,
+		Estimated: s.x.Report.Estimate(), PID: p.f.PID, TID: p.f.TID}
+	buckets, pk, ok := s.x.TimelinePeakOf(p.f, sp, int(n))
+	if ok {
 		out.Peak = Point{TNs: s.rel(pk.Time), Bytes: pk.Bytes, Blocks: pk.Blocks}
 	}
-	for _, b := range s.x.TimelineOf(sp, int(n), p.f) {
+	for _, b := range buckets {
 		out.WidthNs = b.Width
 		out.Points = append(out.Points, TimelinePoint{TNs: s.rel(b.Time), Bucket: b})
 	}
 	writeJSON(w, out)
+}
+
+// capTop is the Capped of a list cut to p.top with more left out: set when
+// the question asked for more than the server gives.
+func (p *params) capTop(more int) *Capped {
+	if p.topCapped && more > 0 {
+		return &Capped{Top: p.top}
+	}
+	return nil
 }
 
 // Window is /api/window: the four classes of the window, in total and by
@@ -432,6 +523,7 @@ type Window struct {
 	Peak    Point         `json:"peak"`
 	Sites   []SiteClasses `json:"sites"` // by the sum of the four classes' bytes, at most top
 	More    int           `json:"more"`  // sites left out
+	Capped  *Capped       `json:"capped,omitempty"`
 	Unmatch uint64        `json:"unmatched_frees"`
 	// ExitedAIFI is what of AIFI its process's exit ended, not a free
 	// (leaks that left the heap in the window).
@@ -458,6 +550,7 @@ func classes(c [4]query.Amount) Classes {
 // SiteClasses is one site's classes.
 type SiteClasses struct {
 	Site  int                `json:"site"`
+	Name  string             `json:"name"` // symbolize.SiteName: as the JSON report names sites
 	PIDs  []uint32           `json:"pids"`
 	Stack []report.JSONFrame `json:"stack"`
 	// SuppressedBy is the rule that suppresses the site's leaks ("" when
@@ -471,6 +564,11 @@ func (s *Server) window(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	leave, ok := s.heavy(w, r)
+	if !ok {
+		return
+	}
+	defer leave()
 	res := s.windowOf(p.f)
 	out := Window{FromNs: s.rel(res.Span.From), ToNs: s.rel(res.Span.To), Total: classes(res.Total.Classes),
 		Start: res.Total.Start, End: res.Total.End, Unmatch: res.Unmatch, ExitedAIFI: res.Total.ExitedAIFI, Sites: []SiteClasses{},
@@ -503,15 +601,17 @@ func (s *Server) window(w http.ResponseWriter, r *http.Request) {
 		}
 		return rs[a].id < rs[b].id
 	})
-	if p.top > 0 && len(rs) > p.top {
+	if len(rs) > p.top {
 		out.More = len(rs) - p.top
 		rs = rs[:p.top]
 	}
 	out.Suppressed = classes(sup)
+	out.Capped = p.capTop(out.More)
 	sites := s.x.Sites()
 	for _, k := range rs {
 		st := sites[k.id]
-		sc := SiteClasses{Site: k.id, PIDs: st.PIDs, Stack: jsonStack(st.Frames), Classes: classes(res.Sites[k.id].Classes)}
+		sc := SiteClasses{Site: k.id, Name: symbolize.SiteName(st.Frames), PIDs: st.PIDs, Stack: jsonStack(st.Frames),
+			Classes: classes(res.Sites[k.id].Classes)}
 		if r := s.x.SuppressedBy(k.id); r != nil {
 			sc.SuppressedBy = r.Text
 		}
@@ -529,6 +629,13 @@ func jsonStack(fs []symbolize.Frame) []report.JSONFrame {
 	return out
 }
 
+// FlameAnswer is /api/flame: the flame graph, and whether the server's
+// node limit cut it.
+type FlameAnswer struct {
+	*query.Flame
+	Capped *Capped `json:"capped,omitempty"`
+}
+
 func (s *Server) flame(w http.ResponseWriter, r *http.Request) {
 	p, ok := s.parseEvents(w, r)
 	if !ok {
@@ -539,7 +646,7 @@ func (s *Server) flame(w http.ResponseWriter, r *http.Request) {
 	if v := q.Get("min_share"); v != "" {
 		var err error
 		share, err = strconv.ParseFloat(v, 64)
-		if err != nil || share < 0 || share > 1 {
+		if err != nil || !(share >= 0 && share <= 1) {
 			writeErr(w, badRequest{fmt.Sprintf("min_share: want a number from 0 to 1, not %q", v)})
 			return
 		}
@@ -549,14 +656,37 @@ func (s *Server) flame(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
+	asked := nodes
 	nodes = min(max(nodes, 1), maxMaxNodes)
 	inv := q.Get("invert") == "1" || q.Get("invert") == "true"
+	if err := s.waitFor(r.Context(), p.f, p.cost); err != nil {
+		writeErr(w, err)
+		return
+	}
+	leave, ok := s.heavy(w, r)
+	if !ok {
+		return
+	}
+	defer leave()
 	res, err := s.windowFor(r.Context(), p.f, p.cost)
 	if err != nil {
 		writeErr(w, err)
 		return
 	}
-	writeJSON(w, s.x.Flame(res, p.cost, inv, share, int(nodes)))
+	out := FlameAnswer{Flame: s.x.Flame(res, p.cost, inv, share, int(nodes))}
+	if asked > maxMaxNodes && len(out.Nodes) >= maxMaxNodes {
+		out.Capped = &Capped{MaxNodes: maxMaxNodes}
+	}
+	writeJSON(w, out)
+}
+
+// Functions is /api/functions.
+type Functions struct {
+	Cost      string           `json:"cost"`
+	Functions []query.Function `json:"functions"` // at most top
+	More      int              `json:"more"`      // functions left out
+	Capped    *Capped          `json:"capped,omitempty"`
+	Estimated string           `json:"estimated,omitempty"` // see Timeline
 }
 
 func (s *Server) functions(w http.ResponseWriter, r *http.Request) {
@@ -564,16 +694,36 @@ func (s *Server) functions(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	if err := s.waitFor(r.Context(), p.f, p.cost); err != nil {
+		writeErr(w, err)
+		return
+	}
+	leave, ok := s.heavy(w, r)
+	if !ok {
+		return
+	}
+	defer leave()
 	res, err := s.windowFor(r.Context(), p.f, p.cost)
 	if err != nil {
 		writeErr(w, err)
 		return
 	}
-	out := map[string]any{"cost": p.cost.String(), "functions": s.x.Functions(res, p.cost, p.top)}
-	if e := s.x.Report.Estimate(); e != "" {
-		out["estimated"] = e
+	out := Functions{Cost: p.cost.String(), Functions: s.x.Functions(res, p.cost, 0), Estimated: s.x.Report.Estimate()}
+	if len(out.Functions) > p.top {
+		out.More = len(out.Functions) - p.top
+		out.Functions = out.Functions[:p.top]
 	}
+	out.Capped = p.capTop(out.More)
 	writeJSON(w, out)
+}
+
+// CallersAnswer is /api/callers: the caller/callee view of one function,
+// at most top of each, and how many were left out.
+type CallersAnswer struct {
+	*query.Callers
+	MoreCallers int     `json:"more_callers"`
+	MoreCallees int     `json:"more_callees"`
+	Capped      *Capped `json:"capped,omitempty"`
 }
 
 // callers is the caller/callee view of one function.
@@ -586,47 +736,86 @@ func (s *Server) callers(w http.ResponseWriter, r *http.Request) {
 	if err == nil && fn == "" {
 		err = badRequest{"function: want a function's name"}
 	}
+	if err == nil {
+		err = s.waitFor(r.Context(), p.f, p.cost)
+	}
 	if err != nil {
 		writeErr(w, err)
 		return
 	}
+	leave, ok := s.heavy(w, r)
+	if !ok {
+		return
+	}
+	defer leave()
 	res, err := s.windowFor(r.Context(), p.f, p.cost)
 	if err != nil {
 		writeErr(w, err)
 		return
 	}
-	writeJSON(w, s.x.Callers(res, p.cost, fn, p.top))
+	out := CallersAnswer{Callers: s.x.Callers(res, p.cost, fn, 0)}
+	if len(out.Callers.Callers) > p.top {
+		out.MoreCallers = len(out.Callers.Callers) - p.top
+		out.Callers.Callers = out.Callers.Callers[:p.top]
+	}
+	if len(out.Callees) > p.top {
+		out.MoreCallees = len(out.Callees) - p.top
+		out.Callees = out.Callees[:p.top]
+	}
+	out.Capped = p.capTop(out.MoreCallers + out.MoreCallees)
+	writeJSON(w, out)
+}
+
+// Sites is /api/sites: the JSON report of the window, and whether the
+// server's limit cut its lists.
+type Sites struct {
+	*report.JSON
+	Capped *Capped `json:"capped,omitempty"`
 }
 
 // sites answers with the JSON report of the window: for the whole trace,
 // `heapscope report --format json --top N`'s document itself.
 func (s *Server) sites(w http.ResponseWriter, r *http.Request) {
 	p, err := s.parse(r)
+	if err == nil {
+		err = s.waitDocument(r.Context(), p)
+	}
 	if err != nil {
 		writeErr(w, err)
 		return
 	}
-	d, err := s.document(r.Context(), p)
-	if err != nil {
-		writeErr(w, err)
+	leave, ok := s.heavy(w, r)
+	if !ok {
 		return
 	}
-	writeJSON(w, d)
+	defer leave()
+	d := s.document(p)
+	out := Sites{JSON: d}
+	if n := max(len(d.Leaks), len(d.Peak), len(d.Allocations)); n >= p.top {
+		out.Capped = p.capTop(1) // a list as long as the limit: perhaps cut
+	}
+	writeJSON(w, out)
 }
 
-// document is the JSON report of p's window: the index's report for the
-// whole trace, and else the window's.
-func (s *Server) document(ctx context.Context, p *params) (*report.JSON, error) {
-	if p.f == (query.Filter{}) || s.x.Aggregate() {
-		if p.f != (query.Filter{}) {
-			return nil, query.ErrAggregate
-		}
-		return s.x.Report.Document(p.top), nil
+// waitDocument waits until the JSON report of p's window can be had: at
+// once for the whole trace, once the index is built for a window.
+func (s *Server) waitDocument(ctx context.Context, p *params) error {
+	if p.f == (query.Filter{}) {
+		return nil
 	}
-	if err := s.x.Wait(ctx); err != nil {
-		return nil, err
+	if s.x.Aggregate() {
+		return query.ErrAggregate
 	}
-	return s.x.WindowReport(s.windowOf(p.f)).Document(p.top), nil
+	return s.x.Wait(ctx)
+}
+
+// document is the JSON report of p's window (see waitDocument): the
+// index's report for the whole trace, and else the window's.
+func (s *Server) document(p *params) *report.JSON {
+	if p.f == (query.Filter{}) {
+		return s.x.Report.Document(p.top)
+	}
+	return s.x.WindowReport(s.windowOf(p.f)).Document(p.top)
 }
 
 // Histogram is /api/histogram.
@@ -653,6 +842,11 @@ func (s *Server) histogram(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	leave, ok := s.heavy(w, r)
+	if !ok {
+		return
+	}
+	defer leave()
 	res := s.windowOf(p.f)
 	tres := max(int64(s.x.Header.TimeResolution), 1)
 	out := Histogram{Sizes: []report.JSONBucket{}, Lifetimes: []LifetimeBucket{}, Live: res.Lifetime.Live, Estimated: s.x.Report.Estimate(),
@@ -677,28 +871,21 @@ func (s *Server) histogram(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) export(w http.ResponseWriter, r *http.Request) {
 	p, err := s.parse(r)
+	if err == nil && p.f != (query.Filter{}) {
+		if err = s.needEvents(); err == nil {
+			err = s.x.Wait(r.Context())
+		}
+	}
 	if err != nil {
 		writeErr(w, err)
 		return
 	}
-	var rep *report.Report
-	if p.f == (query.Filter{}) {
-		rep = s.x.Report
-	} else if err := s.needEvents(); err != nil {
-		writeErr(w, err)
-		return
-	} else if err := s.x.Wait(r.Context()); err != nil {
-		writeErr(w, err)
-		return
-	} else {
-		rep = s.x.WindowReport(s.windowOf(p.f))
-	}
-	var write func(io.Writer) error
+	var write func(io.Writer, *report.Report) error
 	switch f := r.URL.Query().Get("format"); f {
 	case "pprof":
 		w.Header().Set("Content-Type", "application/octet-stream")
 		w.Header().Set("Content-Disposition", `attachment; filename="heapscope.pb.gz"`)
-		write = rep.WritePprof
+		write = func(w io.Writer, rep *report.Report) error { return rep.WritePprof(w) }
 	case "collapsed":
 		m, err := report.ParseMetric(r.URL.Query().Get("metric"))
 		if r.URL.Query().Get("metric") == "" {
@@ -710,16 +897,25 @@ func (s *Server) export(w http.ResponseWriter, r *http.Request) {
 		}
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.Header().Set("Content-Disposition", `attachment; filename="heapscope.collapsed.txt"`)
-		write = func(w io.Writer) error { return rep.WriteCollapsed(w, m) }
+		write = func(w io.Writer, rep *report.Report) error { return rep.WriteCollapsed(w, m) }
 	case "json", "":
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Content-Disposition", `attachment; filename="heapscope.json"`)
-		write = func(w io.Writer) error { return rep.WriteJSON(w, p.top) }
+		write = func(w io.Writer, rep *report.Report) error { return rep.WriteJSON(w, p.top) }
 	default:
 		writeErr(w, badRequest{fmt.Sprintf("format: want pprof, collapsed or json, not %q", f)})
 		return
 	}
-	write(w)
+	leave, ok := s.heavy(w, r)
+	if !ok {
+		return
+	}
+	defer leave()
+	rep := s.x.Report
+	if p.f != (query.Filter{}) {
+		rep = s.x.WindowReport(s.windowOf(p.f))
+	}
+	write(w, rep)
 }
 
 // metricOf is the collapsed-stacks metric nearest a cost.
@@ -740,11 +936,12 @@ func metricOf(c query.Cost) report.Metric {
 // Diff is /api/diff: each site's cost in the window of this trace and in
 // the whole base trace, matched by symbolized frames.
 type Diff struct {
-	Cost  string     `json:"cost"`
-	Base  string     `json:"base"` // the base trace's file
-	Total DiffTotal  `json:"total"`
-	Sites []DiffSite `json:"sites"` // by the size of the difference, at most top
-	More  int        `json:"more"`
+	Cost   string     `json:"cost"`
+	Base   string     `json:"base"` // the base trace's file
+	Total  DiffTotal  `json:"total"`
+	Sites  []DiffSite `json:"sites"` // by the size of the difference, at most top
+	More   int        `json:"more"`
+	Capped *Capped    `json:"capped,omitempty"`
 	// Suppressed is present for a leak cost when a rule suppressed some.
 	Suppressed *DiffSuppressed `json:"suppressed,omitempty"`
 }
@@ -765,6 +962,7 @@ type DiffSuppressed struct {
 
 // DiffSite is one site's cost in both traces.
 type DiffSite struct {
+	Name  string             `json:"name"` // as SiteClasses'
 	Stack []report.JSONFrame `json:"stack"`
 	DiffTotal
 }
@@ -780,23 +978,34 @@ func (s *Server) diff(w http.ResponseWriter, r *http.Request) {
 	if err == nil && s.base.Aggregate() {
 		err = query.ErrAggregate
 	}
+	if err == nil {
+		err = s.waitFor(r.Context(), p.f, p.cost)
+	}
+	// The base's whole trace: from its report's pass for a quick cost.
+	baseQuick := false
+	if err == nil {
+		_, ok := s.base.Quick(query.Filter{})
+		if baseQuick = ok && query.QuickCost(p.cost) && p.f.Match == ""; !baseQuick {
+			err = s.base.Wait(r.Context())
+		}
+	}
 	if err != nil {
 		writeErr(w, err)
 		return
 	}
+	leave, ok := s.heavy(w, r)
+	if !ok {
+		return
+	}
+	defer leave()
 	res, err := s.windowFor(r.Context(), p.f, p.cost)
 	if err != nil {
 		writeErr(w, err)
 		return
 	}
-	// The base's whole trace: from its report's pass for a quick cost.
-	baseRes, ok := s.base.Quick(query.Filter{})
-	if !ok || !query.QuickCost(p.cost) {
-		if err := s.base.Wait(r.Context()); err != nil {
-			writeErr(w, err)
-			return
-		}
-		baseRes = s.baseWindow()
+	baseRes, _ := s.base.Quick(query.Filter{})
+	if !baseQuick {
+		baseRes = s.baseWindow(p.f.Match)
 	}
 	rows := query.Diff(s.x, res, s.base, baseRes, p.cost)
 	out := Diff{Cost: p.cost.String(), Base: s.base.File, Sites: []DiffSite{}}
@@ -807,18 +1016,23 @@ func (s *Server) diff(w http.ResponseWriter, r *http.Request) {
 	if sv != 0 || sb != 0 {
 		out.Suppressed = &DiffSuppressed{Value: sv, Base: sb}
 	}
-	if p.top > 0 && len(rows) > p.top {
+	if len(rows) > p.top {
 		out.More = len(rows) - p.top
 		rows = rows[:p.top]
 	}
+	out.Capped = p.capTop(out.More)
 	for _, d := range rows {
-		out.Sites = append(out.Sites, DiffSite{Stack: jsonStack(d.Frames), DiffTotal: DiffTotal{d.Value, d.Base, d.Delta}})
+		out.Sites = append(out.Sites, DiffSite{Name: symbolize.SiteName(d.Frames), Stack: jsonStack(d.Frames), DiffTotal: DiffTotal{d.Value, d.Base, d.Delta}})
 	}
 	writeJSON(w, out)
 }
 
-// baseWindow is the base trace's whole answer, computed once.
-func (s *Server) baseWindow() *query.Result {
+// baseWindow is the base trace's whole answer (computed once), or that
+// of the sites a match keeps.
+func (s *Server) baseWindow(match string) *query.Result {
+	if match != "" {
+		return s.base.Window(query.Filter{Match: match}) // the same sites of the base
+	}
 	s.baseOnce.Do(func() { s.baseRes = s.base.Window(query.Filter{}) })
 	return s.baseRes
 }

@@ -210,8 +210,23 @@ func cpuTime(pid int) time.Duration {
 	return time.Duration(ut+st) * 10 * time.Millisecond
 }
 
+// bearer is the token of the serve measured (its URL's ?token=).
+var bearer string
+
+// httpGet gets url with the token, as a script does.
+func httpGet(url string) (*http.Response, error) {
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	if bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+bearer)
+	}
+	return http.DefaultClient.Do(req)
+}
+
 func get(url string) error {
-	r, err := http.Get(url)
+	r, err := httpGet(url)
 	if err != nil {
 		return err
 	}
@@ -246,7 +261,9 @@ func serve(hs, trace string, clicks int, seed int64, waitDir string) (*serveRun,
 		return nil, fmt.Errorf("serve printed no URL: %v", err)
 	}
 	s := &serveRun{index: time.Since(start)}
-	u := strings.TrimSpace(line)
+	// http://HOST:PORT/?token=SECRET (an older serve printed no token).
+	u, tok, _ := strings.Cut(strings.TrimSpace(line), "?token=")
+	bearer = tok
 	for _, p := range []string{"api/summary", "api/timeline?points=1400", "api/flame?cost=leaks&invert=0&min_share=0.001", "api/sites?top=50"} {
 		if err := get(u + p); err != nil {
 			return nil, err
@@ -256,7 +273,7 @@ func serve(hs, trace string, clicks int, seed int64, waitDir string) (*serveRun,
 	s.pageCPU = cpuTime(cmd.Process.Pid)
 	// A server without /api/index (an older one) built its index before
 	// printing the URL: its 404 is not waited for.
-	r, err := http.Get(u + "api/index?wait=1")
+	r, err := httpGet(u + "api/index?wait=1")
 	if err != nil {
 		return nil, err
 	}
@@ -268,7 +285,7 @@ func serve(hs, trace string, clicks int, seed int64, waitDir string) (*serveRun,
 	s.indexed = time.Since(start)
 	cpuIndexed := cpuTime(cmd.Process.Pid)
 	// The span, for the clicks.
-	r, err = http.Get(u + "api/summary")
+	r, err = httpGet(u + "api/summary")
 	if err != nil {
 		return nil, err
 	}

@@ -32,7 +32,8 @@ For a pprof profile of the difference, use 'heapscope export --base BASE NEW'.`,
 			format := fs.String("format", "text", "text or json")
 			top := fs.Int("top", 0, "changed sites to show (text: default 10; json: default all)")
 			sortBy := fs.String("sort", "", "order sites by the change in this metric (default: the largest byte change)")
-			out := fs.String("o", "-", "write to this file instead of standard output")
+			var out output
+			out.register(fs, "-")
 			return func(args []string) error {
 				if len(args) != 2 {
 					return usagef("want two trace files: BASE NEW")
@@ -55,7 +56,7 @@ For a pprof profile of the difference, use 'heapscope export --base BASE NEW'.`,
 				if err != nil {
 					return err
 				}
-				return writeOutput(*out, func(w io.Writer) error {
+				return writeOutput(out, func(w io.Writer) error {
 					if *format == "json" {
 						return d.WriteJSON(w, o)
 					}
@@ -87,7 +88,7 @@ func (f *loadFlags) loadDiff(base, new string) (*report.Diff, error) {
 
 // exportDiff is `export --base BASE FILE`: the pprof profile of FILE minus
 // BASE.
-func exportDiff(lf *loadFlags, format, base, file, out string) error {
+func exportDiff(lf *loadFlags, format, base, file string, out output) error {
 	if format != "pprof" {
 		return usagef("--base needs --format pprof")
 	}

@@ -13,7 +13,7 @@ func init() {
 	register(&command{
 		name:    "export",
 		args:    "[flags] FILE",
-		summary: "export a trace as a pprof profile or collapsed stacks",
+		summary: "export a trace as a pprof profile, collapsed stacks or OTLP profiles",
 		help: `
 --format pprof writes a gzipped pprof profile with the sample types of Go heap
 profiles (alloc_objects, alloc_space, inuse_objects, inuse_space; "in use"
@@ -32,13 +32,15 @@ suppressed leaks are not "in use" (inuse_*). Without -o, a pprof profile
 
 --base BASE (pprof only) writes the difference FILE minus BASE, stacks matched
 by their symbolized frames as 'heapscope diff' does: what 'go tool pprof -base'
-shows, with negative values where FILE has less.`,
+shows, with negative values where FILE has less.
+` + otlpHelp,
 		setup: func(fs *flag.FlagSet) func([]string) error {
 			var lf loadFlags
 			lf.register(fs)
-			format := fs.String("format", "pprof", "pprof or collapsed")
+			format := fs.String("format", "pprof", "pprof, collapsed or otlp")
 			metric := fs.String("metric", "alloc_space", "collapsed: the value of each stack")
-			out := fs.String("o", "", "output file ('-' for standard output)")
+			var out output
+			out.register(fs, "")
 			base := fs.String("base", "", "pprof: write the difference from this trace (go tool pprof -base semantics)")
 			return func(args []string) error {
 				if len(args) != 1 {
@@ -50,21 +52,26 @@ shows, with negative values where FILE has less.`,
 				}
 				switch *format {
 				case "pprof":
-					if *out == "" && isTerminal(os.Stdout) {
+					if out.path == "" && isTerminal(os.Stdout) {
 						return usagef("--format pprof needs -o FILE (or -o - for standard output)")
 					}
 				case "collapsed":
+				case "otlp":
+					if *base != "" {
+						return usagef("--base applies to --format pprof, not otlp")
+					}
+					return exportOTLP(&lf, args[0], out)
 				default:
-					return usagef("--format: want pprof or collapsed, not %q", *format)
+					return usagef("--format: want pprof, collapsed or otlp, not %q", *format)
 				}
 				if *base != "" {
-					return exportDiff(&lf, *format, *base, args[0], *out)
+					return exportDiff(&lf, *format, *base, args[0], out)
 				}
 				rep, err := lf.load(args[0])
 				if err != nil {
 					return err
 				}
-				return writeOutput(*out, func(w io.Writer) error {
+				return writeOutput(out, func(w io.Writer) error {
 					if *format == "pprof" {
 						return rep.WritePprof(w)
 					}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/heapscope/heapscope/analyze"
+	"github.com/heapscope/heapscope/internal/safefile"
 	"github.com/heapscope/heapscope/report"
 	"github.com/heapscope/heapscope/suppress"
 	"github.com/heapscope/heapscope/symbolize"
@@ -60,7 +62,8 @@ windows, their classes and the histograms.`,
 			format := fs.String("format", "text", "text, json or html")
 			top := fs.Int("top", 0, "sites per section (text: default 10; json: default all)")
 			fullNames := fs.Bool("full-names", false, "text: print C++ names whole (by default the arguments of templates are elided: std::vector<…>::push_back)")
-			out := fs.String("o", "-", "write to this file instead of standard output")
+			var out output
+			out.register(fs, "-")
 			base := fs.String("base", "", "compare with this trace (`FILE2`), as 'heapscope diff FILE2 FILE' does")
 			return func(args []string) error {
 				if len(args) != 1 {
@@ -73,19 +76,19 @@ windows, their classes and the histograms.`,
 					return usagef("--format: want text, json or html, not %q", *format)
 				}
 				if *format == "html" {
-					return writeHTMLReport(&lf, args[0], *out)
+					return writeHTMLReport(&lf, args[0], out)
 				}
 				if *top < 0 {
 					return usagef("--top must not be negative")
 				}
 				if *base != "" {
-					return writeReportWithBase(&lf, *base, args[0], *format, *top, *fullNames, *out)
+					return writeReportWithBase(&lf, *base, args[0], *format, *top, *fullNames, out)
 				}
 				rep, err := lf.load(args[0])
 				if err != nil {
 					return err
 				}
-				return writeOutput(*out, func(w io.Writer) error {
+				return writeOutput(out, func(w io.Writer) error {
 					if *format == "json" {
 						return rep.WriteJSON(w, *top)
 					}
@@ -233,23 +236,27 @@ func (f *loadFlags) rules() ([]*suppress.Rule, error) {
 	return rules, nil
 }
 
-// writeOutput runs write on standard output ("-") or on the file path,
-// which it creates; a failed write removes the partial file.
-func writeOutput(path string, write func(io.Writer) error) error {
-	if path == "-" || path == "" {
+// output is the -o and --overwrite flags of a command that writes a file.
+type output struct {
+	path      string
+	overwrite bool
+}
+
+func (o *output) register(fs *flag.FlagSet, def string) {
+	fs.StringVar(&o.path, "o", def, "write to this file instead of standard output ('-')")
+	fs.BoolVar(&o.overwrite, "overwrite", false, "replace an -o file that is a symbolic link (the link, never its target) or another user's file;\nwithout it they are refused. The file is made new, mode 0600, and named once whole")
+}
+
+// writeOutput runs write on standard output ("-" or "") or into a new file
+// that takes o's path only once whole (safefile.Write): an error, Ctrl-C or
+// a kill midway leaves what the path held before.
+func writeOutput(o output, write func(io.Writer) error) error {
+	if o.path == "-" || o.path == "" {
 		return write(os.Stdout)
 	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
+	err := safefile.Write(o.path, o.overwrite, write)
+	if errors.Is(err, safefile.ErrUnsafePath) {
+		return fmt.Errorf("%w (--overwrite replaces it)", err)
 	}
-	err = write(f)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		os.Remove(path)
-		return err
-	}
-	return nil
+	return err
 }

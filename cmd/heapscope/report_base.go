@@ -17,7 +17,7 @@ type reportWithBase struct {
 
 // writeReportWithBase is `report --base BASE FILE`: FILE's report, then
 // its diff against BASE (report.NewDiff, as `heapscope diff BASE FILE`).
-func writeReportWithBase(lf *loadFlags, base, file, format string, top int, fullNames bool, out string) error {
+func writeReportWithBase(lf *loadFlags, base, file, format string, top int, fullNames bool, out output) error {
 	d, err := lf.loadDiff(base, file)
 	if err != nil {
 		return err

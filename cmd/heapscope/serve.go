@@ -38,7 +38,7 @@ The JSON API behind it, under /api/, is documented in web/API.md.
 
 --base FILE2 compares the trace with another (of the same program, say before
 a change): the Diff view gives each site's cost in both, the sites matched by
-their symbolized frames (function, file, line, module), not their addresses.
+their symbolized frames as 'heapscope diff' matches them, not their addresses.
 
 --pid, --exe, --suppressions and --no-default-suppressions select processes
 and suppress leaks as they do for 'heapscope report': every view, of the whole
@@ -60,12 +60,19 @@ recently used index files up to 2 GiB (or a quarter of the free space, if less),
 HEAPSCOPE_INDEX_CACHE_MAX bytes (512M, 4G, ...). --no-index-cache neither reads
 nor writes an index file.
 
-The URL is the first line of standard output. It listens on loopback, on a
-free port, unless --listen says otherwise; it serves until Ctrl-C.`,
+The URL is the first line of standard output. It holds a secret of this run
+(?token=...): the page trades it for a cookie, and answers no one without
+one or the other (a script sends "Authorization: Bearer TOKEN"), nor a
+request naming another host or coming from another web site. It listens on
+loopback, on a free port, unless --listen says otherwise; an address other
+machines can reach needs --allow-remote (the page is plain HTTP: whoever sees
+the URL on the network reads the trace). It serves until Ctrl-C.`,
 		setup: func(fs *flag.FlagSet) func([]string) error {
 			var lf loadFlags
 			lf.register(fs)
-			listen := fs.String("listen", "127.0.0.1:0", "address to listen on (host:port)")
+			var sf serveFlags
+			fs.StringVar(&sf.listen, "listen", "127.0.0.1:0", "address to listen on (host:port)")
+			fs.BoolVar(&sf.remote, "allow-remote", false, "let --listen be an address other machines can reach (plain HTTP: anyone who sees the URL reads the trace)")
 			base := fs.String("base", "", "a trace to compare with")
 			session := fs.String("session", "", "follow this running session instead of a file")
 			noCache := fs.Bool("no-index-cache", false, "neither read nor write an index file: build the index every time")
@@ -80,7 +87,7 @@ free port, unless --listen says otherwise; it serves until Ctrl-C.`,
 					if err != nil {
 						return err
 					}
-					return serveLive(ctx, os.Stdout, *listen, *session, o)
+					return serveLive(ctx, os.Stdout, sf, *session, o)
 				}
 				if len(args) != 1 {
 					return usagef("want one trace file")
@@ -107,18 +114,37 @@ free port, unless --listen says otherwise; it serves until Ctrl-C.`,
 				}
 				ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 				defer stop()
-				return serve(ctx, os.Stdout, *listen, args[0], *base, o)
+				return serve(ctx, os.Stdout, sf, args[0], *base, o)
 			}
 		},
 	})
 }
 
-// serve listens on addr first (a port in use fails at once, before the
-// trace is read), reads path (and base, unless "") as the report does,
-// prints the URL and serves until ctx ends, while the windowed indexes are
-// built behind (see query.Open).
-func serve(ctx context.Context, stdout io.Writer, addr, path, base string, o query.Options) error {
-	l, err := web.Listen(addr)
+// serveFlags say where serve listens.
+type serveFlags struct {
+	listen string
+	remote bool // --allow-remote
+}
+
+// listenOn listens where f says, and warns of an address other machines can
+// reach.
+func (f serveFlags) listenOn() (net.Listener, error) {
+	l, err := web.Listen(f.listen, f.remote)
+	if err != nil {
+		return nil, err
+	}
+	if !web.Loopback(l.Addr()) {
+		fmt.Fprintf(os.Stderr, "heapscope: warning: serving on %s, which other machines can reach: the page is plain HTTP, and anyone who sees its URL (with its token) on the network can read the trace\n", l.Addr())
+	}
+	return l, nil
+}
+
+// serve listens first (a port in use fails at once, before the trace is
+// read), reads path (and base, unless "") as the report does, prints the
+// URL and serves until ctx ends, while the windowed indexes are built
+// behind (see query.Open).
+func serve(ctx context.Context, stdout io.Writer, sf serveFlags, path, base string, o query.Options) error {
+	l, err := sf.listenOn()
 	if err != nil {
 		return err
 	}
@@ -133,7 +159,7 @@ func serve(ctx context.Context, stdout io.Writer, addr, path, base string, o que
 			return err
 		}
 	}
-	return serveOn(ctx, stdout, l, web.NewWithBase(x, bx))
+	return serveOn(ctx, stdout, sf, l, web.NewWithBase(x, bx))
 }
 
 // openShown opens path (query.Open) with progress on standard error when
@@ -178,8 +204,8 @@ func openShown(ctx context.Context, path string, o query.Options) (*query.Index,
 }
 
 // serveLive is serve --session: the index follows the session.
-func serveLive(ctx context.Context, stdout io.Writer, addr, name string, o query.Options) error {
-	l, err := web.Listen(addr)
+func serveLive(ctx context.Context, stdout io.Writer, sf serveFlags, name string, o query.Options) error {
+	l, err := sf.listenOn()
 	if err != nil {
 		return err
 	}
@@ -189,32 +215,28 @@ func serveLive(ctx context.Context, stdout io.Writer, addr, name string, o query
 		return err
 	}
 	go live.Run(ctx)
-	return serveOn(ctx, stdout, l, live)
+	return serveOn(ctx, stdout, sf, l, live)
 }
 
-// serveOn prints the URL of l and serves h on it until ctx ends.
-func serveOn(ctx context.Context, stdout io.Writer, l net.Listener, h http.Handler) error {
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	fmt.Fprintf(stdout, "http://%s/\n", l.Addr())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(l) }()
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-			return err
-		}
-		return nil
+// serveOn prints the URL of l, with its token, and serves h on it, behind
+// a web.Guard, until ctx ends.
+func serveOn(ctx context.Context, stdout io.Writer, sf serveFlags, l net.Listener, h http.Handler) error {
+	var names []string
+	if host, _, err := net.SplitHostPort(sf.listen); err == nil && host != "" && net.ParseIP(host) == nil {
+		names = append(names, host) // the name --listen gave
 	}
+	g, err := web.NewGuard(h, l.Addr(), names...)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, g.URL())
+	return web.Serve(ctx, l, g)
 }
 
 // writeHTMLReport is `report --format html`: the page of serve, as one
 // file, for the whole trace, from the report's pass alone (no window
 // index: one read of the trace, no row per block in memory).
-func writeHTMLReport(lf *loadFlags, path, out string) error {
+func writeHTMLReport(lf *loadFlags, path string, out output) error {
 	if lf.from.set || lf.to.set {
 		return usagef("--format html reports the whole trace: use 'heapscope serve' for windows")
 	}

@@ -29,12 +29,18 @@ func TestServe(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
-	go func() { done <- serve(ctx, pw, "127.0.0.1:0", trace, "", query.Options{}) }()
+	go func() { done <- serve(ctx, pw, serveFlags{listen: "127.0.0.1:0"}, trace, "", query.Options{}) }()
 	url, err := bufio.NewReader(pr).ReadString('\n')
-	if err != nil || !strings.HasPrefix(url, "http://127.0.0.1:") {
-		t.Fatalf("first line %q, %v", url, err)
+	base, token, _ := strings.Cut(strings.TrimSpace(url), "?token=")
+	if err != nil || !strings.HasPrefix(url, "http://127.0.0.1:") || len(token) < 32 {
+		t.Fatalf("first line %q, %v: want the URL with a token", url, err)
 	}
-	r, err := http.Get(strings.TrimSpace(url) + "api/summary")
+	if r, err := http.Get(base + "api/summary"); err != nil || r.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("the API without the token: %v, %v", r.Status, err)
+	}
+	req, _ := http.NewRequest(http.MethodGet, base+"api/summary", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	r, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,6 +67,22 @@ func TestServe(t *testing.T) {
 	code, errs := runCLI(t, "serve", "--listen", l.Addr().String(), trace)
 	if code == 0 || !strings.Contains(errs, "address already in use") || !strings.Contains(errs, l.Addr().String()) {
 		t.Errorf("serve on a port in use: exit %d, %q", code, errs)
+	}
+	// Other machines reach 0.0.0.0: only with --allow-remote, and a warning.
+	if code, errs := runCLI(t, "serve", "--listen", "0.0.0.0:0", trace); code == 0 || !strings.Contains(errs, "--allow-remote") {
+		t.Errorf("serve --listen 0.0.0.0:0: exit %d, %q; want a refusal naming --allow-remote", code, errs)
+	}
+	remote := cli(t, "serve", "--allow-remote", "--listen", "0.0.0.0:0", trace)
+	var remoteErr syncBuffer
+	remote.Stderr = &remoteErr
+	rout, _ := remote.StdoutPipe()
+	must(t, remote.Start())
+	line, _ := bufio.NewReader(rout).ReadString('\n')
+	remote.Process.Signal(os.Interrupt)
+	remote.Wait()
+	if !strings.Contains(line, "?token=") || !strings.Contains(remoteErr.String(), "warning: serving on") ||
+		!strings.Contains(remoteErr.String(), "other machines can reach") {
+		t.Errorf("serve --allow-remote --listen 0.0.0.0:0: printed %q, warned %q", line, remoteErr.String())
 	}
 	if code, errs := runCLI(t, "serve", "--listen", "127.0.0.1:0", filepath.Join(t.TempDir(), "none.hst")); code == 0 || !strings.Contains(errs, "none.hst") {
 		t.Errorf("serve of a missing file: exit %d, %q", code, errs)

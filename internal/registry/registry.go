@@ -25,6 +25,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"os/user"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -54,6 +55,12 @@ const RootDir = "/run/heapscope/sessions"
 // caller's (made 0700); a shared $HEAPSCOPE_RUN_DIR may instead be root's
 // and, if others may write it, sticky like /tmp. Anything else fails with
 // ErrAccessDenied rather than fall back to a folder others control.
+//
+// The name in the temporary directory is known to everyone: another user
+// may make it first, to deny the caller every session. Then the registry
+// is a folder in the caller's home that no one else can make
+// (homeFallback), and stays there once made, so that every process of the
+// caller agrees; without a home, Dir fails naming who holds the name.
 func Dir() (string, error) {
 	if d := os.Getenv(DirEnv); d != "" {
 		return d, checkDir(d, true)
@@ -69,8 +76,79 @@ func Dir() (string, error) {
 		d := filepath.Join(x, "heapscope")
 		return d, checkDir(d, false)
 	}
+	home, herr := homeFallback(euid)
+	if herr == nil && ownFolder(home) {
+		return home, checkDir(home, false) // made when d was taken: kept
+	}
 	d := filepath.Join(os.TempDir(), "heapscope-"+strconv.Itoa(euid))
-	return d, checkDir(d, false)
+	err := checkDir(d, false)
+	if err == nil || !errors.Is(err, errs.ErrAccessDenied) {
+		return d, err
+	}
+	if herr == nil {
+		herr = os.MkdirAll(home, 0o700)
+	}
+	if herr != nil {
+		return "", fmt.Errorf("%w, and there is no folder of yours to use instead (%v): have it removed, or set XDG_RUNTIME_DIR or %s", err, herr, DirEnv)
+	}
+	return home, checkDir(home, false)
+}
+
+// homeFallback is the registry of a user whose folder in the temporary
+// directory another user took: heapscope/sessions-HOST in their cache
+// folder ($XDG_CACHE_HOME, else ~/.cache; the home from the password
+// database without $HOME), named by the host since a home may be shared
+// by several machines. The home must be an existing folder of the user's,
+// and the path short enough for the sockets beside the entries.
+func homeFallback(euid int) (string, error) {
+	cache := os.Getenv("XDG_CACHE_HOME")
+	home := os.Getenv("HOME")
+	if home == "" {
+		u, err := user.LookupId(strconv.Itoa(euid))
+		if err != nil {
+			return "", fmt.Errorf("no home: %w", err)
+		}
+		home = u.HomeDir
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(home, &st); err != nil {
+		return "", fmt.Errorf("home %s: %w", home, err)
+	}
+	if st.Mode&syscall.S_IFMT != syscall.S_IFDIR || int(st.Uid) != euid {
+		return "", fmt.Errorf("home %s is not a folder of yours", home)
+	}
+	if !filepath.IsAbs(cache) {
+		cache = filepath.Join(home, ".cache")
+	}
+	host, _ := os.Hostname()
+	if len(host) > 32 {
+		host = host[:32]
+	}
+	d := filepath.Join(cache, "heapscope", "sessions-"+host)
+	// sun_path holds 107 bytes: DIR/<32 hex>-<uid>.sock.
+	if n := len(d) + len("/-.sock") + 32 + len(strconv.Itoa(euid)); n > 107 {
+		return "", fmt.Errorf("%s is too long a path for the sessions' sockets", d)
+	}
+	return d, nil
+}
+
+// ownFolder reports whether dir is a folder of the caller's, not a
+// symbolic link.
+func ownFolder(dir string) bool {
+	fi, err := os.Lstat(dir)
+	if err != nil || !fi.IsDir() {
+		return false
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && int(st.Uid) == os.Geteuid()
+}
+
+// whose names the user of uid: "uid 1001 (bob)".
+func whose(uid uint32) string {
+	if u, err := user.LookupId(strconv.FormatUint(uint64(uid), 10)); err == nil {
+		return fmt.Sprintf("uid %d (%s)", uid, u.Username)
+	}
+	return fmt.Sprintf("uid %d", uid)
 }
 
 // checkDir makes dir (0700) if it is missing, and checks it is a folder the
@@ -88,9 +166,9 @@ func checkDir(dir string, shared bool) error {
 	euid := uint32(os.Geteuid())
 	switch {
 	case fi.Mode()&fs.ModeSymlink != 0:
-		return fmt.Errorf("session registry %s is a symbolic link: %w", dir, errs.ErrAccessDenied)
+		return fmt.Errorf("session registry %s is a symbolic link of %s: %w", dir, whose(st.Uid), errs.ErrAccessDenied)
 	case !fi.IsDir():
-		return fmt.Errorf("session registry %s is not a folder: %w", dir, errs.ErrAccessDenied)
+		return fmt.Errorf("session registry %s is not a folder (it is %s's): %w", dir, whose(st.Uid), errs.ErrAccessDenied)
 	case st.Uid == euid:
 		if !shared && fi.Mode().Perm()&0o077 != 0 {
 			if err := os.Chmod(dir, 0o700); err != nil {
@@ -101,7 +179,7 @@ func checkDir(dir string, shared bool) error {
 	case shared && st.Uid == 0 && (fi.Mode().Perm()&0o022 == 0 || fi.Mode()&fs.ModeSticky != 0):
 		return nil
 	}
-	return fmt.Errorf("session registry %s belongs to uid %d, not to you (uid %d): %w", dir, st.Uid, euid, errs.ErrAccessDenied)
+	return fmt.Errorf("session registry %s belongs to %s, not to you (uid %d): %w", dir, whose(st.Uid), euid, errs.ErrAccessDenied)
 }
 
 // Info is what an entry says about its session.

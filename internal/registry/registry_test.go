@@ -34,9 +34,17 @@ func TestMain(m *testing.M) {
 			Dir    string
 			Err    string
 			Denied bool
+			Found  bool
 		}{Dir: d}
 		if err != nil {
 			out.Err, out.Denied = err.Error(), errors.Is(err, errs.ErrAccessDenied)
+		} else if os.Getenv("REGISTRY_TEST_ACQUIRE") != "" {
+			// A session in it, found by its name.
+			if e, err := Acquire(d, Info{Name: "in-fallback", Owner: os.Getpid()}); err == nil {
+				info, err := Lookup(d, "IN-FALLBACK")
+				out.Found = err == nil && info.Owner == os.Getpid()
+				e.Release()
+			}
 		}
 		json.NewEncoder(os.Stdout).Encode(out)
 		os.Exit(0)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -19,6 +20,7 @@ type dirResult struct {
 	Dir    string
 	Err    string
 	Denied bool
+	Found  bool // REGISTRY_TEST_ACQUIRE: a session acquired in Dir was found by Lookup
 }
 
 // dirAsOtherUser runs Dir as the other user with env.
@@ -66,8 +68,8 @@ func TestDirPerUser(t *testing.T) {
 		if err := plant(filepath.Join(tmp, fmt.Sprintf("heapscope-%d", uid))); err != nil {
 			t.Fatal(err)
 		}
-		if r := dirAsOtherUser(t, "TMPDIR="+tmp); !r.Denied {
-			t.Errorf("Dir with a planted folder = %q, %q; want ErrAccessDenied", r.Dir, r.Err)
+		if r := dirAsOtherUser(t, "TMPDIR="+tmp); !r.Denied || !strings.Contains(r.Err, "uid 0 (root)") {
+			t.Errorf("Dir with a planted folder and no home = %q, %q; want ErrAccessDenied naming uid 0 (root)", r.Dir, r.Err)
 		}
 	}
 
@@ -169,5 +171,59 @@ func TestPlantedLinkAndFifo(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(victim); string(b) != "root's" {
 		t.Errorf("the entry symlink's target was written: %q", b)
+	}
+}
+
+// TestDirSquattedFallsBack: another user (root here) who makes a user's
+// folder in the temporary directory first, to deny them every session,
+// does not: the user's registry is then a folder of theirs in their home,
+// kept once made (every process of theirs agrees, and the squatter giving
+// the name back changes nothing), where their sessions run and are found.
+// Issue 27 #10.
+func TestDirSquattedFallsBack(t *testing.T) {
+	uid, gid := testutil.OtherUser(t)
+	// A short path: the sockets' must fit 107 bytes.
+	home, err := os.MkdirTemp("", "hs-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(home) })
+	if err := os.Chown(home, int(uid), int(gid)); err != nil {
+		t.Fatal(err)
+	}
+	host, _ := os.Hostname()
+	want := filepath.Join(home, ".cache", "heapscope", "sessions-"+host)
+	for _, plant := range []func(string) error{
+		func(p string) error { return os.Mkdir(p, 0o755) }, // a folder of root's
+		func(p string) error { return os.Symlink(t.TempDir(), p) },
+		func(p string) error { return os.WriteFile(p, nil, 0o644) },
+	} {
+		tmp := testutil.SharedDir(t)
+		squat := filepath.Join(tmp, fmt.Sprintf("heapscope-%d", uid))
+		if err := plant(squat); err != nil {
+			t.Fatal(err)
+		}
+		r := dirAsOtherUser(t, "TMPDIR="+tmp, "HOME="+home, "REGISTRY_TEST_ACQUIRE=1")
+		if r.Err != "" || r.Dir != want || !r.Found {
+			t.Fatalf("Dir with %s squatted = %q, %q, session found %v; want %s and the session there", squat, r.Dir, r.Err, r.Found, want)
+		}
+		fi, err := os.Lstat(want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st := fi.Sys().(*syscall.Stat_t); !fi.IsDir() || st.Uid != uid || fi.Mode().Perm() != 0o700 {
+			t.Errorf("%s: %v, uid %d; want a folder of uid %d's, 0700", want, fi.Mode(), st.Uid, uid)
+		}
+		// The squatter lets go: the user's processes keep the folder
+		// their sessions are in.
+		if err := os.Remove(squat); err != nil {
+			t.Fatal(err)
+		}
+		if r := dirAsOtherUser(t, "TMPDIR="+tmp, "HOME="+home); r.Dir != want {
+			t.Errorf("Dir once the squatter let go = %q, %q; want %s still", r.Dir, r.Err, want)
+		}
+		if err := os.RemoveAll(filepath.Join(home, ".cache")); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
