@@ -120,6 +120,10 @@ type Profile struct {
 	// Memory holds the samples of the processes' resident memory in the
 	// window, in the order taken.
 	Memory []event.Memory
+	// Verdicts are the heap scans of the window's processes, in the order
+	// taken; the classes they gave are the stacks' Counters.Classes. None:
+	// no scan, and the live blocks are only "live at the end".
+	Verdicts []Verdict
 
 	// Aggregate is true when some process was reported by snapshots.
 	Aggregate bool

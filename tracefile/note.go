@@ -25,6 +25,8 @@ const (
 	noteComplete = 1 << 0 // event.Verdict.Complete
 	noteFirst    = 1 << 1
 	noteLast     = 1 << 2
+	notePartial  = 1 << 3 // event.Verdict.Partial
+	noteAtExit   = 1 << 4 // event.Verdict.AtExit
 )
 
 // maxNoteEntries bounds the blocks of one verdict or census: a census of a
@@ -94,6 +96,12 @@ func (e *timelineEncoder) verdictPart(v *event.Verdict, flags byte, blocks []eve
 	e.s[sOps] = append(e.s[sOps], opNote)
 	if v.Complete {
 		flags |= noteComplete
+	}
+	if v.Partial {
+		flags |= notePartial
+	}
+	if v.AtExit {
+		flags |= noteAtExit
 	}
 	b := appendUvarint(e.s[sMisc], noteVerdict)
 	b = append(appendUvarint(b, uint64(v.PID)), flags)
@@ -285,6 +293,8 @@ func (b *noteBuilder) verdictPart(misc []byte, i int, flags byte, collect bool) 
 		}
 		v.Rules, v.Pause, v.Elapsed = event.Rules(rules), int64(pause), int64(elapsed)
 		v.Complete = flags&noteComplete != 0
+		v.Partial = flags&notePartial != 0
+		v.AtExit = flags&noteAtExit != 0
 	}
 	n, i := uvarint(misc, i)
 	// Every block takes at least 2 bytes.

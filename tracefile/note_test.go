@@ -31,6 +31,7 @@ func notes() []event.Note {
 		event.Memory{PID: math.MaxUint32, Time: 110},
 		verdict,
 		event.Verdict{PID: 1, Time: 160}, // empty, incomplete
+		event.Verdict{PID: 1, Time: 170, Partial: true, AtExit: true, Blocks: []event.BlockClass{{Addr: 64, Class: event.ClassDefinite}}},
 	}
 }
 
