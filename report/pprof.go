@@ -255,16 +255,16 @@ type Metric uint8
 
 // The metrics.
 const (
-	AllocSpace   Metric = iota // bytes allocated
-	AllocObjects               // allocation calls
-	InuseSpace                 // bytes live at the end (leaked)
-	InuseObjects               // blocks live at the end
-	Temporary                  // temporary allocations
-	PeakSpace                  // bytes live at the peak
-	LostSpace                  // bytes a leak check found definitely or indirectly lost
-	LostObjects                // blocks a leak check found definitely or indirectly lost
-	PossibleSpace              // bytes a leak check found possibly lost
-	ReachableSpace             // bytes a leak check found still reachable
+	AllocSpace     Metric = iota // bytes allocated
+	AllocObjects                 // allocation calls
+	InuseSpace                   // bytes live at the end (leaked)
+	InuseObjects                 // blocks live at the end
+	Temporary                    // temporary allocations
+	PeakSpace                    // bytes live at the peak
+	LostSpace                    // bytes a leak check found definitely or indirectly lost
+	LostObjects                  // blocks a leak check found definitely or indirectly lost
+	PossibleSpace                // bytes a leak check found possibly lost
+	ReachableSpace               // bytes a leak check found still reachable
 )
 
 var metricNames = []string{"alloc_space", "alloc_objects", "inuse_space", "inuse_objects", "temporary", "peak_space",
