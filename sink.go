@@ -229,10 +229,14 @@ func (s *sessionSink) Stats(st event.Stats) error {
 	return nil
 }
 
-// Note passes a note to the trace file.
+// Note passes a note to the trace file, and to top's totals (a leak
+// check's classes).
 func (s *sessionSink) Note(n event.Note) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.agg != nil {
+		s.agg.Note(n)
+	}
 	if s.w != nil && !s.closed {
 		return s.w.Note(n)
 	}

@@ -61,10 +61,13 @@ type TopResult struct {
 	// Seeded: the totals include what the session traced before the first
 	// query (read back from its trace file). Otherwise they begin at the
 	// first query (a realtime, circular or newfile session).
-	Seeded    bool           `json:"seeded"`
-	Aggregate bool           `json:"aggregate,omitempty"` // some process is counted by eBPF's aggregate snapshots: no temporaries, no threads
-	Totals    TopSite        `json:"totals"`              // of the processes and threads selected; Frames nil
-	Unmatched uint64         `json:"unmatched"`           // frees of blocks never seen allocated
+	Seeded    bool `json:"seeded"`
+	Aggregate bool `json:"aggregate,omitempty"` // some process is counted by eBPF's aggregate snapshots: no temporaries, no threads
+	// Scanned: a leak check classified the blocks of a process shown: the
+	// sites have lost, possibly lost and still reachable bytes.
+	Scanned   bool           `json:"scanned,omitempty"`
+	Totals    TopSite        `json:"totals"`    // of the processes and threads selected; Frames nil
+	Unmatched uint64         `json:"unmatched"` // frees of blocks never seen allocated
 	Processes []TopProcess   `json:"processes"`
 	Sites     []TopSite      `json:"sites"`
 	Modules   []event.Module `json:"modules,omitempty"` // the module records from TopQuery.Modules on
@@ -106,6 +109,12 @@ type TopSite struct {
 	// Growth is the change in LiveBytes since the client's previous query
 	// (0 on its first): over TopResult.Elapsed.
 	Growth int64 `json:"growth"`
+	// What of LiveBytes a leak check (Leaks) found lost (definitely and
+	// indirectly), possibly lost and still reachable; 0 until one did
+	// (TopResult.Scanned).
+	LostBytes      uint64 `json:"lost_bytes,omitempty"`
+	PossibleBytes  uint64 `json:"possible_bytes,omitempty"`
+	ReachableBytes uint64 `json:"reachable_bytes,omitempty"`
 }
 
 // Top returns the sites of the live session named name, which may run in
@@ -230,7 +239,7 @@ func (s *Session) Top(q TopQuery) (TopResult, error) {
 	ended := sk.closed
 	sk.mu.Unlock()
 	rows, sum, elapsed := v.Rows(&c.totals, topOrders[q.Order], q.N, q.MinElapsed)
-	r := TopResult{Time: v.Time, Elapsed: elapsed, Seeded: ts.seeded, Aggregate: v.Aggregate, Totals: TopSite(sum),
+	r := TopResult{Time: v.Time, Elapsed: elapsed, Seeded: ts.seeded, Aggregate: v.Aggregate, Scanned: v.Scanned, Totals: TopSite(sum),
 		Unmatched: v.Unmatched, Modules: v.Modules, NModules: v.NModules, Stats: stats, Ended: ended, SampleRate: int64(s.props.Sample)}
 	for _, p := range v.Processes {
 		r.Processes = append(r.Processes, TopProcess(p))
