@@ -189,6 +189,13 @@ type Properties struct {
 	// and aggregate modes); it excludes what needs every event (see
 	// Validate). The hooks see only the sampled events.
 	Sample Size `json:"sample,omitempty"`
+	// LeakCheck is when the session checks its processes for leaks (see
+	// LeakCheck and Session.Leaks): the zero value checks a program
+	// Launch starts at its exit, unless the session samples.
+	LeakCheck LeakCheck `json:"leak_check,omitempty"`
+	// LeakRules are whose rules its leak checks classify by: Memcheck's
+	// (the zero value) or LeakSanitizer's (event.RulesLSan).
+	LeakRules LeakRules `json:"leak_rules"`
 }
 
 // withDefaults returns p with its zero fields filled in, for provider: the
@@ -311,6 +318,9 @@ func (p Properties) Validate() error {
 		return bad("unknown unwinder %d", p.Unwind)
 	}
 	if err := p.validateSample(); err != nil {
+		return err
+	}
+	if err := p.validateLeakCheck(); err != nil {
 		return err
 	}
 	d := p.withDefaults(ProviderEBPF)

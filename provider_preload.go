@@ -105,7 +105,10 @@ func (b *preloadBackend) setStacks(k event.KindSet) error {
 	return b.c.SetStacks(k)
 }
 
-func (b *preloadBackend) flush() error          { return b.c.Flush() }
+func (b *preloadBackend) flush() error { return b.c.Flush() }
+func (b *preloadBackend) flushProcess(pid int) error {
+	return b.c.FlushProcess(pid)
+}
 func (b *preloadBackend) stats() event.Stats    { return b.c.Stats() }
 func (b *preloadBackend) close() error          { return b.c.Close() }
 func (b *preloadBackend) done() <-chan struct{} { return b.doneCh }

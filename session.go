@@ -86,7 +86,8 @@ type Session struct {
 	exitCode int           // the launched child's status, once exited is closed
 	exited   chan struct{} // Launch: closed when the launched child has exited
 
-	top topState // Top's totals and clients (top.go)
+	top   topState  // Top's totals and clients (top.go)
+	leaks leakState // leak checks (leaks.go)
 }
 
 // MaxNameLen is the longest session name, in characters; a longer one is
@@ -140,6 +141,9 @@ func Launch(name string, props Properties, cmd *exec.Cmd) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
+	if s.props.checksAtExit() {
+		s.keepTotalsFromStart()
+	}
 	if err := s.b.launch(cmd); err != nil {
 		s.abort()
 		return nil, fmt.Errorf("starting %s: %w", cmd.Path, err)
@@ -156,7 +160,17 @@ func Launch(name string, props Properties, cmd *exec.Cmd) (*Session, error) {
 	s.child = cmd
 	s.exited = make(chan struct{})
 	s.mu.Unlock()
+	if s.props.checksAtExit() {
+		s.watchExit(cmd.Process.Pid)
+	}
+	w := s.exitWatch()
 	go func() {
+		// A wait of the parent reports (and takes) its child's ptrace
+		// stops too: while the exit is watched, wait only once it has
+		// ended.
+		if w != nil {
+			<-w.Done()
+		}
 		// Wait reports the child's end to the backend, which ends the
 		// session once the child's events are in.
 		cmd.Wait()
@@ -390,6 +404,9 @@ func (s *Session) Update(c Change) error {
 func (s *Session) Stop() error {
 	s.stopOnce.Do(func() {
 		var errList []error
+		if w := s.exitWatch(); w != nil {
+			w.Close() // stopped by name: the program runs on, untraced
+		}
 		s.sink.sampleMemory() // before the provider ends: its processes may be gone after
 		if err := s.b.close(); err != nil {
 			errList = append(errList, err)

@@ -39,6 +39,7 @@ type sessionSink struct {
 	call      Call
 	agg       *totals.Totals  // per-stack totals, while a Top client asks (top.go)
 	running   map[uint32]bool // processes with a record and no exit: their memory is sampled (memory.go)
+	images    map[uint32]int  // Process records by PID: more than one, it executed new programs (leaks.go)
 }
 
 func (s *sessionSink) setHooks(h Hooks) {
@@ -78,6 +79,10 @@ func (s *sessionSink) Process(p event.Process) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.started(p.PID)
+	if s.images == nil {
+		s.images = map[uint32]int{}
+	}
+	s.images[p.PID]++
 	if s.agg != nil {
 		s.agg.Process(p)
 	}

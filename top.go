@@ -134,12 +134,16 @@ var topLease = 30 * time.Second
 
 // topState is the session's side of Top.
 type topState struct {
-	mu      sync.Mutex // held by a query
-	on      bool
-	gen     int // subscriptions so far: a read-back of an expired one is dropped
-	seeded  bool
-	clients map[string]*topClient
-	last    time.Time
+	mu     sync.Mutex // held by a query
+	on     bool
+	gen    int // subscriptions so far: a read-back of an expired one is dropped
+	seeded bool
+	// fromStart: the totals were on from the session's start (for a leak
+	// check at exit of a session whose file cannot be read back), and
+	// are kept (keepTotals).
+	fromStart bool
+	clients   map[string]*topClient
+	last      time.Time
 	// reading: the trace file is being read back (see subscribe); read
 	// counts the bytes read of readSize (one counter per read-back: that of
 	// an expired subscription may still run).
@@ -360,7 +364,7 @@ func (s *Session) expireTop(topLease time.Duration) {
 		}
 		ts := &s.top
 		ts.mu.Lock()
-		if time.Since(ts.last) > topLease {
+		if time.Since(ts.last) > topLease && !ts.fromStart {
 			ts.on, ts.clients = false, nil
 			s.sink.mu.Lock()
 			s.sink.agg = nil

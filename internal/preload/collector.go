@@ -364,6 +364,7 @@ const (
 	reqFlush
 	reqClose
 	reqChildren
+	reqFlushProcess // FlushProcess (flushpid.go)
 )
 
 type request struct {

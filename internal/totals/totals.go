@@ -618,6 +618,10 @@ func (a *Totals) Note(n event.Note) error {
 	return nil
 }
 
+// Time is how far the totals go: the time of the latest event or snapshot
+// counted.
+func (a *Totals) Time() int64 { return a.lastTime }
+
 // LiveBlock is a block live in the totals.
 type LiveBlock struct {
 	Addr, Size uint64
