@@ -164,13 +164,15 @@ func Launch(name string, props Properties, cmd *exec.Cmd) (*Session, error) {
 		s.watchExit(cmd.Process.Pid)
 	}
 	w := s.exitWatch()
+	pidfd := openPidfd(cmd.Process.Pid)
 	go func() {
 		// A wait of the parent reports (and takes) its child's ptrace
-		// stops too: while the exit is watched, wait only once it has
-		// ended.
+		// stops too, a leak check's among them: wait only once the
+		// child has ended (its pidfd is readable then, and not before).
 		if w != nil {
 			<-w.Done()
 		}
+		waitEnded(pidfd)
 		// Wait reports the child's end to the backend, which ends the
 		// session once the child's events are in.
 		cmd.Wait()
@@ -523,6 +525,9 @@ type Status struct {
 	// Unwind is what the unwind tables cost, when the session walks stacks
 	// with them.
 	Unwind *UnwindStatus `json:"unwind,omitempty"`
+	// Processes are every process the session traces now: PIDs and the
+	// processes they forked that it follows (Leaks checks any of them).
+	Processes []int `json:"processes,omitempty"`
 }
 
 // Status returns the session's current state.
@@ -538,5 +543,6 @@ func (s *Session) Status() Status {
 	if u, ok := s.b.(unwindReporter); ok {
 		st.Unwind = u.unwindStatus()
 	}
+	st.Processes = s.livePIDs()
 	return st
 }

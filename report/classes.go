@@ -7,6 +7,7 @@ import (
 
 	"github.com/heapscope/heapscope/analyze"
 	"github.com/heapscope/heapscope/event"
+	"github.com/heapscope/heapscope/symbolize"
 )
 
 // The reachability classes as reports name them, by event.Class: the words
@@ -314,3 +315,7 @@ func (r *Report) leakCheckJSON() *JSONLeakCheck {
 	}
 	return lc
 }
+
+// FrameText is one frame on one line as the text report prints it:
+// function (template arguments elided), file:line, module.
+func FrameText(f *symbolize.Frame) string { return frameText(f, false) }

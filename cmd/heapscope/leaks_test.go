@@ -1,0 +1,520 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/heapscope/heapscope"
+	"github.com/heapscope/heapscope/event"
+	"github.com/heapscope/heapscope/internal/ebpf"
+	"github.com/heapscope/heapscope/internal/testutil"
+	"github.com/heapscope/heapscope/tracefile"
+)
+
+// planted is a line "block LABEL ADDR SIZE CLASS" of scan_planted.
+type planted struct {
+	label string
+	addr  uint64
+	size  uint64
+	class event.Class // Memcheck's, as the program planted it
+}
+
+var plantedLine = regexp.MustCompile(`^block (.+) 0x([0-9a-f]+) (\d+) (\w+)$`)
+
+// readPlanted reads scan_planted's block lines up to "ready PID".
+func readPlanted(t *testing.T, r *bufio.Reader) (blocks []planted, pid int) {
+	t.Helper()
+	for {
+		l, err := r.ReadString('\n')
+		if err != nil {
+			t.Fatalf("reading scan_planted: %v (%q)", err, l)
+		}
+		l = strings.TrimSpace(l)
+		if p, ok := strings.CutPrefix(l, "ready "); ok {
+			pid, _ = strconv.Atoi(p)
+			return blocks, pid
+		}
+		if strings.HasPrefix(l, "waiting ") {
+			continue
+		}
+		m := plantedLine.FindStringSubmatch(l)
+		if m == nil {
+			t.Fatalf("scan_planted said %q", l)
+		}
+		addr, _ := strconv.ParseUint(m[2], 16, 64)
+		size, _ := strconv.ParseUint(m[3], 10, 64)
+		c, err := event.ParseClass(m[4])
+		if err != nil {
+			t.Fatal(err)
+		}
+		blocks = append(blocks, planted{m[1], addr, size, c})
+	}
+}
+
+// lsanClass is what LeakSanitizer's rules make of a Memcheck class: an
+// interior pointer reaches, and a lost cycle is all indirect.
+func lsanClass(label string, c event.Class) event.Class {
+	switch {
+	case c == event.ClassPossible:
+		return event.ClassReachable
+	case strings.HasPrefix(label, "cycle "):
+		return event.ClassIndirect
+	}
+	return c
+}
+
+// noteSink keeps a trace's verdicts and warnings.
+type noteSink struct {
+	event.Sink
+	verdicts []event.Verdict
+	warnings []event.Warning
+}
+
+func (s *noteSink) Note(n event.Note) error {
+	switch n := n.(type) {
+	case event.Verdict:
+		s.verdicts = append(s.verdicts, n)
+	case event.Warning:
+		s.warnings = append(s.warnings, n)
+	}
+	return nil
+}
+
+// traceNotes returns the verdicts and warnings of a trace.
+func traceNotes(t *testing.T, path string) *noteSink {
+	t.Helper()
+	r, err := tracefile.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	s := &noteSink{Sink: event.Discard}
+	if err := r.Replay(s, tracefile.Window{}); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// classesOf returns the classes a verdict of pid gave the planted blocks.
+func classesOf(t *testing.T, ns *noteSink, pid int, blocks []planted) (map[string]event.Class, event.Verdict) {
+	t.Helper()
+	var v *event.Verdict
+	for i := range ns.verdicts {
+		if int(ns.verdicts[i].PID) == pid {
+			v = &ns.verdicts[i]
+		}
+	}
+	if v == nil {
+		t.Fatalf("no verdict of pid %d in the trace (%d verdicts; warnings %+v)", pid, len(ns.verdicts), ns.warnings)
+	}
+	by := map[uint64]event.Class{}
+	for _, b := range v.Blocks {
+		by[b.Addr] = b.Class
+	}
+	got := map[string]event.Class{}
+	for _, b := range blocks {
+		c, ok := by[b.addr]
+		if !ok {
+			t.Errorf("pid %d: the verdict does not list %s (%#x)", pid, b.label, b.addr)
+			c = event.Class(255)
+		}
+		got[b.label] = c
+	}
+	return got, *v
+}
+
+// runPlanted runs scan_planted (with args) under heapscope run with flags,
+// lets it end, and returns its blocks, the pid that printed them and the
+// trace.
+func runPlanted(t *testing.T, flags []string, args ...string) ([]planted, int, string) {
+	t.Helper()
+	bin := testutil.MustBuild(t, "scan_planted", testutil.Options{})
+	trace := filepath.Join(t.TempDir(), "p.hst")
+	cmd := cli(t, append(append(append([]string{"run", "-q", "-o", trace}, flags...), "--", bin), args...)...)
+	cmd.Stderr = os.Stderr
+	in, out := testutil.StartPiped(t, cmd)
+	blocks, pid := readPlanted(t, bufio.NewReader(out))
+	io.WriteString(in, "go\n")
+	io.Copy(io.Discard, out)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("heapscope run: %v", err)
+	}
+	return blocks, pid, trace
+}
+
+// memcheckAtExit runs scan_planted under valgrind's Memcheck with a leak
+// check at its exit (--leak-check=full --show-leak-kinds=all), and returns
+// the class of each planted block (by its size: each has its own, and its
+// own allocation stack, so each loss record holds one), and the blocks as
+// the program printed them under valgrind.
+func memcheckAtExit(t *testing.T, bin string, args ...string) (map[string]event.Class, []planted) {
+	t.Helper()
+	vg := testutil.Tool(t, "valgrind")
+	cmd := exec.Command(vg, append([]string{"--leak-check=full", "--show-leak-kinds=all", "--run-libc-freeres=no", bin}, args...)...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	in, out := testutil.StartPiped(t, cmd)
+	blocks, _ := readPlanted(t, bufio.NewReader(out))
+	io.WriteString(in, "go\n")
+	io.Copy(io.Discard, out)
+	cmd.Wait()
+	// The exit's check is the last: what follows its HEAP SUMMARY.
+	s := stderr.String()
+	if i := strings.LastIndex(s, "HEAP SUMMARY"); i >= 0 {
+		s = s[i:]
+	}
+	kinds := map[string]event.Class{"definitely lost": event.ClassDefinite, "indirectly lost": event.ClassIndirect,
+		"possibly lost": event.ClassPossible, "still reachable": event.ClassReachable}
+	rec := regexp.MustCompile(`([\d,]+) (?:\(([\d,]+) direct, [\d,]+ indirect\) )?bytes in 1 blocks are (definitely lost|indirectly lost|possibly lost|still reachable) in loss record`)
+	bySize := map[uint64]event.Class{}
+	for _, m := range rec.FindAllStringSubmatch(s, -1) {
+		size := m[1]
+		if m[2] != "" {
+			size = m[2]
+		}
+		n, _ := strconv.ParseUint(strings.ReplaceAll(size, ",", ""), 10, 64)
+		bySize[n] = kinds[m[3]]
+	}
+	got := map[string]event.Class{}
+	for _, b := range blocks {
+		c, ok := bySize[b.size]
+		if !ok {
+			t.Errorf("Memcheck at exit has no loss record of %d bytes (%s)", b.size, b.label)
+		}
+		got[b.label] = c
+	}
+	return got, blocks
+}
+
+// lsanLost builds scan_planted with -fsanitize=leak and runs it: it asks
+// for LeakSanitizer's check at its ready point. It returns the class of
+// each planted block LeakSanitizer reports (direct or indirect leak), and
+// still reachable for the others.
+func lsanLost(t *testing.T, args ...string) map[string]event.Class {
+	t.Helper()
+	bin, err := testutil.Build("scan_planted", testutil.Options{Flags: []string{"-fsanitize=leak"}})
+	if err != nil {
+		testutil.SkipWithout(t, err)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), "LSAN_OPTIONS=exitcode=23")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	// The check ends the program when it finds leaks (exitcode): the
+	// block lines come, and no "ready".
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var blocks []planted
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		if m := plantedLine.FindStringSubmatch(sc.Text()); m != nil {
+			size, _ := strconv.ParseUint(m[3], 10, 64)
+			blocks = append(blocks, planted{label: m[1], size: size})
+		}
+	}
+	cmd.Wait()
+	if len(blocks) == 0 {
+		t.Fatalf("the LeakSanitizer build printed no blocks; stderr:\n%s", stderr.String())
+	}
+	leak := regexp.MustCompile(`(Direct|Indirect) leak of (\d+) byte\(s\) in 1 object`)
+	bySize := map[uint64]event.Class{}
+	for _, m := range leak.FindAllStringSubmatch(stderr.String(), -1) {
+		n, _ := strconv.ParseUint(m[2], 10, 64)
+		bySize[n] = event.ClassDefinite
+		if m[1] == "Indirect" {
+			bySize[n] = event.ClassIndirect
+		}
+	}
+	got := map[string]event.Class{}
+	for _, b := range blocks {
+		c, ok := bySize[b.size]
+		if !ok {
+			c = event.ClassReachable
+		}
+		got[b.label] = c
+	}
+	return got
+}
+
+// comparePlanted checks heapscope's classes of the planted blocks against
+// the planted ones, Memcheck's (mc, from blocks planted under valgrind) and,
+// when lsan is set, heapscope's under LeakSanitizer's rules (ls) against
+// LeakSanitizer's.
+func comparePlanted(t *testing.T, blocks []planted, got map[string]event.Class, vg map[string]event.Class, vgBlocks []planted) {
+	t.Helper()
+	for _, b := range blocks {
+		if got[b.label] != b.class {
+			t.Errorf("%s: heapscope %v, planted %v", b.label, got[b.label], b.class)
+		}
+	}
+	native := map[string]event.Class{}
+	for _, b := range blocks {
+		native[b.label] = b.class
+	}
+	for _, b := range vgBlocks {
+		// The same role (a cycle's block is definite by its address,
+		// which differs under valgrind): the same class.
+		if native[b.label] == b.class && got[b.label] != vg[b.label] {
+			t.Errorf("%s: heapscope %v, Memcheck %v", b.label, got[b.label], vg[b.label])
+		}
+	}
+}
+
+func providers(t *testing.T) []string {
+	out := []string{"preload"}
+	if err := ebpf.Available(); err == nil {
+		out = append(out, "ebpf")
+	} else if os.Getenv("HEAPSCOPE_REQUIRE_TOOLS") == "1" {
+		t.Errorf("eBPF unavailable: %v", err)
+	} else {
+		t.Logf("eBPF unavailable, preload only: %v", err)
+	}
+	return out
+}
+
+// TestRunLeakCheckPlanted: scan_planted traced by heapscope run, which
+// checks it at its exit, under each provider: every planted block's class
+// is Memcheck's (checked at the program's exit under valgrind), and with
+// --leak-rules lsan the lost set is LeakSanitizer's.
+func TestRunLeakCheckPlanted(t *testing.T) {
+	bin := testutil.MustBuild(t, "scan_planted", testutil.Options{})
+	vg, vgBlocks := memcheckAtExit(t, bin)
+	lsan := lsanLost(t)
+	for _, prov := range providers(t) {
+		t.Run(prov, func(t *testing.T) {
+			blocks, pid, trace := runPlanted(t, []string{"--provider", prov})
+			got, v := classesOf(t, traceNotes(t, trace), pid, blocks)
+			if !v.AtExit || !v.Complete || v.Partial || v.Pause <= 0 {
+				t.Errorf("verdict at exit %v, complete %v, partial %v, pause %v", v.AtExit, v.Complete, v.Partial, time.Duration(v.Pause))
+			}
+			comparePlanted(t, blocks, got, vg, vgBlocks)
+
+			blocks, pid, trace = runPlanted(t, []string{"--provider", prov, "--leak-rules", "lsan"})
+			ls, v := classesOf(t, traceNotes(t, trace), pid, blocks)
+			if v.Rules != event.RulesLSan {
+				t.Errorf("rules %v", v.Rules)
+			}
+			for _, b := range blocks {
+				if want := lsanClass(b.label, b.class); ls[b.label] != want {
+					t.Errorf("%s: heapscope (LeakSanitizer's rules) %v, want %v", b.label, ls[b.label], want)
+				}
+				if ls[b.label] != lsan[b.label] {
+					t.Errorf("%s: heapscope (LeakSanitizer's rules) %v, LeakSanitizer %v", b.label, ls[b.label], lsan[b.label])
+				}
+			}
+			for _, b := range blocks {
+				t.Logf("%-16s heapscope %-10v Memcheck %-10v | heapscope-LSan %-10v LSan %v", b.label, got[b.label], vg[b.label], ls[b.label], lsan[b.label])
+			}
+		})
+	}
+}
+
+// TestRunNoLeakCheck: --no-leak-check leaves no verdict, and the program is
+// not traced with ptrace.
+func TestRunNoLeakCheck(t *testing.T) {
+	bin := testutil.MustBuild(t, "scan_planted", testutil.Options{})
+	trace := filepath.Join(t.TempDir(), "p.hst")
+	cmd := cli(t, "run", "-q", "--no-leak-check", "-o", trace, "--", bin)
+	in, out := testutil.StartPiped(t, cmd)
+	_, pid := readPlanted(t, bufio.NewReader(out))
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), "TracerPid:\t0\n") {
+		t.Errorf("the program is traced without a leak check:\n%s", b)
+	}
+	io.WriteString(in, "go\n")
+	io.Copy(io.Discard, out)
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if ns := traceNotes(t, trace); len(ns.verdicts) != 0 {
+		t.Errorf("%d verdicts with --no-leak-check", len(ns.verdicts))
+	}
+}
+
+// sessionName waits for the session name to answer a query.
+func waitSession(t *testing.T, name string) {
+	t.Helper()
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if exitCodeOf(cli(t, "query", name)) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("session %q never answered", name)
+		}
+	}
+}
+
+func exitCodeOf(cmd *exec.Cmd) int {
+	if err := cmd.Run(); err != nil {
+		if ee, ok := err.(*exec.ExitError); ok {
+			return ee.ExitCode()
+		}
+		return -1
+	}
+	return 0
+}
+
+// leaksJSON runs heapscope leaks --json with args.
+func leaksJSON(t *testing.T, args ...string) heapscope.LeaksResult {
+	t.Helper()
+	cmd := cli(t, append([]string{"leaks", "--json"}, args...)...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("heapscope leaks %v: %v\n%s", args, err, stderr.String())
+	}
+	var r heapscope.LeaksResult
+	if err := json.Unmarshal(out, &r); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	return r
+}
+
+// TestLeaksRunning: heapscope leaks checks scan_planted while it runs:
+// traced by heapscope run from its start (each provider), every block's
+// class is the planted one, as Memcheck's and LeakSanitizer's checks at the
+// same point give it (scan/roots' TestPlanted compares those); traced by an
+// attach before it plants (late), the same. In the forked child (fork), the
+// blocks it inherited are not known: its own get their classes.
+func TestLeaksRunning(t *testing.T) {
+	bin := testutil.MustBuild(t, "scan_planted", testutil.Options{})
+	for _, prov := range providers(t) {
+		for _, mode := range []string{"", "fork"} {
+			t.Run(prov+"/"+mode, func(t *testing.T) {
+				name := fmt.Sprintf("leaks-%s-%s-%d", prov, mode, os.Getpid())
+				trace := filepath.Join(t.TempDir(), "p.hst")
+				args := []string{"run", "-q", "--no-leak-check", "--provider", prov, "--name", name, "-o", trace, "--", bin}
+				if mode != "" {
+					args = append(args, mode)
+				}
+				cmd := cli(t, args...)
+				cmd.Stderr = os.Stderr
+				in, out := testutil.StartPiped(t, cmd)
+				blocks, pid := readPlanted(t, bufio.NewReader(out))
+				waitSession(t, name)
+				for _, rules := range []string{"memcheck", "lsan"} {
+					r := leaksJSON(t, "-p", strconv.Itoa(pid), "--rules", rules)
+					if len(r.Processes) != 1 || r.Processes[0].Error != "" {
+						t.Fatalf("leaks: %+v", r)
+					}
+					p := r.Processes[0]
+					if p.Paused <= 0 || p.Paused > p.Elapsed {
+						t.Errorf("paused %v of %v", time.Duration(p.Paused), time.Duration(p.Elapsed))
+					}
+					if (mode == "fork") != p.Partial {
+						t.Errorf("%s: partial %v: %v", mode, p.Partial, p.Notes)
+					}
+				}
+				io.WriteString(in, "go\n")
+				io.Copy(io.Discard, out)
+				if err := cmd.Wait(); err != nil {
+					t.Fatal(err)
+				}
+				ns := traceNotes(t, trace)
+				var mc, ls map[string]event.Class
+				for _, v := range ns.verdicts {
+					if int(v.PID) != pid {
+						continue
+					}
+					got, _ := classesOf(t, &noteSink{verdicts: []event.Verdict{v}}, pid, knownBlocks(blocks, mode))
+					if v.Rules == event.RulesLSan {
+						ls = got
+					} else {
+						mc = got
+					}
+				}
+				for _, b := range knownBlocks(blocks, mode) {
+					if mc[b.label] != b.class {
+						t.Errorf("%s: heapscope %v, planted %v", b.label, mc[b.label], b.class)
+					}
+					if want := lsanClass(b.label, b.class); ls[b.label] != want {
+						t.Errorf("%s: heapscope (LeakSanitizer's rules) %v, want %v", b.label, ls[b.label], want)
+					}
+				}
+			})
+		}
+	}
+}
+
+// knownBlocks are the planted blocks a session tracing the process knows:
+// in a forked child, not those it inherited.
+func knownBlocks(blocks []planted, mode string) []planted {
+	if mode != "fork" {
+		return blocks
+	}
+	var out []planted
+	for _, b := range blocks {
+		if strings.HasPrefix(b.label, "fork child") {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// TestLeaksAttached: an attach before scan_planted plants its blocks
+// (late): heapscope leaks classifies them as Memcheck does, though the
+// check is partial (the blocks from before the attach are not known).
+func TestLeaksAttached(t *testing.T) {
+	if err := ebpf.Available(); err != nil {
+		testutil.SkipWithoutEBPF(t, err)
+	}
+	bin := testutil.MustBuild(t, "scan_planted", testutil.Options{})
+	prog := exec.Command(bin, "late")
+	in, out := testutil.StartPiped(t, prog)
+	br := bufio.NewReader(out)
+	l, _ := br.ReadString('\n')
+	var pid int
+	if _, err := fmt.Sscanf(l, "waiting %d", &pid); err != nil {
+		t.Fatalf("scan_planted said %q", l)
+	}
+	name := fmt.Sprintf("leaks-attach-%d", os.Getpid())
+	trace := filepath.Join(t.TempDir(), "a.hst")
+	att := cli(t, "attach", "-q", "-p", strconv.Itoa(pid), "--name", name, "-o", trace)
+	att.Stderr = os.Stderr
+	if err := att.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer att.Process.Kill()
+	waitSession(t, name)
+	io.WriteString(in, "plant\n")
+	blocks, _ := readPlanted(t, br)
+	cli(t, "flush", name).Run()
+	r := leaksJSON(t, name)
+	if len(r.Processes) != 1 || r.Processes[0].Error != "" || !r.Processes[0].Partial {
+		t.Fatalf("leaks: %+v", r)
+	}
+	if err := cli(t, "stop", name).Run(); err != nil {
+		t.Fatal(err)
+	}
+	att.Wait()
+	io.WriteString(in, "go\n")
+	prog.Wait()
+	got, v := classesOf(t, traceNotes(t, trace), pid, blocks)
+	if !v.Partial {
+		t.Error("the verdict of an attached process is not partial")
+	}
+	for _, b := range blocks {
+		if got[b.label] != b.class {
+			t.Errorf("%s: heapscope %v, planted %v", b.label, got[b.label], b.class)
+		}
+	}
+}
