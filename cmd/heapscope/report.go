@@ -62,7 +62,7 @@ heapscope leaks checks a running session), LEAKS are the blocks definitely
 and indirectly lost, POSSIBLY LOST and STILL REACHABLE follow with their
 totals, as Memcheck's summary gives them; without one, LEAKS are every block
 still live at the end.
-`+gateHelp,
+` + gateHelp,
 		setup: func(fs *flag.FlagSet) func([]string) error {
 			var lf loadFlags
 			lf.register(fs)

@@ -39,7 +39,7 @@ indirectly lost, possibly lost or still reachable. The report's LEAKS are the
 lost ones. For that heapscope traces the program (ptrace) from its start,
 which costs it a round trip per signal it takes, thread it makes and exec,
 and keeps another debugger off it: --no-leak-check turns the check off.
-`+gateHelp,
+` + gateHelp,
 		setup: func(fs *flag.FlagSet) func([]string) error {
 			var sf sessionFlags
 			sf.register(fs)
