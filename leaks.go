@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -363,6 +364,7 @@ func (s *Session) check(pid int, held *stopped.Process, q LeaksQuery) (r LeakChe
 		blocks[i] = scan.Block{Addr: b.Addr, Size: b.Size, ID: uint64(i)}
 	}
 	rts, gnotes := roots.Gather(p, roots.Options{})
+	trimRedZones(&rts, p.Threads())
 	notes = append(notes, gnotes...)
 	if missing := p.Missing(); len(missing) > 0 {
 		notes = append(notes, fmt.Sprintf("threads %v did not stop at the exit: their stacks and registers were not scanned", missing))
@@ -544,12 +546,15 @@ func (s *Session) launchedPID() int {
 }
 
 // watchExit seizes the program Launch started so that its exit is held for
-// a leak check (LeakCheckExit). A program that cannot be seized runs on
-// without one; the trace says why.
+// a leak check (LeakCheckExit), and lets it run. A program that cannot be
+// seized runs on without one; the trace says why.
 func (s *Session) watchExit(pid int) {
+	// The backend started it stopped (SIGSTOP) before its first
+	// instruction: seized, it goes on.
 	w, err := stopped.Seize(pid, stopped.WatchOptions{OnExit: func(p *stopped.Process) {
 		s.check(pid, p, LeaksQuery{Rules: s.props.LeakRules, Sites: 10})
 	}})
+	unix.Kill(pid, unix.SIGCONT)
 	if err != nil {
 		text := "no leak check at exit: " + err.Error()
 		if errors.Is(err, errs.ErrCannotStop) {
@@ -636,4 +641,26 @@ func (s *Session) livePIDs() []int {
 	s.sink.mu.Unlock()
 	sort.Ints(pids)
 	return pids
+}
+
+// trimRedZones starts the stack of each thread stopped in a system call at
+// its stack pointer, as LeakSanitizer and Memcheck take stacks: the 128
+// bytes below it that scan/roots adds (the red zone, which a leaf function
+// may use) hold only what the calls before it left when the thread sits in
+// a system call, at its exit above all, where the exit path's last calls
+// (free's wrapper among them) leave pointers to blocks that nothing holds.
+func trimRedZones(rts *scan.Roots, threads []stopped.Thread) {
+	for _, t := range threads {
+		if int64(t.Regs.Orig_rax) < 0 {
+			continue // interrupted in its own code: its red zone may be live
+		}
+		name := "stack of thread " + strconv.Itoa(t.TID)
+		for i := range rts.Ranges {
+			r := &rts.Ranges[i]
+			if r.Name == name && r.Addr < t.SP() && t.SP() < r.Addr+r.Size {
+				r.Size -= t.SP() - r.Addr
+				r.Addr = t.SP()
+			}
+		}
+	}
 }

@@ -162,6 +162,9 @@ func (w *Watch) seizeAll() error {
 			added = true
 		}
 		if !added {
+			if len(w.ts) == 0 {
+				return fmt.Errorf("pid %d exited before it could be watched: %w", w.pid, errs.ErrNoSuchProcess)
+			}
 			return nil
 		}
 	}
