@@ -362,6 +362,26 @@ func waitSession(t *testing.T, name string) {
 	}
 }
 
+// waitTracing waits until session name traces pid (an attach answers
+// queries before its probes are in).
+func waitTracing(t *testing.T, name string, pid int) {
+	t.Helper()
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		out, err := cli(t, "query", "--json", name).Output()
+		var st heapscope.Status
+		if err == nil && json.Unmarshal(out, &st) == nil {
+			for _, p := range append(st.PIDs, st.Processes...) {
+				if p == pid {
+					return
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("session %q never traced pid %d", name, pid)
+		}
+	}
+}
+
 func exitCodeOf(cmd *exec.Cmd) int {
 	if err := cmd.Run(); err != nil {
 		if ee, ok := err.(*exec.ExitError); ok {
@@ -410,7 +430,7 @@ func TestLeaksRunning(t *testing.T) {
 				cmd.Stderr = os.Stderr
 				in, out := testutil.StartPiped(t, cmd)
 				blocks, pid := readPlanted(t, bufio.NewReader(out))
-				waitSession(t, name)
+				waitTracing(t, name, pid)
 				for _, rules := range []string{"memcheck", "lsan"} {
 					r := leaksJSON(t, "-p", strconv.Itoa(pid), "--rules", rules)
 					if len(r.Processes) != 1 || r.Processes[0].Error != "" {
@@ -494,7 +514,7 @@ func TestLeaksAttached(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer att.Process.Kill()
-	waitSession(t, name)
+	waitTracing(t, name, pid)
 	io.WriteString(in, "plant\n")
 	blocks, _ := readPlanted(t, br)
 	cli(t, "flush", name).Run()
@@ -516,5 +536,247 @@ func TestLeaksAttached(t *testing.T) {
 		if got[b.label] != b.class {
 			t.Errorf("%s: heapscope %v, planted %v", b.label, got[b.label], b.class)
 		}
+	}
+}
+
+// threadsTarget is a running scan_threads (8 threads allocating in a loop).
+type threadsTarget struct {
+	t   *testing.T
+	in  io.Writer
+	out *bufio.Reader
+	pid int
+}
+
+func (tg *threadsTarget) line() string {
+	tg.t.Helper()
+	l, err := tg.out.ReadString('\n')
+	if err != nil {
+		tg.t.Fatalf("reading scan_threads: %v (%q)", err, l)
+	}
+	l = strings.TrimSpace(l)
+	if strings.HasPrefix(l, "CORRUPT") || strings.HasPrefix(l, "EINTR") {
+		tg.t.Fatalf("scan_threads: %s", l)
+	}
+	return l
+}
+
+// counts returns the threads' iteration counts.
+func (tg *threadsTarget) counts() []int64 {
+	tg.t.Helper()
+	io.WriteString(tg.in, "p\n")
+	f := strings.Fields(tg.line())
+	if len(f) != 9 || f[0] != "counts" {
+		tg.t.Fatalf("bad counts line %q", f)
+	}
+	var c []int64
+	for _, s := range f[1:] {
+		n, _ := strconv.ParseInt(s, 10, 64)
+		c = append(c, n)
+	}
+	return c
+}
+
+// progressing waits until every thread counted past before.
+func (tg *threadsTarget) progressing(before []int64) []int64 {
+	tg.t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		c := tg.counts()
+		all := true
+		for i := range c {
+			all = all && c[i] > before[i]
+		}
+		if all {
+			return c
+		}
+		if time.Now().After(deadline) {
+			tg.t.Fatalf("the threads did not run on: counts %v, before %v", c, before)
+		}
+	}
+}
+
+// threadStates returns the state letter and tracer of each thread of pid.
+func threadStates(t *testing.T, pid int) map[string][2]string {
+	t.Helper()
+	out := map[string][2]string{}
+	tasks, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, task := range tasks {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/task/" + task.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		i := strings.LastIndexByte(string(b), ')')
+		st := string(b[i+2 : i+3])
+		tracer := ""
+		if s, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/task/" + task.Name() + "/status"); err == nil {
+			for _, l := range strings.Split(string(s), "\n") {
+				if v, ok := strings.CutPrefix(l, "TracerPid:"); ok {
+					tracer = strings.TrimSpace(v)
+				}
+			}
+		}
+		out[task.Name()] = [2]string{st, tracer}
+	}
+	return out
+}
+
+// checkNotStopped fails when a thread of pid is stopped, or traced when
+// traced is false.
+func checkNotStopped(t *testing.T, pid int, traced bool, when string) {
+	t.Helper()
+	for tid, s := range threadStates(t, pid) {
+		if s[0] == "t" || s[0] == "T" || !traced && s[1] != "0" {
+			t.Errorf("%s: thread %s in state %s, traced by %s", when, tid, s[0], s[1])
+		}
+	}
+}
+
+func startThreads(t *testing.T, cmd *exec.Cmd) *threadsTarget {
+	t.Helper()
+	// Pipes of our own: the program outlives a heapscope run that is
+	// killed, whose Wait would close StdoutPipe's.
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdin, cmd.Stdout = inR, outW
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	inR.Close()
+	outW.Close()
+	t.Cleanup(func() { inW.Close(); outR.Close() })
+	tg := &threadsTarget{t: t, in: inW, out: bufio.NewReader(outR)}
+	l := tg.line()
+	if _, err := fmt.Sscanf(l, "ready %d", &tg.pid); err != nil {
+		t.Fatalf("scan_threads said %q", l)
+	}
+	return tg
+}
+
+// TestLeaksRepeated: a running process of 8 threads allocating, traced from
+// its start (run, its exit watched) or attached, checked 20 times in a row:
+// each check answers, no thread stays stopped (nor traced, when attached),
+// and the program runs on, its output unchanged (its blocks read back).
+func TestLeaksRepeated(t *testing.T) {
+	bin := testutil.MustBuild(t, "scan_threads", testutil.Options{})
+	for _, how := range []string{"run", "attach"} {
+		t.Run(how, func(t *testing.T) {
+			name := fmt.Sprintf("leaks-rep-%s-%d", how, os.Getpid())
+			var tg *threadsTarget
+			var session *exec.Cmd
+			if how == "run" {
+				session = cli(t, "run", "-q", "--name", name, "-o", filepath.Join(t.TempDir(), "t.hst"), "--", bin, "8")
+				tg = startThreads(t, session)
+			} else {
+				if err := ebpf.Available(); err != nil {
+					testutil.SkipWithoutEBPF(t, err)
+				}
+				prog := exec.Command(bin, "8")
+				tg = startThreads(t, prog)
+				defer func() { io.WriteString(tg.in, "q\n"); prog.Wait() }()
+				session = cli(t, "attach", "-q", "-p", strconv.Itoa(tg.pid), "--name", name, "-o", filepath.Join(t.TempDir(), "t.hst"))
+				session.Stderr = os.Stderr
+				if err := session.Start(); err != nil {
+					t.Fatal(err)
+				}
+				defer func() { session.Process.Kill(); session.Wait() }()
+			}
+			waitTracing(t, name, tg.pid)
+			counts := tg.counts()
+			var paused []time.Duration
+			for i := 0; i < 20; i++ {
+				r := leaksJSON(t, name)
+				if len(r.Processes) != 1 || r.Processes[0].Error != "" || r.Processes[0].Blocks == 0 && how == "run" {
+					t.Fatalf("check %d: %+v", i, r)
+				}
+				paused = append(paused, time.Duration(r.Processes[0].Paused))
+				checkNotStopped(t, tg.pid, how == "run", fmt.Sprintf("after check %d", i))
+				counts = tg.progressing(counts)
+			}
+			t.Logf("%s: paused %v", how, paused)
+			if how == "run" {
+				io.WriteString(tg.in, "q\n")
+				if l := tg.line(); l != "done" {
+					t.Errorf("scan_threads ended with %q", l)
+				}
+				if err := session.Wait(); err != nil {
+					t.Errorf("heapscope run: %v", err)
+				}
+			}
+		})
+	}
+}
+
+// TestLeaksKilled: heapscope killed in the middle of a check (its target
+// stopped) leaves no thread of the target stopped or traced, and the target
+// runs on: for a session that attached, and for one that launched it.
+func TestLeaksKilled(t *testing.T) {
+	bin := testutil.MustBuild(t, "scan_threads", testutil.Options{})
+	for _, how := range []string{"attach", "run"} {
+		t.Run(how, func(t *testing.T) {
+			for round := 0; round < 3; round++ {
+				name := fmt.Sprintf("leaks-kill-%s-%d-%d", how, os.Getpid(), round)
+				var tg *threadsTarget
+				var session, prog *exec.Cmd
+				if how == "run" {
+					session = cli(t, "run", "-q", "--no-leak-check", "--name", name, "-o", filepath.Join(t.TempDir(), "t.hst"), "--", bin, "8")
+					tg = startThreads(t, session)
+				} else {
+					if err := ebpf.Available(); err != nil {
+						testutil.SkipWithoutEBPF(t, err)
+					}
+					prog = exec.Command(bin, "8")
+					tg = startThreads(t, prog)
+					session = cli(t, "attach", "-q", "-p", strconv.Itoa(tg.pid), "--name", name, "-o", filepath.Join(t.TempDir(), "t.hst"))
+					if err := session.Start(); err != nil {
+						t.Fatal(err)
+					}
+				}
+				waitTracing(t, name, tg.pid)
+				before := tg.counts()
+				check := cli(t, "leaks", name)
+				check.Stdout, check.Stderr = io.Discard, io.Discard
+				if err := check.Start(); err != nil {
+					t.Fatal(err)
+				}
+				// Kill the session as soon as a thread of the target is
+				// stopped by the check.
+				stoppedSeen := false
+				for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline) && !stoppedSeen; {
+					for _, s := range threadStates(t, tg.pid) {
+						stoppedSeen = stoppedSeen || s[0] == "t"
+					}
+				}
+				session.Process.Kill()
+				session.Wait()
+				check.Wait()
+				if !stoppedSeen {
+					t.Fatalf("round %d: never saw the check stop the target", round)
+				}
+				for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+					st := threadStates(t, tg.pid)
+					ok := true
+					for _, s := range st {
+						ok = ok && s[0] != "t" && s[0] != "T" && s[1] == "0"
+					}
+					if ok || time.Now().After(deadline) {
+						break
+					}
+				}
+				checkNotStopped(t, tg.pid, false, fmt.Sprintf("round %d, heapscope killed", round))
+				tg.progressing(before)
+				io.WriteString(tg.in, "q\n")
+				if prog != nil {
+					prog.Wait()
+				}
+			}
+		})
 	}
 }

@@ -463,12 +463,17 @@ func (w *Watch) stopAll(deadline time.Time) (*Process, error) {
 		return nil, err
 	}
 	p := &Process{pid: w.pid, tr: w.tr, watch: w}
+	interrupted := map[int]bool{}
 	for nap := 5 * time.Microsecond; ; {
 		pending := 0
 		for _, t := range w.ts {
-			if t.gone || t.held {
+			// Once each: every interrupt is a stop to come, and one
+			// that came after the thread had stopped otherwise (at a
+			// signal) would stop it again after the Resume.
+			if t.gone || t.held || interrupted[t.tid] {
 				continue
 			}
+			interrupted[t.tid] = true
 			if err := unix.PtraceInterrupt(t.tid); err != nil && !errors.Is(err, unix.ESRCH) {
 				return fail(fmt.Errorf("pid %d: PTRACE_INTERRUPT of thread %d: %w", w.pid, t.tid, err))
 			}
