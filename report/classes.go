@@ -276,22 +276,6 @@ type JSONScan struct {
 	Applied   uint64 `json:"applied"` // of them, those live in the report's model then
 }
 
-// leakOrder is how the leaks are sorted: lost bytes first when the trace
-// is leak-checked, then the bytes live at the end.
-func (r *Report) leakOrder() func(*Site) uint64 {
-	if !r.LeakChecked() {
-		return byLeaked
-	}
-	return func(s *Site) uint64 {
-		// Lost bytes rank first; the live bytes break ties and keep
-		// every site with live blocks in the list.
-		if l := lostOf(s); l > 0 {
-			return 1<<62 + l
-		}
-		return s.LiveBytes
-	}
-}
-
 // siteClasses is s's classes for JSON, nil when the trace has no leak check.
 func (r *Report) siteClasses(s *Site) *JSONClasses {
 	if !r.LeakChecked() {

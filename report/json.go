@@ -275,7 +275,7 @@ func (r *Report) document(top int, sites bool) *JSON {
 		d.Window = w
 	}
 	if sites {
-		for _, s := range r.sorted(r.leakOrder(), top) {
+		for _, s := range r.sorted(byLeaked, top) {
 			d.Leaks = append(d.Leaks, JSONLive{Bytes: s.LiveBytes, Blocks: s.LiveBlocks, Classes: r.siteClasses(s), PIDs: s.PIDs, Stack: jsonStack(s.Stack())})
 		}
 		for _, s := range r.sorted(byPeak, top) {
@@ -337,7 +337,7 @@ func (r *Report) WriteJSON(w io.Writer, top int) error {
 	jw.field("trace", d.Trace)
 	jw.field("summary", d.Summary)
 	jw.raw(`,"leaks":[`)
-	for i, s := range r.sorted(r.leakOrder(), top) {
+	for i, s := range r.sorted(byLeaked, top) {
 		jw.live(i, s.LiveBytes, s.LiveBlocks, r.siteClasses(s), s)
 	}
 	jw.raw(`],"peak":[`)

@@ -158,7 +158,7 @@ func (t *textWriter) header() {
 			leaked := fmt.Sprintf("%s leaked in %s", fmtBytes(pt.LiveBytes), plural(pt.LiveBlocks, "block"))
 			if r.LeakChecked() {
 				l := pt.Lost()
-				leaked = fmt.Sprintf("%s live at the end, %s lost in %s", fmtBytes(pt.LiveBytes), fmtBytes(l.Bytes), plural(l.Blocks, "block"))
+				leaked = fmt.Sprintf("%s leaked in %s (lost; %s live at the end)", fmtBytes(l.Bytes), plural(l.Blocks, "block"), fmtBytes(pt.LiveBytes))
 			}
 			t.printf("    %s calls, %s allocated, %s, %s live at the peak\n",
 				fmtCount(pt.Allocations+pt.Reallocations), fmtBytes(pt.Bytes), leaked, fmtBytes(pt.PeakBytes))
