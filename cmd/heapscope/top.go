@@ -293,7 +293,7 @@ func writePlainFrame(w io.Writer, name, state string, f, readFrom *live.Frame, t
 	if note := sampledNote(f); note != "" {
 		fmt.Fprintln(w, note)
 	}
-	fmt.Fprintf(w, "%12s %12s %12s %12s  %s\n", "LIVE", "GROWTH/s", "CALLS", "TEMPORARY", "SITE")
+	fmt.Fprintf(w, "%12s %s%12s %12s %12s  %s\n", "LIVE", lostHead(f), "GROWTH/s", "CALLS", "TEMPORARY", "SITE")
 	n := 0
 	for i := range f.Sites {
 		s := &f.Sites[i]
@@ -301,7 +301,7 @@ func writePlainFrame(w io.Writer, name, state string, f, readFrom *live.Frame, t
 			break
 		}
 		n++
-		fmt.Fprintf(w, "%12s %12s %12s %12s  %s\n", fmtSize(s.Live), growthWord(s), fmtNum(s.Calls), tempWord(f, s), s.Name())
+		fmt.Fprintf(w, "%12s %s%12s %12s %12s  %s\n", fmtSize(s.Live), lostCell(f, s), growthWord(s), fmtNum(s.Calls), tempWord(f, s), s.Name())
 	}
 	fmt.Fprintln(w)
 }
@@ -371,4 +371,21 @@ func runTopTUI(src *topSource, interval time.Duration) error {
 		return m.err
 	}
 	return ferr
+}
+
+// lostHead and lostCell are the LOST column, there once a leak check
+// (heapscope leaks) classified the session's blocks: what of LIVE it found
+// definitely or indirectly lost.
+func lostHead(f *live.Frame) string {
+	if !f.Scanned {
+		return ""
+	}
+	return fmt.Sprintf("%12s ", "LOST")
+}
+
+func lostCell(f *live.Frame, s *live.Site) string {
+	if !f.Scanned {
+		return ""
+	}
+	return fmt.Sprintf("%12s ", fmtSize(s.Lost))
 }
