@@ -49,7 +49,7 @@ type Frame struct {
 	// Scanned: a leak check classified the blocks shown: Site.Lost says
 	// what it found lost.
 	Scanned bool
-	Ended  bool // the session has ended
+	Ended   bool // the session has ended
 	// SampleRate is the session's sampling rate, 0 when exact: the counts
 	// are of the samples, not estimates.
 	SampleRate int64
@@ -72,7 +72,7 @@ type Site struct {
 	// Lost is what of Live the session's latest leak check found lost
 	// (definitely and indirectly); see Frame.Scanned.
 	Lost uint64
-	key       string
+	key  string
 }
 
 // Name is the site's innermost frame, as one word.
