@@ -369,9 +369,8 @@ func (s *Session) check(pid int, held *stopped.Process, q LeaksQuery) (r LeakChe
 	if missing := p.Missing(); len(missing) > 0 {
 		notes = append(notes, fmt.Sprintf("threads %v did not stop at the exit: their stacks and registers were not scanned", missing))
 	}
-	if r.Partial {
-		rts.Ranges = append(rts.Ranges, heapRanges(p.Maps(), rts)...)
-	}
+	base := len(rts.Ranges)
+	rts.Ranges = append(rts.Ranges, otherMemory(p.Maps(), rts, live, p.Threads(), r.Partial)...)
 	opt := scan.Options{Rules: scan.Rules(q.Rules), AfterRead: func() { p.Resume() }}
 	res, err := scan.Scan(blocks, p, rts, opt)
 	if errors.Is(err, scan.ErrOverlap) {
@@ -384,7 +383,7 @@ func (s *Session) check(pid int, held *stopped.Process, q LeaksQuery) (r LeakChe
 		notes = append(notes, fmt.Sprintf("%d blocks overlapped others (a free the session did not see): left out, their memory scanned as roots", dropped))
 		if !r.Partial {
 			r.Partial = true
-			rts.Ranges = append(rts.Ranges, heapRanges(p.Maps(), rts)...)
+			rts.Ranges = append(rts.Ranges[:base], otherMemory(p.Maps(), scan.Roots{Ranges: rts.Ranges[:base]}, live, p.Threads(), true)...)
 		}
 		res, err = scan.Scan(blocks, p, rts, opt)
 	}
@@ -498,11 +497,18 @@ func scanBlocks(live []totals.LiveBlock) ([]scan.Block, int) {
 	return out, dropped
 }
 
-// heapRanges are the roots a partial scan adds: every readable, writable
-// mapping not a root already, so that blocks the session does not know
-// (and what they hold) count as roots. Words inside known blocks are not
-// roots (package scan skips them).
-func heapRanges(maps []proc.Mapping, rts scan.Roots) []scan.Range {
+// otherMemory are the roots a check adds to LeakSanitizer's (scan/roots):
+// the process's other writable memory, as Memcheck scans all of it but
+// the heap. A program that keeps its objects in memory it mapped itself
+// (Python's object arenas, a pool allocator over mmap) holds blocks of
+// malloc's from there: without it they would look lost. Left out, when the
+// check knows every live block: malloc's heap (see mallocHeap), where what
+// is not a live block is free chunks, holding what freed blocks held, and
+// the stacks of the threads (scanned from their stack pointers already). A
+// partial check takes those too: the blocks it does not know lie there.
+// Left out always: the interposer's rings and control block, which hold
+// the address of every block it recorded.
+func otherMemory(maps []proc.Mapping, rts scan.Roots, live []totals.LiveBlock, threads []stopped.Thread, partial bool) []scan.Range {
 	covered := func(m proc.Mapping) bool {
 		for _, r := range rts.Ranges {
 			if r.Addr <= m.Start && r.Addr+r.Size >= m.End {
@@ -511,21 +517,98 @@ func heapRanges(maps []proc.Mapping, rts scan.Roots) []scan.Range {
 		}
 		return false
 	}
+	var heap []extent
+	skip := make([]bool, len(maps))
+	if !partial {
+		heap = mallocHeap(maps, live)
+		for _, t := range threads {
+			if i := mapIndex(maps, t.SP()); i >= 0 {
+				skip[i] = true
+			}
+		}
+	}
 	var out []scan.Range
-	for _, m := range maps {
-		if len(m.Perms) < 2 || m.Perms[0] != 'r' || m.Perms[1] != 'w' || covered(m) || m.Path == "[vvar]" || roots.IsInterposer(m.Path) ||
-			strings.HasPrefix(m.Path, "/memfd:heapscope-") {
-			// The interposer's rings (and control block) hold the
-			// address of every block it recorded: not the program's.
+	for i, m := range maps {
+		if skip[i] || len(m.Perms) < 2 || m.Perms[0] != 'r' || m.Perms[1] != 'w' || covered(m) || m.Path == "[vvar]" ||
+			roots.IsInterposer(m.Path) || strings.HasPrefix(m.Path, "/memfd:heapscope-") {
 			continue
 		}
 		name := m.Path
 		if name == "" {
 			name = "anonymous"
 		}
-		out = append(out, scan.Range{Addr: m.Start, Size: m.End - m.Start, Name: "memory outside known blocks: " + name})
+		// The mapping less malloc's heap in it.
+		at := m.Start
+		for _, h := range heap {
+			if h.end <= at || h.start >= m.End {
+				continue
+			}
+			if h.start > at {
+				out = append(out, scan.Range{Addr: at, Size: h.start - at, Name: "writable memory outside the heap: " + name})
+			}
+			at = max(at, h.end)
+		}
+		if at < m.End {
+			out = append(out, scan.Range{Addr: at, Size: m.End - at, Name: "writable memory outside the heap: " + name})
+		}
 	}
 	return out
+}
+
+// extent is [start, end).
+type extent struct{ start, end uint64 }
+
+// glibc's layout: a heap of an arena other than the main one is a region
+// of heapMax bytes aligned to its size; a block malloc mapped alone has its
+// chunk's header (16 bytes) at the start of a page.
+const (
+	heapMax    = 64 << 20
+	chunkHead  = 16
+	pageSize   = 4096
+	heapRegion = "[heap]"
+)
+
+// mallocHeap returns the extents of glibc malloc's heap that hold the live
+// blocks, sorted: the main arena's [heap]; the heap of another arena a
+// block lies in (its aligned region, within the mapping); a block mapped
+// alone, its own pages.
+func mallocHeap(maps []proc.Mapping, live []totals.LiveBlock) []extent {
+	seen := map[extent]bool{}
+	var out []extent
+	add := func(e extent) {
+		if e.start < e.end && !seen[e] {
+			seen[e] = true
+			out = append(out, e)
+		}
+	}
+	for _, b := range live {
+		i := mapIndex(maps, b.Addr)
+		if i < 0 {
+			continue
+		}
+		m := maps[i]
+		switch {
+		case m.Path == heapRegion:
+			add(extent{m.Start, m.End})
+		case (b.Addr-chunkHead)%pageSize == 0 && b.Addr-chunkHead >= m.Start:
+			end := (b.Addr + b.Size + pageSize - 1) &^ (pageSize - 1)
+			add(extent{b.Addr - chunkHead, min(end, m.End)})
+		default:
+			base := b.Addr &^ (heapMax - 1)
+			add(extent{max(base, m.Start), min(base+heapMax, m.End)})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].start < out[j].start })
+	return out
+}
+
+// mapIndex returns the index of the mapping that holds addr, or -1.
+func mapIndex(maps []proc.Mapping, addr uint64) int {
+	i := sort.Search(len(maps), func(i int) bool { return maps[i].End > addr })
+	if i < len(maps) && maps[i].Start <= addr {
+		return i
+	}
+	return -1
 }
 
 // monoNow is CLOCK_MONOTONIC in ns, the trace's clock.
