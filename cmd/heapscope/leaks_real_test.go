@@ -84,8 +84,8 @@ func (s *blockSink) Note(n event.Note) error {
 // vgLeaks is Memcheck's XML output: its loss records.
 type vgLeaks struct {
 	Errors []struct {
-		Kind  string `xml:"kind"`
-		Leak  struct {
+		Kind string `xml:"kind"`
+		Leak struct {
 			Bytes  uint64 `xml:"leakedbytes"`
 			Blocks uint64 `xml:"leakedblocks"`
 		} `xml:"xwhat"`
