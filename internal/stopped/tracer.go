@@ -21,9 +21,10 @@ type tracer struct {
 	done chan struct{}
 	tid  int
 	// idle, when set, runs on the tracer's thread whenever no request
-	// came for as long as it last asked (a Watch polls for its tracees'
-	// stops there).
+	// came for as long as it last asked, or wake fired (a Watch polls for
+	// its tracees' stops there, woken by SIGCHLD).
 	idle func() time.Duration
+	wake <-chan os.Signal
 }
 
 func startTracer() *tracer {
@@ -97,9 +98,10 @@ func (t *tracer) waitGone() {
 	}
 }
 
-// startIdleTracer starts a tracer that calls idle between requests.
-func startIdleTracer(idle func() time.Duration) *tracer {
-	t := &tracer{reqs: make(chan func()), done: make(chan struct{}), idle: idle}
+// startIdleTracer starts a tracer that calls idle between requests, and
+// whenever wake fires.
+func startIdleTracer(idle func() time.Duration, wake <-chan os.Signal) *tracer {
+	t := &tracer{reqs: make(chan func()), done: make(chan struct{}), idle: idle, wake: wake}
 	ready := make(chan struct{})
 	go t.run(ready)
 	<-ready
@@ -107,7 +109,7 @@ func startIdleTracer(idle func() time.Duration) *tracer {
 }
 
 // serve runs requests, and idle whenever none came for as long as idle
-// last asked, until idle asks for a negative time.
+// last asked or wake fired, until idle asks for a negative time.
 func (t *tracer) serve() {
 	nap := t.idle()
 	if nap < 0 {
@@ -119,6 +121,7 @@ func (t *tracer) serve() {
 		select {
 		case f := <-t.reqs:
 			f()
+		case <-t.wake:
 		case <-timer.C:
 		}
 		nap := t.idle()

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/signal"
 	"sort"
 	"strconv"
 	"strings"
@@ -30,8 +31,9 @@ import (
 // the watch hands the signal back), each thread it creates, and each exec;
 // nothing per instruction or allocation. Job control is kept: a stop
 // signal stops it as it would untraced (PTRACE_LISTEN), and SIGCONT lets it
-// go on. The watch polls for those stops, waking at most every 2 ms when
-// idle.
+// go on. The watch's thread waits for those stops woken by the SIGCHLD
+// each sends (it asks the os/signal package for SIGCHLD while it runs),
+// and polls at most every 50 ms besides.
 //
 // Watch.Stop stops the running process for a scan, as Stop does for a
 // process not watched (a process can have one tracer only). When heapscope
@@ -52,6 +54,7 @@ type Watch struct {
 
 	done      chan struct{}
 	closeOnce sync.Once
+	sigchld   chan os.Signal
 }
 
 // WatchOptions tune a Watch.
@@ -113,7 +116,16 @@ func Seize(pid int, opt WatchOptions) (*Watch, error) {
 		return nil, fmt.Errorf("pid %d is this process: %w", pid, errs.ErrCannotStop)
 	}
 	w := &Watch{pid: tgid, opt: opt, ts: map[int]*wthread{}, done: make(chan struct{}), nap: minNap}
-	w.tr = startIdleTracer(w.poll)
+	// Every ptrace stop of a tracee sends this process SIGCHLD: it wakes
+	// the tracer's loop, which would otherwise find the stop only at its
+	// next poll (a signal or a thread of the program would wait for it).
+	w.sigchld = make(chan os.Signal, 1)
+	signal.Notify(w.sigchld, unix.SIGCHLD)
+	w.tr = startIdleTracer(w.poll, w.sigchld)
+	go func() {
+		<-w.tr.done
+		signal.Stop(w.sigchld)
+	}()
 	w.tr.try(func() { err = w.seizeAll() })
 	if err != nil {
 		w.Close()
@@ -170,9 +182,12 @@ func (w *Watch) seizeAll() error {
 	}
 }
 
+// The polls' naps: short after a stop came (more may follow), growing to
+// maxNap when idle. SIGCHLD wakes the loop at once; the polls catch what a
+// lost or coalesced signal would leave waiting.
 const (
 	minNap = 20 * time.Microsecond
-	maxNap = 2 * time.Millisecond
+	maxNap = 50 * time.Millisecond
 )
 
 // poll handles every stop and exit its tracees report, on the tracer's
