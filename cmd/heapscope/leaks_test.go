@@ -349,19 +349,6 @@ func TestRunNoLeakCheck(t *testing.T) {
 	}
 }
 
-// sessionName waits for the session name to answer a query.
-func waitSession(t *testing.T, name string) {
-	t.Helper()
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if exitCodeOf(cli(t, "query", name)) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("session %q never answered", name)
-		}
-	}
-}
-
 // waitTracing waits until session name traces pid (an attach answers
 // queries before its probes are in).
 func waitTracing(t *testing.T, name string, pid int) {
@@ -380,16 +367,6 @@ func waitTracing(t *testing.T, name string, pid int) {
 			t.Fatalf("session %q never traced pid %d", name, pid)
 		}
 	}
-}
-
-func exitCodeOf(cmd *exec.Cmd) int {
-	if err := cmd.Run(); err != nil {
-		if ee, ok := err.(*exec.ExitError); ok {
-			return ee.ExitCode()
-		}
-		return -1
-	}
-	return 0
 }
 
 // leaksJSON runs heapscope leaks --json with args.
