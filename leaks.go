@@ -345,7 +345,10 @@ func (s *Session) check(pid int, held *stopped.Process, q LeaksQuery) (r LeakChe
 	s.sink.mu.Unlock()
 
 	// What the session cannot know: the blocks of a process it did not
-	// trace from its start, or of a former program of the PID.
+	// trace from its start, or of a former program of the PID. This is
+	// where a census of the allocator's heap, read from the stopped
+	// process p, joins: its blocks in use that live lacks, added to live
+	// (with no stack), make the check know every block, and not partial.
 	known := complete && pid == s.launchedPID() && images <= 1
 	var notes []string
 	if !known {
