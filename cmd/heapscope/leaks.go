@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/heapscope/heapscope"
@@ -130,10 +131,10 @@ func printLeaks(w io.Writer, name string, res heapscope.LeaksResult) {
 			fmt.Fprintf(bw, "  not checked: %s\n\n", p.Error)
 			continue
 		}
-		fmt.Fprintf(bw, "  stopped %s; checked in %s; %s blocks known\n", time.Duration(p.Paused).Round(10*time.Microsecond),
-			time.Duration(p.Elapsed).Round(10*time.Microsecond), strconv.FormatUint(p.Blocks, 10))
+		fmt.Fprintf(bw, "  stopped %s; checked in %s; %s known\n", time.Duration(p.Paused).Round(10*time.Microsecond),
+			time.Duration(p.Elapsed).Round(10*time.Microsecond), blocksWord(p.Blocks))
 		row := func(label string, a heapscope.LeakAmount) {
-			fmt.Fprintf(bw, "  %-17s %s in %d blocks\n", label, report.FormatBytes(a.Bytes), a.Blocks)
+			fmt.Fprintf(bw, "  %-17s %s in %s\n", label, report.FormatBytes(a.Bytes), blocksWord(a.Blocks))
 		}
 		row("definitely lost", p.Classes.DefinitelyLost)
 		row("indirectly lost", p.Classes.IndirectlyLost)
@@ -149,29 +150,40 @@ func printLeaks(w io.Writer, name string, res heapscope.LeaksResult) {
 		}
 		last := event.Class(255)
 		for _, s := range p.Sites {
-			if s.Class == event.ClassReachable && last != s.Class {
-				fmt.Fprintf(bw, "  (still reachable: freed by nobody, not lost)\n")
+			if s.Class != last {
+				title := strings.ToUpper(report.ClassTitle(s.Class))
+				if s.Class == event.ClassReachable {
+					title += " (freed by nobody, not lost)"
+				}
+				fmt.Fprintf(bw, "  %s:\n", title)
+				last = s.Class
 			}
-			last = s.Class
-			fmt.Fprintf(bw, "  %s in %d blocks %s from:\n", report.FormatBytes(s.Bytes), s.Blocks, report.ClassTitle(s.Class))
+			fmt.Fprintf(bw, "    %s in %s from:\n", report.FormatBytes(s.Bytes), blocksWord(s.Blocks))
 			var st []symbolize.Frame
 			for _, a := range s.Frames {
 				st = append(st, sym.Frames(uint32(p.PID), a)...)
 			}
 			st = symbolize.TrimAllocator(st)
 			if len(st) == 0 {
-				fmt.Fprintf(bw, "      [no stack recorded]\n")
+				fmt.Fprintf(bw, "        [no stack recorded]\n")
 			}
 			for i, f := range st {
 				if i == 10 {
-					fmt.Fprintf(bw, "      … %d more frames\n", len(st)-i)
+					fmt.Fprintf(bw, "        … %d more frames\n", len(st)-i)
 					break
 				}
-				fmt.Fprintf(bw, "      %s\n", report.FrameText(&f))
+				fmt.Fprintf(bw, "        %s\n", report.FrameText(&f))
 			}
 		}
 		fmt.Fprintln(bw)
 	}
+}
+
+func blocksWord(n uint64) string {
+	if n == 1 {
+		return "1 block"
+	}
+	return strconv.FormatUint(n, 10) + " blocks"
 }
 
 func rulesName(r event.Rules) string {
