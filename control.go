@@ -10,8 +10,7 @@ import (
 	"github.com/heapscope/heapscope/internal/registry"
 )
 
-// ControlOp is an operation on a session by name. (The Windows equivalent
-// is ControlTrace's codes.)
+// ControlOp is an operation on a session by name.
 type ControlOp string
 
 // The control operations.
@@ -34,7 +33,7 @@ type Change struct {
 // Control performs op on the live session named name, which may run in any
 // process, and returns its status. It fails with ErrNotRunning when no live
 // session has the name, and with ErrProtocol when the session runs another
-// version of heapscope. (The Windows equivalent is ControlTrace.)
+// version of heapscope.
 func Control(name string, op ControlOp) (Status, error) {
 	var st Status
 	switch op {
@@ -50,8 +49,7 @@ func Control(name string, op ControlOp) (Status, error) {
 }
 
 // Update changes the processes and stack-walked events of the live session
-// named name, which may run in any process. (The Windows equivalent is
-// UpdateHeapTrace.)
+// named name, which may run in any process.
 func Update(name string, c Change) error {
 	var ack updateAck
 	if err := call(name, "update", c, &ack); err != nil {

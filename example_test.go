@@ -64,7 +64,8 @@ int main(void) {
 		return
 	}
 	s.Wait() // the session ends with the program
-	fmt.Printf("constructor: %d, main: %d blocks of 4321 bytes, exit status %d\n", ctor.Load(), blocks.Load(), s.ExitStatus())
+	status, _ := s.ExitStatus()
+	fmt.Printf("constructor: %d, main: %d blocks of 4321 bytes, exit status %d\n", ctor.Load(), blocks.Load(), status)
 	fmt.Println("matched frees ≥ 10:", frees.Load() >= 10)
 	// Output:
 	// constructor: 1, main: 10 blocks of 4321 bytes, exit status 0

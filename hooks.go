@@ -16,12 +16,16 @@ type Call struct {
 }
 
 // Hooks receive every event of a session live. A nil field means no hook
-// for that kind. (The Windows equivalent is the Xbox GDK's
-// XMemSetWin32HeapTrackingHooks.)
+// for that kind.
 // The *Call is only valid during the call. A hook must not call SetHooks or
 // Stop of its own session.
 type Hooks struct {
 	OnAlloc   func(*Call) // allocations, and mmap when traced
 	OnRealloc func(*Call)
 	OnFree    func(*Call) // frees, and munmap when traced
+	// OnWarning receives each warning the session has for its user (a
+	// traced program's allocator it cannot see, an exec it cannot follow),
+	// as it arises; each is kept in the trace too. The traced program's
+	// own streams are never written to: a front end prints these.
+	OnWarning func(event.Warning)
 }

@@ -45,19 +45,20 @@ const (
 // (the zero value) or event.RulesLSan.
 type LeakRules = event.Rules
 
-// validateLeakCheck checks p's leak check settings.
+// validateLeakCheck checks p's leak check settings (Validate).
 func (p Properties) validateLeakCheck() error {
 	switch p.LeakCheck {
 	case LeakCheckDefault, LeakCheckOff:
 	case LeakCheckExit:
 		if p.Sample > 0 {
-			return fmt.Errorf("a leak check at exit needs every block, and the session samples: %w", errs.ErrInvalidFlags)
+			return &PropertyError{Field: "LeakCheck", Value: p.LeakCheck, With: "Sample", WithValue: p.Sample,
+				Reason: "a leak check needs every block, and a sampled session records some", Err: errs.ErrInvalidFlags}
 		}
 	default:
-		return fmt.Errorf("unknown LeakCheck %q (want exit or off): %w", p.LeakCheck, errs.ErrInvalidFlags)
+		return &PropertyError{Field: "LeakCheck", Value: p.LeakCheck, Want: "exit or off", Err: errs.ErrInvalidFlags}
 	}
 	if p.LeakRules > event.RulesLSan {
-		return fmt.Errorf("unknown LeakRules %d: %w", p.LeakRules, errs.ErrInvalidFlags)
+		return &PropertyError{Field: "LeakRules", Value: p.LeakRules, Want: "memcheck or lsan", Err: errs.ErrInvalidFlags}
 	}
 	return nil
 }
@@ -340,22 +341,21 @@ func (s *Session) check(pid int, held *stopped.Process, q LeaksQuery) (r LeakChe
 	lost := stats.TotalLost() > 0
 	s.sink.mu.Lock()
 	live := agg.LiveBlocks(uint32(pid))
+	censused := agg.Censused(uint32(pid))
 	images := s.sink.images[uint32(pid)]
 	r.Time = max(r.Time, agg.Time()) // after every event the check saw, in the trace's order
 	s.sink.mu.Unlock()
 
 	// What the session cannot know: the blocks of a process it did not
-	// trace from its start, or of a former program of the PID. This is
-	// where a census of the allocator's heap, read from the stopped
-	// process p, joins: its blocks in use that live lacks, added to live
-	// (with no stack), make the check know every block, and not partial.
-	known := complete && pid == s.launchedPID() && images <= 1
+	// trace from its start (unless a census of its heap at the attach
+	// brought them: see census.go), or of a former program of the PID.
+	known := complete && images <= 1 && (pid == s.launchedPID() || censused)
 	var notes []string
 	if !known {
 		r.Partial = true
 		switch {
-		case pid != s.launchedPID():
-			notes = append(notes, "blocks allocated before the session traced this process (before the attach, or inherited across a fork) are not known (a census of the heap will bring them): the heap's other memory was scanned as roots")
+		case pid != s.launchedPID() && !censused:
+			notes = append(notes, "blocks allocated before the session traced this process (before the attach with no census, or inherited across a fork) are not known: the heap's other memory was scanned as roots")
 		case images > 1:
 			notes = append(notes, "the process executed a new program: the blocks of the former one are not told apart, and the heap's other memory was scanned as roots")
 		default:

@@ -15,10 +15,10 @@ import (
 // provider would record nothing of the program at path: the dynamic loader
 // is what reads LD_PRELOAD, and it never runs for a static program, and
 // ignores the variable for a program that gains privileges at exec
-// (set-user-ID or set-group-ID to someone else, or file capabilities). Such
-// a run used to end with "leaked 0 B in 0 blocks" as if the program had
-// allocated nothing. The session is refused rather than switched to the
-// eBPF provider: that one needs root, does not follow forked children and
+// (set-user-ID or set-group-ID to someone else, or file capabilities): the
+// run would end with nothing recorded, as if the program had allocated
+// nothing. The session is refused rather than switched to the eBPF
+// provider: that one needs root, does not follow forked children and
 // drops events under load, so which provider made a trace stays the
 // caller's choice. A path that cannot be read as ELF (a script: its
 // interpreter is what runs) is left for exec to judge.

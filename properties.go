@@ -1,13 +1,10 @@
 package heapscope
 
 import (
-	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/heapscope/heapscope/event"
-	"github.com/heapscope/heapscope/internal/errs"
 	"github.com/heapscope/heapscope/tracefile"
 )
 
@@ -77,7 +74,7 @@ func ParseCaptureMode(s string) (CaptureMode, error) { return event.ParseCapture
 const DefaultStacks = event.DefaultStacks
 
 // MaxFrames is the deepest stack heapscope records.
-const MaxFrames = 127
+const MaxFrames = event.MaxFrames
 
 // DefaultStacksFor is the set of event kinds that carry a call stack when
 // the families f are traced and nothing else was chosen: every kind that
@@ -98,14 +95,13 @@ const (
 	MaxBufferSize        = 1 * MiB
 	DefaultBufferSize    = 64 * KiB
 	DefaultBuffers       = 64
-	DefaultFlushInterval = time.Second
+	DefaultFlushInterval = event.DefaultFlushInterval
 	// MaxBufferBytes bounds BufferSize × Buffers: the memory a session may
 	// ask for its buffers.
 	MaxBufferBytes = 4 * GiB
 )
 
-// Properties configure a session. (The Windows equivalent is ETW's
-// EVENT_TRACE_PROPERTIES.)
+// Properties configure a session.
 //
 // Every field's zero value means its default, applied in one place when the
 // session starts, except File: a session writes a trace file unless
@@ -116,15 +112,12 @@ type Properties struct {
 	// File is the trace file: required, unless FileMode is RealTime (when
 	// it must be empty); with NewFile it holds one %d. The file is made
 	// new, mode 0600, and takes the name only once the session has
-	// started; a file of the caller's at that path is replaced. (The
-	// Windows equivalent is LogFileName.)
+	// started; a file of the caller's at that path is replaced.
 	File string `json:"file,omitempty"`
 	// FileMode is how the trace is written; the zero value is Sequential.
-	// (The Windows equivalent is LogFileMode.)
 	FileMode LogFileMode `json:"file_mode"`
 	// MaxFileSize is the largest trace file, 0 (unlimited) or at least
-	// tracefile.MinMaxSize (64 KiB); Circular and NewFile need it. (The
-	// Windows equivalent is MaximumFileSize, in MB.)
+	// tracefile.MinMaxSize (64 KiB); Circular and NewFile need it.
 	MaxFileSize Size `json:"max_file_size"`
 	// Overwrite lets the session replace a File that is a symbolic link
 	// (the link is replaced, never followed) or a file of another user;
@@ -137,19 +130,17 @@ type Properties struct {
 	// provider's kernel ring buffer holds Buffers buffers; the preload
 	// provider gives each traced thread a ring of Buffers buffers. Both
 	// round the ring up to a power of two bytes, and commit its pages as
-	// they are first written. (The Windows equivalent is MaximumBuffers.)
+	// they are first written.
 	Buffers int `json:"buffers"`
 	// FlushInterval bounds how long a captured event may wait before it
-	// reaches the file and the hooks; 0 means DefaultFlushInterval. (The
-	// Windows equivalent is FlushTimer.)
+	// reaches the file and the hooks; 0 means DefaultFlushInterval.
 	FlushInterval time.Duration `json:"flush_interval_ns"`
 	// Families are the allocation families traced; 0 means
-	// event.FamilyHeap. (The Windows equivalent is EnableFlags.)
+	// event.FamilyHeap.
 	Families event.Family `json:"families"`
 	// StackEvents are the event kinds that carry a call stack; 0 means
 	// DefaultStacksFor(Families), event.NoStacks none. Update changes them
-	// on a running session. (The Windows equivalent is StartHeapTrace's
-	// stack event ids.)
+	// on a running session.
 	StackEvents event.KindSet `json:"stack_events"`
 	// Provider captures the events. Start defaults to ProviderEBPF (it
 	// attaches to running processes); Launch defaults to ProviderPreload.
@@ -173,8 +164,7 @@ type Properties struct {
 	// follows children.)
 	NoFollowFork bool `json:"no_follow_fork,omitempty"`
 	// Hooks, when set, are installed before tracing begins, so that they
-	// see the first event. SetHooks replaces them later. (The Windows
-	// equivalent is the EventRecordCallback given with the log file.)
+	// see the first event. SetHooks replaces them later.
 	Hooks Hooks `json:"-"`
 	// TimeResolution is the precision of event times in the trace file; 0
 	// means 10µs, 1ns keeps exact times. The order of events is exact
@@ -189,6 +179,14 @@ type Properties struct {
 	// and aggregate modes); it excludes what needs every event (see
 	// Validate). The hooks see only the sampled events.
 	Sample Size `json:"sample,omitempty"`
+	// NoCensus skips the census Start and Update take of each process's
+	// heap once its probes are in (see census.go): without it, the blocks
+	// live before the attach are unknown and their frees unmatched.
+	NoCensus bool `json:"no_census,omitempty"`
+	// CensusScan also scans the heap at the census for reachability
+	// (event.Verdict) and who holds each kind of block, in the same stop:
+	// a longer pause, as long as copying the live heap takes.
+	CensusScan bool `json:"census_scan,omitempty"`
 	// LeakCheck is when the session checks its processes for leaks (see
 	// LeakCheck and Session.Leaks): the zero value checks a program
 	// Launch starts at its exit, unless the session samples.
@@ -234,102 +232,6 @@ func (p Properties) withDefaults(provider Provider) Properties {
 	return p
 }
 
-// Validate reports the first invalid value or combination in p, wrapping
-// ErrInvalidFlags (or ErrOutOfMemory for buffers that could never be had).
-// It applies the exclusions of the Windows equivalent (ETW), and
-// heapscope's own. The zero
-// Properties is invalid: it writes a file and names none (see Properties).
-func (p Properties) Validate() error {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf(format+": %w", append(args, errs.ErrInvalidFlags)...)
-	}
-	switch {
-	case p.BufferSize != 0 && (p.BufferSize < MinBufferSize || p.BufferSize > MaxBufferSize):
-		return bad("BufferSize %v: must be %v to %v", p.BufferSize, MinBufferSize, MaxBufferSize)
-	case p.Buffers < 0:
-		return bad("Buffers %d: negative", p.Buffers)
-	case p.MaxFileSize < 0 || p.MaxFileSize > 0 && p.MaxFileSize < tracefile.MinMaxSize:
-		return bad("MaxFileSize %v: must be 0 (unlimited) or at least %v", p.MaxFileSize, Size(tracefile.MinMaxSize))
-	case p.FlushInterval < 0:
-		return bad("negative FlushInterval")
-	case p.TimeResolution < 0 || p.TimeResolution > time.Second:
-		return bad("TimeResolution %v: must be 1ns to 1s", p.TimeResolution)
-	case p.MaxFrames < 0 || p.MaxFrames > MaxFrames:
-		return bad("MaxFrames %d: must be 0 to %d", p.MaxFrames, MaxFrames)
-	case p.Families&^event.FamilyAll != 0:
-		return bad("unknown Families bits %#x", uint32(p.Families&^event.FamilyAll))
-	case p.StackEvents&^(event.NoStacks|event.AllKinds) != 0:
-		return bad("unknown StackEvents bits %#x", uint8(p.StackEvents&^(event.NoStacks|event.AllKinds)))
-	}
-	switch p.FileMode {
-	case Sequential:
-		if p.File == "" {
-			return bad("sequential mode needs a File")
-		}
-	case Circular:
-		if p.File == "" || p.MaxFileSize == 0 {
-			return bad("circular mode needs a File and a MaxFileSize")
-		}
-	case NewFile:
-		if p.MaxFileSize == 0 {
-			return bad("newfile mode needs a MaxFileSize")
-		}
-		if strings.Count(p.File, "%d") != 1 || strings.Count(p.File, "%") != 1 {
-			return bad("newfile mode needs exactly one %%d (and no other %%) in File %q", p.File)
-		}
-	case RealTime:
-		if p.File != "" {
-			return bad("real-time mode writes no file, but File is %q", p.File)
-		}
-		if p.MaxFileSize != 0 {
-			return bad("real-time mode writes no file, but MaxFileSize is set")
-		}
-	default:
-		return bad("unknown FileMode %d", p.FileMode)
-	}
-	if p.FileMode != NewFile && strings.Contains(p.File, "%") {
-		return bad("%% in File %q is only for newfile mode", p.File)
-	}
-	switch p.Provider {
-	case "", ProviderEBPF, ProviderPreload:
-	default:
-		return bad("unknown provider %q (want preload or ebpf)", p.Provider)
-	}
-	switch p.Mode {
-	case Stream:
-	case Aggregate:
-		if p.Provider != ProviderEBPF && p.Provider != "" {
-			return bad("aggregate mode needs the ebpf provider")
-		}
-		if p.Families&event.FamilyMmap != 0 {
-			return bad("aggregate mode does not trace mmap")
-		}
-	default:
-		return bad("unknown capture mode %d", p.Mode)
-	}
-	if p.OnFull > Drop {
-		return bad("unknown OnFull policy %d", p.OnFull)
-	}
-	if p.OnFull == Block && p.Provider == ProviderEBPF {
-		// A uprobe cannot wait for room: "block" would drop all the same.
-		return bad("OnFull block with the ebpf provider: it cannot make the traced thread wait; it drops and counts (OnFull drop)")
-	}
-	if p.Unwind > Tables {
-		return bad("unknown unwinder %d", p.Unwind)
-	}
-	if err := p.validateSample(); err != nil {
-		return err
-	}
-	if err := p.validateLeakCheck(); err != nil {
-		return err
-	}
-	d := p.withDefaults(ProviderEBPF)
-	if d.BufferSize*Size(d.Buffers) > MaxBufferBytes {
-		return fmt.Errorf("%d buffers of %v exceed %v: %w", d.Buffers, d.BufferSize, Size(MaxBufferBytes), errs.ErrOutOfMemory)
-	}
-	return nil
-}
-
 // ringBytes is the size of the eBPF provider's ring buffer: Buffers
 // buffers, rounded up to a power of two as the kernel requires.
 func (p Properties) ringBytes() int {
@@ -341,16 +243,20 @@ func (p Properties) ringBytes() int {
 	return size
 }
 
-// text renders p as key/value pairs for the trace file's header.
+// text renders p as key/value pairs for the trace file's header, each
+// named as its field is in JSON (durations without the _ns of their JSON
+// numbers: here they are written "1s"). Traces of earlier versions named
+// some as ETW does: log_file_mode, log_file_name, flush_timer and
+// enable_flags.
 func (p Properties) text() [][2]string {
 	return [][2]string{
 		{"buffer_size", p.BufferSize.String()},
 		{"buffers", strconv.Itoa(p.Buffers)},
 		{"max_file_size", p.MaxFileSize.String()},
-		{"log_file_mode", p.FileMode.String()},
-		{"log_file_name", p.File},
-		{"flush_timer", p.FlushInterval.String()},
-		{"enable_flags", p.Families.String()},
+		{"file_mode", p.FileMode.String()},
+		{"file", p.File},
+		{"flush_interval", p.FlushInterval.String()},
+		{"families", p.Families.String()},
 		{"stack_events", p.StackEvents.String()},
 		{"provider", string(p.Provider)},
 		{"mode", p.Mode.String()},

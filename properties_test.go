@@ -160,3 +160,48 @@ func TestEBPFRejectsBlock(t *testing.T) {
 		t.Errorf("the preload provider's default policy is %v, want block", p.OnFull)
 	}
 }
+
+// TestPropertyError: Validate's error names the field and what it may be,
+// and wraps ErrInvalidFlags; ValidateGiven takes a 0 as a value, not the
+// default.
+func TestPropertyError(t *testing.T) {
+	for _, c := range []struct {
+		p     Properties
+		field string
+		text  string
+	}{
+		{Properties{File: "t", BufferSize: 2 * KiB}, "BufferSize", "BufferSize 2KiB: must be 0 (the default) or 4KiB to 1MiB"},
+		{Properties{File: "t", MaxFrames: 500}, "MaxFrames", "MaxFrames 500: must be 0 (the default) or 1 to 127"},
+		{Properties{File: "t", BufferSize: MiB, Buffers: 8192}, "Buffers", "Buffers 8192: must be 1 to 4096 (with BufferSize 1MiB)"},
+		{Properties{File: "t", Provider: ProviderEBPF, OnFull: Block}, "OnFull", "OnFull block with Provider ebpf: "},
+		{Properties{File: "t", Sample: 64 * KiB, Families: event.FamilyAll}, "Sample", "Sample: Families mmap: mmap and munmap are not sampled"},
+		{Properties{FileMode: Circular, File: "t"}, "MaxFileSize", "MaxFileSize 0 with FileMode circular: "},
+	} {
+		err := c.p.Validate()
+		var pe *PropertyError
+		if !errors.As(err, &pe) || pe.Field != c.field || !strings.HasPrefix(err.Error(), c.text) || !errors.Is(err, ErrInvalidFlags) && !errors.Is(err, ErrOutOfMemory) {
+			t.Errorf("%+v: %v (field %q), want field %s and %q", c.p, err, pe.Field, c.field, c.text)
+		}
+	}
+	given := Properties{File: "t", BufferSize: DefaultBufferSize, Buffers: DefaultBuffers, FlushInterval: time.Second, MaxFrames: MaxFrames, TimeResolution: time.Microsecond}
+	if err := given.ValidateGiven(); err != nil {
+		t.Fatalf("%+v: %v", given, err)
+	}
+	for field, zero := range map[string]func(*Properties){
+		"BufferSize":     func(p *Properties) { p.BufferSize = 0 },
+		"Buffers":        func(p *Properties) { p.Buffers = 0 },
+		"FlushInterval":  func(p *Properties) { p.FlushInterval = 0 },
+		"MaxFrames":      func(p *Properties) { p.MaxFrames = 0 },
+		"TimeResolution": func(p *Properties) { p.TimeResolution = 0 },
+	} {
+		p := given
+		zero(&p)
+		var pe *PropertyError
+		if err := p.ValidateGiven(); !errors.As(err, &pe) || pe.Field != field || pe.Zero != "" {
+			t.Errorf("%s 0: ValidateGiven %v", field, err)
+		}
+		if err := p.Validate(); err != nil {
+			t.Errorf("%s 0: Validate %v, want the default", field, err)
+		}
+	}
+}

@@ -1,18 +1,3 @@
-// Package heapscope traces the heap of Linux processes: every allocation,
-// reallocation and free, with the call stack that made it.
-//
-// A session is named and machine-wide. Start traces running processes;
-// Launch starts a program held until tracing is on, so that its first
-// allocation is seen. Update changes a running session's processes and
-// stack-walked events, and Control queries, flushes or stops it, by name
-// from any process; Sessions lists them. A session writes a trace file
-// (package tracefile, read by packages analyze and report) and feeds live
-// hooks (SetHooks). Properties configure it; every field's zero value is its
-// default except the trace file's name.
-//
-// The Windows equivalents are ETW's heap-tracing sessions (StartHeapTrace,
-// UpdateHeapTrace, ControlTrace, EVENT_TRACE_PROPERTIES) and the Xbox GDK's
-// XMemSetWin32HeapTrackingHooks.
 package heapscope
 
 import (
@@ -73,6 +58,9 @@ type Session struct {
 	ctl     *control.Server
 	b       backend
 	sink    *sessionSink
+	// launched: the session launches its program (Launch), traced from
+	// its first instruction; the trace header says so ("launched")
+	launched bool
 
 	mu     sync.Mutex // guards stacks, child and the stop state
 	stacks event.KindSet
@@ -86,8 +74,9 @@ type Session struct {
 	exitCode int           // the launched child's status, once exited is closed
 	exited   chan struct{} // Launch: closed when the launched child has exited
 
-	top   topState  // Top's totals and clients (top.go)
-	leaks leakState // leak checks (leaks.go)
+	top   topState    // Top's totals and clients (top.go)
+	cen   censusState // the censuses at attach (census.go)
+	leaks leakState   // leak checks (leaks.go)
 }
 
 // MaxNameLen is the longest session name, in characters; a longer one is
@@ -95,8 +84,10 @@ type Session struct {
 const MaxNameLen = registry.MaxNameLen
 
 // Start starts a session named name that traces the running processes pids.
-// The provider defaults to ProviderEBPF. (The Windows equivalent is
-// StartHeapTrace.)
+// The provider defaults to ProviderEBPF. Once a process's probes are in,
+// Start takes a census of its heap and writes it into the trace as the
+// blocks live before the trace (see census.go, Properties.NoCensus,
+// Censuses).
 func Start(name string, props Properties, pids []int) (*Session, error) {
 	if len(pids) == 0 {
 		return nil, fmt.Errorf("no process to trace: %w", errs.ErrInvalidFlags)
@@ -106,7 +97,7 @@ func Start(name string, props Properties, pids []int) (*Session, error) {
 			return nil, fmt.Errorf("pid %d: %w", pid, errs.ErrNoSuchProcess)
 		}
 	}
-	s, err := newSession(name, props, ProviderEBPF)
+	s, err := newSession(name, props, ProviderEBPF, false)
 	if err != nil {
 		return nil, err
 	}
@@ -119,6 +110,9 @@ func Start(name string, props Properties, pids []int) (*Session, error) {
 	if err := s.commit(); err != nil {
 		s.abort()
 		return nil, err
+	}
+	for _, pid := range pids {
+		s.censusAfterAttach(pid)
 	}
 	s.run()
 	return s, nil
@@ -137,7 +131,7 @@ func Launch(name string, props Properties, cmd *exec.Cmd) (*Session, error) {
 			return nil, err
 		}
 	}
-	s, err := newSession(name, props, ProviderPreload)
+	s, err := newSession(name, props, ProviderPreload, true)
 	if err != nil {
 		return nil, err
 	}
@@ -187,7 +181,7 @@ func Launch(name string, props Properties, cmd *exec.Cmd) (*Session, error) {
 	return s, nil
 }
 
-func newSession(name string, props Properties, defaultProvider Provider) (*Session, error) {
+func newSession(name string, props Properties, defaultProvider Provider, launched bool) (*Session, error) {
 	if err := registry.CheckName(name); err != nil {
 		return nil, err
 	}
@@ -215,6 +209,8 @@ func newSession(name string, props Properties, defaultProvider Provider) (*Sessi
 		stopped: make(chan struct{}),
 		drained: make(chan struct{}),
 		sink:    &sessionSink{sampling: props.Sample > 0},
+
+		launched: launched,
 	}
 	s.sink.setHooks(props.Hooks)
 	entry, err := registry.Acquire(dir, registry.Info{
@@ -376,7 +372,9 @@ func (s *Session) Update(c Change) error {
 		}
 		if err := s.b.attach(pid); err != nil {
 			errList = append(errList, err)
+			continue
 		}
+		s.censusAfterAttach(pid)
 	}
 	for _, pid := range c.RemovePIDs {
 		if err := s.b.detach(pid); err != nil {
@@ -461,29 +459,30 @@ func (s *Session) Wait() error {
 func (s *Session) Done() <-chan struct{} { return s.stopped }
 
 // ExitStatus returns the launched program's exit status (128+N when killed
-// by signal N), once the session has ended; -1 for sessions that launched
-// nothing or whose program still runs.
-func (s *Session) ExitStatus() int {
+// by signal N) once it has exited; ok is false while it runs, and for a
+// session that launched nothing.
+func (s *Session) ExitStatus() (status int, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.exited == nil {
-		return -1
+		return 0, false
 	}
 	select {
 	case <-s.exited:
-		return s.exitCode
+		return s.exitCode, true
 	default:
-		return -1
+		return 0, false
 	}
 }
 
 // ProgramExited returns a channel closed when the program Launch started
 // has exited, which may be after the session ended (stopped by name, the
-// program runs on untraced); nil for a session that launched nothing.
-func (s *Session) ProgramExited() <-chan struct{} {
+// program runs on untraced); ok is false for a session that launched
+// nothing.
+func (s *Session) ProgramExited() (exited <-chan struct{}, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.exited
+	return s.exited, s.exited != nil
 }
 
 // Files returns the trace files written so far.
@@ -501,8 +500,7 @@ func (s *Session) Files() []string {
 const ControlProtocol = 2
 
 // Status describes a running session: what Control's ControlQuery returns,
-// and, as JSON, what the control socket carries. (The Windows equivalent is
-// ControlTrace's QUERY.)
+// and, as JSON, what the control socket carries.
 type Status struct {
 	// Protocol is the ControlProtocol of the session that answered.
 	Protocol int    `json:"protocol"`

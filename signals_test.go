@@ -19,13 +19,14 @@ func TestForwardSignals(t *testing.T) {
 	stop := s.ForwardSignals()
 	defer stop()
 	syscall.Kill(syscall.Getpid(), syscall.SIGTERM)
+	exited, _ := s.ProgramExited()
 	select {
-	case <-s.ProgramExited():
+	case <-exited:
 	case <-time.After(20 * time.Second):
 		t.Fatal("the program still runs 20 s after SIGTERM")
 	}
 	s.Wait()
-	if got := s.ExitStatus(); got != 128+int(syscall.SIGTERM) {
+	if got, _ := s.ExitStatus(); got != 128+int(syscall.SIGTERM) {
 		t.Errorf("exit status %d, want %d (SIGTERM)", got, 128+int(syscall.SIGTERM))
 	}
 }

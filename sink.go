@@ -27,6 +27,7 @@ type sessionSink struct {
 	closed bool // after close, records are refused
 
 	hooks atomic.Pointer[Hooks]
+	warns atomic.Pointer[func(event.Warning)] // Hooks.OnWarning, apart: it costs events nothing
 	// While hooks are installed the sink keeps the live addresses (to tell
 	// unmatched frees) and the stacks (to hand hooks their frames). Both
 	// cost time per event, so they exist only then.
@@ -45,6 +46,11 @@ type sessionSink struct {
 func (s *sessionSink) setHooks(h Hooks) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if h.OnWarning != nil {
+		s.warns.Store(&h.OnWarning)
+	} else {
+		s.warns.Store(nil)
+	}
 	if h.OnAlloc == nil && h.OnRealloc == nil && h.OnFree == nil {
 		s.hooks.Store(nil)
 		s.live, s.stacks = nil, nil
@@ -234,9 +240,14 @@ func (s *sessionSink) Stats(st event.Stats) error {
 	return nil
 }
 
-// Note passes a note to the trace file, and to top's totals (a leak
-// check's classes).
+// Note passes a note to the trace file, a warning to Hooks.OnWarning, and
+// a verdict to top's totals (a leak check's classes).
 func (s *sessionSink) Note(n event.Note) error {
+	if w, ok := n.(event.Warning); ok {
+		if f := s.warns.Load(); f != nil {
+			(*f)(w)
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.agg != nil {

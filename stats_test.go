@@ -59,8 +59,8 @@ func TestLaunchFollowsDescendants(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Wait()
-	if s.ExitStatus() != 0 {
-		t.Errorf("exit status %d, want the shell's 0", s.ExitStatus())
+	if st, ok := s.ExitStatus(); st != 0 || !ok {
+		t.Errorf("exit status %d (%v), want the shell's 0", st, ok)
 	}
 	c := replayCounts(t, path)
 	for pid, exe := range c.exes {

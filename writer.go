@@ -16,6 +16,10 @@ func createWriter(s *Session) (traceWriter, error) {
 	for _, kv := range s.props.text() {
 		props = append(props, tracefile.Property{Key: kv[0], Value: kv[1]})
 	}
+	if s.launched {
+		// traced from its first instruction: no block predates tracing
+		props = append(props, tracefile.Property{Key: "launched", Value: "true"})
+	}
 	h := tracefile.Header{
 		Session:    s.name,
 		Provider:   string(s.props.Provider),

@@ -108,14 +108,5 @@ func (t *blockTable) takeWide(p *proc, addr uint64) (block, bool) {
 	return v, ok
 }
 
-// get returns the block at addr.
-func (t *blockTable) get(p *proc, addr uint64) (block, bool) {
-	if packable(p, addr) {
-		return t.packed.Get(p.key | addr)
-	}
-	v, ok := t.wide[wideKey{p.pid, addr}]
-	return v, ok
-}
-
 // len returns the number of live blocks.
 func (t *blockTable) len() int { return t.packed.Len() + len(t.wide) }

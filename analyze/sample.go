@@ -19,7 +19,10 @@ import (
 // Temporaries need every event, and the providers do not record failed
 // allocations when they sample: a sampled profile reports NoTemporaries and
 // NoFailed.
-// A realloc of a recorded block weighs its new block by the new size.
+// A realloc's result is drawn at its new size whatever its old block was
+// (tracefile/FORMAT.md), so a realloc recorded weighs its new block by the
+// new size, and a recorded block that a realloc not sampled replaced
+// arrives as its free.
 
 // SampleWeights returns what one recorded allocation of size bytes stands
 // for in a trace sampled at rate: size/p bytes and 1/p objects, with

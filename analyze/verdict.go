@@ -46,7 +46,7 @@ func (m *Model) verdict(v *event.Verdict) {
 		if !bc.Class.Valid() {
 			continue
 		}
-		b, ok := m.blocks.get(p, bc.Addr)
+		b, ok := m.blocks.lookup(p, bc.Addr)
 		if !ok {
 			continue
 		}

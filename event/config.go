@@ -46,9 +46,8 @@ func (n names) choices() string {
 	return strings.Join(n[:len(n)-1], ", ") + " or " + n[len(n)-1]
 }
 
-// LogFileMode says how a session writes its trace. (The Windows equivalent
-// is ETW's LogFileMode.) The values are stored in trace files: do not
-// renumber them.
+// LogFileMode says how a session writes its trace. The values are stored
+// in trace files: do not renumber them.
 type LogFileMode uint8
 
 // The log file modes.

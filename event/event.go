@@ -157,7 +157,7 @@ func (f Func) Family() Family {
 }
 
 // Family is a set of allocation families, as a bit mask: which entry points a
-// session traces. (The Windows equivalent is ETW's EnableFlags.)
+// session traces.
 type Family uint32
 
 // The allocation families.

@@ -15,10 +15,9 @@ type DiffRow struct {
 }
 
 // Diff matches the sites of res (of x) and of baseRes (of base) by their
-// symbolized frames and returns each site's cost c in both, by the size of
-// the difference, largest first; sites equal in both are left out. Modules
-// are matched by path, so both traces must be of the same build for the
-// frames to agree.
+// symbolized frames, as heapscope diff does (symbolize.DiffSiteKey), and
+// returns each site's cost c in both, by the size of the difference,
+// largest first; sites equal in both are left out.
 func Diff(x *Index, res *Result, base *Index, baseRes *Result, c Cost) []DiffRow {
 	rows := map[string]*DiffRow{}
 	var order []string
@@ -28,7 +27,7 @@ func Diff(x *Index, res *Result, base *Index, baseRes *Result, c Cost) []DiffRow
 			if v == 0 {
 				continue
 			}
-			k := symbolize.SiteKey(s.Frames)
+			k := symbolize.DiffSiteKey(s.Frames)
 			d := rows[k]
 			if d == nil {
 				d = &DiffRow{Frames: s.Frames}

@@ -474,9 +474,8 @@ func cgroupLeft(procCgroup, root string) (int64, bool) {
 }
 
 // loadCache reads file into an Index holding x's columns, in an arena as
-// a built index's (a click on a mapped file cost up to 1.6x the CPU time
-// on this machine: bench/RESULTS-serve.md, r3-web3), or, when m says so,
-// maps it: the rows and ends are then the file's pages, in
+// a built index's (a click on a mapped file costs up to 1.6x the CPU time:
+// bench/RESULTS-serve.md), or, when m says so, maps it: the rows and ends are then the file's pages, in
 // the page cache rather than the process's memory, so that an index
 // larger than the memory still opens. nstacks is the number of stacks x
 // has: the file's rows must point at them.

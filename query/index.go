@@ -158,6 +158,7 @@ type Index struct {
 	// inverted, made on first use.
 	trieOnce [2]sync.Once
 	tries    [2]*trie
+	masks    masks // the sites of the latest Filter.Match asked (see siteMask)
 	rules    []*suppress.Rule
 	// indexProgress is Options.IndexProgress.
 	indexProgress func(n int64)
@@ -338,6 +339,9 @@ func (x *Index) mergeSites() {
 		buf = buf[:0]
 		for _, a := range st.frames {
 			buf = append(buf, x.res.Frames(st.pid, a)...)
+		}
+		if st.id == analyze.PreTrace && len(st.frames) == 0 {
+			buf = append(buf, symbolize.Frame{Function: report.BeforeTraceFunction}) // as the report's site (census.go)
 		}
 		fs := symbolize.TrimAllocator(buf)
 		kb = kb[:0]

@@ -23,7 +23,7 @@ func writeRandomTrace(t *testing.T, path string, seed int64) {
 
 // writeRandomTraceN is writeRandomTrace with n events (an idle gap at the
 // 30000th when n passes it).
-func writeRandomTraceN(t *testing.T, path string, seed int64, n int) {
+func writeRandomTraceN(t testing.TB, path string, seed int64, n int) {
 	t.Helper()
 	const start = int64(1_000_000_000)
 	w, err := tracefile.Create(path, tracefile.Header{Session: "random", Provider: "preload", MonoStart: start,

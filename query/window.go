@@ -17,6 +17,10 @@ type Filter struct {
 	At       int64  // an instant for the "live at an instant" cost; 0: none
 	PID      uint32 // only this process (0: all)
 	TID      uint32 // only this thread (0: all)
+	// Match, when not "", keeps only the sites a Match keeps, as its
+	// String writes it: the window's peak and timeline are then those of
+	// the sites kept (see TimelineOf).
+	Match string
 }
 
 // Span is a window cut to the trace, as sequence numbers: the events
@@ -43,9 +47,6 @@ const (
 	AOFI        // allocated before t0, freed inside
 	AOFO        // allocated before t0, still live at t1
 )
-
-// ClassNames are the classes' names, by their constants.
-var ClassNames = [4]string{"AIFI", "AIFO", "AOFI", "AOFO"}
 
 // Costs are what one stack or site cost in a window.
 type Costs struct {
@@ -195,11 +196,14 @@ func (x *Index) peakAt(i int64) analyze.Peak {
 func (x *Index) Window(f Filter) *Result {
 	sp := x.Span(f)
 	s0, s1 := sp.S0, sp.S1
-	res := &Result{Filter: f, Span: sp, PeakSeq: x.peakIn(s0, s1)}
-	p := res.PeakSeq
-	if p >= 0 {
-		res.Peak = x.peakAt(p)
+	res := &Result{Filter: f, Span: sp, PeakSeq: -1}
+	ss := x.subsetOf(f)
+	if ss != nil {
+		res.PeakSeq, res.Peak = x.subsetPeak(ss, s0, s1)
+	} else if res.PeakSeq = x.peakIn(s0, s1); res.PeakSeq >= 0 {
+		res.Peak = x.peakAt(res.PeakSeq)
 	}
+	p := res.PeakSeq
 	at := int64(-1)
 	if f.At != 0 {
 		at = x.seqAt(f.At+1) - 1 // the state after the last event at or before At
@@ -207,6 +211,9 @@ func (x *Index) Window(f Filter) *Result {
 	n := sort.Search(x.rows.len(), func(i int) bool { return int64(x.rows.at(i).alloc) >= s1 })
 	n0 := sort.Search(n, func(i int) bool { return int64(x.rows.at(i).alloc) >= s0 })
 	q := windowScan{f: f, s0: s0, s1: s1, p: p, at: at, n0: n0}
+	if ss != nil {
+		q.allow = ss.allow
+	}
 	// The rows made before the window are mostly skipped (see rowEnds):
 	// the cores share the window's own, and the first also reads those.
 	parts := parallel(n-n0, func(w *windowPart, lo, hi int) {
@@ -248,6 +255,8 @@ type windowScan struct {
 	s0, s1 int64
 	p, at  int64 // the peak's and the instant's events; -1: none
 	n0     int   // the first row made inside the window
+
+	allow []bool // by site, those Filter.Match keeps; nil: every site
 }
 
 // windowPart is what one goroutine's rows cost.
@@ -318,6 +327,9 @@ func (x *Index) scanGroup(q *windowScan, w *windowPart, lo, hi int) {
 		}
 		st := row.stack
 		if f.PID != 0 && x.stacks[st].pid != f.PID || f.TID != 0 && x.tid(row, i) != f.TID {
+			continue
+		}
+		if q.allow != nil && !q.allow[x.stacks[st].site] {
 			continue
 		}
 		c := &w.stacks[st]
@@ -434,7 +446,7 @@ func (x *Index) Profile(res *Result) *analyze.Profile {
 	sum.MissedFrees = res.Missed
 	sum.AddStacks(pr.Stacks)
 	pr.Histogram = analyze.SizeBuckets(&res.Hist)
-	for _, pt := range x.Timeline(res.Span, analyze.DefaultTimelinePoints) {
+	for _, pt := range x.TimelineOf(res.Filter, res.Span, analyze.DefaultTimelinePoints) {
 		pr.Timeline = append(pr.Timeline, analyze.Point{Time: pt.Time, Bytes: pt.MaxBytes, Blocks: pt.MaxBlocks})
 	}
 	return pr

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/heapscope/heapscope/event"
 	"github.com/heapscope/heapscope/tracefile"
 )
 
@@ -29,7 +30,7 @@ func (r *Report) CutNote(unwind string, maxFrames int) string {
 	cutSites, deepSites, sites := 0, 0, 0
 	byModule := map[string]uint64{}
 	for _, s := range r.Sites {
-		if len(s.ids) == 0 {
+		if len(s.ids) == 0 || s.BeforeTrace() {
 			continue
 		}
 		sites++
@@ -86,8 +87,8 @@ func (r *Report) CutNote(unwind string, maxFrames int) string {
 			cutSites, sites, percent(cutBytes, total), strings.Join(mods, ", "), why, fix))
 	}
 	if deepSites > 0 {
-		notes = append(notes, fmt.Sprintf("stacks cut by the depth limit: %d of %d sites (%s of allocated bytes) have %d frames, the most recorded; raise --max-frames (up to 127)",
-			deepSites, sites, percent(deepBytes, total), maxFrames))
+		notes = append(notes, fmt.Sprintf("stacks cut by the depth limit: %d of %d sites (%s of allocated bytes) have %d frames, the most recorded; raise --max-frames (up to %d)",
+			deepSites, sites, percent(deepBytes, total), maxFrames, event.MaxFrames))
 	}
 	return strings.Join(notes, "; ")
 }

@@ -390,6 +390,7 @@ type DiffJSONSite struct {
 	Base   Counts      `json:"base"`
 	New    Counts      `json:"new"`
 	Change Delta       `json:"change"`
+	Name   string      `json:"name"` // the site's name, as the JSON report's
 	Stack  []JSONFrame `json:"stack"`
 }
 
@@ -416,7 +417,7 @@ func (d *Diff) Document(o DiffOptions) *DiffJSON {
 		sorted = sorted[:o.Top]
 	}
 	for _, s := range sorted {
-		doc.Sites = append(doc.Sites, DiffJSONSite{Base: s.Base, New: s.New, Change: s.Delta, Stack: jsonStack(s.Stack())})
+		doc.Sites = append(doc.Sites, DiffJSONSite{Base: s.Base, New: s.New, Change: s.Delta, Name: s.site.Name(), Stack: jsonStack(s.Stack())})
 	}
 	return doc
 }

@@ -41,6 +41,10 @@ type JSON struct {
 	Unknown []string    `json:"unknown"`
 	Window  *JSONWindow `json:"window,omitempty"`
 	Stats   *JSONStats  `json:"stats,omitempty"`
+	// Rundowns are what censuses found live before the trace, Resident
+	// the processes' resident memory explained (see census.go).
+	Rundowns []JSONRundown  `json:"rundowns,omitempty"`
+	Resident []JSONResident `json:"resident,omitempty"`
 	// LeakCheck is what the trace's heap scans found; absent when it has
 	// none (then leaks are every block live at the end).
 	LeakCheck *JSONLeakCheck `json:"leak_check,omitempty"`
@@ -87,6 +91,7 @@ type JSONSummary struct {
 type JSONLive struct {
 	Bytes  uint64 `json:"bytes"`
 	Blocks uint64 `json:"blocks"`
+	Name   string `json:"name"` // the site's name: its first frame that is not an allocator wrapper
 	// Classes splits a leak's blocks by reachability class, when the
 	// trace holds a leak check.
 	Classes *JSONClasses `json:"classes,omitempty"`
@@ -107,6 +112,7 @@ type JSONSite struct {
 	// Suppressed is the rule that suppressed the site's leaks, whose
 	// bytes are then not in LeakedBytes; "" when none did.
 	Suppressed string      `json:"suppressed,omitempty"`
+	Name       string      `json:"name"` // as JSONLive's
 	PIDs       []uint32    `json:"pids"`
 	Stack      []JSONFrame `json:"stack"`
 }
@@ -276,16 +282,16 @@ func (r *Report) document(top int, sites bool) *JSON {
 	}
 	if sites {
 		for _, s := range r.sorted(byLeaked, top) {
-			d.Leaks = append(d.Leaks, JSONLive{Bytes: s.LiveBytes, Blocks: s.LiveBlocks, Classes: r.siteClasses(s), PIDs: s.PIDs, Stack: jsonStack(s.Stack())})
+			d.Leaks = append(d.Leaks, JSONLive{Bytes: s.LiveBytes, Blocks: s.LiveBlocks, Name: s.Name(), Classes: r.siteClasses(s), PIDs: s.PIDs, Stack: jsonStack(s.Stack())})
 		}
 		for _, s := range r.sorted(byPeak, top) {
-			d.Peak = append(d.Peak, JSONLive{Bytes: s.PeakBytes, Blocks: s.PeakBlocks, PIDs: s.PIDs, Stack: jsonStack(s.Stack())})
+			d.Peak = append(d.Peak, JSONLive{Bytes: s.PeakBytes, Blocks: s.PeakBlocks, Name: s.Name(), PIDs: s.PIDs, Stack: jsonStack(s.Stack())})
 		}
 		for _, s := range r.sortedAll(top) {
 			d.Allocations = append(d.Allocations, JSONSite{
 				Allocations: s.Allocations, Reallocations: s.Reallocations, Bytes: s.Bytes,
 				Temporary: s.Temporary, Frees: s.Frees, Failed: s.Failed,
-				LeakedBytes: s.LiveBytes, PeakBytes: s.PeakBytes, Suppressed: ruleText(s), PIDs: s.PIDs, Stack: jsonStack(s.Stack()),
+				LeakedBytes: s.LiveBytes, PeakBytes: s.PeakBytes, Suppressed: ruleText(s), Name: s.Name(), PIDs: s.PIDs, Stack: jsonStack(s.Stack()),
 			})
 		}
 	}
@@ -297,6 +303,7 @@ func (r *Report) document(top int, sites bool) *JSON {
 	for _, pt := range p.Timeline {
 		d.Timeline = append(d.Timeline, JSONPoint{TNs: int64(r.rel(pt.Time)), LiveBytes: pt.Bytes, LiveBlocks: pt.Blocks})
 	}
+	d.Rundowns, d.Resident = r.CensusJSON()
 	return d
 }
 
@@ -373,6 +380,12 @@ func (r *Report) WriteJSON(w io.Writer, top int) error {
 	if d.Stats != nil {
 		jw.field("stats", d.Stats)
 	}
+	if len(d.Rundowns) > 0 {
+		jw.field("rundowns", d.Rundowns)
+	}
+	if len(d.Resident) > 0 {
+		jw.field("resident", d.Resident)
+	}
 	if d.LeakCheck != nil {
 		jw.field("leak_check", d.LeakCheck)
 	}
@@ -441,8 +454,11 @@ func (j *jsonWriter) live(i int, bytes, blocks uint64, cls *JSONClasses, s *Site
 	j.tail(s)
 }
 
-// tail writes a site's pids and stack and closes it.
+// tail writes a site's name, pids and stack and closes it.
 func (j *jsonWriter) tail(s *Site) {
+	j.raw(`,"name":`)
+	j.buf = appendString(j.buf[:0], s.Name())
+	j.bytes(j.buf)
 	j.raw(`,"pids":[`)
 	for i, pid := range s.PIDs {
 		if i > 0 {

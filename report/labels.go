@@ -45,14 +45,23 @@ func (r *Report) UnmatchedCauses() []string {
 	if len(forked) > 0 {
 		out = append(out, fmt.Sprintf("blocks a forked child (pid %s) inherited from its traced parent", strings.Join(forked, ", ")))
 	}
-	if r.Trace.Provider == "ebpf" {
+	switch {
+	case r.Trace.Provider == "ebpf" && r.Trace.Properties["launched"] != "true":
 		out = append(out, "blocks allocated before tracing attached to a running process")
-	} else {
+	case r.Trace.Provider == "ebpf":
+		// Launched held before its first instruction: nothing was
+		// allocated before the probes were in place.
+		out = append(out, "blocks made where the probes were not called (by an allocator heapscope does not probe)")
+	default:
 		// The interposer is there from the program's first instruction:
 		// what it misses, it misses by not being called.
 		out = append(out, "blocks made where the interposer was not called (before it was loaded, or by an allocator it does not wrap)")
 	}
-	if fam, err := event.ParseFamily(r.Trace.Properties["enable_flags"]); err == nil && fam&event.FamilyFree != 0 && fam&event.FamilyHeap != event.FamilyHeap {
+	fams, ok := r.Trace.Properties["families"]
+	if !ok {
+		fams = r.Trace.Properties["enable_flags"] // a trace of an earlier version
+	}
+	if fam, err := event.ParseFamily(fams); err == nil && fam&event.FamilyFree != 0 && fam&event.FamilyHeap != event.FamilyHeap {
 		out = append(out, fmt.Sprintf("blocks made by allocation functions not traced (only %s were)", fam))
 	}
 	if p.HasStats && p.Stats.TotalLost() > 0 {

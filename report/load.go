@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/heapscope/heapscope/analyze"
-	"github.com/heapscope/heapscope/analyze/load"
 	"github.com/heapscope/heapscope/event"
+	"github.com/heapscope/heapscope/internal/load"
 	"github.com/heapscope/heapscope/suppress"
 	"github.com/heapscope/heapscope/symbolize"
 )
@@ -50,9 +50,9 @@ type LoadOptions struct {
 //
 // The symbolizer resolves the addresses of the stacks on a goroutine of its
 // own while the events are decoded: those read before the first events,
-// and then, at the end, those of the rest. The reader's warnings (a
-// truncated file, a damaged chunk) are in the report's Trace.Warnings, with
-// the symbolizer's.
+// and then, at the end, those of the rest. The session's warnings (kept in
+// the trace as notes), the reader's (a truncated file, a damaged chunk) and
+// the symbolizer's are in the report's Trace.Warnings.
 func Load(path string, o LoadOptions) (*Report, error) {
 	if o.To != 0 && o.To <= o.From {
 		return nil, fmt.Errorf("report: the window's end (%s) is not after its start (%s)", o.To, o.From)
@@ -74,7 +74,18 @@ func Load(path string, o LoadOptions) (*Report, error) {
 		Start:     h.MonoStart,
 		WallStart: h.WallStart,
 	}, newSymTable(sym))
-	warnings := res.Warnings
+	// the session's warnings (kept in the trace) first, then the reader's
+	var warnings []string
+	for _, w := range res.Profile.Warnings {
+		text := w.Text
+		if w.PID != 0 {
+			text = fmt.Sprintf("pid %d: %s", w.PID, text)
+		}
+		if !slices.Contains(warnings, text) {
+			warnings = append(warnings, text)
+		}
+	}
+	warnings = append(warnings, res.Warnings...)
 	for _, s := range sym.Warnings() {
 		if !slices.Contains(warnings, s) {
 			warnings = append(warnings, s)

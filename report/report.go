@@ -41,7 +41,7 @@ type Trace struct {
 	// them.
 	Warnings []string
 	// Properties are the session's properties, from the trace header
-	// ("enable_flags": "malloc,free", ...).
+	// ("families": "malloc,free", ...).
 	Properties map[string]string
 }
 
@@ -80,6 +80,15 @@ func (s *Site) Stack() []symbolize.Frame {
 		out[i] = s.table.frames[id]
 	}
 	return out
+}
+
+// Name is the site's name in one word (symbolize.SiteName): its first
+// frame that is not an allocator wrapper.
+func (s *Site) Name() string {
+	if len(s.ids) == 0 {
+		return symbolize.NoStack
+	}
+	return s.table.name(s.ids[symbolize.SiteFrame(len(s.ids), s.frame)])
 }
 
 func (s *Site) depth() int                   { return len(s.ids) }
@@ -183,6 +192,9 @@ func newReport(p *analyze.Profile, t Trace, st *symTable) *Report {
 		addrs := st.proc(stack.PID)
 		for _, a := range stack.Frames {
 			ids = append(ids, st.ids(addrs, stack.PID, a)...)
+		}
+		if stack.ID == analyze.PreTrace && len(stack.Frames) == 0 {
+			ids = append(ids, st.table.intern(beforeTraceFrame)) // a site of its own (census.go)
 		}
 		ids = ids[symbolize.AllocatorFrames(len(ids), func(i int) *symbolize.Frame { return &st.table.frames[ids[i]] }):]
 		kb = kb[:0]

@@ -519,6 +519,11 @@ func TestLabels(t *testing.T) {
 			t.Errorf("unmatched causes %q lack %q", causes, want)
 		}
 	}
+	// A trace of this version names the families as Properties does.
+	rn := New(testProfile(t), Trace{Provider: "preload", Properties: map[string]string{"families": "malloc,free"}}, frames)
+	if c := strings.Join(rn.UnmatchedCauses(), "; "); !strings.Contains(c, "only malloc,free were") {
+		t.Errorf("with families: unmatched causes %q", c)
+	}
 	var buf bytes.Buffer
 	must(t, r.WriteText(&buf, TextOptions{}))
 	out := buf.String()
@@ -549,6 +554,12 @@ func TestLabels(t *testing.T) {
 	if !strings.Contains(causes, "before the window") || !strings.Contains(causes, "attached to a running process") ||
 		!strings.Contains(causes, "forked child (pid 3) inherited") {
 		t.Errorf("window, ebpf: causes %q", causes)
+	}
+	// A program run with the eBPF provider: traced from its first
+	// instruction, it had no block before tracing.
+	r = New(testProfile(t), Trace{File: "app.hst", Provider: "ebpf", Properties: map[string]string{"launched": "true"}}, frames)
+	if causes = strings.Join(r.UnmatchedCauses(), "; "); strings.Contains(causes, "attached") || !strings.Contains(causes, "probes were not called") {
+		t.Errorf("launched, ebpf: causes %q", causes)
 	}
 }
 

@@ -49,6 +49,7 @@ func (r *Report) WriteText(w io.Writer, o TextOptions) error {
 	t := &textWriter{w: bw, r: r, o: o}
 	t.header()
 	t.summary()
+	t.census()
 	p := r.Profile
 	if r.LeakChecked() {
 		t.leakChecked()
@@ -225,6 +226,9 @@ func (t *textWriter) summary() {
 		t.classRows(row, lb, lk)
 	} else {
 		row("leaked", "%s in %s", fmtBytesExact(lb), plural(lk, "block"))
+	}
+	if bb, bk, ok := r.beforeTraceLive(); ok {
+		row("  before the trace", "%s in %s of them were live before it (a census: see BEFORE THE TRACE)", fmtBytes(bb), plural(bk, "block"))
 	}
 	if sb, sk, n := r.SuppressedTotal(); n > 0 {
 		row("suppressed", "%s in %s by %s (not leaks of the program: see SUPPRESSED)", fmtBytesExact(sb), plural(sk, "block"), plural(uint64(n), "rule"))

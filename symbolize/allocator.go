@@ -22,20 +22,108 @@ func TrimAllocator(frames []Frame) []Frame {
 // (innermost first) TrimAllocator drops: for a caller that keeps its
 // frames elsewhere than in one slice.
 func AllocatorFrames(n int, at func(int) *Frame) int {
+	return leadingRun(n, at, func(f *Frame) bool { return isAllocator(f.Function) || isInterposer(f.Module) },
+		func(f, _ *Frame) bool { return isRuntimeLib(f.Module) })
+}
+
+// SiteFrame returns the index of the frame that names a site whose stack,
+// innermost first, is the n frames at(0), at(1), ... (already without the
+// allocator's frames, see TrimAllocator): the first that is not an
+// allocator wrapper. A wrapper is
+// a function of a program or library that allocates for its callers and
+// does nothing else worth a name: xmalloc and its kin (gnulib, libiberty),
+// glib's g_malloc family, sqlite3Malloc and its kin, CPython's PyMem_ and
+// PyObject_ allocators; the frames of the same module above (called by) a
+// wrapper are its internals, symbolized or not (sqlite3Malloc's static
+// helper). The frames of wrappers stay in the stack: only the name skips
+// them. It is 0 when every frame is a wrapper, or there is none.
+func SiteFrame(n int, at func(int) *Frame) int {
+	i := leadingRun(n, at, func(f *Frame) bool { return isWrapper(f.Function) },
+		func(f, w *Frame) bool { return f.Module != "" && (w == nil || f.Module == w.Module) })
+	if i == n {
+		return 0
+	}
+	return i
+}
+
+// NoStack names a site whose events had no stack.
+const NoStack = "[no stack]"
+
+// SiteName is the name of a site whose stack is frames: the Name of its
+// SiteFrame, or NoStack.
+func SiteName(frames []Frame) string {
+	if len(frames) == 0 {
+		return NoStack
+	}
+	return frames[SiteFrame(len(frames), func(i int) *Frame { return &frames[i] })].Name()
+}
+
+// leadingRun returns how many of the n frames at(0), at(1), ... are a run
+// that ends at a frame for which end is true: frames for which it is, and
+// frames between them for which inside is true of the frame and of the
+// end frame that follows them (inside is first asked with a nil end, of
+// whether any end frame could have the frame inside it). The run is the
+// longest such from the top.
+func leadingRun(n int, at func(int) *Frame, end func(*Frame) bool, inside func(f, end *Frame) bool) int {
 	cut := 0
 	for i := 0; i < n; i++ {
 		f := at(i)
 		switch {
-		case isAllocator(f.Function) || isInterposer(f.Module):
+		case end(f):
+			for j := cut; j < i; j++ {
+				if !inside(at(j), f) {
+					return cut
+				}
+			}
 			cut = i + 1
-		case isRuntimeLib(f.Module):
-			// Internal to the allocator only if an allocator frame
-			// follows; decided by a later iteration.
+		case inside(f, nil):
+			// Inside an end frame only if one follows: decided by a later
+			// iteration.
 		default:
 			return cut
 		}
 	}
 	return cut
+}
+
+// wrapperNames are the allocator wrappers SiteFrame skips, by name.
+var wrapperNames = map[string]bool{}
+
+func init() {
+	for _, n := range []string{
+		// gnulib, libiberty (gcc, binutils, coreutils)
+		"xmalloc", "xcalloc", "xrealloc", "xzalloc", "xnmalloc", "xnrealloc", "x2realloc", "x2nrealloc", "ximalloc", "xicalloc", "xirealloc",
+		"xcharalloc", "xireallocarray", "xreallocarray",
+		// glib
+		"g_malloc", "g_malloc0", "g_realloc", "g_try_malloc", "g_try_malloc0", "g_try_realloc", "g_malloc_n", "g_malloc0_n",
+		"g_realloc_n", "g_try_malloc_n", "g_try_malloc0_n", "g_try_realloc_n", "g_slice_alloc", "g_slice_alloc0",
+		// SQLite
+		"sqlite3Malloc", "sqlite3MallocZero", "sqlite3Realloc", "sqlite3_malloc", "sqlite3_malloc64", "sqlite3_realloc",
+		"sqlite3_realloc64", "sqlite3DbMallocRaw", "sqlite3DbMallocRawNN", "sqlite3DbMallocZero", "sqlite3DbRealloc",
+		"sqlite3MemMalloc", "sqlite3MemRealloc",
+	} {
+		wrapperNames[n] = true
+	}
+}
+
+// wrapperPrefixes begin the names of CPython's allocators (PyMem_Malloc,
+// PyObject_Malloc, _PyMem_RawMalloc, _PyObject_Calloc, ...).
+var wrapperPrefixes = []string{"PyMem_", "_PyMem_", "PyObject_Malloc", "PyObject_Calloc", "PyObject_Realloc",
+	"_PyObject_Malloc", "_PyObject_Calloc", "_PyObject_Realloc"}
+
+func isWrapper(fn string) bool {
+	if fn == "" {
+		return false
+	}
+	if wrapperNames[fn] {
+		return true
+	}
+	for _, p := range wrapperPrefixes {
+		if strings.HasPrefix(fn, p) {
+			return true
+		}
+	}
+	return false
 }
 
 var allocatorNames = map[string]bool{}

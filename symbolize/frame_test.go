@@ -61,3 +61,31 @@ func with(f Frame, change func(*Frame)) Frame {
 	change(&f)
 	return f
 }
+
+// TestSiteName: a site is named by its first frame that is not an
+// allocator wrapper, the wrapper's internals of its module skipped with
+// it, module+offset when unsymbolized.
+func TestSiteName(t *testing.T) {
+	const cc1, sqlite, py = "/usr/lib/gcc/x86_64-linux-gnu/12/cc1plus", "/usr/lib/x86_64-linux-gnu/libsqlite3.so.0.8.6", "/usr/bin/python3.11"
+	for _, c := range []struct {
+		name   string
+		frames []Frame
+		want   string
+	}{
+		{"plain", []Frame{{Function: "make_node", Module: "/a"}, {Function: "main", Module: "/a"}}, "make_node"},
+		{"xmalloc", []Frame{{Function: "xmalloc", Module: cc1}, {Function: "ggc_alloc", Module: cc1}}, "ggc_alloc"},
+		{"unsymbolized helper of a wrapper", []Frame{{Module: sqlite, Offset: 0xa7504}, {Function: "sqlite3Malloc", Module: sqlite},
+			{Module: sqlite, Offset: 0xb786c}, {Function: "sqlite3BtreeInsert", Module: sqlite}}, "libsqlite3.so.0.8.6+0xb786c"},
+		{"unsymbolized, no wrapper", []Frame{{Module: sqlite, Offset: 0xa7504}, {Module: sqlite, Offset: 0xb786c}}, "libsqlite3.so.0.8.6+0xa7504"},
+		{"another module's frame is no helper", []Frame{{Function: "helper", Module: "/usr/bin/app"}, {Function: "sqlite3Malloc", Module: sqlite},
+			{Function: "caller", Module: "/usr/bin/app"}}, "helper"},
+		{"cpython", []Frame{{Function: "_PyObject_Malloc", Module: py}, {Function: "PyObject_Malloc", Module: py},
+			{Function: "list_resize", Module: py}}, "list_resize"},
+		{"only wrappers", []Frame{{Function: "xmalloc", Module: cc1}, {Function: "xcalloc", Module: cc1}}, "xmalloc"},
+		{"no stack", nil, NoStack},
+	} {
+		if got := SiteName(c.frames); got != c.want {
+			t.Errorf("%s: %q, want %q", c.name, got, c.want)
+		}
+	}
+}

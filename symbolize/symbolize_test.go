@@ -4,7 +4,6 @@ import (
 	"debug/elf"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"sort"
@@ -497,13 +496,7 @@ func TestSweep(t *testing.T) {
 // TestRust demangles Rust names, legacy and v0 mangling, from a program
 // rustc builds.
 func TestRust(t *testing.T) {
-	rustc, err := exec.LookPath("rustc")
-	if err != nil {
-		home, _ := os.UserHomeDir()
-		if rustc = filepath.Join(home, ".cargo", "bin", "rustc"); !fileExists(rustc) {
-			testutil.SkipWithout(t, fmt.Errorf("rustc: %w", err))
-		}
-	}
+	rustc := rustcPath(t)
 	src, err := filepath.Abs("testdata/rust_frames.rs")
 	if err != nil {
 		t.Fatal(err)

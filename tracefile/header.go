@@ -220,7 +220,7 @@ func unmarshalHeader(b []byte, h *Header) (int, string) {
 }
 
 // maxSampleRate bounds the header's sampling rate: one sample per TiB.
-const maxSampleRate = 1 << 40
+const maxSampleRate = event.MaxSample
 
 // stringAt decodes a length-prefixed string at b[i:]. It returns the index
 // after it, or -1.

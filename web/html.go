@@ -16,18 +16,24 @@ import (
 const staticMaxNodes = 2000
 
 // staticPaths are the answers a self-contained report holds: those the page
-// asks for in its first view of the whole trace, and the flame graphs of
-// the main costs, top-down and inverted.
+// asks for in its views of the whole trace (each path as the page's api()
+// writes it), for the costs of its flame graphs, top-down and inverted.
 func staticPaths() []string {
 	paths := []string{
 		"/api/summary",
 		"/api/timeline?points=1000",
-		"/api/window?&top=100",
-		"/api/functions?cost=leaks&top=500",
+		"/api/memory?points=1000",
+		"/api/top?top=10",
+		"/api/window?top=100",
 		"/api/sites?top=50",
-		"/api/histogram?",
+		"/api/histogram",
+		"/api/consumed?points=1000&top=10",
+	}
+	for _, inv := range []string{"0", "1"} {
+		paths = append(paths, fmt.Sprintf("/api/tree?cost=peak&invert=%s&min_share=0.001&max_nodes=%d", inv, staticMaxNodes))
 	}
 	for _, c := range []string{"leaks", "peak", "bytes", "calls", "temporary"} {
+		paths = append(paths, fmt.Sprintf("/api/functions?cost=%s&top=500", c))
 		for _, inv := range []string{"0", "1"} {
 			paths = append(paths, fmt.Sprintf("/api/flame?cost=%s&invert=%s&min_share=0.001&max_nodes=%d", c, inv, staticMaxNodes))
 		}
@@ -38,11 +44,14 @@ func staticPaths() []string {
 // WriteHTML writes one self-contained HTML file for x: the page, its script
 // and style inlined, and the API's answers for the whole trace embedded, so
 // that it opens from disk with no server and no network. It shows the
-// summary, the timeline, flame graphs of the main costs, the functions,
-// the sites lists and the histograms of the whole trace; choosing a window
-// needs `heapscope serve`. An x opened with query.Options.NoIndex gives
-// the report without the window classes, the histograms and the
-// lifetimes, from the report's pass alone.
+// overview (the summary and the top sites by each cost), the timeline with
+// the resident memory, flame graphs and trees of the main costs, the
+// functions, the sites lists, the consumed chart and the histograms of the
+// whole trace, and offers nothing else: choosing a window, an instant, a
+// process or a filter needs `heapscope serve`. An x opened with
+// query.Options.NoIndex gives the report without the window classes, the
+// consumed chart and the lifetimes (its sizes are the report's
+// histogram), from the report's pass alone.
 func WriteHTML(w io.Writer, x *query.Index) error {
 	s := New(x)
 	data := map[string]json.RawMessage{}

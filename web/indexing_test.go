@@ -61,11 +61,11 @@ func TestPageWhileIndexing(t *testing.T) {
 
 	ctx := browser(t)
 	shots := artefacts(t)
-	do(t, ctx, visit(srv, "/"))
+	do(t, ctx, visit(srv, "/?tab=flame"))
 	// The flame graph's total appears while the window waits for the index.
 	var shown string
 	for end := time.Now().Add(time.Minute); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
-		shown = eval[string](t, ctx, `document.getElementById("match").textContent`)
+		shown = eval[string](t, ctx, `(document.getElementById("flame-total") || {textContent: ""}).textContent`)
 		if lastNumber(shown) == want.LeakedBytes {
 			break
 		}
@@ -86,6 +86,7 @@ func TestPageWhileIndexing(t *testing.T) {
 	if !eval[bool](t, ctx, `document.getElementById("indexing").hidden`) {
 		t.Error("the indexing note stays once the index is built")
 	}
+	settle(t, ctx, chromedp.Click(chromedp.ID("tab-classes")))
 	aifo := eval[string](t, ctx, `document.querySelector("#class-aifo td:nth-of-type(1)").getAttribute("data-v")`)
 	if aifo != fmt.Sprint(want.LeakedBytes) {
 		t.Errorf("the whole trace's AIFO on the page %s, the report's leaks %d", aifo, want.LeakedBytes)

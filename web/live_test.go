@@ -96,9 +96,11 @@ func TestPageLive(t *testing.T) {
 	st.do(t, "a 5 2000")
 	want := strconv.FormatUint(first+10000, 10)
 	waitFor("10000 more leaked bytes", leaked()+` === "`+want+`"`)
-	// Every view follows, not only the summary: the whole trace's AIFO is
-	// what is live at its end.
-	waitFor("the window's classes", `document.querySelector("#class-aifo td").getAttribute("data-v") === "`+want+`"`)
+	// Every view follows, not only the summary: the overview's leaks, and
+	// the whole trace's AIFO is what is live at its end.
+	waitFor("the top leak", `document.querySelector("#top-leaks tr[data-v]") !== null`)
+	do(t, ctx, chromedp.Click(chromedp.ID("tab-classes")))
+	waitFor("the window's classes", `(document.querySelector("#class-aifo td") || {getAttribute: () => ""}).getAttribute("data-v") === "`+want+`"`)
 	screenshot(t, ctx, artefacts(t), "live")
 	in.Close() // the program exits; the session ends with it
 	if err := s.Wait(); err != nil {

@@ -134,6 +134,8 @@ func newServer(x, base *query.Index, g *gate) *Server {
 	s.mux.HandleFunc("GET /api/histogram", s.histogram)
 	s.mux.HandleFunc("GET /api/export", s.export)
 	s.mux.HandleFunc("GET /api/diff", s.diff)
+	s.views()
+	s.mux.HandleFunc("GET /api/rss", s.rss) // memory_census.go
 	return s
 }
 
@@ -337,6 +339,11 @@ func (s *Server) parse(r *http.Request) (*params, error) {
 		}
 		p.cost = cost
 	}
+	m, err := parseMatch(q)
+	if err != nil {
+		return nil, err
+	}
+	p.f.Match = m
 	return p, nil
 }
 
@@ -430,7 +437,7 @@ func (s *Server) timeline(w http.ResponseWriter, r *http.Request) {
 		capped = &Capped{Points: maxPoints}
 	}
 	n = min(max(n, 1), maxPoints)
-	quick := !s.x.Ready() && p.f.From == 0 && p.f.To == 0
+	quick := !s.x.Ready() && p.f.From == 0 && p.f.To == 0 && p.f.Match == ""
 	if !quick {
 		if err := s.x.Wait(r.Context()); err != nil {
 			writeErr(w, err)
@@ -450,10 +457,11 @@ func (s *Server) timeline(w http.ResponseWriter, r *http.Request) {
 	}
 	sp := s.x.Span(p.f)
 	out := Timeline{FromNs: s.rel(sp.From), ToNs: s.rel(sp.To), Points: []TimelinePoint{}, Capped: capped}
-	if pk, ok := s.x.Peak(sp); ok {
+	buckets, pk, ok := s.x.TimelinePeakOf(p.f, sp, int(n))
+	if ok {
 		out.Peak = Point{TNs: s.rel(pk.Time), Bytes: pk.Bytes, Blocks: pk.Blocks}
 	}
-	for _, b := range s.x.Timeline(sp, int(n)) {
+	for _, b := range buckets {
 		out.WidthNs = b.Width
 		out.Points = append(out.Points, TimelinePoint{TNs: s.rel(b.Time), Bucket: b})
 	}
@@ -499,6 +507,7 @@ func classes(c [4]query.Amount) Classes {
 // SiteClasses is one site's classes.
 type SiteClasses struct {
 	Site  int                `json:"site"`
+	Name  string             `json:"name"` // symbolize.SiteName: as the JSON report names sites
 	PIDs  []uint32           `json:"pids"`
 	Stack []report.JSONFrame `json:"stack"`
 	Classes
@@ -548,7 +557,8 @@ func (s *Server) window(w http.ResponseWriter, r *http.Request) {
 	sites := s.x.Sites()
 	for _, k := range rs {
 		st := sites[k.id]
-		out.Sites = append(out.Sites, SiteClasses{Site: k.id, PIDs: st.PIDs, Stack: jsonStack(st.Frames), Classes: classes(res.Sites[k.id].Classes)})
+		out.Sites = append(out.Sites, SiteClasses{Site: k.id, Name: symbolize.SiteName(st.Frames), PIDs: st.PIDs, Stack: jsonStack(st.Frames),
+			Classes: classes(res.Sites[k.id].Classes)})
 	}
 	writeJSON(w, out)
 }
@@ -875,6 +885,7 @@ type DiffTotal struct {
 
 // DiffSite is one site's cost in both traces.
 type DiffSite struct {
+	Name  string             `json:"name"` // as SiteClasses'
 	Stack []report.JSONFrame `json:"stack"`
 	DiffTotal
 }
@@ -897,7 +908,7 @@ func (s *Server) diff(w http.ResponseWriter, r *http.Request) {
 	baseQuick := false
 	if err == nil {
 		_, ok := s.base.Quick(query.Filter{})
-		if baseQuick = ok && query.QuickCost(p.cost); !baseQuick {
+		if baseQuick = ok && query.QuickCost(p.cost) && p.f.Match == ""; !baseQuick {
 			err = s.base.Wait(r.Context())
 		}
 	}
@@ -917,7 +928,7 @@ func (s *Server) diff(w http.ResponseWriter, r *http.Request) {
 	}
 	baseRes, _ := s.base.Quick(query.Filter{})
 	if !baseQuick {
-		baseRes = s.baseWindow()
+		baseRes = s.baseWindow(p.f.Match)
 	}
 	rows := query.Diff(s.x, res, s.base, baseRes, p.cost)
 	out := Diff{Cost: p.cost.String(), Base: s.base.File, Sites: []DiffSite{}}
@@ -929,13 +940,17 @@ func (s *Server) diff(w http.ResponseWriter, r *http.Request) {
 	}
 	out.Capped = p.capTop(out.More)
 	for _, d := range rows {
-		out.Sites = append(out.Sites, DiffSite{Stack: jsonStack(d.Frames), DiffTotal: DiffTotal{d.Value, d.Base, d.Delta}})
+		out.Sites = append(out.Sites, DiffSite{Name: symbolize.SiteName(d.Frames), Stack: jsonStack(d.Frames), DiffTotal: DiffTotal{d.Value, d.Base, d.Delta}})
 	}
 	writeJSON(w, out)
 }
 
-// baseWindow is the base trace's whole answer, computed once.
-func (s *Server) baseWindow() *query.Result {
+// baseWindow is the base trace's whole answer (computed once), or that
+// of the sites a match keeps.
+func (s *Server) baseWindow(match string) *query.Result {
+	if match != "" {
+		return s.base.Window(query.Filter{Match: match}) // the same sites of the base
+	}
 	s.baseOnce.Do(func() { s.baseRes = s.base.Window(query.Filter{}) })
 	return s.baseRes
 }

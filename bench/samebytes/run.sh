@@ -36,7 +36,7 @@ serve_api() {
 	XDG_CACHE_HOME=$cache "$hs" "${args[@]}" >"$cache/url" 2>/dev/null &
 	pid=$!
 	local url=""
-	for _ in $(seq 200); do
+	for _ in $(seq 1200); do
 		url=$(grep -o 'http://[^ ]*' "$cache/url" | head -1 || true)
 		[ -n "$url" ] && break
 		sleep 0.05

@@ -147,7 +147,8 @@ func measure(argv, env []string, v string, interval time.Duration, trace string)
 	if err := s.Wait(); err != nil {
 		return 0, 0, 0, err
 	}
-	<-s.ProgramExited()
+	exited, _ := s.ProgramExited()
+	<-exited
 	wall = time.Since(start)
 	self1, kids1 := usage()
 	return self1 - self0, kids1 - kids0, wall, nil

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,8 +28,10 @@ func TestSessionFlagErrors(t *testing.T) {
 		flags []string
 		want  string
 	}{
-		{[]string{"--buffer-size", "0"}, "--buffer-size 0: must be 4 to 1024"},
-		{[]string{"--buffer-size", "2048"}, "--buffer-size 2048: must be 4 to 1024"},
+		{[]string{"--buffer-size", "0"}, "--buffer-size 0: must be 4KiB to 1MiB"},
+		{[]string{"--buffer-size", "2048"}, "--buffer-size 2048: must be 4KiB to 1MiB"},
+		{[]string{"--buffer-size", "2KiB"}, "--buffer-size 2KiB: must be 4KiB to 1MiB"},
+		{[]string{"--buffer-size", "4x"}, `--buffer-size: size "4x": unknown unit "x"`},
 		{[]string{"--buffers", "0"}, "--buffers 0: must be 1 to 65536"},
 		{[]string{"--buffer-size", "1024", "--buffers", "5000"}, "--buffers 5000: must be 1 to 4096 (with --buffer-size 1024)"},
 		{[]string{"--max-frames", "0"}, "--max-frames 0: must be 1 to 127"},
@@ -37,7 +40,8 @@ func TestSessionFlagErrors(t *testing.T) {
 		{[]string{"--time-resolution", "0"}, "--time-resolution 0s: must be 1ns to 1s"},
 		{[]string{"--name", ""}, "--name: must be 1 to 1024 characters, not empty"},
 		{[]string{"--name", strings.Repeat("n", 1025)}, "--name: must be 1 to 1024 characters, not 1025"},
-		{[]string{"--max-size", "-1"}, "--max-size -1: must be 0 (unlimited) or more"},
+		{[]string{"--max-size", "-1"}, "--max-size -1: must be 0 (unlimited) or at least 64KiB"},
+		{[]string{"--max-size", "32KiB", "--log-mode", "circular"}, "--max-size 32KiB: must be 0 (unlimited) or at least 64KiB"},
 		{[]string{"--log-mode", "circular"}, "--max-size"},
 		{[]string{"--log-mode", "newfile", "--max-size", "1"}, "-o"},
 		{[]string{"--stacks", ""}, "flag --stacks: empty"},
@@ -45,7 +49,7 @@ func TestSessionFlagErrors(t *testing.T) {
 		{[]string{"--sample", "lots"}, `--sample: size "lots": not a size`},
 		{[]string{"--sample", "1.5"}, `--sample: size "1.5": not a whole number of bytes`},
 		{[]string{"--sample", "64XB"}, `--sample: size "64XB": unknown unit "xb"`},
-		{[]string{"--sample", "2TiB"}, `--sample: 2199023255552 bytes: at most 1099511627776`},
+		{[]string{"--sample", "2TiB"}, `--sample 2TiB: must be 0 (every event) or 1B to 1TiB`},
 	} {
 		for _, cmd := range []string{"run", "attach"} {
 			args := append([]string{cmd, "-o", out}, c.flags...)
@@ -65,6 +69,31 @@ func TestSessionFlagErrors(t *testing.T) {
 	}
 	if _, err := os.Stat(out); err == nil {
 		t.Errorf("a rejected command left a trace file")
+	}
+}
+
+// TestSizeFlagsTakeUnits: --buffer-size and --max-size take sizes with
+// units, and bare numbers in KiB and MiB as they always did.
+func TestSizeFlagsTakeUnits(t *testing.T) {
+	dir := t.TempDir()
+	for i, c := range []struct {
+		flags []string
+		want  string
+	}{
+		{[]string{"--buffer-size", "16"}, "buffer_size=16KiB"},
+		{[]string{"--buffer-size", "16KiB"}, "buffer_size=16KiB"},
+		{[]string{"--buffer-size", "1MiB"}, "buffer_size=1MiB"},
+		{[]string{"--log-mode", "circular", "--max-size", "2"}, "max_file_size=2MiB"},
+		{[]string{"--log-mode", "circular", "--max-size", "512KiB"}, "max_file_size=512KiB"},
+	} {
+		out := filepath.Join(dir, fmt.Sprintf("t%d.hst", i))
+		if code, stderr := exitCode(t, cli(t, append(append([]string{"run", "-q", "-o", out}, c.flags...), "--", "true")...)); code != 0 {
+			t.Fatalf("%q: exit %d: %s", c.flags, code, stderr)
+		}
+		info, err := cli(t, "info", out).Output()
+		if err != nil || !strings.Contains(string(info), " "+c.want+" ") {
+			t.Errorf("%q: info says %q (%v), want %s", c.flags, info, err, c.want)
+		}
 	}
 }
 
@@ -172,7 +201,7 @@ func TestHelpShowsFlagsAsTyped(t *testing.T) {
 	}
 	var out, errb bytes.Buffer
 	mainArgs([]string{"run", "--help"}, &out, &errb)
-	if !strings.Contains(out.String(), "  --buffer-size int") || !strings.Contains(out.String(), "  -o string") {
+	if !strings.Contains(out.String(), "  --buffer-size SIZE") || !strings.Contains(out.String(), "  -o string") {
 		t.Errorf("run --help:\n%s", out.String())
 	}
 	i := strings.Index(out.String(), "  --stacks")

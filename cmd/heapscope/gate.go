@@ -48,20 +48,20 @@ func (f failOnFlag) Set(s string) error {
 	return nil
 }
 
-// sizeFlag is a size flag that marks the gate set.
-type sizeFlag struct {
+// gateSize is a size flag that marks the gate set.
+type gateSize struct {
 	v   *heapscope.Size
 	set *bool
 }
 
-func (f sizeFlag) String() string {
+func (f gateSize) String() string {
 	if f.v == nil {
 		return "0"
 	}
 	return f.v.String()
 }
 
-func (f sizeFlag) Set(s string) error {
+func (f gateSize) Set(s string) error {
 	if err := f.v.UnmarshalText([]byte(s)); err != nil {
 		return err
 	}
@@ -95,9 +95,9 @@ failure's text.`
 func (g *gateFlags) register(fs *flag.FlagSet) {
 	g.status = DefaultFailStatus
 	fs.Var(failOnFlag{g}, "fail-on", "gate `CONDITIONS`: leaks, definite, possible, growth or any (comma-separated, repeatable)")
-	fs.Var(sizeFlag{&g.maxLeaked, &g.set}, "max-leaked", "gate: the lost bytes allowed, `SIZE` (e.g. 4KiB; default 0)")
-	fs.Var(sizeFlag{&g.maxPeak, &g.set}, "max-peak", "gate: fail when the heap's peak exceeds `SIZE`")
-	fs.Var(sizeFlag{&g.growthLimit, &g.set}, "growth-limit", "gate: the growth after the warm-up allowed, `SIZE` (default 1MiB)")
+	fs.Var(gateSize{&g.maxLeaked, &g.set}, "max-leaked", "gate: the lost bytes allowed, `SIZE` (e.g. 4KiB; default 0)")
+	fs.Var(gateSize{&g.maxPeak, &g.set}, "max-peak", "gate: fail when the heap's peak exceeds `SIZE`")
+	fs.Var(gateSize{&g.growthLimit, &g.set}, "growth-limit", "gate: the growth after the warm-up allowed, `SIZE` (default 1MiB)")
 	fs.StringVar(&g.junit, "junit", "", "gate: write a JUnit XML `FILE` (a test case per condition)")
 	fs.IntVar(&g.status, "fail-status", DefaultFailStatus, "gate: the exit `STATUS` when a condition holds, 1 to 255")
 }

@@ -20,8 +20,8 @@ import (
 func init() {
 	register(&command{
 		name:    "info",
-		args:    "FILE",
-		summary: "describe a trace file: session, processes, events, losses, warnings",
+		args:    "FILE | PID",
+		summary: "describe a trace file (session, processes, events, losses, warnings), or a running process's heap and RSS",
 		help: `
 Prints a trace file's header (session, provider, host, clock, mode), its
 processes, the number of modules and stacks, the events by kind, the time
@@ -32,13 +32,24 @@ say what was lost). A file that is missing, or not a trace, is an error.
 --pid and --exe describe only those processes (their events, exits and
 modules; lost events stay the session's). Each program is said to have
 exited with its status, been killed, been replaced by exec, ended with a
-status heapscope could not see, been detached, or still be running.`,
+status heapscope could not see, been detached, or still be running.
+
+Given the PID of a running process (a number that names no file), info
+takes a census of its heap (glibc's malloc, as attach does: the process is
+stopped a moment; needs root or ptrace rights and libc6-dbg) and prints its
+RSS explained, part by part (heap in use, allocator overhead, free but kept
+by the allocator, mmapped chunks, other anonymous memory, file-backed pages;
+each line says whether it was measured or estimated), how its heap is used,
+and what its blocks are.`,
 		setup: func(fs *flag.FlagSet) func([]string) error {
 			var pf procFlags
 			pf.register(fs)
 			return func(args []string) error {
 				if len(args) != 1 {
-					return usagef("takes one trace file")
+					return usagef("takes one trace file or PID")
+				}
+				if pid, ok := isPID(args[0]); ok {
+					return infoProcess(os.Stdout, pid)
 				}
 				return info(os.Stdout, args[0], pf.processes())
 			}

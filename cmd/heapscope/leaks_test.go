@@ -468,51 +468,61 @@ func knownBlocks(blocks []planted, mode string) []planted {
 }
 
 // TestLeaksAttached: an attach before scan_planted plants its blocks
-// (late): heapscope leaks classifies them as Memcheck does, though the
-// check is partial (the blocks from before the attach are not known).
+// (late), with its census of the heap at the attach (the default) and
+// without: heapscope leaks classifies every block as Memcheck does; with
+// the census the check knows every block, without it is partial (the
+// blocks from before the attach are not known), and still right.
 func TestLeaksAttached(t *testing.T) {
 	if err := ebpf.Available(); err != nil {
 		testutil.SkipWithoutEBPF(t, err)
 	}
 	bin := testutil.MustBuild(t, "scan_planted", testutil.Options{})
-	prog := exec.Command(bin, "late")
-	in, out := testutil.StartPiped(t, prog)
-	br := bufio.NewReader(out)
-	l, _ := br.ReadString('\n')
-	var pid int
-	if _, err := fmt.Sscanf(l, "waiting %d", &pid); err != nil {
-		t.Fatalf("scan_planted said %q", l)
-	}
-	name := fmt.Sprintf("leaks-attach-%d", os.Getpid())
-	trace := filepath.Join(t.TempDir(), "a.hst")
-	att := cli(t, "attach", "-q", "-p", strconv.Itoa(pid), "--name", name, "-o", trace)
-	att.Stderr = os.Stderr
-	if err := att.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer att.Process.Kill()
-	waitTracing(t, name, pid)
-	io.WriteString(in, "plant\n")
-	blocks, _ := readPlanted(t, br)
-	cli(t, "flush", name).Run()
-	r := leaksJSON(t, name)
-	if len(r.Processes) != 1 || r.Processes[0].Error != "" || !r.Processes[0].Partial {
-		t.Fatalf("leaks: %+v", r)
-	}
-	if err := cli(t, "stop", name).Run(); err != nil {
-		t.Fatal(err)
-	}
-	att.Wait()
-	io.WriteString(in, "go\n")
-	prog.Wait()
-	got, v := classesOf(t, traceNotes(t, trace), pid, blocks)
-	if !v.Partial {
-		t.Error("the verdict of an attached process is not partial")
-	}
-	for _, b := range blocks {
-		if got[b.label] != b.class {
-			t.Errorf("%s: heapscope %v, planted %v", b.label, got[b.label], b.class)
-		}
+	for _, census := range []bool{true, false} {
+		t.Run(fmt.Sprintf("census=%v", census), func(t *testing.T) {
+			prog := exec.Command(bin, "late")
+			in, out := testutil.StartPiped(t, prog)
+			br := bufio.NewReader(out)
+			l, _ := br.ReadString('\n')
+			var pid int
+			if _, err := fmt.Sscanf(l, "waiting %d", &pid); err != nil {
+				t.Fatalf("scan_planted said %q", l)
+			}
+			name := fmt.Sprintf("leaks-attach-%v-%d", census, os.Getpid())
+			trace := filepath.Join(t.TempDir(), "a.hst")
+			args := []string{"attach", "-q", "-p", strconv.Itoa(pid), "--name", name, "-o", trace}
+			if !census {
+				args = append(args, "--no-census")
+			}
+			att := cli(t, args...)
+			att.Stderr = os.Stderr
+			if err := att.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer att.Process.Kill()
+			waitTracing(t, name, pid)
+			io.WriteString(in, "plant\n")
+			blocks, _ := readPlanted(t, br)
+			cli(t, "flush", name).Run()
+			r := leaksJSON(t, name)
+			if len(r.Processes) != 1 || r.Processes[0].Error != "" || r.Processes[0].Partial == census {
+				t.Fatalf("leaks: %+v", r)
+			}
+			if err := cli(t, "stop", name).Run(); err != nil {
+				t.Fatal(err)
+			}
+			att.Wait()
+			io.WriteString(in, "go\n")
+			prog.Wait()
+			got, v := classesOf(t, traceNotes(t, trace), pid, blocks)
+			if v.Partial == census {
+				t.Errorf("the verdict's partial is %v with census %v", v.Partial, census)
+			}
+			for _, b := range blocks {
+				if got[b.label] != b.class {
+					t.Errorf("%s: heapscope %v, planted %v", b.label, got[b.label], b.class)
+				}
+			}
+		})
 	}
 }
 

@@ -15,18 +15,25 @@ import (
 	"github.com/heapscope/heapscope/tracefile"
 )
 
-// sessionFlags are the flags run and attach share: the session's name, its
-// output and its properties.
+// sessionFlags are the flags of a session's properties: run's (a launch),
+// attach's, and top's, which takes both.
 type sessionFlags struct {
+	launch, attach bool // the flags of a launch, of an attach are registered
+	provider       event.Provider
+	unwind         event.Unwind
+	onFull         event.OnFull
+	noFollowFork   bool
+
 	name          setString
 	output        string
 	stacks        event.KindSet
 	events        string
 	mode          event.CaptureMode
 	logMode       event.LogFileMode
-	bufferSize    int
+	bufferSize    heapscope.Size
+	sizeText      map[string]string // the text of each size flag given, by field
 	buffers       int
-	maxSize       int64
+	maxSize       heapscope.Size
 	flushInterval time.Duration
 	maxFrames     int
 	timeRes       time.Duration
@@ -35,7 +42,25 @@ type sessionFlags struct {
 	sample        heapscope.Size
 }
 
-func (f *sessionFlags) register(fs *flag.FlagSet) {
+// The flags of launching a program and of attaching to processes.
+const (
+	launchFlags = 1 << iota
+	attachFlags
+)
+
+// register registers the flags of every session, and those of which:
+// launchFlags, attachFlags or both.
+func (f *sessionFlags) register(fs *flag.FlagSet, which int) {
+	f.launch, f.attach = which&launchFlags != 0, which&attachFlags != 0
+	f.provider, f.unwind, f.onFull = heapscope.ProviderPreload, heapscope.Tables, heapscope.OnFullDefault
+	fs.TextVar(&f.unwind, "unwind", f.unwind, "stack walker `UNWINDER`: "+choices(heapscope.Tables, heapscope.FramePointers, heapscope.DWARF)+". tables (unwind tables built from each file's .eh_frame;\ncomplete stacks on code without frame pointers; with eBPF walked in BPF), fp (frame pointers only:\nfastest, short stacks on code built without them) or dwarf (preload: libunwind at every frame; eBPF: the same as tables)")
+	if f.launch {
+		fs.TextVar(&f.provider, "provider", f.provider, "`PROVIDER` of a launched program: "+choices(heapscope.ProviderPreload, heapscope.ProviderEBPF)+" (the LD_PRELOAD interposer or uprobes)")
+		fs.TextVar(&f.onFull, "on-full", f.onFull, "`POLICY` when the collector falls behind: "+choices(heapscope.OnFullDefault, heapscope.Block, heapscope.Drop)+". With preload, block\n(exact, slows the program) or drop (count losses); with ebpf, drop only (a uprobe cannot wait).\n(default: the provider's own, block for preload, drop for ebpf)")
+	}
+	if f.attach {
+		fs.BoolVar(&f.noFollowFork, "no-follow-fork", false, "eBPF: trace only the given processes, not the children they fork (an exec goes on as the same process)")
+	}
 	fs.Var(&f.name, "name", fmt.Sprintf("session `NAME`, unique on the machine, 1 to %d characters (default heapscope-PROGRAM-PID)", heapscope.MaxNameLen))
 	fs.StringVar(&f.output, "o", "", "trace file (default heapscope.PROGRAM.PID.hst; needs %d with --log-mode newfile)")
 	fs.TextVar(&f.stacks, "stacks", event.KindSet(0), "`KINDS` that carry a call stack: "+choices(event.KindAlloc, event.KindRealloc, event.KindFree, event.KindMmap, event.KindMunmap)+
@@ -43,9 +68,11 @@ func (f *sessionFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.events, "events", "heap", "allocation families traced: malloc,calloc,realloc,free,aligned,cxx,mmap, heap (all but mmap) or all")
 	fs.TextVar(&f.mode, "mode", heapscope.Stream, "`MODE`: "+choices(heapscope.Stream, heapscope.Aggregate)+": every event, or the live set and per-stack totals kept in the kernel (ebpf only)")
 	fs.TextVar(&f.logMode, "log-mode", heapscope.Sequential, "how the trace is written, `MODE`: "+choices(heapscope.Sequential, heapscope.Circular, heapscope.NewFile, heapscope.RealTime)+" (no file)")
-	fs.IntVar(&f.bufferSize, "buffer-size", int(heapscope.DefaultBufferSize/heapscope.KiB), fmt.Sprintf("buffer size in KB, %d to %d", heapscope.MinBufferSize/heapscope.KiB, heapscope.MaxBufferSize/heapscope.KiB))
+	f.bufferSize = heapscope.DefaultBufferSize
+	f.sizeText = map[string]string{}
+	fs.Var(sizeFlag{&f.bufferSize, propertyFlags["BufferSize"].unit, f.sizeText, "BufferSize"}, "buffer-size", fmt.Sprintf("`SIZE` of a buffer, %v to %v (e.g. 64KiB; a bare number is in KiB)", heapscope.MinBufferSize, heapscope.MaxBufferSize))
 	fs.IntVar(&f.buffers, "buffers", heapscope.DefaultBuffers, "number of buffers, at least 1 (buffers × buffer size at most 4 GiB)")
-	fs.Int64Var(&f.maxSize, "max-size", 0, "maximum trace file size in MB (0: unlimited; needed by circular and newfile)")
+	fs.Var(sizeFlag{&f.maxSize, propertyFlags["MaxFileSize"].unit, f.sizeText, "MaxFileSize"}, "max-size", "largest trace file `SIZE` (e.g. 512MiB; a bare number is in MiB; 0: unlimited; needed by circular and newfile)")
 	fs.DurationVar(&f.flushInterval, "flush-interval", heapscope.DefaultFlushInterval, "longest time an event waits before it reaches the file, more than 0")
 	fs.IntVar(&f.maxFrames, "max-frames", heapscope.MaxFrames, fmt.Sprintf("deepest stack recorded, 1 to %d", heapscope.MaxFrames))
 	fs.DurationVar(&f.timeRes, "time-resolution", tracefile.DefaultTimeResolution, "precision of event times in the file, 1ns to 1s; 1ns keeps exact times")
@@ -54,54 +81,91 @@ func (f *sessionFlags) register(fs *flag.FlagSet) {
 	fs.TextVar(&f.sample, "sample", heapscope.Size(0), "record one allocation per `SIZE` bytes allocated on average (e.g. 512KiB, 1MiB, 65536) and\nestimate the rest; 0 records every event. Not with --events mmap")
 }
 
-// validate checks each flag against its range, so that a value is never
-// quietly replaced by a default: 0 is an error, not "the default".
+// validate checks what is not a property: the session's name.
 func (f *sessionFlags) validate() error {
 	switch {
 	case f.name.set && f.name.s == "":
 		return usagef("--name: must be 1 to %d characters, not empty", heapscope.MaxNameLen)
 	case f.name.set && utf8.RuneCountInString(f.name.s) > heapscope.MaxNameLen:
 		return usagef("--name: must be 1 to %d characters, not %d", heapscope.MaxNameLen, utf8.RuneCountInString(f.name.s))
-	case f.bufferSize < int(heapscope.MinBufferSize/heapscope.KiB) || f.bufferSize > int(heapscope.MaxBufferSize/heapscope.KiB):
-		return usagef("--buffer-size %d: must be %d to %d (KB)", f.bufferSize, heapscope.MinBufferSize/heapscope.KiB, heapscope.MaxBufferSize/heapscope.KiB)
-	}
-	maxBuffers := int(heapscope.MaxBufferBytes / (heapscope.Size(f.bufferSize) * heapscope.KiB))
-	switch {
-	case f.buffers < 1 || f.buffers > maxBuffers:
-		return usagef("--buffers %d: must be 1 to %d (with --buffer-size %d)", f.buffers, maxBuffers, f.bufferSize)
-	case f.maxSize < 0:
-		return usagef("--max-size %d: must be 0 (unlimited) or more", f.maxSize)
-	case f.flushInterval <= 0:
-		return usagef("--flush-interval %v: must be more than 0", f.flushInterval)
-	case f.maxFrames < 1 || f.maxFrames > heapscope.MaxFrames:
-		return usagef("--max-frames %d: must be 1 to %d", f.maxFrames, heapscope.MaxFrames)
-	case f.timeRes < time.Nanosecond || f.timeRes > time.Second:
-		return usagef("--time-resolution %v: must be 1ns to 1s", f.timeRes)
 	}
 	return nil
 }
 
-// flagNames says which flag sets each field of heapscope.Properties, so
-// that an error of Properties.Validate names what the user typed.
-var flagNames = strings.NewReplacer(
-	"MaxFileSize", "--max-size",
-	"FileMode", "--log-mode",
-	"File", "-o",
-	"Buffers", "--buffers",
-	"BufferSize", "--buffer-size",
-	"FlushInterval", "--flush-interval",
-	"StackEvents", "--stacks",
-	"MaxFrames", "--max-frames",
-	"TimeResolution", "--time-resolution",
-	"Families", "--events",
-	"OnFull", "--on-full",
-	"Sample:", "--sample:",
-	"with the ebpf provider", "with --provider ebpf",
-)
+// propertyFlags names the flag that sets each field of
+// heapscope.Properties, and the unit of a size flag's bare numbers.
+var propertyFlags = map[string]struct {
+	name string
+	unit heapscope.Size
+}{
+	"File":           {"-o", 0},
+	"FileMode":       {"--log-mode", 0},
+	"MaxFileSize":    {"--max-size", heapscope.MiB},
+	"BufferSize":     {"--buffer-size", heapscope.KiB},
+	"Buffers":        {"--buffers", 0},
+	"FlushInterval":  {"--flush-interval", 0},
+	"Families":       {"--events", 0},
+	"StackEvents":    {"--stacks", 0},
+	"Provider":       {"--provider", 0},
+	"Mode":           {"--mode", 0},
+	"OnFull":         {"--on-full", 0},
+	"Unwind":         {"--unwind", 0},
+	"MaxFrames":      {"--max-frames", 0},
+	"TimeResolution": {"--time-resolution", 0},
+	"Sample":         {"--sample", 0},
+}
 
-// flagError rewrites an error of Properties.Validate in terms of flags.
-func flagError(err error) error {
-	return usageError{flagNames.Replace(err.Error())}
+// flagError writes an error of Properties.Validate in terms of flags, a
+// usage error: the flags' names, their values as given.
+func (f *sessionFlags) flagError(err error) error {
+	var pe *heapscope.PropertyError
+	if !errors.As(err, &pe) {
+		return usageError{err.Error()}
+	}
+	name := func(field string) string {
+		if f, ok := propertyFlags[field]; ok {
+			return f.name
+		}
+		return field
+	}
+	value := func(field string, v any) string {
+		if t, ok := f.sizeText[field]; ok && (field == "BufferSize" && v == f.bufferSize || field == "MaxFileSize" && v == f.maxSize) {
+			return t
+		}
+		return fmt.Sprint(v)
+	}
+	return usageError{pe.Describe(name, value)}
+}
+
+// sizeFlag is a size flag: a size with a unit, as heapscope.ParseSize
+// reads it (64KiB, 1MiB, 65536B), or a bare number in the flag's unit, as
+// the flags of sizes have always taken them (--buffer-size 64 is 64 KiB).
+// The text given is kept in text[field], for errors.
+type sizeFlag struct {
+	size  *heapscope.Size
+	unit  heapscope.Size
+	text  map[string]string
+	field string
+}
+
+func (f sizeFlag) String() string {
+	if f.size == nil {
+		return "0"
+	}
+	if *f.size%f.unit == 0 {
+		return strconv.FormatInt(int64(*f.size/f.unit), 10)
+	}
+	return f.size.String()
+}
+
+func (f sizeFlag) Set(s string) error {
+	if n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64); err == nil {
+		*f.size = heapscope.Size(n) * f.unit
+	} else if *f.size, err = heapscope.ParseSize(s); err != nil {
+		return err
+	}
+	f.text[f.field] = s
+	return nil
 }
 
 // setString is a string flag that records whether it was given.
@@ -116,9 +180,10 @@ func (v *setString) Set(s string) error {
 	return nil
 }
 
-// properties builds the session's properties; program names the default
+// properties builds the properties of a session that launches program
+// (attach false) or attaches to pid (attach true); they name the default
 // output file.
-func (f *sessionFlags) properties(program string, pid int) (heapscope.Properties, error) {
+func (f *sessionFlags) properties(program string, pid int, attach bool) (heapscope.Properties, error) {
 	var p heapscope.Properties
 	if err := f.validate(); err != nil {
 		return p, err
@@ -128,11 +193,15 @@ func (f *sessionFlags) properties(program string, pid int) (heapscope.Properties
 		return p, usagef("--events: %v", err)
 	}
 	p.StackEvents, p.Mode, p.FileMode = f.stacks, f.mode, f.logMode
-	p.BufferSize, p.Buffers = heapscope.Size(f.bufferSize)*heapscope.KiB, f.buffers
-	p.MaxFileSize, p.FlushInterval, p.MaxFrames = heapscope.Size(f.maxSize)*heapscope.MiB, f.flushInterval, f.maxFrames
+	p.BufferSize, p.Buffers = f.bufferSize, f.buffers
+	p.MaxFileSize, p.FlushInterval, p.MaxFrames = f.maxSize, f.flushInterval, f.maxFrames
 	p.TimeResolution = f.timeRes
 	p.Overwrite = f.overwrite
 	p.Sample = f.sample
+	p.Unwind, p.Provider, p.OnFull = f.unwind, f.provider, f.onFull
+	if attach {
+		p.Provider, p.NoFollowFork = heapscope.ProviderEBPF, f.noFollowFork
+	}
 	if p.FileMode != heapscope.RealTime {
 		p.File = f.output
 		if p.File == "" {
@@ -143,6 +212,10 @@ func (f *sessionFlags) properties(program string, pid int) (heapscope.Properties
 		}
 	} else if f.output != "" {
 		return p, usagef("-o: realtime mode writes no file")
+	}
+	// Every flag has a value: 0 is one, never "the default".
+	if err := p.ValidateGiven(); err != nil {
+		return p, f.flagError(err)
 	}
 	return p, nil
 }
@@ -189,11 +262,12 @@ func (p *pidList) Set(v string) error {
 	return nil
 }
 
-// startError is how run and attach report a session that did not start.
-func startError(err error) error {
+// startError is how run, attach and top report a session that did not
+// start.
+func (f *sessionFlags) startError(err error) error {
 	switch {
 	case errors.Is(err, heapscope.ErrInvalidFlags):
-		return flagError(err)
+		return f.flagError(err)
 	case errors.Is(err, tracefile.ErrUnsafePath):
 		return fmt.Errorf("%w (--overwrite replaces it)", err)
 	}

@@ -10,7 +10,7 @@ import (
 	"syscall"
 
 	"github.com/heapscope/heapscope"
-	"github.com/heapscope/heapscope/internal/preload"
+	"github.com/heapscope/heapscope/event"
 )
 
 func init() {
@@ -42,22 +42,17 @@ and keeps another debugger off it: --no-leak-check turns the check off.
 ` + gateHelp,
 		setup: func(fs *flag.FlagSet) func([]string) error {
 			var sf sessionFlags
-			sf.register(fs)
+			sf.register(fs, launchFlags)
 			var lk leakFlags
 			lk.register(fs)
-			provider, unwind, onFull := heapscope.ProviderPreload, heapscope.Tables, heapscope.OnFullDefault
-			fs.TextVar(&provider, "provider", provider, "`PROVIDER`: "+choices(heapscope.ProviderPreload, heapscope.ProviderEBPF)+" (the LD_PRELOAD interposer or uprobes)")
-			fs.TextVar(&unwind, "unwind", unwind, "stack walker `UNWINDER`: "+choices(heapscope.Tables, heapscope.FramePointers, heapscope.DWARF)+". tables (unwind tables built from each file's .eh_frame;\ncomplete stacks on code without frame pointers; with --provider ebpf walked in BPF), fp (frame pointers only:\nfastest, short stacks on code built without them) or dwarf (preload: libunwind at every frame; ebpf: the same as tables)")
-			fs.TextVar(&onFull, "on-full", onFull, "`POLICY` when the collector falls behind: "+choices(heapscope.OnFullDefault, heapscope.Block, heapscope.Drop)+". With preload, block\n(exact, slows the program) or drop (count losses); with ebpf, drop only (a uprobe cannot wait).\n(default: the provider's own, block for preload, drop for ebpf)")
 			return func(args []string) error {
 				if len(args) == 0 {
 					return usagef("no program to run")
 				}
-				props, err := sf.properties(args[0], os.Getpid())
+				props, err := sf.properties(args[0], os.Getpid(), false)
 				if err != nil {
 					return err
 				}
-				props.Provider, props.Unwind, props.OnFull = provider, unwind, onFull
 				if err := lk.apply(&props); err != nil {
 					return err
 				}
@@ -78,11 +73,14 @@ func runProgram(sf sessionFlags, lk leakFlags, props heapscope.Properties, args 
 		}
 		return exitError{127}
 	}
-	if props.Provider == heapscope.ProviderPreload {
-		// Said before the program's own output, not refused: it may still
-		// allocate mostly through malloc.
-		if a, ok, _ := preload.FindPrivateAllocator(path); ok {
-			fmt.Fprintf(os.Stderr, "heapscope run: %s\n", a.Warning(args[0]))
+	// The session's warnings (an allocator the interposer cannot see, said
+	// as the program starts; an exec it cannot follow) are printed here,
+	// on heapscope's stderr, and kept in the trace.
+	props.Hooks.OnWarning = func(w event.Warning) {
+		if w.PID != 0 {
+			fmt.Fprintf(os.Stderr, "heapscope run: warning: pid %d: %s\n", w.PID, w.Text)
+		} else {
+			fmt.Fprintf(os.Stderr, "heapscope run: warning: %s\n", w.Text)
 		}
 	}
 	cmd := exec.Command(path, args[1:]...)
@@ -95,11 +93,11 @@ func runProgram(sf sessionFlags, lk leakFlags, props heapscope.Properties, args 
 			fmt.Fprintf(os.Stderr, "heapscope run: %v\n", err)
 			return exitError{126}
 		}
-		return startError(err)
+		return sf.startError(err)
 	}
 	stop := s.ForwardSignals()
 	werr := s.Wait()
-	status := s.ExitStatus()
+	status, exited := s.ExitStatus()
 	var rep *heapscopeReport
 	if lk.gate.active() {
 		r, err := gateReport(s.Files(), lk.suppressions)
@@ -116,12 +114,13 @@ func runProgram(sf sessionFlags, lk leakFlags, props heapscope.Properties, args 
 			printSummary(os.Stderr, s.Status(), s.Files())
 		}
 	}
-	if status < 0 {
+	if !exited {
 		// Stopped by name: the program runs on, untraced, and its
 		// status is still ours to pass on.
 		fmt.Fprintf(os.Stderr, "heapscope run: tracing stopped; waiting for pid %d, which runs on untraced\n", cmd.Process.Pid)
-		<-s.ProgramExited()
-		status = s.ExitStatus()
+		ch, _ := s.ProgramExited()
+		<-ch
+		status, _ = s.ExitStatus()
 	}
 	stop()
 	if werr != nil {

@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/heapscope/heapscope"
 	"github.com/heapscope/heapscope/internal/ebpf"
 	"github.com/heapscope/heapscope/internal/testutil"
 )
@@ -35,7 +34,7 @@ func TestSampleAccuracy(t *testing.T) {
 	for _, seed := range seeds {
 		var got map[string][2]float64
 		sites, got = sampleSites(t, bin, filepath.Join(dir, fmt.Sprintf("s%d", seed)), fmt.Sprintf("seed %d", seed),
-			[]string{fmt.Sprintf("%s=%d", heapscope.SampleSeedEnv, seed)})
+			[]string{fmt.Sprintf("HEAPSCOPE_SAMPLE_SEED=%d", seed)})
 		for name, e := range got {
 			errs[name] = append(errs[name], e)
 		}
@@ -217,7 +216,7 @@ func TestSamplePprof(t *testing.T) {
 	dir := t.TempDir()
 	trace, prof := filepath.Join(dir, "s.hst"), filepath.Join(dir, "s.pb.gz")
 	cmd := cli(t, "run", "--sample", "64KiB", "-o", trace, "--", bin)
-	cmd.Env = append(cmd.Env, heapscope.SampleSeedEnv+"=7")
+	cmd.Env = append(cmd.Env, "HEAPSCOPE_SAMPLE_SEED=7")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("%v: %s", err, out)

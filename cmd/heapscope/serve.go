@@ -38,7 +38,7 @@ The JSON API behind it, under /api/, is documented in web/API.md.
 
 --base FILE2 compares the trace with another (of the same program, say before
 a change): the Diff view gives each site's cost in both, the sites matched by
-their symbolized frames (function, file, line, module), not their addresses.
+their symbolized frames as 'heapscope diff' matches them, not their addresses.
 
 --pid, --exe, --suppressions and --no-default-suppressions select processes
 and suppress leaks as they do for 'heapscope report': every view, of the whole

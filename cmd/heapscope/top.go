@@ -18,7 +18,7 @@ import (
 
 	"github.com/heapscope/heapscope"
 	"github.com/heapscope/heapscope/internal/preload"
-	"github.com/heapscope/heapscope/live"
+	"github.com/heapscope/heapscope/internal/topframe"
 	"github.com/heapscope/heapscope/report"
 	"github.com/heapscope/heapscope/symbolize"
 )
@@ -36,6 +36,8 @@ attaches to running processes with eBPF, and top -- PROGRAM launches a
 program with the preload provider (its standard input and output are
 discarded); a top that started its session stops it when it quits (the
 launched program is sent SIGINT) and keeps its trace file, as run and attach do.
+It takes their session flags, with their defaults (--unwind tables): run's
+for -- PROGRAM, attach's for -p.
 
 Every --interval the view shows the live bytes and blocks, with a sparkline of
 the last two minutes, the allocation and free rates, lost events, then the
@@ -55,7 +57,7 @@ terminal, top prints a plain table every interval instead, until the session
 ends or Ctrl-C.`,
 		setup: func(fs *flag.FlagSet) func([]string) error {
 			var sf sessionFlags
-			sf.register(fs)
+			sf.register(fs, launchFlags|attachFlags)
 			var pids pidList
 			fs.Var(&pids, "p", "attach to these process ids with eBPF, comma-separated or repeated")
 			interval := fs.Duration("interval", time.Second, "refresh interval")
@@ -63,11 +65,6 @@ ends or Ctrl-C.`,
 			return func(args []string) error {
 				if *interval < 10*time.Millisecond {
 					return usagef("--interval must be at least 10ms")
-				}
-				if sf.flushInterval == 0 {
-					// What the session delivers every interval is what
-					// each refresh reads.
-					sf.flushInterval = *interval
 				}
 				src, err := openTopSource(&sf, pids, args)
 				if err != nil {
@@ -85,7 +82,7 @@ ends or Ctrl-C.`,
 // topSource is the session top shows and how it is left.
 type topSource struct {
 	name  string
-	query live.Source
+	query topframe.Source
 	done  <-chan struct{}       // closed when the session ends
 	stop  func() error          // on quit; nil for a joined session
 	files func() []string       // the trace files, for the last words
@@ -97,15 +94,14 @@ func openTopSource(sf *sessionFlags, pids pidList, args []string) (*topSource, e
 	case len(pids) > 0 && len(args) > 0:
 		return nil, usagef("give a session NAME, -p PID or -- PROGRAM, not more than one")
 	case len(pids) > 0:
-		props, err := sf.properties("pid", pids[0])
+		props, err := sf.properties("pid", pids[0], true)
 		if err != nil {
 			return nil, err
 		}
-		props.Provider = heapscope.ProviderEBPF
 		name := sf.sessionName("top", os.Getpid())
 		s, err := heapscope.Start(name, props, pids)
 		if err != nil {
-			return nil, startError(err)
+			return nil, sf.startError(err)
 		}
 		return ownSource(s, nil), nil
 	case len(args) == 0:
@@ -119,7 +115,7 @@ func openTopSource(sf *sessionFlags, pids pidList, args []string) (*topSource, e
 	if err != nil {
 		return nil, err
 	}
-	props, err := sf.properties(args[0], os.Getpid())
+	props, err := sf.properties(args[0], os.Getpid(), false)
 	if err != nil {
 		return nil, err
 	}
@@ -134,7 +130,7 @@ func openTopSource(sf *sessionFlags, pids pidList, args []string) (*topSource, e
 	cmd.Args[0] = args[0]
 	s, err := heapscope.Launch(sf.sessionName(args[0], os.Getpid()), props, cmd)
 	if err != nil {
-		return nil, startError(err)
+		return nil, sf.startError(err)
 	}
 	return ownSource(s, cmd), nil
 }
@@ -231,14 +227,14 @@ func runTopPlain(src *topSource, interval time.Duration, top int, w io.Writer) e
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
-	smp := live.NewSampler(src.query, interval, symbolize.Options{})
+	smp := topframe.NewSampler(src.query, interval, symbolize.Options{})
 	defer smp.Close()
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	// The first frame at once: the session's totals begin with it, and a
 	// late start reads back more of the trace file.
 	done := src.done
-	var readFrom *live.Frame
+	var readFrom *topframe.Frame
 	for first, ended := true, false; ; first = false {
 		if !first {
 			select {
@@ -249,7 +245,7 @@ func runTopPlain(src *topSource, interval time.Duration, top int, w io.Writer) e
 				return src.finish(os.Stderr)
 			}
 		}
-		f, err := smp.Sample(0, 0, live.ByLive, top)
+		f, err := smp.Sample(0, 0, topframe.ByLive, top)
 		if err != nil {
 			src.finish(os.Stderr)
 			return err
@@ -269,7 +265,7 @@ func runTopPlain(src *topSource, interval time.Duration, top int, w io.Writer) e
 
 // readingWord says how far a session's read-back of its trace file is,
 // with its rate since from, the first frame of the read-back.
-func readingWord(f, from *live.Frame) string {
+func readingWord(f, from *topframe.Frame) string {
 	read := min(f.ReadBytes, f.ReadSize)
 	s := fmt.Sprintf("reading the trace back: %s of %s", fmtSize(uint64(read)), fmtSize(uint64(f.ReadSize)))
 	if f.ReadSize > 0 {
@@ -283,7 +279,7 @@ func readingWord(f, from *live.Frame) string {
 	return s
 }
 
-func writePlainFrame(w io.Writer, name, state string, f, readFrom *live.Frame, top int) {
+func writePlainFrame(w io.Writer, name, state string, f, readFrom *topframe.Frame, top int) {
 	if f.Reading {
 		fmt.Fprintf(w, "%s  session %q (%s)  %s\n\n", f.Time.Format("15:04:05"), name, state, readingWord(f, readFrom))
 		return
@@ -307,14 +303,14 @@ func writePlainFrame(w io.Writer, name, state string, f, readFrom *live.Frame, t
 }
 
 // sampledNote says that a sampled session's counts are of its samples.
-func sampledNote(f *live.Frame) string {
+func sampledNote(f *topframe.Frame) string {
 	if f.SampleRate <= 0 {
 		return ""
 	}
 	return fmt.Sprintf("sampled every %s on average: the counts are of the samples, not estimates", fmtSize(uint64(f.SampleRate)))
 }
 
-func lostWord(f *live.Frame) string {
+func lostWord(f *topframe.Frame) string {
 	if !f.HasStats {
 		return "?"
 	}
@@ -322,14 +318,14 @@ func lostWord(f *live.Frame) string {
 }
 
 // tempWord is a site's temporaries, or "–" where the trace cannot tell.
-func tempWord(f *live.Frame, s *live.Site) string {
+func tempWord(f *topframe.Frame, s *topframe.Site) string {
 	if f.NoTemporaries {
 		return "–"
 	}
 	return fmtNum(s.Temporary)
 }
 
-func growthWord(s *live.Site) string {
+func growthWord(s *topframe.Site) string {
 	if !s.HasGrowth {
 		return "–"
 	}
@@ -356,7 +352,7 @@ func fmtNum(n uint64) string {
 
 // runTopTUI runs the full-screen view.
 func runTopTUI(src *topSource, interval time.Duration) error {
-	m := &topModel{src: src, smp: live.NewSampler(src.query, interval, symbolize.Options{}), interval: interval}
+	m := &topModel{src: src, smp: topframe.NewSampler(src.query, interval, symbolize.Options{}), interval: interval}
 	defer m.smp.Close()
 	p := tea.NewProgram(m)
 	_, err := p.Run()
@@ -376,14 +372,14 @@ func runTopTUI(src *topSource, interval time.Duration) error {
 // lostHead and lostCell are the LOST column, there once a leak check
 // (heapscope leaks) classified the session's blocks: what of LIVE it found
 // definitely or indirectly lost.
-func lostHead(f *live.Frame) string {
+func lostHead(f *topframe.Frame) string {
 	if !f.Scanned {
 		return ""
 	}
 	return fmt.Sprintf("%12s ", "LOST")
 }
 
-func lostCell(f *live.Frame, s *live.Site) string {
+func lostCell(f *topframe.Frame, s *topframe.Site) string {
 	if !f.Scanned {
 		return ""
 	}

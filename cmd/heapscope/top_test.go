@@ -18,7 +18,7 @@ import (
 	"github.com/heapscope/heapscope/internal/ebpf"
 	"github.com/heapscope/heapscope/internal/registry"
 	"github.com/heapscope/heapscope/internal/testutil"
-	"github.com/heapscope/heapscope/live"
+	"github.com/heapscope/heapscope/internal/topframe"
 )
 
 // tmuxPane runs a command in a detached tmux session of its own (its own
@@ -183,6 +183,38 @@ func TestTopInTerminal(t *testing.T) {
 	if tr := readTrace(t, trace); tr.allocs[1000] == 0 {
 		t.Errorf("the trace has no allocation of grow_heap's 1000 bytes: %v", tr.allocs)
 	}
+}
+
+// TestTopPythonStack: top -- launches with the session flags' defaults, as
+// run does (unwind tables): the stack of the site growing in Debian's
+// python3.11, built without frame pointers, has many frames in the expanded
+// view, not the one a frame-pointer walk gives.
+func TestTopPythonStack(t *testing.T) {
+	t.Cleanup(testutil.Cleanup)
+	const python = "/usr/bin/python3.11"
+	if _, err := os.Stat(python); err != nil {
+		testutil.SkipWithout(t, err)
+	}
+	hs := cliBinary(t)
+	dir := t.TempDir()
+	script := filepath.Join(dir, "grow.py")
+	rmust(t, os.WriteFile(script, []byte("import time\nd = []\nwhile True:\n    d.append('x' * 1000 + str(len(d)))\n    time.sleep(0.0005)\n"), 0o644))
+	shell := fmt.Sprintf("PYTHONMALLOC=malloc %s=%s %s top --interval 1s -o %s -- %s %s; sleep 60",
+		registry.DirEnv, registryDir(t), hs, filepath.Join(dir, "py.hst"), python, script)
+	p := newTmuxPane(t, shell)
+	p.waitFor("a growing site", func(s string) bool {
+		g, _ := firstSite(s)
+		return strings.HasPrefix(g, "+")
+	})
+	p.keys("g")
+	p.waitFor("sorted by growth", func(s string) bool { return strings.Contains(s, "sorted by growth ") })
+	p.keys("Enter")
+	frame := regexp.MustCompile(`(?m)^ {52}\S`)
+	s := p.waitFor("the growing site's stack, expanded, of many frames", func(s string) bool { return len(frame.FindAllString(s, -1)) >= 6 })
+	if strings.Contains(s, "unwind=fp") {
+		t.Errorf("top walked frame pointers:\n%s", s)
+	}
+	p.keys("q")
 }
 
 // TestTopPlain: without a terminal, top prints a table every interval and
@@ -407,16 +439,16 @@ func TestTopSampled(t *testing.T) {
 // says how far it is, and at what rate once two frames give one.
 func TestReadingWord(t *testing.T) {
 	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-	first := &live.Frame{Time: t0, Reading: true, ReadBytes: 10 << 20, ReadSize: 100 << 20}
+	first := &topframe.Frame{Time: t0, Reading: true, ReadBytes: 10 << 20, ReadSize: 100 << 20}
 	if got, want := readingWord(first, first), "reading the trace back: 10.0 MiB of 100.0 MiB (10%)"; got != want {
 		t.Errorf("first frame: %q, want %q", got, want)
 	}
-	next := &live.Frame{Time: t0.Add(2 * time.Second), Reading: true, ReadBytes: 50 << 20, ReadSize: 100 << 20}
+	next := &topframe.Frame{Time: t0.Add(2 * time.Second), Reading: true, ReadBytes: 50 << 20, ReadSize: 100 << 20}
 	if got, want := readingWord(next, first), "reading the trace back: 50.0 MiB of 100.0 MiB (50%), 20.0 MiB/s, 3s left"; got != want {
 		t.Errorf("later frame: %q, want %q", got, want)
 	}
 	// A reader may read a few bytes twice (headers, the index).
-	over := &live.Frame{Time: t0.Add(time.Second), Reading: true, ReadBytes: 101 << 20, ReadSize: 100 << 20}
+	over := &topframe.Frame{Time: t0.Add(time.Second), Reading: true, ReadBytes: 101 << 20, ReadSize: 100 << 20}
 	if got := readingWord(over, nil); !strings.Contains(got, "100.0 MiB of 100.0 MiB (100%)") {
 		t.Errorf("past the end: %q", got)
 	}
@@ -434,7 +466,7 @@ func TestTopViewEndsWhileReading(t *testing.T) {
 			src.stop = func() error { return nil }
 		}
 		m := &topModel{src: src, interval: time.Second}
-		f := &live.Frame{Time: time.Now(), Reading: true, ReadBytes: 10 << 20, ReadSize: 100 << 20, Ended: true}
+		f := &topframe.Frame{Time: time.Now(), Reading: true, ReadBytes: 10 << 20, ReadSize: 100 << 20, Ended: true}
 		m.Update(frameMsg{f: f, ended: true})
 		m.Update(tickMsg{m.gen})
 		if m.inflight != own {

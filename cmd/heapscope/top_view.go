@@ -7,7 +7,7 @@ import (
 
 	tea "charm.land/bubbletea/v2"
 
-	"github.com/heapscope/heapscope/live"
+	"github.com/heapscope/heapscope/internal/topframe"
 )
 
 // topModel is the full-screen view of `heapscope top`. One sample is in
@@ -15,12 +15,12 @@ import (
 // goroutines; the next tick is scheduled when a frame arrives.
 type topModel struct {
 	src      *topSource
-	smp      *live.Sampler
+	smp      *topframe.Sampler
 	interval time.Duration
 
-	frame    *live.Frame
-	readFrom *live.Frame // the first frame of a read-back, for its rate
-	order    live.Order
+	frame    *topframe.Frame
+	readFrom *topframe.Frame // the first frame of a read-back, for its rate
+	order    topframe.Order
 	pid      uint32 // the process shown; 0: all
 	tid      uint32 // the thread of pid shown; 0: all
 	sel      int    // the selected site, in the sorted list
@@ -39,7 +39,7 @@ type topModel struct {
 type tickMsg struct{ gen int }
 
 type frameMsg struct {
-	f     *live.Frame
+	f     *topframe.Frame
 	ended bool
 	err   error
 }
@@ -120,7 +120,7 @@ func (m *topModel) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 
 // key acts on a key press.
 func (m *topModel) key(k string) tea.Cmd {
-	resort := func(o live.Order) {
+	resort := func(o topframe.Order) {
 		m.order = o
 		if m.frame != nil {
 			m.frame.Sort(o)
@@ -142,16 +142,16 @@ func (m *topModel) key(k string) tea.Cmd {
 		resort(m.order.Next())
 		return now()
 	case "l":
-		resort(live.ByLive)
+		resort(topframe.ByLive)
 		return now()
 	case "g":
-		resort(live.ByGrowth)
+		resort(topframe.ByGrowth)
 		return now()
 	case "c":
-		resort(live.ByCalls)
+		resort(topframe.ByCalls)
 		return now()
 	case "t":
-		resort(live.ByTemporary)
+		resort(topframe.ByTemporary)
 		return now()
 	case "p", "tab":
 		m.pid, m.tid = m.nextPID(), 0
@@ -326,11 +326,7 @@ func (m *topModel) render() string {
 				if loc != "" && fr.Line > 0 {
 					loc = fmt.Sprintf("%s:%d", fr.File, fr.Line)
 				}
-				name := fr.Function
-				if name == "" {
-					name = fmt.Sprintf("%s+0x%x", fr.Module, fr.Offset)
-				}
-				add("%52s%s  %s", "", name, loc)
+				add("%52s%s  %s", "", fr.Name(), loc)
 			}
 		}
 	}

@@ -13,7 +13,7 @@ const (
 	DefaultRingSize      = 4 << 20
 	DefaultMaxLive       = 1 << 18
 	DefaultStackMapSize  = 1 << 14
-	DefaultFlushInterval = time.Second
+	DefaultFlushInterval = event.DefaultFlushInterval
 
 	minRingSize = 4096
 	// aggregateRingSize is the ring of aggregate mode, which carries only
@@ -22,7 +22,7 @@ const (
 	maxMapSize        = 1 << 31
 	// maxSample bounds Config.Sample: the BPF draw multiplies it by a
 	// number below 2^21 in 64 bits.
-	maxSample = 1 << 40
+	maxSample = event.MaxSample
 )
 
 // Config configures a Tracer. The zero value is a stream tracer of the whole
@@ -129,7 +129,7 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Stacks == 0 {
 		c.Stacks = event.DefaultStacks
 	}
-	if err := checkStacks(c.Stacks); err != nil {
+	if err := event.CheckStacks(c.Stacks); err != nil {
 		return c, err
 	}
 	if c.RingSize < 0 || c.MaxLive < 0 || c.StackMapSize < 0 || c.FlushInterval < 0 {
@@ -165,13 +165,6 @@ func (c Config) withDefaults() (Config, error) {
 		c.FlushInterval = DefaultFlushInterval
 	}
 	return c, nil
-}
-
-func checkStacks(s event.KindSet) error {
-	if s&^(event.NoStacks|event.KindsOf(event.KindAlloc, event.KindRealloc, event.KindFree, event.KindMmap, event.KindMunmap)) != 0 {
-		return fmt.Errorf("stack kinds %#x: %w", uint8(s), errs.ErrInvalidFlags)
-	}
-	return nil
 }
 
 // stackMask is the BPF program's stack_kinds: bit k set when kind k

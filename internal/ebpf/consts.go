@@ -1,9 +1,11 @@
 package ebpf
 
+import "github.com/heapscope/heapscope/event"
+
 // Mirrors of bpf/heapscope.h. TestHeaderConstants checks they agree with
 // the header and with package event.
 const (
-	maxFrames = 127
+	maxFrames = event.MaxFrames
 
 	ctrLostRingFull = 0
 	ctrLostMapFull  = 1

@@ -224,6 +224,10 @@ func sampledCalls(log callLog) callLog {
 					kept[c.addr] = true
 				} else if c.size != 0 {
 					kept[c.old] = true // failed: the old block stays
+				} else {
+					// realloc(p, 0): a draw of 0 bytes, never sampled;
+					// the old block leaves the sample as a free
+					c = call{site: c.site, fn: "free", addr: c.old}
 				}
 				break
 			}

@@ -372,7 +372,7 @@ func (t *Tracer) PIDs() []int {
 // SetStacks changes which kinds of event carry a stack, for events from now
 // on. 0 and NoStacks both mean none.
 func (t *Tracer) SetStacks(kinds event.KindSet) error {
-	if err := checkStacks(kinds); err != nil {
+	if err := event.CheckStacks(kinds); err != nil {
 		return err
 	}
 	t.life.RLock()

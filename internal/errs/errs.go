@@ -21,4 +21,6 @@ var (
 	ErrNotRunning    = errors.New("no such session")
 	ErrUnavailable   = errors.New("provider unavailable")
 	ErrCannotStop    = errors.New("cannot stop process")
+	ErrNotSupported  = errors.New("allocator not supported")
+	ErrNoLayout      = errors.New("allocator layout cannot be confirmed")
 )

@@ -364,6 +364,7 @@ const (
 	reqFlush
 	reqClose
 	reqChildren
+	reqNote
 	reqFlushProcess // FlushProcess (flushpid.go)
 )
 
@@ -374,6 +375,8 @@ type request struct {
 	ring   *ring
 	pid    uint32
 	pids   []uint32 // reqChildren
+	code   uint32   // reqNote
+	text   string   // reqNote: its path, if any
 	status int
 	signal int
 	done   chan error
@@ -432,6 +435,7 @@ type hello struct {
 	heap      event.Heap // the allocator its malloc is
 	exe       string
 	argv      []string
+	private   *PrivateAllocator // an allocator of the executable's own that the interposer does not see
 }
 
 func parseHello(b []byte) (*hello, error) {
@@ -551,6 +555,10 @@ func (c *Collector) serve(uc *net.UnixConn) {
 	}
 	cn := &conn{uc: uc}
 	status := uint32(0)
+	if h.flags&helloContinue == 0 {
+		// before the process goes on: said before its own output
+		h.private = privateAllocatorOf(h.pid)
+	}
 	if !c.enqueue(request{kind: reqHello, conn: cn, hello: h}) {
 		status = 1
 	}
@@ -580,6 +588,13 @@ func (c *Collector) serve(uc *net.UnixConn) {
 			closeAll(fds)
 			if pids := parseChildren(b); len(pids) > 0 {
 				c.enqueue(request{kind: reqChildren, conn: cn, pids: pids})
+			}
+			continue
+		}
+		if len(b) >= noteSize && le.Uint32(b) == magic && le.Uint32(b[4:]) == version && le.Uint32(b[8:]) == msgNote {
+			closeAll(fds)
+			if n := uint64(le.Uint32(b[20:])); n <= notePathMax && noteSize+n == uint64(len(b)) {
+				c.enqueue(request{kind: reqNote, conn: cn, code: le.Uint32(b[12:]), pid: le.Uint32(b[16:]), text: string(b[noteSize:])})
 			}
 			continue
 		}

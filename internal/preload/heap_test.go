@@ -94,3 +94,53 @@ func TestAllocatorHeap(t *testing.T) {
 		})
 	}
 }
+
+// TestProgramHeapUntouched runs preload_mallinfo (mallinfo2() before the
+// first allocation, after each of a series of allocations and after
+// freeing them, as heaptrack's measure_malloc_overhead shows it) untraced
+// and traced under every unwinder, single-threaded and after 8 threads:
+// the program's heap must be the same, figure for figure. What the C
+// library allocates for the interposer (libunwind's loading and thread
+// data, dlsym's buffers) used to come from the program's malloc: under
+// --unwind tables and dwarf the first small allocation found an arena
+// already grown. With threads, the loader's per-thread TLS vector (from the
+// program's heap) grows by 16 bytes for each module with TLS, which the
+// interposer has, and libunwind once loaded: the untraced run preloads as
+// many builds of a library with nothing but TLS.
+func TestProgramHeapUntouched(t *testing.T) {
+	bin := testutil.MustBuild(t, "preload_mallinfo", testutil.Options{})
+	tls1 := testutil.MustBuild(t, "preload_tlsonly", testutil.Options{Flags: []string{"-shared", "-fPIC"}})
+	tls2 := testutil.MustBuild(t, "preload_tlsonly", testutil.Options{Flags: []string{"-shared", "-fPIC", "-DSECOND"}})
+	untraced := func(preload string, args ...string) string {
+		cmd := exec.Command(bin, args...)
+		if preload != "" {
+			cmd.Env = append(os.Environ(), "LD_PRELOAD="+preload)
+		}
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(out)
+	}
+	for _, u := range threadStartUnwinders {
+		for _, threads := range []string{"0", "8"} {
+			t.Run(u.String()+"/threads="+threads, func(t *testing.T) {
+				preload := ""
+				if threads != "0" {
+					preload = tls1
+					if u != event.UnwindFP {
+						preload += " " + tls2 // libunwind's
+					}
+				}
+				want := untraced(preload, threads)
+				r := trace(t, Config{Unwind: u}, bin, threads)
+				if r.stdout != want {
+					t.Errorf("mallinfo2 traced:\n%s\nuntraced:\n%s", r.stdout, want)
+				}
+				if len(r.of(r.pid)) == 0 {
+					t.Error("nothing traced")
+				}
+			})
+		}
+	}
+}

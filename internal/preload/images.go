@@ -35,8 +35,10 @@ type proc struct {
 	idBase    uint32 // added to the interposer's stack ids
 	maxID     uint32 // the largest id it defined
 	lastTime  int64
-	older     *proc      // an earlier image of the same PID, still draining
-	heap      event.Heap // the allocator its malloc is (one parseHello accepts)
+	older     *proc           // an earlier image of the same PID, still draining
+	heap      event.Heap      // the allocator its malloc is (one parseHello accepts)
+	notes     []event.Warning // warnings before its Process record was sent
+	execNote  string          // the warning of an exec it announced, said once its connections close
 }
 
 // hello registers a new image, or a new connection of a known one.
@@ -72,6 +74,9 @@ func (c *Collector) hello(cn *conn, h *hello) {
 	}
 	c.byConn[cn] = p
 	c.procs = append(c.procs, p)
+	if h.private != nil {
+		c.warn(p, WarnAllocatorUnseen, h.private.Text(progName(p)))
+	}
 }
 
 // adopt notes children a traced process forked: until each connects or
@@ -164,6 +169,10 @@ func (c *Collector) runnable(p *proc) bool {
 		p.started = true
 		p.idBase = c.nextID[p.pid]
 		c.sinkCall(c.sink.Process(event.Process{PID: p.pid, PPID: p.ppid, Time: p.start, Exe: p.exe, Cmdline: p.argv}))
+		for _, w := range p.notes {
+			c.sinkCall(c.sink.Note(w))
+		}
+		p.notes = nil
 	}
 	return true
 }

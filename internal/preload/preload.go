@@ -29,16 +29,16 @@ import (
 // otherwise; they are the wire's numbers (TestProtocolMatchesC).
 const unwindTablesOnly = event.UnwindTables + 1
 
-// Defaults for the zero fields of a Config.
+// Defaults for the zero fields of a Config: the session's.
 const (
-	DefaultMaxFrames     = 64
+	DefaultMaxFrames     = event.MaxFrames
 	DefaultBufferSize    = 4 << 20
-	DefaultFlushInterval = 100 * time.Millisecond
+	DefaultFlushInterval = event.DefaultFlushInterval
 )
 
 // Limits of a Config.
 const (
-	MaxFrames     = 127
+	MaxFrames     = event.MaxFrames // csrc/protocol.h's HS_MAX_FRAMES (protocol.go checks)
 	MinBufferSize = 16 << 10
 	MaxBufferSize = 1 << 30
 )
@@ -75,6 +75,13 @@ type Config struct {
 	// SampleSeed seeds the sampling of every thread, for repeatable tests;
 	// 0 seeds each thread from its clock.
 	SampleSeed uint64
+	// OnWarning, when set, is called with each warning the collector
+	// has for the user about a traced process (event.Warning; its Code is
+	// one of the Warn constants), from the collector's goroutine, as it
+	// arises. The sink gets each as a Note too, so it is kept in the trace.
+	// The interposer never writes to the program's own streams: heapscope
+	// prints these.
+	OnWarning func(event.Warning)
 }
 
 // withDefaults validates c and fills in its zero fields.
@@ -134,12 +141,8 @@ func (c Config) withDefaults() (Config, error) {
 // checkStacks rejects kind sets holding anything but kinds (and
 // event.NoStacks).
 func checkStacks(s event.KindSet) error {
-	valid := event.NoStacks
-	for k := event.KindAlloc; k.Valid(); k++ {
-		valid |= event.KindsOf(k)
-	}
-	if s&^valid != 0 {
-		return fmt.Errorf("preload: unknown kinds in stack set %#x: %w", uint8(s), errs.ErrInvalidFlags)
+	if err := event.CheckStacks(s); err != nil {
+		return fmt.Errorf("preload: %w", err)
 	}
 	return nil
 }

@@ -45,12 +45,18 @@ func FindPrivateAllocator(path string) (PrivateAllocator, bool, error) {
 		return PrivateAllocator{}, false, fmt.Errorf("preload: %w", err)
 	}
 	defer f.Close()
+	a, ok := privateAllocator(f)
+	return a, ok, nil
+}
+
+// privateAllocator is FindPrivateAllocator of an open file.
+func privateAllocator(f *elf.File) (PrivateAllocator, bool) {
 	dynamic := false
 	for _, p := range f.Progs {
 		dynamic = dynamic || p.Type == elf.PT_INTERP
 	}
 	if !dynamic {
-		return PrivateAllocator{}, false, nil
+		return PrivateAllocator{}, false
 	}
 	defined := map[string]bool{}
 	malloc := false
@@ -70,18 +76,23 @@ func FindPrivateAllocator(path string) (PrivateAllocator, bool, error) {
 	}
 	for _, m := range privateMarks {
 		if defined[m.name] {
-			return PrivateAllocator{Heap: m.heap, Symbol: m.name, Malloc: malloc}, true, nil
+			return PrivateAllocator{Heap: m.heap, Symbol: m.name, Malloc: malloc}, true
 		}
 	}
 	if malloc {
-		return PrivateAllocator{Heap: event.HeapExe, Symbol: "malloc", Malloc: true}, true, nil
+		return PrivateAllocator{Heap: event.HeapExe, Symbol: "malloc", Malloc: true}, true
 	}
-	return PrivateAllocator{}, false, nil
+	return PrivateAllocator{}, false
 }
 
 // Warning is a line that tells the user of `heapscope run` what prog's
-// allocator means for the trace, and what to use instead.
-func (a PrivateAllocator) Warning(prog string) string {
+// allocator means for the trace, and what to use instead: "warning: " and
+// Text.
+func (a PrivateAllocator) Warning(prog string) string { return "warning: " + a.Text(prog) }
+
+// Text says what prog's allocator means for the trace, and what to use
+// instead (the text of the collector's WarnAllocatorUnseen warning).
+func (a PrivateAllocator) Text(prog string) string {
 	var what string
 	switch {
 	case a.Heap == event.HeapExe:
@@ -91,5 +102,5 @@ func (a PrivateAllocator) Warning(prog string) string {
 	default:
 		what = fmt.Sprintf("%s has %v linked in under names of its own (%s): what it allocates bypasses malloc and is not recorded", prog, a.Heap, a.Symbol)
 	}
-	return "warning: " + what + "; trace it with --provider ebpf (as root)"
+	return what + "; trace it with --provider ebpf (as root)"
 }

@@ -3,6 +3,8 @@
 package preload
 
 import (
+	"os/exec"
+	"strings"
 	"testing"
 
 	"github.com/heapscope/heapscope/event"
@@ -45,5 +47,51 @@ func TestFindPrivateAllocator(t *testing.T) {
 	}
 	if _, _, err := FindPrivateAllocator("private_test.go"); err == nil {
 		t.Error("FindPrivateAllocator of a Go source file: no error")
+	}
+}
+
+// TestWarnsPrivateAllocator traces private_alloc with an allocator under
+// names of its own, launched and as a shell's child: the collector warns
+// of it once per image that runs it (OnWarning, and a Warning note in the
+// trace, for that image's PID), and not of the plain program or the shell.
+func TestWarnsPrivateAllocator(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		flags []string
+		warn  bool
+	}{{"rjem", []string{"-DNAME=_rjem_malloc"}, true}, {"plain", nil, false}} {
+		bin := testutil.MustBuild(t, "private_alloc", testutil.Options{Flags: c.flags})
+		for _, how := range []string{"launched", "child"} {
+			t.Run(c.name+"/"+how, func(t *testing.T) {
+				cmd := exec.Command(bin, "10")
+				if how == "child" {
+					cmd = exec.Command("/bin/sh", "-c", bin+" 10; true")
+				}
+				var told []event.Warning
+				r := traceCmd(t, Config{OnWarning: func(w event.Warning) { told = append(told, w) }}, cmd)
+				if r.stdout != "done 10\n" {
+					t.Fatalf("output %q", r.stdout)
+				}
+				var pid uint32 // the image that ran bin
+				for _, p := range r.procs {
+					if p.Exe == bin {
+						pid = p.PID
+					}
+				}
+				if pid == 0 {
+					t.Fatalf("no image ran %s: %+v", bin, r.procs)
+				}
+				notes := r.warnings()
+				switch {
+				case !c.warn && (len(told) != 0 || len(notes) != 0):
+					t.Errorf("warned of a plain program: %+v, %+v", told, notes)
+				case c.warn && (len(told) != 1 || told[0].PID != pid || told[0].Code != WarnAllocatorUnseen ||
+					!strings.Contains(told[0].Text, "_rjem_malloc") || !strings.Contains(told[0].Text, "--provider ebpf")):
+					t.Errorf("told %+v; want one %s warning for pid %d naming _rjem_malloc", told, WarnAllocatorUnseen, pid)
+				case c.warn && (len(notes) != 1 || notes[0] != told[0]):
+					t.Errorf("warnings in the trace %+v; want %+v", notes, told)
+				}
+			})
+		}
 	}
 }

@@ -8,7 +8,7 @@ import "github.com/heapscope/heapscope/event"
 // documents the messages, the control block and the rings.
 const (
 	magic   = 0x31505348 // "HSP1"
-	version = 3
+	version = 4
 
 	envSocket = "HEAPSCOPE_PRELOAD_SOCKET" // the collector's socket
 	envLib    = "HEAPSCOPE_PRELOAD_LIB"    // this library's path, as put in LD_PRELOAD
@@ -29,6 +29,15 @@ const (
 	tableReqSize = 24
 
 	tableMsgSize = 88
+
+	msgNote = 8
+
+	noteSize       = 24
+	notePathMax    = 4096
+	noteDeepbind   = 1 // dlopen with RTLD_DEEPBIND: the flag was dropped
+	noteSetidExec  = 2 // about to exec path, a set-ID program the loader runs without LD_PRELOAD
+	noteExecFailed = 3 // the exec announced returned: it failed
+	noteSetidSpawn = 4 // posix_spawn started path, a set-ID program, as process pid
 
 	helloContinue  = 1 // flags: another connection of an image already traced
 	helloTruncated = 2 // flags: exe or cmdline was cut to fit
@@ -138,6 +147,7 @@ const (
 // compile when the two disagree.
 func _() {
 	var x [1]struct{}
+	_ = x[maxFrames-event.MaxFrames]
 	_ = x[famMalloc-event.FamilyMalloc]
 	_ = x[famCalloc-event.FamilyCalloc]
 	_ = x[famRealloc-event.FamilyRealloc]

@@ -89,7 +89,11 @@ func (c *Collector) handle(r *request) {
 	case reqEOF:
 		if p := c.byConn[r.conn]; p != nil {
 			delete(c.byConn, r.conn)
-			p.conns--
+			if p.conns--; p.conns == 0 && p.execNote != "" {
+				// its last connection closed: the exec it announced happened
+				c.warn(p, WarnSetID, p.execNote)
+				p.execNote = ""
+			}
 		}
 	case reqExited:
 		// the latest image of the PID is the one that exited
@@ -107,6 +111,10 @@ func (c *Collector) handle(r *request) {
 	case reqChildren:
 		if c.byConn[r.conn] != nil {
 			c.adopt(r.pids)
+		}
+	case reqNote:
+		if p := c.byConn[r.conn]; p != nil {
+			c.note(p, r.code, r.pid, r.text)
 		}
 	case reqFlush:
 		f := &flushReq{done: r.done, targets: map[*ring]uint64{}, deadline: time.Now().Add(flushPatience)}

@@ -144,7 +144,24 @@ func (r *recorder) Events(evs []event.Event) error {
 
 func (r *recorder) Snapshot(event.Snapshot) error { r.fail("unexpected Snapshot"); return nil }
 func (r *recorder) Stats(s event.Stats) error     { r.stats = append(r.stats, s); return nil }
-func (r *recorder) Note(n event.Note) error       { r.notes = append(r.notes, n); return nil }
+func (r *recorder) Note(n event.Note) error {
+	if w, ok := n.(event.Warning); ok && !r.active[w.PID] {
+		r.fail("Warning of pid %d outside its Process and Exit", w.PID)
+	}
+	r.notes = append(r.notes, n)
+	return nil
+}
+
+// warnings are the Warning notes the sink got.
+func (r *recorder) warnings() []event.Warning {
+	var ws []event.Warning
+	for _, n := range r.notes {
+		if w, ok := n.(event.Warning); ok {
+			ws = append(ws, w)
+		}
+	}
+	return ws
+}
 
 // check fails the test if any record broke the contract, or the session
 // ended without its final Stats or with a traced process not ended.

@@ -165,7 +165,7 @@ func TestConfig(t *testing.T) {
 	}
 	want := Config{Families: event.FamilyHeap, Stacks: event.DefaultStacks, MaxFrames: DefaultMaxFrames,
 		BufferSize: DefaultBufferSize, OnFull: event.Block, FlushInterval: DefaultFlushInterval}
-	if c != want {
+	if c.OnWarning != nil || !reflect.DeepEqual(c, want) {
 		t.Errorf("defaults %+v, want %+v", c, want)
 	}
 	if c, _ := (Config{BufferSize: 100_000}).withDefaults(); c.BufferSize != 131072 {

@@ -38,17 +38,18 @@ type Totals struct {
 
 // proc is one process's part of the totals.
 type proc struct {
-	pid     uint32
-	exe     string
-	ended   bool
-	snap    bool // reported by snapshots (eBPF aggregate mode): no events, no threads
-	scanned bool // a heap scan's verdict classified its blocks
-	frames  map[event.StackID][]uint64
-	threads map[uint32]*thread
-	thrList []*thread
-	hot     [16]*thread // by TID, direct-mapped: threads take turns in a batch
-	pending int         // threads whose last allocation is held in thread.pend
-	blocks  blocks.Table[blockVal]
+	pid      uint32
+	exe      string
+	ended    bool
+	snap     bool // reported by snapshots (eBPF aggregate mode): no events, no threads
+	scanned  bool // a heap scan's verdict classified its blocks
+	censused bool // a census added its blocks from before the trace
+	frames   map[event.StackID][]uint64
+	threads  map[uint32]*thread
+	thrList  []*thread
+	hot      [16]*thread // by TID, direct-mapped: threads take turns in a batch
+	pending  int         // threads whose last allocation is held in thread.pend
+	blocks   blocks.Table[blockVal]
 }
 
 // thread is one thread's sites, and its last allocation.
@@ -496,6 +497,7 @@ func (a *Totals) Merge(b *Totals) {
 		ap.ended = bp.ended
 		ap.snap = ap.snap || bp.snap
 		ap.scanned = ap.scanned || bp.scanned
+		ap.censused = ap.censused || bp.censused
 		for id, f := range bp.frames {
 			ap.frames[id] = f
 		}
@@ -592,6 +594,10 @@ func (a *Totals) Stats(event.Stats) error { return nil }
 // the class of the latest scan that listed it until it is freed. Other
 // notes change no totals.
 func (a *Totals) Note(n event.Note) error {
+	if c, ok := n.(event.Census); ok {
+		a.census(&c)
+		return nil
+	}
 	v, ok := n.(event.Verdict)
 	if !ok {
 		return nil
@@ -621,6 +627,37 @@ func (a *Totals) Note(n event.Note) error {
 // Time is how far the totals go: the time of the latest event or snapshot
 // counted.
 func (a *Totals) Time() int64 { return a.lastTime }
+
+// census adds the blocks a census of a process's heap found in use that
+// the totals do not hold (those allocated before the trace), live at the
+// site of stack 0 ("allocated before the trace"), as the model does: a
+// leak check then knows every block of the process (Censused).
+func (a *Totals) census(c *event.Census) {
+	p := a.proc(c.PID)
+	if p.snap {
+		return
+	}
+	a.settleAll()
+	t := p.thread(0)
+	for _, b := range c.Blocks {
+		if _, ok := p.blocks.Get(b.Addr); ok {
+			continue
+		}
+		si := a.site(p, t, 0)
+		s := &a.sites[si]
+		s.liveBytes += b.Size
+		s.liveBlocks++
+		p.blocks.Put(b.Addr, blockVal{size: b.Size, site: si})
+	}
+	p.censused = true
+}
+
+// Censused reports whether a census of process pid's heap added the blocks
+// it had before the trace.
+func (a *Totals) Censused(pid uint32) bool {
+	p := a.procs[pid]
+	return p != nil && p.censused
+}
 
 // LiveBlock is a block live in the totals.
 type LiveBlock struct {

@@ -1,8 +1,14 @@
 // inline_sites: allocation sites behind always_inline helpers, built -O2 -g,
 // so that stacks carry inlined frames; one line calls the same helper
 // inlined and out of line, two stacks that differ only in the inlining.
+//
+//   inline_sites [N [wait]]
+//
+// With wait, it prints "ready" once done and exits when stdin closes.
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 void *volatile sink;
 
@@ -56,5 +62,12 @@ int main(int argc, char **argv) {
 	for (int i = 1; i < 50; i++)
 		r = realloc(r, i * 100);
 	sink = r;
+	if (argc > 2) {
+		printf("ready\n");
+		fflush(stdout);
+		char c;
+		while (read(0, &c, 1) > 0)
+			;
+	}
 	return 0;
 }

@@ -1087,13 +1087,20 @@ static __always_inline int do_alloc_enter(struct pt_regs *ctx)
 
 	__u8 smp = SMP_NEW;
 	if (sample_rate) {
-		if (report != func)
+		if (report != func) {
 			smp = t->smp; // drawn at operator new's entry
-		else if ((func == FUNC_REALLOC || func == FUNC_REALLOCARRAY) && arg &&
-			 (aggregate ? smp_known(arg, COOKIE_PIDX(cookie)) : smp_forget(arg)))
-			smp = SMP_WAS; // out of the set before the block can be reused (aggregate: at the return)
-		else // an allocation, or the realloc of a block not sampled: a new draw
-			smp = smp_draw(t, size) ? SMP_NEW : SMP_SKIP;
+		} else {
+			// Every result is a new draw at its size, a realloc's too
+			// (the rule of csrc/sample.h in internal/preload); a
+			// sampled old block leaves the set before it can be
+			// reused (aggregate: at the return).
+			int was = (func == FUNC_REALLOC || func == FUNC_REALLOCARRAY) && arg &&
+				  (aggregate ? smp_known(arg, COOKIE_PIDX(cookie)) : smp_forget(arg));
+			if (smp_draw(t, size))
+				smp = was ? SMP_WAS : SMP_NEW;
+			else
+				smp = was ? SMP_DROP : SMP_SKIP;
+		}
 	}
 	t->smp = smp;
 	t->state = STATE_ALLOC;
@@ -1133,6 +1140,20 @@ static __always_inline int do_alloc_exit(struct pt_regs *ctx)
 		__u8 smp = t->smp;
 		if (smp == SMP_SKIP)
 			return 0;
+		if (smp == SMP_DROP) {
+			// The old block leaves the sample: its free, unless
+			// the realloc failed and left it live (and sampled).
+			if (!addr && t->a0) {
+				if (!aggregate && smp_keep(old))
+					count(CTR_LOST_MAP_FULL);
+				return 0;
+			}
+			__u64 fstack = wants_stack(KIND_FREE)
+					       ? take_stack(t, PT_REGS_IP(ctx), PT_REGS_FP(ctx), PT_REGS_SP(ctx), 0)
+					       : NO_STACK;
+			record(KIND_FREE, FUNC_FREE, t->heap, old, 0, 0, 0, fstack, t->pidx);
+			return 0;
+		}
 		if (smp == SMP_NEW) {
 			// Recorded as a new block (a realloc's old block was not
 			// recorded, nor will its free be); a failed allocation

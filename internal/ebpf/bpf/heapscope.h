@@ -144,6 +144,7 @@ struct thread {
 #define SMP_SKIP 0 // not sampled: its return records nothing
 #define SMP_NEW 1  // sampled: record it, as an allocation (a realloc's old block was not)
 #define SMP_WAS 2  // a realloc of a sampled block: record it, with the old block
+#define SMP_DROP 3 // a realloc of a sampled block, its result not sampled: record the old block's free
 
 // A sampled block, in the sampled map.
 struct smp_key {

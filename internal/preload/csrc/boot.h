@@ -40,6 +40,7 @@ static void *boot_alloc(size_t n, size_t align)
 }
 
 static int reals_state; /* 0: unresolved, 1: resolving, 2: resolved */
+static inline void ensure_reals(void);
 
 static void resolve_reals(void)
 {
@@ -63,6 +64,14 @@ static void resolve_reals(void)
 		real.mremap = dlsym(RTLD_NEXT, "mremap");
 		real.dlclose = dlsym(RTLD_NEXT, "dlclose");
 		real.dlopen = dlsym(RTLD_NEXT, "dlopen");
+		real.dl_iterate_phdr = dlsym(RTLD_NEXT, "dl_iterate_phdr");
+		real.malloc_usable_size = dlsym(RTLD_NEXT, "malloc_usable_size");
+		real.execve = dlsym(RTLD_NEXT, "execve");
+		real.execv = dlsym(RTLD_NEXT, "execv");
+		real.execvp = dlsym(RTLD_NEXT, "execvp");
+		real.execvpe = dlsym(RTLD_NEXT, "execvpe");
+		real.posix_spawn = dlsym(RTLD_NEXT, "posix_spawn");
+		real.posix_spawnp = dlsym(RTLD_NEXT, "posix_spawnp");
 		tls.resolving = 0;
 		__atomic_store_n(&reals_state, 2, __ATOMIC_RELEASE);
 		return;
@@ -71,6 +80,14 @@ static void resolve_reals(void)
 		return; /* dlsym calling back into us: the caller uses the arena */
 	while (__atomic_load_n(&reals_state, __ATOMIC_ACQUIRE) != 2)
 		sched_yield();
+}
+
+/* The C library's dl_iterate_phdr, for our own walks of the loaded
+ * objects (the exported one is the program's, in hooks.h). */
+static int iterate_phdr(int (*cb)(struct dl_phdr_info *, size_t, void *), void *arg)
+{
+	ensure_reals();
+	return real.dl_iterate_phdr ? real.dl_iterate_phdr(cb, arg) : 0;
 }
 
 /*

@@ -27,17 +27,25 @@ static int token_is(const char *tok, size_t n, const char *lib)
 	return base && strlen(base + 1) == n && memcmp(tok, base + 1, n) == 0;
 }
 
+/* This library's file name, found by the constructor (dladdr takes the
+ * loader's lock: turn_off may run where waiting for it would deadlock). */
+static char g_self_file[PATH_MAX];
+
+static void find_self_file(void)
+{
+	Dl_info di;
+	if (dladdr((void *)find_self_file, &di) && di.dli_fname && strlen(di.dli_fname) < sizeof g_self_file)
+		strcpy(g_self_file, di.dli_fname);
+}
+
 static void scrub_env(void)
 {
 	static char lib[PATH_MAX];
 	const char *l = getenv(HS_ENV_LIB);
 	if (l && strlen(l) < sizeof lib)
 		strcpy(lib, l);
-	else {
-		Dl_info di;
-		if (dladdr((void *)scrub_env, &di) && di.dli_fname && strlen(di.dli_fname) < sizeof lib)
-			strcpy(lib, di.dli_fname);
-	}
+	else
+		strcpy(lib, g_self_file);
 	char **env = environ;
 	if (!env)
 		return;
@@ -292,7 +300,7 @@ static int connect_locked(int cont)
 	h->pid = (uint32_t)getpid();
 	h->ppid = (uint32_t)getppid();
 	h->mono_ns = mono_ns();
-	h->heap = malloc_heap();
+	IN_LIB(h->heap = malloc_heap()); /* the first time, dlsym may allocate */
 	size_t off = HS_HELLO_SIZE;
 	ssize_t n = readlink("/proc/self/exe", g_exe, sizeof g_exe - 1);
 	g_exe[n > 0 ? n : 0] = 0;
@@ -372,6 +380,62 @@ static int connect_locked(int cont)
 		IN_LIB(pthread_key_create(&g_key, slot_exit));
 	}
 	return 1;
+}
+
+static int ensure_connected_locked(void);
+
+/* A NOTE message about process pid into buf; its length. */
+static char g_note[HS_NOTE_SIZE + HS_NOTE_PATH_MAX] __attribute__((aligned(8)));
+
+static size_t note_msg(char *buf, uint32_t code, pid_t pid, const char *path)
+{
+	size_t n = path ? strlen(path) : 0;
+	if (n > HS_NOTE_PATH_MAX)
+		n = HS_NOTE_PATH_MAX;
+	struct hs_note m = {HS_MAGIC, HS_VERSION, HS_MSG_NOTE, code, (uint32_t)pid, (uint32_t)n};
+	memcpy(buf, &m, sizeof m);
+	memcpy(buf + sizeof m, path, n);
+	return sizeof m + n;
+}
+
+/*
+ * Tell the collector something for the user (HS_NOTE_*; path may be NULL)
+ * about process about (0: this one): the program's streams are never
+ * written to. Connects first if this image
+ * has not yet (a forked child that execs before its first heap call). A
+ * vfork child shares its parent's memory: it writes nothing there and
+ * says it on its parent's connection.
+ */
+static void send_note(uint32_t code, const char *path, pid_t about)
+{
+	int saved = errno;
+	pid_t me = (pid_t)syscall(SYS_getpid);
+	if (me != g_pid && g_mode == MODE_ON && g_conn_gen == g_gen) {
+		char buf[HS_NOTE_SIZE + 512];
+		if (!path || strlen(path) < 512) {
+			size_t n = note_msg(buf, code, about ? about : me, path);
+			if (sock_ok())
+				send(g_sock, buf, n, MSG_NOSIGNAL);
+		}
+		errno = saved;
+		return;
+	}
+	int cancel;
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel);
+	uint32_t hook = tls.in_hook;
+	tls.in_hook = HOOK_LIB;
+	pthread_mutex_lock(&g_lock);
+	if (ensure_connected_locked() && sock_ok()) {
+		size_t n = note_msg(g_note, code, about ? about : me, path);
+		ssize_t r;
+		do
+			r = send(g_sock, g_note, n, MSG_NOSIGNAL);
+		while (r < 0 && errno == EINTR);
+	}
+	pthread_mutex_unlock(&g_lock);
+	tls.in_hook = hook;
+	pthread_setcancelstate(cancel, NULL);
+	errno = saved;
 }
 
 /* Make sure this image is connected. Called with g_lock held, in_hook set. */

@@ -12,6 +12,7 @@ static void atfork_prepare(void)
 {
 	pthread_mutex_lock(&g_lock);
 	pthread_mutex_lock(&g_stack_lock);
+	own_lock();
 }
 
 /*
@@ -59,6 +60,7 @@ static void report_children(void)
 
 static void atfork_parent(void)
 {
+	own_unlock();
 	pthread_mutex_unlock(&g_stack_lock);
 	pthread_mutex_unlock(&g_lock);
 	if (__atomic_load_n(&g_mode, __ATOMIC_ACQUIRE) != MODE_OFF)
@@ -82,6 +84,7 @@ static HS_NOINLINE void fork_reset(void)
 		*g_forkcheck = 1;
 	pthread_mutex_init(&g_lock, NULL);
 	pthread_mutex_init(&g_stack_lock, NULL);
+	own_unlock(); /* held by the atfork handler, or by a thread the child does not have */
 	for (struct hs_slot *s = g_slots, *next; s; s = next) {
 		next = s->next;
 		sys_munmap(s->map, HS_RING_DATA + (size_t)s->size);

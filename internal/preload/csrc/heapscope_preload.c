@@ -9,9 +9,14 @@
  *
  * Rules this file keeps:
  *  - Nothing here allocates with malloc. Memory comes from mmap; the few libc
- *    calls that may allocate (dlsym, pthread_getattr_np, realpath, dlopen)
- *    run with the thread's in_hook flag set, so that their allocations pass
- *    straight to the real allocator untraced.
+ *    calls that may allocate (dlsym, realpath, dlopen, libunwind's first
+ *    walk) run in HOOK_LIB, and what they allocate comes from our own heap
+ *    (own.h), untraced, never from the program's.
+ *  - A hook never calls a C library function that may wait for a lock the
+ *    program's thread can hold when it calls malloc (a thread's own lock in
+ *    pthread_getattr_np, the loader's lock in dl_iterate_phdr's callbacks),
+ *    and never waits for such a lock while it holds one of ours. See "What
+ *    a hook may call" in ../README.md.
  *  - The hot path takes no lock shared between threads: a thread writes only
  *    its own ring. Locks are taken only to attach a thread, to define a new
  *    stack or to connect.
@@ -26,7 +31,8 @@
  *   thread.h    the real functions, thread state, reentrancy, signals held
  *   sample.h    sampling mode (--sample)
  *   boot.h      the bootstrap arena, resolving the real functions
- *   session.h   session state, clock, raw system calls, internal blocks
+ *   session.h   session state, clock, raw system calls
+ *   own.h       the interposer's own heap, for what the C library allocates for it
  *   connect.h   environment, connection and handshake with the collector
  *   ring.h      per-thread rings: reserve, publish, wait for room, attach
  *   stack.h     frame-pointer and libunwind walks, stack table, modules
@@ -34,6 +40,7 @@
  *   record.h    recording a call, and calls made by signal handlers
  *   hooks.h     the exported entry points
  *   fork.h      fork handlers and the forked child's reset
+ *   exec.h      the exec family: a set-ID program is announced
  * and, below, start-up.
  */
 #define _GNU_SOURCE
@@ -47,6 +54,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,8 +62,10 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
+#include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
 #include <x86intrin.h>
@@ -76,6 +86,7 @@ extern void *__libc_stack_end;
 #include "sample.h"
 #include "boot.h"
 #include "session.h"
+#include "own.h"
 #include "connect.h"
 #include "ring.h"
 #include "stack.h"
@@ -83,6 +94,7 @@ extern void *__libc_stack_end;
 #include "record.h"
 #include "hooks.h"
 #include "fork.h"
+#include "exec.h"
 
 /* ---- start-up ----------------------------------------------------------- */
 
@@ -122,13 +134,16 @@ static void load_libunwind(void)
 		return;
 	if (set_policy && as)
 		set_policy(*as, 2 /* UNW_CACHE_PER_THREAD */);
-	dl_iterate_phdr(self_cb, (void *)(uintptr_t)dwarf_walk);
+	iterate_phdr(self_cb, (void *)(uintptr_t)dwarf_walk);
 	__atomic_store_n(&p_unw_backtrace, bt, __ATOMIC_RELEASE);
 }
 
 __attribute__((constructor(101))) static void hs_init(void)
 {
 	ensure_reals();
+	/* What takes the loader's lock is done here, once, before any lock of
+	 * ours is held and (as a rule) before the program has threads. */
+	IN_LIB(find_self_file(); malloc_heap());
 	if (!getenv(HS_ENV_SOCKET)) {
 		/* preloaded without a session (an environment that leaked): run
 		 * untraced, and stop the leak here */

@@ -24,12 +24,25 @@ static inline void ensure_reals(void)
 		_r;                                                                                                    \
 	})
 
+/* An allocation for our bookkeeping (HOOK_LIB), from our own heap. */
+static HS_NOINLINE void *lib_alloc(size_t n, size_t align)
+{
+	void *p = own_alloc(n, align);
+	if (!p)
+		errno = ENOMEM;
+	return p;
+}
+
+#define IN_LIB_CALL() HS_UNLIKELY(tls.in_hook == HOOK_LIB)
+
 HS_EXPORT void *malloc(size_t n)
 {
 	uintptr_t fp = HS_FRAME();
 	ensure_reals();
 	if (HS_UNLIKELY(!real.malloc))
 		return boot_alloc(n, 16);
+	if (IN_LIB_CALL())
+		return lib_alloc(n, 16);
 	void *p = real.malloc(n);
 	rec_alloc(HS_FUNC_MALLOC, HS_FAM_MALLOC, p, n, fp);
 	return p;
@@ -44,6 +57,16 @@ HS_EXPORT void *calloc(size_t n, size_t size)
 		total = SIZE_MAX;
 	if (HS_UNLIKELY(!real.calloc))
 		return total == SIZE_MAX ? NULL : boot_alloc(total, 16); /* the arena is zeroed and never reused */
+	if (IN_LIB_CALL()) {
+		if (total == SIZE_MAX) {
+			errno = ENOMEM;
+			return NULL;
+		}
+		void *q = lib_alloc(total, 16);
+		if (q)
+			memset(q, 0, total); /* a reused block is not */
+		return q;
+	}
 	void *p = real.calloc(n, size);
 	rec_alloc(HS_FUNC_CALLOC, HS_FAM_CALLOC, p, total, fp);
 	return p;
@@ -54,17 +77,51 @@ HS_EXPORT void free(void *p)
 	uintptr_t fp = HS_FRAME();
 	if (!p || is_boot(p))
 		return;
+	if (HS_UNLIKELY(is_own(p))) {
+		own_free(p); /* a block of ours: never shown, nor its free */
+		return;
+	}
 	ensure_reals();
 	/* recorded before the block is released, so that whoever gets it next
 	 * is stamped later */
-	if (TRACED(HS_FAM_FREE)) {
-		if (HS_UNLIKELY(internal_any()) && internal_del((uintptr_t)p))
-			; /* a block of ours: never shown, nor its free */
-		else if (sample_free(p))
-			record(HS_FUNC_FREE, HS_FAM_FREE, HS_KIND_FREE, 1, (uint64_t)(uintptr_t)p, 0, 0, 0, fp);
-	}
+	if (TRACED(HS_FAM_FREE) && sample_free(p))
+		record(HS_FUNC_FREE, HS_FAM_FREE, HS_KIND_FREE, 1, (uint64_t)(uintptr_t)p, 0, 0, 0, fp);
 	if (HS_LIKELY(real.free != NULL))
 		real.free(p);
+}
+
+/* Record realloc(old, n) = q as sample_realloc_end said (SMP_REC_*). */
+static HS_INLINE void rec_realloc(uint32_t func, int what, void *old, void *q, size_t n, uintptr_t fp)
+{
+	if (HS_LIKELY(what == SMP_REC_REALLOC))
+		record(func, HS_FAM_REALLOC, HS_KIND_REALLOC, 3, (uint64_t)(uintptr_t)q, n, (uint64_t)(uintptr_t)old, 0, fp);
+	else if (what == SMP_REC_FREE)
+		record(HS_FUNC_FREE, HS_FAM_REALLOC, HS_KIND_FREE, 1, (uint64_t)(uintptr_t)old, 0, 0, 0, fp);
+}
+
+/*
+ * realloc(p, n) in our bookkeeping (HOOK_LIB), or of a block of ours: the
+ * result is ours. A block of the program's heap that the C library grows
+ * for us (a thread's TLS vector, when libunwind's TLS is first used) moves
+ * into our heap, so that what it gains there is not the program's.
+ */
+static HS_NOINLINE void *lib_realloc(void *p, size_t n)
+{
+	if (!p || is_own(p)) {
+		void *q = own_realloc(p, n);
+		if (!q && n)
+			errno = ENOMEM;
+		return q;
+	}
+	if (!real.malloc_usable_size)
+		return real.realloc(p, n);
+	size_t have = real.malloc_usable_size(p);
+	void *q = lib_alloc(n, 16);
+	if (q) {
+		memcpy(q, p, have < n ? have : n);
+		real.free(p);
+	}
+	return q;
 }
 
 static void *boot_realloc(void *p, size_t n)
@@ -82,10 +139,14 @@ HS_EXPORT void *realloc(void *p, size_t n)
 	ensure_reals();
 	if (HS_UNLIKELY(is_boot(p) || !real.realloc))
 		return p ? boot_realloc(p, n) : malloc(n);
+	if (HS_UNLIKELY(IN_LIB_CALL() || is_own(p)))
+		return lib_realloc(p, n);
 	int smp = sample_realloc_begin(p);
 	void *q = real.realloc(p, n);
-	if (TRACED(HS_FAM_REALLOC) && sample_realloc_end(smp, &p, q, n))
-		record(HS_FUNC_REALLOC, HS_FAM_REALLOC, HS_KIND_REALLOC, 3, (uint64_t)(uintptr_t)q, n, (uint64_t)(uintptr_t)p, 0, fp);
+	if (TRACED(HS_FAM_REALLOC)) {
+		int what = sample_realloc_end(smp, &p, q, n); /* may set p to NULL: before p is read */
+		rec_realloc(HS_FUNC_REALLOC, what, p, q, n, fp);
+	}
 	return q;
 }
 
@@ -103,12 +164,20 @@ HS_EXPORT void *reallocarray(void *p, size_t n, size_t size)
 		}
 		return p ? boot_realloc(p, total) : malloc(total);
 	}
+	if (HS_UNLIKELY(IN_LIB_CALL() || is_own(p))) {
+		if (total == SIZE_MAX) {
+			errno = ENOMEM;
+			return NULL;
+		}
+		return lib_realloc(p, total);
+	}
 	/* glibc's reallocarray calls realloc: that one is not the program's call */
 	int smp = sample_realloc_begin(p);
 	void *q = UNTRACED(real.reallocarray(p, n, size));
-	if (TRACED(HS_FAM_REALLOC) && sample_realloc_end(smp, &p, q, total))
-		record(HS_FUNC_REALLOCARRAY, HS_FAM_REALLOC, HS_KIND_REALLOC, 3, (uint64_t)(uintptr_t)q, total, (uint64_t)(uintptr_t)p, 0,
-		       fp);
+	if (TRACED(HS_FAM_REALLOC)) {
+		int what = sample_realloc_end(smp, &p, q, total); /* may set p to NULL: before p is read */
+		rec_realloc(HS_FUNC_REALLOCARRAY, what, p, q, total, fp);
+	}
 	return q;
 }
 
@@ -116,8 +185,10 @@ HS_EXPORT int posix_memalign(void **out, size_t align, size_t n)
 {
 	uintptr_t fp = HS_FRAME();
 	ensure_reals();
-	if (HS_UNLIKELY(!real.posix_memalign)) {
-		void *p = boot_alloc(n, align);
+	if (HS_UNLIKELY(!real.posix_memalign) || IN_LIB_CALL()) {
+		if (align < sizeof(void *) || (align & (align - 1)))
+			return EINVAL;
+		void *p = real.posix_memalign ? own_alloc(n, align) : boot_alloc(n, align);
 		if (!p)
 			return ENOMEM;
 		*out = p;
@@ -128,22 +199,35 @@ HS_EXPORT int posix_memalign(void **out, size_t align, size_t n)
 	return r;
 }
 
-#define ALIGNED_WRAPPER(name, FUNC, params, args, bootexpr)                                                            \
+#define ALIGNED_WRAPPER(name, FUNC, params, args, bootexpr, libexpr)                                                   \
 	HS_EXPORT void *name params                                                                                    \
 	{                                                                                                              \
 		uintptr_t fp = HS_FRAME();                                                                             \
 		ensure_reals();                                                                                        \
 		if (HS_UNLIKELY(!real.name))                                                                           \
 			return bootexpr;                                                                               \
+		if (IN_LIB_CALL())                                                                                     \
+			return libexpr;                                                                                \
 		void *p = UNTRACED(real.name args);                                                                    \
 		rec_alloc(FUNC, HS_FAM_ALIGNED, p, n, fp);                                                             \
 		return p;                                                                                              \
 	}
 
-ALIGNED_WRAPPER(aligned_alloc, HS_FUNC_ALIGNED_ALLOC, (size_t align, size_t n), (align, n), boot_alloc(n, align))
-ALIGNED_WRAPPER(memalign, HS_FUNC_MEMALIGN, (size_t align, size_t n), (align, n), boot_alloc(n, align))
-ALIGNED_WRAPPER(valloc, HS_FUNC_VALLOC, (size_t n), (n), boot_alloc(n, 4096))
-ALIGNED_WRAPPER(pvalloc, HS_FUNC_PVALLOC, (size_t n), (n), boot_alloc(n, 4096))
+/* memalign's alignment for our heap: a power of two, at least 16 */
+static size_t lib_align(size_t a)
+{
+	size_t r = 16;
+	while (r < a && r < ((size_t)1 << 28))
+		r <<= 1;
+	return r;
+}
+
+ALIGNED_WRAPPER(aligned_alloc, HS_FUNC_ALIGNED_ALLOC, (size_t align, size_t n), (align, n), boot_alloc(n, align),
+                lib_alloc(n, lib_align(align)))
+ALIGNED_WRAPPER(memalign, HS_FUNC_MEMALIGN, (size_t align, size_t n), (align, n), boot_alloc(n, align),
+                lib_alloc(n, lib_align(align)))
+ALIGNED_WRAPPER(valloc, HS_FUNC_VALLOC, (size_t n), (n), boot_alloc(n, 4096), lib_alloc(n, 4096))
+ALIGNED_WRAPPER(pvalloc, HS_FUNC_PVALLOC, (size_t n), (n), boot_alloc(n, 4096), lib_alloc((n + 4095) & ~(size_t)4095, 4096))
 
 /* The mmap family: anonymous mappings only, and only when asked for. */
 static void *do_mmap(void *(*fn)(void *, size_t, int, int, int, off_t), void *addr, size_t len, int prot, int flags,
@@ -207,6 +291,31 @@ HS_EXPORT int dlclose(void *h)
 }
 
 /*
+ * The program's dl_iterate_phdr. Its callbacks run with the loader's lock
+ * held, and some allocate (Rust's backtrace lists the loaded objects so).
+ * libunwind takes a lock of its own and then the loader's, so a walk by
+ * libunwind from such a callback could wait for ever on a thread that
+ * holds libunwind's lock and waits for the loader's: calls made inside are
+ * walked without libunwind (tables, else frame pointers). The count is
+ * dropped on the way out however the callback leaves (an exception too).
+ */
+static void phdr_leave(uint32_t *unused)
+{
+	(void)unused;
+	tls.in_phdr--;
+}
+
+HS_EXPORT int dl_iterate_phdr(int (*cb)(struct dl_phdr_info *, size_t, void *), void *arg)
+{
+	ensure_reals();
+	if (HS_UNLIKELY(!real.dl_iterate_phdr))
+		return 0;
+	tls.in_phdr++;
+	uint32_t guard __attribute__((cleanup(phdr_leave))) = 1;
+	return real.dl_iterate_phdr(cb, arg);
+}
+
+/*
  * RTLD_DEEPBIND makes a library bind malloc and free to the C library's
  * before ours: its calls would be missed, and blocks the C library
  * allocated for it (strdup) that it frees would show as leaks. The flag is
@@ -216,13 +325,10 @@ HS_EXPORT int dlclose(void *h)
  */
 static HS_NOINLINE void deepbind_note(void)
 {
-	static int said;
-	if (__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+	static uint32_t said_gen; /* once per image: a forked child has a stream of its own */
+	if (__atomic_exchange_n(&said_gen, g_gen, __ATOMIC_RELAXED) == g_gen)
 		return;
-	static const char msg[] = "heapscope: dlopen with RTLD_DEEPBIND: the flag is dropped so that the library's "
-	                          "allocations are traced\n";
-	ssize_t r = write(2, msg, sizeof msg - 1);
-	(void)r;
+	send_note(HS_NOTE_DEEPBIND, NULL, 0);
 }
 
 HS_EXPORT void *dlopen(const char *file, int flags)

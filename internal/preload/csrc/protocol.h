@@ -17,7 +17,7 @@
 #include <stdint.h>
 
 #define HS_MAGIC 0x31505348u /* "HSP1" */
-#define HS_VERSION 3u
+#define HS_VERSION 4u
 
 /* Environment of a traced process. */
 #define HS_ENV_SOCKET "HEAPSCOPE_PRELOAD_SOCKET" /* the collector's socket */
@@ -72,6 +72,29 @@ struct hs_table_msg { /* with the table's memfd as SCM_RIGHTS when status is 0 *
 	uint8_t id[64];    /* 24: the build-id asked for (HS_BUILD_ID_MAX) */
 };
 #define HS_TABLE_MSG_SIZE 88
+
+/*
+ * NOTE: something the interposer has to tell the user (it never writes to
+ * the program's streams): the collector records it in the trace as a
+ * warning and heapscope prints it. The code names it; the collector has
+ * the words.
+ */
+#define HS_MSG_NOTE 8u
+
+struct hs_note {          /* followed by path_len bytes of path */
+	uint32_t magic;    /* 0 */
+	uint32_t version;  /* 4 */
+	uint32_t type;     /* 8: HS_MSG_NOTE */
+	uint32_t code;     /* 12: HS_NOTE_* */
+	uint32_t pid;      /* 16: the process it is about (a vfork child names itself) */
+	uint32_t path_len; /* 20: 0..HS_NOTE_PATH_MAX */
+};
+#define HS_NOTE_SIZE 24
+#define HS_NOTE_PATH_MAX 4096
+#define HS_NOTE_DEEPBIND 1u    /* dlopen with RTLD_DEEPBIND: the flag was dropped */
+#define HS_NOTE_SETID_EXEC 2u  /* about to exec path, a set-ID program the loader runs without LD_PRELOAD */
+#define HS_NOTE_EXEC_FAILED 3u /* the exec announced returned: it failed */
+#define HS_NOTE_SETID_SPAWN 4u /* posix_spawn started path, a set-ID program, as process pid */
 
 #define HS_HELLO_CONTINUE 1u /* flags: another connection of an image already traced */
 #define HS_HELLO_TRUNCATED 2u /* flags: exe or cmdline was cut to fit */

@@ -63,8 +63,6 @@ static void defer_call(struct hs_tls *t, uint32_t func, uint32_t kind, uint32_t 
 	e->b = b;
 	e->c = c;
 	e->d = d;
-	if (internal_any() && kind == HS_KIND_ALLOC && a)
-		internal_del((uintptr_t)a);
 	volatile uint32_t *state = __atomic_load_n(&g_state, __ATOMIC_ACQUIRE);
 	uint32_t st = state ? __atomic_load_n(state, __ATOMIC_RELAXED) : 0;
 	e->nframes = (st >> kind) & 1 ? (uint32_t)fp_walk(e->frames, (int)g_max_frames, fp, t->stack_lo, t->stack_hi) : 0;
@@ -133,8 +131,6 @@ static void direct_call(struct hs_tls *t, uint32_t func, uint32_t kind, uint32_t
 	uint32_t st = __atomic_load_n(g_state, __ATOMIC_RELAXED);
 	if (st & HS_STATE_CLOSED)
 		return;
-	if (internal_any() && kind == HS_KIND_ALLOC && a)
-		internal_del((uintptr_t)a);
 	uint32_t sid = 0;
 	if ((st >> kind) & 1) {
 		uint64_t f[HS_MAX_FRAMES + 1];
@@ -175,12 +171,10 @@ static HS_NOINLINE void nested(struct hs_tls *t, uint32_t func, uint32_t kind, u
 			direct_call(t, func, kind, nbody, a, b, c, d, fp);
 		else
 			defer_call(t, func, kind, nbody, a, b, c, d, fp);
-	} else if (t->in_hook == HOOK_LIB && func != HS_FUNC_MREMAP && kind != HS_KIND_MMAP && kind != HS_KIND_MUNMAP) {
-		if (kind == HS_KIND_REALLOC && c)
-			internal_del((uintptr_t)c);
-		if (a)
-			internal_add((uintptr_t)a);
 	}
+	/* HOOK_LIB: what our C library calls allocate comes from our own heap
+	 * before it gets here (own.h); a free there of the program's block (the
+	 * C library's own, replaced during our call) is not recorded. */
 }
 
 /* An event of 2..4 body words: [addr][size][old][oldsize]. */
@@ -198,17 +192,6 @@ static HS_INLINE void record(uint32_t func, uint32_t fam, uint32_t kind, uint32_
 	uint32_t st = __atomic_load_n(g_state, __ATOMIC_RELAXED);
 	if (leave_if_closed(st) || HS_UNLIKELY(!(g_families & fam)))
 		goto out;
-	if (HS_UNLIKELY(internal_any()) && func != HS_FUNC_MREMAP && (kind == HS_KIND_ALLOC || kind == HS_KIND_REALLOC)) {
-		/* a realloc of one of our blocks stays ours; a block the
-		 * program gets is not ours, whatever the set remembers */
-		if (kind == HS_KIND_REALLOC && c && internal_del((uintptr_t)c)) {
-			if (a)
-				internal_add((uintptr_t)a);
-			goto out;
-		}
-		if (a)
-			internal_del((uintptr_t)a);
-	}
 	uint32_t sid = 0;
 	if ((st >> kind) & 1) {
 		if (!capture(t, s, fp, &sid)) {

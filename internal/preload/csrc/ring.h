@@ -292,33 +292,117 @@ static struct hs_slot *new_slot(void)
 	return s;
 }
 
+/*
+ * A thread's stack bounds, found without calling into the C library: a
+ * thread's first heap call may come from inside a C library function that
+ * holds a lock the library would take again (glibc's pthread_getattr_np
+ * holds the thread's lock while it reallocs its cpuset, and HotSpot and
+ * ripgrep call it at every thread's start), so the bounds are the mapping
+ * that holds the stack pointer, asked of the kernel with raw system calls:
+ * PROCMAP_QUERY on /proc/self/maps (Linux 6.11), else a parse of that file
+ * into a buffer on the stack. Nothing is allocated and no lock is taken.
+ * Walks read only inside the bounds, so they need to be readable, not
+ * tight: a glibc thread stack's mapping also holds its TLS and thread
+ * descriptor above the stack, and its guard page is a mapping of its own.
+ */
+struct hs_procmap_query { /* struct procmap_query, linux/fs.h */
+	uint64_t size, query_flags, query_addr;
+	uint64_t vma_start, vma_end, vma_flags, vma_page_size, vma_offset, inode;
+	uint32_t dev_major, dev_minor, vma_name_size, build_id_size;
+	uint64_t vma_name_addr, build_id_addr;
+};
+#define HS_PROCMAP_QUERY 0xC0686611UL /* _IOWR('f', 17, struct procmap_query) */
+
+/* The line of /proc/self/maps (read from fd) whose range holds addr. */
+static int maps_find(int fd, uintptr_t addr, uintptr_t *lo, uintptr_t *hi)
+{
+	char buf[2048];
+	uint64_t v[2] = {0, 0};
+	int field = 0; /* 0: start, 1: end, 2: the rest of the line */
+	for (;;) {
+		long n = syscall(SYS_read, fd, buf, sizeof buf);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return 0;
+		for (long i = 0; i < n; i++) {
+			char c = buf[i];
+			if (c == '\n') {
+				if (field == 2 && v[0] <= addr && addr < v[1]) {
+					*lo = v[0];
+					*hi = v[1];
+					return 1;
+				}
+				v[0] = v[1] = 0;
+				field = 0;
+			} else if (field < 2) {
+				int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+				if (d >= 0)
+					v[field] = v[field] << 4 | (uint64_t)d;
+				else
+					field = c == '-' && field == 0 ? 1 : 2;
+			}
+		}
+	}
+}
+
+/* The mapping that holds addr: [*lo, *hi). */
+static int mapping_of(uintptr_t addr, uintptr_t *lo, uintptr_t *hi)
+{
+	int fd = (int)syscall(SYS_openat, AT_FDCWD, "/proc/self/maps", O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	struct hs_procmap_query q;
+	memset(&q, 0, sizeof q);
+	q.size = sizeof q;
+	q.query_addr = addr;
+	int ok;
+	if (syscall(SYS_ioctl, fd, HS_PROCMAP_QUERY, &q) == 0 && q.vma_start <= addr && addr < q.vma_end) {
+		*lo = q.vma_start;
+		*hi = q.vma_end;
+		ok = 1;
+	} else {
+		ok = maps_find(fd, addr, lo, hi); /* an older kernel */
+	}
+	syscall(SYS_close, fd);
+	return ok;
+}
+
+/*
+ * The bounds of the stack this thread runs on. The main thread's stack
+ * grows down to its rlimit, so its low bound is the limit's, not the
+ * mapping's current start. On a signal stack (sigaltstack) the thread's
+ * own stack is not known: stack_retry asks again at a later call.
+ */
 static void stack_bounds(struct hs_tls *t)
 {
-	pid_t tid = gettid();
+	int saved_errno = errno;
 	t->stack_lo = t->stack_hi = 0;
-	if (tid == getpid()) {
-		uintptr_t end = (uintptr_t)__libc_stack_end;
-		uintptr_t hi = (end + 4095) & ~(uintptr_t)4095;
-		struct rlimit rl;
-		uintptr_t lim = 8u << 20;
-		if (getrlimit(RLIMIT_STACK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < (1u << 30))
-			lim = rl.rlim_cur;
-		else if (getrlimit(RLIMIT_STACK, &rl) == 0)
-			lim = 1u << 30;
-		t->stack_hi = hi;
-		t->stack_lo = hi > lim ? hi - lim : 0;
+	t->stack_retry = 0;
+	stack_t ss;
+	if (syscall(SYS_sigaltstack, NULL, &ss) == 0 && (ss.ss_flags & SS_ONSTACK)) {
+		t->stack_retry = 1;
+		errno = saved_errno;
 		return;
 	}
-	pthread_attr_t a;
-	if (pthread_getattr_np(pthread_self(), &a) == 0) {
-		void *addr;
-		size_t size;
-		if (pthread_attr_getstack(&a, &addr, &size) == 0) {
-			t->stack_lo = (uintptr_t)addr;
-			t->stack_hi = (uintptr_t)addr + size;
-		}
-		pthread_attr_destroy(&a);
+	uintptr_t sp = HS_FRAME(), end = (uintptr_t)__libc_stack_end, lo, hi;
+	struct rlimit rl;
+	uintptr_t lim = 8u << 20;
+	if (syscall(SYS_getrlimit, RLIMIT_STACK, &rl) == 0)
+		lim = rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < (1u << 30) ? rl.rlim_cur : 1u << 30;
+	if (mapping_of(sp, &lo, &hi)) {
+		if (end >= lo && end < hi) /* the main thread's */
+			lo = hi > lim ? hi - lim : 0;
+	} else if (sp < end && end - sp < lim) {
+		/* no /proc: the main thread's stack is still known */
+		hi = (end + 4095) & ~(uintptr_t)4095;
+		lo = hi > lim ? hi - lim : 0;
+	} else {
+		lo = hi = 0; /* walks stop at our own frame */
 	}
+	t->stack_lo = lo;
+	t->stack_hi = hi;
+	errno = saved_errno;
 }
 
 /*
@@ -381,7 +465,7 @@ static HS_NOINLINE struct hs_slot *attach(struct hs_tls *t)
 	pthread_setcancelstate(cancel, NULL);
 	if (!s)
 		return NULL;
-	IN_LIB(stack_bounds(t));
+	stack_bounds(t); /* no C library call: see stack_bounds */
 	/* must: in drop mode too, or the collector would credit this thread's
 	 * events to the ring's previous owner. Written before the ring is the
 	 * thread's, so that no signal handler's call goes before it. */

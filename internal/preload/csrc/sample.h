@@ -294,11 +294,34 @@ static HS_INLINE int sample_free(void *p)
 	return sset_remove((uint64_t)(uintptr_t)p);
 }
 
+/*
+ * A realloc's result is a new draw at its new size, whatever its old block
+ * was, so that the live sampled blocks are always a Poisson sample of the
+ * live heap and each realloc counts with the weight of its own size:
+ *  - old block sampled, result sampled: the realloc is recorded;
+ *  - old block not sampled (or NULL), result sampled: recorded as an
+ *    allocation (a realloc from address 0);
+ *  - old block sampled, result not: the old block leaves the sample,
+ *    recorded as its free;
+ *  - neither: nothing.
+ * A failed realloc (NULL for a size above 0) makes no block: it is not
+ * drawn, except that a sampled old block's failed realloc is drawn as
+ * the eBPF provider draws it (at the call, before the result is known)
+ * and recorded when sampled. realloc(p, 0) is a draw of 0 bytes: never
+ * sampled. The eBPF provider follows the same rule
+ * (internal/ebpf/bpf/heapscope.bpf.c).
+ */
+
 /* realloc(p, ...) is about to run: what p is. Taken out of the set before
  * the block can be released and handed to another thread. */
-#define SMP_NEW 0   /* p is NULL or not sampled: the result is a new draw */
-#define SMP_WAS 1   /* p was sampled: the realloc is recorded */
+#define SMP_NEW 0   /* p is NULL or not sampled */
+#define SMP_WAS 1   /* p was sampled */
 #define SMP_EXACT 2 /* not sampling, or a nested call: record() decides */
+
+/* What sample_realloc_end says to record. */
+#define SMP_REC_NONE 0
+#define SMP_REC_REALLOC 1 /* the realloc (from address 0 when *old was set to NULL) */
+#define SMP_REC_FREE 2    /* the free of the old block: it left the sample */
 
 static HS_INLINE int sample_realloc_begin(void *p)
 {
@@ -310,25 +333,27 @@ static HS_INLINE int sample_realloc_begin(void *p)
 	return sset_remove((uint64_t)(uintptr_t)p) ? SMP_WAS : SMP_NEW;
 }
 
-/* realloc(*old, n) returned q: whether it is recorded. A new draw that is
- * sampled is recorded as an allocation (*old = NULL). */
+/* realloc(*old, n) returned q: what is recorded (SMP_REC_*). A new draw
+ * that is sampled from an old block that was not is recorded as an
+ * allocation (*old = NULL). */
 static HS_INLINE int sample_realloc_end(int how, void **old, void *q, uint64_t n)
 {
-	switch (how) {
-	case SMP_EXACT:
-		return 1;
-	case SMP_WAS:
-		if (q)
-			sset_insert((uint64_t)(uintptr_t)q);
-		else if (n != 0)
-			sset_insert((uint64_t)(uintptr_t)*old); /* failed: the block is still there */
-		return 1;
+	if (how == SMP_EXACT)
+		return SMP_REC_REALLOC;
+	uint64_t r = __atomic_load_n(&g_smp_rate, __ATOMIC_RELAXED);
+	if (!q && n != 0) { /* failed: the old block, if any, is still there */
+		if (how != SMP_WAS)
+			return SMP_REC_NONE;
+		sset_insert((uint64_t)(uintptr_t)*old);
+		return smp_draw(n, r) ? SMP_REC_REALLOC : SMP_REC_NONE;
 	}
-	if (!q || !smp_draw(n, __atomic_load_n(&g_smp_rate, __ATOMIC_RELAXED)))
-		return 0;
-	sset_insert((uint64_t)(uintptr_t)q);
-	*old = NULL;
-	return 1;
+	if (q && n != 0 && smp_draw(n, r)) {
+		sset_insert((uint64_t)(uintptr_t)q);
+		if (how != SMP_WAS)
+			*old = NULL;
+		return SMP_REC_REALLOC;
+	}
+	return how == SMP_WAS ? SMP_REC_FREE : SMP_REC_NONE;
 }
 
 #endif

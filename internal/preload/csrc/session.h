@@ -1,7 +1,6 @@
 /*
  * session.h: the session's state (mode, families, control block, locks), the
- * collector's clock, the raw system calls the library maps memory with, and
- * the set of blocks our own library calls allocated.
+ * collector's clock and the raw system calls the library maps memory with.
  *
  * Part of heapscope_preload.c, a unity build: included once, in order, after
  * the parts before it, whose names it uses.
@@ -77,76 +76,6 @@ static int sys_munmap(void *addr, size_t len)
 static void *sys_mremap(void *old, size_t old_len, size_t len, int flags)
 {
 	return (void *)syscall(SYS_mremap, old, old_len, len, flags, NULL);
-}
-
-/*
- * The live blocks allocated for our own use (in HOOK_LIB): a lock-free
- * open-addressing set, so that their frees, which the C library may make
- * much later outside any hook (libunwind's thread-local data when a thread
- * ends), are dropped instead of showing as frees of unknown blocks.
- */
-#define HS_INTERNAL_CAP 16384 /* a power of two */
-#define HS_INTERNAL_PROBE 64
-#define HS_INTERNAL_GONE 1 /* a removed entry */
-static uintptr_t *g_internal;
-static uint32_t g_internal_n; /* blocks in the set: frees look only when not 0 */
-
-static inline size_t internal_slot(uintptr_t a)
-{
-	return (size_t)(((uint64_t)a >> 4) * 0x9E3779B97F4A7C15ull >> 40) & (HS_INTERNAL_CAP - 1);
-}
-
-static void internal_add(uintptr_t a)
-{
-	uintptr_t *tab = __atomic_load_n(&g_internal, __ATOMIC_ACQUIRE);
-	if (!tab) {
-		uintptr_t *n = sys_mmap(NULL, HS_INTERNAL_CAP * sizeof *n, PROT_READ | PROT_WRITE,
-		                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-		if (n == MAP_FAILED)
-			return;
-		if (__atomic_compare_exchange_n(&g_internal, &tab, n, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
-			tab = n;
-		else
-			sys_munmap(n, HS_INTERNAL_CAP * sizeof *n);
-	}
-	size_t j = internal_slot(a);
-	for (int i = 0; i < HS_INTERNAL_PROBE; i++, j = (j + 1) & (HS_INTERNAL_CAP - 1)) {
-		uintptr_t cur = __atomic_load_n(&tab[j], __ATOMIC_RELAXED);
-		if ((cur == 0 || cur == HS_INTERNAL_GONE) &&
-		    __atomic_compare_exchange_n(&tab[j], &cur, a, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
-			__atomic_add_fetch(&g_internal_n, 1, __ATOMIC_RELEASE);
-			return;
-		}
-	}
-}
-
-/* Removes a from the set; 1 if it was there. */
-static int internal_del(uintptr_t a)
-{
-	uintptr_t *tab = __atomic_load_n(&g_internal, __ATOMIC_ACQUIRE);
-	if (!tab || a <= HS_INTERNAL_GONE)
-		return 0;
-	size_t j = internal_slot(a);
-	for (int i = 0; i < HS_INTERNAL_PROBE; i++, j = (j + 1) & (HS_INTERNAL_CAP - 1)) {
-		uintptr_t cur = __atomic_load_n(&tab[j], __ATOMIC_ACQUIRE);
-		if (cur == 0)
-			return 0;
-		if (cur != a)
-			continue;
-		/* the end of a probe run becomes empty again, not a tombstone */
-		uintptr_t next = __atomic_load_n(&tab[(j + 1) & (HS_INTERNAL_CAP - 1)], __ATOMIC_RELAXED);
-		if (!__atomic_compare_exchange_n(&tab[j], &cur, next == 0 ? 0 : HS_INTERNAL_GONE, 0, __ATOMIC_ACQ_REL,
-		                                 __ATOMIC_RELAXED))
-			return 0;
-		__atomic_sub_fetch(&g_internal_n, 1, __ATOMIC_RELEASE);
-		return 1;
-	}
-	return 0;
-}
-
-static inline int internal_any(void)
-{
-	return __atomic_load_n(&g_internal_n, __ATOMIC_RELAXED) != 0;
 }
 
 static inline volatile uint32_t *ctl32(int off) { return (volatile uint32_t *)(g_ctl + off); }

@@ -216,15 +216,40 @@ static size_t build_id(const struct dl_phdr_info *info, uint8_t *out)
 	return 0;
 }
 
-struct mod_scan {
-	struct hs_slot *slot;
-	struct hs_mod *next; /* the new module set */
-	size_t len, cap;
+/*
+ * The loaded objects are listed (dl_iterate_phdr, which holds the loader's
+ * lock) without g_stack_lock held, into a snapshot of this thread's own,
+ * and the snapshot is installed under the lock: a program thread that
+ * allocates inside its own dl_iterate_phdr callback (Rust's backtrace
+ * does) holds the loader's lock while it waits for g_stack_lock, so a
+ * thread holding g_stack_lock must never wait for the loader's.
+ *
+ * A snapshot is a run of entries, each [words][path hash][MODULE body of
+ * words words], in mapped memory.
+ */
+struct mod_snap {
+	uint64_t *buf;
+	size_t len, cap; /* words */
+	size_t count;    /* entries */
+	unsigned long long adds, subs; /* dlpi_adds, dlpi_subs */
 	int failed;
+	char path[PATH_MAX];
 };
 
-static uint64_t g_modrec[(48 + HS_MODULE_PATH_MAX + HS_BUILD_ID_MAX) / 8 + 2];
-static char g_path[PATH_MAX];
+static int snap_room(struct mod_snap *sc, size_t words)
+{
+	if (sc->len + words <= sc->cap)
+		return 1;
+	size_t cap = sc->cap ? sc->cap * 2 : 8192;
+	while (cap < sc->len + words)
+		cap *= 2;
+	uint64_t *n = sc->buf ? sys_mremap(sc->buf, sc->cap * 8, cap * 8, MREMAP_MAYMOVE) : map_anon(cap * 8);
+	if (n == MAP_FAILED || !n)
+		return 0;
+	sc->buf = n;
+	sc->cap = cap;
+	return 1;
+}
 
 static int mod_known(uint64_t start, uint64_t end, uint64_t ph)
 {
@@ -236,16 +261,19 @@ static int mod_known(uint64_t start, uint64_t end, uint64_t ph)
 
 static int mod_cb(struct dl_phdr_info *info, size_t size, void *arg)
 {
-	(void)size;
-	struct mod_scan *sc = arg;
+	struct mod_snap *sc = arg;
+	if (size >= offsetof(struct dl_phdr_info, dlpi_subs) + sizeof info->dlpi_subs) {
+		sc->adds = info->dlpi_adds;
+		sc->subs = info->dlpi_subs;
+	}
 	const char *name = info->dlpi_name;
 	if (!name || !*name)
 		name = g_exe;
 	else if (name[0] != '/' && strchr(name, '/')) {
 		char *rp;
-		IN_LIB(rp = realpath(name, g_path));
+		IN_LIB(rp = realpath(name, sc->path));
 		if (rp)
-			name = g_path;
+			name = sc->path;
 	}
 	size_t plen = strlen(name);
 	if (plen > HS_MODULE_PATH_MAX)
@@ -257,39 +285,25 @@ static int mod_cb(struct dl_phdr_info *info, size_t size, void *arg)
 		const ElfW(Phdr) *p = &info->dlpi_phdr[i];
 		if (p->p_type != PT_LOAD || !(p->p_flags & PF_X) || p->p_memsz == 0)
 			continue;
-		uint64_t start = info->dlpi_addr + p->p_vaddr, end = start + p->p_memsz;
-		if (sc->len == sc->cap) {
-			size_t cap = sc->cap ? sc->cap * 2 : 256;
-			struct hs_mod *n = map_anon(cap * sizeof *n);
-			if (!n) {
-				sc->failed = 1;
-				return 1;
-			}
-			if (sc->next) {
-				memcpy(n, sc->next, sc->len * sizeof *n);
-				sys_munmap(sc->next, sc->cap * sizeof *n);
-			}
-			sc->next = n;
-			sc->cap = cap;
-		}
-		sc->next[sc->len++] = (struct hs_mod){start, end, ph};
-		if (mod_known(start, end, ph))
-			continue;
 		if (idlen == (size_t)-1)
 			idlen = build_id(info, id);
-		uint64_t *w = g_modrec;
-		w[0] = start;
-		w[1] = end;
-		w[2] = p->p_offset;
-		w[3] = (uint64_t)plen | ((uint64_t)idlen << 32);
-		size_t bytes = plen + idlen;
-		memset(w + 4, 0, (bytes + 7) & ~(size_t)7);
-		memcpy((char *)(w + 4), name, plen);
-		memcpy((char *)(w + 4) + plen, id, idlen);
-		if (!write_record(sc->slot, HS_REC_MODULE, 0, w, 4 + (uint32_t)((bytes + 7) / 8), 0)) {
+		size_t bytes = plen + idlen, words = 4 + (bytes + 7) / 8;
+		if (!snap_room(sc, words + 2)) {
 			sc->failed = 1;
 			return 1;
 		}
+		uint64_t *e = sc->buf + sc->len, *w = e + 2;
+		e[0] = words;
+		e[1] = ph;
+		w[0] = info->dlpi_addr + p->p_vaddr;
+		w[1] = w[0] + p->p_memsz;
+		w[2] = p->p_offset;
+		w[3] = (uint64_t)plen | ((uint64_t)idlen << 32);
+		memset(w + 4, 0, (bytes + 7) & ~(size_t)7);
+		memcpy((char *)(w + 4), name, plen);
+		memcpy((char *)(w + 4) + plen, id, idlen);
+		sc->len += words + 2;
+		sc->count++;
 	}
 	return 0;
 }
@@ -300,30 +314,71 @@ static int cmp_mod(const void *a, const void *b)
 	return x->start < y->start ? -1 : x->start > y->start;
 }
 
-/* Report the executable segments of every loaded object not yet reported,
- * and make them the module set. g_stack_lock held. */
-static int refresh_modules(struct hs_slot *s)
+static unsigned long long g_mods_adds, g_mods_subs; /* the snapshot g_mods was made from */
+
+/* List the loaded objects. No lock of ours held. Returns 0 on failure. */
+static struct mod_snap *snap_modules(void)
 {
-	struct mod_scan sc = {s, NULL, 0, 0, 0};
-	dl_iterate_phdr(mod_cb, &sc);
-	if (sc.failed) {
-		if (sc.next)
-			sys_munmap(sc.next, sc.cap * sizeof *sc.next);
+	struct mod_snap *sc = map_anon(sizeof *sc);
+	if (!sc)
+		return NULL;
+	iterate_phdr(mod_cb, sc);
+	if (sc->failed) {
+		if (sc->buf)
+			sys_munmap(sc->buf, sc->cap * 8);
+		sys_munmap(sc, sizeof *sc);
+		return NULL;
+	}
+	return sc;
+}
+
+static void snap_free(struct mod_snap *sc)
+{
+	if (sc->buf)
+		sys_munmap(sc->buf, sc->cap * 8);
+	sys_munmap(sc, sizeof *sc);
+}
+
+/* Report the executable segments of the snapshot's objects not yet
+ * reported, and make them the module set; an older snapshot than the set's
+ * (another thread installed a newer one meanwhile) is not installed.
+ * g_stack_lock held. */
+static int install_modules(struct hs_slot *s, struct mod_snap *sc)
+{
+	if (g_mods_valid && sc->adds + sc->subs < g_mods_adds + g_mods_subs)
+		return 1;
+	size_t cap = sc->count ? sc->count : 1;
+	struct hs_mod *next = map_anon(cap * sizeof *next);
+	if (!next) {
 		g_mods_valid = 0;
 		return 0;
 	}
+	size_t n = 0;
+	for (size_t off = 0; off < sc->len; off += sc->buf[off] + 2) {
+		uint64_t *e = sc->buf + off, *w = e + 2;
+		next[n++] = (struct hs_mod){w[0], w[1], e[1]};
+		if (mod_known(w[0], w[1], e[1]))
+			continue;
+		if (!write_record(s, HS_REC_MODULE, 0, w, (uint32_t)e[0], 0)) {
+			sys_munmap(next, cap * sizeof *next);
+			g_mods_valid = 0;
+			return 0;
+		}
+	}
 	/* insertion order is load order: sort by address for lookups */
-	for (size_t i = 1; i < sc.len; i++)
-		for (size_t j = i; j > 0 && cmp_mod(&sc.next[j - 1], &sc.next[j]) > 0; j--) {
-			struct hs_mod t = sc.next[j];
-			sc.next[j] = sc.next[j - 1];
-			sc.next[j - 1] = t;
+	for (size_t i = 1; i < n; i++)
+		for (size_t j = i; j > 0 && cmp_mod(&next[j - 1], &next[j]) > 0; j--) {
+			struct hs_mod t = next[j];
+			next[j] = next[j - 1];
+			next[j - 1] = t;
 		}
 	if (g_mods)
 		sys_munmap(g_mods, g_mods_cap * sizeof *g_mods);
-	g_mods = sc.next;
-	g_mods_len = sc.len;
-	g_mods_cap = sc.cap;
+	g_mods = next;
+	g_mods_len = n;
+	g_mods_cap = cap;
+	g_mods_adds = sc->adds;
+	g_mods_subs = sc->subs;
 	g_mods_valid = 1;
 	return 1;
 }
@@ -351,9 +406,20 @@ static HS_NOINLINE int define_stack(struct hs_slot *s, uint64_t *f, int n, uint6
 	while (m < n && g_mods_valid && mod_covers(f[m]))
 		m++;
 	if (m < n) {
-		ok = refresh_modules(s);
+		/* the objects are listed without the lock (see struct mod_snap) */
+		pthread_mutex_unlock(&g_stack_lock);
+		struct mod_snap *sc = snap_modules();
+		pthread_mutex_lock(&g_stack_lock);
+		if (g_stab_epoch != epoch) { /* unloaded meanwhile: as above */
+			stab_reset();
+			g_mods_valid = 0;
+			g_stab_epoch = epoch;
+		}
+		ok = sc && install_modules(s, sc);
+		if (sc)
+			snap_free(sc);
 		m = 0;
-		while (m < n && mod_covers(f[m]))
+		while (m < n && g_mods_valid && mod_covers(f[m]))
 			m++;
 	}
 	/* Frames outside every loaded object are garbage from a walk through

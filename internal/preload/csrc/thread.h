@@ -27,6 +27,17 @@ static struct {
 	void *(*mremap)(void *, size_t, size_t, int, ...);
 	int (*dlclose)(void *);
 	void *(*dlopen)(const char *, int);
+	int (*dl_iterate_phdr)(int (*)(struct dl_phdr_info *, size_t, void *), void *);
+	size_t (*malloc_usable_size)(void *);
+	/* the exec family (exec.h): resolved with the rest, so that an exec in
+	 * a forked child never calls dlsym, whose lock a thread of its parent
+	 * may have held at the fork */
+	int (*execve)(const char *, char *const[], char *const[]);
+	int (*execv)(const char *, char *const[]);
+	int (*execvp)(const char *, char *const[]);
+	int (*execvpe)(const char *, char *const[], char *const[]);
+	int (*posix_spawn)(pid_t *, const char *, const void *, const void *, char *const[], char *const[]);
+	int (*posix_spawnp)(pid_t *, const char *, const void *, const void *, char *const[], char *const[]);
 } real;
 
 /*
@@ -35,9 +46,9 @@ static struct {
  *  HOOK_REAL: running a real function for the program (reallocarray,
  *    posix_memalign, ...): a nested call is part of it, not recorded.
  *  HOOK_LIB: our bookkeeping, inside a C library call that may allocate
- *    (dlsym, pthread_getattr_np, libunwind's first walk, ...): a nested
- *    call is ours: not recorded, and the blocks it returns are internal
- *    (their frees, whenever they come, are dropped too).
+ *    (dlsym, realpath, libunwind's first walk, ...): a nested
+ *    call is ours: served from our own heap (own.h), not recorded, nor the
+ *    free of its block, whenever it comes.
  *  HOOK_BUSY: our bookkeeping, calling nothing that allocates: a call can
  *    only come from a signal handler that interrupted us. It is queued
  *    (with its stack) and written when the interrupted hook is done.
@@ -61,6 +72,8 @@ struct hs_tls {
 	uint32_t swallow;   /* in a real C++ operator: its own malloc or free is not recorded */
 	struct hs_slot *slot;
 	uintptr_t stack_lo, stack_hi;
+	uint32_t stack_retry; /* the bounds were asked on a signal stack: ask again */
+	uint32_t in_phdr;     /* inside the program's dl_iterate_phdr: the loader's lock is held */
 	uint32_t unw_warm;  /* libunwind walked this thread once (its TLS is allocated) */
 	uint32_t safe_point; /* waiting for room in a section: a signal handler's call
 	                      * may write to the ring itself */

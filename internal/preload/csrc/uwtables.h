@@ -242,7 +242,7 @@ static void uw_refresh(uint32_t epoch)
 {
 	struct uw_set *old = g_uwset;
 	struct uw_scan sc = {NULL, 0, 0, 0};
-	dl_iterate_phdr(uw_scan_cb, &sc); /* only the counters: one callback */
+	iterate_phdr(uw_scan_cb, &sc); /* only the counters: one callback */
 	if (old && old->epoch == epoch && old->adds == sc.adds && old->subs == sc.subs)
 		return;
 	size_t cap = 1024, bytes = sizeof(struct uw_set) + cap * sizeof(struct uw_mod);
@@ -253,7 +253,7 @@ static void uw_refresh(uint32_t epoch)
 	set->epoch = epoch;
 	uw_channel();
 	sc = (struct uw_scan){set, cap, 0, 0};
-	dl_iterate_phdr(uw_scan_cb, &sc);
+	iterate_phdr(uw_scan_cb, &sc);
 	set->adds = sc.adds;
 	set->subs = sc.subs;
 	for (uint32_t i = 1; i < set->len; i++)
@@ -279,7 +279,7 @@ static void uw_ask_wanted(void)
 		return;
 	}
 	struct uw_scan sc = {NULL, 1, 0, 0};
-	dl_iterate_phdr(uw_scan_cb, &sc);
+	iterate_phdr(uw_scan_cb, &sc);
 }
 
 /* Map a table received as a sealed memfd. g_uw_lock held. */
@@ -509,7 +509,7 @@ static HS_NOINLINE int uw_capture(uint64_t *out, int max, uintptr_t fp, uintptr_
 	}
 	if (st != UW_FALL && st != UW_STALE)
 		return n;
-	if (g_unwind == HS_UNWIND_TABLES && __atomic_load_n(&p_unw_backtrace, __ATOMIC_ACQUIRE))
+	if (g_unwind == HS_UNWIND_TABLES && !tls.in_phdr && __atomic_load_n(&p_unw_backtrace, __ATOMIC_ACQUIRE))
 		return dwarf_walk(out, max);
 	return fp_walk(out, max, fp, lo, hi);
 }
@@ -518,7 +518,7 @@ __attribute__((constructor(102))) static void uw_init(void)
 {
 	if (g_mode == MODE_ON && g_unwind == HS_UNWIND_TABLES && !p_unw_backtrace) {
 		uint32_t saved = tls.in_hook;
-		tls.in_hook = 1;
+		tls.in_hook = HOOK_LIB;
 		load_libunwind();
 		tls.in_hook = saved;
 	}
@@ -532,7 +532,9 @@ static HS_INLINE int capture(struct hs_tls *t, struct hs_slot *s, uintptr_t fp, 
 {
 	uint64_t f[HS_MAX_FRAMES + 1];
 	int n;
-	if (HS_UNLIKELY(g_unwind == HS_UNWIND_DWARF) && __atomic_load_n(&p_unw_backtrace, __ATOMIC_ACQUIRE))
+	if (HS_UNLIKELY(t->stack_retry))
+		stack_bounds(t);
+	if (HS_UNLIKELY(g_unwind == HS_UNWIND_DWARF) && !t->in_phdr && __atomic_load_n(&p_unw_backtrace, __ATOMIC_ACQUIRE))
 		n = dwarf_walk(f, (int)g_max_frames);
 	else if (g_unwind == HS_UNWIND_TABLES || g_unwind == HS_UNWIND_TABLES_FP)
 		n = uw_capture(f, (int)g_max_frames, fp, t->stack_lo, t->stack_hi);

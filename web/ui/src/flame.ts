@@ -1,8 +1,9 @@
 // The flame graph, drawn on a canvas so that thousands of nodes stay
 // smooth: icicle (root on top) or flame (root at the bottom), click a node
-// to zoom into it, a search that highlights matches and gives their share.
+// to zoom into it, a search that highlights the matches drawn (their share
+// is the server's: /api/search).
 
-import { Flame, FlameNode } from "./api";
+import { FlameAnswer, FlameNode } from "./api";
 import { pct } from "./format";
 
 const rowH = 18;
@@ -19,7 +20,8 @@ interface Box {
 }
 
 export class FlameView {
-  private data: Flame | null = null;
+  private data: FlameAnswer | null = null;
+  private nodes: FlameNode[] = [];
   private boxes: Box[] = [];
   private focus = 0;
   private search = "";
@@ -44,7 +46,7 @@ export class FlameView {
         this.tip.hidden = true;
         return;
       }
-      const n = this.data.nodes[b.i];
+      const n = this.nodes[b.i];
       const loc = n.file ? `${n.file}:${n.line ?? 0}` : "";
       this.tip.hidden = false;
       this.tip.textContent = "";
@@ -52,7 +54,7 @@ export class FlameView {
         n.name,
         loc,
         n.module ?? "",
-        `${this.fmt(n.value)} (${pct(n.value, this.data.total)} of all, ${pct(n.value, this.data.nodes[this.focus].value)} of the zoomed node); self ${this.fmt(n.self)}`,
+        `${this.fmt(n.value)} (${pct(n.value, this.data.total)} of all, ${pct(n.value, this.nodes[this.focus].value)} of the zoomed node); self ${this.fmt(n.self)}`,
       ];
       for (const l of lines) {
         if (l) {
@@ -69,14 +71,15 @@ export class FlameView {
   }
 
   // set draws f zoomed to the node at focusPath.
-  set(f: Flame, focusPath: string[], search: string, flameUp: boolean, fmt: (v: number) => string, unit: string) {
+  set(f: FlameAnswer, focusPath: string[], search: string, flameUp: boolean, fmt: (v: number) => string, unit: string) {
     this.data = f;
+    this.nodes = f.nodes ?? [];
     this.fmt = fmt;
     this.unit = unit;
     this.search = search.toLowerCase();
     this.flameUp = flameUp;
-    this.kids = f.nodes.map(() => []);
-    f.nodes.forEach((n, i) => {
+    this.kids = this.nodes.map(() => []);
+    this.nodes.forEach((n, i) => {
       if (n.parent >= 0) this.kids[n.parent].push(i);
     });
     this.focus = this.find(focusPath);
@@ -89,7 +92,7 @@ export class FlameView {
   private find(path: string[]): number {
     let cur = 0;
     for (const name of path) {
-      const k = this.kids[cur].find((i) => this.data!.nodes[i].name === name);
+      const k = this.kids[cur].find((i) => this.nodes[i].name === name);
       if (k === undefined) break;
       cur = k;
     }
@@ -98,7 +101,7 @@ export class FlameView {
 
   path(i: number): string[] {
     const out: string[] = [];
-    const ns = this.data!.nodes;
+    const ns = this.nodes;
     while (i > 0) {
       out.push(ns[i].name);
       i = ns[i].parent;
@@ -112,22 +115,6 @@ export class FlameView {
     const out = [{ name: "all", path: [] as string[] }];
     p.forEach((name, i) => out.push({ name, path: p.slice(0, i + 1) }));
     return out;
-  }
-
-  // matched returns the value of the nodes matching the search, counting
-  // a node inside another match once, and the share of the total.
-  matched(): { value: number; total: number } {
-    if (!this.data || !this.search) return { value: 0, total: this.data?.total ?? 0 };
-    const ns = this.data.nodes;
-    let value = 0;
-    const inMatch = new Array<boolean>(ns.length).fill(false);
-    ns.forEach((n, i) => {
-      const parentIn = n.parent >= 0 && inMatch[n.parent];
-      const m = this.matches(n);
-      inMatch[i] = parentIn || m;
-      if (m && !parentIn) value += n.value;
-    });
-    return { value, total: this.data.total };
   }
 
   private matches(n: FlameNode): boolean {
@@ -150,7 +137,7 @@ export class FlameView {
   }
 
   private layout(width: number): Box[] {
-    const ns = this.data!.nodes;
+    const ns = this.nodes;
     const boxes: Box[] = [];
     // The focus's ancestors, full width.
     const anc: number[] = [];
@@ -188,7 +175,7 @@ export class FlameView {
     g.clearRect(0, 0, width, height);
     g.font = "12px sans-serif";
     g.textBaseline = "middle";
-    const ns = this.data.nodes;
+    const ns = this.nodes;
     const searching = this.search !== "";
     for (const b of this.boxes) {
       const n = ns[b.i];

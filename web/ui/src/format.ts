@@ -66,8 +66,26 @@ export function el<K extends keyof HTMLElementTagNameMap>(
   return e;
 }
 
-export function frameText(f: { function?: string; file?: string; line?: number; module?: string }): string {
-  let s = f.function || "?";
+// frameName is a frame in one word, as the server's symbolize.Frame.Name
+// writes it: its function, else its module's base name and offset, else its
+// address.
+export function frameName(f: { function?: string; module?: string; offset?: string; address?: string }): string {
+  if (f.function) return f.function;
+  if (f.module) return `${f.module.split("/").pop()}+${f.offset ?? "0x0"}`;
+  return f.address ?? "?";
+}
+
+// siteName is how a site is named: by the server (its name, the first frame
+// that is not an allocator wrapper) when the answer names it, else by its
+// innermost frame, as the server's tables did before they named sites.
+export function siteName(s: { name?: string; stack: { function?: string; module?: string; offset?: string; address?: string }[] | null }): string {
+  if (s.name) return s.name;
+  const st = s.stack ?? [];
+  return st.length ? frameName(st[0]) : "[no stack]";
+}
+
+export function frameText(f: { function?: string; file?: string; line?: number; module?: string; offset?: string; address?: string }): string {
+  let s = frameName(f);
   if (f.file) {
     s += ` ${f.file.split("/").pop()}:${f.line ?? 0}`;
   }
@@ -75,4 +93,11 @@ export function frameText(f: { function?: string; file?: string; line?: number; 
     s += ` [${f.module.split("/").pop()}]`;
   }
   return s;
+}
+
+// rate is a count per second over ns.
+export function rate(n: number, ns: number): string {
+  if (ns <= 0) return "–";
+  const r = (n * 1e9) / ns;
+  return `${r >= 100 ? Math.round(r).toLocaleString("en") : r.toFixed(r >= 10 ? 1 : 2)}/s`;
 }

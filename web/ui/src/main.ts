@@ -1,27 +1,39 @@
 // The page of `heapscope serve`: one filter state, kept in the URL so that
-// a link reproduces the view, and the views that read it.
+// a link reproduces the view, and the views that read it. Every number is
+// the server's: the page draws answers, it computes none of them.
 
 import {
   APIError,
-  Callers,
-  Flame,
+  CallersAnswer,
+  ConsumedAnswer,
+  Diff,
+  FlameAnswer,
+  Frame,
   Functions,
   Histogram,
-  isStatic,
-  embedded,
-  get,
-  ReportJSON,
+  IndexState,
+  LiveState,
+  MemoryAnswer,
+  ReportSummary,
+  SearchAnswer,
+  Sites,
   Summary,
   Timeline,
-  Window,
-  Frame,
+  TopAnswer,
+  TopList,
+  TopSite,
+  TreeAnswer,
+  WindowAnswer,
   Amount,
-  Diff,
-  IndexState,
+  embedded,
+  get,
+  isStatic,
 } from "./api";
-import { bytes, bytesExact, count, dur, el, exact, frameText, pct } from "./format";
+import { bytes, bytesExact, count, dur, el, exact, frameText, pct, siteName } from "./format";
 import { TimelineView } from "./timeline";
 import { FlameView } from "./flame";
+import { TreeView } from "./tree";
+import { ConsumedView } from "./consumed";
 
 interface State {
   from: number; // the window, ns from the trace's start; 0/0: the whole trace
@@ -31,18 +43,24 @@ interface State {
   at: number; // an instant, for the "instant" cost; 0: none
   pid: number;
   tid: number;
-  cost: string;
+  cost: string; // "": leaks when something leaked, else the peak
   inv: boolean; // bottom-up (inverted)
   up: boolean; // drawn as a flame (root at the bottom) rather than an icicle
   q: string; // search
   focus: string[]; // the zoomed flame node's path
   tab: string;
-  share: number; // the flame graph's smallest node, a share of the total
+  share: number; // the flame graph's and trees' smallest node, a share of the total
   fn: string; // the function of the caller/callee view; "": none
+  inc: string[]; // filter terms kept (include=) and left out (exclude=)
+  exc: string[];
 }
 
-const tabs = ["flame", "functions", "sites", "classes", "sizes", "diff"];
+const tabs = ["overview", "flame", "topdown", "bottomup", "functions", "consumed", "sites", "classes", "sizes", "diff"];
+// The tabs beside which the caller/callee view is shown.
+const sideTabs = new Set(["functions", "topdown", "bottomup"]);
 const byteCosts = new Set(["leaks", "peak", "instant", "net", "bytes", "aifi", "aifo", "aofi", "aofo"]);
+// The costs whose flame graphs a static report holds.
+const staticCosts = ["leaks", "peak", "bytes", "calls", "temporary"];
 const costText: Record<string, string> = {
   leaks: "live at the end (leaks)",
   peak: "live at the peak",
@@ -56,6 +74,7 @@ const costText: Record<string, string> = {
   aofi: "AOFI bytes (allocated before, freed inside)",
   aofo: "AOFO bytes (allocated before, live at the end)",
 };
+const staticNodes = 2000; // web/html.go's staticMaxNodes
 
 function readState(): State {
   const q = new URLSearchParams(location.search);
@@ -70,7 +89,7 @@ function readState(): State {
   } catch (e) {
     focus = [];
   }
-  const tab = q.get("tab") ?? "flame";
+  const tab = q.get("tab") ?? "overview";
   return {
     from: n("from"),
     to: n("to"),
@@ -79,14 +98,16 @@ function readState(): State {
     at: n("at"),
     pid: n("pid"),
     tid: n("tid"),
-    cost: q.get("cost") ?? "leaks",
+    cost: q.get("cost") ?? "",
     inv: q.get("inv") === "1",
     up: q.get("up") === "1",
     q: q.get("q") ?? "",
     focus,
-    tab: tabs.includes(tab) ? tab : "flame",
+    tab: tabs.includes(tab) ? tab : "overview",
     share: n("share", 0.001),
     fn: q.get("fn") ?? "",
+    inc: q.getAll("include").filter((v) => v !== ""),
+    exc: q.getAll("exclude").filter((v) => v !== ""),
   };
 }
 
@@ -102,27 +123,47 @@ function writeState(s: State) {
   put("at", s.at, 0);
   put("pid", s.pid, 0);
   put("tid", s.tid, 0);
-  put("cost", s.cost, "leaks");
+  put("cost", s.cost, "");
   put("inv", s.inv, false);
   put("up", s.up, false);
   put("q", s.q, "");
   if (s.focus.length) q.set("focus", JSON.stringify(s.focus));
-  put("tab", s.tab, "flame");
+  put("tab", s.tab, "overview");
   put("share", s.share, 0.001);
   put("fn", s.fn, "");
+  for (const v of s.inc) q.append("include", v);
+  for (const v of s.exc) q.append("exclude", v);
   const qs = q.toString();
   history.replaceState(null, "", qs ? `?${qs}` : location.pathname);
 }
 
-// filter is the API's query string for the state's filter.
-function filter(s: State, withAt = true): string {
+// api is an API path with its parameters in the order given (a static
+// report holds its answers by these strings: web/html.go writes the same),
+// then the state's filter unless common is false.
+function api(path: string, params: [string, string | number][], common = true): string {
   const q = new URLSearchParams();
-  if (s.from) q.set("from_ns", String(s.from));
-  if (s.to) q.set("to_ns", String(s.to));
-  if (withAt && s.at) q.set("at_ns", String(s.at));
-  if (s.pid) q.set("pid", String(s.pid));
-  if (s.tid) q.set("tid", String(s.tid));
-  return q.toString();
+  for (const [k, v] of params) q.append(k, String(v));
+  if (common) for (const [k, v] of filterParams(state)) q.append(k, v);
+  const qs = q.toString();
+  return qs ? `${path}?${qs}` : path;
+}
+
+// filterParams are the API's parameters for the state's filter: its
+// window, instant, process, thread and terms.
+function filterParams(s: State, withAt = true): [string, string][] {
+  const q: [string, string][] = [];
+  if (s.from) q.push(["from_ns", String(s.from)]);
+  if (s.to) q.push(["to_ns", String(s.to)]);
+  if (withAt && s.at) q.push(["at_ns", String(s.at)]);
+  if (s.pid) q.push(["pid", String(s.pid)]);
+  if (s.tid) q.push(["tid", String(s.tid)]);
+  for (const v of s.inc) q.push(["include", v]);
+  for (const v of s.exc) q.push(["exclude", v]);
+  return q;
+}
+
+function filtered(s: State): boolean {
+  return s.from !== 0 || s.to !== 0 || s.pid !== 0 || s.tid !== 0 || s.inc.length > 0 || s.exc.length > 0;
 }
 
 function $(id: string): HTMLElement {
@@ -144,6 +185,9 @@ let state = readState();
 let summary: Summary;
 let timeline: TimelineView;
 let flame: FlameView;
+let treeDown: TreeView;
+let treeUp: TreeView;
+let consumed: ConsumedView;
 let seq = 0; // the latest refresh; older answers are dropped
 
 function setState(change: Partial<State>) {
@@ -152,12 +196,19 @@ function setState(change: Partial<State>) {
   refresh();
 }
 
+// cost is the state's cost: by default what leaked, or the peak when
+// nothing did (a flame graph of nothing answers no question).
+function cost(): string {
+  if (state.cost) return state.cost;
+  return summary && summary.summary.leaked_bytes > 0 ? "leaks" : "peak";
+}
+
 function amount(a: Amount): string {
   return `${bytesExact(a.bytes)} in ${count(a.blocks)} blocks`;
 }
 
-function valueFmt(cost: string): (v: number) => string {
-  return byteCosts.has(cost) ? bytesExact : (v) => `${count(v)} calls`;
+function valueFmt(c: string): (v: number) => string {
+  return byteCosts.has(c) ? bytesExact : (v) => `${count(v)} calls`;
 }
 
 function showError(e: unknown) {
@@ -166,41 +217,22 @@ function showError(e: unknown) {
   box.textContent = e instanceof APIError ? e.message : String(e);
 }
 
-// ---- summary ----
+// ---- the header, the summary ----
 
 function renderSummary(s: Summary) {
   document.title = `heapscope: ${s.trace.file.split("/").pop()}`;
-  $("file").textContent = s.trace.file;
-  const sm = s.summary;
-  const rows: [string, string, string, number?][] = [
-    ["Duration", dur(s.trace.duration_ns), "duration_ns"],
-    ["Session", `${s.trace.session} (${s.trace.provider})`, "session"],
-    ["Events", count(s.trace.events), "events", s.trace.events],
-    ["Lost events", count(s.trace.lost_events), "lost_events", s.trace.lost_events],
-    ["Allocation calls", count(sm.allocations + sm.reallocations), "calls", sm.allocations + sm.reallocations],
-    ["Bytes allocated", bytesExact(sm.bytes_allocated), "bytes_allocated", sm.bytes_allocated],
-    ["Peak", `${bytesExact(sm.peak_bytes)} in ${count(sm.peak_blocks)} blocks at ${dur(sm.peak_time_ns)}`, "peak_bytes", sm.peak_bytes],
-    ["Leaked", `${bytesExact(sm.leaked_bytes)} in ${count(sm.leaked_blocks)} blocks`, "leaked_bytes", sm.leaked_bytes],
-    ["Temporary allocations", `${count(sm.temporary_allocations)} (${pct(sm.temporary_allocations, sm.allocations + sm.reallocations)})`, "temporary", sm.temporary_allocations],
-    ["Unmatched frees", count(sm.unmatched_frees), "unmatched_frees", sm.unmatched_frees],
-    ["Failed allocations", count(sm.failed_allocations), "failed", sm.failed_allocations],
-    ["Data", s.trace.aggregate ? "estimated from snapshots (aggregate mode)" : "exact: every event", "exact"],
-  ];
-  const t = $("summary-table");
-  t.textContent = "";
-  for (const [k, v, key, n] of rows) {
-    const td = el("td", { "data-k": key }, v);
-    if (n !== undefined) td.setAttribute("data-v", String(n));
-    t.append(el("tr", {}, el("th", {}, k), td));
-  }
+  $("file").textContent = s.trace.file.split("/").pop() ?? s.trace.file;
+  $("file").title = s.trace.file;
   const pt = $("processes");
   pt.textContent = "";
   pt.append(el("tr", {}, el("th", {}, "PID"), el("th", {}, "parent"), el("th", {}, "command line"), el("th", {}, "exit")));
-  for (const p of s.processes) {
-    const exit = p.exited ? (p.signal ? `signal ${p.signal}` : `status ${p.exit_status}`) : "running or unknown";
-    pt.append(el("tr", {}, el("td", {}, String(p.pid)), el("td", {}, String(p.ppid)), el("td", { class: "mono" }, p.cmdline.join(" ") || p.exe), el("td", {}, exit)));
+  for (const p of s.processes ?? []) {
+    // A status of -1 is unknown: not heapscope's child, or detached.
+    const exit = !p.exited ? "running or unknown" : p.signal ? `signal ${p.signal}` : p.exit_status < 0 ? "ended, status unknown" : `status ${p.exit_status}`;
+    pt.append(el("tr", {}, el("td", {}, String(p.pid)), el("td", {}, String(p.ppid)), el("td", { class: "mono" }, (p.cmdline ?? []).join(" ") || p.exe), el("td", {}, exit)));
   }
-  const warn = [...s.warnings, ...s.limitations];
+  $("about").querySelector("summary")!.textContent = `Processes (${(s.processes ?? []).length})`;
+  const warn = [...(s.warnings ?? []), ...(s.limitations ?? [])];
   const w = $("warnings");
   w.hidden = warn.length === 0;
   w.textContent = "";
@@ -208,26 +240,105 @@ function renderSummary(s: Summary) {
   const sel = $("pid") as HTMLSelectElement;
   sel.textContent = "";
   sel.append(el("option", { value: "0" }, "all processes"));
-  for (const p of s.processes) sel.append(el("option", { value: String(p.pid) }, `${p.pid} ${p.exe.split("/").pop()}`));
+  for (const p of s.processes ?? []) sel.append(el("option", { value: String(p.pid) }, `${p.pid} ${p.exe.split("/").pop()}`));
+  sel.hidden = (s.processes ?? []).length < 2 && state.pid === 0;
   sel.value = String(state.pid);
   $("tab-diff").hidden = !s.base;
   if (s.base) $("base-file").textContent = s.base.file;
   const cs = $("cost") as HTMLSelectElement;
   cs.textContent = "";
-  for (const c of s.costs) cs.append(el("option", { value: c }, costText[c] ?? c));
+  for (const c of s.costs ?? []) {
+    if (!isStatic() || staticCosts.includes(c)) cs.append(el("option", { value: c }, costText[c] ?? c));
+  }
 }
 
-// ---- the window bar and classes ----
+// renderFigures is the compact summary of the overview: of the whole trace
+// (the report's), or of the window and filter (the window's report), with
+// the resident memory beside it.
+function renderFigures(sm: ReportSummary, top: TopAnswer | null, mem: MemoryAnswer | null, scope: string) {
+  const s = summary;
+  const calls = sm.allocations + sm.reallocations;
+  const supp = top ? top.suppressed : { bytes: sm.suppressed_bytes, blocks: sm.suppressed_blocks };
+  const est = s.trace.estimated ? `estimated: ${s.trace.estimated}` : s.trace.aggregate ? "estimated from snapshots (aggregate mode)" : "exact: every event";
+  const h = $("headline");
+  if (sm.leaked_bytes > 0) {
+    h.textContent = `Leaked ${bytes(sm.leaked_bytes)} in ${count(sm.leaked_blocks)} blocks` + (supp.bytes > 0 ? ` (${bytes(supp.bytes)} more suppressed)` : "");
+    h.setAttribute("data-kind", "leaks");
+  } else {
+    h.textContent = `No leaks${supp.bytes > 0 ? ` — ${bytes(supp.bytes)} suppressed` : ""}; peak ${bytes(sm.peak_bytes)} at ${dur(sm.peak_time_ns)}`;
+    h.setAttribute("data-kind", "none");
+  }
+  const rows: [string, string, string, number?][] = [
+    ["Scope", scope, "scope"],
+    ["Duration", dur(s.trace.duration_ns), "duration_ns"],
+    ["Events", `${count(s.trace.events)}${s.trace.lost_events ? `, ${count(s.trace.lost_events)} lost` : ""}`, "events", s.trace.events],
+    ["Allocation calls", count(calls), "calls", calls],
+    ["Bytes allocated", bytesExact(sm.bytes_allocated), "bytes_allocated", sm.bytes_allocated],
+    ["Peak heap", `${bytesExact(sm.peak_bytes)} in ${count(sm.peak_blocks)} blocks at ${dur(sm.peak_time_ns)}`, "peak_bytes", sm.peak_bytes],
+  ];
+  if (mem && mem.samples > 0) {
+    rows.push(["Peak resident (RSS)", `${bytesExact(mem.peak.rss)} at ${dur(mem.peak.t_ns)} (${count(mem.samples)} samples)`, "peak_rss", mem.peak.rss]);
+  } else {
+    rows.push(["Peak resident (RSS)", "not sampled in this trace", "peak_rss", 0]);
+  }
+  rows.push(
+    ["Leaked", `${bytesExact(sm.leaked_bytes)} in ${count(sm.leaked_blocks)} blocks` + (supp.bytes ? `; suppressed ${bytes(supp.bytes)} in ${count(supp.blocks)}` : ""), "leaked_bytes", sm.leaked_bytes],
+    ["Temporary allocations", `${count(sm.temporary_allocations)} (${pct(sm.temporary_allocations, calls)})`, "temporary", sm.temporary_allocations],
+    ["Unmatched frees", count(sm.unmatched_frees), "unmatched_frees", sm.unmatched_frees],
+    ["Failed allocations", count(sm.failed_allocations), "failed", sm.failed_allocations],
+    ["Data", est, "exact"],
+  );
+  const t = $("summary-table");
+  t.textContent = "";
+  for (const [k, v, key, n] of rows) {
+    const td = el("td", { "data-k": key }, v);
+    if (n !== undefined) td.setAttribute("data-v", String(n));
+    t.append(el("tr", {}, el("th", {}, k), td));
+  }
+}
 
-function renderWindow(w: Window) {
+// renderTop fills the overview's four lists, heaptrack's first screen.
+function renderTop(top: TopAnswer) {
+  const lists: [string, TopList, (s: TopSite) => number, (v: number) => string][] = [
+    ["top-peak", top.peak, (s) => s.peak, bytes],
+    ["top-leaks", top.leaks, (s) => s.leaks, bytes],
+    ["top-calls", top.calls, (s) => s.calls, count],
+    ["top-temporary", top.temporary, (s) => s.temporary, count],
+  ];
+  for (const [id, l, of, fmt] of lists) {
+    const t = $(id);
+    t.textContent = "";
+    const sites = l.sites ?? [];
+    for (const s of sites) {
+      const v = of(s);
+      const bar = el("div", { class: "bar" });
+      bar.style.width = `${l.total ? (100 * v) / l.total : 0}%`;
+      const name = siteName(s);
+      const tr = el("tr", { class: "pick", "data-v": String(v), "data-name": name, title: "callers and callees" },
+        el("td", { class: "num" }, fmt(v)), el("td", { class: "num dim" }, pct(v, l.total)), el("td", { class: "barcell" }, bar), stackCell(s.stack, name, true));
+      if (!isStatic()) tr.addEventListener("click", () => setState({ tab: "functions", fn: name }));
+      t.append(tr);
+    }
+    if (sites.length === 0) {
+      const none = id === "top-leaks" && top.suppressed.bytes > 0 ? `no leaks — ${bytes(top.suppressed.bytes)} suppressed` : id === "top-leaks" ? "no leaks" : "none";
+      t.append(el("tr", {}, el("td", { colspan: "4", class: "dim" }, none)));
+    }
+    if (l.more) t.append(el("tr", {}, el("td", { colspan: "4", class: "dim" }, `${count(l.more)} more sites`)));
+  }
+}
+
+// ---- the window and its classes ----
+
+function renderWindowText() {
   const whole = !state.from && !state.to;
-  $("sel-range").textContent = whole
-    ? `whole trace (${dur(w.from_ns)} – ${dur(w.to_ns)})`
-    : `${dur(w.from_ns)} – ${dur(w.to_ns)} (${dur(w.to_ns - w.from_ns)})`;
+  $("sel-range").textContent = whole ? "whole trace" : `window ${dur(state.from)} – ${dur(state.to || summary.end_ns)} (${dur((state.to || summary.end_ns) - state.from)})`;
   $("sel-clear").hidden = whole;
+}
+
+function renderWindow(w: WindowAnswer) {
   const body = $("classes-total");
   body.textContent = "";
-  const names: [keyof Window["total"], string][] = [
+  const names: [keyof WindowAnswer["total"], string][] = [
     ["aifi", "allocated inside, freed inside"],
     ["aifo", "allocated inside, live at the end"],
     ["aofi", "allocated before, freed inside"],
@@ -247,17 +358,17 @@ function renderWindow(w: Window) {
     );
   }
   $("sel-check").textContent =
-    `live at the start ${amount(w.start)} = AOFI + AOFO; live at the end ${amount(w.end)} = AIFO + AOFO; ` +
+    `${dur(w.from_ns)} – ${dur(w.to_ns)}: live at the start ${amount(w.start)} = AOFI + AOFO; live at the end ${amount(w.end)} = AIFO + AOFO; ` +
     `peak in the window ${bytesExact(w.peak.bytes)} at ${dur(w.peak.t_ns)}`;
   const t = $("classes-sites");
   t.textContent = "";
   t.append(el("tr", {}, ...["site", "AIFI", "AIFO", "AOFI", "AOFO"].map((h) => el("th", {}, h))));
-  for (const s of w.sites) {
+  for (const s of w.sites ?? []) {
     t.append(
       el(
         "tr",
         {},
-        stackCell(s.stack),
+        stackCell(s.stack, siteName(s)),
         ...[s.aifi, s.aifo, s.aofi, s.aofo].map((a) => el("td", { class: "num" }, a.blocks ? `${bytes(a.bytes)} / ${count(a.blocks)}` : "")),
       ),
     );
@@ -265,76 +376,117 @@ function renderWindow(w: Window) {
   if (w.more) t.append(el("tr", {}, el("td", { colspan: "5", class: "dim" }, `${w.more} more sites`)));
 }
 
-function stackCell(st: Frame[]): HTMLElement {
+// stackCell is a site: its name (the server's when it names sites) and its
+// frames; a row whose frames hold the search's text is marked.
+// compact: one line, the frames in its tooltip.
+function stackCell(st: Frame[] | null, name: string, compact = false): HTMLElement {
+  const frames = st ?? [];
   const td = el("td", { class: "stack" });
-  if (st.length === 0) {
+  if (frames.length === 0) {
     td.append("[no stack]");
     return td;
   }
-  const head = el("div", { class: "fn" }, frameText(st[0]));
-  td.append(head);
-  if (st.length > 1) {
-    const d = el("details", {}, el("summary", {}, `${st.length - 1} callers`));
-    for (const f of st.slice(1)) d.append(el("div", { class: "mono" }, frameText(f)));
+  const named = frames.find((f) => frameText(f).startsWith(name + " ") || frameText(f) === name) ?? frames[0];
+  td.append(el("div", { class: "fn" }, frameText(named)));
+  if (compact) {
+    td.title = frames.map(frameText).join("\n");
+  } else {
+    const d = el("details", {}, el("summary", {}, frames.length === 1 ? "1 frame" : `${frames.length} frames`));
+    for (const f of frames) d.append(el("div", { class: "mono" }, frameText(f)));
     td.append(d);
   }
+  const q = state.q.toLowerCase();
+  if (q && frames.some((f) => (f.function || "").toLowerCase().includes(q))) td.classList.add("match");
   return td;
 }
 
 // ---- views ----
 
-function renderFlame(f: Flame) {
-  flame.set(f, state.focus, state.q, state.up, valueFmt(f.cost), f.cost);
+function renderFlame(f: FlameAnswer) {
+  const c = f.cost;
+  const empty = $("flame-empty");
+  const canvas = $("flame");
+  empty.hidden = f.total > 0;
+  canvas.hidden = f.total === 0;
+  if (f.total === 0) {
+    empty.textContent = "";
+    const what = c === "leaks" ? `Nothing leaked in this view${f.suppressed ? ` (${bytes(f.suppressed)} suppressed)` : ""}.` : `Nothing in this view by ${costText[c] ?? c}.`;
+    empty.append(what, " ");
+    const b = el("button", {}, "show what was live at the peak");
+    b.addEventListener("click", () => setState({ cost: "peak", focus: [] }));
+    if (c !== "peak") empty.append(b);
+  }
+  flame.set(f, state.focus, state.q, state.up, valueFmt(c), c);
   const bc = $("crumbs");
   bc.textContent = "";
-  flame.crumbs().forEach((c, i) => {
+  flame.crumbs().forEach((cr, i) => {
     if (i > 0) bc.append(" › ");
-    const a = el("a", { href: "#" }, c.name);
+    const a = el("a", { href: "#" }, cr.name);
     a.addEventListener("click", (e) => {
       e.preventDefault();
-      setState({ focus: c.path });
+      setState({ focus: cr.path });
     });
     bc.append(a);
   });
-  const m = flame.matched();
-  $("match").textContent = state.q ? `“${state.q}”: ${valueFmt(f.cost)(m.value)}, ${pct(m.value, m.total)} of ${valueFmt(f.cost)(m.total)}` : `total ${valueFmt(f.cost)(f.total)}`;
-  $("hidden").textContent = f.hidden ? `${count(f.hidden)} nodes under the threshold are not drawn` : "";
+  bc.append(el("span", { id: "flame-total", class: "dim", "data-v": String(f.total) }, `  total ${valueFmt(c)(f.total)}${f.suppressed ? `, ${bytes(f.suppressed)} suppressed` : ""}`));
+  $("hidden").textContent = f.hidden ? `${count(f.hidden)} nodes under the threshold are not drawn (a search finds them)` : "";
 }
 
-function renderFunctions(fs: Functions) {
-  const fmt = valueFmt(fs.cost);
+// renderSearch says what the search found: the share of the sites whose
+// stacks hold a matching function, however small each flame node.
+function renderSearch(s: SearchAnswer | null, c: string) {
+  const m = $("match");
+  const b = $("match-filter");
+  if (s === null) {
+    m.textContent = "";
+    b.hidden = true;
+    return;
+  }
+  const fmt = valueFmt(c);
+  const fns = s.functions ?? [];
+  m.textContent = `“${s.q}”: ${fmt(s.value)}, ${pct(s.value, s.total)} of ${fmt(s.total)} (${costText[c] ?? c}) in ${count(fns.length + s.more)} functions`;
+  m.setAttribute("data-value", String(s.value));
+  m.setAttribute("data-total", String(s.total));
+  b.hidden = isStatic();
+}
+
+function renderFunctions(rows: { name: string; module?: string; file?: string; line?: number; self: number; total: number }[], c: string) {
+  const fmt = valueFmt(c);
   const t = $("functions-table");
   t.textContent = "";
-  const total = fs.functions.reduce((a, f) => Math.max(a, f.total), 0);
+  const total = rows.reduce((a, f) => Math.max(a, f.total), 0);
   let key: "self" | "total" = (t.getAttribute("data-sort") as "self" | "total") || "total";
   const head = el("tr", {}, el("th", {}, "function"), el("th", { class: "sort", "data-key": "self" }, "self"), el("th", { class: "sort", "data-key": "total" }, "inclusive"), el("th", {}, "location"));
   t.append(head);
-  const rows = [...fs.functions].sort((a, b) => b[key] - a[key]);
-  for (const f of rows) {
-    const tr = el("tr", { class: f.name === state.fn ? "pick chosen" : "pick", title: "callers and callees" }, el("td", { class: "fn" }, f.name), el("td", { class: "num" }, fmt(f.self)), el("td", { class: "num" }, `${fmt(f.total)} (${pct(f.total, total)})`), el("td", { class: "mono dim" }, f.file ? `${f.file.split("/").pop()}:${f.line}` : (f.module ?? "")));
-    tr.addEventListener("click", () => setState({ fn: f.name }));
+  const sorted = [...rows].sort((a, b) => b[key] - a[key]);
+  for (const f of sorted) {
+    const tr = el("tr", { class: f.name === state.fn ? "pick chosen" : "pick", title: "callers and callees", "data-name": f.name },
+      el("td", { class: "fn" }, f.name), el("td", { class: "num" }, fmt(f.self)), el("td", { class: "num", "data-v": String(f.total) }, `${fmt(f.total)} (${pct(f.total, total)})`),
+      el("td", { class: "mono dim" }, f.file ? `${f.file.split("/").pop()}:${f.line}` : (f.module ?? "").split("/").pop() ?? ""));
+    if (!isStatic()) tr.addEventListener("click", () => setState({ fn: f.name }));
     t.append(tr);
   }
+  if (sorted.length === 0) t.append(el("tr", {}, el("td", { colspan: "4", class: "dim" }, "none")));
   head.querySelectorAll("th.sort").forEach((th) =>
     th.addEventListener("click", () => {
       key = th.getAttribute("data-key") as "self" | "total";
       t.setAttribute("data-sort", key);
-      renderFunctions(fs);
+      renderFunctions(rows, c);
     }),
   );
 }
 
 // renderCallers shows who called the chosen function and what it called,
-// each with what the sites through them cost.
-function renderCallers(c: Callers | null) {
+// each with what the sites through them cost, beside the table.
+function renderCallers(c: CallersAnswer | null) {
   const box = $("callers");
   box.hidden = c === null;
   if (c === null) return;
   const fmt = valueFmt(c.cost);
   $("callers-title").textContent = `${c.function}: ${fmt(c.total)} inclusive, ${fmt(c.self)} self`;
   for (const [id, head, rows] of [
-    ["callers-table", "called by", c.callers],
-    ["callees-table", "calls", c.callees],
+    ["callers-table", "called by", c.callers ?? []],
+    ["callees-table", "calls", c.callees ?? []],
   ] as [string, string, { name: string; value: number }[]][]) {
     const t = $(id);
     t.textContent = "";
@@ -352,25 +504,26 @@ function renderCallers(c: Callers | null) {
   }
 }
 
-function renderSites(d: ReportJSON) {
-  const lists: [string, string, { v: number; b?: number; stack: Frame[] }[], (v: number) => string][] = [
-    ["sites-leaks", "Leaks (live at the end of the window)", d.leaks.map((l) => ({ v: l.bytes, b: l.blocks, stack: l.stack })), bytesExact],
-    ["sites-peak", "Live at the peak", d.peak.map((l) => ({ v: l.bytes, b: l.blocks, stack: l.stack })), bytesExact],
-    ["sites-calls", "Allocation calls", d.allocations.filter((s) => s.allocations + s.reallocations > 0).sort((a, b) => b.allocations + b.reallocations - (a.allocations + a.reallocations)).map((s) => ({ v: s.allocations + s.reallocations, b: s.bytes, stack: s.stack })), count],
-    ["sites-temp", "Temporary allocations", d.allocations.filter((s) => s.temporary > 0).sort((a, b) => b.temporary - a.temporary).map((s) => ({ v: s.temporary, stack: s.stack })), count],
+function renderSites(d: Sites) {
+  const allocs = d.allocations ?? [];
+  const lists: [string, string, { v: number; b?: number; name: string; stack: Frame[] | null }[], (v: number) => string][] = [
+    ["sites-leaks", "Leaks (live at the end of the window)", (d.leaks ?? []).map((l) => ({ v: l.bytes, b: l.blocks, name: siteName(l), stack: l.stack })), bytesExact],
+    ["sites-peak", "Live at the peak", (d.peak ?? []).map((l) => ({ v: l.bytes, b: l.blocks, name: siteName(l), stack: l.stack })), bytesExact],
+    ["sites-calls", "Allocation calls", allocs.filter((s) => s.allocations + s.reallocations > 0).map((s) => ({ v: s.allocations + s.reallocations, b: s.bytes, name: siteName(s), stack: s.stack })), count],
   ];
   const box = $("sites");
   box.textContent = "";
   for (const [id, title, rows, fmt] of lists) {
     const t = el("table", { id, class: "list" });
-    t.append(el("tr", {}, el("th", {}, "value"), el("th", {}, id === "sites-calls" ? "bytes" : id === "sites-temp" ? "" : "blocks"), el("th", {}, "site")));
+    t.append(el("tr", {}, el("th", {}, "value"), el("th", {}, id === "sites-calls" ? "bytes" : "blocks"), el("th", {}, "site")));
     for (const r of rows.slice(0, 50)) {
       const second = r.b === undefined ? "" : id === "sites-calls" ? bytes(r.b) : count(r.b);
-      t.append(el("tr", {}, el("td", { class: "num" }, fmt(r.v)), el("td", { class: "num" }, second), stackCell(r.stack)));
+      t.append(el("tr", {}, el("td", { class: "num" }, fmt(r.v)), el("td", { class: "num" }, second), stackCell(r.stack, r.name)));
     }
     if (rows.length === 0) t.append(el("tr", {}, el("td", { colspan: "3", class: "dim" }, "none")));
     box.append(el("h3", {}, title), t);
   }
+  box.append(el("p", { class: "dim" }, "Temporary allocations by site: the Overview's list, or cost “temporary allocations” in the flame graph."));
 }
 
 function bars(id: string, rows: { label: string; v: number }[]) {
@@ -384,20 +537,39 @@ function bars(id: string, rows: { label: string; v: number }[]) {
   }
 }
 
-function renderSizes(h: Histogram) {
-  // Empty buckets before the first used one say nothing.
-  const from = (xs: { count: number }[]) => Math.max(0, xs.findIndex((b) => b.count > 0));
+function sizeRows(sizes: { le: number; count: number }[]) {
+  // Empty buckets before the first used one, and after the last, say nothing.
+  const first = Math.max(0, sizes.findIndex((b) => b.count > 0));
+  let last = sizes.length - 1;
+  while (last > first && sizes[last].count === 0) last--;
   let prev = 0;
-  const sizes = h.sizes.map((b) => {
+  const rows = sizes.map((b) => {
     const label = b.le <= 1 ? `≤ ${bytes(b.le)}` : prev + 1 === b.le ? bytes(b.le) : `${bytes(prev + 1)} – ${bytes(b.le)}`;
     prev = b.le;
     return { label, v: b.count };
   });
-  bars("sizes-table", sizes.slice(from(h.sizes)));
+  return rows.slice(first, last + 1);
+}
+
+function renderSizes(h: Histogram | null) {
+  if (h === null) {
+    // A static report without the window index: the report's histogram.
+    bars("sizes-table", sizeRows(summary.histogram ?? []));
+    $("lifetimes-box").hidden = true;
+    return;
+  }
+  $("lifetimes-box").hidden = false;
+  bars("sizes-table", sizeRows(h.sizes ?? []));
   // Bucket 0 holds the blocks freed at the same timestamp as they were
-  // made: shorter than the trace's time resolution.
-  const lifetimes = h.lifetimes.map((b) => ({ label: b.lt_ns <= 1 ? "same timestamp" : `< ${dur(b.lt_ns)}`, v: b.count }));
-  bars("lifetimes-table", [...lifetimes.slice(from(h.lifetimes)), { label: "never freed", v: h.live }]);
+  // made: shorter than the trace's time resolution (10 µs by default), so
+  // the empty buckets after it, up to the first used, are below it and say
+  // nothing.
+  const lts = h.lifetimes ?? [];
+  const label = (b: { lt_ns: number }) => (b.lt_ns <= 1 ? "same timestamp" : `< ${dur(b.lt_ns)}`);
+  const lifetimes = lts.length && lts[0].count > 0 ? [{ label: label(lts[0]), v: lts[0].count }] : [];
+  const first = lts.findIndex((b, i) => i > 0 && b.count > 0);
+  if (first > 0) for (const b of lts.slice(first)) lifetimes.push({ label: label(b), v: b.count });
+  bars("lifetimes-table", [...lifetimes, { label: "never freed", v: h.live }]);
 }
 
 function signed(fmt: (v: number) => string, v: number): string {
@@ -411,7 +583,7 @@ function renderDiff(d: Diff) {
   const t = $("diff-table");
   t.textContent = "";
   t.append(el("tr", {}, el("th", {}, "difference"), el("th", {}, "this trace"), el("th", {}, "base"), el("th", {}, "site")));
-  for (const r of d.sites) {
+  for (const r of d.sites ?? []) {
     t.append(
       el(
         "tr",
@@ -419,12 +591,45 @@ function renderDiff(d: Diff) {
         el("td", { class: `num ${r.delta > 0 ? "up" : "down"}` }, signed(fmt, r.delta)),
         el("td", { class: "num" }, fmt(r.value)),
         el("td", { class: "num" }, fmt(r.base)),
-        stackCell(r.stack),
+        stackCell(r.stack, siteName(r)),
       ),
     );
   }
-  if (d.sites.length === 0) t.append(el("tr", {}, el("td", { colspan: "4", class: "dim" }, "no difference")));
+  if ((d.sites ?? []).length === 0) t.append(el("tr", {}, el("td", { colspan: "4", class: "dim" }, "no difference")));
   if (d.more) t.append(el("tr", {}, el("td", { colspan: "4", class: "dim" }, `${d.more} more sites`)));
+}
+
+// renderChips shows the filter's terms, each removable, each a click away
+// from its opposite.
+function renderChips() {
+  const box = $("chips");
+  box.textContent = "";
+  const chip = (term: string, inc: boolean) => {
+    const x = el("button", { class: "x", title: "remove" }, "×");
+    const c = el("span", { class: inc ? "chip inc" : "chip exc", title: inc ? "kept: click to leave out instead" : "left out: click to keep only these instead", "data-term": term }, inc ? term : `−${term}`, x);
+    c.addEventListener("click", (e) => {
+      const inc2 = state.inc.filter((v) => !(inc && v === term));
+      const exc2 = state.exc.filter((v) => !(!inc && v === term));
+      if (e.target !== x) (inc ? exc2 : inc2).push(term);
+      setState({ inc: inc2, exc: exc2, focus: [] });
+    });
+    box.append(c);
+  };
+  state.inc.forEach((t) => chip(t, true));
+  state.exc.forEach((t) => chip(t, false));
+}
+
+// showControls shows the controls that do something on the tab, and only
+// those.
+function showControls(tab: string) {
+  let any = false;
+  document.querySelectorAll<HTMLElement>("#controls [data-tabs]").forEach((c) => {
+    let on = (c.getAttribute("data-tabs") ?? "").split(" ").includes(tab);
+    if (isStatic() && c.querySelector("#share")) on = false; // a static report holds one threshold
+    c.hidden = !on;
+    any = any || on;
+  });
+  $("controls").classList.toggle("bare", !any && !state.q);
 }
 
 // ---- refresh ----
@@ -434,93 +639,123 @@ function renderDiff(d: Diff) {
 async function refresh(partial = false) {
   const my = ++seq;
   const s = state;
+  const c = cost();
+  const stat = isStatic();
   for (const t of tabs) {
     $(`tab-${t}`).classList.toggle("on", t === s.tab);
     $(`view-${t}`).hidden = t !== s.tab;
   }
-  ($("cost") as HTMLSelectElement).value = s.cost;
+  showControls(s.tab);
+  ($("cost") as HTMLSelectElement).value = c;
   ($("inv") as HTMLInputElement).checked = s.inv;
   ($("up") as HTMLInputElement).checked = s.up;
   ($("share") as HTMLInputElement).value = String(s.share * 100);
   const search = $("search") as HTMLInputElement;
   if (document.activeElement !== search) search.value = s.q;
-  $("at-text").textContent = s.at ? `instant ${dur(s.at)}` : "click the timeline for an instant";
+  $("at-text").textContent = s.at ? `instant ${dur(s.at)}` : "";
   $("errors").hidden = true;
-  const f = filter(s);
-  const view = new URLSearchParams();
-  if (s.vfrom) view.set("from_ns", String(s.vfrom));
-  if (s.vto) view.set("to_ns", String(s.vto));
-  // A static report holds one timeline, of 1000 points.
-  view.set("points", isStatic() ? "1000" : String(Math.min(2000, Math.max(100, Math.round($("timeline").getBoundingClientRect().width)))));
+  renderChips();
+  renderWindowText();
   const jobs: Promise<void>[] = [];
-  const sel: [number, number] | null = s.from || s.to ? [s.from || summary.start_ns, s.to || summary.end_ns] : null;
-  jobs.push(
-    get<Timeline>(`/api/timeline?${view}`).then((t) => {
-      if (my === seq) timeline.set(t, sel, s.at);
-    }),
-  );
-  const wpath = `/api/window?${filter(s, false)}&top=100`;
-  if (embedded(wpath)) {
+  const then = <T>(p: Promise<T>, f: (v: T) => void) =>
     jobs.push(
-      get<Window>(wpath).then((w) => {
-        if (my === seq) renderWindow(w);
+      p.then((v) => {
+        if (my === seq) f(v);
       }),
     );
+
+  // The timeline and the resident memory, of the view (zoomed) and filter.
+  const view: [string, string | number][] = [];
+  if (s.vfrom) view.push(["from_ns", s.vfrom]);
+  if (s.vto) view.push(["to_ns", s.vto]);
+  const points = stat ? 1000 : Math.min(2000, Math.max(100, Math.round($("timeline").getBoundingClientRect().width)));
+  view.push(["points", points]);
+  const terms: [string, string][] = [];
+  for (const v of s.inc) terms.push(["include", v]);
+  for (const v of s.exc) terms.push(["exclude", v]);
+  const sel: [number, number] | null = s.from || s.to ? [s.from || summary.start_ns, s.to || summary.end_ns] : null;
+  then(get<Timeline>(api("/api/timeline", [...view, ...terms], false)), (t) => timeline.set(t, sel, s.at));
+  const memView: [string, string | number][] = [...view];
+  if (s.pid) memView.push(["pid", s.pid]);
+  const memPath = api("/api/memory", memView, false);
+  if (embedded(memPath)) then(get<MemoryAnswer>(memPath), (m) => timeline.setMemory(m));
+
+  // The search's share, on every tab.
+  if (s.q && !stat) {
+    then(get<SearchAnswer>(api("/api/search", [["q", s.q], ["cost", c], ["top", 500]])), (r) => {
+      renderSearch(r, c);
+      if (s.tab === "functions") renderFunctions(r.functions ?? [], c);
+    });
   } else {
-    // A static report made without the window index.
-    $("sel-range").textContent = "whole trace (window classes: run `heapscope serve` on the trace)";
+    renderSearch(null, c);
   }
-  const amp = f ? `&${f}` : "";
+
   switch (s.tab) {
-    case "flame":
+    case "overview": {
+      const topPath = api("/api/top", [["top", 10]]);
+      const winMem: [string, string | number][] = [];
+      if (s.from) winMem.push(["from_ns", s.from]);
+      if (s.to) winMem.push(["to_ns", s.to]);
+      winMem.push(["points", 1000]);
+      if (s.pid) winMem.push(["pid", s.pid]);
+      const mp = api("/api/memory", winMem, false);
+      const docPath = api("/api/sites", [["top", 1]]);
       jobs.push(
-        get<Flame>(`/api/flame?cost=${s.cost}&invert=${s.inv ? 1 : 0}&min_share=${s.share}${amp}${isStatic() ? "&max_nodes=2000" : ""}`).then((fl) => {
-          if (my === seq) renderFlame(fl);
+        Promise.all([
+          get<TopAnswer>(topPath),
+          embedded(mp) ? get<MemoryAnswer>(mp) : Promise.resolve(null),
+          filtered(s) ? get<Sites>(docPath) : Promise.resolve(null),
+        ]).then(([top, mem, doc]) => {
+          if (my !== seq) return;
+          renderTop(top);
+          renderFigures(doc ? doc.summary : summary.summary, top, mem, filtered(s) ? "this window and filter" : "the whole trace");
         }),
       );
       break;
-    case "functions":
-      jobs.push(
-        get<Functions>(`/api/functions?cost=${s.cost}&top=500${amp}`).then((fs) => {
-          if (my === seq) renderFunctions(fs);
-        }),
+    }
+    case "flame":
+      then(get<FlameAnswer>(api("/api/flame", [["cost", c], ["invert", s.inv ? 1 : 0], ["min_share", s.share], ...(stat ? ([["max_nodes", staticNodes]] as [string, number][]) : [])])), renderFlame);
+      break;
+    case "topdown":
+    case "bottomup": {
+      const inv = s.tab === "bottomup";
+      then(get<TreeAnswer>(api("/api/tree", [["cost", "peak"], ["invert", inv ? 1 : 0], ["min_share", s.share], ...(stat ? ([["max_nodes", staticNodes]] as [string, number][]) : [])])), (t) =>
+        (inv ? treeUp : treeDown).set(t, s.q),
       );
-      if (s.fn && !isStatic()) {
-        jobs.push(
-          get<Callers>(`/api/callers?function=${encodeURIComponent(s.fn)}&cost=${s.cost}&top=50${amp}`).then((c) => {
-            if (my === seq) renderCallers(c);
-          }),
-        );
-      } else {
-        renderCallers(null);
-      }
+      break;
+    }
+    case "functions":
+      if (!s.q) then(get<Functions>(api("/api/functions", [["cost", c], ["top", 500]])), (fs) => renderFunctions(fs.functions ?? [], c));
+      break;
+    case "consumed":
+      then(get<ConsumedAnswer>(api("/api/consumed", [["points", stat ? 1000 : points], ["top", 10]])), (r) => consumed.set(r));
       break;
     case "sites":
-      jobs.push(
-        get<ReportJSON>(`/api/sites?top=50${amp}`).then((d) => {
-          if (my === seq) renderSites(d);
-        }),
-      );
+      then(get<Sites>(api("/api/sites", [["top", 50]])), renderSites);
+      break;
+    case "classes":
+      then(get<WindowAnswer>(api("/api/window", [["top", 100], ...filterParams(s, false)], false)), renderWindow);
       break;
     case "diff":
-      jobs.push(
-        get<Diff>(`/api/diff?cost=${s.cost}&top=200${amp}`).then((d) => {
-          if (my === seq) renderDiff(d);
-        }),
-      );
+      then(get<Diff>(api("/api/diff", [["cost", c], ["top", 200]])), renderDiff);
       break;
-    case "sizes":
-      jobs.push(
-        get<Histogram>(`/api/histogram?${f}`).then((h) => {
-          if (my === seq) renderSizes(h);
-        }),
-      );
+    case "sizes": {
+      const hp = api("/api/histogram", []);
+      if (embedded(hp)) then(get<Histogram>(hp), renderSizes);
+      else renderSizes(null);
       break;
+    }
   }
-  const ex = f ? `&${f}` : "";
-  ($("export-pprof") as HTMLAnchorElement).href = `/api/export?format=pprof${ex}`;
-  ($("export-collapsed") as HTMLAnchorElement).href = `/api/export?format=collapsed&cost=${s.cost}${ex}`;
-  ($("export-json") as HTMLAnchorElement).href = `/api/export?format=json${ex}`;
+  // The caller/callee view, beside the tables.
+  if (sideTabs.has(s.tab) && s.fn && !stat) {
+    then(get<CallersAnswer>(api("/api/callers", [["function", s.fn], ["cost", c], ["top", 50]])), renderCallers);
+  } else {
+    renderCallers(null);
+  }
+  const ex = filterParams(s);
+  ($("export-pprof") as HTMLAnchorElement).href = api("/api/export", [["format", "pprof"], ...ex], false);
+  ($("export-collapsed") as HTMLAnchorElement).href = api("/api/export", [["format", "collapsed"], ["cost", c], ...ex], false);
+  ($("export-json") as HTMLAnchorElement).href = api("/api/export", [["format", "json"], ...ex], false);
   try {
     await Promise.all(jobs);
   } catch (e) {
@@ -529,8 +764,21 @@ async function refresh(partial = false) {
   if (my === seq && !partial) document.body.setAttribute("data-ready", String(my));
 }
 
+// addTerm reads the filter box: "name", "module:x", "file:y", and with a
+// leading "-" a term to leave out.
+function addTerm(text: string) {
+  let t = text.trim();
+  if (!t) return;
+  const exc = t.startsWith("-");
+  if (exc) t = t.slice(1).trim();
+  if (!t) return;
+  if (exc && !state.exc.includes(t)) setState({ exc: [...state.exc, t], focus: [] });
+  if (!exc && !state.inc.includes(t)) setState({ inc: [...state.inc, t], focus: [] });
+}
+
 function wire() {
-  timeline = new TimelineView($("timeline") as HTMLCanvasElement, {
+  const stat = isStatic();
+  timeline = new TimelineView($("timeline") as HTMLCanvasElement, $("readout"), {
     select: (from, to) => setState({ from: Math.max(0, from), to: Math.max(from + 1, to), focus: [] }),
     instant: (at) => setState({ at: Math.max(1, at), cost: "instant" }),
     view: (from, to) => {
@@ -538,8 +786,12 @@ function wire() {
       const b = Math.min(summary.end_ns + 1, to);
       setState(a <= summary.start_ns && b >= summary.end_ns + 1 ? { vfrom: 0, vto: 0 } : { vfrom: a, vto: b });
     },
-  });
+  }, !stat);
   flame = new FlameView($("flame") as HTMLCanvasElement, $("tip"), { focus: (p) => setState({ focus: p }) });
+  const pick = { pick: (name: string) => (stat ? undefined : setState({ fn: name })) };
+  treeDown = new TreeView($("tree-down") as HTMLTableElement, pick);
+  treeUp = new TreeView($("tree-up") as HTMLTableElement, pick);
+  consumed = new ConsumedView($("consumed") as HTMLCanvasElement, $("consumed-legend") as HTMLTableElement, $("consumed-readout"));
   for (const t of tabs) $(`tab-${t}`).addEventListener("click", () => setState({ tab: t }));
   $("cost").addEventListener("change", (e) => setState({ cost: (e.target as HTMLSelectElement).value, focus: [] }));
   $("pid").addEventListener("change", (e) => setState({ pid: Number((e.target as HTMLSelectElement).value) }));
@@ -547,6 +799,15 @@ function wire() {
   $("up").addEventListener("change", (e) => setState({ up: (e.target as HTMLInputElement).checked }));
   $("share").addEventListener("change", (e) => setState({ share: Math.max(0, Number((e.target as HTMLInputElement).value) / 100) }));
   $("search").addEventListener("input", (e) => setState({ q: (e.target as HTMLInputElement).value }));
+  $("filter").addEventListener("keydown", (e) => {
+    if (e.key !== "Enter") return;
+    const box = e.target as HTMLInputElement;
+    addTerm(box.value);
+    box.value = "";
+  });
+  $("match-filter").addEventListener("click", () => {
+    if (state.q && !state.inc.includes(state.q)) setState({ inc: [...state.inc, state.q], q: "" });
+  });
   $("sel-clear").addEventListener("click", () => setState({ from: 0, to: 0 }));
   $("zoom-sel").addEventListener("click", () => {
     if (state.from || state.to) setState({ vfrom: state.from, vto: state.to });
@@ -560,18 +821,22 @@ function wire() {
     setState(na <= summary.start_ns && nb >= summary.end_ns + 1 ? { vfrom: 0, vto: 0 } : { vfrom: Math.round(na), vto: Math.round(nb) });
   });
   $("zoom-reset").addEventListener("click", () => setState({ vfrom: 0, vto: 0 }));
-  if (isStatic()) {
+  if (stat) {
+    // A static report holds the whole trace's answers: no window, instant,
+    // process, filter or search to ask the server for.
     document.body.classList.add("static");
+    $("tl-hint").textContent = "a self-contained report of the whole trace: `heapscope serve` selects windows, instants, processes and filters";
+    $("functions-hint").textContent = "Self: the function allocated; inclusive: it or what it called did. Click a column to sort. (`heapscope serve` shows each function's callers and callees.)";
   }
 }
 
-interface LiveState {
-  session: string;
-  file: string;
-  running: boolean;
-  version: number;
-  updated: string;
-  error?: string;
+// staticTabs hides the tabs a static report holds no answers for.
+function staticTabs() {
+  if (!isStatic()) return;
+  $("tab-classes").hidden = !embedded(api("/api/window", [["top", 100]], false));
+  $("tab-consumed").hidden = !embedded(api("/api/consumed", [["points", 1000], ["top", 10]], false));
+  $("tab-functions").hidden = !embedded(api("/api/functions", [["cost", cost()], ["top", 500]], false));
+  if ($(`tab-${state.tab}`).hidden) state.tab = "overview";
 }
 
 // follow polls /api/live every second and redraws every view, keeping the
@@ -620,6 +885,7 @@ async function main() {
     return;
   }
   renderSummary(summary);
+  staticTabs();
   if (summary.indexing && !isStatic()) {
     // The summary, timeline, flame graphs and sites of the whole trace are
     // answered at once; windows wait for the index: draw what is there, and

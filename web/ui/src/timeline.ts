@@ -1,10 +1,12 @@
 // The timeline: live heap bytes (filled: each bucket's largest, so no peak
-// is lost) and blocks (line) over time, with the allocation and free rates
-// below, the peak marked, and a selected window. Drag to select a window,
-// click to pick an instant, wheel to zoom.
+// is lost) and blocks (line) over time, the processes' resident memory
+// (RSS, as the session sampled it) on the same axis, the allocation and
+// free rates below, the peak marked, and a selected window. Hovering shows
+// the figures under the pointer; drag to select a window, click to pick an
+// instant, wheel to zoom (not in a static report).
 
-import { Timeline } from "./api";
-import { bytes, count, dur } from "./format";
+import { MemoryAnswer, ResidentPoint, Timeline, TimelinePoint } from "./api";
+import { bytes, count, dur, rate } from "./format";
 
 export interface TimelineEvents {
   select(from: number, to: number): void; // a window, ns from the trace's start
@@ -14,9 +16,11 @@ export interface TimelineEvents {
 
 const rateH = 36; // px of the rates strip
 const pad = { l: 64, r: 56, t: 10, b: 18 };
+const rssColor = "#2e8b57";
 
 export class TimelineView {
   private data: Timeline | null = null;
+  private mem: ResidentPoint[] = [];
   private sel: [number, number] | null = null;
   private at = 0;
   private drag: { x0: number; x1: number } | null = null;
@@ -24,9 +28,18 @@ export class TimelineView {
 
   constructor(
     private canvas: HTMLCanvasElement,
+    private readout: HTMLElement,
     private ev: TimelineEvents,
+    interactive: boolean,
   ) {
     this.ctx = canvas.getContext("2d")!;
+    canvas.addEventListener("mousemove", (e) => this.hover(e));
+    canvas.addEventListener("mouseleave", () => (this.readout.hidden = true));
+    window.addEventListener("resize", () => this.draw());
+    if (!interactive) {
+      canvas.style.cursor = "default";
+      return;
+    }
     canvas.addEventListener("mousedown", (e) => {
       const x = this.x(e);
       this.drag = { x0: x, x1: x };
@@ -62,14 +75,25 @@ export class TimelineView {
       },
       { passive: false },
     );
-    window.addEventListener("resize", () => this.draw());
   }
 
   set(data: Timeline, sel: [number, number] | null, at: number) {
     this.data = data;
     this.sel = sel;
     this.at = at;
+    this.canvas.setAttribute("data-peak", String(data.peak.bytes));
     this.draw();
+  }
+
+  // setMemory sets the resident memory drawn beside the heap.
+  setMemory(m: MemoryAnswer | null) {
+    this.mem = m?.points ?? [];
+    document.getElementById("legend-rss")!.hidden = this.mem.length === 0;
+    this.draw();
+  }
+
+  private points(): TimelinePoint[] {
+    return this.data?.points ?? [];
   }
 
   private x(e: MouseEvent): number {
@@ -92,6 +116,53 @@ export class TimelineView {
     return pad.l + ((t - d.from_ns) / Math.max(1, d.to_ns - d.from_ns)) * this.width();
   }
 
+  // rssAt is the resident memory at t: the latest sample at or before it.
+  rssAt(t: number): ResidentPoint | null {
+    let found: ResidentPoint | null = null;
+    for (const m of this.mem) {
+      if (m.t_ns > t) break;
+      found = m;
+    }
+    return found;
+  }
+
+  // hover shows the bucket under the pointer: its time, the heap (its
+  // largest), blocks, the rates, and the resident memory then.
+  private hover(e: MouseEvent) {
+    const ps = this.points();
+    if (!this.data || ps.length === 0 || this.drag) {
+      this.readout.hidden = true;
+      return;
+    }
+    const t = this.t(this.x(e));
+    let p = ps[0];
+    for (const q of ps) {
+      if (q.t_ns <= t) p = q;
+    }
+    const rss = this.rssAt(p.t_ns + p.width);
+    const o = this.readout;
+    o.hidden = false;
+    o.setAttribute("data-t", String(p.t_ns));
+    o.setAttribute("data-bytes", String(p.max_bytes));
+    o.setAttribute("data-blocks", String(p.max_blocks));
+    o.textContent = "";
+    const coarse = this.data.coarse ?? false;
+    const lines = [
+      `${dur(p.t_ns)} – ${dur(p.t_ns + p.width)}`,
+      `live ${bytes(p.max_bytes)} in ${count(p.max_blocks)} blocks (largest)`,
+      coarse ? "rates: when the index is built" : `allocs ${rate(p.allocs, p.width)} · frees ${rate(p.frees, p.width)}`,
+    ];
+    if (rss) lines.push(`resident ${bytes(rss.rss)} (anonymous ${bytes(rss.anon)})`);
+    for (const l of lines) {
+      const d = document.createElement("div");
+      d.textContent = l;
+      o.append(d);
+    }
+    const r = this.canvas.getBoundingClientRect();
+    const x = e.clientX - r.left;
+    o.style.left = `${x > r.width / 2 ? x - o.offsetWidth - 12 : x + 12}px`;
+  }
+
   draw() {
     const c = this.canvas;
     const r = c.getBoundingClientRect();
@@ -102,7 +173,8 @@ export class TimelineView {
     g.setTransform(dpr, 0, 0, dpr, 0, 0);
     g.clearRect(0, 0, r.width, r.height);
     const d = this.data;
-    if (!d || d.points.length === 0) {
+    const ps = this.points();
+    if (!d || ps.length === 0) {
       g.fillStyle = "#666";
       g.fillText("no events", pad.l, 20);
       return;
@@ -112,11 +184,13 @@ export class TimelineView {
     let maxB = 1;
     let maxBlocks = 1;
     let maxRate = 1;
-    for (const p of d.points) {
+    for (const p of ps) {
       maxB = Math.max(maxB, p.max_bytes);
       maxBlocks = Math.max(maxBlocks, p.max_blocks);
       maxRate = Math.max(maxRate, p.allocs, p.frees);
     }
+    const mem = this.mem.filter((m) => m.t_ns < d.to_ns);
+    for (const m of mem) maxB = Math.max(maxB, m.rss);
     const y = (v: number) => base - (v / maxB) * h;
     const yb = (v: number) => base - (v / maxBlocks) * h;
 
@@ -147,21 +221,42 @@ export class TimelineView {
     g.fillStyle = "rgba(52, 120, 198, 0.55)";
     g.strokeStyle = "#2a64a8";
     g.beginPath();
-    g.moveTo(this.px(d.points[0].t_ns), base);
-    for (const p of d.points) {
+    g.moveTo(this.px(ps[0].t_ns), base);
+    for (const p of ps) {
       g.lineTo(this.px(p.t_ns), y(p.max_bytes));
       g.lineTo(this.px(p.t_ns + p.width), y(Math.max(p.end_bytes, 0)));
     }
-    const last = d.points[d.points.length - 1];
+    const last = ps[ps.length - 1];
     g.lineTo(this.px(last.t_ns + last.width), base);
     g.closePath();
     g.fill();
+
+    // Resident memory: a step from each sample to the next.
+    if (mem.length > 0) {
+      g.strokeStyle = rssColor;
+      g.lineWidth = 1.5;
+      g.beginPath();
+      let prevY = -1;
+      mem.forEach((m, i) => {
+        const xx = Math.max(pad.l, this.px(m.t_ns));
+        const yy = y(m.rss);
+        if (i === 0) g.moveTo(xx, yy);
+        else {
+          g.lineTo(xx, prevY);
+          g.lineTo(xx, yy);
+        }
+        prevY = yy;
+      });
+      g.lineTo(this.px(Math.min(d.to_ns, last.t_ns + last.width)), prevY);
+      g.stroke();
+      g.lineWidth = 1;
+    }
 
     // Live blocks.
     g.strokeStyle = "#d07a12";
     g.setLineDash([4, 3]);
     g.beginPath();
-    d.points.forEach((p, i) => {
+    ps.forEach((p, i) => {
       const xx = this.px(p.t_ns + p.width / 2);
       if (i === 0) g.moveTo(xx, yb(p.max_blocks));
       else g.lineTo(xx, yb(p.max_blocks));
@@ -171,7 +266,7 @@ export class TimelineView {
 
     // Rates: allocations up, frees down.
     const mid = base + 6 + rateH / 2;
-    for (const p of d.points) {
+    for (const p of ps) {
       const x0 = this.px(p.t_ns);
       const w = Math.max(1, this.px(p.t_ns + p.width) - x0 - 0.5);
       g.fillStyle = "#3a9a4a";

@@ -9,9 +9,9 @@
 // a constant named in lower camel case without the HS_ prefix (HS_CTL_RING_SIZE
 // → ctlRingSize, with Go's initialisms: HS_UNWIND_FP → unwindFP), its value an
 // integer, a string, or an expression of those and earlier names. The
-// HS_FUNC_*, HS_FAM_*, HS_KIND_* and HS_HEAP_* values repeat package event's for C: for
-// them protocol.go also gets a function that does not compile when the two
-// disagree. Anything else in a define is an error, not a guess.
+// HS_FUNC_*, HS_FAM_*, HS_KIND_* and HS_HEAP_* values and HS_MAX_FRAMES
+// repeat package event's for C: for them protocol.go also gets a function
+// that does not compile when the two disagree. Anything else in a define is an error, not a guess.
 //
 // Usage: protogen -o protocol.go csrc/protocol.h
 package main
@@ -36,7 +36,10 @@ var initialisms = map[string]bool{"FP": true, "DWARF": true, "TSC": true, "TS": 
 
 // mirrored maps a prefix of names that repeat package event's values to the
 // prefix of event's names.
-var mirrored = []struct{ c, goName string }{{"HS_FUNC_", "Func"}, {"HS_FAM_", "Family"}, {"HS_KIND_", "Kind"}, {"HS_HEAP_", "Heap"}}
+// A prefix that is a whole name (HS_MAX_FRAMES) maps to one of event's
+// constants.
+var mirrored = []struct{ c, goName string }{{"HS_FUNC_", "Func"}, {"HS_FAM_", "Family"}, {"HS_KIND_", "Kind"}, {"HS_HEAP_", "Heap"},
+	{"HS_MAX_FRAMES", "MaxFrames"}}
 
 var (
 	defineRE = regexp.MustCompile(`^#define\s+(HS_[A-Z0-9_]+)\s+(.*?)\s*(?:/\*\s*(.*?)\s*\*/)?\s*$`)
@@ -64,6 +67,9 @@ func goName(c string) string {
 func eventName(c string) string {
 	for _, m := range mirrored {
 		if rest, ok := strings.CutPrefix(c, m.c); ok {
+			if rest == "" {
+				return "event." + m.goName
+			}
 			var b strings.Builder
 			for _, w := range strings.Split(rest, "_") {
 				if initialisms[w] {

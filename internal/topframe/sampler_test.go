@@ -1,7 +1,8 @@
-package live
+package topframe
 
 import (
 	"bufio"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,26 +21,9 @@ import (
 // name the sites by function, sort them as asked, and give grow_heap's
 // growth within 10% once two frames are a second apart.
 func TestSampler(t *testing.T) {
-	t.Setenv(registry.DirEnv, t.TempDir())
-	t.Cleanup(testutil.Cleanup)
-	bin := testutil.MustBuild(t, "top_grow", testutil.Options{})
-	cmd := exec.Command(bin, "30")
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := heapscope.Launch("live-sampler", heapscope.Properties{File: filepath.Join(t.TempDir(), "s.hst"),
-		FlushInterval: 100 * time.Millisecond}, cmd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		cmd.Process.Signal(os.Interrupt)
-		s.Stop()
-	}()
-	if line, _ := bufio.NewReader(stdout).ReadString('\n'); line != "started\n" {
-		t.Fatalf("workload said %q", line)
-	}
+	cmd := exec.Command(testutil.MustBuild(t, "top_grow", testutil.Options{}), "30")
+	s, _ := launch(t, "live-sampler", cmd, "started")
+	defer cmd.Process.Signal(os.Interrupt)
 	smp := NewSampler(s.Top, time.Second, symbolize.Options{})
 	defer smp.Close()
 	// The first answer comes before the first event: no growth can be
@@ -71,4 +55,31 @@ func TestSampler(t *testing.T) {
 	if len(f.Sites) == 0 || !strings.HasPrefix(f.Sites[0].Name(), "churn_site ") || f.Sites[0].Temporary < 500 || len(f.TIDs) != 1 {
 		t.Errorf("by temporaries, pid %d: %+v, threads %v", cmd.Process.Pid, f.Sites, f.TIDs)
 	}
+}
+
+// launch traces cmd in a session of its own, in a registry of the test's,
+// and returns once it has printed the line want, with its standard input
+// (the session is stopped when the test ends).
+func launch(t *testing.T, name string, cmd *exec.Cmd, want string) (*heapscope.Session, io.WriteCloser) {
+	t.Helper()
+	t.Setenv(registry.DirEnv, t.TempDir())
+	t.Cleanup(testutil.Cleanup)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := heapscope.Launch(name, heapscope.Properties{File: filepath.Join(t.TempDir(), name+".hst"),
+		FlushInterval: 50 * time.Millisecond}, cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Stop() })
+	if line, _ := bufio.NewReader(stdout).ReadString('\n'); line != want+"\n" {
+		t.Fatalf("workload said %q, want %q", line, want)
+	}
+	return s, stdin
 }

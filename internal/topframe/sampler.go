@@ -1,11 +1,8 @@
-// Package live turns a session's per-stack totals (heapscope.TopResult,
-// which the session keeps from the events it has in hand) into the frames
-// `heapscope top` shows: symbolized sites, rates, growth and history.
-//
-// It reads no trace file: following the file meant decoding and modelling
-// every event a second time, which cost about half the CPU of a busy
-// session (bench/RESULTS-top.md).
-package live
+// Package topframe turns a session's per-stack totals (heapscope.Top, which
+// the session keeps from the events it has in hand) into the frames
+// `heapscope top` shows: symbolized sites, named and merged as the reports
+// do (package symbolize), with rates, growth and history.
+package topframe
 
 import (
 	"crypto/rand"
@@ -75,12 +72,14 @@ type Site struct {
 	key  string
 }
 
-// Name is the site's innermost frame, as one word.
+// Name is the site's name, as the reports and serve name it (its first
+// frame that is not an allocator wrapper, symbolize.SiteFrame), with its
+// file and line.
 func (s *Site) Name() string {
 	if len(s.Stack) == 0 {
-		return "[no stack]"
+		return symbolize.NoStack
 	}
-	f := &s.Stack[0]
+	f := &s.Stack[symbolize.SiteFrame(len(s.Stack), func(i int) *symbolize.Frame { return &s.Stack[i] })]
 	name := f.Name()
 	if f.File != "" && f.Line > 0 {
 		name += " (" + f.File[strings.LastIndexByte(f.File, '/')+1:] + ":" + strconv.Itoa(f.Line) + ")"

@@ -1,0 +1,88 @@
+// census_bench: a heap of a given number of chunks for the census
+// benchmark. argv: the number of blocks to allocate, the size mix ("small":
+// 16..128 bytes, "mixed": 16..2048 with one in 64 up to 64 KiB, "large": 1..16
+// KiB), the number of threads (each allocates its share from an arena of its
+// own). One block in four is freed again, in an order that fragments
+// (tcaches, fastbins and bins all get chunks). Every block is written. It
+// prints "ready" and waits for a line on stdin.
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static long n = 1000000;
+static const char *mix = "small";
+static int nthreads = 1;
+static pthread_barrier_t done;
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
+static int quit;
+
+static uint64_t next(uint64_t *s)
+{
+	*s ^= *s >> 12;
+	*s ^= *s << 25;
+	*s ^= *s >> 27;
+	return *s * 2685821657736338717ull;
+}
+
+static size_t size(uint64_t *s)
+{
+	uint64_t r = next(s);
+	if (!strcmp(mix, "small"))
+		return 16 + r % 113;
+	if (!strcmp(mix, "large"))
+		return 1024 + r % (15 * 1024);
+	if (r % 64 == 0)
+		return 2048 + r % (62 * 1024);
+	return 16 + r % 2033;
+}
+
+static void *worker(void *arg)
+{
+	long id = (long)arg, share = n / nthreads;
+	uint64_t seed = 0x9e3779b97f4a7c15ull * (uint64_t)(id + 1);
+	void **ps = malloc(share * sizeof *ps);
+	for (long i = 0; i < share; i++) {
+		size_t k = size(&seed);
+		ps[i] = malloc(k);
+		memset(ps[i], 0xa5, k); // not text: the census keeps a copy of each text
+	}
+	for (long i = 0; i < share; i += 4)
+		free(ps[(i * 7) % share]);
+	pthread_barrier_wait(&done);
+	pthread_mutex_lock(&mu);
+	while (!quit)
+		pthread_cond_wait(&cond, &mu);
+	pthread_mutex_unlock(&mu);
+	return ps;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc > 1)
+		n = atol(argv[1]);
+	if (argc > 2)
+		mix = argv[2];
+	if (argc > 3)
+		nthreads = atoi(argv[3]);
+	pthread_barrier_init(&done, 0, nthreads + 1);
+	pthread_t th[64];
+	for (long i = 0; i < nthreads && i < 64; i++)
+		pthread_create(&th[i], 0, worker, (void *)i);
+	pthread_barrier_wait(&done);
+	printf("ready\n");
+	fflush(stdout);
+	char line[16];
+	if (!fgets(line, sizeof line, stdin))
+		line[0] = 0;
+	pthread_mutex_lock(&mu);
+	quit = 1;
+	pthread_cond_broadcast(&cond);
+	pthread_mutex_unlock(&mu);
+	for (int i = 0; i < nthreads; i++)
+		pthread_join(th[i], 0);
+	return 0;
+}
