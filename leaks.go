@@ -307,6 +307,10 @@ func (s *Session) check(pid int, held *stopped.Process, q LeaksQuery) (r LeakChe
 	ls := &s.leaks
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
+	// Not while a census at an attach stops the process (one tracer at a
+	// time): after it, the check knows the blocks it found.
+	s.cen.mu.Lock()
+	defer s.cen.mu.Unlock()
 	r = LeakCheckResult{PID: pid, Rules: q.Rules, AtExit: held != nil, Sites: []LeakSite{}}
 	start := time.Now()
 	fail := func(err error) LeakCheckResult {

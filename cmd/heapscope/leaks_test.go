@@ -494,12 +494,27 @@ func TestLeaksAttached(t *testing.T) {
 				args = append(args, "--no-census")
 			}
 			att := cli(t, args...)
-			att.Stderr = os.Stderr
+			errOut, err := att.StderrPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
 			if err := att.Start(); err != nil {
 				t.Fatal(err)
 			}
 			defer att.Process.Kill()
-			waitTracing(t, name, pid)
+			// Its census done, attach says it traces the process.
+			eb := bufio.NewReader(errOut)
+			for {
+				l, err := eb.ReadString('\n')
+				if err != nil {
+					t.Fatalf("attach: %v", err)
+				}
+				t.Logf("attach: %s", strings.TrimSpace(l))
+				if strings.Contains(l, "tracing pid") {
+					break
+				}
+			}
+			go io.Copy(io.Discard, eb)
 			io.WriteString(in, "plant\n")
 			blocks, _ := readPlanted(t, br)
 			cli(t, "flush", name).Run()
