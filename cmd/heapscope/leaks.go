@@ -33,10 +33,11 @@ top sites of each, and writes the verdict into the session's trace, so that
 its reports show it. A process that exits or executes a new program
 meanwhile, or a thread that does not stop, is said so; the process runs on.
 
-Blocks allocated before the session traced a process (before an attach, or
-inherited across a fork) are not known yet: the check of such a process
-takes the heap's other memory as roots, so a block it calls lost is lost,
-and one it calls still reachable may be held only by freed memory.
+The blocks an attached process had before the attach come from the census
+attach takes of its heap. Without one (--no-census, a forked child's
+inherited blocks), the check of such a process takes the heap's other memory
+as roots: a block it calls lost is lost, and one it calls still reachable
+may be held only by freed memory.
 
 The exit status is 0, or 1 when a check failed; with --fail-on leaks it is
 23 (--fail-status) when blocks were lost.`,
