@@ -91,6 +91,8 @@ type wthread struct {
 	// exiting: it stopped on its way out (PTRACE_EVENT_EXIT).
 	exiting bool
 	gone    bool
+	// unseen: it ended in a group exit without its exit stop.
+	unseen bool
 	regs    unix.PtraceRegs
 	hasRegs bool
 }
@@ -239,6 +241,11 @@ func (w *Watch) reap() bool {
 			}
 			unix.Waitid(unix.P_PID, tid, &si, unix.WEXITED|unix.WALL|unix.WNOTHREAD, nil)
 			if t := w.ts[tid]; t != nil {
+				// The kernel skips the exit stop of a thread that has a
+				// fatal signal pending then (ptrace_stop): one killed
+				// twice in a group exit ends unseen, its registers and
+				// stack pointer gone. The process's end says so.
+				t.unseen = !t.exiting
 				t.gone, t.held = true, false
 			}
 		case si.Code == cldTrapped:
@@ -276,9 +283,9 @@ func (w *Watch) stopped(tid, status int) {
 	case unix.PTRACE_EVENT_EXEC:
 		// A new program: the other threads are gone, and the one that
 		// executed it has the leader's ID.
-		for id, o := range w.ts {
+		for id := range w.ts {
 			if id != tid {
-				o.gone, o.held = true, false
+				delete(w.ts, id) // ended by the exec (their reports, if any, are reaped unknown)
 			}
 		}
 		w.exitAt = time.Time{}
@@ -405,7 +412,7 @@ func (w *Watch) exited() {
 			if memTID == 0 || t.tid == w.pid {
 				memTID = t.tid
 			}
-		case !t.gone:
+		case !t.gone || t.unseen:
 			p.missing = append(p.missing, t.tid)
 		}
 	}
@@ -578,8 +585,9 @@ func (w *Watch) Close() error {
 func (p *Process) AtExit() bool { return p.atExit }
 
 // Missing lists the threads of a process held at its exit that did not
-// stop there within WatchOptions.ExitTimeout: their registers and stacks
-// are not in Threads.
+// stop there: not within WatchOptions.ExitTimeout, or not at all (the
+// kernel lets a thread with a fatal signal pending end without its exit
+// stop). Their registers and stacks are not in Threads.
 func (p *Process) Missing() []int { return append([]int(nil), p.missing...) }
 
 // String describes a watch for errors: "watch of pid 12".
