@@ -92,7 +92,7 @@ type wthread struct {
 	exiting bool
 	gone    bool
 	// unseen: it ended in a group exit without its exit stop.
-	unseen bool
+	unseen  bool
 	regs    unix.PtraceRegs
 	hasRegs bool
 }
