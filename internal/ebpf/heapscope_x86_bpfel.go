@@ -181,6 +181,7 @@ const (
 	heapscopeVarUnusedLib        = "unused_lib"
 	heapscopeVarUnusedNote       = "unused_note"
 	heapscopeVarUw               = "uw"
+	heapscopeVarWakeBlock        = "wake_block"
 	heapscopeVarWakeupMask       = "wakeup_mask"
 )
 
@@ -282,6 +283,7 @@ type heapscopeVariableSpecs struct {
 	UnusedLib   *ebpf.VariableSpec `ebpf:"unused_lib"`
 	UnusedNote  *ebpf.VariableSpec `ebpf:"unused_note"`
 	Uw          *ebpf.VariableSpec `ebpf:"uw"`
+	WakeBlock   *ebpf.VariableSpec `ebpf:"wake_block"`
 	WakeupMask  *ebpf.VariableSpec `ebpf:"wakeup_mask"`
 }
 
@@ -356,6 +358,7 @@ type heapscopeVariables struct {
 	UnusedLib   *ebpf.Variable `ebpf:"unused_lib"`
 	UnusedNote  *ebpf.Variable `ebpf:"unused_note"`
 	Uw          *ebpf.Variable `ebpf:"uw"`
+	WakeBlock   *ebpf.Variable `ebpf:"wake_block"`
 	WakeupMask  *ebpf.Variable `ebpf:"wakeup_mask"`
 }
 

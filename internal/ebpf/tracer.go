@@ -79,7 +79,8 @@ type Tracer struct {
 
 	flushMu    sync.Mutex // one drain at a time
 	flushed    chan struct{}
-	readerDone chan struct{}
+	queue      *queue        // from read to forward
+	readerDone chan struct{} // closed when forward ends
 	readerErr  error
 
 	warnMu   sync.Mutex
@@ -171,7 +172,9 @@ func New(cfg Config, sink event.Sink) (*Tracer, error) {
 		return nil, fmt.Errorf("ebpf: ring buffer reader: %w", err)
 	}
 	t.readerDone = make(chan struct{})
+	t.queue = newQueue()
 	go t.read()
+	go t.forward()
 	if cfg.Mode == event.Aggregate && cfg.FlushInterval > 0 {
 		t.wg.Add(1)
 		go t.tick()
