@@ -102,6 +102,14 @@ const (
 	// MaxBufferBytes bounds BufferSize × Buffers: the memory a session may
 	// ask for its buffers.
 	MaxBufferBytes = 4 * GiB
+	// DefaultMaxStacks and MaxMaxStacks are Properties.MaxStacks's
+	// default and bound.
+	DefaultMaxStacks = 1 << 20
+	MaxMaxStacks     = 1 << 31
+	// DefaultUnwindTablesSize and MaxUnwindTablesSize are
+	// Properties.UnwindTablesSize's default and bound.
+	DefaultUnwindTablesSize = 64 * MiB
+	MaxUnwindTablesSize     = 1 * GiB
 )
 
 // Properties configure a session. (The Windows equivalent is ETW's
@@ -189,6 +197,19 @@ type Properties struct {
 	// and aggregate modes); it excludes what needs every event (see
 	// Validate). The hooks see only the sampled events.
 	Sample Size `json:"sample,omitempty"`
+	// MaxStacks is how many distinct stacks the eBPF provider's kernel
+	// side remembers (0: 1,048,576), a few dozen bytes of kernel memory
+	// each, taken as stacks come; the frames of each are kept only until
+	// heapscope has read them. An event whose stack finds no room goes
+	// without it, counted (Stats.StacksLost).
+	MaxStacks int `json:"max_stacks,omitempty"`
+	// UnwindTablesSize is the most kernel memory the eBPF provider's
+	// unwind tables take (0: 64 MiB, at most 1 GiB), 2 MiB at a time as
+	// the files traced processes map need it, given back when no traced
+	// process maps a file any more. The processes of one user take at
+	// most half of it. Stacks through a file whose table finds no room
+	// are cut, counted (Stats.StacksCutNoTable).
+	UnwindTablesSize Size `json:"unwind_tables_size,omitempty"`
 }
 
 // withDefaults returns p with its zero fields filled in, for provider: the
@@ -223,6 +244,12 @@ func (p Properties) withDefaults(provider Provider) Properties {
 	}
 	if p.TimeResolution == 0 {
 		p.TimeResolution = tracefile.DefaultTimeResolution
+	}
+	if p.MaxStacks == 0 {
+		p.MaxStacks = DefaultMaxStacks
+	}
+	if p.UnwindTablesSize == 0 {
+		p.UnwindTablesSize = DefaultUnwindTablesSize
 	}
 	return p
 }
@@ -310,6 +337,12 @@ func (p Properties) Validate() error {
 	if p.Unwind > Tables {
 		return bad("unknown unwinder %d", p.Unwind)
 	}
+	switch {
+	case p.MaxStacks < 0 || p.MaxStacks > MaxMaxStacks:
+		return bad("MaxStacks %d: must be 0 (the default) to %d", p.MaxStacks, MaxMaxStacks)
+	case p.UnwindTablesSize < 0 || p.UnwindTablesSize > MaxUnwindTablesSize:
+		return bad("UnwindTablesSize %v: must be 0 (the default) to %v", p.UnwindTablesSize, Size(MaxUnwindTablesSize))
+	}
 	if err := p.validateSample(); err != nil {
 		return err
 	}
@@ -349,5 +382,7 @@ func (p Properties) text() [][2]string {
 		{"max_frames", strconv.Itoa(p.MaxFrames)},
 		{"time_resolution", p.TimeResolution.String()},
 		{"sample", strconv.FormatInt(int64(p.Sample), 10)},
+		{"max_stacks", strconv.Itoa(p.MaxStacks)},
+		{"unwind_tables_size", p.UnwindTablesSize.String()},
 	}
 }

@@ -504,6 +504,10 @@ type Status struct {
 	// Unwind is what the unwind tables cost, when the session walks stacks
 	// with them.
 	Unwind *UnwindStatus `json:"unwind,omitempty"`
+	// Warnings are the provider's first problems that did not end the
+	// session (the eBPF provider's: a child it could not follow, a file
+	// whose unwind table found no room).
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // Status returns the session's current state.
@@ -519,5 +523,11 @@ func (s *Session) Status() Status {
 	if u, ok := s.b.(unwindReporter); ok {
 		st.Unwind = u.unwindStatus()
 	}
+	if w, ok := s.b.(warner); ok {
+		st.Warnings = w.warnings()
+	}
 	return st
 }
+
+// warner is a backend that keeps warnings.
+type warner interface{ warnings() []string }

@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/heapscope/heapscope"
 	"github.com/heapscope/heapscope/analyze"
 	"github.com/heapscope/heapscope/event"
 	"github.com/heapscope/heapscope/report"
@@ -221,12 +222,18 @@ func info(out io.Writer, path string, sel analyze.Processes) error {
 		if st.StacksLost > 0 {
 			line("", "%s events without their stack", infoCount(st.StacksLost))
 		}
+		if st.StacksCut > 0 {
+			line("", "%s events with their stack cut short", infoCount(st.StacksCut))
+		}
 		if st.Unmatched > 0 {
 			line("", "%s frees of blocks allocated before tracing", infoCount(st.Unmatched))
 		}
 		line("written", "%s", infoBytes(int64(st.Bytes)))
 	}
 	warns := r.Warnings()
+	if st := s.stats; st != nil {
+		warns = append(lossWarnings(*st, h.Provider), warns...)
+	}
 	if len(warns) == 0 {
 		line("warnings", "none")
 	}
@@ -238,6 +245,46 @@ func info(out io.Writer, path string, sel analyze.Processes) error {
 		line(k, "%s", wn)
 	}
 	return w.Flush()
+}
+
+// lossWarnings says what a session's counters show it lost, each with the
+// flag that would have kept it: what info lists among its warnings, and
+// the summary at the end of run and attach.
+func lossWarnings(st event.Stats, provider string) []string {
+	fix := [event.NumLostReasons]string{
+		event.LostRingFull:    "the kernel's ring buffer was full: give it more room with --buffers (it holds --buffers × --buffer-size)",
+		event.LostMapFull:     "a kernel table was full (--mode aggregate's live blocks or stacks, or --sample's sampled blocks)",
+		event.LostBufferFull:  "the interposer's buffers were full and --on-full drop: raise --buffers, or --on-full block",
+		event.LostFileLimit:   "the trace reached --max-size, or the disk was full",
+		event.LostOverwritten: "overwritten in the circular file (--log-mode circular, --max-size)",
+		event.LostOther:       "other causes: see the session's warnings",
+	}
+	if provider == string(heapscope.ProviderPreload) {
+		fix[event.LostBufferFull] = "the interposer's buffers were full and --on-full drop: raise --buffers or --buffer-size, or --on-full block"
+	}
+	var w []string
+	for r, n := range st.Lost {
+		if n > 0 {
+			w = append(w, fmt.Sprintf("%s events lost (%s): %s", infoCount(n), event.LostReason(r), fix[r]))
+		}
+	}
+	if st.StacksLost > 0 {
+		w = append(w, fmt.Sprintf("%s events recorded without their stack: the kernel's stack tables were full (raise --max-stacks)", infoCount(st.StacksLost)))
+	}
+	if st.StacksCut > 0 {
+		var why []string
+		if n := st.StacksCutDepth; n > 0 {
+			why = append(why, fmt.Sprintf("%s at the depth limit (%d frames, the most recorded)", infoCount(n), heapscope.MaxFrames))
+		}
+		if n := st.StacksCutNoTable; n > 0 {
+			why = append(why, fmt.Sprintf("%s after a frame no unwind table covered (a module without .eh_frame, code made at run time, a table that found no room: raise --unwind-tables-size; with --unwind fp, code without frame pointers)", infoCount(n)))
+		}
+		if n := st.StacksCut - min(st.StacksCut, st.StacksCutDepth+st.StacksCutNoTable); n > 0 {
+			why = append(why, fmt.Sprintf("%s where the unwinder had no rule and no frame pointer", infoCount(n)))
+		}
+		w = append(w, fmt.Sprintf("%s events recorded with their stack cut short: %s", infoCount(st.StacksCut), strings.Join(why, "; ")))
+	}
+	return w
 }
 
 // endText says how a traced program ended: its exit record, if any, told

@@ -33,6 +33,8 @@ type sessionFlags struct {
 	overwrite     bool
 	quiet         bool
 	sample        heapscope.Size
+	maxStacks     int
+	unwindSize    heapscope.Size
 }
 
 func (f *sessionFlags) register(fs *flag.FlagSet) {
@@ -52,6 +54,8 @@ func (f *sessionFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.overwrite, "overwrite", false, "replace an existing output that is a symbolic link (the link, never its target) or another user's file;\nwithout it they are refused. Trace files are made new, mode 0600, once the session has started")
 	fs.BoolVar(&f.quiet, "q", false, "print no summary at the end")
 	fs.TextVar(&f.sample, "sample", heapscope.Size(0), "record one allocation per `SIZE` bytes allocated on average (e.g. 512KiB, 1MiB, 65536) and\nestimate the rest; 0 records every event. Not with --events mmap")
+	fs.IntVar(&f.maxStacks, "max-stacks", heapscope.DefaultMaxStacks, fmt.Sprintf("ebpf: distinct stacks the kernel side remembers, 1 to %d (a few dozen bytes each, taken as they come);\nan event whose stack finds no room is recorded without it, and counted", heapscope.MaxMaxStacks))
+	fs.TextVar(&f.unwindSize, "unwind-tables-size", heapscope.Size(heapscope.DefaultUnwindTablesSize), "ebpf: most kernel `SIZE` for unwind tables, up to 1GiB, taken 2MiB at a time as mapped files need it and\ngiven back when no traced process maps them; one user's processes take at most half.\nStacks through a file whose table finds no room are cut, and counted")
 }
 
 // validate checks each flag against its range, so that a value is never
@@ -77,6 +81,10 @@ func (f *sessionFlags) validate() error {
 		return usagef("--max-frames %d: must be 1 to %d", f.maxFrames, heapscope.MaxFrames)
 	case f.timeRes < time.Nanosecond || f.timeRes > time.Second:
 		return usagef("--time-resolution %v: must be 1ns to 1s", f.timeRes)
+	case f.maxStacks < 1 || f.maxStacks > heapscope.MaxMaxStacks:
+		return usagef("--max-stacks %d: must be 1 to %d", f.maxStacks, heapscope.MaxMaxStacks)
+	case f.unwindSize < 2*heapscope.MiB || f.unwindSize > heapscope.MaxUnwindTablesSize:
+		return usagef("--unwind-tables-size %v: must be 2MiB to %v", f.unwindSize, heapscope.Size(heapscope.MaxUnwindTablesSize))
 	}
 	return nil
 }
@@ -96,6 +104,8 @@ var flagNames = strings.NewReplacer(
 	"Families", "--events",
 	"OnFull", "--on-full",
 	"Sample:", "--sample:",
+	"MaxStacks", "--max-stacks",
+	"UnwindTablesSize", "--unwind-tables-size",
 	"with the ebpf provider", "with --provider ebpf",
 )
 
@@ -133,6 +143,7 @@ func (f *sessionFlags) properties(program string, pid int) (heapscope.Properties
 	p.TimeResolution = f.timeRes
 	p.Overwrite = f.overwrite
 	p.Sample = f.sample
+	p.MaxStacks, p.UnwindTablesSize = f.maxStacks, f.unwindSize
 	if p.FileMode != heapscope.RealTime {
 		p.File = f.output
 		if p.File == "" {

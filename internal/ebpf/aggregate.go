@@ -56,6 +56,7 @@ func (t *Tracer) snapshot(pids []int, final bool) {
 		sort.Slice(sn.Totals, func(i, j int) bool { return sn.Totals[i].Stack < sn.Totals[j].Stack })
 		t.send(t.sink.Snapshot(sn))
 	}
+	t.settleStacks()
 }
 
 func sub0(a, b uint64) uint64 {

@@ -5,16 +5,19 @@ package ebpf
 const (
 	maxFrames = 127
 
-	ctrLostRingFull = 0
-	ctrLostMapFull  = 1
-	ctrLostOther    = 5
-	ctrStacksLost   = 6
-	ctrDelivered    = 7
-	ctrUnmatched    = 8
-	ctrLibsLost     = 9
-	ctrStacksCut    = 10
-	ctrUWFallback   = 11
-	numCounters     = 12
+	ctrLostRingFull  = 0
+	ctrLostMapFull   = 1
+	ctrLostOther     = 5
+	ctrStacksLost    = 6
+	ctrDelivered     = 7
+	ctrUnmatched     = 8
+	ctrLibsLost      = 9
+	ctrStacksCut     = 10
+	ctrUWFallback    = 11
+	ctrStacksBroken  = 12
+	ctrStacksNoTable = 13
+	ctrStacksStored  = 14
+	numCounters      = 15
 
 	// Cookie layout.
 	cookieHeapShift = 8

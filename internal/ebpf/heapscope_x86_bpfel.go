@@ -117,14 +117,18 @@ type heapscopeUwProc struct {
 	_   structs.HostLayout
 	N   uint32
 	Gen uint32
-	R   [256]struct {
-		_     structs.HostLayout
-		Start uint64
-		End   uint64
-		Bias  uint64
-		First uint32
-		Count uint32
-	}
+	R   [256]heapscopeUwRange
+}
+
+type heapscopeUwRange struct {
+	_     structs.HostLayout
+	Start uint64
+	End   uint64
+	Bias  uint64
+	First uint32
+	Count uint32
+	Chunk uint32
+	Pad   uint32
 }
 
 type heapscopeWindow struct {
@@ -142,6 +146,7 @@ const (
 	heapscopeMapEvents           = "events"
 	heapscopeMapFollow           = "follow"
 	heapscopeMapInternalFrees    = "internal_frees"
+	heapscopeMapKnown            = "known"
 	heapscopeMapLiveKeys         = "live_keys"
 	heapscopeMapLiveVals         = "live_vals"
 	heapscopeMapSampled          = "sampled"
@@ -150,7 +155,7 @@ const (
 	heapscopeMapTotalsKeys       = "totals_keys"
 	heapscopeMapTotalsVals       = "totals_vals"
 	heapscopeMapTraced           = "traced"
-	heapscopeMapUwEntries        = "uw_entries"
+	heapscopeMapUwChunks         = "uw_chunks"
 	heapscopeMapUwProcs          = "uw_procs"
 	heapscopeProgAllocEnter      = "alloc_enter"
 	heapscopeProgAllocEnterMulti = "alloc_enter_multi"
@@ -257,6 +262,7 @@ type heapscopeMapSpecs struct {
 	Events        *ebpf.MapSpec `ebpf:"events"`
 	Follow        *ebpf.MapSpec `ebpf:"follow"`
 	InternalFrees *ebpf.MapSpec `ebpf:"internal_frees"`
+	Known         *ebpf.MapSpec `ebpf:"known"`
 	LiveKeys      *ebpf.MapSpec `ebpf:"live_keys"`
 	LiveVals      *ebpf.MapSpec `ebpf:"live_vals"`
 	Sampled       *ebpf.MapSpec `ebpf:"sampled"`
@@ -265,7 +271,7 @@ type heapscopeMapSpecs struct {
 	TotalsKeys    *ebpf.MapSpec `ebpf:"totals_keys"`
 	TotalsVals    *ebpf.MapSpec `ebpf:"totals_vals"`
 	Traced        *ebpf.MapSpec `ebpf:"traced"`
-	UwEntries     *ebpf.MapSpec `ebpf:"uw_entries"`
+	UwChunks      *ebpf.MapSpec `ebpf:"uw_chunks"`
 	UwProcs       *ebpf.MapSpec `ebpf:"uw_procs"`
 }
 
@@ -312,6 +318,7 @@ type heapscopeMaps struct {
 	Events        *ebpf.Map `ebpf:"events"`
 	Follow        *ebpf.Map `ebpf:"follow"`
 	InternalFrees *ebpf.Map `ebpf:"internal_frees"`
+	Known         *ebpf.Map `ebpf:"known"`
 	LiveKeys      *ebpf.Map `ebpf:"live_keys"`
 	LiveVals      *ebpf.Map `ebpf:"live_vals"`
 	Sampled       *ebpf.Map `ebpf:"sampled"`
@@ -320,7 +327,7 @@ type heapscopeMaps struct {
 	TotalsKeys    *ebpf.Map `ebpf:"totals_keys"`
 	TotalsVals    *ebpf.Map `ebpf:"totals_vals"`
 	Traced        *ebpf.Map `ebpf:"traced"`
-	UwEntries     *ebpf.Map `ebpf:"uw_entries"`
+	UwChunks      *ebpf.Map `ebpf:"uw_chunks"`
 	UwProcs       *ebpf.Map `ebpf:"uw_procs"`
 }
 
@@ -331,6 +338,7 @@ func (m *heapscopeMaps) Close() error {
 		m.Events,
 		m.Follow,
 		m.InternalFrees,
+		m.Known,
 		m.LiveKeys,
 		m.LiveVals,
 		m.Sampled,
@@ -339,7 +347,7 @@ func (m *heapscopeMaps) Close() error {
 		m.TotalsKeys,
 		m.TotalsVals,
 		m.Traced,
-		m.UwEntries,
+		m.UwChunks,
 		m.UwProcs,
 	)
 }

@@ -258,6 +258,7 @@ func (t *Tracer) deliver(raw []heapscopeEvent) {
 		t.delivered.Add(uint64(len(batch)))
 	}
 	t.batch = batch
+	t.settleStacks()
 }
 
 // libSize is sizeof(struct lib).

@@ -62,6 +62,7 @@ type Tracer struct {
 	lastStack   stackKey // the last stack looked up, and its id
 	lastStackID event.StackID
 	nextStack   map[uint32]event.StackID
+	stacksRead  []uint64 // keys of stacks read since settleStacks
 	modules     map[uint32]*moduleSet
 	batch       []event.Event
 	sinkErr     error
@@ -207,9 +208,8 @@ func (t *Tracer) load() error {
 	}
 
 	spec.Maps["stacks"].MaxEntries = uint32(t.cfg.StackMapSize)
-	if t.cfg.UnwindTables {
-		spec.Maps["uw_entries"].MaxEntries = uint32(t.cfg.UnwindEntries)
-	}
+	spec.Maps["known"].MaxEntries = uint32(t.cfg.MaxStacks)
+	chunkSpec := spec.Maps["uw_chunks"].InnerMap.Copy()
 	if t.cfg.Sample > 0 && t.cfg.Mode == event.Stream { // aggregate: the live table is the set
 		spec.Maps["sampled"].MaxEntries = uint32(t.cfg.MaxLive)
 	}
@@ -273,16 +273,14 @@ func (t *Tracer) load() error {
 	t.objs = objects{
 		events:     coll.Maps["events"],
 		stacks:     coll.Maps["stacks"],
+		known:      coll.Maps["known"],
 		counters:   coll.Maps["counters"],
 		traced:     coll.Maps["traced"],
 		follow:     coll.Maps["follow"],
 		stackKinds: coll.Variables["stack_kinds"],
 	}
 	if t.cfg.UnwindTables {
-		if t.uw, err = newUWState(coll.Maps["uw_entries"], coll.Maps["uw_procs"], coll.Maps["dl_hold"]); err != nil {
-			coll.Close()
-			return err
-		}
+		t.uw = newUWState(coll.Maps["uw_chunks"], chunkSpec, coll.Maps["uw_procs"], coll.Maps["dl_hold"], t.cfg.UnwindEntries)
 	}
 	if t.cfg.Mode == event.Aggregate {
 		if t.live, err = mapTable(coll.Maps["live_keys"], coll.Maps["live_vals"]); err != nil {
@@ -316,8 +314,8 @@ func (t *Tracer) checkTableMemory(liveSlots, totalSlots int) error {
 
 // objects are the loaded maps and variables the Go side uses.
 type objects struct {
-	events, stacks, counters, traced, follow *ebpf.Map
-	stackKinds                               *ebpf.Variable
+	events, stacks, known, counters, traced, follow *ebpf.Map
+	stackKinds                                      *ebpf.Variable
 }
 
 // closeTables unmaps aggregate mode's tables and the unwind tables.
@@ -408,9 +406,9 @@ func (t *Tracer) Stats() event.Stats {
 	return t.stats()
 }
 
-func (t *Tracer) stats() event.Stats {
-	var st event.Stats
-	st.Time = monotonic()
+// counters sums the BPF side's per-CPU counters. Called with the kernel
+// objects alive.
+func (t *Tracer) counters() [numCounters]uint64 {
 	var c [numCounters]uint64
 	for i := range c {
 		var perCPU []uint64
@@ -420,10 +418,20 @@ func (t *Tracer) stats() event.Stats {
 			}
 		}
 	}
+	return c
+}
+
+func (t *Tracer) stats() event.Stats {
+	var st event.Stats
+	st.Time = monotonic()
+	c := t.counters()
 	st.Lost[event.LostRingFull] = c[ctrLostRingFull]
 	st.Lost[event.LostMapFull] = c[ctrLostMapFull]
 	st.Lost[event.LostOther] = c[ctrLostOther]
 	st.StacksLost = c[ctrStacksLost] + t.userLost.Load()
+	st.StacksCut = c[ctrStacksCut] + c[ctrStacksBroken]
+	st.StacksCutDepth = c[ctrStacksCut]
+	st.StacksCutNoTable = c[ctrStacksNoTable]
 	st.Unmatched = c[ctrUnmatched]
 	if t.cfg.Mode == event.Stream {
 		st.Delivered = t.delivered.Load()

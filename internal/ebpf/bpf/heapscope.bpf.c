@@ -44,16 +44,32 @@ struct {
 	__uint(max_entries, 1 << 20); // resized by the loader
 } events SEC(".maps");
 
-// Stacks by the hash of their frames. Not a BPF_MAP_TYPE_STACK_TRACE: the
-// kernel's walk reads the frame pointer it ends at, usually 0, and the
-// fault that costs is the largest single part of an allocation's cost in a
-// VM. The walk below stops before it.
+// Stacks by the hash of their frames and process. Not a
+// BPF_MAP_TYPE_STACK_TRACE: the kernel's walk reads the frame pointer it
+// ends at, usually 0, and the fault that costs is the largest single part
+// of an allocation's cost in a VM. The walk below stops before it.
+//
+// stacks holds the frames of the stacks user space has not read yet; once
+// it has, it puts the stack's key in known and deletes its frames, so that
+// stacks holds only those in flight (a kilobyte each) and known the ones
+// already seen (a few bytes each): a program with a million distinct
+// stacks needs a million keys, not a gigabyte of frames. A stack in known
+// is not compared frame by frame again (its 64-bit hash, seeded with the
+// process, stands for it).
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__type(key, __u64);
 	__type(value, struct stack);
 	__uint(max_entries, 1 << 14); // resized by the loader
 } stacks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, __u64);
+	__type(value, __u8);
+	__uint(max_entries, 1 << 20); // resized by the loader
+} known SEC(".maps");
 
 
 struct {
@@ -83,13 +99,24 @@ struct {
 // Unwinding with tables (see heapscope.h), when uw is set at load time.
 volatile const __u8 uw;
 
-struct {
+// The entries are in chunks of UW_CHUNK_ENTRIES, arrays user space makes
+// as tables need room (up to its budget) and frees when they empty. All
+// chunks have one size, so that the verifier inlines their lookups as it
+// does a plain array's.
+struct uw_chunk {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(map_flags, BPF_F_MMAPABLE);
 	__type(key, __u32);
 	__type(value, __u64);
-	__uint(max_entries, 1); // sized by the loader
-} uw_entries SEC(".maps");
+	__uint(max_entries, UW_CHUNK_ENTRIES);
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, UW_MAX_CHUNKS);
+	__type(key, __u32);
+	__array(values, struct uw_chunk);
+} uw_chunks SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -225,7 +252,10 @@ struct walk {
 	__u64 pc;
 	__u64 *rules; // the thread's rules of the last stack's frames
 	__u32 reuse;  // they are valid (same generation of ranges)
-	__u32 pad;
+	// How the walk ended: at the thread's first frame (whole), at the
+	// depth limit (deep), or neither (cut: the chain was lost), after a
+	// frame in code no table covered (notable).
+	__u8 whole, deep, notable, pad;
 };
 
 static __always_inline __u64 mix(__u64 h, __u64 v)
@@ -258,7 +288,15 @@ static __always_inline void load_window(struct walk *w, __u64 at, __u64 need)
 static long walk_step(__u32 i, struct walk *w)
 {
 	__u32 at = (i + 1) & 127;
-	if (i + 1 >= MAX_FRAMES || w->fp < w->lo || w->fp - w->lo > MAX_STACK_SPAN || w->fp & 7)
+	if (i + 1 >= MAX_FRAMES) {
+		w->deep = 1;
+		return 1;
+	}
+	if (!w->fp) {
+		w->whole = 1; // the outermost frame clears it
+		return 1;
+	}
+	if (w->fp < w->lo || w->fp - w->lo > MAX_STACK_SPAN || w->fp & 7)
 		return 1;
 	// The saved frame pointer and the return address, from the window
 	// (which it leaves for the frame when it is not there).
@@ -271,8 +309,10 @@ static long walk_step(__u32 i, struct walk *w)
 		return 1;
 	__u32 k = (off >> 3) & (WINDOW / 8 - 1);
 	__u64 fp = w->win[k], ret = w->win[k + 1];
-	if (!ret)
+	if (!ret) {
+		w->whole = 1;
 		return 1;
+	}
 	w->same &= w->s->ip[at] == ret;
 	w->s->ip[at] = ret;
 	w->hash = mix(w->hash, ret);
@@ -300,12 +340,14 @@ static __always_inline int wread(struct walk *w, __u64 addr, __u64 *v)
 }
 
 // uw_find returns the table entry for pc (a caller's: pc - 1 is looked up)
-// in the process's ranges, or 0 (fallback) when no table covers it.
+// in the process's ranges: 0 (fallback) where a table has no rule, and
+// UW_NOTABLE where no table covers pc (a file without one, code not in a
+// file).
 static __always_inline __u64 uw_find(struct uw_proc *p, __u64 pc)
 {
 	__u32 n = p->n;
 	if (n == 0 || n > UW_MAX_RANGES)
-		return 0;
+		return UW_NOTABLE;
 	// The last range with start <= pc.
 	__u32 lo = 0;
 #pragma unroll
@@ -320,13 +362,17 @@ static __always_inline __u64 uw_find(struct uw_proc *p, __u64 pc)
 	}
 	struct uw_range *r = &p->r[lo & (UW_MAX_RANGES - 1)];
 	if (pc < r->start || pc >= r->end || r->count < 2)
-		return 0;
+		return UW_NOTABLE; // a file without a table has a range of count 0
 	__u64 a = pc - r->bias;
 	if (a >> 32)
 		return 0;
+	__u32 ci = r->chunk;
+	void *chunk = bpf_map_lookup_elem(&uw_chunks, &ci);
+	if (!chunk)
+		return UW_NOTABLE; // freed meanwhile
 	// The last entry with addr <= a.
 	__u32 first = r->first, cnt = r->count, at = first;
-	__u64 *e = bpf_map_lookup_elem(&uw_entries, &at);
+	__u64 *e = bpf_map_lookup_elem(chunk, &at);
 	if (!e || (__u32)*e > a)
 		return 0;
 #pragma unroll
@@ -334,7 +380,7 @@ static __always_inline __u64 uw_find(struct uw_proc *p, __u64 pc)
 		__u32 half = cnt >> 1;
 		if (cnt > 1) {
 			__u32 mid = at + half;
-			e = bpf_map_lookup_elem(&uw_entries, &mid);
+			e = bpf_map_lookup_elem(chunk, &mid);
 			if (!e)
 				return 0;
 			if ((__u32)*e <= a)
@@ -344,7 +390,7 @@ static __always_inline __u64 uw_find(struct uw_proc *p, __u64 pc)
 	}
 	if (at == first + r->count - 1)
 		return 0; // the end marker: past the covered range
-	e = bpf_map_lookup_elem(&uw_entries, &at);
+	e = bpf_map_lookup_elem(chunk, &at);
 	return e ? *e : 0;
 }
 
@@ -355,7 +401,7 @@ static long uw_step(__u32 i, struct walk *w)
 {
 	__u32 at = (i + 1) & 127;
 	if (i + 1 >= MAX_FRAMES) {
-		count(CTR_STACKS_CUT);
+		w->deep = 1;
 		return 1;
 	}
 	// A frame of the thread's last stack, with all those before it the
@@ -373,6 +419,7 @@ static long uw_step(__u32 i, struct walk *w)
 	__u64 cfa, ret = 0, fp = w->fp;
 	switch (kind) {
 	case UW_KIND_END:
+		w->whole = 1;
 		return 1;
 	case UW_KIND_RSP:
 		cfa = w->lo + off;
@@ -384,10 +431,17 @@ static long uw_step(__u32 i, struct walk *w)
 		cfa = w->lo + off + ((w->pc & 15) >= (__u8)aux ? 8 : 0);
 		aux = 0;
 		break;
+	case UW_KIND_NOTABLE:
+		w->notable = 1;
+		// fall through
 	default:
 		// No rule: the frame pointer, if it is one (above the stack
-		// pointer, within the stack).
+		// pointer, within the stack; 0 in the outermost frame).
 		count(CTR_UW_FALLBACK);
+		if (!w->fp) {
+			w->whole = 1;
+			return 1;
+		}
 		if (w->fp < w->lo || w->fp - w->lo > MAX_STACK_SPAN)
 			return 1;
 		cfa = w->fp + 16;
@@ -395,8 +449,12 @@ static long uw_step(__u32 i, struct walk *w)
 	}
 	if (cfa <= w->lo || cfa - w->lo > MAX_STACK_SPAN)
 		return 1; // a caller's frame is above its callee's
-	if (wread(w, cfa - 8, &ret) || !ret)
+	if (wread(w, cfa - 8, &ret))
 		return 1;
+	if (!ret) {
+		w->whole = 1;
+		return 1;
+	}
 	if (aux && wread(w, cfa + (__s64)aux * 8, &fp))
 		return 1;
 	w->same &= w->s->ip[at] == ret;
@@ -421,20 +479,38 @@ static long same_step(__u32 i, struct walk *w)
 	return 0;
 }
 
+// stack_end counts how a stored stack's walk ended, when it did not reach
+// the thread's first frame. A walk by frame pointer alone cannot tell
+// (the C library's first frames have none): only a walk with tables is
+// judged, whose tables mark the outermost frames.
+static __always_inline void stack_end(struct walk *w)
+{
+	if (w->deep) {
+		count(CTR_STACKS_CUT);
+	} else if (!w->whole && w->uw) {
+		count(CTR_STACKS_BROKEN);
+		if (w->notable)
+			count(CTR_STACKS_NOTABLE);
+	}
+}
+
 // take_stack returns the key of the current user stack, walking the frame
 // pointers from fp, above stack pointer sp. Its innermost frame (the return
 // address into the allocator's caller) is first, or if first is 0 the word
 // at ret, where the stack pointer was at the function's entry. It puts the
 // stack together in the thread's scratch (per thread, not per CPU: a
 // uprobe's program can be preempted by another thread's), where the last
-// one stays: a stack the same as the thread's last needs no look-up. It
-// returns NO_STACK when the stack cannot be stored (the map is full, or
-// another stack has its hash), after counting it lost. The loops are
-// bpf_loop callbacks: the verifier checks each body once.
+// one stays: a stack the same as the thread's last needs no look-up. The
+// key is a hash of the frames seeded with the process (stacks are scoped
+// by process: one stack of two processes is two keys). It returns NO_STACK
+// when the stack cannot be stored (the map is full, or another stack has
+// its hash), after counting it lost. The loops are bpf_loop callbacks: the
+// verifier checks each body once.
 static __u64 take_stack(struct thread *t, __u64 first, __u64 fp, __u64 sp, __u64 ret)
 {
 	struct stack *s = &t->scratch;
 	struct walk w = {.s = s, .win = t->window, .fp = fp, .lo = sp, .n = 1};
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	// One read for the return address and, usually, the first frames.
 	load_window(&w, first ? sp : ret, 8);
 	// The caller's stack pointer: at a return, sp; at an entry, above
@@ -444,11 +520,9 @@ static __u64 take_stack(struct thread *t, __u64 first, __u64 fp, __u64 sp, __u64
 		first = t->window[0];
 	w.same = t->last_stack != NO_STACK && s->ip[0] == first;
 	s->ip[0] = first;
-	w.hash = mix(0x9E3779B97F4A7C15ULL, first);
-	if (uw) {
-		__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	w.hash = mix(0x9E3779B97F4A7C15ULL ^ tgid, first);
+	if (uw)
 		w.uw = bpf_map_lookup_elem(&uw_procs, &tgid);
-	}
 	if (w.uw) {
 		w.pc = first;
 		w.lo = csp;
@@ -460,16 +534,28 @@ static __u64 take_stack(struct thread *t, __u64 first, __u64 fp, __u64 sp, __u64
 	} else {
 		bpf_loop(MAX_FRAMES - 1, walk_step, &w, 0);
 	}
+	// The loop ends after MAX_FRAMES - 1 steps: a stack that filled them
+	// may go on.
+	if (!w.whole && w.n >= MAX_FRAMES)
+		w.deep = 1;
 	__u32 n = w.n & 127;
 	s->ip[n] = 0;
-	if (w.same && n == t->last_n)
+	if (w.same && n == t->last_n) {
+		stack_end(&w);
 		return t->last_stack; // stored, and checked, when it was taken
+	}
 	t->last_stack = NO_STACK;
 	t->last_n = n;
 	__u64 h = w.hash;
 	if (h == NO_STACK)
 		h = 1;
 
+	if (bpf_map_lookup_elem(&known, &h)) {
+		// User space has it.
+		stack_end(&w);
+		t->last_stack = h;
+		return h;
+	}
 	struct stack *old = bpf_map_lookup_elem(&stacks, &h);
 	if (old) {
 		w.old = old;
@@ -478,6 +564,7 @@ static __u64 take_stack(struct thread *t, __u64 first, __u64 fp, __u64 sp, __u64
 			count(CTR_STACKS_LOST);
 			return NO_STACK;
 		}
+		stack_end(&w);
 		t->last_stack = h;
 		return h;
 	}
@@ -486,6 +573,9 @@ static __u64 take_stack(struct thread *t, __u64 first, __u64 fp, __u64 sp, __u64
 		count(CTR_STACKS_LOST);
 		return NO_STACK;
 	}
+	if (!err)
+		count(CTR_STACKS_STORED);
+	stack_end(&w);
 	t->last_stack = h;
 	return h;
 }
