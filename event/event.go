@@ -305,6 +305,11 @@ type Stack struct {
 }
 
 // Process describes a traced process when tracing of it begins.
+//
+// A Process record with the pid and time of the last one of its pid updates
+// that process's command line (a program that wrote its title over its
+// argv, or a forked child that took a title of its own); one with a time
+// of its own begins a new image of the pid (an exec).
 type Process struct {
 	PID     uint32
 	PPID    uint32

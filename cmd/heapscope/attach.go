@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -33,6 +34,7 @@ after --duration, on Ctrl-C or SIGTERM, or on 'heapscope stop NAME'. Use
 			unwind := heapscope.Tables
 			fs.TextVar(&unwind, "unwind", unwind, "stack walker `UNWINDER`: "+choices(heapscope.Tables, heapscope.FramePointers, heapscope.DWARF)+". tables (unwind tables built from each file's .eh_frame,\nwalked in BPF: complete stacks on code built without frame pointers; dwarf is a synonym) or fp (frame pointers only:\nshort stacks on such code)")
 			noFollow := fs.Bool("no-follow-fork", false, "trace only the given processes, not the children they fork (an exec goes on as the same process)")
+			withChildren := fs.Bool("with-children", false, "also trace the children the processes have already (an nginx master's workers), and theirs")
 			return func(args []string) error {
 				if len(args) > 0 {
 					return usagef("unexpected arguments %q", args)
@@ -51,10 +53,45 @@ after --duration, on Ctrl-C or SIGTERM, or on 'heapscope stop NAME'. Use
 				props.Provider = heapscope.ProviderEBPF
 				props.NoFollowFork = *noFollow
 				props.Unwind = unwind
+				pids, untraced := withDescendants(pids, *withChildren)
+				if len(untraced) > 0 {
+					fmt.Fprintf(os.Stderr, "heapscope: not tracing the children that exist already (the children forked from now on are traced): %s; --with-children traces them too\n", strings.Join(untraced, ", "))
+				}
 				return attach(sf, props, pids, *duration)
 			}
 		},
 	})
+}
+
+// withDescendants returns pids and, if all, the processes that descend
+// from them now; and, if not, those processes, described ("pid (title)"),
+// for a note that they are not traced.
+func withDescendants(pids []int, all bool) ([]int, []string) {
+	in := map[int]bool{}
+	for _, p := range pids {
+		in[p] = true
+	}
+	var untraced []string
+	out := append([]int(nil), pids...)
+	for i := 0; i < len(out); i++ {
+		kids, _ := proc.Children(out[i])
+		for _, k := range kids {
+			if in[k] {
+				continue
+			}
+			in[k] = true
+			if all {
+				out = append(out, k)
+				continue
+			}
+			title := "?"
+			if argv, err := proc.Cmdline(k); err == nil && len(argv) > 0 {
+				title = strings.Join(argv, " ")
+			}
+			untraced = append(untraced, fmt.Sprintf("%d (%s)", k, title))
+		}
+	}
+	return out, untraced
 }
 
 func attach(sf sessionFlags, props heapscope.Properties, pids []int, duration time.Duration) error {

@@ -61,7 +61,22 @@ type infoSink struct {
 	stats     *event.Stats
 }
 
-func (s *infoSink) Process(p event.Process) error { s.procs = append(s.procs, p); return nil }
+// Process lists p, or updates the process it is the same as: a record with
+// the pid and time of the last one of its pid is that process's, with a
+// new command line (a program that wrote its title over its argv).
+func (s *infoSink) Process(p event.Process) error {
+	for i := len(s.procs) - 1; i >= 0; i-- {
+		if q := &s.procs[i]; q.PID == p.PID {
+			if q.Time == p.Time {
+				*q = p
+				return nil
+			}
+			break
+		}
+	}
+	s.procs = append(s.procs, p)
+	return nil
+}
 func (s *infoSink) Exit(x event.Exit) error {
 	s.exits[x.PID] = append(s.exits[x.PID], x)
 	return nil

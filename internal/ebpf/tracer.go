@@ -103,6 +103,9 @@ type tracee struct {
 	launched bool
 	report   chan exitStatus
 	endOnce  sync.Once
+	info     event.Process // its Process record, as last sent (under out)
+	ended    chan struct{} // closed when end begins
+	execd    bool          // ended by an exec (its command line is the new image's)
 }
 
 type exitStatus struct{ status, signal int32 }

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -249,4 +250,25 @@ func mappedBuildID(pid int, m Mapping) string {
 	}
 	id, _ := buildid.ELF(ef)
 	return id
+}
+
+// Children returns the processes whose parent is pid, in order: read from
+// each process's stat (a process that ends meanwhile is left out).
+func Children(pid int) ([]int, error) {
+	ents, err := os.ReadDir(Root)
+	if err != nil {
+		return nil, err
+	}
+	var kids []int
+	for _, e := range ents {
+		c, err := strconv.Atoi(e.Name())
+		if err != nil || c == pid {
+			continue
+		}
+		if st, err := ReadStat(c); err == nil && st.PPID == pid {
+			kids = append(kids, c)
+		}
+	}
+	sort.Ints(kids)
+	return kids, nil
 }
