@@ -79,6 +79,7 @@ func (t *Tracer) attachLocked(pid int, o attachOptions) error {
 		return fmt.Errorf("ebpf: pid %d: pidfd_open: %w", pid, err)
 	}
 	p := &tracee{pid: pid, pidfd: pidfd, launched: o.launched, report: make(chan exitStatus, 1), ended: make(chan struct{})}
+	p.root, _ = proc.OpenRoot(pid) // nil if it cannot be opened: names are read while it lives
 	if t.cfg.Mode == event.Aggregate {
 		if p.pidx, err = t.newPidx(); err != nil {
 			unix.Close(pidfd)
@@ -91,6 +92,9 @@ func (t *Tracer) attachLocked(pid int, o attachOptions) error {
 		}
 		t.freePidx(p.pidx)
 		unix.Close(pidfd)
+		if p.root != nil {
+			p.root.Close()
+		}
 		return err
 	}
 	t.mu.Lock()
@@ -550,6 +554,9 @@ func (t *Tracer) end(p *tracee, exited bool) {
 		delete(t.known, uint32(p.pid))
 		t.out.Unlock()
 		unix.Close(p.pidfd)
+		if p.root != nil {
+			p.root.Close()
+		}
 
 		t.mu.Lock()
 		delete(t.procs, p.pid)

@@ -2,7 +2,9 @@ package ebpf
 
 import (
 	"debug/elf"
+	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -113,7 +115,13 @@ func (t *Tracer) library(l *heapscopeLib) {
 		return
 	}
 	pid, base := l.Pid, l.Base
-	if mods, ok := t.readModules(pid, ms, func() ([]event.Module, error) { return objectModules(pid, name, base) }); ok {
+	var root *os.File
+	t.mu.Lock()
+	if p := t.procs[int(pid)]; p != nil {
+		root = p.root
+	}
+	t.mu.Unlock()
+	if mods, ok := t.readModules(pid, ms, func() ([]event.Module, error) { return objectModules(pid, name, base, root) }); ok {
 		t.out.Lock()
 		if t.modules[pid] == ms {
 			t.sendModules(ms, mods)
@@ -203,9 +211,14 @@ func cString(b []int8) string {
 
 // objectModules returns the executable segments of the ELF file name,
 // loaded at base in pid, as the mappings the loader made of them. The file
-// is opened by proc.OpenInRoot: only a regular file pid maps.
-func objectModules(pid uint32, name string, base uint64) ([]event.Module, error) {
+// is opened by proc.OpenInRoot while pid lives, and once it has exited by
+// proc.OpenIn in its root, opened at attach (nil: not at all): only ever a
+// regular file, resolved in the process's root.
+func objectModules(pid uint32, name string, base uint64, root *os.File) ([]event.Module, error) {
 	fd, err := proc.OpenInRoot(int(pid), name, base)
+	if err != nil && !errors.Is(err, proc.ErrNotRegular) && root != nil {
+		fd, err = proc.OpenIn(root, name)
+	}
 	if err != nil {
 		return nil, err
 	}

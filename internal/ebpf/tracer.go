@@ -104,6 +104,7 @@ type tracee struct {
 	report   chan exitStatus
 	endOnce  sync.Once
 	info     event.Process // its Process record, as last sent (under out)
+	root     *os.File      // its root directory (proc.OpenRoot), for names it gives once it has exited
 	ended    chan struct{} // closed when end begins
 	execd    bool          // ended by an exec (its command line is the new image's)
 }

@@ -34,10 +34,10 @@ func OpenMapped(pid int, m Mapping) (*os.File, error) {
 }
 
 // OpenInRoot opens for reading the regular file name (an absolute path a
-// traced process named: a dynamic loader's l_name) in pid's root, on the
-// terms of OpenMapped, when it is a file pid maps: the mapping that starts
-// at base (a shared object's first segment, at its load address), or
-// else any file mapping with the same device and inode.
+// traced process named: a dynamic loader's l_name), on the terms of
+// OpenMapped: the file of the mapping that starts at base (a shared
+// object's first segment, at its load address), else name resolved in
+// pid's root (OpenIn).
 func OpenInRoot(pid int, name string, base uint64) (*os.File, error) {
 	maps, err := ReadMaps(pid)
 	if err != nil {
@@ -48,15 +48,42 @@ func OpenInRoot(pid int, name string, base uint64) (*os.File, error) {
 			return OpenMapped(pid, m)
 		}
 	}
-	mapped := func(st *unix.Stat_t) bool {
-		for _, m := range maps {
-			if m.File() && st.Ino == m.Inode && devString(st.Dev) == m.Dev {
-				return true
-			}
-		}
-		return false
+	root, err := OpenRoot(pid)
+	if err != nil {
+		return nil, err
 	}
-	return openRegular(path(pid, "root")+name, unix.O_NOFOLLOW, mapped)
+	defer root.Close()
+	return OpenIn(root, name)
+}
+
+// OpenRoot opens pid's root directory as a descriptor that names it
+// (O_PATH), in which OpenIn resolves the paths the process gives, also
+// once it has exited.
+func OpenRoot(pid int) (*os.File, error) {
+	p := path(pid, "root")
+	fd, err := unix.Open(p, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, wrap(pid, err)
+	}
+	return os.NewFile(uintptr(fd), p), nil
+}
+
+// OpenIn opens for reading the regular file name in root (from OpenRoot),
+// resolved as the process would resolve it but never outside root
+// (RESOLVE_IN_ROOT: a symbolic link or .. stays in it) nor through a
+// /proc magic link, looked at (O_PATH, fstat) before it is opened, and
+// then opened without blocking: a FIFO or device is refused, not opened.
+func OpenIn(root *os.File, name string) (*os.File, error) {
+	how := unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS}
+	pfd, err := unix.Openat2(int(root.Fd()), name, &how)
+	if errors.Is(err, unix.ENOSYS) { // before Linux 5.6: not following a last link
+		pfd, err = unix.Openat(int(root.Fd()), "."+name, unix.O_PATH|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	}
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: root.Name() + name, Err: err}
+	}
+	defer unix.Close(pfd)
+	return reopen(pfd, root.Name()+name, func(*unix.Stat_t) bool { return true })
 }
 
 // openRegular opens p read-only and non-blocking if, looked at through an
@@ -69,6 +96,12 @@ func openRegular(p string, flags int, ok func(*unix.Stat_t) bool) (*os.File, err
 		return nil, &os.PathError{Op: "open", Path: p, Err: err}
 	}
 	defer unix.Close(pfd)
+	return reopen(pfd, p, ok)
+}
+
+// reopen opens the file of O_PATH descriptor pfd for reading, without
+// blocking, if it is a regular file that ok accepts.
+func reopen(pfd int, p string, ok func(*unix.Stat_t) bool) (*os.File, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(pfd, &st); err != nil {
 		return nil, &os.PathError{Op: "fstat", Path: p, Err: err}

@@ -343,8 +343,10 @@ static __always_inline int wread(struct walk *w, __u64 addr, __u64 *v)
 // in the process's ranges: 0 (fallback) where a table has no rule, and
 // UW_NOTABLE where no table covers pc (a file without one, code not in a
 // file).
-static __always_inline __u64 uw_find(struct uw_proc *p, __u64 pc)
+__noinline __u64 uw_find(struct uw_proc *p, __u64 pc)
 {
+	if (!p)
+		return UW_NOTABLE;
 	__u32 n = p->n;
 	if (n == 0 || n > UW_MAX_RANGES)
 		return UW_NOTABLE;
@@ -505,9 +507,12 @@ static __always_inline void stack_end(struct walk *w)
 // by process: one stack of two processes is two keys). It returns NO_STACK
 // when the stack cannot be stored (the map is full, or another stack has
 // its hash), after counting it lost. The loops are bpf_loop callbacks: the
-// verifier checks each body once.
-static __u64 take_stack(struct thread *t, __u64 first, __u64 fp, __u64 sp, __u64 ret)
+// verifier checks each body once, and take_stack itself is a global
+// function, checked once rather than where each program calls it.
+__noinline __u64 take_stack(struct thread *t, __u64 first, __u64 fp, __u64 sp, __u64 ret)
 {
+	if (!t)
+		return NO_STACK;
 	struct stack *s = &t->scratch;
 	struct walk w = {.s = s, .win = t->window, .fp = fp, .lo = sp, .n = 1};
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
