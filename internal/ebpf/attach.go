@@ -534,7 +534,7 @@ func (t *Tracer) end(p *tracee, exited bool) {
 		t.drain()
 		if t.cfg.Mode == event.Aggregate {
 			t.snapshot([]int{p.pid}, true)
-			t.purge(p.pidx)
+			t.purge(p.pid, p.pidx)
 			t.freePidx(p.pidx)
 		}
 

@@ -17,10 +17,7 @@ const (
 	DefaultFlushInterval = time.Second
 
 	minRingSize = 4096
-	// aggregateRingSize is the ring of aggregate mode, which carries only
-	// the loader's lists of libraries.
-	aggregateRingSize = 64 << 10
-	maxMapSize        = 1 << 31
+	maxMapSize  = 1 << 31
 	// maxSample bounds Config.Sample: the BPF draw multiplies it by a
 	// number below 2^21 in 64 bits.
 	maxSample = 1 << 40
@@ -49,8 +46,13 @@ type Config struct {
 	// MaxLive is how many live blocks aggregate mode is sized for: its
 	// table has room for twice as many, and fills up at about one and a
 	// half times as many (a block finds both the table's buckets it may
-	// go in full). An allocation that finds no room is lost (counted as
-	// event.LostMapFull).
+	// go in full). A block that finds no room (or whose stack finds none
+	// in the totals, sized by StackMapSize) is sent through the ring and
+	// kept by this process, and so are, from then on, the frees of its
+	// process that the table does not find: the table's size bounds the
+	// kernel's part, not the live set. When sampling, such a block is lost
+	// instead (counted as event.LostMapFull), as is, in stream mode, a
+	// sampled block that finds the sampled map (MaxLive entries) full.
 	MaxLive int
 	// StackMapSize is how many stacks the BPF side holds the frames of
 	// until this process has read them (0: DefaultStackMapSize): new

@@ -28,6 +28,10 @@ const (
 	maxWindows      = 16
 	windowRanges    = 4
 
+	// Aggregate mode's spills (struct event's spill).
+	spillNew = 1
+	spillOld = 2
+
 	// Aggregate mode's tables.
 	bucketSlots = 8
 	keyBusy     = 1 << 63

@@ -59,6 +59,8 @@ func TestHeaderConstants(t *testing.T) {
 		"UW_MAX_RANGES":      uwMaxRanges,
 		"UW_CHUNK_ENTRIES":   uwChunkEntries,
 		"UW_MAX_CHUNKS":      uwMaxChunks,
+		"SPILL_NEW":          spillNew,
+		"SPILL_OLD":          spillOld,
 		"NO_STACK":           0,
 		"HEAP_LIBC":          int64(event.HeapLibc),
 		"HEAP_EXE":           int64(event.HeapExe),

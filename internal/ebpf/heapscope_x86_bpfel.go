@@ -31,7 +31,8 @@ type heapscopeEvent struct {
 	Kind    uint8
 	Func    uint8
 	Heap    uint8
-	Pad     [5]uint8
+	Spill   uint8
+	Wobjs   uint32
 }
 
 type heapscopeLib struct {
@@ -150,6 +151,7 @@ const (
 	heapscopeMapLiveKeys         = "live_keys"
 	heapscopeMapLiveVals         = "live_vals"
 	heapscopeMapSampled          = "sampled"
+	heapscopeMapSpilling         = "spilling"
 	heapscopeMapStacks           = "stacks"
 	heapscopeMapThreads          = "threads"
 	heapscopeMapTotalsKeys       = "totals_keys"
@@ -266,6 +268,7 @@ type heapscopeMapSpecs struct {
 	LiveKeys      *ebpf.MapSpec `ebpf:"live_keys"`
 	LiveVals      *ebpf.MapSpec `ebpf:"live_vals"`
 	Sampled       *ebpf.MapSpec `ebpf:"sampled"`
+	Spilling      *ebpf.MapSpec `ebpf:"spilling"`
 	Stacks        *ebpf.MapSpec `ebpf:"stacks"`
 	Threads       *ebpf.MapSpec `ebpf:"threads"`
 	TotalsKeys    *ebpf.MapSpec `ebpf:"totals_keys"`
@@ -322,6 +325,7 @@ type heapscopeMaps struct {
 	LiveKeys      *ebpf.Map `ebpf:"live_keys"`
 	LiveVals      *ebpf.Map `ebpf:"live_vals"`
 	Sampled       *ebpf.Map `ebpf:"sampled"`
+	Spilling      *ebpf.Map `ebpf:"spilling"`
 	Stacks        *ebpf.Map `ebpf:"stacks"`
 	Threads       *ebpf.Map `ebpf:"threads"`
 	TotalsKeys    *ebpf.Map `ebpf:"totals_keys"`
@@ -342,6 +346,7 @@ func (m *heapscopeMaps) Close() error {
 		m.LiveKeys,
 		m.LiveVals,
 		m.Sampled,
+		m.Spilling,
 		m.Stacks,
 		m.Threads,
 		m.TotalsKeys,

@@ -165,3 +165,53 @@ func TestStacksEvicted(t *testing.T) {
 			n, rounds*per, len(distinct), without, st.StacksLost, st.StacksCut)
 	}
 }
+
+// TestStacksEvictedAggregate is TestStacksEvicted in aggregate mode, with
+// no snapshot before the last: the stacks are read as they come (every
+// quarter of a second), not only at snapshots, so that the stack map need
+// not hold all of them; the totals the tables cannot hold come through
+// the ring. Each of the 8,400 stacks has its allocation in the totals.
+func TestStacksEvictedAggregate(t *testing.T) {
+	bin := testutil.MustBuild(t, "ebpf_stacks", testutil.Options{Flags: []string{"-fno-optimize-sibling-calls"}})
+	const rounds, per = 12, 700
+	rec := newRecorder(t)
+	tr := newTracer(t, Config{Mode: event.Aggregate, StackMapSize: 1024, UnwindTables: true}, rec)
+	w := traced(t, tr, bin, strconv.Itoa(rounds), strconv.Itoa(per))
+	for r := 0; r < rounds-1; r++ {
+		w.expect(t, "round ")
+		// A harvest, not a snapshot, reads the round's stacks, and the
+		// stack map lets their frames go.
+		waitFor(t, func() bool {
+			rec.mu.Lock()
+			read := len(rec.stacks[uint32(w.pid())])
+			rec.mu.Unlock()
+			var k uint64
+			var v heapscopeStack
+			inMap := 0
+			for it := tr.objs.stacks.Iterate(); it.Next(&k, &v); {
+				inMap++
+			}
+			return read >= (r+1)*per && inMap == 0
+		})
+		w.release(t)
+	}
+	w.expect(t, "done")
+	mustFlush(t, tr)
+	sns := rec.snapshotsOf(w.pid())
+	if len(sns) != 1 {
+		t.Fatalf("%d snapshots, want the one of the Flush", len(sns))
+	}
+	n, distinct := uint64(0), map[string]bool{}
+	for _, st := range sns[0].Totals {
+		fr := rec.frames(w.pid(), st.Stack)
+		if len(fr) > 16 {
+			n += st.Allocs
+			distinct[fmt.Sprint(fr)] = true
+		}
+	}
+	s := tr.Stats()
+	t.Logf("%d allocations in %d distinct deep stacks; stats %+v", n, len(distinct), s)
+	if n != rounds*per || len(distinct) != rounds*per || s.StacksLost != 0 || s.TotalLost() != 0 {
+		t.Errorf("%d allocations in %d distinct deep stacks (want %d), %d stacks lost, %d events lost", n, len(distinct), rounds*per, s.StacksLost, s.TotalLost())
+	}
+}

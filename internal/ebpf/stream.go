@@ -127,11 +127,11 @@ func (t *Tracer) read() {
 	// The deadline is set after each batch: an event waits at most
 	// FlushInterval after the last one. (Setting it for each record
 	// costs a clock read per event.)
-	deadline := func() {
-		if t.cfg.Mode == event.Stream {
-			t.rd.SetDeadline(time.Now().Add(t.cfg.FlushInterval))
-		} // else only library records, which wake the reader
+	every := t.cfg.FlushInterval
+	if every == 0 { // aggregate mode's snapshots only at Flush: what it spills still comes
+		every = DefaultFlushInterval
 	}
+	deadline := func() { t.rd.SetDeadline(time.Now().Add(every)) }
 	queue := func() {
 		if len(pending) > 0 {
 			q.push(item{events: pending})
@@ -226,6 +226,8 @@ func decodeEvent(b []byte) (heapscopeEvent, bool) {
 		Kind:    b[56],
 		Func:    b[57],
 		Heap:    b[58],
+		Spill:   b[59],
+		Wobjs:   le.Uint32(b[60:]),
 	}, true
 }
 
@@ -234,6 +236,10 @@ func decodeEvent(b []byte) (heapscopeEvent, bool) {
 func (t *Tracer) deliver(raw []heapscopeEvent) {
 	t.out.Lock()
 	defer t.out.Unlock()
+	if t.cfg.Mode == event.Aggregate {
+		t.spill(raw)
+		return
+	}
 	batch := t.batch[:0]
 	for _, r := range raw {
 		if !t.known[r.Pid] {

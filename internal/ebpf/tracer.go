@@ -68,6 +68,10 @@ type Tracer struct {
 	sinkErr     error
 	delivered   atomic.Uint64
 	userLost    atomic.Uint64 // stacks unreadable from user space
+	// Aggregate mode: what the tables could not hold, by pid (under out),
+	// and the frees of spilling processes that matched no block.
+	spilled        map[uint32]*spillProc
+	spillUnmatched atomic.Uint64
 
 	// life guards the kernel objects' lifetime: Flush and SetStacks hold
 	// it for reading; Close takes it to free them.
@@ -184,6 +188,10 @@ func New(cfg Config, sink event.Sink) (*Tracer, error) {
 		t.wg.Add(1)
 		go t.tick()
 	}
+	if cfg.Mode == event.Aggregate {
+		t.wg.Add(1)
+		go t.harvest()
+	}
 	return t, nil
 }
 
@@ -221,7 +229,8 @@ func (t *Tracer) load() error {
 	if t.cfg.Mode == event.Stream {
 		spec.Maps["events"].MaxEntries = uint32(t.cfg.RingSize)
 	} else {
-		spec.Maps["events"].MaxEntries = aggregateRingSize
+		// What the tables cannot hold comes through the ring.
+		spec.Maps["events"].MaxEntries = uint32(t.cfg.RingSize)
 		liveSlots, totalSlots = tableSlots(t.cfg.MaxLive), tableSlots(t.cfg.StackMapSize)
 		if err := t.checkTableMemory(liveSlots, totalSlots); err != nil {
 			return err
@@ -281,6 +290,7 @@ func (t *Tracer) load() error {
 		counters:   coll.Maps["counters"],
 		traced:     coll.Maps["traced"],
 		follow:     coll.Maps["follow"],
+		spilling:   coll.Maps["spilling"],
 		stackKinds: coll.Variables["stack_kinds"],
 	}
 	if t.cfg.UnwindTables {
@@ -318,8 +328,8 @@ func (t *Tracer) checkTableMemory(liveSlots, totalSlots int) error {
 
 // objects are the loaded maps and variables the Go side uses.
 type objects struct {
-	events, stacks, known, counters, traced, follow *ebpf.Map
-	stackKinds                                      *ebpf.Variable
+	events, stacks, known, counters, traced, follow, spilling *ebpf.Map
+	stackKinds                                                *ebpf.Variable
 }
 
 // closeTables unmaps aggregate mode's tables and the unwind tables.
@@ -437,10 +447,10 @@ func (t *Tracer) stats() event.Stats {
 	st.StacksCutDepth = c[ctrStacksCut]
 	st.StacksCutNoTable = c[ctrStacksNoTable]
 	st.Unmatched = c[ctrUnmatched]
-	if t.cfg.Mode == event.Stream {
-		st.Delivered = t.delivered.Load()
-	} else {
-		st.Delivered = c[ctrDelivered]
+	st.Delivered = t.delivered.Load() // in aggregate mode, the calls spilled
+	if t.cfg.Mode == event.Aggregate {
+		st.Delivered += c[ctrDelivered]
+		st.Unmatched += t.spillUnmatched.Load()
 	}
 	return st
 }

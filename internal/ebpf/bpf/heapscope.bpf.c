@@ -189,6 +189,17 @@ struct {
 	__uint(max_entries, 1);
 } sampled SEC(".maps");
 
+// Aggregate mode: the processes (by index) that have sent a block through
+// the ring for want of room in the tables (set by the BPF side, cleared by
+// user space with the process's slots): their frees the tables do not find
+// go through the ring too.
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, __u8);
+	__uint(max_entries, MAX_PIDX + 1);
+} spilling SEC(".maps");
+
 struct task_struct;
 
 static __always_inline void count(__u32 i)
@@ -860,8 +871,14 @@ int smp_weights_test(struct weights_args *a)
 	return 0;
 }
 
-static __always_inline int agg_alloc(__u32 pidx, __u64 addr, __u64 size, __u64 stack)
+// agg_alloc adds a block to the live table and its weights (*wb bytes, *wo
+// objects) to its stack's totals: 0 (also for a failed allocation, which
+// leaves nothing), 1 for a block it cannot key, -1 when a table has no room
+// (the weights are set then too).
+static __always_inline int agg_alloc(__u32 pidx, __u64 addr, __u64 size, __u64 stack, __u64 *wb, __u64 *wo)
 {
+	*wb = size;
+	*wo = 1;
 	if (!addr)
 		return 0; // a failed allocation leaves nothing live
 	if (addr & ~ADDR_MASK) {
@@ -870,6 +887,8 @@ static __always_inline int agg_alloc(__u32 pidx, __u64 addr, __u64 size, __u64 s
 		count(CTR_LOST_OTHER);
 		return 1;
 	}
+	if (sample_rate)
+		smp_weights(size, wb, wo);
 	struct total_val *tv = total_of(pidx, stack);
 	if (!tv)
 		return -1;
@@ -893,31 +912,86 @@ static __always_inline int agg_alloc(__u32 pidx, __u64 addr, __u64 size, __u64 s
 		set_key(&live_keys, n, 0);
 		return -1;
 	}
-	__u64 wb = size, wo = 1;
-	if (sample_rate)
-		smp_weights(size, &wb, &wo);
 	lv->size = size;
 	lv->time = bpf_ktime_get_ns();
 	lv->stack = stack;
-	lv->wbytes = wb;
-	lv->wobjs = wo;
+	lv->wbytes = *wb;
+	lv->wobjs = *wo;
 	set_key(&live_keys, n, key);
 	// Shared by CPUs, and the program may be preempted: atomics.
-	__sync_fetch_and_add(&tv->allocs, wo);
-	__sync_fetch_and_add(&tv->alloc_bytes, wb);
+	__sync_fetch_and_add(&tv->allocs, *wo);
+	__sync_fetch_and_add(&tv->alloc_bytes, *wb);
 	return 0;
 }
 
-// agg_free removes a block from the live set. What the stacks freed is not
-// counted here: a block allocated while traced is either live or freed, so
-// user space derives it from the totals and the live set.
-static __always_inline void agg_free(__u32 pidx, __u64 addr)
+// agg_free removes a block from the live set: 0, or -1 when the table does
+// not have it. What the stacks freed is not counted here: a block
+// allocated while traced is either live or freed, so user space derives it
+// from the totals and the live set.
+static __always_inline int agg_free(__u32 pidx, __u64 addr)
 {
 	long n = live_find((__u64)pidx << PIDX_SHIFT | addr);
 	if (n < 0)
-		count(CTR_UNMATCHED);
-	else
-		set_key(&live_keys, n, 0);
+		return -1;
+	set_key(&live_keys, n, 0);
+	return 0;
+}
+
+static __always_inline int spilled(__u32 pidx)
+{
+	__u8 *f = bpf_map_lookup_elem(&spilling, &pidx);
+	return f && *f;
+}
+
+static __always_inline void send_event(__u8 kind, __u8 func, __u8 heap, __u64 addr, __u64 size,
+				       __u64 old_addr, __u64 old_size, __u64 stack, __u8 spill, __u32 wobjs);
+
+// agg_record accounts one call in the tables. What they cannot hold goes
+// through the ring to user space, which keeps it (a spilled block, and the
+// frees of a process that has spilled), rather than being lost: when not
+// sampling, a table's size bounds only how much stays in the kernel.
+static __always_inline void agg_record(__u8 kind, __u8 func, __u8 heap, __u64 addr, __u64 size,
+				       __u64 old_addr, __u64 stack, __u32 pidx)
+{
+	__u8 spill = 0;
+	int err = 0;
+	__u64 wb = 0, wo = 0;
+	switch (kind) {
+	case KIND_ALLOC:
+		err = agg_alloc(pidx, addr, size, stack, &wb, &wo);
+		break;
+	case KIND_FREE:
+		if (agg_free(pidx, addr) < 0) {
+			if (!sample_rate && spilled(pidx))
+				spill = SPILL_OLD;
+			else
+				count(CTR_UNMATCHED);
+		}
+		break;
+	case KIND_REALLOC:
+		// realloc(p, n) that fails leaves p live; realloc(p, 0)
+		// frees p and returns NULL.
+		if (old_addr && (addr || !size) && agg_free(pidx, old_addr) < 0) {
+			if (!sample_rate && spilled(pidx))
+				spill = SPILL_OLD;
+			else
+				count(CTR_UNMATCHED);
+		}
+		err = agg_alloc(pidx, addr, size, stack, &wb, &wo);
+		break;
+	}
+	if (err < 0 && !sample_rate) {
+		__u8 one = 1;
+		bpf_map_update_elem(&spilling, &pidx, &one, BPF_ANY);
+		spill |= SPILL_NEW;
+		err = 0;
+	}
+	if (err < 0)
+		count(CTR_LOST_MAP_FULL);
+	else if (spill)
+		send_event(kind, func, heap, addr, size, old_addr, wb, stack, spill, (__u32)wo);
+	else if (!err)
+		count(CTR_DELIVERED);
 }
 
 // record sends one call to user space (stream) or into the tables
@@ -925,30 +999,16 @@ static __always_inline void agg_free(__u32 pidx, __u64 addr)
 static __always_inline void record(__u8 kind, __u8 func, __u8 heap, __u64 addr, __u64 size,
 				   __u64 old_addr, __u64 old_size, __u64 stack, __u32 pidx)
 {
-	if (aggregate) {
-		int err = 0;
-		switch (kind) {
-		case KIND_ALLOC:
-			err = agg_alloc(pidx, addr, size, stack);
-			break;
-		case KIND_FREE:
-			agg_free(pidx, addr);
-			break;
-		case KIND_REALLOC:
-			// realloc(p, n) that fails leaves p live; realloc(p, 0)
-			// frees p and returns NULL.
-			if (old_addr && (addr || !size))
-				agg_free(pidx, old_addr);
-			err = agg_alloc(pidx, addr, size, stack);
-			break;
-		}
-		if (err < 0)
-			count(CTR_LOST_MAP_FULL);
-		else if (!err)
-			count(CTR_DELIVERED);
-		return;
-	}
+	if (aggregate)
+		agg_record(kind, func, heap, addr, size, old_addr, stack, pidx);
+	else
+		send_event(kind, func, heap, addr, size, old_addr, old_size, stack, 0, 0);
+}
 
+// send_event puts one call in the ring.
+static __always_inline void send_event(__u8 kind, __u8 func, __u8 heap, __u64 addr, __u64 size,
+				       __u64 old_addr, __u64 old_size, __u64 stack, __u8 spill, __u32 wobjs)
+{
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tgid = id >> 32;
 
@@ -982,6 +1042,8 @@ static __always_inline void record(__u8 kind, __u8 func, __u8 heap, __u64 addr, 
 	e->kind = kind;
 	e->func = func;
 	e->heap = heap;
+	e->spill = spill;
+	e->wobjs = wobjs;
 	bpf_ringbuf_submit(e, wakeup);
 }
 

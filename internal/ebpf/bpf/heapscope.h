@@ -167,8 +167,16 @@ struct event {
 	__u8 kind;
 	__u8 func;
 	__u8 heap;
-	__u8 pad[5];
+	__u8 spill; // aggregate mode: SPILL_* (stream mode: 0)
+	__u32 wobjs; // aggregate mode, SPILL_NEW: the block's weight in objects (wbytes is old_size)
 };
+
+// Aggregate mode sends through the ring what its tables cannot hold (see
+// record): a block with no room (SPILL_NEW, with its weights), and, once a
+// process has spilled, the frees the tables do not find (SPILL_OLD), which
+// may be of a spilled block.
+#define SPILL_NEW 1
+#define SPILL_OLD 2
 
 // A loaded object, from the dynamic loader's list (struct link_map), sent
 // through the ring when the loader says its list changed. Told from a struct
