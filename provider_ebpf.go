@@ -45,6 +45,7 @@ func (b *ebpfBackend) attach(pid int) error { return b.t.Attach(pid) }
 func (b *ebpfBackend) detach(pid int) error { return b.t.Detach(pid) }
 func (b *ebpfBackend) pids() []int          { return b.t.PIDs() }
 func (b *ebpfBackend) flush() error         { return b.t.Flush() }
+func (b *ebpfBackend) flushPeriodic() error { return b.t.FlushPeriodic() }
 func (b *ebpfBackend) stats() event.Stats   { return b.t.Stats() }
 func (b *ebpfBackend) close() error         { return b.t.Close() }
 

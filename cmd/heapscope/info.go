@@ -58,6 +58,7 @@ type infoSink struct {
 	first     int64
 	last      int64
 	snapshots int
+	snapLive  uint64 // live blocks listed by the snapshots, in all
 	stats     *event.Stats
 }
 
@@ -86,6 +87,7 @@ func (s *infoSink) Stack(event.Stack) error    { s.stacks++; return nil }
 func (s *infoSink) Stats(st event.Stats) error { s.stats = &st; return nil }
 func (s *infoSink) Snapshot(sn event.Snapshot) error {
 	s.snapshots++
+	s.snapLive += uint64(len(sn.Live))
 	s.seen(sn.Time)
 	return nil
 }
@@ -247,7 +249,12 @@ func info(out io.Writer, path string, sel analyze.Processes) error {
 	}
 	warns := r.Warnings()
 	if st := s.stats; st != nil {
-		warns = append(lossWarnings(*st, h.Provider), warns...)
+		w := lossWarnings(*st, h.Provider)
+		if s.snapshots > 1 && s.snapLive > st.Delivered {
+			w = append(w, fmt.Sprintf("the %d snapshots list %s live blocks in all, more than the %s calls they account for: --mode stream would have recorded less of this program (a live set large for what changes in it)",
+				s.snapshots, infoCount(s.snapLive), infoCount(st.Delivered)))
+		}
+		warns = append(w, warns...)
 	}
 	if len(warns) == 0 {
 		line("warnings", "none")

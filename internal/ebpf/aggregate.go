@@ -54,15 +54,18 @@ func (t *Tracer) spill(raw []heapscopeEvent) {
 }
 
 // snapshot sends a Snapshot of each of pids, from the aggregate tables and
-// what they could not hold.
-func (t *Tracer) snapshot(pids []int, final bool) {
+// what they could not hold, and returns the live blocks they list.
+func (t *Tracer) snapshot(pids []int, final bool) uint64 {
 	if len(pids) == 0 {
-		return
+		return 0
 	}
+	var listed uint64
 	want := map[uint16]uint32{} // pidx to pid
 	t.mu.Lock()
 	for _, p := range pids {
-		if tr := t.procs[p]; tr != nil && tr.pidx != 0 {
+		// A process being ended has its final snapshot taken by end:
+		// another, after its slots are purged, would say less.
+		if tr := t.procs[p]; tr != nil && tr.pidx != 0 && (final || !tr.finishing) {
 			want[tr.pidx] = uint32(p)
 		}
 	}
@@ -71,10 +74,18 @@ func (t *Tracer) snapshot(pids []int, final bool) {
 	totals := t.readTotals(want)
 	now := monotonic()
 
+	taken := map[uint32]bool{}
+	for _, pid := range want {
+		taken[pid] = true
+	}
+
 	t.out.Lock()
 	defer t.out.Unlock()
 	for _, p := range pids {
 		pid := uint32(p)
+		if !taken[pid] {
+			continue
+		}
 		sn := event.Snapshot{PID: pid, Time: now, Final: final}
 		// Frees are derived: a block a stack allocated is live or was
 		// freed, and it counted its weights (when sampling, what it
@@ -121,8 +132,10 @@ func (t *Tracer) snapshot(pids []int, final bool) {
 		}
 		sort.Slice(sn.Totals, func(i, j int) bool { return sn.Totals[i].Stack < sn.Totals[j].Stack })
 		t.send(t.sink.Snapshot(sn))
+		listed += uint64(len(sn.Live))
 	}
 	t.settleStacks()
+	return listed
 }
 
 func sub0(a, b uint64) uint64 {

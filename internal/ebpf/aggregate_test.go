@@ -287,19 +287,12 @@ func sortedBlocks(m map[uint64]block) []string {
 // exactly the blocks the log says are live, with their sites' totals. (The
 // blocks beyond were lost before, counted as map_full.)
 func TestAggregateMapFull(t *testing.T) {
-	bin := testutil.MustBuild(t, "ebpf_calls", testutil.Options{})
-	rec := newRecorder(t)
-	tr := newTracer(t, Config{Mode: event.Aggregate, MaxLive: 8}, rec)
-	w := traced(t, tr, bin, "20")
-	log := parseLog(t, w.lines(t, "done"))
-	mustFlush(t, tr)
-	st := tr.Stats()
-	if st.TotalLost() != 0 || st.Delivered != uint64(len(log.calls)) || st.Unmatched != 0 {
-		t.Errorf("stats %+v for %d calls, want all delivered, none lost or unmatched", st, len(log.calls))
+	run := runAggregate(t, Config{Mode: event.Aggregate, MaxLive: 8})
+	for _, sn := range run.snaps {
+		checkSnapshot(t, run.rec, sn, run.log, run.r, true)
 	}
-	sns := rec.snapshotsOf(w.pid())
-	if len(sns) == 0 {
-		t.Fatal("no snapshot")
+	st := run.tr.Stats()
+	if st.TotalLost() != 0 || st.Delivered != uint64(len(run.log.calls)) || st.Unmatched != 0 {
+		t.Errorf("stats %+v for %d calls, want all delivered, none lost or unmatched", st, len(run.log.calls))
 	}
-	checkSnapshot(t, rec, sns[len(sns)-1], log, siteRanges(t, bin, log.sites), true)
 }

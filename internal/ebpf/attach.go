@@ -533,6 +533,9 @@ func (t *Tracer) end(p *tracee, exited bool) {
 		// it produced is in the ring, and the drain delivers it.
 		t.drain()
 		if t.cfg.Mode == event.Aggregate {
+			t.mu.Lock()
+			p.finishing = true
+			t.mu.Unlock()
 			t.snapshot([]int{p.pid}, true)
 			t.purge(p.pid, p.pidx)
 			t.freePidx(p.pidx)

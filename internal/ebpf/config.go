@@ -69,8 +69,11 @@ type Config struct {
 	MaxStacks int
 	// FlushInterval bounds, in stream mode, how long an event waits in the
 	// ring before it is delivered (0: DefaultFlushInterval). In aggregate
-	// mode it is the period of snapshots; 0 means snapshots only at Flush
-	// and Close.
+	// mode it is how often a snapshot is considered: one is taken once the
+	// calls since the last are at least as many as the live blocks that
+	// one listed (so that snapshots never list more blocks than the calls
+	// they stand for), and no sooner than 20 times as long as the last
+	// took; 0 means snapshots only at Flush and Close.
 	FlushInterval time.Duration
 
 	// NoFollowFork traces only the processes attached, as they run on

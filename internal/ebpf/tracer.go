@@ -82,7 +82,15 @@ type Tracer struct {
 	statsMu sync.Mutex
 	final   *event.Stats
 
-	flushMu    sync.Mutex // one drain at a time
+	flushMu sync.Mutex // one drain at a time
+	// period is FlushPeriodic's account of the last periodic snapshot.
+	periodMu sync.Mutex
+	period   struct {
+		calls, listed uint64
+		last          time.Time
+		took          time.Duration
+		warned        bool
+	}
 	flushed    chan struct{}
 	queue      *queue        // from read to forward
 	readerDone chan struct{} // closed when forward ends
@@ -100,17 +108,18 @@ type Tracer struct {
 
 // tracee is one traced process.
 type tracee struct {
-	pid      int
-	pidx     uint16 // its index in the aggregate tables (0 in stream mode)
-	links    []link.Link
-	pidfd    int
-	launched bool
-	report   chan exitStatus
-	endOnce  sync.Once
-	info     event.Process // its Process record, as last sent (under out)
-	root     *os.File      // its root directory (proc.OpenRoot), for names it gives once it has exited
-	ended    chan struct{} // closed when end begins
-	execd    bool          // ended by an exec (its command line is the new image's)
+	pid       int
+	pidx      uint16 // its index in the aggregate tables (0 in stream mode)
+	links     []link.Link
+	pidfd     int
+	launched  bool
+	report    chan exitStatus
+	endOnce   sync.Once
+	info      event.Process // its Process record, as last sent (under out)
+	root      *os.File      // its root directory (proc.OpenRoot), for names it gives once it has exited
+	ended     chan struct{} // closed when end begins
+	execd     bool          // ended by an exec (its command line is the new image's)
+	finishing bool          // its final snapshot is being taken (under mu)
 }
 
 type exitStatus struct{ status, signal int32 }
@@ -578,10 +587,55 @@ func (t *Tracer) tick() {
 		case <-t.closing:
 			return
 		case <-tk.C:
-			t.Flush()
+			t.FlushPeriodic()
 		}
 	}
 }
+
+// FlushPeriodic is Flush for a timer. In aggregate mode a snapshot lists
+// every live block: of a server whose live set is large and changes little
+// it costs more than the calls between two snapshots would in stream
+// mode. So FlushPeriodic takes snapshots only once the calls accounted
+// since the last are at least as many as the blocks that one listed (none
+// when no call came), and no sooner than snapshotShare times as long as the
+// last took; otherwise it delivers what the ring holds and a Stats record.
+// The tracer warns once when that puts snapshots further apart than
+// FlushInterval. In stream mode it is Flush.
+func (t *Tracer) FlushPeriodic() error {
+	if t.cfg.Mode != event.Aggregate {
+		return t.Flush()
+	}
+	t.life.RLock()
+	defer t.life.RUnlock()
+	if t.gone {
+		return errClosed
+	}
+	t.drain()
+	t.periodMu.Lock()
+	p := &t.period
+	c := t.Stats().Delivered
+	due := c != p.calls && c-p.calls >= p.listed && time.Since(p.last) >= snapshotShare*p.took
+	if !due && c != p.calls && !p.warned && p.listed > 0 && time.Since(p.last) >= 2*t.cfg.FlushInterval {
+		p.warned = true
+		t.warn(fmt.Errorf("ebpf: --mode aggregate: snapshots list every live block (%d at the last): they are taken as the calls since the last one reach that many, "+
+			"less often than every %v (--flush-interval); a process whose live set is large and changes little is traced at less cost with --mode stream",
+			p.listed, t.cfg.FlushInterval))
+	}
+	if due {
+		start := time.Now()
+		p.listed = t.snapshot(t.PIDs(), false)
+		p.calls, p.last, p.took = c, start, time.Since(start)
+	}
+	t.periodMu.Unlock()
+	t.out.Lock()
+	defer t.out.Unlock()
+	t.send(t.sink.Stats(t.Stats()))
+	return t.sinkErr
+}
+
+// snapshotShare is how many times as long as a snapshot took aggregate
+// mode waits before the next, at least.
+const snapshotShare = 20
 
 var errClosed = fmt.Errorf("ebpf: tracer closed: %w", errs.ErrNotRunning)
 
