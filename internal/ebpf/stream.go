@@ -4,10 +4,12 @@ import (
 	"encoding/binary"
 	"errors"
 	"os"
+	"runtime"
 	"sync"
 	"time"
 
 	"github.com/cilium/ebpf/ringbuf"
+	"golang.org/x/sys/unix"
 
 	"github.com/heapscope/heapscope/event"
 )
@@ -29,6 +31,9 @@ const maxBatch = 4096
 
 // maxQueued bounds the events queued between read and forward: 64 MiB.
 const maxQueued = 1 << 20
+
+// readerNice is the scheduling priority of the ring reader's thread.
+const readerNice = -10
 
 // item is one entry of the queue: a batch of events, a library record, or
 // (neither) the end of a Flush.
@@ -121,6 +126,13 @@ func (q *queue) close() {
 func (t *Tracer) read() {
 	q := t.queue
 	defer q.close()
+	// The reader does little, but must do it before the ring fills: on a
+	// busy machine its thread runs ahead of other work (a nice of -10; as
+	// root, and best effort). The thread is this goroutine's alone, and
+	// ends with it (it is never unlocked): no other goroutine runs at
+	// that priority.
+	runtime.LockOSThread()
+	unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), readerNice)
 	var rec ringbuf.Record
 	pending := q.batch()
 	var note heapscopeNote
@@ -179,6 +191,10 @@ func (t *Tracer) read() {
 // ended and the queue is empty.
 func (t *Tracer) forward() {
 	defer close(t.readerDone)
+	// As the reader's, this thread runs ahead of other work: when it falls
+	// behind for longer than the queue holds, the ring fills.
+	runtime.LockOSThread()
+	unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), readerNice)
 	q := t.queue
 	for {
 		it, ok := q.pop()
