@@ -69,11 +69,12 @@ type Config struct {
 	MaxStacks int
 	// FlushInterval bounds, in stream mode, how long an event waits in the
 	// ring before it is delivered (0: DefaultFlushInterval). In aggregate
-	// mode it is how often a snapshot is considered: one is taken once the
-	// calls since the last are at least as many as the live blocks that
-	// one listed (so that snapshots never list more blocks than the calls
-	// they stand for), and no sooner than 20 times as long as the last
-	// took; 0 means snapshots only at Flush and Close.
+	// mode it is how often a snapshot is considered: one is taken when the
+	// last listed fewer than 65,536 live blocks, or once the calls since
+	// are at least as many as it listed (so that large snapshots never
+	// list more blocks than the calls they stand for), and no sooner than
+	// 20 times as long as the last took; 0 means snapshots only at Flush
+	// and Close.
 	FlushInterval time.Duration
 
 	// NoFollowFork traces only the processes attached, as they run on

@@ -595,10 +595,11 @@ func (t *Tracer) tick() {
 // FlushPeriodic is Flush for a timer. In aggregate mode a snapshot lists
 // every live block: of a server whose live set is large and changes little
 // it costs more than the calls between two snapshots would in stream
-// mode. So FlushPeriodic takes snapshots only once the calls accounted
-// since the last are at least as many as the blocks that one listed (none
-// when no call came), and no sooner than snapshotShare times as long as the
-// last took; otherwise it delivers what the ring holds and a Stats record.
+// mode. So FlushPeriodic takes a snapshot only when the last one listed
+// fewer than smallSnapshot blocks or the calls accounted since are at least
+// as many as it listed (none when no call came), and no sooner than
+// snapshotShare times as long as the last took; otherwise it delivers what
+// the ring holds and a Stats record.
 // The tracer warns once when that puts snapshots further apart than
 // FlushInterval. In stream mode it is Flush.
 func (t *Tracer) FlushPeriodic() error {
@@ -614,7 +615,7 @@ func (t *Tracer) FlushPeriodic() error {
 	t.periodMu.Lock()
 	p := &t.period
 	c := t.Stats().Delivered
-	due := c != p.calls && c-p.calls >= p.listed && time.Since(p.last) >= snapshotShare*p.took
+	due := c != p.calls && (c-p.calls >= p.listed || p.listed < smallSnapshot) && time.Since(p.last) >= snapshotShare*p.took
 	if !due && c != p.calls && !p.warned && p.listed > 0 && time.Since(p.last) >= 2*t.cfg.FlushInterval {
 		p.warned = true
 		t.warn(fmt.Errorf("ebpf: --mode aggregate: snapshots list every live block (%d at the last): they are taken as the calls since the last one reach that many, "+
@@ -632,6 +633,10 @@ func (t *Tracer) FlushPeriodic() error {
 	t.send(t.sink.Stats(t.Stats()))
 	return t.sinkErr
 }
+
+// smallSnapshot is the live blocks of a snapshot small enough to be taken
+// at every FlushPeriodic (top's intervals).
+const smallSnapshot = 1 << 16
 
 // snapshotShare is how many times as long as a snapshot took aggregate
 // mode waits before the next, at least.
