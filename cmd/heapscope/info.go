@@ -299,7 +299,7 @@ func lossWarnings(st event.Stats, provider string) []string {
 			why = append(why, fmt.Sprintf("%s at the depth limit (%d frames, the most recorded)", infoCount(n), heapscope.MaxFrames))
 		}
 		if n := st.StacksCutNoTable; n > 0 {
-			why = append(why, fmt.Sprintf("%s after a frame no unwind table covered (a module without .eh_frame, code made at run time, a table that found no room: raise --unwind-tables-size; with --unwind fp, code without frame pointers)", infoCount(n)))
+			why = append(why, fmt.Sprintf("%s after a frame no unwind table covered (a module without .eh_frame, code made at run time, or a table that found no room: raise --unwind-tables-size)", infoCount(n)))
 		}
 		if n := st.StacksCut - min(st.StacksCut, st.StacksCutDepth+st.StacksCutNoTable); n > 0 {
 			why = append(why, fmt.Sprintf("%s where the unwinder had no rule and no frame pointer", infoCount(n)))
