@@ -284,7 +284,7 @@ func (s *Session) run() {
 		for {
 			select {
 			case <-t.C:
-				s.Flush()
+				s.flushPeriodic()
 			case <-s.b.done():
 				s.Stop()
 				return
@@ -317,15 +317,30 @@ func (s *Session) sinkStats() event.Stats {
 	return st
 }
 
+// periodicFlusher is a backend whose flush on the session's timer may do
+// less than Flush (the eBPF provider's aggregate mode takes a snapshot
+// only when it costs less than the calls it stands for).
+type periodicFlusher interface{ flushPeriodic() error }
+
+// flushPeriodic is Flush for the session's timer.
+func (s *Session) flushPeriodic() error {
+	if _, ok := s.b.(periodicFlusher); !ok {
+		return s.Flush()
+	}
+	return s.flushWith(s.b.(periodicFlusher).flushPeriodic)
+}
+
 // Flush delivers every event captured so far to the trace file and the hooks,
 // and writes the file's buffers to disk.
-func (s *Session) Flush() error {
+func (s *Session) Flush() error { return s.flushWith(s.b.flush) }
+
+func (s *Session) flushWith(flush func() error) error {
 	select {
 	case <-s.drained:
 		return fmt.Errorf("session %q: %w", s.name, errs.ErrNotRunning)
 	default:
 	}
-	err := s.b.flush()
+	err := flush()
 	s.sink.sampleMemory()
 	st := s.sinkStats()
 	if serr := s.sink.Stats(st); err == nil {
@@ -523,6 +538,10 @@ type Status struct {
 	// Unwind is what the unwind tables cost, when the session walks stacks
 	// with them.
 	Unwind *UnwindStatus `json:"unwind,omitempty"`
+	// Warnings are the provider's first problems that did not end the
+	// session (the eBPF provider's: a child it could not follow, a file
+	// whose unwind table found no room).
+	Warnings []string `json:"warnings,omitempty"`
 	// Processes are every process the session traces now: PIDs and the
 	// processes they forked that it follows (Leaks checks any of them).
 	Processes []int `json:"processes,omitempty"`
@@ -541,6 +560,12 @@ func (s *Session) Status() Status {
 	if u, ok := s.b.(unwindReporter); ok {
 		st.Unwind = u.unwindStatus()
 	}
+	if w, ok := s.b.(warner); ok {
+		st.Warnings = w.warnings()
+	}
 	st.Processes = s.livePIDs()
 	return st
 }
+
+// warner is a backend that keeps warnings.
+type warner interface{ warnings() []string }
