@@ -72,6 +72,7 @@ type Model struct {
 	warnings []event.Warning
 	seenWarn map[event.Warning]bool
 	memory   []event.Memory
+	verdicts []Verdict
 
 	rundown rundownState // what censuses told (census.go)
 
@@ -129,10 +130,13 @@ type site struct {
 	goneBytes, goneBlocks uint64
 	// vars are, in a sampled trace, the variances of its estimates
 	// (nil in an exact one, whose sites they would only weigh).
-	vars   *siteVars
-	pid    uint32
-	id     event.StackID
-	frames []uint64
+	vars *siteVars
+	// classes are of the live blocks a scan classified (nil: none); the
+	// leaks an exit left keep theirs.
+	classes *[event.NumClasses]Amount
+	pid     uint32
+	id      event.StackID
+	frames  []uint64
 }
 
 // siteVars are the variances of a sampled site's estimates liveBytes,
@@ -161,6 +165,9 @@ func (s *site) stack(epoch uint64) Stack {
 	}
 	if s.vars != nil {
 		st.LiveVar, st.PeakVar = s.vars.live, s.vars.peak
+	}
+	if s.classes != nil {
+		st.Classes = *s.classes
 	}
 	if s.stamp != epoch {
 		// Unchanged since the peak.
@@ -391,7 +398,9 @@ func (m *Model) Stack(st event.Stack) error {
 }
 
 // Note keeps the session's warnings (once each, whatever the window: they
-// are about the session) and the memory samples in the window.
+// are about the session) and the memory samples in the window, and applies
+// the verdicts of heap scans taken in the window to the blocks they list
+// (see Verdict).
 func (m *Model) Note(n event.Note) error {
 	switch n := n.(type) {
 	case event.Warning:
@@ -407,6 +416,10 @@ func (m *Model) Note(n event.Note) error {
 	case event.Memory:
 		if n.Time >= m.from && n.Time < m.to {
 			m.memory = append(m.memory, n)
+		}
+	case event.Verdict:
+		if m.inWindow(n.Time) {
+			m.verdict(&n)
 		}
 	case event.Census:
 		m.census(&n)
@@ -492,7 +505,7 @@ func (m *Model) Events(evs []event.Event) error {
 				m.free(p, t, e.Addr)
 			} else if b, ok := m.blocks.packed.Delete(p.key | e.Addr); ok {
 				m.release(b, true)
-				if t.last == e.Addr && b.tid == t.tid {
+				if t.last == e.Addr && b.thread() == t.tid {
 					m.sites[b.site].temporary++
 				}
 				m.heaptrackFreed(p, b)
@@ -607,6 +620,10 @@ func (m *Model) added(si int32, size uint64) {
 func (m *Model) release(b block, counted bool) {
 	s := &m.sites[b.site]
 	m.touch(s)
+	if c, ok := b.class(); ok {
+		s.classes[c].Bytes -= b.size
+		s.classes[c].Blocks--
+	}
 	s.liveBytes -= b.size
 	s.liveBlocks--
 	if counted {
@@ -633,7 +650,7 @@ func (m *Model) free(p *proc, t *thread, addr uint64) {
 // freed counts the free by thread t of p of block b at addr.
 func (m *Model) freed(p *proc, t *thread, addr uint64, b block) {
 	m.release(b, true)
-	if t.last == addr && b.tid == t.tid {
+	if t.last == addr && b.thread() == t.tid {
 		m.sites[b.site].temporary++
 	}
 	m.heaptrackFreed(p, b)
@@ -718,6 +735,7 @@ func (m *Model) Profile() *Profile {
 		HasStats:   m.hasStats,
 		Warnings:   m.warnings,
 		Memory:     m.memory,
+		Verdicts:   m.verdicts,
 		Peak:       m.peak,
 		Aggregate:  len(m.snaps) > 0,
 		SampleRate: m.rate,

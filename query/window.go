@@ -466,6 +466,18 @@ func (x *Index) Profile(res *Result) *analyze.Profile {
 	}
 	// The whole trace's: the model's counts, which a window's are not.
 	whole := pr.From == 0 && pr.To == 0 && res.Filter.PID == 0 && res.Filter.TID == 0 && res.Filter.Match == ""
+	// Over the whole trace a process or a Match keeps whole stacks: their
+	// leaks are the model's, and so are the classes the leak checks gave
+	// them (the index keeps no block's class: a window's, or a thread's,
+	// are not known, and its report holds no leak check).
+	wholeStacks := pr.From == 0 && pr.To == 0 && res.Filter.TID == 0 && len(model.Stacks) == len(x.stacks)
+	if wholeStacks {
+		for _, v := range model.Verdicts {
+			if res.Filter.PID == 0 || v.PID == res.Filter.PID {
+				pr.Verdicts = append(pr.Verdicts, v)
+			}
+		}
+	}
 	for i := range res.stacks {
 		c := &res.stacks[i]
 		if c.Allocations == 0 && c.Reallocations == 0 && c.Frees == 0 && c.Leaked.Blocks == 0 {
@@ -485,6 +497,9 @@ func (x *Index) Profile(res *Result) *analyze.Profile {
 			// A sampled trace's variances (the index keeps none).
 			st := &pr.Stacks[len(pr.Stacks)-1]
 			st.LiveVar, st.PeakVar = model.Stacks[i].LiveVar, model.Stacks[i].PeakVar
+		}
+		if wholeStacks && len(pr.Verdicts) > 0 {
+			pr.Stacks[len(pr.Stacks)-1].Classes = model.Stacks[i].Classes
 		}
 	}
 	sum := &pr.Summary

@@ -11,6 +11,7 @@ import (
 	"github.com/google/pprof/profile"
 
 	"github.com/heapscope/heapscope/analyze"
+	"github.com/heapscope/heapscope/event"
 	"github.com/heapscope/heapscope/symbolize"
 )
 
@@ -26,12 +27,23 @@ type Counts struct {
 	Bytes            uint64 `json:"bytes_allocated"`
 	Calls            uint64 `json:"calls"` // allocations and reallocations
 	Temporary        uint64 `json:"temporary"`
+	// What a leak check classified (0 in a trace without one): lost is
+	// definitely plus indirectly lost. As the leaks, the suppressed are
+	// left out.
+	LostBytes      uint64 `json:"lost_bytes"`
+	LostBlocks     uint64 `json:"lost_blocks"`
+	PossibleBytes  uint64 `json:"possibly_lost_bytes"`
+	ReachableBytes uint64 `json:"still_reachable_bytes"`
 }
 
 // countsOf returns the counts a diff compares of c, a site's (whose
-// LiveBytes are its leaks, the suppressed ones apart).
+// LiveBytes are its leaks and Classes their classes, the suppressed ones
+// apart).
 func countsOf(c *analyze.Counters, supBytes, supBlocks uint64) Counts {
-	return Counts{c.LiveBytes, c.LiveBlocks, supBytes, supBlocks, c.PeakBytes, c.Bytes, c.Calls(), c.Temporary}
+	l := c.Lost()
+	return Counts{LeakedBytes: c.LiveBytes, LeakedBlocks: c.LiveBlocks, SuppressedBytes: supBytes, SuppressedBlocks: supBlocks,
+		PeakBytes: c.PeakBytes, Bytes: c.Bytes, Calls: c.Calls(), Temporary: c.Temporary,
+		LostBytes: l.Bytes, LostBlocks: l.Blocks, PossibleBytes: c.Classes[event.ClassPossible].Bytes, ReachableBytes: c.Classes[event.ClassReachable].Bytes}
 }
 
 // Delta is New minus Base, field by field.
@@ -42,12 +54,19 @@ type Delta struct {
 	Bytes        int64 `json:"bytes_allocated"`
 	Calls        int64 `json:"calls"`
 	Temporary    int64 `json:"temporary"`
+
+	LostBytes      int64 `json:"lost_bytes"`
+	LostBlocks     int64 `json:"lost_blocks"`
+	PossibleBytes  int64 `json:"possibly_lost_bytes"`
+	ReachableBytes int64 `json:"still_reachable_bytes"`
 }
 
 func delta(base, new Counts) Delta {
 	d := func(a, b uint64) int64 { return int64(b) - int64(a) }
 	return Delta{d(base.LeakedBytes, new.LeakedBytes), d(base.LeakedBlocks, new.LeakedBlocks), d(base.PeakBytes, new.PeakBytes),
-		d(base.Bytes, new.Bytes), d(base.Calls, new.Calls), d(base.Temporary, new.Temporary)}
+		d(base.Bytes, new.Bytes), d(base.Calls, new.Calls), d(base.Temporary, new.Temporary),
+		d(base.LostBytes, new.LostBytes), d(base.LostBlocks, new.LostBlocks), d(base.PossibleBytes, new.PossibleBytes),
+		d(base.ReachableBytes, new.ReachableBytes)}
 }
 
 func (d Delta) zero() bool { return d == Delta{} }
@@ -67,6 +86,14 @@ func (d Delta) of(m Metric) int64 {
 		return d.Temporary
 	case PeakSpace:
 		return d.PeakBytes
+	case LostSpace:
+		return d.LostBytes
+	case LostObjects:
+		return d.LostBlocks
+	case PossibleSpace:
+		return d.PossibleBytes
+	case ReachableSpace:
+		return d.ReachableBytes
 	}
 	return 0
 }
@@ -151,12 +178,16 @@ func NewDiff(base, new *Report) *Diff {
 	return d
 }
 
-// totals are the counts of the whole trace: its leaks are the report's
-// (Report.Leaked), the suppressed ones apart.
+// totals are the counts of the whole trace: its leaks and their classes
+// are the report's (Report.Leaked, Report.Classes), the suppressed ones
+// apart.
 func totals(r *Report) Counts {
 	sb, sk, _ := r.SuppressedTotal()
 	c := countsOf(&r.Profile.Summary.Counters, sb, sk)
 	c.LeakedBytes, c.LeakedBlocks = r.Leaked()
+	cls, l := r.Classes(), r.Lost()
+	c.LostBytes, c.LostBlocks = l.Bytes, l.Blocks
+	c.PossibleBytes, c.ReachableBytes = cls[event.ClassPossible].Bytes, cls[event.ClassReachable].Bytes
 	c.PeakBytes = r.Profile.Peak.Bytes // the trace's peak, not the sum of its stacks'
 	return c
 }
@@ -244,6 +275,17 @@ func (d *Diff) WriteText(w io.Writer, o DiffOptions) error {
 	row("bytes allocated", bt.Bytes, nt.Bytes, true)
 	row("allocation calls", bt.Calls, nt.Calls, false)
 	row("temporaries", bt.Temporary, nt.Temporary, false)
+	if d.Base.LeakChecked() || d.New.LeakChecked() {
+		row("lost bytes", bt.LostBytes, nt.LostBytes, true)
+		row("lost blocks", bt.LostBlocks, nt.LostBlocks, false)
+		row("possibly lost bytes", bt.PossibleBytes, nt.PossibleBytes, true)
+		row("reachable bytes", bt.ReachableBytes, nt.ReachableBytes, true)
+		for _, r := range []*Report{d.Base, d.New} {
+			if !r.LeakChecked() {
+				p("  note: %s holds no leak check: its lost and reachable counts are 0, its leaks only live at the end\n", r.Trace.File)
+			}
+		}
+	}
 	for _, r := range []*Report{d.Base, d.New} {
 		if r.Profile.HasStats && r.Profile.Stats.TotalLost() > 0 {
 			p("  lost events in %s: %s: its numbers are low by what was lost\n", r.Trace.File, lostText(&r.Profile.Stats))
@@ -329,6 +371,9 @@ func siteChange(s *SiteDiff) string {
 	}
 	add("leaked", s.Base.LeakedBytes, s.New.LeakedBytes, true)
 	add("suppressed", s.Base.SuppressedBytes, s.New.SuppressedBytes, true)
+	add("lost", s.Base.LostBytes, s.New.LostBytes, true)
+	add("possibly lost", s.Base.PossibleBytes, s.New.PossibleBytes, true)
+	add("reachable", s.Base.ReachableBytes, s.New.ReachableBytes, true)
 	add("peak", s.Base.PeakBytes, s.New.PeakBytes, true)
 	add("allocated", s.Base.Bytes, s.New.Bytes, true)
 	add("calls", s.Base.Calls, s.New.Calls, false)

@@ -53,8 +53,15 @@ func (r *Report) Pprof() (*profile.Profile, error) {
 		first *uint64
 		n     int
 	}
+	// A leak-checked stack's live blocks are split by class: one sample per
+	// class, labelled class=definitely_lost and so on; the allocations and
+	// the blocks no scan classified stay in the first.
+	type merged struct {
+		sm  *profile.Sample
+		cls [event.NumClasses]*profile.Sample
+	}
 	for _, s := range r.Sites {
-		same := map[sampleKey]*profile.Sample{}
+		same := map[sampleKey]*merged{}
 		for _, st := range s.members {
 			objs := st.Allocations + st.Reallocations - min(st.Failed, st.Allocations+st.Reallocations)
 			liveBlocks, liveBytes := st.LiveBlocks, st.LiveBytes
@@ -65,26 +72,47 @@ func (r *Report) Pprof() (*profile.Profile, error) {
 			if objs == 0 && liveBlocks == 0 {
 				continue
 			}
+			classed := s.SuppressedBy == nil && st.Scanned().Blocks > 0
+			if classed {
+				u := st.Unscanned()
+				liveBlocks, liveBytes = u.Blocks, u.Bytes
+			}
 			v := []int64{int64(objs), int64(st.Bytes), int64(liveBlocks), int64(liveBytes)}
 			var k sampleKey
+			var m *merged
 			if len(st.Frames) > 0 {
 				k = sampleKey{st.PID, &st.Frames[0], len(st.Frames)}
-				if sm := same[k]; sm != nil {
-					for i := range v {
-						sm.Value[i] += v[i]
-					}
-					continue
+				m = same[k]
+			}
+			if m == nil {
+				frames = r.frames(st, frames[:0])
+				m = &merged{sm: &profile.Sample{Location: b.locations(st.PID, frames), Value: make([]int64, len(v)),
+					NumLabel: map[string][]int64{"pid": {int64(st.PID)}}}}
+				p.Sample = append(p.Sample, m.sm)
+				if k.first != nil {
+					same[k] = m
 				}
 			}
-			frames = r.frames(st, frames[:0])
-			sm := &profile.Sample{
-				Location: b.locations(st.PID, frames),
-				Value:    v,
-				NumLabel: map[string][]int64{"pid": {int64(st.PID)}},
+			for i := range v {
+				m.sm.Value[i] += v[i]
 			}
-			p.Sample = append(p.Sample, sm)
-			if k.first != nil {
-				same[k] = sm
+			if !classed {
+				continue
+			}
+			for c, a := range st.Classes {
+				if a.Blocks == 0 {
+					continue
+				}
+				cs := m.cls[c]
+				if cs == nil {
+					cs = &profile.Sample{Location: m.sm.Location, Value: make([]int64, len(v)),
+						Label:    map[string][]string{"class": {classKeys[c]}},
+						NumLabel: map[string][]int64{"pid": {int64(st.PID)}}}
+					m.cls[c] = cs
+					p.Sample = append(p.Sample, cs)
+				}
+				cs.Value[2] += int64(a.Blocks)
+				cs.Value[3] += int64(a.Bytes)
 			}
 		}
 	}
@@ -129,6 +157,11 @@ func (r *Report) pprofComments() []string {
 	}
 	if sb, sk, n := r.SuppressedTotal(); n > 0 {
 		c = append(c, fmt.Sprintf("suppressed %d bytes in %d blocks by %d rules (not in inuse_*)", sb, sk, n))
+	}
+	if r.LeakChecked() {
+		l := r.Lost()
+		c = append(c, fmt.Sprintf("%s: lost %d bytes in %d blocks; inuse_* samples carry a label class=definitely_lost, indirectly_lost, possibly_lost, still_reachable or unclassified (none: not scanned)",
+			r.ScanText(), l.Bytes, l.Blocks))
 	}
 	if pr.HasStats {
 		c = append(c, "lost events: "+lostText(&pr.Stats))
@@ -255,15 +288,20 @@ type Metric uint8
 
 // The metrics.
 const (
-	AllocSpace   Metric = iota // bytes allocated
-	AllocObjects               // allocation calls
-	InuseSpace                 // bytes live at the end (leaked)
-	InuseObjects               // blocks live at the end
-	Temporary                  // temporary allocations
-	PeakSpace                  // bytes live at the peak
+	AllocSpace     Metric = iota // bytes allocated
+	AllocObjects                 // allocation calls
+	InuseSpace                   // bytes live at the end (leaked)
+	InuseObjects                 // blocks live at the end
+	Temporary                    // temporary allocations
+	PeakSpace                    // bytes live at the peak
+	LostSpace                    // bytes a leak check found definitely or indirectly lost
+	LostObjects                  // blocks a leak check found definitely or indirectly lost
+	PossibleSpace                // bytes a leak check found possibly lost
+	ReachableSpace               // bytes a leak check found still reachable
 )
 
-var metricNames = []string{"alloc_space", "alloc_objects", "inuse_space", "inuse_objects", "temporary", "peak_space"}
+var metricNames = []string{"alloc_space", "alloc_objects", "inuse_space", "inuse_objects", "temporary", "peak_space",
+	"lost_space", "lost_objects", "possible_space", "reachable_space"}
 
 func (m Metric) String() string {
 	if int(m) < len(metricNames) {
@@ -273,7 +311,9 @@ func (m Metric) String() string {
 }
 
 // ParseMetric returns the metric named s ("alloc_space", "alloc_objects",
-// "inuse_space", "inuse_objects", "temporary", "peak_space").
+// "inuse_space", "inuse_objects", "temporary", "peak_space", and those of
+// a leak check: "lost_space", "lost_objects", "possible_space",
+// "reachable_space").
 func ParseMetric(s string) (Metric, error) {
 	for i, n := range metricNames {
 		if n == s {
@@ -297,11 +337,22 @@ func (m Metric) of(s *analyze.Counters) uint64 {
 		return s.Temporary
 	case PeakSpace:
 		return s.PeakBytes
+	case LostSpace:
+		return s.Lost().Bytes
+	case LostObjects:
+		return s.Lost().Blocks
+	case PossibleSpace:
+		return s.Classes[event.ClassPossible].Bytes
+	case ReachableSpace:
+		return s.Classes[event.ClassReachable].Bytes
 	}
 	return 0
 }
 
 // Missing reports whether the profile lacks the data for m.
 func (m Metric) missing(p *analyze.Profile) bool {
-	return m == Temporary && p.Missing.Has(analyze.NoTemporaries)
+	return m == Temporary && p.Missing.Has(analyze.NoTemporaries) || m.classes() && len(p.Verdicts) == 0
 }
+
+// classes reports whether m needs a leak check.
+func (m Metric) classes() bool { return m >= LostSpace && m <= ReachableSpace }

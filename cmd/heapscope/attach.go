@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -43,6 +44,7 @@ as long as copying the live heap). A process whose allocator is not glibc's
 			duration := fs.Duration("duration", 0, "stop after this long (0: until the processes exit or Ctrl-C)")
 			noCensus := fs.Bool("no-census", false, "take no census of each process's heap at the attach (the blocks live before it are then unknown)")
 			censusScan := fs.Bool("census-scan", false, "also scan the heap at the census, in the same stop, for who holds each kind of block and for leaks")
+			withChildren := fs.Bool("with-children", false, "also trace the children the processes have already (an nginx master's workers), and theirs")
 			return func(args []string) error {
 				if len(args) > 0 {
 					return usagef("unexpected arguments %q", args)
@@ -62,10 +64,45 @@ as long as copying the live heap). A process whose allocator is not glibc's
 				if *noCensus && *censusScan {
 					return usagef("--census-scan needs the census that --no-census skips")
 				}
+				pids, untraced := withDescendants(pids, *withChildren)
+				if len(untraced) > 0 {
+					fmt.Fprintf(os.Stderr, "heapscope: not tracing the children that exist already (the children forked from now on are traced): %s; --with-children traces them too\n", strings.Join(untraced, ", "))
+				}
 				return attach(sf, props, pids, *duration)
 			}
 		},
 	})
+}
+
+// withDescendants returns pids and, if all, the processes that descend
+// from them now; and, if not, those processes, described ("pid (title)"),
+// for a note that they are not traced.
+func withDescendants(pids []int, all bool) ([]int, []string) {
+	in := map[int]bool{}
+	for _, p := range pids {
+		in[p] = true
+	}
+	var untraced []string
+	out := append([]int(nil), pids...)
+	for i := 0; i < len(out); i++ {
+		kids, _ := proc.Children(out[i])
+		for _, k := range kids {
+			if in[k] {
+				continue
+			}
+			in[k] = true
+			if all {
+				out = append(out, k)
+				continue
+			}
+			title := "?"
+			if argv, err := proc.Cmdline(k); err == nil && len(argv) > 0 {
+				title = strings.Join(argv, " ")
+			}
+			untraced = append(untraced, fmt.Sprintf("%d (%s)", k, title))
+		}
+	}
+	return out, untraced
 }
 
 func attach(sf sessionFlags, props heapscope.Properties, pids []int, duration time.Duration) error {

@@ -365,6 +365,7 @@ const (
 	reqClose
 	reqChildren
 	reqNote
+	reqFlushProcess // FlushProcess (flushpid.go)
 )
 
 type request struct {
