@@ -23,7 +23,7 @@ type LeaksJSON struct {
 // LeaksProcessJSON is one process's check.
 type LeaksProcessJSON struct {
 	PID       int                   `json:"pid"`
-	TimeNs    int64                 `json:"time_ns"`
+	TimeNs    int64                 `json:"time_ns"` // when it was stopped, from the trace's start
 	Rules     string                `json:"rules"`
 	PausedNs  int64                 `json:"paused_ns"`
 	ElapsedNs int64                 `json:"elapsed_ns"`
@@ -96,9 +96,12 @@ func (l *Live) leaks(w http.ResponseWriter, r *http.Request) {
 	for _, m := range res.Modules {
 		sym.AddModule(m)
 	}
+	l.mu.Lock()
+	start := l.srv.x.Header.MonoStart // the session's clock: the trace's
+	l.mu.Unlock()
 	out := LeaksJSON{Processes: []LeaksProcessJSON{}}
 	for _, p := range res.Processes {
-		jp := LeaksProcessJSON{PID: p.PID, TimeNs: p.Time, Rules: p.Rules.String(), PausedNs: p.Paused, ElapsedNs: p.Elapsed,
+		jp := LeaksProcessJSON{PID: p.PID, TimeNs: p.Time - start, Rules: p.Rules.String(), PausedNs: p.Paused, ElapsedNs: p.Elapsed,
 			Blocks: p.Blocks, Classes: p.Classes, Complete: p.Complete, Partial: p.Partial, Sites: []LeaksSiteJSON{},
 			Notes: append([]string{}, p.Notes...), Error: p.Error}
 		for _, s := range p.Sites {

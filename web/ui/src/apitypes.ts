@@ -714,6 +714,7 @@ export interface LeakList {
 // LeaksProcessJSON is one process's check.
 export interface CheckProcess {
   pid: number;
+  // when it was stopped, from the trace's start
   time_ns: number;
   rules: string;
   paused_ns: number;

@@ -140,7 +140,7 @@ function siteTable(id: string, sites: { name?: string; stack: Frame[] | null; by
   const t = el("table", { id, class: "list" });
   t.append(el("tr", {}, el("th", {}, "bytes"), el("th", {}, "blocks"), el("th", {}, "site")));
   for (const s of sites) {
-    const c = cell(s.stack, siteName(s));
+    const c = cell(s.stack, siteName(s), true);
     if (s.note) c.append(el("div", { class: "dim" }, s.note));
     t.append(el("tr", { "data-v": String(s.bytes), "data-blocks": String(s.blocks) }, el("td", { class: "num" }, bytesExact(s.bytes)), el("td", { class: "num" }, count(s.blocks)), c));
   }
@@ -177,7 +177,7 @@ export function renderVerdict(box: HTMLElement, v: TraceLeaksAnswer, scoped: boo
     const text = k === "possibly_lost" ? "possibly lost (not counted as leaks)" : k === "still_reachable" ? "STILL REACHABLE" : label;
     t.append(classRow(k, text, a, note, sub ? `${k.replace("_", "-")} sub` : k.replace("_", "-")));
   }
-  t.append(classRow("live", "live at the end", v.live, v.suppressed.blocks ? `the classes add up to it; suppressed besides: ${amount(v.suppressed)}` : "the classes add up to it", "live"));
+  t.append(classRow("live", "live at the end", v.live, v.suppressed.blocks ? `the classes add up to it; suppressed besides: ${amount(v.suppressed)}` : "the classes add up to it", "at-end"));
   box.append(t);
   const notes = lc.notes ?? [];
   if (notes.length) {
@@ -186,11 +186,12 @@ export function renderVerdict(box: HTMLElement, v: TraceLeaksAnswer, scoped: boo
     box.append(ul);
   }
   for (const l of v.lists ?? []) {
-    if (l.class !== "still_reachable" && l.class !== "unclassified") continue;
+    if (l.class !== "still_reachable" && (l.class !== "unclassified" || l.total.blocks === 0)) continue;
     const head = l.class === "still_reachable" ? "STILL REACHABLE" : "NOT CLASSIFIED";
     box.append(
       el("h4", {}, `${head}: ${amount(l.total)}`),
-      siteTable(`leak-list-${l.class}`, (l.sites ?? []).map((s) => ({ ...s, note: classesText(s.classes) })), l.more, cell),
+      // A site's other classes, when it has some.
+      siteTable(`leak-list-${l.class}`, (l.sites ?? []).map((s) => ({ ...s, note: classesText(s.classes).includes(", ") ? classesText(s.classes) : "" })), l.more, cell),
     );
   }
 }
@@ -221,7 +222,7 @@ function checkProcess(p: CheckProcess, cell: StackCell): HTMLElement {
   d.append(
     el(
       "p",
-      { class: "check-head", "data-paused": String(p.paused_ns) },
+      { class: "check-head", "data-paused": String(p.paused_ns), "data-t": String(p.time_ns) },
       `pid ${p.pid}: checked at ${dur(p.time_ns)} by ${rulesText(p.rules)}; the process was stopped ${dur(p.paused_ns)} (the whole check ${dur(p.elapsed_ns)}); ${count(p.blocks)} live blocks known`,
       p.partial ? " — partial: not every live block was known" : "",
       p.complete ? "" : " — incomplete: some memory could not be read",

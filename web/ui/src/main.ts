@@ -724,9 +724,8 @@ async function refresh(partial = false) {
           renderTop(top);
           // The leak check's classes: the "Leaks" list, the verdict (leaks.ts).
           const title = $("top-leaks-title");
-          if (!lv || filtered(s) || !fillTopLeaks($("top-leaks"), title, lv, stackCell, stat ? undefined : (name) => setState({ tab: "functions", fn: name }))) {
-            title.textContent = lv?.leak_check ? "Leaks (live at the end of the window)" : "Leaks (live at the end)";
-          }
+          if (lv && !filtered(s)) fillTopLeaks($("top-leaks"), title, lv, stackCell, stat ? undefined : (name) => setState({ tab: "functions", fn: name }));
+          else title.textContent = lv?.leak_check ? "Leaks (live at the end of the window)" : "Leaks (live at the end)";
           if (lv) renderVerdict($("leak-verdict"), lv, filtered(s), stackCell);
           renderFigures(doc ? doc.summary : summary.summary, top, mem, filtered(s) ? "this window and filter" : "the whole trace");
         }),

@@ -67,6 +67,8 @@ function resident(x: Resident, run?: Rundown): HTMLElement {
   d.append(t);
   const notes: string[] = [];
   notes.push(sum === x.rss ? `The parts add up to the RSS: ${bytesExact(sum)}.` : `The parts add up to ${bytesExact(sum)}, the RSS is ${bytesExact(x.rss)}: ${bytesExact(Math.abs(x.rss - sum))} apart.`);
+  const est = (x.parts ?? []).filter((p) => !p.measured);
+  notes.push(est.length === 0 ? "Every part was measured page by page." : `Estimated, not counted page by page: ${est.map((p) => p.name).join(", ")} (${bytes(est.reduce((a, p) => a + p.rss, 0))}); the rest was measured.`);
   if (x.trimmable > 0) notes.push(`malloc_trim(0) could give back about ${bytes(x.trimmable)} of it (whole free pages in the bins, the main arena's top).`);
   if (x.disagreement > 0) notes.push(`The pages counted in the heap exceed smaps' count there by ${bytes(x.disagreement)} (read a moment apart).`);
   if (!x.zero_pages_known) notes.push("Pages never written could not be told from resident ones (needs CAP_SYS_ADMIN): the heap's lines may count some smaps does not.");
