@@ -121,3 +121,34 @@ func TestLiveLeaks(t *testing.T) {
 		}
 	}
 }
+
+// TestTraceLeaksParams: GET /api/leaks is of the whole trace: a trace
+// without a check has no verdict and its live blocks; a window, a filter or
+// a bad top is a 400; a trace file (no session) cannot be checked now.
+func TestTraceLeaksParams(t *testing.T) {
+	x, srv := serveTrace(t, trace(t, "serve_phases"))
+	var v TraceLeaks
+	getJSON(t, srv.URL+"/api/leaks?top=3", &v)
+	lb, lk := x.Report.Leaked()
+	if v.LeakCheck != nil || v.Lists == nil || len(v.Lists) != 0 || v.Live.Bytes != lb || v.Live.Blocks != lk || v.Capped != nil {
+		t.Errorf("serve_phases: %+v", v)
+	}
+	for _, q := range []string{"pid=1", "from_ns=10", "top=-1", "top=x"} {
+		resp, err := client.Get(srv.URL + "/api/leaks?" + q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("GET /api/leaks?%s: %d, want 400", q, resp.StatusCode)
+		}
+	}
+	resp, err := client.Post(srv.URL+"/api/leaks", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Errorf("POST /api/leaks of a trace file: %d, want 405", resp.StatusCode)
+	}
+}

@@ -2,9 +2,11 @@ package web
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -130,19 +132,23 @@ func TestPageLeakVerdict(t *testing.T) {
 	noErrors(t, ctx, "overview")
 
 	// Memcheck's summary, each class the JSON report's.
-	for _, c := range []struct {
-		class string
-		a     report.JSONAmount
-	}{
-		{"lost", lc.Lost}, {"definitely_lost", lc.DefinitelyLost}, {"indirectly_lost", lc.IndirectlyLost},
-		{"possibly_lost", lc.PossiblyLost}, {"still_reachable", lc.StillReachable},
-		{"live", report.JSONAmount{Bytes: want.Summary.LeakedBytes, Blocks: want.Summary.LeakedBlocks}},
-	} {
-		row := fmt.Sprintf(`#leak-summary tr[data-class=%q]`, c.class)
-		if b, n := num(t, ctx, row, "data-bytes"), num(t, ctx, row, "data-blocks"); b != c.a.Bytes || n != c.a.Blocks {
-			t.Errorf("%s on the page: %d bytes in %d blocks, the report's %d in %d", c.class, b, n, c.a.Bytes, c.a.Blocks)
+	summaryIsReport := func(where string) {
+		t.Helper()
+		for _, c := range []struct {
+			class string
+			a     report.JSONAmount
+		}{
+			{"lost", lc.Lost}, {"definitely_lost", lc.DefinitelyLost}, {"indirectly_lost", lc.IndirectlyLost},
+			{"possibly_lost", lc.PossiblyLost}, {"still_reachable", lc.StillReachable},
+			{"live", report.JSONAmount{Bytes: want.Summary.LeakedBytes, Blocks: want.Summary.LeakedBlocks}},
+		} {
+			row := fmt.Sprintf(`#leak-summary tr[data-class=%q]`, c.class)
+			if b, n := num(t, ctx, row, "data-bytes"), num(t, ctx, row, "data-blocks"); b != c.a.Bytes || n != c.a.Blocks {
+				t.Errorf("%s: %s on the page: %d bytes in %d blocks, the report's %d in %d", where, c.class, b, n, c.a.Bytes, c.a.Blocks)
+			}
 		}
 	}
+	summaryIsReport("serve")
 	// The program's own truth: what it planted lost is lost, in its class
 	// (still reachable also holds blocks of the C library's).
 	for _, c := range []struct {
@@ -228,6 +234,22 @@ func TestPageLeakVerdict(t *testing.T) {
 	settle(t, ctx, chromedp.Click(chromedp.ID("tab-sites")))
 	if s := eval[string](t, ctx, `document.querySelector("#sites-leaks").textContent`); !strings.Contains(s, "definitely lost") || !strings.Contains(s, "still reachable") {
 		t.Errorf("the Sites tab's leaks name no class: %.300s", s)
+	}
+
+	// The self-contained report (report --format html) shows them too.
+	var page bytes.Buffer
+	if err := WriteHTML(&page, x); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "report.html")
+	if err := os.WriteFile(file, page.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	settle(t, ctx, chromedp.Navigate("file://"+file))
+	noErrors(t, ctx, "static report")
+	summaryIsReport("static report")
+	if got := sumOf(t, ctx, `#top-leaks tr[data-class="lost"]`, "data-v"); got != lc.Lost.Bytes {
+		t.Errorf("static report: the Leaks list's lost sites: %d bytes, the report's %d", got, lc.Lost.Bytes)
 	}
 
 	// A trace without a leak check says so, and its Leaks are every block
@@ -338,21 +360,9 @@ func TestPageCheckLeaksNow(t *testing.T) {
 // has none.
 func TestPageRSS(t *testing.T) {
 	ctx := browser(t)
-	cmd := exec.Command(testutil.MustBuild(t, "census_known", testutil.Options{CXX: true}))
-	in, out := testutil.StartPiped(t, cmd)
-	t.Cleanup(func() { in.Close(); cmd.Wait() })
-	rd := bufio.NewReader(out)
-	for {
-		l, err := rd.ReadString('\n')
-		if err != nil {
-			t.Fatalf("census_known: %v", err)
-		}
-		if strings.TrimSpace(l) == "ready" {
-			break
-		}
-	}
+	pid := startKnown(t)
 	path := filepath.Join(t.TempDir(), "snap.hst")
-	if _, err := heapscope.Snapshot(cmd.Process.Pid, heapscope.SnapshotOptions{File: path}); err != nil {
+	if _, err := heapscope.Snapshot(pid, heapscope.SnapshotOptions{File: path}); err != nil {
 		t.Fatal(err)
 	}
 	rep, err := report.Load(path, report.LoadOptions{})
@@ -408,4 +418,98 @@ func TestPageRSS(t *testing.T) {
 	if s := eval[string](t, ctx, `document.getElementById("rss-panel").textContent`); !strings.Contains(s, "no census in this trace") {
 		t.Errorf("a trace without a census: %q", s)
 	}
+}
+
+// startKnown starts census_known and waits until its heap is made.
+func startKnown(t *testing.T) int {
+	t.Helper()
+	cmd := exec.Command(testutil.MustBuild(t, "census_known", testutil.Options{CXX: true}))
+	in, out := testutil.StartPiped(t, cmd)
+	t.Cleanup(func() { in.Close(); cmd.Wait() })
+	rd := bufio.NewReader(out)
+	for {
+		l, err := rd.ReadString('\n')
+		if err != nil {
+			t.Fatalf("census_known: %v", err)
+		}
+		if strings.TrimSpace(l) == "ready" {
+			return cmd.Process.Pid
+		}
+	}
+}
+
+// serveAttached attaches a session to pid with props (heapscope attach)
+// and serves it as serve --session does.
+func serveAttached(t *testing.T, pid int, props heapscope.Properties) *testServer {
+	t.Helper()
+	name := fmt.Sprintf("web-attach-%d-%d", pid, time.Now().UnixNano())
+	props.File = filepath.Join(t.TempDir(), "a.hst")
+	props.FlushInterval = 100 * time.Millisecond
+	s, err := heapscope.Start(name, props, []int{pid})
+	testutil.SkipWithoutEBPF(t, err)
+	t.Cleanup(func() { s.Stop() })
+	live, err := NewLive(name, query.Options{}, 200*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go live.Run(lctx)
+	return newTestServer(t, live)
+}
+
+// TestPageAttachedSession: serve --session of a session attached to
+// census_known: the RSS panel explains the process's RSS from the census
+// at the attach (the parts adding up to the RSS shown, as /api/rss says),
+// and Check leaks now checks it; attached without a census, the check says
+// that the blocks from before the attach are not known.
+func TestPageAttachedSession(t *testing.T) {
+	ctx := browser(t)
+	shots := artefacts(t)
+	viewport(t, ctx, 1280, 1000)
+	pid := startKnown(t)
+	srv := serveAttached(t, pid, heapscope.Properties{})
+	settle(t, ctx, visit(srv, "/"))
+	noErrors(t, ctx, "attached")
+	var rss RSS
+	getJSON(t, srv.URL+"/api/rss", &rss)
+	if len(rss.Resident) != 1 || len(rss.Resident[0].Parts) < 5 {
+		t.Fatalf("/api/rss of the attached session: %+v", rss)
+	}
+	box := fmt.Sprintf(`#rss-panel .rss[data-pid="%d"]`, pid)
+	shown := num(t, ctx, box, "data-rss")
+	if shown != rss.Resident[0].RSS || sumOf(t, ctx, box+" tr[data-part]", "data-rss") != shown {
+		t.Errorf("RSS shown %d (the API's %d), its parts on the page add up to %d", shown, rss.Resident[0].RSS, sumOf(t, ctx, box+" tr[data-part]", "data-rss"))
+	}
+	for _, p := range rss.Resident[0].Parts {
+		if got := attr(t, ctx, fmt.Sprintf(`%s tr[data-part=%q]`, box, p.Name), "data-measured"); got != strconv.FormatBool(p.Measured) {
+			t.Errorf("part %q: measured %s on the page, %v in the API", p.Name, got, p.Measured)
+		}
+	}
+	check := func(where string) string {
+		t.Helper()
+		do(t, ctx, chromedp.WaitVisible(chromedp.ID("check-leaks")), chromedp.Click(chromedp.ID("check-leaks")))
+		do(t, ctx, chromedp.WaitReady(chromedp.CSS(`#leak-check-result[data-state="done"], #leak-check-result[data-state="error"]`)))
+		text := eval[string](t, ctx, `document.getElementById("leak-check-result").textContent`)
+		if attr(t, ctx, "#leak-check-result", "data-state") != "done" || num(t, ctx, fmt.Sprintf(`.check[data-pid="%d"] .check-head`, pid), "data-paused") == 0 {
+			t.Fatalf("%s: the check: %s", where, text)
+		}
+		return text
+	}
+	if text := check("with a census"); strings.Contains(text, "partial") || strings.Contains(text, "are not known") {
+		t.Errorf("with a census the check knows every block: %s", text)
+	}
+	screenshot(t, ctx, shots, "attached-session")
+
+	pid = startKnown(t)
+	srv = serveAttached(t, pid, heapscope.Properties{NoCensus: true})
+	settle(t, ctx, visit(srv, "/"))
+	if s := eval[string](t, ctx, `document.getElementById("rss-panel").textContent`); !strings.Contains(s, "no census in this trace") {
+		t.Errorf("attached with no census: %q", s)
+	}
+	text := check("with no census")
+	if !strings.Contains(text, "partial") || !strings.Contains(eval[string](t, ctx, `document.querySelector("#leak-check-result .check-notes").textContent`), "are not known") {
+		t.Errorf("without a census the check must say the blocks from before the attach are not known: %s", text)
+	}
+	screenshot(t, ctx, shots, "attached-no-census")
 }

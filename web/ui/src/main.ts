@@ -250,6 +250,9 @@ function renderSummary(s: Summary) {
   sel.value = String(state.pid);
   $("tab-diff").hidden = !s.base;
   if (s.base) $("base-file").textContent = s.base.file;
+  // With a leak check, the leaks cost is every class live at the end: the
+  // lost ones are the Overview's (leaks.ts).
+  costText.leaks = s.leak_check ? "live at the end (every class, lost or not)" : "live at the end (leaks)";
   const cs = $("cost") as HTMLSelectElement;
   cs.textContent = "";
   for (const c of s.costs ?? []) {
