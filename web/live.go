@@ -145,8 +145,8 @@ func (l *Live) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, l.State())
 		return
 	}
-	if r.URL.Path == "/api/leaks" {
-		l.leaks(w, r) // leaks.go
+	if r.URL.Path == "/api/leaks" && r.Method != http.MethodGet && r.Method != http.MethodHead {
+		l.leaks(w, r) // leaks.go; a GET is the trace's verdict, the index's
 		return
 	}
 	l.mu.Lock()

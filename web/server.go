@@ -135,7 +135,8 @@ func newServer(x, base *query.Index, g *gate) *Server {
 	s.mux.HandleFunc("GET /api/export", s.export)
 	s.mux.HandleFunc("GET /api/diff", s.diff)
 	s.views()
-	s.mux.HandleFunc("GET /api/rss", s.rss) // memory_census.go
+	s.mux.HandleFunc("GET /api/rss", s.rss)          // memory_census.go
+	s.mux.HandleFunc("GET /api/leaks", s.traceLeaks) // leaks.go
 	return s
 }
 

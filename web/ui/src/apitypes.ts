@@ -311,6 +311,53 @@ export interface SearchAnswer {
   estimated?: string;
 }
 
+// RSS is /api/rss: the traced processes' resident memory explained, as the
+// censuses at attach (or a snapshot) found it, and what those censuses
+// found live before the trace. Both lists are empty for a trace without a
+// census (a launched program's, or an attach with --no-census).
+export interface RSSAnswer {
+  // Resident has one entry per census: the process's RSS and PSS from
+  // /proc/PID/smaps, split into parts that add up to them (heap in use,
+  // allocator overhead, free in bins, fastbins, tcaches and top chunks,
+  // mmapped chunks, other anonymous memory, file-backed pages), each
+  // saying whether it was measured or estimated.
+  resident: Resident[] | null;
+  // Rundowns say, per census, what was live before the trace: how much
+  // is left at the end, and in which kinds of block (the largest
+  // maxTop of them: Capped then says so).
+  rundowns: Rundown[] | null;
+  capped?: Capped | null;
+}
+
+// TraceLeaks is GET /api/leaks: the trace's leak check as its report gives
+// it (report/JSON.md's leak_check), with the sites of each class, largest
+// first: the page's LEAKS, POSSIBLY LOST and STILL REACHABLE. A scan
+// classifies the blocks live when it ran and the report applies it to those
+// still live at the end, so this is of the whole trace: a window or a
+// filter has no classes.
+export interface TraceLeaksAnswer {
+  // LeakCheck is null when the trace holds no scan: its leaks are then
+  // every block live at the end (Live), with no verdict.
+  leak_check: LeakCheck | null;
+  // Live is every block live at the end, suppressed sites left out (the
+  // summary's leaked_bytes and leaked_blocks); Suppressed is what the
+  // suppression rules took out of it.
+  live: LeakAmount;
+  suppressed: LeakAmount;
+  // Lists are, in a leak-checked trace, the sites of "lost" (definitely
+  // and indirectly lost: the leaks), "possibly_lost", "still_reachable"
+  // and "unclassified" (no class, or not scanned), in that order, each
+  // with its total; none without a check.
+  lists: LeakList[] | null;
+  capped?: Capped | null;
+}
+
+// LeaksJSON is POST /api/leaks's answer: a leak check of the followed
+// session's processes (heapscope.LeaksResult), its sites symbolized.
+export interface LeaksCheckAnswer {
+  processes: CheckProcess[] | null;
+}
+
 // JSONTrace describes the trace.
 export interface Trace {
   file: string;
@@ -707,6 +754,39 @@ export interface ProcessMemory {
   peak: ResidentPoint;
 }
 
+// JSONAmount is a number of blocks and their bytes.
+export interface LeakAmount {
+  bytes: number;
+  blocks: number;
+}
+
+// LeakList is the sites of one class (or two: lost), by their bytes in it.
+export interface LeakList {
+  class: string;
+  // over every site
+  total: LeakAmount;
+  sites: LeakListSite[] | null;
+  // sites of the class left out
+  more: number;
+}
+
+// LeaksProcessJSON is one process's check.
+export interface CheckProcess {
+  pid: number;
+  // when it was stopped, from the trace's start
+  time_ns: number;
+  rules: string;
+  paused_ns: number;
+  elapsed_ns: number;
+  blocks: number;
+  classes: CheckClasses;
+  complete: boolean;
+  partial: boolean;
+  sites: CheckSite[] | null;
+  notes: string[] | null;
+  error?: string;
+}
+
 // JSONErrors are the standard errors of a sampled trace's estimates, in
 // bytes: about two in three estimates are within one of the truth.
 export interface Errors {
@@ -785,12 +865,6 @@ export interface ResidentPart {
   how: string;
 }
 
-// JSONAmount is a number of blocks and their bytes.
-export interface LeakAmount {
-  bytes: number;
-  blocks: number;
-}
-
 // JSONScan is one heap scan of a process.
 export interface Scan {
   pid: number;
@@ -828,5 +902,38 @@ export interface TopSite {
   // Suppressed is true when a suppression rule matched the site's
   // leaks: they count in Suppressed of the answer instead.
   suppressed?: boolean;
+}
+
+// LeakListSite is a site's blocks of a list's class, and every class of
+// its blocks live at the end.
+export interface LeakListSite {
+  name: string;
+  pids: number[] | null;
+  stack: Frame[] | null;
+  bytes: number;
+  blocks: number;
+  classes: LeakClasses;
+}
+
+export interface CheckClasses {
+  definitely_lost: CheckAmount;
+  indirectly_lost: CheckAmount;
+  possibly_lost: CheckAmount;
+  still_reachable: CheckAmount;
+  unclassified: CheckAmount;
+}
+
+// LeaksSiteJSON is a site's blocks of one class.
+export interface CheckSite {
+  // "definite", "indirect", "possible", "reachable", "unknown"
+  class: string;
+  bytes: number;
+  blocks: number;
+  stack: Frame[] | null;
+}
+
+export interface CheckAmount {
+  bytes: number;
+  blocks: number;
 }
 

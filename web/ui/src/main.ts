@@ -26,6 +26,8 @@ import {
   TreeAnswer,
   WindowAnswer,
   Amount,
+  RSSAnswer,
+  TraceLeaksAnswer,
   embedded,
   get,
   isStatic,
@@ -35,6 +37,8 @@ import { TimelineView } from "./timeline";
 import { FlameView } from "./flame";
 import { TreeView } from "./tree";
 import { ConsumedView } from "./consumed";
+import { LiveCheck, classesText, fillTopLeaks, leakHeadline, leakRows, leaksPath, renderVerdict } from "./leaks";
+import { renderRSS, rssPath } from "./rss";
 
 interface State {
   from: number; // the window, ns from the trace's start; 0/0: the whole trace
@@ -189,6 +193,7 @@ let flame: FlameView;
 let treeDown: TreeView;
 let treeUp: TreeView;
 let consumed: ConsumedView;
+let liveCheck: LiveCheck;
 let seq = 0; // the latest refresh; older answers are dropped
 
 function setState(change: Partial<State>) {
@@ -254,6 +259,9 @@ function renderSummary(s: Summary) {
   sel.value = String(state.pid);
   $("tab-diff").hidden = !s.base;
   if (s.base) $("base-file").textContent = s.base.file;
+  // With a leak check, the leaks cost is every class live at the end: the
+  // lost ones are the Overview's (leaks.ts).
+  costText.leaks = s.leak_check ? "live at the end (every class, lost or not)" : "live at the end (leaks)";
   const cs = $("cost") as HTMLSelectElement;
   cs.textContent = "";
   for (const c of s.costs ?? []) {
@@ -303,7 +311,13 @@ function renderFigures(doc: Sites | null, top: TopAnswer | null, mem: MemoryAnsw
       : "exact: every event";
   $("summary-title").textContent = `Summary of ${scope}`;
   const h = $("headline");
-  if (sm.leaked_bytes > 0) {
+  // A leak check's classes are of the whole trace's end (leaks.ts).
+  const lc = filtered(state) ? null : s.leak_check;
+  const lh = leakHeadline(lc, supp);
+  if (lh) {
+    h.textContent = lh.text;
+    h.setAttribute("data-kind", lh.kind);
+  } else if (sm.leaked_bytes > 0) {
     h.textContent = `Leaked ${bytes(sm.leaked_bytes)}${pm("leaked_bytes")} in ${count(sm.leaked_blocks)} blocks` + (supp.bytes > 0 ? ` (${bytes(supp.bytes)} more suppressed)` : "");
     h.setAttribute("data-kind", "leaks");
   } else {
@@ -325,7 +339,7 @@ function renderFigures(doc: Sites | null, top: TopAnswer | null, mem: MemoryAnsw
     rows.push(["Peak resident (RSS)", "not sampled in this trace", "peak_rss", 0]);
   }
   rows.push(
-    ["Leaked", `${bytesExact(sm.leaked_bytes)}${pm("leaked_bytes")} in ${count(sm.leaked_blocks)} blocks${suppressedText(d)}`, "leaked_bytes", sm.leaked_bytes],
+    ...leakRows(sm, lc, `${bytesExact(sm.leaked_bytes)}${pm("leaked_bytes")} in ${count(sm.leaked_blocks)} blocks`, suppressedText(d)),
     ["Temporary allocations", known("summary.temporary_allocations", `${count(sm.temporary_allocations)} (${pct(sm.temporary_allocations, calls)})`), "temporary", sm.temporary_allocations],
     ["Unmatched frees", count(sm.unmatched_frees), "unmatched_frees", sm.unmatched_frees],
     ["Failed allocations", known("summary.failed_allocations", count(sm.failed_allocations)), "failed", sm.failed_allocations],
@@ -568,8 +582,8 @@ function renderCallers(c: CallersAnswer | null) {
 
 function renderSites(d: Sites) {
   const allocs = d.allocations ?? [];
-  const lists: [string, string, { v: number; b?: number; name: string; stack: Frame[] | null }[], (v: number) => string][] = [
-    ["sites-leaks", "Leaks (live at the end of the window)", (d.leaks ?? []).map((l) => ({ v: l.bytes, b: l.blocks, name: siteName(l), stack: l.stack })), bytesExact],
+  const lists: [string, string, { v: number; b?: number; name: string; stack: Frame[] | null; note?: string }[], (v: number) => string][] = [
+    ["sites-leaks", d.leak_check ? "Live at the end, by class (the Overview has the leak check)" : "Leaks (live at the end of the window)", (d.leaks ?? []).map((l) => ({ v: l.bytes, b: l.blocks, name: siteName(l), stack: l.stack, note: classesText(l.classes) })), bytesExact],
     ["sites-peak", "Live at the peak", (d.peak ?? []).map((l) => ({ v: l.bytes, b: l.blocks, name: siteName(l), stack: l.stack })), bytesExact],
     ["sites-calls", "Allocation calls", allocs.filter((s) => s.allocations + s.reallocations > 0).map((s) => ({ v: s.allocations + s.reallocations, b: s.bytes, name: siteName(s), stack: s.stack })), count],
   ];
@@ -580,7 +594,9 @@ function renderSites(d: Sites) {
     t.append(el("tr", {}, el("th", {}, "value"), el("th", {}, id === "sites-calls" ? "bytes" : "blocks"), el("th", {}, "site")));
     for (const r of rows.slice(0, 50)) {
       const second = r.b === undefined ? "" : id === "sites-calls" ? bytes(r.b) : count(r.b);
-      t.append(el("tr", {}, el("td", { class: "num" }, fmt(r.v)), el("td", { class: "num" }, second), stackCell(r.stack, r.name)));
+      const cell = stackCell(r.stack, r.name);
+      if (r.note) cell.append(el("div", { class: "dim" }, r.note));
+      t.append(el("tr", {}, el("td", { class: "num" }, fmt(r.v)), el("td", { class: "num" }, second), cell));
     }
     if (rows.length === 0) t.append(el("tr", {}, el("td", { colspan: "3", class: "dim" }, "none")));
     box.append(el("h3", {}, title), t);
@@ -775,12 +791,19 @@ async function refresh(partial = false) {
           get<TopAnswer>(topPath),
           embedded(mp) ? get<MemoryAnswer>(mp) : Promise.resolve(null),
           filtered(s) ? get<Sites>(docPath) : Promise.resolve(null),
-        ]).then(([top, mem, doc]) => {
+          embedded(leaksPath) ? get<TraceLeaksAnswer>(leaksPath) : Promise.resolve(null),
+        ]).then(([top, mem, doc, lv]) => {
           if (my !== seq) return;
           renderTop(top);
+          // The leak check's classes: the "Leaks" list, the verdict (leaks.ts).
+          const title = $("top-leaks-title");
+          if (lv && !filtered(s)) fillTopLeaks($("top-leaks"), title, lv, stackCell, stat ? undefined : (name) => setState({ tab: "functions", fn: name }));
+          else title.textContent = lv?.leak_check ? "Leaks (live at the end of the window)" : "Leaks (live at the end)";
+          if (lv) renderVerdict($("leak-verdict"), lv, filtered(s), stackCell);
           renderFigures(doc, top, mem, scopeText(s));
         }),
       );
+      if (embedded(rssPath)) then(get<RSSAnswer>(rssPath), (r) => renderRSS($("rss-panel"), r));
       break;
     }
     case "flame":
@@ -861,6 +884,7 @@ function wire() {
   const pick = { pick: (name: string) => (stat ? undefined : setState({ fn: name })) };
   treeDown = new TreeView($("tree-down") as HTMLTableElement, pick);
   treeUp = new TreeView($("tree-up") as HTMLTableElement, pick);
+  liveCheck = new LiveCheck($("check-leaks") as HTMLButtonElement, $("leak-check-result"), stackCell);
   consumed = new ConsumedView($("consumed") as HTMLCanvasElement, $("consumed-legend") as HTMLTableElement, $("consumed-readout"));
   for (const t of tabs) $(`tab-${t}`).addEventListener("click", () => setState({ tab: t }));
   $("cost").addEventListener("change", (e) => setState({ cost: (e.target as HTMLSelectElement).value, focus: [] }));
@@ -920,6 +944,7 @@ async function follow(first: LiveState) {
     b.textContent =
       `${l.running ? "live" : "ended"}: session ${l.session} (${l.file}), updated ${new Date(l.updated).toLocaleTimeString()}` +
       (l.error ? ` — ${l.error}` : "");
+    liveCheck.running(l.running);
   };
   show(first);
   for (;;) {
