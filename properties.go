@@ -2,9 +2,11 @@ package heapscope
 
 import (
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/heapscope/heapscope/event"
+	"github.com/heapscope/heapscope/export/push"
 	"github.com/heapscope/heapscope/tracefile"
 )
 
@@ -179,6 +181,26 @@ type Properties struct {
 	// and aggregate modes); it excludes what needs every event (see
 	// Validate). The hooks see only the sampled events.
 	Sample Size `json:"sample,omitempty"`
+	// Export are where the session sends interval heap profiles, each
+	// FORMAT=URL: otlp=http://HOST:4318 (OTLP profiles over HTTP/protobuf,
+	// to /v1development/profiles unless the URL has a path),
+	// otlp=grpc://HOST:4317 (over gRPC), pprof=http://HOST:4040 (pprof to
+	// a Pyroscope-compatible /ingest); see package export/push. Every
+	// ExportInterval, and once more at the end, the session sends per
+	// process what each stack allocated in the interval and what it holds
+	// at its end, from totals it keeps for the whole session, O(stacks) per
+	// interval whatever the events; estimates when it samples. Exports are
+	// queued with a bound and dropped, counted, when a target cannot keep
+	// up (Status.Exports): they never slow the tracing. A session that
+	// exports needs no trace file (FileMode RealTime).
+	Export []string `json:"export,omitempty"`
+	// ExportInterval is the length of an exported interval, at least
+	// MinExportInterval; 0 means DefaultExportInterval.
+	ExportInterval time.Duration `json:"export_interval_ns,omitempty"`
+	// ExportAddresses sends the frames as addresses and mappings with
+	// their build-ids only, for backends that symbolize by build-id: the
+	// session reads no symbols (about half an export's CPU).
+	ExportAddresses bool `json:"export_addresses,omitempty"`
 }
 
 // withDefaults returns p with its zero fields filled in, for provider: the
@@ -214,6 +236,9 @@ func (p Properties) withDefaults(provider Provider) Properties {
 	if p.TimeResolution == 0 {
 		p.TimeResolution = tracefile.DefaultTimeResolution
 	}
+	if len(p.Export) > 0 && p.ExportInterval == 0 {
+		p.ExportInterval = DefaultExportInterval
+	}
 	return p
 }
 
@@ -234,7 +259,7 @@ func (p Properties) ringBytes() int {
 // some as ETW does: log_file_mode, log_file_name, flush_timer and
 // enable_flags.
 func (p Properties) text() [][2]string {
-	return [][2]string{
+	kv := [][2]string{
 		{"buffer_size", p.BufferSize.String()},
 		{"buffers", strconv.Itoa(p.Buffers)},
 		{"max_file_size", p.MaxFileSize.String()},
@@ -251,4 +276,16 @@ func (p Properties) text() [][2]string {
 		{"time_resolution", p.TimeResolution.String()},
 		{"sample", strconv.FormatInt(int64(p.Sample), 10)},
 	}
+	if len(p.Export) > 0 {
+		// Passwords in the URLs stay out of the file.
+		var targets []string
+		for _, e := range p.Export {
+			if t, err := push.ParseTarget(e); err == nil {
+				targets = append(targets, redactTarget(t))
+			}
+		}
+		kv = append(kv, [2]string{"export", strings.Join(targets, " ")},
+			[2]string{"export_interval", p.ExportInterval.String()})
+	}
+	return kv
 }

@@ -29,6 +29,8 @@ func TestValidate(t *testing.T) {
 		{File: "t.hst", BufferSize: MiB, Buffers: 2},
 		{File: "t.hst", StackEvents: event.NoStacks},
 		{File: "t.hst", StackEvents: event.AllKinds},
+		{FileMode: RealTime, Export: []string{"otlp=http://127.0.0.1:4318", "otlp=grpc://h:4317", "pprof=https://h/x"}},
+		{FileMode: RealTime, Export: []string{"otlp=grpc://h:4317"}, ExportInterval: time.Second, ExportAddresses: true},
 	}
 	for _, p := range ok {
 		if err := p.Validate(); err != nil {
@@ -59,6 +61,13 @@ func TestValidate(t *testing.T) {
 		{Properties{File: "t", MaxFrames: 500}, ErrInvalidFlags},
 		{Properties{File: "t", FileMode: 9}, ErrInvalidFlags},
 		{Properties{File: "t", BufferSize: MiB, Buffers: 8192}, ErrOutOfMemory},
+		{Properties{File: "t", Export: []string{"http://h:4318"}}, ErrInvalidFlags},
+		{Properties{File: "t", Export: []string{"jaeger=http://h:4318"}}, ErrInvalidFlags},
+		{Properties{File: "t", Export: []string{"pprof=grpc://h:4317"}}, ErrInvalidFlags},
+		{Properties{File: "t", Export: []string{"otlp=http://"}}, ErrInvalidFlags},
+		{Properties{File: "t", Export: []string{"otlp=http://h"}, ExportInterval: 500 * time.Millisecond}, ErrInvalidFlags},
+		{Properties{File: "t", Export: []string{"otlp=http://h"}, ExportInterval: -time.Second}, ErrInvalidFlags},
+		{Properties{File: "t", ExportAddresses: true}, ErrInvalidFlags},
 	}
 	for _, b := range bad {
 		err := b.p.Validate()

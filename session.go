@@ -74,7 +74,8 @@ type Session struct {
 	exitCode int           // the launched child's status, once exited is closed
 	exited   chan struct{} // Launch: closed when the launched child has exited
 
-	top topState // Top's totals and clients (top.go)
+	top topState  // Top's totals and clients (top.go)
+	exp *exporter // the interval profiles sent, with Properties.Export (exports.go)
 }
 
 // MaxNameLen is the longest session name, in characters; a longer one is
@@ -198,9 +199,19 @@ func newSession(name string, props Properties, defaultProvider Provider, launche
 		return nil, err
 	}
 	s.entry = entry
+	if len(props.Export) > 0 {
+		// Before the provider: the totals see its first event.
+		if s.exp, err = newExporter(s); err != nil {
+			entry.Release()
+			return nil, err
+		}
+	}
 	if props.FileMode != RealTime {
 		w, err := createWriter(s)
 		if err != nil {
+			if s.exp != nil {
+				s.exp.abort()
+			}
 			entry.Release()
 			return nil, err
 		}
@@ -215,6 +226,9 @@ func newSession(name string, props Properties, defaultProvider Provider, launche
 	if err != nil {
 		if s.sink.w != nil {
 			s.sink.w.Close() // removes the file, never named
+		}
+		if s.exp != nil {
+			s.exp.abort()
 		}
 		entry.Release()
 		return nil, err
@@ -241,6 +255,9 @@ func (s *Session) abort() {
 	if s.sink.w != nil {
 		s.sink.w.Close()
 	}
+	if s.exp != nil {
+		s.exp.abort()
+	}
 	s.entry.Release()
 }
 
@@ -252,9 +269,12 @@ func (s *Session) commit() error {
 	return s.sink.w.Commit()
 }
 
-// run starts the session's background work: the flush timer and the watch
-// for the end of the traced processes.
+// run starts the session's background work: the flush timer, the watch
+// for the end of the traced processes, and the exports.
 func (s *Session) run() {
+	if s.exp != nil {
+		go s.exp.run()
+	}
 	go func() {
 		t := time.NewTicker(s.props.FlushInterval)
 		defer t.Stop()
@@ -390,6 +410,11 @@ func (s *Session) Stop() error {
 		if err := s.sink.close(); err != nil {
 			errList = append(errList, err)
 		}
+		if s.exp != nil {
+			// Every event is in: the last interval, then up to
+			// exportCloseWait for the exports still queued.
+			s.exp.close()
+		}
 		s.final = s.Status()
 		close(s.drained)
 		// The control server waits for requests in progress, a stop request
@@ -495,6 +520,9 @@ type Status struct {
 	// Unwind is what the unwind tables cost, when the session walks stacks
 	// with them.
 	Unwind *UnwindStatus `json:"unwind,omitempty"`
+	// Exports are the counters of each export target (Properties.Export),
+	// in its order.
+	Exports []ExportStats `json:"exports,omitempty"`
 }
 
 // Status returns the session's current state.
@@ -509,6 +537,9 @@ func (s *Session) Status() Status {
 	}
 	if u, ok := s.b.(unwindReporter); ok {
 		st.Unwind = u.unwindStatus()
+	}
+	if s.exp != nil {
+		st.Exports = s.exp.stats()
 	}
 	return st
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/heapscope/heapscope/event"
+	"github.com/heapscope/heapscope/export/push"
 	"github.com/heapscope/heapscope/internal/errs"
 	"github.com/heapscope/heapscope/tracefile"
 )
@@ -218,6 +219,19 @@ func (p Properties) validate(given bool) error {
 		// the mappings kept in the process, which the interposer does not.
 		return bad(PropertyError{Field: "Sample", With: "Families", WithValue: event.FamilyMmap,
 			Reason: "mmap and munmap are not sampled; trace them without sampling"})
+	}
+	for _, e := range p.Export {
+		if _, err := push.ParseTarget(e); err != nil {
+			return bad(PropertyError{Field: "Export", Value: e,
+				Reason: strings.TrimPrefix(err.Error(), fmt.Sprintf("export target %q: ", e))})
+		}
+	}
+	switch {
+	case p.ExportInterval < 0 || p.ExportInterval > 0 && p.ExportInterval < MinExportInterval ||
+		given && len(p.Export) > 0 && p.ExportInterval == 0:
+		return bad(PropertyError{Field: "ExportInterval", Value: p.ExportInterval, Min: MinExportInterval, Zero: dflt})
+	case p.ExportAddresses && len(p.Export) == 0:
+		return bad(PropertyError{Field: "ExportAddresses", Value: p.ExportAddresses, Reason: "without an export target, nothing is exported"})
 	}
 	if d := p.withDefaults(ProviderEBPF); d.BufferSize*Size(d.Buffers) > MaxBufferBytes {
 		return bad(PropertyError{Field: "Buffers", Value: p.Buffers, Min: 1, Max: int(MaxBufferBytes / d.BufferSize),

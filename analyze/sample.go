@@ -39,7 +39,16 @@ func SampleWeights(size uint64, rate int64) (bytes, objects float64) {
 // sampledBlock is a recorded block's weights: its bytes and a whole number
 // of objects (stored in block.tid: temporaries, its use, are off).
 func (m *Model) sampledBlock(size, addr uint64, t int64) (uint64, uint32) {
-	b, o := SampleWeights(size, m.rate)
+	return SampledBlock(size, addr, t, m.rate)
+}
+
+// SampledBlock is what the block of size bytes recorded at addr at time t
+// counts in a trace sampled at rate: SampleWeights' bytes, rounded, and a
+// whole number of objects, floor(1/p) or one more, chosen by a hash of the
+// address and time with the probability of the fraction. Whoever counts
+// sampled blocks (the model, a session's totals) counts each the same.
+func SampledBlock(size, addr uint64, t int64, rate int64) (bytes uint64, objects uint32) {
+	b, o := SampleWeights(size, rate)
 	n := math.Floor(o)
 	if frac := o - n; frac > 0 {
 		h := (addr ^ uint64(t)*0x9e3779b97f4a7c15) * 0xbf58476d1ce4e5b9

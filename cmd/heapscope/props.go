@@ -12,6 +12,7 @@ import (
 
 	"github.com/heapscope/heapscope"
 	"github.com/heapscope/heapscope/event"
+	"github.com/heapscope/heapscope/export"
 	"github.com/heapscope/heapscope/tracefile"
 )
 
@@ -40,6 +41,18 @@ type sessionFlags struct {
 	overwrite     bool
 	quiet         bool
 	sample        heapscope.Size
+	export        exportList
+	exportEvery   time.Duration
+	exportAddrs   bool
+}
+
+// exportList is the repeatable --export flag.
+type exportList []string
+
+func (l *exportList) String() string { return strings.Join(*l, " ") }
+func (l *exportList) Set(v string) error {
+	*l = append(*l, v)
+	return nil
 }
 
 // The flags of launching a program and of attaching to processes.
@@ -79,6 +92,14 @@ func (f *sessionFlags) register(fs *flag.FlagSet, which int) {
 	fs.BoolVar(&f.overwrite, "overwrite", false, "replace an existing output that is a symbolic link (the link, never its target) or another user's file;\nwithout it they are refused. Trace files are made new, mode 0600, once the session has started")
 	fs.BoolVar(&f.quiet, "q", false, "print no summary at the end")
 	fs.TextVar(&f.sample, "sample", heapscope.Size(0), "record one allocation per `SIZE` bytes allocated on average (e.g. 512KiB, 1MiB, 65536) and\nestimate the rest; 0 records every event. Not with --events mmap")
+	fs.Var(&f.export, "export", "send interval heap profiles to `FORMAT=URL` every --export-interval and at the end (repeat for several):\n"+
+		"otlp=http://HOST:4318 (OTLP profiles over HTTP/protobuf to /v1development/profiles), otlp=grpc://HOST:4317,\n"+
+		"or pprof=http://HOST:4040 (pprof to Pyroscope's /ingest). OTLP profiles are an alpha signal: encoded with the\n"+
+		"pdata of OpenTelemetry Collector "+export.CollectorRelease+" (a collector of another release may not read them; it needs\n"+
+		"--feature-gates=service.profilesSupport). Needs no trace file (--log-mode realtime). Exports that a collector\n"+
+		"cannot take are queued, retried, then dropped and counted (query, the summary); they never slow the tracing")
+	fs.DurationVar(&f.exportEvery, "export-interval", heapscope.DefaultExportInterval, "length of an exported interval, at least 1s")
+	fs.BoolVar(&f.exportAddrs, "export-addresses", false, "export frames as addresses and mappings with build-ids only, unsymbolized (for backends that symbolize)")
 }
 
 // validate checks what is not a property: the session's name.
@@ -98,21 +119,24 @@ var propertyFlags = map[string]struct {
 	name string
 	unit heapscope.Size
 }{
-	"File":           {"-o", 0},
-	"FileMode":       {"--log-mode", 0},
-	"MaxFileSize":    {"--max-size", heapscope.MiB},
-	"BufferSize":     {"--buffer-size", heapscope.KiB},
-	"Buffers":        {"--buffers", 0},
-	"FlushInterval":  {"--flush-interval", 0},
-	"Families":       {"--events", 0},
-	"StackEvents":    {"--stacks", 0},
-	"Provider":       {"--provider", 0},
-	"Mode":           {"--mode", 0},
-	"OnFull":         {"--on-full", 0},
-	"Unwind":         {"--unwind", 0},
-	"MaxFrames":      {"--max-frames", 0},
-	"TimeResolution": {"--time-resolution", 0},
-	"Sample":         {"--sample", 0},
+	"File":            {"-o", 0},
+	"FileMode":        {"--log-mode", 0},
+	"MaxFileSize":     {"--max-size", heapscope.MiB},
+	"BufferSize":      {"--buffer-size", heapscope.KiB},
+	"Buffers":         {"--buffers", 0},
+	"FlushInterval":   {"--flush-interval", 0},
+	"Families":        {"--events", 0},
+	"StackEvents":     {"--stacks", 0},
+	"Provider":        {"--provider", 0},
+	"Mode":            {"--mode", 0},
+	"OnFull":          {"--on-full", 0},
+	"Unwind":          {"--unwind", 0},
+	"MaxFrames":       {"--max-frames", 0},
+	"TimeResolution":  {"--time-resolution", 0},
+	"Sample":          {"--sample", 0},
+	"Export":          {"--export", 0},
+	"ExportInterval":  {"--export-interval", 0},
+	"ExportAddresses": {"--export-addresses", 0},
 }
 
 // flagError writes an error of Properties.Validate in terms of flags, a
@@ -198,6 +222,7 @@ func (f *sessionFlags) properties(program string, pid int, attach bool) (heapsco
 	p.TimeResolution = f.timeRes
 	p.Overwrite = f.overwrite
 	p.Sample = f.sample
+	p.Export, p.ExportInterval, p.ExportAddresses = f.export, f.exportEvery, f.exportAddrs
 	p.Unwind, p.Provider, p.OnFull = f.unwind, f.provider, f.onFull
 	if attach {
 		p.Provider, p.NoFollowFork = heapscope.ProviderEBPF, f.noFollowFork
