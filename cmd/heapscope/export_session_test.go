@@ -223,41 +223,9 @@ func TestExportAttach(t *testing.T) {
 	t.Cleanup(testutil.Cleanup)
 	c := collector.Start(t)
 	bin := testutil.MustBuild(t, "export_rounds", testutil.Options{})
-	w := startRounds(t, exec.Command(bin, "4"))
+	w, h, errb, name := attachRounds(t, c, bin)
 	pid := w.cmd.Process.Pid
-	name := fmt.Sprintf("export-attach-%d", os.Getpid())
-	h := cli(t, "attach", "--name", name, "-p", strconv.Itoa(pid), "--log-mode", "realtime",
-		"--export", "otlp=http://"+c.HTTP, "--export-interval", "1s")
-	var errb syncBuffer
-	h.Stderr = &errb
-	rmust(t, h.Start())
-	t.Cleanup(func() { h.Process.Kill(); h.Wait() })
-	for deadline := time.Now().Add(60 * time.Second); !strings.Contains(errb.String(), "tracing pid"); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("attach did not start: %s", errb.String())
-		}
-	}
-
-	// Two rounds, each in intervals of its own: the sums of the
-	// intervals' allocations and the last one's live heap are the
-	// workload's after each.
-	var ms []pprofile.Profiles
-	for r := 1; r <= 2; r++ {
-		w.round(r)
-		ms = waitTotals(t, c, pid, rounds(int64(r)), 0)
-	}
-	withAllocs := 0
-	for _, m := range ms {
-		tot, err := collector.Totals(m)
-		rmust(t, err)
-		if tot[int64(pid)]["alloc_space"]["leak_site"] == 2000 {
-			withAllocs++
-		}
-	}
-	if withAllocs != 2 {
-		t.Errorf("%d intervals hold a round's allocations, want 2", withAllocs)
-	}
-	checkResource(t, ms[len(ms)-1], bin, pid)
+	ms := twoRounds(t, c, w, bin)
 
 	// Kill the collector right after an export reached its file (the
 	// next is a second away), and keep it down for longer than the
@@ -325,6 +293,70 @@ func TestExportAttach(t *testing.T) {
 	// The last interval ends with the process: its leaks.
 	if got := funcTotals(t, ms[len(ms)-1:], pid); got["inuse_space"]["leak_site"] != 8000 || got["inuse_objects"]["leak_site"] != 8 {
 		t.Errorf("the last interval's live heap: %v", got)
+	}
+}
+
+// attachRounds starts export_rounds 4 and attaches to it, exporting to c
+// every second, with further flags.
+func attachRounds(t *testing.T, c *collector.Collector, bin string, flags ...string) (*roundsWorkload, *exec.Cmd, *syncBuffer, string) {
+	t.Helper()
+	w := startRounds(t, exec.Command(bin, "4"))
+	name := fmt.Sprintf("export-attach-%d", os.Getpid())
+	h := cli(t, append([]string{"attach", "--name", name, "-p", strconv.Itoa(w.cmd.Process.Pid), "--log-mode", "realtime",
+		"--export", "otlp=http://" + c.HTTP, "--export-interval", "1s"}, flags...)...)
+	errb := &syncBuffer{}
+	h.Stderr = errb
+	rmust(t, h.Start())
+	t.Cleanup(func() { h.Process.Kill(); h.Wait() })
+	for deadline := time.Now().Add(60 * time.Second); !strings.Contains(errb.String(), "tracing pid"); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("attach did not start: %s", errb.String())
+		}
+	}
+	return w, h, errb, name
+}
+
+// twoRounds runs two rounds, each in intervals of its own, and checks that
+// the sums of the intervals' allocations and the last one's live heap are
+// the workload's after each, and the attributes.
+func twoRounds(t *testing.T, c *collector.Collector, w *roundsWorkload, bin string) []pprofile.Profiles {
+	t.Helper()
+	pid := w.cmd.Process.Pid
+	var ms []pprofile.Profiles
+	for r := 1; r <= 2; r++ {
+		w.round(r)
+		ms = waitTotals(t, c, pid, rounds(int64(r)), 0)
+	}
+	withAllocs := 0
+	for _, m := range ms {
+		tot, err := collector.Totals(m)
+		rmust(t, err)
+		if tot[int64(pid)]["alloc_space"]["leak_site"] == 2000 {
+			withAllocs++
+		}
+	}
+	if withAllocs != 2 {
+		t.Errorf("%d intervals hold a round's allocations, want 2", withAllocs)
+	}
+	checkResource(t, ms[len(ms)-1], bin, pid)
+	return ms
+}
+
+// TestExportAttachAggregate: the same from eBPF's aggregate mode, whose
+// totals are the kernel's tables, read at each flush.
+func TestExportAttachAggregate(t *testing.T) {
+	testutil.SkipWithoutEBPF(t, ebpf.Available())
+	t.Cleanup(testutil.Cleanup)
+	c := collector.Start(t)
+	bin := testutil.MustBuild(t, "export_rounds", testutil.Options{})
+	w, h, errb, _ := attachRounds(t, c, bin, "--mode", "aggregate")
+	twoRounds(t, c, w, bin)
+	w.finish()
+	if err := h.Wait(); err != nil {
+		t.Fatalf("attach: %v: %s", err, errb.String())
+	}
+	if m := exportLine.FindStringSubmatch(errb.String()); m == nil || m[4] != "0" {
+		t.Errorf("summary:\n%s", errb.String())
 	}
 }
 
