@@ -201,6 +201,14 @@ type Properties struct {
 	// their build-ids only, for backends that symbolize by build-id: the
 	// session reads no symbols (about half an export's CPU).
 	ExportAddresses bool `json:"export_addresses,omitempty"`
+	// EmitUSDT makes the preload provider's interposer fire
+	// OpenTelemetry's otel_memory USDT probes, alloc(ptr, size, weight) and
+	// free(ptr), for the blocks it samples, so that a profiler that reads
+	// them (the OpenTelemetry eBPF profiler) sees the traced processes'
+	// heaps too. weight is the bytes a sample stands for, S/(1-e^(-S/R)).
+	// The probes fire only while a tracer has raised their semaphores.
+	// Needs Sample, and the preload provider.
+	EmitUSDT bool `json:"emit_usdt,omitempty"`
 }
 
 // withDefaults returns p with its zero fields filled in, for provider: the
@@ -286,6 +294,9 @@ func (p Properties) text() [][2]string {
 		}
 		kv = append(kv, [2]string{"export", strings.Join(targets, " ")},
 			[2]string{"export_interval", p.ExportInterval.String()})
+	}
+	if p.EmitUSDT {
+		kv = append(kv, [2]string{"emit_usdt", "true"})
 	}
 	return kv
 }

@@ -31,6 +31,8 @@ func TestValidate(t *testing.T) {
 		{File: "t.hst", StackEvents: event.AllKinds},
 		{FileMode: RealTime, Export: []string{"otlp=http://127.0.0.1:4318", "otlp=grpc://h:4317", "pprof=https://h/x"}},
 		{FileMode: RealTime, Export: []string{"otlp=grpc://h:4317"}, ExportInterval: time.Second, ExportAddresses: true},
+		{File: "t", Sample: 512 * KiB, EmitUSDT: true},
+		{File: "t", Sample: 512 * KiB, EmitUSDT: true, Provider: ProviderPreload},
 	}
 	for _, p := range ok {
 		if err := p.Validate(); err != nil {
@@ -68,6 +70,8 @@ func TestValidate(t *testing.T) {
 		{Properties{File: "t", Export: []string{"otlp=http://h"}, ExportInterval: 500 * time.Millisecond}, ErrInvalidFlags},
 		{Properties{File: "t", Export: []string{"otlp=http://h"}, ExportInterval: -time.Second}, ErrInvalidFlags},
 		{Properties{File: "t", ExportAddresses: true}, ErrInvalidFlags},
+		{Properties{File: "t", EmitUSDT: true}, ErrInvalidFlags},
+		{Properties{File: "t", Sample: KiB, EmitUSDT: true, Provider: ProviderEBPF}, ErrInvalidFlags},
 	}
 	for _, b := range bad {
 		err := b.p.Validate()

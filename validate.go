@@ -230,6 +230,12 @@ func (p Properties) validate(given bool) error {
 	case p.ExportInterval < 0 || p.ExportInterval > 0 && p.ExportInterval < MinExportInterval ||
 		given && len(p.Export) > 0 && p.ExportInterval == 0:
 		return bad(PropertyError{Field: "ExportInterval", Value: p.ExportInterval, Min: MinExportInterval, Zero: dflt})
+	case p.EmitUSDT && p.Sample == 0:
+		return bad(PropertyError{Field: "EmitUSDT", Value: p.EmitUSDT, With: "Sample", WithValue: p.Sample,
+			Reason: "the otel_memory probes fire for sampled blocks only"})
+	case p.EmitUSDT && p.Provider == ProviderEBPF:
+		return bad(PropertyError{Field: "EmitUSDT", Value: p.EmitUSDT, With: "Provider", WithValue: p.Provider,
+			Reason: "the probes are fired by the preload provider's interposer, in the process"})
 	case p.ExportAddresses && len(p.Export) == 0:
 		return bad(PropertyError{Field: "ExportAddresses", Value: p.ExportAddresses, Reason: "without an export target, nothing is exported"})
 	}

@@ -44,6 +44,7 @@ type sessionFlags struct {
 	export        exportList
 	exportEvery   time.Duration
 	exportAddrs   bool
+	emitUSDT      bool
 }
 
 // exportList is the repeatable --export flag.
@@ -70,6 +71,11 @@ func (f *sessionFlags) register(fs *flag.FlagSet, which int) {
 	if f.launch {
 		fs.TextVar(&f.provider, "provider", f.provider, "`PROVIDER` of a launched program: "+choices(heapscope.ProviderPreload, heapscope.ProviderEBPF)+" (the LD_PRELOAD interposer or uprobes)")
 		fs.TextVar(&f.onFull, "on-full", f.onFull, "`POLICY` when the collector falls behind: "+choices(heapscope.OnFullDefault, heapscope.Block, heapscope.Drop)+". With preload, block\n(exact, slows the program) or drop (count losses); with ebpf, drop only (a uprobe cannot wait).\n(default: the provider's own, block for preload, drop for ebpf)")
+	}
+	if f.launch {
+		fs.BoolVar(&f.emitUSDT, "emit-usdt", false, "with --sample (preload): fire OpenTelemetry's otel_memory USDT probes, alloc(ptr, size, weight)\n"+
+			"and free(ptr), for the sampled blocks, so that a profiler that reads them (the OpenTelemetry eBPF\n"+
+			"profiler) sees the program's heap too; they fire only while a tracer has raised their semaphores")
 	}
 	if f.attach {
 		fs.BoolVar(&f.noFollowFork, "no-follow-fork", false, "eBPF: trace only the given processes, not the children they fork (an exec goes on as the same process)")
@@ -137,6 +143,7 @@ var propertyFlags = map[string]struct {
 	"Export":          {"--export", 0},
 	"ExportInterval":  {"--export-interval", 0},
 	"ExportAddresses": {"--export-addresses", 0},
+	"EmitUSDT":        {"--emit-usdt", 0},
 }
 
 // flagError writes an error of Properties.Validate in terms of flags, a
@@ -223,6 +230,7 @@ func (f *sessionFlags) properties(program string, pid int, attach bool) (heapsco
 	p.Overwrite = f.overwrite
 	p.Sample = f.sample
 	p.Export, p.ExportInterval, p.ExportAddresses = f.export, f.exportEvery, f.exportAddrs
+	p.EmitUSDT = f.emitUSDT
 	p.Unwind, p.Provider, p.OnFull = f.unwind, f.provider, f.onFull
 	if attach {
 		p.Provider, p.NoFollowFork = heapscope.ProviderEBPF, f.noFollowFork

@@ -231,6 +231,8 @@ func TestRunErrors(t *testing.T) {
 		{[]string{"attach", "--export", "h:4318", "-p", "1"}, 2, `--export h:4318: want FORMAT=URL`},
 		{[]string{"run", "--export", "otlp=http://h:1", "--export-interval", "100ms", "--", "true"}, 2, "--export-interval 100ms: must be at least 1s"},
 		{[]string{"run", "--export-addresses", "--", "true"}, 2, "--export-addresses true: without an export target"},
+		{[]string{"run", "--emit-usdt", "--", "true"}, 2, "--emit-usdt true with --sample 0: the otel_memory probes fire for sampled blocks only"},
+		{[]string{"run", "--emit-usdt", "--sample", "1KiB", "--provider", "ebpf", "--", "true"}, 2, "--emit-usdt true with --provider ebpf"},
 		{[]string{"run", "--bogus", "--", "true"}, 2, "bogus"},
 		{[]string{"attach"}, 2, "-p"},
 		{[]string{"attach", "-p", "1073741824", "-o", filepath.Join(dir, "a.hst")}, 1, "no such process"},
