@@ -32,6 +32,8 @@ func newEBPF(s *Session) (backend, error) {
 		NoFollowFork:  s.props.NoFollowFork,
 		UnwindTables:  s.props.Unwind == DWARF || s.props.Unwind == Tables,
 		Sample:        int64(s.props.Sample),
+		MaxStacks:     s.props.MaxStacks,
+		UnwindEntries: int(s.props.UnwindTablesSize / 8),
 	}, s.sink)
 	if err != nil {
 		return nil, err
@@ -43,8 +45,17 @@ func (b *ebpfBackend) attach(pid int) error { return b.t.Attach(pid) }
 func (b *ebpfBackend) detach(pid int) error { return b.t.Detach(pid) }
 func (b *ebpfBackend) pids() []int          { return b.t.PIDs() }
 func (b *ebpfBackend) flush() error         { return b.t.Flush() }
+func (b *ebpfBackend) flushPeriodic() error { return b.t.FlushPeriodic() }
 func (b *ebpfBackend) stats() event.Stats   { return b.t.Stats() }
 func (b *ebpfBackend) close() error         { return b.t.Close() }
+
+func (b *ebpfBackend) warnings() []string {
+	var w []string
+	for _, err := range b.t.Warnings() {
+		w = append(w, err.Error())
+	}
+	return w
+}
 
 func (b *ebpfBackend) setStacks(k event.KindSet) error {
 	return b.t.SetStacks(k)

@@ -74,8 +74,9 @@ type Session struct {
 	exitCode int           // the launched child's status, once exited is closed
 	exited   chan struct{} // Launch: closed when the launched child has exited
 
-	top topState  // Top's totals and clients (top.go)
-	exp *exporter // the interval profiles sent, with Properties.Export (exports.go)
+	top topState    // Top's totals and clients (top.go)
+	cen censusState // the censuses at attach (census.go)
+	exp *exporter   // the interval profiles sent, with Properties.Export (exports.go)
 }
 
 // MaxNameLen is the longest session name, in characters; a longer one is
@@ -83,7 +84,10 @@ type Session struct {
 const MaxNameLen = registry.MaxNameLen
 
 // Start starts a session named name that traces the running processes pids.
-// The provider defaults to ProviderEBPF.
+// The provider defaults to ProviderEBPF. Once a process's probes are in,
+// Start takes a census of its heap and writes it into the trace as the
+// blocks live before the trace (see census.go, Properties.NoCensus,
+// Censuses).
 func Start(name string, props Properties, pids []int) (*Session, error) {
 	if len(pids) == 0 {
 		return nil, fmt.Errorf("no process to trace: %w", errs.ErrInvalidFlags)
@@ -106,6 +110,9 @@ func Start(name string, props Properties, pids []int) (*Session, error) {
 	if err := s.commit(); err != nil {
 		s.abort()
 		return nil, err
+	}
+	for _, pid := range pids {
+		s.censusAfterAttach(pid)
 	}
 	s.run()
 	return s, nil
@@ -281,7 +288,7 @@ func (s *Session) run() {
 		for {
 			select {
 			case <-t.C:
-				s.Flush()
+				s.flushPeriodic()
 			case <-s.b.done():
 				s.Stop()
 				return
@@ -314,15 +321,30 @@ func (s *Session) sinkStats() event.Stats {
 	return st
 }
 
+// periodicFlusher is a backend whose flush on the session's timer may do
+// less than Flush (the eBPF provider's aggregate mode takes a snapshot
+// only when it costs less than the calls it stands for).
+type periodicFlusher interface{ flushPeriodic() error }
+
+// flushPeriodic is Flush for the session's timer.
+func (s *Session) flushPeriodic() error {
+	if _, ok := s.b.(periodicFlusher); !ok {
+		return s.Flush()
+	}
+	return s.flushWith(s.b.(periodicFlusher).flushPeriodic)
+}
+
 // Flush delivers every event captured so far to the trace file and the hooks,
 // and writes the file's buffers to disk.
-func (s *Session) Flush() error {
+func (s *Session) Flush() error { return s.flushWith(s.b.flush) }
+
+func (s *Session) flushWith(flush func() error) error {
 	select {
 	case <-s.drained:
 		return fmt.Errorf("session %q: %w", s.name, errs.ErrNotRunning)
 	default:
 	}
-	err := s.b.flush()
+	err := flush()
 	s.sink.sampleMemory()
 	st := s.sinkStats()
 	if serr := s.sink.Stats(st); err == nil {
@@ -369,7 +391,9 @@ func (s *Session) Update(c Change) error {
 		}
 		if err := s.b.attach(pid); err != nil {
 			errList = append(errList, err)
+			continue
 		}
+		s.censusAfterAttach(pid)
 	}
 	for _, pid := range c.RemovePIDs {
 		if err := s.b.detach(pid); err != nil {
@@ -520,6 +544,10 @@ type Status struct {
 	// Unwind is what the unwind tables cost, when the session walks stacks
 	// with them.
 	Unwind *UnwindStatus `json:"unwind,omitempty"`
+	// Warnings are the provider's first problems that did not end the
+	// session (the eBPF provider's: a child it could not follow, a file
+	// whose unwind table found no room).
+	Warnings []string `json:"warnings,omitempty"`
 	// Exports are the counters of each export target (Properties.Export),
 	// in its order.
 	Exports []ExportStats `json:"exports,omitempty"`
@@ -538,8 +566,14 @@ func (s *Session) Status() Status {
 	if u, ok := s.b.(unwindReporter); ok {
 		st.Unwind = u.unwindStatus()
 	}
+	if w, ok := s.b.(warner); ok {
+		st.Warnings = w.warnings()
+	}
 	if s.exp != nil {
 		st.Exports = s.exp.stats()
 	}
 	return st
 }
+
+// warner is a backend that keeps warnings.
+type warner interface{ warnings() []string }

@@ -68,6 +68,8 @@ type Model struct {
 	seenWarn map[event.Warning]bool
 	memory   []event.Memory
 
+	rundown rundownState // what censuses told (census.go)
+
 	snaps        map[uint32]*snapProc
 	snapPeak     Peak
 	snapPeakSet  map[uint32]*event.Snapshot // each process's latest snapshot at the snapshot peak
@@ -83,6 +85,8 @@ type proc struct {
 	ids   []int32 // StackID → site index + 1, for small IDs
 	idm   map[event.StackID]int32
 	maps  *mappings // live mmap pages; nil until the first
+
+	unmatched uint64 // unmatched frees since its last census (census.go)
 }
 
 // thread is a thread's last heap event, for temporaries: the address it
@@ -299,6 +303,12 @@ func (m *Model) Note(n event.Note) error {
 		if n.Time >= m.from && n.Time < m.to {
 			m.memory = append(m.memory, n)
 		}
+	case event.Census:
+		m.census(&n)
+	case event.Resident:
+		if n.Time >= m.from && n.Time < m.to {
+			m.rundown.resident = append(m.rundown.resident, n)
+		}
 	}
 	return nil
 }
@@ -381,6 +391,7 @@ func (m *Model) Events(evs []event.Event) error {
 				}
 			} else {
 				m.unmatched++
+				p.unmatched++
 			}
 			t.last = 0
 		case event.KindRealloc:
@@ -459,7 +470,9 @@ func (m *Model) alloc(p *proc, si int32, tid uint32, addr, size uint64) {
 // replaced counts a live block found at the address of a new one: its free
 // was lost.
 func (m *Model) replaced(old block) {
-	m.missed++
+	if m.sites[old.site].id != PreTrace || !m.rundown.overtaken(old) {
+		m.missed++
+	}
 	m.release(old, false)
 }
 
@@ -487,12 +500,16 @@ func (m *Model) release(b block, counted bool) {
 	}
 	m.liveBytes -= b.size
 	m.liveBlocks--
+	if s.id == PreTrace {
+		m.rundown.released(b)
+	}
 }
 
 func (m *Model) free(p *proc, t *thread, addr uint64) {
 	b, ok := m.blocks.take(p, addr)
 	if !ok {
 		m.unmatched++
+		p.unmatched++
 		return
 	}
 	m.freed(t, addr, b)
@@ -588,6 +605,7 @@ func (m *Model) Profile() *Profile {
 			pr.Peak = m.snapPeak
 		}
 	}
+	m.rundownProfile(pr)
 	var liveBytes, liveBlocks uint64
 	if pr.Aggregate && m.events == 0 {
 		for _, v := range m.snapLiveSums {

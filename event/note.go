@@ -2,7 +2,8 @@ package event
 
 // A Note is a record that says something about the traced processes besides
 // their heap events: a Warning, a Memory sample, the Verdict of a heap scan,
-// or the Census of an allocator's heap. It is one of the types below; a
+// the Census of an allocator's heap, or a process's Resident memory
+// explained. It is one of the types below; a
 // consumer switches on the type and ignores the kinds it has no use for.
 type Note interface {
 	// Of returns the process the note is about (0: the session) and when
@@ -126,6 +127,11 @@ type Census struct {
 	Pause  int64 // ns the process was stopped for the census
 	Blocks []LiveBlock
 	Space  HeapSpace
+	// Groups say what the blocks are, as their contents tell without a
+	// stack (see CensusGroup); BlockGroups, when not empty, has one entry
+	// per block: the index in Groups of its group.
+	Groups      []CensusGroup
+	BlockGroups []uint32
 }
 
 func (w Warning) Of() (uint32, int64) { return w.PID, w.Time }

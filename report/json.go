@@ -41,6 +41,10 @@ type JSON struct {
 	Unknown []string    `json:"unknown"`
 	Window  *JSONWindow `json:"window,omitempty"`
 	Stats   *JSONStats  `json:"stats,omitempty"`
+	// Rundowns are what censuses found live before the trace, Resident
+	// the processes' resident memory explained (see census.go).
+	Rundowns []JSONRundown  `json:"rundowns,omitempty"`
+	Resident []JSONResident `json:"resident,omitempty"`
 }
 
 // JSONTrace describes the trace.
@@ -292,6 +296,7 @@ func (r *Report) document(top int, sites bool) *JSON {
 	for _, pt := range p.Timeline {
 		d.Timeline = append(d.Timeline, JSONPoint{TNs: int64(r.rel(pt.Time)), LiveBytes: pt.Bytes, LiveBlocks: pt.Blocks})
 	}
+	d.Rundowns, d.Resident = r.CensusJSON()
 	return d
 }
 
@@ -367,6 +372,12 @@ func (r *Report) WriteJSON(w io.Writer, top int) error {
 	}
 	if d.Stats != nil {
 		jw.field("stats", d.Stats)
+	}
+	if len(d.Rundowns) > 0 {
+		jw.field("rundowns", d.Rundowns)
+	}
+	if len(d.Resident) > 0 {
+		jw.field("resident", d.Resident)
 	}
 	jw.raw("}\n")
 	if jw.err != nil {

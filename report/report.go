@@ -190,6 +190,9 @@ func newReport(p *analyze.Profile, t Trace, st *symTable) *Report {
 		for _, a := range stack.Frames {
 			ids = append(ids, st.ids(addrs, stack.PID, a)...)
 		}
+		if stack.ID == analyze.PreTrace && len(stack.Frames) == 0 {
+			ids = append(ids, st.table.intern(beforeTraceFrame)) // a site of its own (census.go)
+		}
 		ids = ids[symbolize.AllocatorFrames(len(ids), func(i int) *symbolize.Frame { return &st.table.frames[ids[i]] }):]
 		kb = kb[:0]
 		for _, id := range ids {

@@ -49,6 +49,7 @@ func (r *Report) WriteText(w io.Writer, o TextOptions) error {
 	t := &textWriter{w: bw, r: r, o: o}
 	t.header()
 	t.summary()
+	t.census()
 	p := r.Profile
 	t.section("LEAKS", "still live at the end", byLeaked, func(s *Site) string {
 		return fmt.Sprintf("%s leaked in %s from", fmtBytes(s.LiveBytes), plural(s.LiveBlocks, "block"))
@@ -214,6 +215,9 @@ func (t *textWriter) summary() {
 	row("peak heap", "%s", peak)
 	lb, lk := r.Leaked()
 	row("leaked", "%s in %s", fmtBytesExact(lb), plural(lk, "block"))
+	if bb, bk, ok := r.beforeTraceLive(); ok {
+		row("  before the trace", "%s in %s of them were live before it (a census: see BEFORE THE TRACE)", fmtBytes(bb), plural(bk, "block"))
+	}
 	if sb, sk, n := r.SuppressedTotal(); n > 0 {
 		row("suppressed", "%s in %s by %s (not leaks of the program: see SUPPRESSED)", fmtBytesExact(sb), plural(sk, "block"), plural(uint64(n), "rule"))
 	}

@@ -3,6 +3,9 @@ package main
 import (
 	"fmt"
 	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 
 	"github.com/heapscope/heapscope"
@@ -27,6 +30,32 @@ func printSummary(w io.Writer, st heapscope.Status, files []string) {
 	printStats(w, st)
 	if len(files) > 0 {
 		fmt.Fprintf(w, "trace     %s\n", strings.Join(files, ", "))
-		fmt.Fprintf(w, "more:     heapscope report %s\n", files[0])
+		self := selfCommand()
+		fmt.Fprintf(w, "more:     %s report %s    (or in a browser: %s serve %s)\n", self, files[0], self, files[0])
+		if self != "heapscope" {
+			fmt.Fprintf(w, "install:  go install github.com/heapscope/heapscope/cmd/heapscope@latest\n")
+		}
 	}
+}
+
+// selfCommand is how the user can run this program again: "heapscope"
+// when it is the one on the PATH, else "go run ./cmd/heapscope" when it is
+// a binary go run built (in the build cache's temporary folder), else its
+// path.
+func selfCommand() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return "heapscope"
+	}
+	if p, err := exec.LookPath("heapscope"); err == nil {
+		if a, err := filepath.EvalSymlinks(p); err == nil {
+			if b, err := filepath.EvalSymlinks(exe); err == nil && a == b {
+				return "heapscope"
+			}
+		}
+	}
+	if strings.Contains(exe, string(filepath.Separator)+"go-build") {
+		return "go run ./cmd/heapscope"
+	}
+	return exe
 }

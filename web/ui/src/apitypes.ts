@@ -25,6 +25,10 @@ export interface Summary {
   unknown: string[] | null;
   window?: ReportWindow | null;
   stats?: Stats | null;
+  // Rundowns are what censuses found live before the trace, Resident
+  // the processes' resident memory explained (see census.go).
+  rundowns?: Rundown[] | null;
+  resident?: Resident[] | null;
   // the first event, from the trace's start
   start_ns: number;
   // the last event
@@ -152,6 +156,10 @@ export interface Sites {
   unknown: string[] | null;
   window?: ReportWindow | null;
   stats?: Stats | null;
+  // Rundowns are what censuses found live before the trace, Resident
+  // the processes' resident memory explained (see census.go).
+  rundowns?: Rundown[] | null;
+  resident?: Resident[] | null;
   capped?: Capped | null;
 }
 
@@ -386,6 +394,43 @@ export interface Stats {
   bytes: number;
 }
 
+// JSONRundown is what a census found before the trace (analyze.Rundown).
+export interface Rundown {
+  pid: number;
+  // from the start of the trace
+  time_ns: number;
+  // how long the process was stopped
+  pause_ns: number;
+  // live at the census, not seen allocated by the trace
+  blocks: number;
+  bytes: number;
+  // of those, left at the end
+  live_blocks: number;
+  live_bytes: number;
+  // live at the census, allocated since the attach
+  traced: number;
+  // frees between the attach and the census of blocks from before it
+  freed_before: number;
+  missed: number;
+  overtaken: number;
+  heap: HeapSpace;
+  groups: CensusKind[] | null;
+}
+
+// JSONResident is a process's resident memory explained (event.Resident).
+export interface Resident {
+  pid: number;
+  time_ns: number;
+  rss: number;
+  pss: number;
+  swap: number;
+  rollup_rss: number;
+  trimmable: number;
+  disagreement: number;
+  zero_pages_known: boolean;
+  parts: ResidentPart[] | null;
+}
+
 // BaseSummary is the base trace of a comparison.
 export interface BaseSummary {
   file: string;
@@ -582,6 +627,51 @@ export interface Frame {
   address: string;
   offset: string;
   inlined: boolean;
+}
+
+// JSONHeapSpace is how the allocator's heap was used at a census
+// (event.HeapSpace), in bytes.
+export interface HeapSpace {
+  arenas: number;
+  in_use: number;
+  in_use_blocks: number;
+  overhead: number;
+  free_bins: number;
+  free_fastbins: number;
+  free_tcache: number;
+  top: number;
+  mmapped: number;
+  mmapped_blocks: number;
+  trimmable: number;
+  corrupt: number;
+}
+
+// JSONCensusKind is one kind of block a census found (a size class and
+// what its blocks are).
+export interface CensusKind {
+  // chunk sizes [class_lo, class_hi), header included
+  class_lo: number;
+  class_hi: number;
+  // a C++ class, "string", the allocator's own, or ""
+  name: string;
+  text?: string;
+  example: number;
+  held_by?: string;
+  held?: number;
+  blocks: number;
+  bytes: number;
+  live_blocks: number;
+  live_bytes: number;
+}
+
+// JSONResidentPart is one part of a process's resident memory.
+export interface ResidentPart {
+  name: string;
+  rss: number;
+  pss: number;
+  bytes: number;
+  measured: boolean;
+  how: string;
 }
 
 // TopSite is a site of /api/top, with what it cost by each of the costs
