@@ -65,6 +65,24 @@ const (
 	Tables        = event.UnwindTables
 )
 
+// Source is what the eBPF provider probes in a traced process.
+type Source string
+
+// The sources.
+const (
+	// SourceUprobes probes the allocator's functions (the default).
+	SourceUprobes Source = "uprobes"
+	// SourceUSDT traces through OpenTelemetry's otel_memory USDT probes,
+	// alloc(ptr, size, weight) and free(ptr), which a target that samples
+	// its own allocations fires: the target's sampler decides, each
+	// allocation counts the bytes its probe weighed, and the calls it does
+	// not sample cost nothing. A process without the probes is refused.
+	SourceUSDT Source = "usdt"
+	// SourceAuto traces each process through its otel_memory probes when
+	// it has them, through its allocator's functions otherwise.
+	SourceAuto Source = "auto"
+)
+
 // ParseLogFileMode parses "sequential", "circular", "newfile" or "realtime".
 func ParseLogFileMode(s string) (LogFileMode, error) { return event.ParseLogFileMode(s) }
 
@@ -238,6 +256,12 @@ type Properties struct {
 	// The probes fire only while a tracer has raised their semaphores.
 	// Needs Sample, and the preload provider.
 	EmitUSDT bool `json:"emit_usdt,omitempty"`
+	// Source is what the eBPF provider probes in each process (""
+	// means SourceUprobes). SourceUSDT and SourceAuto need stream mode and
+	// Sample: the estimates' rate (that of the targets' samplers, whose
+	// weights each event carries; with SourceAuto, heapscope samples the
+	// processes it probes through their functions at it).
+	Source Source `json:"source,omitempty"`
 }
 
 // withDefaults returns p with its zero fields filled in, for provider: the
@@ -334,6 +358,9 @@ func (p Properties) text() [][2]string {
 	}
 	if p.EmitUSDT {
 		kv = append(kv, [2]string{"emit_usdt", "true"})
+	}
+	if p.Source != "" && p.Source != SourceUprobes {
+		kv = append(kv, [2]string{"source", string(p.Source)})
 	}
 	return kv
 }

@@ -33,6 +33,9 @@ func TestValidate(t *testing.T) {
 		{FileMode: RealTime, Export: []string{"otlp=grpc://h:4317"}, ExportInterval: time.Second, ExportAddresses: true},
 		{File: "t", Sample: 512 * KiB, EmitUSDT: true},
 		{File: "t", Sample: 512 * KiB, EmitUSDT: true, Provider: ProviderPreload},
+		{File: "t", Sample: 512 * KiB, Source: SourceUSDT},
+		{File: "t", Sample: 512 * KiB, Source: SourceAuto, Provider: ProviderEBPF},
+		{File: "t", Source: SourceUprobes},
 	}
 	for _, p := range ok {
 		if err := p.Validate(); err != nil {
@@ -72,6 +75,10 @@ func TestValidate(t *testing.T) {
 		{Properties{File: "t", ExportAddresses: true}, ErrInvalidFlags},
 		{Properties{File: "t", EmitUSDT: true}, ErrInvalidFlags},
 		{Properties{File: "t", Sample: KiB, EmitUSDT: true, Provider: ProviderEBPF}, ErrInvalidFlags},
+		{Properties{File: "t", Source: SourceUSDT}, ErrInvalidFlags},
+		{Properties{File: "t", Sample: KiB, Source: SourceUSDT, Mode: Aggregate}, ErrInvalidFlags},
+		{Properties{File: "t", Sample: KiB, Source: SourceAuto, Provider: ProviderPreload}, ErrInvalidFlags},
+		{Properties{File: "t", Source: "dtrace"}, ErrInvalidFlags},
 	}
 	for _, b := range bad {
 		err := b.p.Validate()

@@ -246,6 +246,17 @@ func (p Properties) validate(given bool) error {
 	case p.EmitUSDT && p.Provider == ProviderEBPF:
 		return bad(PropertyError{Field: "EmitUSDT", Value: p.EmitUSDT, With: "Provider", WithValue: p.Provider,
 			Reason: "the probes are fired by the preload provider's interposer, in the process"})
+	case p.Source != "" && p.Source != SourceUprobes && p.Source != SourceUSDT && p.Source != SourceAuto:
+		return bad(PropertyError{Field: "Source", Value: p.Source, Want: "uprobes, usdt or auto"})
+	case (p.Source == SourceUSDT || p.Source == SourceAuto) && p.Provider == ProviderPreload:
+		return bad(PropertyError{Field: "Source", Value: p.Source, With: "Provider", WithValue: p.Provider,
+			Reason: "the otel_memory probes are read by the ebpf provider"})
+	case (p.Source == SourceUSDT || p.Source == SourceAuto) && p.Mode == Aggregate:
+		return bad(PropertyError{Field: "Source", Value: p.Source, With: "Mode", WithValue: p.Mode,
+			Reason: "the probes' weights are recorded in stream mode only"})
+	case (p.Source == SourceUSDT || p.Source == SourceAuto) && p.Sample == 0:
+		return bad(PropertyError{Field: "Source", Value: p.Source, With: "Sample", WithValue: p.Sample,
+			Reason: "the probes' samples are estimates: give the rate of the targets' samplers (e.g. 512KiB)"})
 	case p.ExportAddresses && len(p.Export) == 0:
 		return bad(PropertyError{Field: "ExportAddresses", Value: p.ExportAddresses, Reason: "without an export target, nothing is exported"})
 	}

@@ -49,6 +49,13 @@ func (m *Model) sampledBlock(size, addr uint64, t int64) (uint64, uint32) {
 // sampled blocks (the model, a session's totals) counts each the same.
 func SampledBlock(size, addr uint64, t int64, rate int64) (bytes uint64, objects uint32) {
 	b, o := SampleWeights(size, rate)
+	return uint64(math.Round(b)), wholeObjects(o, addr, t)
+}
+
+// wholeObjects is o objects as a whole number, floor(o) or one more, chosen
+// by a hash of the block's address and time with the probability of the
+// fraction: unbiased, and the same each time the block is counted.
+func wholeObjects(o float64, addr uint64, t int64) uint32 {
 	n := math.Floor(o)
 	if frac := o - n; frac > 0 {
 		h := (addr ^ uint64(t)*0x9e3779b97f4a7c15) * 0xbf58476d1ce4e5b9
@@ -57,7 +64,19 @@ func SampledBlock(size, addr uint64, t int64, rate int64) (bytes uint64, objects
 			n++
 		}
 	}
-	return uint64(math.Round(b)), uint32(min(n, math.MaxUint32))
+	return uint32(min(n, math.MaxUint32))
+}
+
+// EventWeights is what a recorded allocation (or a realloc's result)
+// counts in a trace sampled at rate: when its provider weighed it (an
+// allocation through an otel_memory USDT probe carries the probe's weight
+// in OldSize, see event.Event), that many bytes and weight/size objects;
+// else SampledBlock's.
+func EventWeights(e *event.Event, rate int64) (bytes uint64, objects uint32) {
+	if e.Kind == event.KindAlloc && e.OldSize != 0 {
+		return e.OldSize, wholeObjects(float64(e.OldSize)/float64(max(e.Size, 1)), e.Addr, e.Time)
+	}
+	return SampledBlock(e.Size, e.Addr, e.Time, rate)
 }
 
 // sampledEvent applies one heap event of a sampled trace.
@@ -97,7 +116,7 @@ func (m *Model) sampledEvent(p *proc, t *thread, e *event.Event) {
 }
 
 func (m *Model) sampledAlloc(p *proc, si int32, e *event.Event) uint64 {
-	bytes, n := m.sampledBlock(e.Size, e.Addr, e.Time)
+	bytes, n := EventWeights(e, m.rate)
 	if old, ok := m.blocks.put(p, e.Addr, block{size: bytes, site: si, tid: n}); ok {
 		m.missed++
 		m.sampledRelease(old, false)

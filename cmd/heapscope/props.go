@@ -47,6 +47,7 @@ type sessionFlags struct {
 	exportEvery   time.Duration
 	exportAddrs   bool
 	emitUSDT      bool
+	source        heapscope.Source
 }
 
 // exportList is the repeatable --export flag.
@@ -80,6 +81,18 @@ func (f *sessionFlags) register(fs *flag.FlagSet, which int) {
 			"profiler) sees the program's heap too; they fire only while a tracer has raised their semaphores")
 	}
 	if f.attach {
+		f.source = heapscope.SourceUprobes
+		fs.Func("source", "`SOURCE` of the events (ebpf): uprobes (the allocator's functions), usdt (OpenTelemetry's\n"+
+			"otel_memory USDT probes, which a target that samples its own allocations fires: its sampler decides and\n"+
+			"its weights are the estimates; needs --sample, the samplers' rate) or auto (the probes where a process\n"+
+			"has them, uprobes elsewhere, sampled at --sample) (default uprobes)", func(s string) error {
+			switch v := heapscope.Source(s); v {
+			case heapscope.SourceUprobes, heapscope.SourceUSDT, heapscope.SourceAuto:
+				f.source = v
+				return nil
+			}
+			return fmt.Errorf("%q: want uprobes, usdt or auto", s)
+		})
 		fs.BoolVar(&f.noFollowFork, "no-follow-fork", false, "eBPF: trace only the given processes, not the children they fork (an exec goes on as the same process)")
 	}
 	fs.Var(&f.name, "name", fmt.Sprintf("session `NAME`, unique on the machine, 1 to %d characters (default heapscope-PROGRAM-PID)", heapscope.MaxNameLen))
@@ -150,6 +163,7 @@ var propertyFlags = map[string]struct {
 	"ExportInterval":   {"--export-interval", 0},
 	"ExportAddresses":  {"--export-addresses", 0},
 	"EmitUSDT":         {"--emit-usdt", 0},
+	"Source":           {"--source", 0},
 }
 
 // flagError writes an error of Properties.Validate in terms of flags, a
@@ -237,6 +251,9 @@ func (f *sessionFlags) properties(program string, pid int, attach bool) (heapsco
 	p.Sample = f.sample
 	p.Export, p.ExportInterval, p.ExportAddresses = f.export, f.exportEvery, f.exportAddrs
 	p.EmitUSDT = f.emitUSDT
+	if f.source != heapscope.SourceUprobes {
+		p.Source = f.source
+	}
 	p.Unwind, p.Provider, p.OnFull = f.unwind, f.provider, f.onFull
 	if attach {
 		p.Provider, p.NoFollowFork = heapscope.ProviderEBPF, f.noFollowFork

@@ -227,6 +227,8 @@ func TestRunErrors(t *testing.T) {
 		{[]string{"run", "--log-mode", "circular", "-o", filepath.Join(dir, "c.hst"), "--", "true"}, 2, "--max-size"},
 		{[]string{"run", "--provider", "ebpf", "--on-full", "block", "--", "true"}, 2, "--on-full block with --provider ebpf"},
 		{[]string{"attach", "--unwind", "sideways", "-p", "1"}, 2, "--unwind"},
+		{[]string{"attach", "--source", "dtrace", "-p", "1"}, 2, "--source"},
+		{[]string{"attach", "--source", "usdt", "-p", "1"}, 2, "--source usdt with --sample 0: the probes' samples are estimates"},
 		{[]string{"run", "--export", "otlp=ftp://h:1", "--", "true"}, 2, `--export otlp=ftp://h:1: scheme "ftp"`},
 		{[]string{"attach", "--export", "h:4318", "-p", "1"}, 2, `--export h:4318: want FORMAT=URL`},
 		{[]string{"run", "--export", "otlp=http://h:1", "--export-interval", "100ms", "--", "true"}, 2, "--export-interval 100ms: must be at least 1s"},

@@ -174,12 +174,18 @@ func (t *Tracer) attach(p *tracee) error {
 	}
 	exe, _ := proc.Exe(pid)
 	cmdline, _ := proc.Cmdline(pid)
-	targets, err := findTargets(pid)
+	var targets []target
+	usdts, err := t.usdtTargets(pid, exe)
 	if err != nil {
-		return fmt.Errorf("ebpf: %w", err)
+		return err
 	}
-	if len(targets) == 0 && t.cfg.Families&event.FamilyMmap == 0 {
-		return fmt.Errorf("ebpf: pid %d (%s) maps no allocator heapscope can probe: %w", pid, exe, errs.ErrUnavailable)
+	if usdts == nil {
+		if targets, err = findTargets(pid); err != nil {
+			return fmt.Errorf("ebpf: %w", err)
+		}
+		if len(targets) == 0 && t.cfg.Families&event.FamilyMmap == 0 {
+			return fmt.Errorf("ebpf: pid %d (%s) maps no allocator heapscope can probe: %w", pid, exe, errs.ErrUnavailable)
+		}
 	}
 	ld, err := findLoader(pid)
 	if err != nil {
@@ -200,6 +206,15 @@ func (t *Tracer) attach(p *tracee) error {
 	defer t.out.Unlock()
 	for _, tg := range targets {
 		ls, err := t.attachTarget(pid, p.pidx, tg)
+		p.links = append(p.links, ls...)
+		if err != nil {
+			closeLinks(p.links)
+			p.links = nil
+			return err
+		}
+	}
+	for _, tg := range usdts {
+		ls, err := t.attachUSDT(pid, tg)
 		p.links = append(p.links, ls...)
 		if err != nil {
 			closeLinks(p.links)

@@ -474,7 +474,7 @@ func (a *Totals) sampledAlloc(p *proc, t *thread, e *event.Event) {
 		si = a.site(p, t, e.Stack)
 		t.lastStack, t.lastSite = e.Stack, si
 	}
-	bytes, n := analyze.SampledBlock(e.Size, e.Addr, e.Time, a.rate)
+	bytes, n := analyze.EventWeights(e, a.rate)
 	s := &a.sites[si]
 	s.allocs += uint64(n)
 	s.allocBytes += bytes
