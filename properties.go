@@ -262,6 +262,13 @@ type Properties struct {
 	// weights each event carries; with SourceAuto, heapscope samples the
 	// processes it probes through their functions at it).
 	Source Source `json:"source,omitempty"`
+	// LeakCheck is when the session checks its processes for leaks (see
+	// LeakCheck and Session.Leaks): the zero value checks a program
+	// Launch starts at its exit, unless the session samples.
+	LeakCheck LeakCheck `json:"leak_check,omitempty"`
+	// LeakRules are whose rules its leak checks classify by: Memcheck's
+	// (the zero value) or LeakSanitizer's (event.RulesLSan).
+	LeakRules LeakRules `json:"leak_rules"`
 }
 
 // withDefaults returns p with its zero fields filled in, for provider: the

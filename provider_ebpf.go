@@ -21,6 +21,7 @@ type ebpfBackend struct {
 	// For a launched program, the session ends once the program's status is
 	// known, not merely once the tracer saw it exit.
 	launched   bool
+	hold       bool // a launched program starts stopped, for a leak check at its exit
 	exitedOnce sync.Once
 	statusIn   chan struct{}
 	doneCh     chan struct{}
@@ -43,7 +44,7 @@ func newEBPF(s *Session) (backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &ebpfBackend{t: t, statusIn: make(chan struct{}), doneCh: make(chan struct{})}, nil
+	return &ebpfBackend{t: t, statusIn: make(chan struct{}), doneCh: make(chan struct{}), hold: s.props.checksAtExit()}, nil
 }
 
 func (b *ebpfBackend) attach(pid int) error { return b.t.Attach(pid) }
@@ -73,7 +74,11 @@ func (b *ebpfBackend) launch(cmd *exec.Cmd) error {
 		<-b.statusIn
 		close(b.doneCh)
 	}()
-	return launch.StartHeld(cmd, func(pid int) error { return b.t.Attach(pid, ebpf.Launched()) })
+	start := launch.StartHeld
+	if b.hold {
+		start = launch.StartStopped // for a leak check's watch to seize (see Session.watchExit)
+	}
+	return start(cmd, func(pid int) error { return b.t.Attach(pid, ebpf.Launched()) })
 }
 
 func (b *ebpfBackend) exited(pid, status, sig int) {

@@ -8,13 +8,15 @@ import (
 
 	"github.com/heapscope/heapscope/event"
 	"github.com/heapscope/heapscope/internal/errs"
+	"github.com/heapscope/heapscope/internal/launch"
 	"github.com/heapscope/heapscope/internal/preload"
 )
 
 // preloadBackend drives the preload provider. It can only trace programs it
 // launches: it has nothing to attach to a running process with.
 type preloadBackend struct {
-	c *preload.Collector
+	c    *preload.Collector
+	hold bool // a launched program starts stopped, for a leak check at its exit
 
 	mu     sync.Mutex
 	child  int
@@ -39,7 +41,7 @@ func newPreload(s *Session) (backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &preloadBackend{c: c, doneCh: make(chan struct{})}, nil
+	return &preloadBackend{c: c, doneCh: make(chan struct{}), hold: s.props.checksAtExit()}, nil
 }
 
 func (b *preloadBackend) attach(pid int) error {
@@ -54,7 +56,13 @@ func (b *preloadBackend) launch(cmd *exec.Cmd) error {
 	if err := b.c.Prepare(cmd); err != nil {
 		return err
 	}
-	if err := cmd.Start(); err != nil {
+	start := cmd.Start
+	if b.hold {
+		// Held stopped before its first instruction, for a leak check's
+		// watch to seize (see Session.watchExit).
+		start = func() error { return launch.StartStopped(cmd, func(int) error { return nil }) }
+	}
+	if err := start(); err != nil {
 		return err
 	}
 	b.mu.Lock()
@@ -106,7 +114,10 @@ func (b *preloadBackend) setStacks(k event.KindSet) error {
 	return b.c.SetStacks(k)
 }
 
-func (b *preloadBackend) flush() error          { return b.c.Flush() }
+func (b *preloadBackend) flush() error { return b.c.Flush() }
+func (b *preloadBackend) flushProcess(pid int) error {
+	return b.c.FlushProcess(pid)
+}
 func (b *preloadBackend) stats() event.Stats    { return b.c.Stats() }
 func (b *preloadBackend) close() error          { return b.c.Close() }
 func (b *preloadBackend) done() <-chan struct{} { return b.doneCh }

@@ -74,9 +74,10 @@ type Session struct {
 	exitCode int           // the launched child's status, once exited is closed
 	exited   chan struct{} // Launch: closed when the launched child has exited
 
-	top topState    // Top's totals and clients (top.go)
-	cen censusState // the censuses at attach (census.go)
-	exp *exporter   // the interval profiles sent, with Properties.Export (exports.go)
+	top   topState    // Top's totals and clients (top.go)
+	cen   censusState // the censuses at attach (census.go)
+	leaks leakState   // leak checks (leaks.go)
+	exp   *exporter   // the interval profiles sent, with Properties.Export (exports.go)
 }
 
 // MaxNameLen is the longest session name, in characters; a longer one is
@@ -135,6 +136,9 @@ func Launch(name string, props Properties, cmd *exec.Cmd) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
+	if s.props.checksAtExit() {
+		s.keepTotalsFromStart()
+	}
 	if err := s.b.launch(cmd); err != nil {
 		s.abort()
 		return nil, fmt.Errorf("starting %s: %w", cmd.Path, err)
@@ -151,7 +155,19 @@ func Launch(name string, props Properties, cmd *exec.Cmd) (*Session, error) {
 	s.child = cmd
 	s.exited = make(chan struct{})
 	s.mu.Unlock()
+	if s.props.checksAtExit() {
+		s.watchExit(cmd.Process.Pid)
+	}
+	w := s.exitWatch()
+	pidfd := openPidfd(cmd.Process.Pid)
 	go func() {
+		// A wait of the parent reports (and takes) its child's ptrace
+		// stops too, a leak check's among them: wait only once the
+		// child has ended (its pidfd is readable then, and not before).
+		if w != nil {
+			<-w.Done()
+		}
+		waitEnded(pidfd)
 		// Wait reports the child's end to the backend, which ends the
 		// session once the child's events are in.
 		cmd.Wait()
@@ -423,6 +439,9 @@ func (s *Session) Update(c Change) error {
 func (s *Session) Stop() error {
 	s.stopOnce.Do(func() {
 		var errList []error
+		if w := s.exitWatch(); w != nil {
+			w.Close() // stopped by name: the program runs on, untraced
+		}
 		s.sink.sampleMemory() // before the provider ends: its processes may be gone after
 		if err := s.b.close(); err != nil {
 			errList = append(errList, err)
@@ -548,6 +567,9 @@ type Status struct {
 	// session (the eBPF provider's: a child it could not follow, a file
 	// whose unwind table found no room).
 	Warnings []string `json:"warnings,omitempty"`
+	// Processes are every process the session traces now: PIDs and the
+	// processes they forked that it follows (Leaks checks any of them).
+	Processes []int `json:"processes,omitempty"`
 	// Exports are the counters of each export target (Properties.Export),
 	// in its order.
 	Exports []ExportStats `json:"exports,omitempty"`
@@ -569,6 +591,7 @@ func (s *Session) Status() Status {
 	if w, ok := s.b.(warner); ok {
 		st.Warnings = w.warnings()
 	}
+	st.Processes = s.livePIDs()
 	if s.exp != nil {
 		st.Exports = s.exp.stats()
 	}

@@ -81,6 +81,13 @@ func (h *heldWriter) release(mark int, notes []event.Note) (bool, error) {
 		errs = append(errs, writeNotes(h.w, notes))
 	}
 	h.end()
+	if h.s.agg != nil {
+		// Top's totals, on meanwhile, take the census's blocks too: a
+		// leak check of the process then knows every block (leaks.go).
+		for _, n := range notes {
+			h.s.agg.Note(n)
+		}
+	}
 	if h.s.live != nil {
 		// Hooks are installed: the blocks the census found are live, so
 		// that their frees from now on are not unmatched (those that came

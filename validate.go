@@ -260,6 +260,9 @@ func (p Properties) validate(given bool) error {
 	case p.ExportAddresses && len(p.Export) == 0:
 		return bad(PropertyError{Field: "ExportAddresses", Value: p.ExportAddresses, Reason: "without an export target, nothing is exported"})
 	}
+	if err := p.validateLeakCheck(); err != nil {
+		return err // leaks.go
+	}
 	if d := p.withDefaults(ProviderEBPF); d.BufferSize*Size(d.Buffers) > MaxBufferBytes {
 		return bad(PropertyError{Field: "Buffers", Value: p.Buffers, Min: 1, Max: int(MaxBufferBytes / d.BufferSize),
 			With: "BufferSize", WithValue: p.BufferSize, Err: errs.ErrOutOfMemory})

@@ -132,6 +132,10 @@ type Profile struct {
 	// Memory holds the samples of the processes' resident memory in the
 	// window, in the order taken.
 	Memory []event.Memory
+	// Verdicts are the heap scans of the window's processes, in the order
+	// taken; the classes they gave are the stacks' Counters.Classes. None:
+	// no scan, and the live blocks are only "live at the end".
+	Verdicts []Verdict
 	// Rundowns are what the censuses in the window found live (see
 	// Rundown), in the order taken; Resident the processes' resident
 	// memory explained, as the censuses found it.

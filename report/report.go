@@ -60,6 +60,9 @@ type Site struct {
 	SuppressedBy     *suppress.Rule
 	SuppressedBytes  uint64
 	SuppressedBlocks uint64
+	// SuppressedClasses are the reachability classes of the suppressed
+	// leaks, moved from Classes as the bytes were.
+	SuppressedClasses [event.NumClasses]analyze.Amount
 
 	ids     []uint32 // the stack, as indices into the report's frame table
 	key     string   // ids as bytes: the identity sites merge by

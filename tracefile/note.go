@@ -27,6 +27,8 @@ const (
 	noteFirst    = 1 << 1
 	noteLast     = 1 << 2
 	noteGroups   = 1 << 3 // a census's blocks have groups (event.Census.BlockGroups)
+	notePartial  = 1 << 4 // event.Verdict.Partial
+	noteAtExit   = 1 << 5 // event.Verdict.AtExit
 )
 
 // maxGroups bounds a census's groups; maxGroupText the bytes of a group's
@@ -103,6 +105,12 @@ func (e *timelineEncoder) verdictPart(v *event.Verdict, flags byte, blocks []eve
 	e.s[sOps] = append(e.s[sOps], opNote)
 	if v.Complete {
 		flags |= noteComplete
+	}
+	if v.Partial {
+		flags |= notePartial
+	}
+	if v.AtExit {
+		flags |= noteAtExit
 	}
 	b := appendUvarint(e.s[sMisc], noteVerdict)
 	b = append(appendUvarint(b, uint64(v.PID)), flags)
@@ -403,6 +411,8 @@ func (b *noteBuilder) verdictPart(misc []byte, i int, flags byte, collect bool) 
 		}
 		v.Rules, v.Pause, v.Elapsed = event.Rules(rules), int64(pause), int64(elapsed)
 		v.Complete = flags&noteComplete != 0
+		v.Partial = flags&notePartial != 0
+		v.AtExit = flags&noteAtExit != 0
 	}
 	n, i := uvarint(misc, i)
 	// Every block takes at least 2 bytes.

@@ -46,6 +46,7 @@ func notes() []event.Note {
 		event.Resident{PID: 2, Time: 130}, // no parts
 		verdict,
 		event.Verdict{PID: 1, Time: 160}, // empty, incomplete
+		event.Verdict{PID: 1, Time: 170, Partial: true, AtExit: true, Blocks: []event.BlockClass{{Addr: 64, Class: event.ClassDefinite}}},
 	}
 }
 

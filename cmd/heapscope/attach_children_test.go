@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -69,7 +70,7 @@ func TestAttachMasterWithWorkers(t *testing.T) {
 	if err != nil {
 		t.Fatalf("info: %v\n%s", err, info)
 	}
-	if !strings.Contains(string(info), "processes   3") || strings.Count(string(info), "nginx: worker process") != 2 {
+	if !regexp.MustCompile(`(?m)^processes\s+3$`).Match(info) || strings.Count(string(info), "nginx: worker process") != 2 {
 		t.Errorf("info of the trace with --with-children, want the master and its two workers with their titles:\n%s", info)
 	}
 }

@@ -368,6 +368,7 @@ const (
 	reqClose
 	reqChildren
 	reqNote
+	reqFlushProcess // FlushProcess (flushpid.go)
 )
 
 type request struct {

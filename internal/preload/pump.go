@@ -126,6 +126,8 @@ func (c *Collector) handle(r *request) {
 			}
 		}
 		c.flushes = append(c.flushes, f)
+	case reqFlushProcess:
+		c.flushProcess(r)
 	}
 }
 

@@ -173,7 +173,13 @@ func TestChildren(t *testing.T) {
 		t.Fatalf("Children = %v, %v; want the two sleeps", kids, err)
 	}
 	for _, k := range kids {
-		if st, err := ReadStat(k); err != nil || st.Comm != "sleep" {
+		// A child may not have exec'd sleep yet when the shell echoes.
+		st, err := ReadStat(k)
+		for deadline := time.Now().Add(5 * time.Second); err == nil && st.Comm != "sleep" && time.Now().Before(deadline); {
+			time.Sleep(10 * time.Millisecond)
+			st, err = ReadStat(k)
+		}
+		if err != nil || st.Comm != "sleep" {
 			t.Errorf("child %d: %+v, %v", k, st, err)
 		}
 		syscall.Kill(k, syscall.SIGKILL)

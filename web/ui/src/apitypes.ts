@@ -29,6 +29,9 @@ export interface Summary {
   // the processes' resident memory explained (see census.go).
   rundowns?: Rundown[] | null;
   resident?: Resident[] | null;
+  // LeakCheck is what the trace's heap scans found; absent when it has
+  // none (then leaks are every block live at the end).
+  leak_check?: LeakCheck | null;
   // the first event, from the trace's start
   start_ns: number;
   // the last event
@@ -160,6 +163,9 @@ export interface Sites {
   // the processes' resident memory explained (see census.go).
   rundowns?: Rundown[] | null;
   resident?: Resident[] | null;
+  // LeakCheck is what the trace's heap scans found; absent when it has
+  // none (then leaks are every block live at the end).
+  leak_check?: LeakCheck | null;
   capped?: Capped | null;
 }
 
@@ -309,6 +315,9 @@ export interface Live {
   blocks: number;
   // the site's name: its first frame that is not an allocator wrapper
   name: string;
+  // Classes splits a leak's blocks by reachability class, when the
+  // trace holds a leak check.
+  classes?: LeakClasses | null;
   pids: number[] | null;
   stack: Frame[] | null;
 }
@@ -429,6 +438,28 @@ export interface Resident {
   disagreement: number;
   zero_pages_known: boolean;
   parts: ResidentPart[] | null;
+}
+
+// JSONLeakCheck is what the trace's heap scans found, suppressed sites
+// left out.
+export interface LeakCheck {
+  // "memcheck" or "lsan": the latest scan's
+  rules: string;
+  // Lost is definitely plus indirectly lost: the leaks.
+  lost: LeakAmount;
+  definitely_lost: LeakAmount;
+  indirectly_lost: LeakAmount;
+  possibly_lost: LeakAmount;
+  still_reachable: LeakAmount;
+  // Unclassified: the scan could not decide (memory it could not read).
+  unclassified: LeakAmount;
+  // NotScanned: live at the end, made after the last scan of their
+  // process or in a process not scanned.
+  not_scanned: LeakAmount;
+  scans: Scan[] | null;
+  // Notes say what the scans could not tell (partial, incomplete, blocks
+  // not scanned).
+  notes: string[] | null;
 }
 
 // BaseSummary is the base trace of a comparison.
@@ -617,6 +648,19 @@ export interface ProcessMemory {
   peak: ResidentPoint;
 }
 
+// JSONClasses splits live blocks by reachability class (see JSON.md).
+export interface LeakClasses {
+  definitely_lost: LeakAmount;
+  indirectly_lost: LeakAmount;
+  possibly_lost: LeakAmount;
+  still_reachable: LeakAmount;
+  // Unclassified: the scan could not decide (memory it could not read).
+  unclassified: LeakAmount;
+  // NotScanned: live at the end, made after the last scan of their
+  // process or in a process not scanned.
+  not_scanned: LeakAmount;
+}
+
 // JSONFrame is one frame. Address is hexadecimal ("0x401136"), the return
 // address in the process; Module is the file's path.
 export interface Frame {
@@ -672,6 +716,30 @@ export interface ResidentPart {
   bytes: number;
   measured: boolean;
   how: string;
+}
+
+// JSONAmount is a number of blocks and their bytes.
+export interface LeakAmount {
+  bytes: number;
+  blocks: number;
+}
+
+// JSONScan is one heap scan of a process.
+export interface Scan {
+  pid: number;
+  // relative to the trace's start
+  time_ns: number;
+  at_exit: boolean;
+  rules: string;
+  // the process was stopped this long
+  pause_ns: number;
+  elapsed_ns: number;
+  complete: boolean;
+  partial: boolean;
+  // blocks the scan classified
+  blocks: number;
+  // of them, those live in the report's model then
+  applied: number;
 }
 
 // TopSite is a site of /api/top, with what it cost by each of the costs
