@@ -213,6 +213,14 @@ func (t *Tracer) attach(p *tracee) error {
 			return err
 		}
 	}
+	if usdts != nil {
+		p.lmu.Lock()
+		p.usdt, p.usdtFiles, p.usdtNames = true, map[fileKey]bool{}, map[string]bool{}
+		for _, tg := range usdts {
+			p.usdtFiles[tg.key] = true
+		}
+		p.lmu.Unlock()
+	}
 	for _, tg := range usdts {
 		ls, err := t.attachUSDT(pid, tg)
 		p.links = append(p.links, ls...)
@@ -528,7 +536,10 @@ func (t *Tracer) end(p *tracee, exited bool) {
 		}
 		close(p.ended)
 		t.watch.remove(p)
+		p.lmu.Lock()
+		p.linksClosed = true
 		closeLinks(p.links)
+		p.lmu.Unlock()
 		if t.cfg.Families&event.FamilyMmap != 0 {
 			t.objs.traced.Delete(uint32(p.pid))
 		}

@@ -115,8 +115,13 @@
 // on. The arguments are read where each site's note says (registers,
 // memory, constants: usdt_sites, by cookie; bpf/usdt.bpf.h). An
 // allocation's event carries the probe's weight in OldSize, which an
-// allocation has no other use for (analyze.EventWeights). Stream mode
-// only; a library loaded after the attach is not probed.
+// allocation has no other use for (analyze.EventWeights). A library the
+// process loads after the attach is looked at when the loader lists it
+// (the dl_state probe), and its probes attached then, which raises its
+// semaphores: until then its sampler samples nothing. A process SourceAuto
+// traces through its allocator's functions is not probed through a
+// library's probes later (its allocations would be counted twice). Stream
+// mode only.
 //
 // # Cost
 //

@@ -126,6 +126,16 @@ type tracee struct {
 	ended     chan struct{} // closed when end begins
 	execd     bool          // ended by an exec (its command line is the new image's)
 	finishing bool          // its final snapshot is being taken (under mu)
+
+	// Traced through its otel_memory probes (usdt.go): the files whose
+	// probes are attached, and the loader's names of libraries looked at
+	// since; links made after the attach are added under lmu, and none
+	// once linksClosed.
+	lmu         sync.Mutex
+	usdt        bool
+	usdtFiles   map[fileKey]bool
+	usdtNames   map[string]bool
+	linksClosed bool
 }
 
 type exitStatus struct{ status, signal int32 }

@@ -25,8 +25,10 @@ const (
 	// SourceUSDT traces through OpenTelemetry's otel_memory USDT probes,
 	// alloc(ptr, size, weight) and free(ptr), which a target that samples
 	// its own allocations fires (bpf/usdt.bpf.h): each allocation event
-	// stands for weight bytes (event.Event.OldSize). A process that has
-	// no file with both probes is refused.
+	// stands for weight bytes (event.Event.OldSize). The probes of every
+	// file the process maps are traced, the executable's and its
+	// libraries', also those it loads later (dlopen). A process that has
+	// no file with both probes at the attach is refused.
 	SourceUSDT
 	// SourceAuto traces a process through its otel_memory probes when it
 	// has them, through its allocator's functions otherwise.
@@ -284,4 +286,52 @@ func (t *Tracer) usdtTargets(pid int, exe string) ([]usdtTarget, error) {
 			pid, exe, errs.ErrUnavailable)
 	}
 	return us, nil
+}
+
+// usdtLibrary looks, once per library name the loader lists, for the
+// otel_memory probes of files p has mapped since its attach (a library
+// loaded with dlopen) when p is traced through its probes, and attaches
+// them; a process traced through its allocator's functions (SourceAuto)
+// stays so, or its allocations would be counted twice. The files are read
+// on a goroutine of its own: they are of the process's choosing. The
+// library's semaphores are raised when its probes are attached: until
+// then its sampler samples nothing, which the trace then does not miss.
+func (t *Tracer) usdtLibrary(p *tracee, name string) {
+	p.lmu.Lock()
+	if !p.usdt || p.linksClosed || p.usdtNames[name] {
+		p.lmu.Unlock()
+		return
+	}
+	p.usdtNames[name] = true
+	p.lmu.Unlock()
+	go t.usdtLater(p)
+}
+
+// usdtLater attaches the probes of the files p maps that have none
+// attached yet.
+func (t *Tracer) usdtLater(p *tracee) {
+	us, err := t.findUSDT(p.pid)
+	if err != nil {
+		return // it has ended
+	}
+	for _, tg := range us {
+		p.lmu.Lock()
+		if p.linksClosed || p.usdtFiles[tg.key] {
+			p.lmu.Unlock()
+			continue
+		}
+		p.usdtFiles[tg.key] = true
+		p.lmu.Unlock()
+		ls, err := t.attachUSDT(p.pid, tg)
+		p.lmu.Lock()
+		if p.linksClosed {
+			closeLinks(ls)
+		} else {
+			p.links = append(p.links, ls...)
+		}
+		p.lmu.Unlock()
+		if err != nil {
+			t.warn(err)
+		}
+	}
 }

@@ -2,9 +2,11 @@ package ebpf
 
 import (
 	"fmt"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/heapscope/heapscope/analyze"
 	"github.com/heapscope/heapscope/event"
@@ -243,4 +245,75 @@ func TestUSDTSpec(t *testing.T) {
 			t.Errorf("%q: no error", bad)
 		}
 	}
+}
+
+// TestUSDTDlopen: a library with otel_memory probes of its own that a
+// process traced through its probes loads after the attach has its probes
+// found and attached too: the kernel raises its semaphores, and each probe
+// it fires is an event with its weight and a stack through the library,
+// its frees matched.
+func TestUSDTDlopen(t *testing.T) {
+	lib := testutil.MustBuild(t, "usdt_dlopenlib", testutil.Options{Flags: []string{"-shared", "-fPIC"}})
+	bin := testutil.MustBuild(t, "usdt_dlopen", testutil.Options{Flags: []string{"-ldl"}})
+	rec := newRecorder(t)
+	tr := newTracer(t, Config{Source: SourceUSDT}, rec)
+	w := startWorkload(t, bin, lib)
+	if err := tr.Attach(w.pid()); err != nil {
+		t.Fatal(err)
+	}
+	w.release(t)
+	w.expect(t, "loaded")
+	raised := false
+	for deadline := time.Now().Add(30 * time.Second); !raised && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		w.release(t)
+		raised = w.expect(t, "semaphores") == "semaphores 1"
+	}
+	if !raised {
+		t.Fatal("the library's semaphores were not raised in 30 s")
+	}
+	w.release(t)
+	w.expect(t, "done")
+	mustFlush(t, tr)
+
+	sym := symbolize.New(symbolize.Options{})
+	defer sym.Close()
+	for _, m := range rec.modules {
+		sym.AddModule(m)
+	}
+	fn := func(e event.Event) string {
+		for _, a := range rec.frames(w.pid(), e.Stack) {
+			for _, f := range sym.Frames(e.PID, a) {
+				if f.Function == "main_work" || f.Function == "lib_work" {
+					return f.Function
+				}
+			}
+		}
+		return ""
+	}
+	weights, live := map[string]uint64{}, map[uint64]event.Event{}
+	frees := 0
+	for _, e := range rec.eventsOf(w.pid()) {
+		switch e.Kind {
+		case event.KindAlloc:
+			weights[fn(e)] += e.OldSize
+			live[e.Addr] = e
+		case event.KindFree:
+			if _, ok := live[e.Addr]; !ok {
+				t.Errorf("a free of %#x, never seen allocated", e.Addr)
+			}
+			delete(live, e.Addr)
+			frees++
+		}
+	}
+	liveLib := uint64(0)
+	for _, e := range live {
+		if fn(e) == "lib_work" {
+			liveLib += e.OldSize
+		}
+	}
+	if want := map[string]uint64{"main_work": 500, "lib_work": 10000}; !reflect.DeepEqual(weights, want) || frees != 4 || liveLib != 6000 {
+		t.Errorf("weights by function %v, %d frees, %d live in lib_work; want %v, 4 frees, 6000 live", weights, frees, liveLib, want)
+	}
+	w.release(t)
+	w.wait(t)
 }
