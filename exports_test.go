@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -15,7 +16,9 @@ import (
 
 	"github.com/google/pprof/profile"
 
+	"github.com/heapscope/heapscope/event"
 	"github.com/heapscope/heapscope/internal/testutil"
+	"github.com/heapscope/heapscope/tracefile"
 )
 
 // launchRounds launches export_rounds ROUNDS with props and waits for its
@@ -205,5 +208,56 @@ func TestExportPprof(t *testing.T) {
 	}
 	if sums["leak_site"] != 4000 || sums["churn_site"] != 12800 || sums["grow_site"] != 10200 || live != 4000 {
 		t.Errorf("alloc_space by function %v, leak_site live at the end %d", sums, live)
+	}
+}
+
+// TestExportLeakCheck: a session that exports keeps its totals from its
+// start, and its leak checks use them: a check while it runs and the one
+// at the program's exit are complete and find scan_planted's lost blocks,
+// and the exports carry the program's heap to its end.
+func TestExportLeakCheck(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	py := &pyroscope{}
+	srv := &http.Server{Handler: py}
+	go srv.Serve(l)
+	defer srv.Close()
+	file := filepath.Join(t.TempDir(), "s.hst")
+	s, end := launchPlanted(t, Properties{File: file, Export: []string{"pprof=http://" + l.Addr().String()}, ExportInterval: time.Second})
+	const lost = 3032 + 3048 + 3064 + 3080 + 3096 + 3112 + 3128 + 3144 + 3272 + 3256 // scan_planted's lost blocks
+	r, err := s.Leaks(LeaksQuery{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Processes) != 1 || r.Processes[0].Error != "" || !r.Processes[0].Complete || r.Processes[0].Classes.Lost().Bytes != lost {
+		t.Fatalf("check while exporting: %+v", r.Processes)
+	}
+	end()
+	rd, err := tracefile.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	ns := &verdictSink{Sink: event.Discard}
+	if err := rd.Replay(ns, tracefile.Window{}); err != nil {
+		t.Fatal(err)
+	}
+	if len(ns.v) != 2 || !ns.v[1].AtExit || !ns.v[1].Complete {
+		t.Errorf("verdicts %+v", ns.v)
+	}
+	st := s.Status().Exports
+	py.mu.Lock()
+	defer py.mu.Unlock()
+	if py.err != nil || len(st) != 1 || st[0].Dropped != 0 || int(st[0].Sent) != len(py.got) || len(py.got) == 0 {
+		t.Fatalf("%d profiles received (%v); exports %+v", len(py.got), py.err, st)
+	}
+	var inuse int64
+	for _, smp := range py.got[len(py.got)-1].Sample {
+		inuse += smp.Value[3]
+	}
+	if inuse < lost {
+		t.Errorf("the last export holds %d bytes live, less than the %d lost", inuse, lost)
 	}
 }
