@@ -2,15 +2,18 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/heapscope/heapscope/export"
 	"github.com/heapscope/heapscope/internal/collector"
 	"github.com/heapscope/heapscope/internal/ebpf"
 	"github.com/heapscope/heapscope/internal/testutil"
@@ -176,4 +179,88 @@ func TestEmitUSDTAttach(t *testing.T) {
 		t.Errorf("nothing sampled: %v", a)
 	}
 	t.Logf("run %v; attached %v", a["alloc_space"], b["alloc_space"])
+}
+
+// TestExportAttachUSDT: attach --source usdt --export sends usdt_sampler's
+// heap, read through its otel_memory probes, to a real collector: per call
+// site, the intervals' allocated bytes add up to the weights the program's
+// sampler fired, exactly, and the last interval's live bytes (at the
+// process's end) to its live weights.
+func TestExportAttachUSDT(t *testing.T) {
+	testutil.SkipWithoutEBPF(t, ebpf.Available())
+	t.Cleanup(testutil.Cleanup)
+	c := collector.Start(t)
+	bin := testutil.MustBuild(t, "usdt_sampler", testutil.Options{})
+	cmd := exec.Command(bin, "65536", "2", "wait")
+	in, err := cmd.StdinPipe()
+	rmust(t, err)
+	out, err := cmd.StdoutPipe()
+	rmust(t, err)
+	rmust(t, cmd.Start())
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	r := bufio.NewReader(out)
+	if line, _ := r.ReadString('\n'); line != "ready\n" {
+		t.Fatalf("usdt_sampler said %q", line)
+	}
+	h := cli(t, "attach", "--source", "usdt", "--sample", "64KiB", "--log-mode", "realtime", "--no-census",
+		"--export", "otlp=http://"+c.HTTP, "--export-interval", "1s", "-p", strconv.Itoa(cmd.Process.Pid))
+	var errb syncBuffer
+	h.Stderr = &errb
+	rmust(t, h.Start())
+	t.Cleanup(func() { h.Process.Kill(); h.Wait() })
+	waitStderr(t, &errb, "tracing pid")
+	io.WriteString(in, "\n")
+	weights, liveWeights := map[string]int64{}, map[string]int64{}
+	for {
+		line, err := r.ReadString('\n')
+		rmust(t, err)
+		f := strings.Fields(line)
+		if len(f) == 18 && f[0] == "site" {
+			w, _ := strconv.ParseInt(f[13], 10, 64)
+			lw, _ := strconv.ParseInt(f[17], 10, 64)
+			if w != 0 {
+				weights[f[1]] = w
+			}
+			if lw != 0 {
+				liveWeights[f[1]] = lw
+			}
+		}
+		if f[0] == "semaphores" {
+			break
+		}
+	}
+	time.Sleep(2500 * time.Millisecond) // an interval or two with the events
+	io.WriteString(in, "\n")
+	if err := h.Wait(); err != nil {
+		t.Fatalf("attach: %v: %s", err, errb.String())
+	}
+	m := exportLine.FindStringSubmatch(errb.String())
+	if m == nil || m[4] != "0" {
+		t.Fatalf("summary:\n%s", errb.String())
+	}
+	sent, _ := strconv.Atoi(m[2])
+	ms, err := c.WaitMessages(context.Background(), sent, 10*time.Second)
+	rmust(t, err)
+	pid := int64(cmd.Process.Pid)
+	alloc, live := map[string]int64{}, map[string]int64{}
+	for i, msg := range ms {
+		tot, err := collector.TotalsIn(msg, "leak_small", "leak_big", "churn", "grow")
+		rmust(t, err)
+		for fn, v := range tot[pid]["alloc_space"] {
+			alloc[fn] += v
+		}
+		if i == len(ms)-1 {
+			for fn, v := range tot[pid]["inuse_space"] {
+				live[fn] += v
+			}
+		}
+	}
+	if !reflect.DeepEqual(alloc, weights) || !reflect.DeepEqual(live, liveWeights) || weights["churn"] == 0 {
+		t.Errorf("%d intervals: allocated %v, live at the end %v; the sampler weighed %v, live %v", len(ms), alloc, live, weights, liveWeights)
+	}
+	t.Logf("%d intervals: allocated %v, live at the end %v", len(ms), alloc, live)
+	a := profileAttrs(t, ms[len(ms)-1])
+	if a[export.AttrEstimated] != true || a[export.AttrSampleRate] != int64(65536) {
+		t.Errorf("profile attributes %v", a)
+	}
 }
