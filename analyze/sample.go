@@ -42,14 +42,21 @@ func (m *Model) sampledBlock(size, addr uint64, t int64) (uint64, uint32) {
 	return SampledBlock(size, addr, t, m.rate)
 }
 
-// SampledBlock returns what the allocation of size bytes at addr, made at
-// time t and recorded in a trace sampled at rate, counts: its bytes,
-// SampleWeights' rounded, and a whole number of objects, floor(1/p) or one
-// more, chosen by a hash of addr and t with the probability of the
-// fraction. It is the one rule every view of a sampled trace scales by:
-// the model's and serve's index's.
-func SampledBlock(size, addr uint64, t, rate int64) (bytes uint64, objects uint32) {
+// SampledBlock is what the block of size bytes recorded at addr at time t
+// counts in a trace sampled at rate: SampleWeights' bytes, rounded, and a
+// whole number of objects, floor(1/p) or one more, chosen by a hash of the
+// address and time with the probability of the fraction. Whoever counts
+// sampled blocks (the model, serve's index, a session's totals) counts
+// each the same: the one rule every view of a sampled trace scales by.
+func SampledBlock(size, addr uint64, t int64, rate int64) (bytes uint64, objects uint32) {
 	b, o := SampleWeights(size, rate)
+	return uint64(math.Round(b)), wholeObjects(o, addr, t)
+}
+
+// wholeObjects is o objects as a whole number, floor(o) or one more, chosen
+// by a hash of the block's address and time with the probability of the
+// fraction: unbiased, and the same each time the block is counted.
+func wholeObjects(o float64, addr uint64, t int64) uint32 {
 	n := math.Floor(o)
 	if frac := o - n; frac > 0 {
 		h := (addr ^ uint64(t)*0x9e3779b97f4a7c15) * 0xbf58476d1ce4e5b9
@@ -58,7 +65,19 @@ func SampledBlock(size, addr uint64, t, rate int64) (bytes uint64, objects uint3
 			n++
 		}
 	}
-	return uint64(math.Round(b)), uint32(min(n, math.MaxUint32))
+	return uint32(min(n, math.MaxUint32))
+}
+
+// EventWeights is what a recorded allocation (or a realloc's result)
+// counts in a trace sampled at rate: when its provider weighed it (an
+// allocation through an otel_memory USDT probe carries the probe's weight
+// in OldSize, see event.Event), that many bytes and weight/size objects;
+// else SampledBlock's.
+func EventWeights(e *event.Event, rate int64) (bytes uint64, objects uint32) {
+	if e.Kind == event.KindAlloc && e.OldSize != 0 {
+		return e.OldSize, wholeObjects(float64(e.OldSize)/float64(max(e.Size, 1)), e.Addr, e.Time)
+	}
+	return SampledBlock(e.Size, e.Addr, e.Time, rate)
 }
 
 // SampleVariance returns the variance of the bytes a recorded block
@@ -124,7 +143,7 @@ func (m *Model) sampledEvent(p *proc, t *thread, e *event.Event) {
 }
 
 func (m *Model) sampledAlloc(p *proc, si int32, e *event.Event) uint64 {
-	bytes, n := m.sampledBlock(e.Size, e.Addr, e.Time)
+	bytes, n := EventWeights(e, m.rate)
 	if old, ok := m.blocks.put(p, e.Addr, block{size: bytes, site: si, tid: n}); ok {
 		m.missed++
 		m.sampledRelease(old, false)
