@@ -509,7 +509,7 @@ func TestSnapshotKnown(t *testing.T) {
 // TestSnapshotRefusesJemalloc: a process whose malloc is jemalloc has no
 // snapshot, and says why in one line.
 func TestSnapshotRefusesJemalloc(t *testing.T) {
-	cmd := startRedis(t)
+	cmd := testutil.StartRedis(t)
 	file := filepath.Join(t.TempDir(), "redis.hst")
 	_, err := Snapshot(cmd.Process.Pid, SnapshotOptions{File: file})
 	if !errors.Is(err, ErrNotSupported) || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), "jemalloc") {
@@ -520,32 +520,11 @@ func TestSnapshotRefusesJemalloc(t *testing.T) {
 	}
 }
 
-// startRedis runs redis-server (its malloc is jemalloc, linked in) until
-// the test ends.
-func startRedis(t *testing.T) *exec.Cmd {
-	t.Helper()
-	// With no TCP port, redis needs a socket to listen on, or it exits.
-	cmd := exec.Command(testutil.Tool(t, "redis-server"), "--port", "0", "--unixsocket", filepath.Join(t.TempDir(), "redis.sock"),
-		"--save", "", "--appendonly", "no")
-	_, out := testutil.StartPiped(t, cmd)
-	rd := bufio.NewReader(out)
-	for {
-		line, err := rd.ReadString('\n')
-		if err != nil {
-			t.Fatalf("redis-server: %v", err)
-		}
-		if strings.Contains(line, "ready to accept connections") {
-			go io.Copy(io.Discard, rd)
-			return cmd
-		}
-	}
-}
-
 // TestAttachJemalloc: a process whose malloc is jemalloc is traced with no
 // census, and a one-line warning saying why, kept in the trace.
 func TestAttachJemalloc(t *testing.T) {
 	requireEBPF(t)
-	cmd := startRedis(t)
+	cmd := testutil.StartRedis(t)
 	file := filepath.Join(t.TempDir(), "redis.hst")
 	s, err := Start("census-jemalloc", Properties{File: file}, []int{cmd.Process.Pid})
 	if err != nil {

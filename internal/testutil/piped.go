@@ -1,8 +1,11 @@
 package testutil
 
 import (
+	"bufio"
 	"io"
 	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -27,4 +30,25 @@ func StartPiped(tb testing.TB, cmd *exec.Cmd) (stdin io.WriteCloser, stdout io.R
 		cmd.Wait()
 	})
 	return stdin, stdout
+}
+
+// StartRedis runs redis-server (whose malloc is jemalloc, linked in) until
+// the test ends, and returns once it accepts connections: on a Unix socket
+// (with no TCP port redis needs one, or it exits), saving nothing.
+func StartRedis(tb testing.TB) *exec.Cmd {
+	tb.Helper()
+	cmd := exec.Command(Tool(tb, "redis-server"), "--port", "0", "--unixsocket", filepath.Join(tb.TempDir(), "redis.sock"),
+		"--save", "", "--appendonly", "no")
+	_, out := StartPiped(tb, cmd)
+	rd := bufio.NewReader(out)
+	for {
+		line, err := rd.ReadString('\n')
+		if err != nil {
+			tb.Fatalf("redis-server: %v", err)
+		}
+		if strings.Contains(line, "ready to accept connections") {
+			go io.Copy(io.Discard, rd)
+			return cmd
+		}
+	}
 }
