@@ -82,17 +82,7 @@ func main() {
 // row runs cmd until it says "ready", takes its census reps times, and
 // prints a line of the table.
 func row(name string, reps int, rss bool, cmd *exec.Cmd) {
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		log.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		log.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		log.Fatal(err)
-	}
+	stdin, out := benchutil.StartPiped(cmd)
 	defer func() {
 		stdin.Close()
 		cmd.Wait()

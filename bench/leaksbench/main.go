@@ -57,8 +57,8 @@ func main() {
 	}
 	defer os.RemoveAll(dir)
 	hs := filepath.Join(dir, "heapscope")
-	if b, err := exec.Command("go", "build", "-o", hs, "./cmd/heapscope").CombinedOutput(); err != nil {
-		log.Fatalf("building heapscope: %v\n%s", err, b)
+	if err := benchutil.BuildHeapscope(hs); err != nil {
+		log.Fatal(err)
 	}
 	heap, err := testutil.Build("scan_heap", testutil.Options{})
 	if err != nil {
@@ -163,17 +163,7 @@ func (b *bench) started(heap string, args ...string) (*exec.Cmd, io.WriteCloser,
 	cmd := exec.Command(b.hs, append(args, "--", heap, strconv.Itoa(b.mib), "5")...)
 	cmd.Env = b.env
 	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		log.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		log.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		log.Fatal(err)
-	}
+	in, out := benchutil.StartPiped(cmd)
 	sc := bufio.NewScanner(out)
 	for sc.Scan() {
 		if p, ok := strings.CutPrefix(sc.Text(), "ready "); ok {

@@ -143,17 +143,7 @@ func start(bin string, env []string, args ...string) (*exec.Cmd, io.WriteCloser,
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stderr = io.Discard
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		log.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		log.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		log.Fatal(err)
-	}
+	in, out := benchutil.StartPiped(cmd)
 	return cmd, in, bufio.NewReaderSize(out, 1<<20)
 }
 
