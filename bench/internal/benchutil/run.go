@@ -7,6 +7,7 @@ import (
 	"log"
 	"os"
 	"os/exec"
+	"runtime/pprof"
 	"syscall"
 	"time"
 
@@ -93,4 +94,34 @@ func Record(path, session string, cfg preload.Config, cmd *exec.Cmd) error {
 		return cerr
 	}
 	return werr
+}
+
+// CPUProfile starts a CPU profile of the program into path, when path is
+// not "", and returns what stops it; it ends the program (log.Fatal) if it
+// cannot.
+func CPUProfile(path string) (stop func()) {
+	if path == "" {
+		return func() {}
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		log.Fatal(err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}
+}
+
+// MustBuild is testutil.Build for the bench programs: it ends the program
+// (log.Fatal) on error.
+func MustBuild(name string, o testutil.Options) string {
+	bin, err := testutil.Build(name, o)
+	if err != nil {
+		log.Fatal(err)
+	}
+	return bin
 }
