@@ -37,20 +37,11 @@ func scanPlanted(t *testing.T, args ...string) (blocks []testutil.Planted, mc, l
 	bin := testutil.MustBuild(t, "scan_planted", testutil.Options{})
 	cmd := exec.Command(bin, args...)
 	cmd.Stderr = os.Stderr
-	in, out := testutil.StartPiped(t, cmd)
-	blocks, pid := testutil.ReadPlanted(t, bufio.NewReader(out))
-	p, err := stopped.Stop(pid, stopped.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Resume()
+	blocks, sb, pid := startPlanted(t, cmd)
+	p := stop(t, pid)
 	roots, notes := Gather(p, Options{})
 	for _, n := range notes {
 		t.Log("roots:", n)
-	}
-	var sb []scan.Block
-	for i, b := range blocks {
-		sb = append(sb, scan.Block{Addr: b.Addr, Size: b.Size, ID: uint64(i)})
 	}
 	mc, ls = map[string]event.Class{}, map[string]event.Class{}
 	for _, rules := range []scan.Rules{scan.Memcheck, scan.LeakSanitizer} {
@@ -71,8 +62,6 @@ func scanPlanted(t *testing.T, args ...string) (blocks []testutil.Planted, mc, l
 	}
 	t.Logf("stopped %v; %d root ranges, %d register words", p.Paused(), len(roots.Ranges), len(roots.Words))
 	p.Resume()
-	io.WriteString(in, "go\n")
-	cmd.Wait()
 	return blocks, mc, ls
 }
 
@@ -174,24 +163,39 @@ func TestPlanted(t *testing.T) { testPlanted(t) }
 // and blocks the child allocates, scanned in the child.
 func TestPlantedFork(t *testing.T) { testPlanted(t, "fork") }
 
-// TestEachRootKind: each kind of root Gather finds is what holds its
-// planted block: without it, the block is lost.
-func TestEachRootKind(t *testing.T) {
-	bin := testutil.MustBuild(t, "scan_planted", testutil.Options{})
-	cmd := exec.Command(bin)
+// startPlanted starts cmd, a scan_planted, and reads its planted blocks,
+// as scan.Blocks too (each its index as ID): the program runs on to its end
+// once the test is done with it.
+func startPlanted(t *testing.T, cmd *exec.Cmd) ([]testutil.Planted, []scan.Block, int) {
+	t.Helper()
 	in, out := testutil.StartPiped(t, cmd)
 	blocks, pid := testutil.ReadPlanted(t, bufio.NewReader(out))
-	defer io.WriteString(in, "go\n")
-	p, err := stopped.Stop(pid, stopped.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Resume()
-	roots, _ := Gather(p, Options{})
+	t.Cleanup(func() { io.WriteString(in, "go\n") })
 	var sb []scan.Block
 	for i, b := range blocks {
 		sb = append(sb, scan.Block{Addr: b.Addr, Size: b.Size, ID: uint64(i)})
 	}
+	return blocks, sb, pid
+}
+
+// stop stops pid until the test ends.
+func stop(t *testing.T, pid int) *stopped.Process {
+	t.Helper()
+	p, err := stopped.Stop(pid, stopped.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Resume() })
+	return p
+}
+
+// TestEachRootKind: each kind of root Gather finds is what holds its
+// planted block: without it, the block is lost.
+func TestEachRootKind(t *testing.T) {
+	bin := testutil.MustBuild(t, "scan_planted", testutil.Options{})
+	blocks, sb, pid := startPlanted(t, exec.Command(bin))
+	p := stop(t, pid)
+	roots, _ := Gather(p, Options{})
 	without := func(drop func(name string) bool, dropWords bool) map[string]event.Class {
 		r := scan.Roots{}
 		if !dropWords {
@@ -252,18 +256,10 @@ func TestInterposerExcluded(t *testing.T) {
 	bin := testutil.MustBuild(t, "scan_planted", testutil.Options{})
 	cmd := exec.Command(bin)
 	cmd.Env = append(os.Environ(), "LD_PRELOAD="+named)
-	in, out := testutil.StartPiped(t, cmd)
-	blocks, pid := testutil.ReadPlanted(t, bufio.NewReader(out))
-	defer io.WriteString(in, "go\n")
-	p, err := stopped.Stop(pid, stopped.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Resume()
-	var sb []scan.Block
+	blocks, sb, pid := startPlanted(t, cmd)
+	p := stop(t, pid)
 	idx := -1
 	for i, b := range blocks {
-		sb = append(sb, scan.Block{Addr: b.Addr, Size: b.Size, ID: uint64(i)})
 		if b.Label == "interposer" {
 			idx = i
 		}
@@ -299,14 +295,7 @@ func TestInterposerExcluded(t *testing.T) {
 // the same every time, and no thread is left stopped or traced.
 func TestPlantedRepeated(t *testing.T) {
 	bin := testutil.MustBuild(t, "scan_planted", testutil.Options{})
-	cmd := exec.Command(bin)
-	in, out := testutil.StartPiped(t, cmd)
-	blocks, pid := testutil.ReadPlanted(t, bufio.NewReader(out))
-	defer io.WriteString(in, "go\n")
-	var sb []scan.Block
-	for i, b := range blocks {
-		sb = append(sb, scan.Block{Addr: b.Addr, Size: b.Size, ID: uint64(i)})
-	}
+	blocks, sb, pid := startPlanted(t, exec.Command(bin))
 	for i := 0; i < 20; i++ {
 		p, err := stopped.Stop(pid, stopped.Options{})
 		if err != nil {
