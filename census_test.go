@@ -75,26 +75,12 @@ func traceNotes(t *testing.T, path string) []event.Note {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	var ns noteSink
-	if err := r.Replay(&ns, tracefile.Window{}); err != nil {
+	ns := testutil.NewNoteSink()
+	if err := r.Replay(ns, tracefile.Window{}); err != nil {
 		t.Fatal(err)
 	}
-	return ns.notes
+	return ns.Notes
 }
-
-type noteSink struct {
-	event.Sink
-	notes []event.Note
-}
-
-func (s *noteSink) Note(n event.Note) error       { s.notes = append(s.notes, n); return nil }
-func (s *noteSink) Process(event.Process) error   { return nil }
-func (s *noteSink) Exit(event.Exit) error         { return nil }
-func (s *noteSink) Module(event.Module) error     { return nil }
-func (s *noteSink) Stack(event.Stack) error       { return nil }
-func (s *noteSink) Events([]event.Event) error    { return nil }
-func (s *noteSink) Snapshot(event.Snapshot) error { return nil }
-func (s *noteSink) Stats(event.Stats) error       { return nil }
 
 func findCensus(t *testing.T, notes []event.Note) *event.Census {
 	t.Helper()

@@ -21,32 +21,15 @@ import (
 	"github.com/heapscope/heapscope/tracefile"
 )
 
-// noteSink keeps a trace's verdicts and warnings.
-type noteSink struct {
-	event.Sink
-	verdicts []event.Verdict
-	warnings []event.Warning
-}
-
-func (s *noteSink) Note(n event.Note) error {
-	switch n := n.(type) {
-	case event.Verdict:
-		s.verdicts = append(s.verdicts, n)
-	case event.Warning:
-		s.warnings = append(s.warnings, n)
-	}
-	return nil
-}
-
 // traceNotes returns the verdicts and warnings of a trace.
-func traceNotes(t *testing.T, path string) *noteSink {
+func traceNotes(t *testing.T, path string) *testutil.NoteSink {
 	t.Helper()
 	r, err := tracefile.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	s := &noteSink{Sink: event.Discard}
+	s := testutil.NewNoteSink()
 	if err := r.Replay(s, tracefile.Window{}); err != nil {
 		t.Fatal(err)
 	}
@@ -54,16 +37,17 @@ func traceNotes(t *testing.T, path string) *noteSink {
 }
 
 // classesOf returns the classes a verdict of pid gave the planted blocks.
-func classesOf(t *testing.T, ns *noteSink, pid int, blocks []testutil.Planted) (map[string]event.Class, event.Verdict) {
+func classesOf(t *testing.T, ns *testutil.NoteSink, pid int, blocks []testutil.Planted) (map[string]event.Class, event.Verdict) {
 	t.Helper()
 	var v *event.Verdict
-	for i := range ns.verdicts {
-		if int(ns.verdicts[i].PID) == pid {
-			v = &ns.verdicts[i]
+	verdicts := testutil.NotesOf[event.Verdict](ns)
+	for i := range verdicts {
+		if int(verdicts[i].PID) == pid {
+			v = &verdicts[i]
 		}
 	}
 	if v == nil {
-		t.Fatalf("no verdict of pid %d in the trace (%d verdicts; warnings %+v)", pid, len(ns.verdicts), ns.warnings)
+		t.Fatalf("no verdict of pid %d in the trace (%d verdicts; warnings %+v)", pid, len(verdicts), testutil.NotesOf[event.Warning](ns))
 	}
 	by := map[uint64]event.Class{}
 	for _, b := range v.Blocks {
@@ -219,8 +203,8 @@ func TestRunNoLeakCheck(t *testing.T) {
 	if err := cmd.Wait(); err != nil {
 		t.Fatal(err)
 	}
-	if ns := traceNotes(t, trace); len(ns.verdicts) != 0 {
-		t.Errorf("%d verdicts with --no-leak-check", len(ns.verdicts))
+	if ns := traceNotes(t, trace); len(testutil.NotesOf[event.Verdict](ns)) != 0 {
+		t.Errorf("%d verdicts with --no-leak-check", len(testutil.NotesOf[event.Verdict](ns)))
 	}
 }
 
@@ -303,11 +287,11 @@ func TestLeaksRunning(t *testing.T) {
 				}
 				ns := traceNotes(t, trace)
 				var mc, ls map[string]event.Class
-				for _, v := range ns.verdicts {
+				for _, v := range testutil.NotesOf[event.Verdict](ns) {
 					if int(v.PID) != pid {
 						continue
 					}
-					got, _ := classesOf(t, &noteSink{verdicts: []event.Verdict{v}}, pid, knownBlocks(blocks, mode))
+					got, _ := classesOf(t, &testutil.NoteSink{Notes: []event.Note{v}}, pid, knownBlocks(blocks, mode))
 					if v.Rules == event.RulesLSan {
 						ls = got
 					} else {
