@@ -21,14 +21,7 @@ import (
 func launchPlanted(t *testing.T, props Properties) (*Session, func()) {
 	t.Helper()
 	cmd := exec.Command(testutil.MustBuild(t, "scan_planted", testutil.Options{}))
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
+	in, out := testutil.Pipes(t, cmd)
 	name := fmt.Sprintf("leaks-%d", time.Now().UnixNano())
 	s, err := Launch(name, props, cmd)
 	if err != nil {
@@ -88,26 +81,13 @@ func TestLeaksSession(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rd.Close()
-	ns := &verdictSink{Sink: event.Discard}
+	ns := testutil.NewNoteSink()
 	if err := rd.Replay(ns, tracefile.Window{}); err != nil {
 		t.Fatal(err)
 	}
-	if len(ns.v) != 2 || ns.v[0].AtExit || !ns.v[1].AtExit || ns.v[1].Pause <= 0 {
-		t.Errorf("verdicts %+v", ns.v)
+	if v := testutil.NotesOf[event.Verdict](ns); len(v) != 2 || v[0].AtExit || !v[1].AtExit || v[1].Pause <= 0 {
+		t.Errorf("verdicts %+v", v)
 	}
-}
-
-type verdictSink struct {
-	event.Sink
-	v []event.Verdict
-}
-
-func (s *verdictSink) Note(n event.Note) error {
-	if v, ok := n.(event.Verdict); ok {
-		v.Blocks = nil
-		s.v = append(s.v, v)
-	}
-	return nil
 }
 
 // TestLeaksRefused: a session that samples cannot check (it does not know

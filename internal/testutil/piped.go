@@ -14,6 +14,21 @@ import (
 // the test ends. Callers read stdout before that: Wait closes it.
 func StartPiped(tb testing.TB, cmd *exec.Cmd) (stdin io.WriteCloser, stdout io.ReadCloser) {
 	tb.Helper()
+	stdin, stdout = Pipes(tb, cmd)
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	return stdin, stdout
+}
+
+// Pipes pipes cmd's standard input and output to the test, for a cmd that
+// something else starts, failing the test if it cannot.
+func Pipes(tb testing.TB, cmd *exec.Cmd) (stdin io.WriteCloser, stdout io.ReadCloser) {
+	tb.Helper()
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		tb.Fatal(err)
@@ -22,13 +37,6 @@ func StartPiped(tb testing.TB, cmd *exec.Cmd) (stdin io.WriteCloser, stdout io.R
 	if err != nil {
 		tb.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
 	return stdin, stdout
 }
 
