@@ -1,6 +1,7 @@
 // parked.h: worker threads that do their part, then park until main lets
-// them go, for the census workloads (census_known, census_rundown): each
-// thread's arena and blocks stay as they were while the census reads them.
+// them go, for the census workloads (census_known, census_rundown,
+// census_bench): each thread's arena and blocks stay as they were while the
+// census reads them.
 #ifndef HEAPSCOPE_PARKED_H
 #define HEAPSCOPE_PARKED_H
 
