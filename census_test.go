@@ -18,6 +18,7 @@ import (
 	"github.com/heapscope/heapscope/internal/load"
 	"github.com/heapscope/heapscope/internal/proc"
 	"github.com/heapscope/heapscope/internal/testutil"
+	"github.com/heapscope/heapscope/internal/testutil/tracetest"
 	"github.com/heapscope/heapscope/report"
 	"github.com/heapscope/heapscope/tracefile"
 )
@@ -67,21 +68,6 @@ func (p *rundownProgram) step(t *testing.T, want string) {
 	}
 }
 
-// traceNotes reads the notes of a trace file.
-func traceNotes(t *testing.T, path string) []event.Note {
-	t.Helper()
-	r, err := tracefile.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	ns := testutil.NewNoteSink()
-	if err := r.Replay(ns, tracefile.Window{}); err != nil {
-		t.Fatal(err)
-	}
-	return ns.Notes
-}
-
 func findCensus(t *testing.T, notes []event.Note) *event.Census {
 	t.Helper()
 	for _, n := range notes {
@@ -118,7 +104,7 @@ func TestCensusAtAttach(t *testing.T) {
 	// The census in the trace holds the program's blocks, with their
 	// usable sizes; the scan at the census named the table that holds
 	// the nodes, and classified every block.
-	notes := traceNotes(t, file)
+	notes := tracetest.Notes(t, file).Notes
 	c := findCensus(t, notes)
 	heldBy := map[string]uint64{}
 	for i, b := range c.Blocks {
@@ -404,7 +390,7 @@ func TestSnapshotKnown(t *testing.T) {
 	if !r.Taken || !r.Scanned || r.Warning != "" {
 		t.Errorf("snapshot: %+v", r)
 	}
-	notes := traceNotes(t, file)
+	notes := tracetest.Notes(t, file).Notes
 	c := findCensus(t, notes)
 	in := map[uint64]int{}
 	for i, b := range c.Blocks {
@@ -523,7 +509,7 @@ func TestAttachJemalloc(t *testing.T) {
 	}
 	t.Logf("warning: %s", cs[0].Warning)
 	var warned bool
-	for _, n := range traceNotes(t, file) {
+	for _, n := range tracetest.Notes(t, file).Notes {
 		switch n := n.(type) {
 		case event.Census:
 			t.Errorf("a census of redis-server in the trace")

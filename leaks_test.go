@@ -13,7 +13,7 @@ import (
 
 	"github.com/heapscope/heapscope/event"
 	"github.com/heapscope/heapscope/internal/testutil"
-	"github.com/heapscope/heapscope/tracefile"
+	"github.com/heapscope/heapscope/internal/testutil/tracetest"
 )
 
 // launchPlanted launches scan_planted in a session and waits for its
@@ -28,15 +28,7 @@ func launchPlanted(t *testing.T, props Properties) (*Session, func()) {
 		t.Fatal(err)
 	}
 	br := bufio.NewReader(out)
-	for {
-		l, err := br.ReadString('\n')
-		if err != nil {
-			t.Fatalf("scan_planted: %v", err)
-		}
-		if strings.HasPrefix(l, "ready ") {
-			break
-		}
-	}
+	testutil.ReadUntil(t, br, "scan_planted", func(l string) bool { return strings.HasPrefix(l, "ready ") })
 	end := func() {
 		io.WriteString(in, "go\n")
 		go io.Copy(io.Discard, br)
@@ -76,16 +68,7 @@ func TestLeaksSession(t *testing.T) {
 		t.Errorf("top after the check: scanned %v, lost %d, want %d", top.Scanned, top.Totals.LostBytes, lost)
 	}
 	end()
-	rd, err := tracefile.Open(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rd.Close()
-	ns := testutil.NewNoteSink()
-	if err := rd.Replay(ns, tracefile.Window{}); err != nil {
-		t.Fatal(err)
-	}
-	if v := testutil.NotesOf[event.Verdict](ns); len(v) != 2 || v[0].AtExit || !v[1].AtExit || v[1].Pause <= 0 {
+	if v := testutil.NotesOf[event.Verdict](tracetest.Notes(t, file)); len(v) != 2 || v[0].AtExit || !v[1].AtExit || v[1].Pause <= 0 {
 		t.Errorf("verdicts %+v", v)
 	}
 }

@@ -97,16 +97,7 @@ func TestInfoAndSnapshotPID(t *testing.T) {
 	w := exec.Command(bin)
 	stdin, stdout := testutil.StartPiped(t, w)
 	defer stdin.Close()
-	rd := bufio.NewReader(stdout)
-	for {
-		line, err := rd.ReadString('\n')
-		if err != nil {
-			t.Fatalf("census_known: %v", err)
-		}
-		if strings.TrimSpace(line) == "ready" {
-			break
-		}
-	}
+	testutil.ReadUntil(t, bufio.NewReader(stdout), "census_known", func(l string) bool { return strings.TrimSpace(l) == "ready" })
 	pid := strconv.Itoa(w.Process.Pid)
 	b, err := cli(t, "info", pid).CombinedOutput()
 	if err != nil {

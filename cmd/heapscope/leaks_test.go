@@ -18,23 +18,8 @@ import (
 	"github.com/heapscope/heapscope/event"
 	"github.com/heapscope/heapscope/internal/ebpf"
 	"github.com/heapscope/heapscope/internal/testutil"
-	"github.com/heapscope/heapscope/tracefile"
+	"github.com/heapscope/heapscope/internal/testutil/tracetest"
 )
-
-// traceNotes returns the verdicts and warnings of a trace.
-func traceNotes(t *testing.T, path string) *testutil.NoteSink {
-	t.Helper()
-	r, err := tracefile.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	s := testutil.NewNoteSink()
-	if err := r.Replay(s, tracefile.Window{}); err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
 
 // classesOf returns the classes a verdict of pid gave the planted blocks.
 func classesOf(t *testing.T, ns *testutil.NoteSink, pid int, blocks []testutil.Planted) (map[string]event.Class, event.Verdict) {
@@ -157,14 +142,14 @@ func TestRunLeakCheckPlanted(t *testing.T) {
 	for _, prov := range providers(t) {
 		t.Run(prov, func(t *testing.T) {
 			blocks, pid, trace := runPlanted(t, []string{"--provider", prov})
-			got, v := classesOf(t, traceNotes(t, trace), pid, blocks)
+			got, v := classesOf(t, tracetest.Notes(t, trace), pid, blocks)
 			if !v.AtExit || !v.Complete || v.Partial || v.Pause <= 0 {
 				t.Errorf("verdict at exit %v, complete %v, partial %v, pause %v", v.AtExit, v.Complete, v.Partial, time.Duration(v.Pause))
 			}
 			comparePlanted(t, blocks, got, vg, vgBlocks)
 
 			blocks, pid, trace = runPlanted(t, []string{"--provider", prov, "--leak-rules", "lsan"})
-			ls, v := classesOf(t, traceNotes(t, trace), pid, blocks)
+			ls, v := classesOf(t, tracetest.Notes(t, trace), pid, blocks)
 			if v.Rules != event.RulesLSan {
 				t.Errorf("rules %v", v.Rules)
 			}
@@ -203,7 +188,7 @@ func TestRunNoLeakCheck(t *testing.T) {
 	if err := cmd.Wait(); err != nil {
 		t.Fatal(err)
 	}
-	if ns := traceNotes(t, trace); len(testutil.NotesOf[event.Verdict](ns)) != 0 {
+	if ns := tracetest.Notes(t, trace); len(testutil.NotesOf[event.Verdict](ns)) != 0 {
 		t.Errorf("%d verdicts with --no-leak-check", len(testutil.NotesOf[event.Verdict](ns)))
 	}
 }
@@ -285,7 +270,7 @@ func TestLeaksRunning(t *testing.T) {
 				if err := cmd.Wait(); err != nil {
 					t.Fatal(err)
 				}
-				ns := traceNotes(t, trace)
+				ns := tracetest.Notes(t, trace)
 				var mc, ls map[string]event.Class
 				for _, v := range testutil.NotesOf[event.Verdict](ns) {
 					if int(v.PID) != pid {
@@ -363,16 +348,10 @@ func TestLeaksAttached(t *testing.T) {
 			defer att.Process.Kill()
 			// Its census done, attach says it traces the process.
 			eb := bufio.NewReader(errOut)
-			for {
-				l, err := eb.ReadString('\n')
-				if err != nil {
-					t.Fatalf("attach: %v", err)
-				}
+			testutil.ReadUntil(t, eb, "attach", func(l string) bool {
 				t.Logf("attach: %s", strings.TrimSpace(l))
-				if strings.Contains(l, "tracing pid") {
-					break
-				}
-			}
+				return strings.Contains(l, "tracing pid")
+			})
 			go io.Copy(io.Discard, eb)
 			io.WriteString(in, "plant\n")
 			blocks, _ := testutil.ReadPlanted(t, br)
@@ -387,7 +366,7 @@ func TestLeaksAttached(t *testing.T) {
 			att.Wait()
 			io.WriteString(in, "go\n")
 			prog.Wait()
-			got, v := classesOf(t, traceNotes(t, trace), pid, blocks)
+			got, v := classesOf(t, tracetest.Notes(t, trace), pid, blocks)
 			if v.Partial == census {
 				t.Errorf("the verdict's partial is %v with census %v", v.Partial, census)
 			}

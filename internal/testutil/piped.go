@@ -29,15 +29,23 @@ func StartPiped(tb testing.TB, cmd *exec.Cmd) (stdin io.WriteCloser, stdout io.R
 // something else starts, failing the test if it cannot.
 func Pipes(tb testing.TB, cmd *exec.Cmd) (stdin io.WriteCloser, stdout io.ReadCloser) {
 	tb.Helper()
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	stdout, err = cmd.StdoutPipe()
+	stdin, stdout, err := OpenPipes(cmd)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	return stdin, stdout
+}
+
+// OpenPipes is Pipes for a caller that is not a test (the bench programs).
+func OpenPipes(cmd *exec.Cmd) (stdin io.WriteCloser, stdout io.ReadCloser, err error) {
+	if stdin, err = cmd.StdinPipe(); err != nil {
+		return nil, nil, err
+	}
+	if stdout, err = cmd.StdoutPipe(); err != nil {
+		stdin.Close()
+		return nil, nil, err
+	}
+	return stdin, stdout, nil
 }
 
 // StartRedis runs redis-server (whose malloc is jemalloc, linked in) until
@@ -49,14 +57,22 @@ func StartRedis(tb testing.TB) *exec.Cmd {
 		"--save", "", "--appendonly", "no")
 	_, out := StartPiped(tb, cmd)
 	rd := bufio.NewReader(out)
+	ReadUntil(tb, rd, "redis-server", func(l string) bool { return strings.Contains(l, "ready to accept connections") })
+	go io.Copy(io.Discard, rd)
+	return cmd
+}
+
+// ReadUntil reads lines from r (the output of what) until match reports
+// true of one, and returns that line; it fails the test if r ends first.
+func ReadUntil(tb testing.TB, r *bufio.Reader, what string, match func(line string) bool) string {
+	tb.Helper()
 	for {
-		line, err := rd.ReadString('\n')
+		l, err := r.ReadString('\n')
 		if err != nil {
-			tb.Fatalf("redis-server: %v", err)
+			tb.Fatalf("%s: %v (%q)", what, err, l)
 		}
-		if strings.Contains(line, "ready to accept connections") {
-			go io.Copy(io.Discard, rd)
-			return cmd
+		if match(l) {
+			return l
 		}
 	}
 }

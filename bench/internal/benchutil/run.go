@@ -36,15 +36,11 @@ func BuildHeapscope(path string) error {
 // StartPiped starts cmd with its standard input and output piped, and
 // ends the program (log.Fatal) if it cannot.
 func StartPiped(cmd *exec.Cmd) (stdin io.WriteCloser, stdout io.ReadCloser) {
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		log.Fatal(err)
+	stdin, stdout, err := testutil.OpenPipes(cmd)
+	if err == nil {
+		err = cmd.Start()
 	}
-	stdout, err = cmd.StdoutPipe()
 	if err != nil {
-		log.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
 		log.Fatal(err)
 	}
 	return stdin, stdout
