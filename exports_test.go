@@ -18,7 +18,7 @@ import (
 
 	"github.com/heapscope/heapscope/event"
 	"github.com/heapscope/heapscope/internal/testutil"
-	"github.com/heapscope/heapscope/tracefile"
+	"github.com/heapscope/heapscope/internal/testutil/tracetest"
 )
 
 // launchRounds launches export_rounds ROUNDS with props and waits for its
@@ -235,17 +235,8 @@ func TestExportLeakCheck(t *testing.T) {
 		t.Fatalf("check while exporting: %+v", r.Processes)
 	}
 	end()
-	rd, err := tracefile.Open(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rd.Close()
-	ns := &verdictSink{Sink: event.Discard}
-	if err := rd.Replay(ns, tracefile.Window{}); err != nil {
-		t.Fatal(err)
-	}
-	if len(ns.v) != 2 || !ns.v[1].AtExit || !ns.v[1].Complete {
-		t.Errorf("verdicts %+v", ns.v)
+	if v := testutil.NotesOf[event.Verdict](tracetest.Notes(t, file)); len(v) != 2 || !v[1].AtExit || !v[1].Complete {
+		t.Errorf("verdicts %+v", v)
 	}
 	st := s.Status().Exports
 	py.mu.Lock()
