@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -28,10 +29,15 @@ type tmuxPane struct {
 	socket string
 }
 
+// tmuxPanes numbers the panes of this test process.
+var tmuxPanes atomic.Int64
+
 func newTmuxPane(t *testing.T, shellCmd string) *tmuxPane {
 	t.Helper()
 	testutil.Tool(t, "tmux")
-	p := &tmuxPane{t: t, socket: fmt.Sprintf("heapscope-test-%d", os.Getpid())}
+	// A server of its own per pane: one test's kill-server at its cleanup
+	// must not race the next test's new server on a shared socket.
+	p := &tmuxPane{t: t, socket: fmt.Sprintf("heapscope-test-%d-%d", os.Getpid(), tmuxPanes.Add(1))}
 	p.tmux("-f", "/dev/null", "new-session", "-d", "-s", "top", "-x", "120", "-y", "40", shellCmd)
 	t.Cleanup(func() { exec.Command("tmux", "-L", p.socket, "kill-server").Run() })
 	return p
