@@ -174,6 +174,7 @@ func (t *Tracer) attach(p *tracee) error {
 	}
 	exe, _ := proc.Exe(pid)
 	cmdline, _ := proc.Cmdline(pid)
+	start := time.Now()
 	targets, err := findTargets(pid)
 	if err != nil {
 		return fmt.Errorf("ebpf: %w", err)
@@ -185,17 +186,39 @@ func (t *Tracer) attach(p *tracee) error {
 	if err != nil {
 		return fmt.Errorf("ebpf: %w", err)
 	}
+	t.phases.since("maps and allocator symbols read", pid, start)
+	start = time.Now()
 
+	if err := t.placeProbes(p, st, exe, cmdline, targets, ld); err != nil {
+		return err
+	}
+	t.phases.since("probes placed and records sent", pid, start)
 	if t.uw != nil {
-		// Before the probes: the first stacks are unwound with them.
+		// After the probes, so that tracing starts without waiting for
+		// the tables: the stacks taken until they are in are walked by
+		// frame pointer, and counted (Stats.StacksCutNoTable). A process
+		// held (launched, or followed) runs only once they are in.
+		start = time.Now()
 		if missing, err := t.uw.load(uint32(pid)); err != nil {
 			t.warn(err)
 		} else {
 			t.warnTables(missing)
 		}
+		t.phases.since("unwind tables built and loaded", pid, start)
+		if ld != nil {
+			if err := t.uw.holdAtLoader(uint32(pid)); err != nil {
+				t.warn(err)
+			}
+		}
 	}
-	// Hold the output while probes go in, so that no event of the process
-	// is sent before its Process record.
+	return nil
+}
+
+// placeProbes places pid's probes and sends its Process and Module
+// records, holding the output meanwhile, so that no event of the process
+// is sent before its Process record.
+func (t *Tracer) placeProbes(p *tracee, st proc.Stat, exe string, cmdline []string, targets []target, ld *loader) error {
+	pid := p.pid
 	t.out.Lock()
 	defer t.out.Unlock()
 	for _, tg := range targets {
@@ -214,13 +237,6 @@ func (t *Tracer) attach(p *tracee) error {
 			closeLinks(p.links)
 			p.links = nil
 			return attachError(pid, ld.path, err)
-		}
-		if t.uw != nil {
-			if err := t.uw.holdAtLoader(uint32(pid)); err != nil {
-				closeLinks(p.links)
-				p.links = nil
-				return err
-			}
 		}
 	}
 	if t.cfg.Families&event.FamilyMmap != 0 {
@@ -307,8 +323,10 @@ func (t *Tracer) attachTarget(pid int, pidx uint16, tg target) ([]link.Link, err
 	if err != nil {
 		return nil, fmt.Errorf("ebpf: pid %d: %s: %w", pid, tg.path, err)
 	}
+	// One program is every probe; the cookie says which part of an
+	// allocator it is (roles), and whether it is a return probe (ret).
 	type group struct {
-		progs         []*ebpf.Program
+		roles         []uint64
 		ret           []bool
 		addrs, cookie []uint64
 	}
@@ -321,12 +339,9 @@ func (t *Tracer) attachTarget(pid int, pidx uint16, tg target) ([]link.Link, err
 	// of a block from before tracing is. The allocation's return probe
 	// before its entry probe: an entry seen without its return would leave
 	// the thread inside a call that never ends.
-	alloc.progs = []*ebpf.Program{t.prog("alloc_exit"), t.prog("alloc_enter")}
-	free.progs = []*ebpf.Program{t.prog("free_enter")}
-	wrap.progs = []*ebpf.Program{t.prog("wrap_enter")}
-	alloc.ret = []bool{true, false}
-	free.ret = []bool{false}
-	wrap.ret = []bool{false}
+	alloc.roles, alloc.ret = []uint64{roleAllocExit, roleAllocEnter}, []bool{true, false}
+	free.roles, free.ret = []uint64{roleFree}, []bool{false}
+	wrap.roles, wrap.ret = []uint64{roleWrap}, []bool{false}
 	for _, s := range tg.sites {
 		if !t.wanted(s) {
 			continue
@@ -355,8 +370,12 @@ func (t *Tracer) attachTarget(pid int, pidx uint16, tg target) ([]link.Link, err
 		if len(g.addrs) == 0 {
 			continue
 		}
-		for i, prog := range g.progs {
-			ls, err := t.attachProgram(ex, prog, g.ret[i], pid, g.addrs, g.cookie)
+		for i, role := range g.roles {
+			cookies := make([]uint64, len(g.cookie))
+			for j, c := range g.cookie {
+				cookies[j] = c | role<<cookieRoleShift
+			}
+			ls, err := t.attachProgram(ex, t.prog("probe"), g.ret[i], pid, g.addrs, cookies)
 			links = append(links, ls...)
 			if err != nil {
 				return links, attachError(pid, tg.path, err)

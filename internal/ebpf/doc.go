@@ -23,7 +23,9 @@
 // free starts with test %rdi,%rdi, and its probe goes past the NULL test.
 //
 // An allocation is seen at its entry (arguments) and its return (the block,
-// and the stack: only complete there). operator new and delete are seen at
+// and the stack: only complete there). One BPF program is every allocator
+// probe, told by its cookie which part it is: the verifier checks the stack
+// walk once (see Tracer.Phases for where starting to trace goes). operator new and delete are seen at
 // their entry, which leaves a note for the malloc or free they call: one
 // event, named after the operator. An allocator's own operator new or
 // delete that calls no PLT entry (jemalloc's sized delete, tcmalloc's new)
@@ -149,7 +151,10 @@
 // (package unwind; see unwind.go: chunks of kernel memory made as tables
 // need them, up to Config.UnwindEntries, freed when no traced process maps
 // a file, one user's processes holding at most half), by frame pointer
-// only where a file has no table or a table no rule. A file the dynamic loader maps after attach
+// only where a file has no table or a table no rule. A running process's
+// tables are loaded just after its probes: its stacks until then are
+// walked by frame pointer and counted as cut for want of a table
+// (event.Stats.StacksCutNoTable). A file the dynamic loader maps after attach
 // (libc at a launch, a dlopen'ed library) has its table before its code
 // runs: the probe on _dl_debug_state stops the process (SIGSTOP) when the
 // loader's list has become consistent with more objects than before, and

@@ -98,6 +98,7 @@ type Tracer struct {
 
 	warnMu   sync.Mutex
 	warnings []error
+	phases   phases
 	heldMu   sync.Mutex
 	held     map[int]bool // processes the BPF side stopped, until continued
 
@@ -136,6 +137,7 @@ func New(cfg Config, sink event.Sink) (*Tracer, error) {
 	if sink == nil {
 		return nil, fmt.Errorf("ebpf: nil sink: %w", errs.ErrInvalidFlags)
 	}
+	t0 := time.Now()
 	if err := Available(); err != nil {
 		return nil, err
 	}
@@ -153,6 +155,7 @@ func New(cfg Config, sink event.Sink) (*Tracer, error) {
 		flushed:   make(chan struct{}),
 		held:      map[int]bool{},
 	}
+	t.phases.t0 = t0
 	t.multi = !cfg.noMulti && features.HaveBPFLinkUprobeMulti() == nil
 	if err := t.load(); err != nil {
 		if cfg.NoFollowFork {
@@ -166,6 +169,7 @@ func New(cfg Config, sink event.Sink) (*Tracer, error) {
 			return nil, err
 		}
 	}
+	start := time.Now()
 	if t.watch, err = newWatcher(t); err != nil {
 		t.coll.Close()
 		return nil, err
@@ -189,6 +193,7 @@ func New(cfg Config, sink event.Sink) (*Tracer, error) {
 		t.closeKernelObjects()
 		return nil, fmt.Errorf("ebpf: ring buffer reader: %w", err)
 	}
+	t.phases.since("tracepoints and ring", 0, start)
 	t.readerDone = make(chan struct{})
 	t.queue = newQueue()
 	go t.read()
@@ -206,10 +211,12 @@ func New(cfg Config, sink event.Sink) (*Tracer, error) {
 
 // load sets the BPF objects' constants and sizes and loads them.
 func (t *Tracer) load() error {
+	start := time.Now()
 	spec, err := loadHeapscope()
 	if err != nil {
 		return fmt.Errorf("ebpf: %w", err)
 	}
+	t.phases.since("BPF objects read", 0, start)
 	set := func(name string, v any) error {
 		if err := spec.Variables[name].Set(v); err != nil {
 			return fmt.Errorf("ebpf: setting %s: %w", name, err)
@@ -280,7 +287,9 @@ func (t *Tracer) load() error {
 		}
 	}
 
-	coll, err := ebpf.NewCollection(spec)
+	start = time.Now()
+	coll, err := loadCollection(spec, &t.phases)
+	t.phases.since("BPF objects loaded", 0, start)
 	if err != nil {
 		if errors.Is(err, unix.ENOMEM) || errors.Is(err, unix.E2BIG) {
 			return fmt.Errorf("ebpf: creating maps (ring %d bytes, %d live blocks, %d stacks): %w: %v",
@@ -452,9 +461,12 @@ func (t *Tracer) stats() event.Stats {
 	st.Lost[event.LostMapFull] = c[ctrLostMapFull]
 	st.Lost[event.LostOther] = c[ctrLostOther]
 	st.StacksLost = c[ctrStacksLost] + t.userLost.Load()
-	st.StacksCut = c[ctrStacksCut] + c[ctrStacksBroken]
+	// A stack taken before its process's tables were loaded was walked
+	// by frame pointer alone: cut for want of a table, as far as anyone
+	// can tell (a frame-pointer walk cannot judge itself whole).
+	st.StacksCut = c[ctrStacksCut] + c[ctrStacksBroken] + c[ctrStacksEarly]
 	st.StacksCutDepth = c[ctrStacksCut]
-	st.StacksCutNoTable = c[ctrStacksNoTable]
+	st.StacksCutNoTable = c[ctrStacksNoTable] + c[ctrStacksEarly]
 	st.Unmatched = c[ctrUnmatched]
 	st.Delivered = t.delivered.Load() // in aggregate mode, the calls spilled
 	if t.cfg.Mode == event.Aggregate {
