@@ -44,6 +44,10 @@
 // way: the old image ends (its Exit, status -1) and the new one is
 // attached from scratch, with a Process record of its own under the same
 // pid. A parent that waits with WUNTRACED sees the stop and the continue.
+// Every stop is recorded in a BPF map before it is made, and a watchdog
+// process the tracer starts (this program again, see watchdog.go) holds the
+// map: when the tracer dies without continuing a process, even by SIGKILL,
+// the watchdog continues it.
 // On a kernel without bpf_send_signal_task children are not followed
 // (FollowsChildren says why).
 //

@@ -155,6 +155,7 @@ func (t *Tracer) resume(pid int, held bool) {
 	if t.held[pid] {
 		delete(t.held, pid)
 		unix.Kill(pid, unix.SIGCONT)
+		t.unheld(pid)
 	}
 }
 
@@ -166,8 +167,19 @@ func (t *Tracer) resumeAll() {
 	defer t.heldMu.Unlock()
 	for pid := range t.held {
 		unix.Kill(pid, unix.SIGCONT)
+		t.unheld(pid)
 	}
 	clear(t.held)
+}
+
+// unheld takes a process continued off the watchdog's list. Called with
+// heldMu held.
+func (t *Tracer) unheld(pid int) {
+	t.life.RLock()
+	defer t.life.RUnlock()
+	if !t.gone {
+		t.objs.held.Delete(uint32(pid))
+	}
 }
 
 // warn keeps the first warnings of things that went wrong without ending

@@ -162,6 +162,7 @@ const (
 	heapscopeMapDlHold          = "dl_hold"
 	heapscopeMapEvents          = "events"
 	heapscopeMapFollow          = "follow"
+	heapscopeMapHeld            = "held"
 	heapscopeMapInternalFrees   = "internal_frees"
 	heapscopeMapKnown           = "known"
 	heapscopeMapLiveKeys        = "live_keys"
@@ -267,6 +268,7 @@ type heapscopeMapSpecs struct {
 	DlHold        *ebpf.MapSpec `ebpf:"dl_hold"`
 	Events        *ebpf.MapSpec `ebpf:"events"`
 	Follow        *ebpf.MapSpec `ebpf:"follow"`
+	Held          *ebpf.MapSpec `ebpf:"held"`
 	InternalFrees *ebpf.MapSpec `ebpf:"internal_frees"`
 	Known         *ebpf.MapSpec `ebpf:"known"`
 	LiveKeys      *ebpf.MapSpec `ebpf:"live_keys"`
@@ -324,6 +326,7 @@ type heapscopeMaps struct {
 	DlHold        *ebpf.Map `ebpf:"dl_hold"`
 	Events        *ebpf.Map `ebpf:"events"`
 	Follow        *ebpf.Map `ebpf:"follow"`
+	Held          *ebpf.Map `ebpf:"held"`
 	InternalFrees *ebpf.Map `ebpf:"internal_frees"`
 	Known         *ebpf.Map `ebpf:"known"`
 	LiveKeys      *ebpf.Map `ebpf:"live_keys"`
@@ -345,6 +348,7 @@ func (m *heapscopeMaps) Close() error {
 		m.DlHold,
 		m.Events,
 		m.Follow,
+		m.Held,
 		m.InternalFrees,
 		m.Known,
 		m.LiveKeys,

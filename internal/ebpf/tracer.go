@@ -103,6 +103,7 @@ type Tracer struct {
 	held     map[int]bool // processes the BPF side stopped, until continued
 
 	watch  *watcher
+	dog    *watchdog      // continues the processes held, should this process die
 	wg     sync.WaitGroup // the snapshot ticker
 	ending sync.WaitGroup // ends of exited processes in progress
 }
@@ -170,14 +171,22 @@ func New(cfg Config, sink event.Sink) (*Tracer, error) {
 		}
 	}
 	start := time.Now()
+	if t.following() || t.uw != nil { // it may stop processes
+		if t.dog, err = startWatchdog(t.objs.held); err != nil {
+			t.closeTables()
+			t.coll.Close()
+			return nil, err
+		}
+	}
 	if t.watch, err = newWatcher(t); err != nil {
+		t.dog.close()
+		t.closeTables()
 		t.coll.Close()
 		return nil, err
 	}
 	if cfg.Families&event.FamilyMmap != 0 {
 		if err := t.attachSyscalls(); err != nil {
-			t.watch.close()
-			t.coll.Close()
+			t.closeKernelObjects()
 			return nil, err
 		}
 	}
@@ -309,6 +318,7 @@ func (t *Tracer) load() error {
 		traced:     coll.Maps["traced"],
 		follow:     coll.Maps["follow"],
 		spilling:   coll.Maps["spilling"],
+		held:       coll.Maps["held"],
 		stackKinds: coll.Variables["stack_kinds"],
 	}
 	if t.cfg.UnwindTables {
@@ -346,8 +356,8 @@ func (t *Tracer) checkTableMemory(liveSlots, totalSlots int) error {
 
 // objects are the loaded maps and variables the Go side uses.
 type objects struct {
-	events, stacks, known, counters, traced, follow, spilling *ebpf.Map
-	stackKinds                                                *ebpf.Variable
+	events, stacks, known, counters, traced, follow, spilling, held *ebpf.Map
+	stackKinds                                                      *ebpf.Variable
 }
 
 // closeTables unmaps aggregate mode's tables and the unwind tables.
@@ -383,6 +393,7 @@ func (t *Tracer) closeKernelObjects() {
 	if t.watch != nil {
 		t.watch.close()
 	}
+	t.dog.close()
 	t.closeTables()
 	t.coll.Close()
 }
@@ -552,6 +563,7 @@ func (t *Tracer) Close() error {
 	<-t.readerDone
 	// Every note has been read: what is held now waits for this Close.
 	t.resumeAll()
+	t.dog.close()
 
 	t.life.Lock()
 	t.statsMu.Lock()

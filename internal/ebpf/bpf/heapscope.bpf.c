@@ -1513,6 +1513,32 @@ struct {
 	__uint(max_entries, 16384);
 } dl_hold SEC(".maps");
 
+// Every process stopped here (by the loader's probe or at a fork or exec)
+// until user space continues it: the tracer's watchdog process
+// (watchdog.go), which holds this map too, continues what it lists when
+// the tracer dies without doing so.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __u32);
+	__type(value, __u8);
+	__uint(max_entries, 16384);
+} held SEC(".maps");
+
+// mark_held records tgid in held before its stop; stop_failed forgets it
+// when the stop failed (err, what the signal helper returned).
+static __always_inline void mark_held(__u32 tgid)
+{
+	__u8 one = 1;
+	bpf_map_update_elem(&held, &tgid, &one, BPF_ANY);
+}
+
+static __always_inline long stop_failed(__u32 tgid, long err)
+{
+	if (err)
+		bpf_map_delete_elem(&held, &tgid);
+	return err;
+}
+
 #define RT_CONSISTENT 0
 
 static __always_inline void hold_for_tables(__u32 tgid, __u64 r_debug, __u32 n)
@@ -1539,7 +1565,8 @@ static __always_inline void hold_for_tables(__u32 tgid, __u64 r_debug, __u32 n)
 	// The current thread's process, from a uprobe: bpf_send_signal is
 	// enough (no kfunc), and the stop takes effect before the loader's next
 	// instruction.
-	nt->held = bpf_send_signal(19 /* SIGSTOP */);
+	mark_held(tgid);
+	nt->held = stop_failed(tgid, bpf_send_signal(19 /* SIGSTOP */));
 	bpf_ringbuf_submit(nt, BPF_RB_FORCE_WAKEUP);
 }
 
@@ -1729,7 +1756,8 @@ static __always_inline int hold(struct task_struct *task, __u32 kind, __u32 pid,
 	n->kind = kind;
 	n->pid = pid;
 	n->ppid = ppid;
-	n->held = bpf_send_signal_task(task, SIGSTOP_, PIDTYPE_TGID, 0);
+	mark_held(pid);
+	n->held = stop_failed(pid, bpf_send_signal_task(task, SIGSTOP_, PIDTYPE_TGID, 0));
 	bpf_ringbuf_submit(n, BPF_RB_FORCE_WAKEUP);
 	return 0;
 }
