@@ -23,12 +23,13 @@ func loadCollection(spec *ebpf.CollectionSpec, ph *phases) (*ebpf.Collection, er
 	// it again), parsed while the maps are made.
 	cache := btf.NewCache()
 	kernelBTF := make(chan struct{})
+	began := start
 	go func() {
 		defer close(kernelBTF)
 		for _, ps := range spec.Programs {
 			if ps.Type == ebpf.Tracing {
 				cache.Kernel()
-				ph.since("kernel BTF read", 0, start)
+				ph.since("kernel BTF read", 0, began)
 				return
 			}
 		}
