@@ -6,6 +6,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -23,6 +24,10 @@ type AttachOption func(*attachOptions)
 
 type attachOptions struct {
 	launched bool
+	// held: the BPF side holds the process stopped (a followed child or
+	// exec) until Attach returns, so no event of it can come before its
+	// Process record.
+	held bool
 }
 
 // Launched says the caller started the process and will reap it: instead of
@@ -46,12 +51,44 @@ func (t *Tracer) Attach(pid int, opts ...AttachOption) error {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	t.attachMu.Lock()
-	defer t.attachMu.Unlock()
+	t.attachMu.RLock()
+	defer t.attachMu.RUnlock()
+	defer t.lockPid(pid)()
 	return t.attachLocked(pid, o)
 }
 
-// attachLocked is Attach, called with attachMu held.
+// pidLock is one process's attach lock, shared by those who wait for it.
+type pidLock struct {
+	sync.Mutex
+	users int
+}
+
+// lockPid takes pid's attach lock, and returns what releases it.
+func (t *Tracer) lockPid(pid int) func() {
+	t.mu.Lock()
+	if t.pidLocks == nil {
+		t.pidLocks = map[int]*pidLock{}
+	}
+	l := t.pidLocks[pid]
+	if l == nil {
+		l = &pidLock{}
+		t.pidLocks[pid] = l
+	}
+	l.users++
+	t.mu.Unlock()
+	l.Lock()
+	return func() {
+		l.Unlock()
+		t.mu.Lock()
+		if l.users--; l.users == 0 {
+			delete(t.pidLocks, pid)
+		}
+		t.mu.Unlock()
+	}
+}
+
+// attachLocked is Attach, called with attachMu held for reading and pid's
+// lock.
 func (t *Tracer) attachLocked(pid int, o attachOptions) error {
 	t.mu.Lock()
 	closed := t.closed
@@ -86,7 +123,7 @@ func (t *Tracer) attachLocked(pid int, o attachOptions) error {
 			return err
 		}
 	}
-	if err := t.attach(p); err != nil {
+	if err := t.attach(p, o.held); err != nil {
 		if t.uw != nil {
 			t.uw.forget(uint32(pid))
 		}
@@ -163,7 +200,7 @@ func (t *Tracer) titled(p *tracee) {
 	}
 }
 
-func (t *Tracer) attach(p *tracee) error {
+func (t *Tracer) attach(p *tracee, held bool) error {
 	pid := p.pid
 	st, err := proc.ReadStat(pid)
 	if err != nil {
@@ -189,7 +226,7 @@ func (t *Tracer) attach(p *tracee) error {
 	t.phases.since("maps and allocator symbols read", pid, start)
 	start = time.Now()
 
-	if err := t.placeProbes(p, st, exe, cmdline, targets, ld); err != nil {
+	if err := t.placeProbes(p, st, exe, cmdline, targets, ld, held); err != nil {
 		return err
 	}
 	t.phases.since("probes placed and records sent", pid, start)
@@ -215,12 +252,36 @@ func (t *Tracer) attach(p *tracee) error {
 }
 
 // placeProbes places pid's probes and sends its Process and Module
-// records, holding the output meanwhile, so that no event of the process
-// is sent before its Process record.
-func (t *Tracer) placeProbes(p *tracee, st proc.Stat, exe string, cmdline []string, targets []target, ld *loader) error {
+// records, holding the output meanwhile (unless the process is held), so
+// that no event of the process is sent before its Process record.
+func (t *Tracer) placeProbes(p *tracee, st proc.Stat, exe string, cmdline []string, targets []target, ld *loader, held bool) error {
+	if !held {
+		t.out.Lock()
+		defer t.out.Unlock()
+	}
+	if err := t.placeLinks(p, targets, ld); err != nil {
+		return err
+	}
+	if held {
+		// The probes took most of it, without holding the other
+		// processes' delivery.
+		t.out.Lock()
+		defer t.out.Unlock()
+	}
+	now := monotonic()
+	mods, _ := proc.Modules(p.pid, now)
+	t.known[uint32(p.pid)] = true
+	ms := &moduleSet{read: now}
+	t.modules[uint32(p.pid)] = ms
+	p.info = event.Process{PID: uint32(p.pid), PPID: uint32(st.PPID), Time: now, Exe: exe, Cmdline: cmdline}
+	t.send(t.sink.Process(p.info))
+	t.sendModules(ms, mods)
+	return nil
+}
+
+// placeLinks places pid's probes and puts it in the BPF side's sets.
+func (t *Tracer) placeLinks(p *tracee, targets []target, ld *loader) error {
 	pid := p.pid
-	t.out.Lock()
-	defer t.out.Unlock()
 	for _, tg := range targets {
 		ls, err := t.attachTarget(pid, p.pidx, tg)
 		p.links = append(p.links, ls...)
@@ -254,15 +315,6 @@ func (t *Tracer) placeProbes(p *tracee, st proc.Stat, exe string, cmdline []stri
 			return fmt.Errorf("ebpf: pid %d: following its children: %w", pid, err)
 		}
 	}
-
-	now := monotonic()
-	mods, _ := proc.Modules(pid, now)
-	t.known[uint32(pid)] = true
-	ms := &moduleSet{read: now}
-	t.modules[uint32(pid)] = ms
-	p.info = event.Process{PID: uint32(pid), PPID: uint32(st.PPID), Time: now, Exe: exe, Cmdline: cmdline}
-	t.send(t.sink.Process(p.info))
-	t.sendModules(ms, mods)
 	return nil
 }
 
@@ -486,8 +538,9 @@ func (t *Tracer) tracee(pid int) (*tracee, bool) {
 // delivered (in aggregate mode, a final Snapshot), and an Exit with status
 // -1 is sent. The error wraps errs.ErrNoSuchProcess if pid is not traced.
 func (t *Tracer) Detach(pid int) error {
-	t.attachMu.Lock()
-	defer t.attachMu.Unlock()
+	t.attachMu.RLock()
+	defer t.attachMu.RUnlock()
+	defer t.lockPid(pid)()
 	p, closed := t.tracee(pid)
 	if closed {
 		return errClosed

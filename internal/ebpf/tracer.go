@@ -39,7 +39,12 @@ type Tracer struct {
 	// live and totals are aggregate mode's tables, mapped.
 	live, totals *table
 
-	attachMu sync.Mutex // one Attach, Detach or Close at a time
+	// attachMu is held for reading by each Attach and Detach, which also
+	// hold their pid's lock (pidLocks): processes are attached side by
+	// side, one attach of each at a time; Close holds it for writing.
+	attachMu sync.RWMutex
+	pidLocks map[int]*pidLock // under mu
+	follows  followQueues     // the followers of the processes' children
 
 	mu       sync.Mutex // guards procs, pidxUsed, closed, internalRanges and windows
 	procs    map[int]*tracee
@@ -472,9 +477,9 @@ func (t *Tracer) stats() event.Stats {
 	st.Lost[event.LostMapFull] = c[ctrLostMapFull]
 	st.Lost[event.LostOther] = c[ctrLostOther]
 	st.StacksLost = c[ctrStacksLost] + t.userLost.Load()
-	// A stack taken before its process's tables were loaded was walked
-	// by frame pointer alone: cut for want of a table, as far as anyone
-	// can tell (a frame-pointer walk cannot judge itself whole).
+	// A stack of a process whose unwind ranges could not be loaded was
+	// walked by frame pointer alone: cut for want of a table, as far as
+	// anyone can tell (a frame-pointer walk cannot judge itself whole).
 	st.StacksCut = c[ctrStacksCut] + c[ctrStacksBroken] + c[ctrStacksEarly]
 	st.StacksCutDepth = c[ctrStacksCut]
 	st.StacksCutNoTable = c[ctrStacksNoTable] + c[ctrStacksEarly]
