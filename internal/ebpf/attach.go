@@ -226,26 +226,25 @@ func (t *Tracer) attach(p *tracee, held bool) error {
 	t.phases.since("maps and allocator symbols read", pid, start)
 	start = time.Now()
 
-	if err := t.placeProbes(p, st, exe, cmdline, targets, ld, held); err != nil {
-		return err
-	}
-	t.phases.since("probes placed and records sent", pid, start)
 	if t.uw != nil {
-		// After the probes, so that tracing starts without waiting for
-		// the tables: the stacks taken until they are in are walked by
-		// frame pointer, and counted (Stats.StacksCutNoTable). A process
-		// held (launched, or followed) runs only once they are in.
-		start = time.Now()
+		// Before the probes: the first stacks are unwound with them (a
+		// stack walked by frame pointer alone would be another stack,
+		// another site, of the same call).
 		if missing, err := t.uw.load(uint32(pid)); err != nil {
 			t.warn(err)
 		} else {
 			t.warnTables(missing)
 		}
 		t.phases.since("unwind tables built and loaded", pid, start)
-		if ld != nil {
-			if err := t.uw.holdAtLoader(uint32(pid)); err != nil {
-				t.warn(err)
-			}
+		start = time.Now()
+	}
+	if err := t.placeProbes(p, st, exe, cmdline, targets, ld, held); err != nil {
+		return err
+	}
+	t.phases.since("probes placed and records sent", pid, start)
+	if t.uw != nil && ld != nil {
+		if err := t.uw.holdAtLoader(uint32(pid)); err != nil {
+			t.warn(err)
 		}
 	}
 	return nil

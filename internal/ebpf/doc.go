@@ -155,10 +155,10 @@
 // (package unwind; see unwind.go: chunks of kernel memory made as tables
 // need them, up to Config.UnwindEntries, freed when no traced process maps
 // a file, one user's processes holding at most half), by frame pointer
-// only where a file has no table or a table no rule. A running process's
-// tables are loaded just after its probes: its stacks until then are
-// walked by frame pointer and counted as cut for want of a table
-// (event.Stats.StacksCutNoTable). A file the dynamic loader maps after attach
+// only where a file has no table or a table no rule (a process whose
+// tables could not be loaded at all is walked by frame pointer, its stacks
+// counted as cut for want of a table, event.Stats.StacksCutNoTable). A file
+// the dynamic loader maps after attach
 // (libc at a launch, a dlopen'ed library) has its table before its code
 // runs: the probe on _dl_debug_state stops the process (SIGSTOP) when the
 // loader's list has become consistent with more objects than before, and

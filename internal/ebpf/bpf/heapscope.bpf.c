@@ -536,7 +536,7 @@ __noinline __u64 take_stack(struct thread *t, __u64 first, __u64 fp, __u64 sp, _
 	if (uw) {
 		w.uw = bpf_map_lookup_elem(&uw_procs, &tgid);
 		if (!w.uw)
-			count(CTR_STACKS_EARLY); // attached, its tables still being loaded
+			count(CTR_STACKS_EARLY); // its ranges could not be loaded
 	}
 	if (w.uw) {
 		w.v->pc = first;

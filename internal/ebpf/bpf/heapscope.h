@@ -65,7 +65,7 @@
 #define CTR_STACKS_BROKEN 12 // stacks whose walk lost the chain before the thread's first frame
 #define CTR_STACKS_NOTABLE 13 // of those, after a frame in code no unwind table covered
 #define CTR_STACKS_STORED 14 // stacks added to the stacks map
-#define CTR_STACKS_EARLY 15 // stacks walked by frame pointer before their process's unwind tables were loaded
+#define CTR_STACKS_EARLY 15 // stacks walked by frame pointer for want of their process's unwind ranges
 #define NUM_COUNTERS 16
 
 // A probe's cookie: the function it is on, the heap, how far the stack
