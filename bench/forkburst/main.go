@@ -181,11 +181,11 @@ func once(work, bin, tmp string, n, ms int) (result, error) {
 	var x float64
 	l, _ := b.out.ReadString('\n')
 	if _, err := fmt.Sscanf(l, "forks %f median_ms %f max_ms %f", &x, &r.median, &r.max); err != nil {
-		return r, fmt.Errorf("B said %q", l)
+		return r, fmt.Errorf("the forking process said %q", l)
 	}
 	l, _ = a.out.ReadString('\n')
 	if _, err := fmt.Sscanf(l, "forks %f median_ms %f", &x, &r.burst); err != nil {
-		return r, fmt.Errorf("A said %q", l)
+		return r, fmt.Errorf("the bursting process said %q", l)
 	}
 	return r, nil
 }
