@@ -212,12 +212,18 @@ func (t *Tracer) attach(p *tracee, held bool) error {
 	exe, _ := proc.Exe(pid)
 	cmdline, _ := proc.Cmdline(pid)
 	start := time.Now()
-	targets, err := findTargets(pid)
+	var targets []target
+	usdts, err := t.usdtTargets(pid, exe)
 	if err != nil {
-		return fmt.Errorf("ebpf: %w", err)
+		return err
 	}
-	if len(targets) == 0 && t.cfg.Families&event.FamilyMmap == 0 {
-		return fmt.Errorf("ebpf: pid %d (%s) maps no allocator heapscope can probe: %w", pid, exe, errs.ErrUnavailable)
+	if usdts == nil {
+		if targets, err = findTargets(pid); err != nil {
+			return fmt.Errorf("ebpf: %w", err)
+		}
+		if len(targets) == 0 && t.cfg.Families&event.FamilyMmap == 0 {
+			return fmt.Errorf("ebpf: pid %d (%s) maps no allocator heapscope can probe: %w", pid, exe, errs.ErrUnavailable)
+		}
 	}
 	ld, err := findLoader(pid)
 	if err != nil {
@@ -238,7 +244,7 @@ func (t *Tracer) attach(p *tracee, held bool) error {
 		t.phases.since("unwind tables built and loaded", pid, start)
 		start = time.Now()
 	}
-	if err := t.placeProbes(p, st, exe, cmdline, targets, ld, held); err != nil {
+	if err := t.placeProbes(p, st, exe, cmdline, targets, usdts, ld, held); err != nil {
 		return err
 	}
 	t.phases.since("probes placed and records sent", pid, start)
@@ -253,12 +259,12 @@ func (t *Tracer) attach(p *tracee, held bool) error {
 // placeProbes places pid's probes and sends its Process and Module
 // records, holding the output meanwhile (unless the process is held), so
 // that no event of the process is sent before its Process record.
-func (t *Tracer) placeProbes(p *tracee, st proc.Stat, exe string, cmdline []string, targets []target, ld *loader, held bool) error {
+func (t *Tracer) placeProbes(p *tracee, st proc.Stat, exe string, cmdline []string, targets []target, usdts []usdtTarget, ld *loader, held bool) error {
 	if !held {
 		t.out.Lock()
 		defer t.out.Unlock()
 	}
-	if err := t.placeLinks(p, targets, ld); err != nil {
+	if err := t.placeLinks(p, targets, usdts, ld); err != nil {
 		return err
 	}
 	if held {
@@ -278,11 +284,30 @@ func (t *Tracer) placeProbes(p *tracee, st proc.Stat, exe string, cmdline []stri
 	return nil
 }
 
-// placeLinks places pid's probes and puts it in the BPF side's sets.
-func (t *Tracer) placeLinks(p *tracee, targets []target, ld *loader) error {
+// placeLinks places pid's probes, on its allocators' functions (targets)
+// or its otel_memory probe sites (usdts), and puts it in the BPF side's
+// sets.
+func (t *Tracer) placeLinks(p *tracee, targets []target, usdts []usdtTarget, ld *loader) error {
 	pid := p.pid
 	for _, tg := range targets {
 		ls, err := t.attachTarget(pid, p.pidx, tg)
+		p.links = append(p.links, ls...)
+		if err != nil {
+			closeLinks(p.links)
+			p.links = nil
+			return err
+		}
+	}
+	if usdts != nil {
+		p.lmu.Lock()
+		p.usdt, p.usdtFiles, p.usdtNames = true, map[fileKey]bool{}, map[string]bool{}
+		for _, tg := range usdts {
+			p.usdtFiles[tg.key] = true
+		}
+		p.lmu.Unlock()
+	}
+	for _, tg := range usdts {
+		ls, err := t.attachUSDT(pid, tg)
 		p.links = append(p.links, ls...)
 		if err != nil {
 			closeLinks(p.links)
@@ -584,7 +609,10 @@ func (t *Tracer) end(p *tracee, exited bool) {
 		}
 		close(p.ended)
 		t.watch.remove(p)
+		p.lmu.Lock()
+		p.linksClosed = true
 		closeLinks(p.links)
+		p.lmu.Unlock()
 		if t.cfg.Families&event.FamilyMmap != 0 {
 			t.objs.traced.Delete(uint32(p.pid))
 		}

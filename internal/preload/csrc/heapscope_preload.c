@@ -29,6 +29,7 @@
  * and without exporting state between objects: the code it emits is what
  * the single file emitted.
  *   thread.h    the real functions, thread state, reentrancy, signals held
+ *   usdt.h      the otel_memory USDT probes of sampled blocks (--emit-usdt)
  *   sample.h    sampling mode (--sample)
  *   boot.h      the bootstrap arena, resolving the real functions
  *   session.h   session state, clock, raw system calls
@@ -83,6 +84,7 @@ extern char **environ;
 extern void *__libc_stack_end;
 
 #include "thread.h"
+#include "usdt.h"
 #include "sample.h"
 #include "boot.h"
 #include "session.h"

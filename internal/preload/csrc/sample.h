@@ -51,6 +51,7 @@ static void sample_configure(const uint8_t *ctl)
 {
 	uint64_t r = *(const uint64_t *)(ctl + HS_CTL_SAMPLE_RATE);
 	g_smp_seed = *(const uint64_t *)(ctl + HS_CTL_SAMPLE_SEED);
+	usdt_configure(ctl);
 	if (r != 0)
 		IN_LIB(pthread_atfork(sset_lock, sset_unlock, sset_unlock)); /* may allocate; a child never inherits a held lock */
 	__atomic_store_n(&g_smp_rate, r, __ATOMIC_RELEASE);
@@ -280,6 +281,7 @@ static HS_INLINE int sample_alloc(void *p, uint64_t n)
 	if (!p || HS_LIKELY(!smp_draw(n, r)))
 		return 0; /* a failed allocation is not drawn nor recorded: it makes no block */
 	sset_insert((uint64_t)(uintptr_t)p);
+	usdt_alloc(p, n, r);
 	return 1;
 }
 
@@ -291,7 +293,7 @@ static HS_INLINE int sample_free(void *p)
 		return 1;
 	if (HS_LIKELY(!sset_maybe((uint64_t)(uintptr_t)p)))
 		return 0;
-	return sset_remove((uint64_t)(uintptr_t)p);
+	return usdt_freed(p, sset_remove((uint64_t)(uintptr_t)p));
 }
 
 /*
@@ -330,7 +332,7 @@ static HS_INLINE int sample_realloc_begin(void *p)
 		return SMP_EXACT;
 	if (!p || HS_LIKELY(!sset_maybe((uint64_t)(uintptr_t)p)))
 		return SMP_NEW;
-	return sset_remove((uint64_t)(uintptr_t)p) ? SMP_WAS : SMP_NEW;
+	return usdt_freed(p, sset_remove((uint64_t)(uintptr_t)p)) ? SMP_WAS : SMP_NEW;
 }
 
 /* realloc(*old, n) returned q: what is recorded (SMP_REC_*). A new draw
@@ -349,6 +351,7 @@ static HS_INLINE int sample_realloc_end(int how, void **old, void *q, uint64_t n
 	}
 	if (q && n != 0 && smp_draw(n, r)) {
 		sset_insert((uint64_t)(uintptr_t)q);
+		usdt_alloc(q, n, r);
 		if (how != SMP_WAS)
 			*old = NULL;
 		return SMP_REC_REALLOC;
