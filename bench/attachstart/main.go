@@ -69,8 +69,8 @@ func run(reps int, cold, phases bool, binList, out string) error {
 	}
 	if len(bins) == 0 {
 		bin := filepath.Join(tmp, "heapscope")
-		if b, err := exec.Command("go", "build", "-o", bin, "./cmd/heapscope").CombinedOutput(); err != nil {
-			return fmt.Errorf("building heapscope: %v\n%s", err, b)
+		if err := benchutil.BuildHeapscope(bin); err != nil {
+			return err
 		}
 		bins = []build{{"this tree", bin}}
 	}

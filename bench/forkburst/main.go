@@ -61,8 +61,8 @@ func run(n, ms, reps int, binList, out string) error {
 	}
 	if len(builds) == 1 {
 		bin := filepath.Join(tmp, "heapscope")
-		if b, err := exec.Command("go", "build", "-o", bin, "./cmd/heapscope").CombinedOutput(); err != nil {
-			return fmt.Errorf("building heapscope: %v\n%s", err, b)
+		if err := benchutil.BuildHeapscope(bin); err != nil {
+			return err
 		}
 		builds = append(builds, build{"this tree", bin})
 	}
