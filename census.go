@@ -174,6 +174,15 @@ type censusHooks struct {
 // the resident memory explained, the scan's verdict), timed at its stop
 // (r.Stop), and the threads that were in malloc's code then; or, when it
 // could not be taken, why (r.Warning says it in one line).
+// warmCensus reads what pid's census will need of libc's debug
+// information (census.Open keeps it for this process), so that a census
+// taken after the attach does not wait for it.
+func warmCensus(pid int) {
+	if maps, err := proc.ReadMaps(pid); err == nil {
+		census.Open(pid, maps, census.Options{})
+	}
+}
+
 func takeCensus(pid int, scanToo bool, hooks censusHooks) ([]event.Note, CensusResult, []int, error) {
 	r := CensusResult{PID: pid}
 	t0 := time.Now()

@@ -95,24 +95,46 @@ func Start(name string, props Properties, pids []int) (*Session, error) {
 	}
 	for _, pid := range pids {
 		if !proc.Alive(pid) {
-			return nil, fmt.Errorf("pid %d: %w", pid, errs.ErrNoSuchProcess)
+			return nil, fmt.Errorf("pid %d: %w (it does not exist, or has exited)", pid, errs.ErrNoSuchProcess)
+		}
+	}
+	if !props.NoCensus && props.Sample == 0 && props.Mode != Aggregate && props.FileMode != RealTime &&
+		(props.Provider == "" || props.Provider == ProviderEBPF) {
+		for _, pid := range pids {
+			go warmCensus(pid) // while the BPF objects load
 		}
 	}
 	s, err := newSession(name, props, ProviderEBPF, false)
 	if err != nil {
 		return nil, err
 	}
+	var traced []int
 	for _, pid := range pids {
-		if err := s.b.attach(pid); err != nil {
+		err := s.b.attach(pid)
+		if err != nil && exitedDuring(pid, err) {
+			// Gone before its probes were in: nothing of it was traced.
+			// The others are traced still; with none, say so.
+			err = fmt.Errorf("pid %d exited while heapscope was attaching to it, before its first traced call: %w", pid, errs.ErrNoSuchProcess)
+			if len(pids) > 1 {
+				s.sink.Note(event.Warning{PID: uint32(pid), Time: monotonicNow(), Code: "exited", Text: err.Error()})
+				continue
+			}
+		}
+		if err != nil {
 			s.abort()
 			return nil, err
 		}
+		traced = append(traced, pid)
+	}
+	if len(traced) == 0 {
+		s.abort()
+		return nil, fmt.Errorf("pids %v all exited while heapscope was attaching to them: %w", pids, errs.ErrNoSuchProcess)
 	}
 	if err := s.commit(); err != nil {
 		s.abort()
 		return nil, err
 	}
-	for _, pid := range pids {
+	for _, pid := range traced {
 		s.censusAfterAttach(pid)
 	}
 	s.run()
@@ -214,17 +236,39 @@ func newSession(name string, props Properties, defaultProvider Provider, launche
 		launched: launched,
 	}
 	s.sink.setHooks(props.Hooks)
+	// The eBPF provider's load (most of it the verifier's) runs while the
+	// session's name is taken and its file made: a start in milliseconds.
+	// The tracer sends nothing before it attaches a process.
+	var loaded chan backendOrErr
+	if props.Provider == ProviderEBPF {
+		loaded = make(chan backendOrErr, 1)
+		go func() {
+			b, err := newEBPF(s)
+			loaded <- backendOrErr{b, err}
+		}()
+	}
+	// unload closes the eBPF provider when the session fails before it is
+	// used.
+	unload := func() {
+		if loaded != nil {
+			if r := <-loaded; r.err == nil {
+				r.b.close()
+			}
+		}
+	}
 	entry, err := registry.Acquire(dir, registry.Info{
 		Name: name, Owner: os.Getpid(), Socket: registry.SocketPath(dir, name),
 		Provider: string(props.Provider), Started: s.started,
 	})
 	if err != nil {
+		unload()
 		return nil, err
 	}
 	s.entry = entry
 	if len(props.Export) > 0 {
 		// Before the provider: the totals see its first event.
 		if s.exp, err = newExporter(s); err != nil {
+			unload()
 			entry.Release()
 			return nil, err
 		}
@@ -232,6 +276,7 @@ func newSession(name string, props Properties, defaultProvider Provider, launche
 	if props.FileMode != RealTime {
 		w, err := createWriter(s)
 		if err != nil {
+			unload()
 			if s.exp != nil {
 				s.exp.abort()
 			}
@@ -244,7 +289,8 @@ func newSession(name string, props Properties, defaultProvider Provider, launche
 	case ProviderPreload:
 		s.b, err = newPreload(s)
 	case ProviderEBPF:
-		s.b, err = newEBPF(s)
+		r := <-loaded
+		s.b, err = r.b, r.err
 	}
 	if err != nil {
 		if s.sink.w != nil {
@@ -263,6 +309,17 @@ func newSession(name string, props Properties, defaultProvider Provider, launche
 	}
 	s.ctl = ctl
 	return s, nil
+}
+
+// exitedDuring reports whether err, from attaching pid, is pid's having
+// exited meanwhile (it was alive when Start was called).
+func exitedDuring(pid int, err error) bool {
+	return errors.Is(err, errs.ErrNoSuchProcess) && !proc.Alive(pid)
+}
+
+type backendOrErr struct {
+	b   backend
+	err error
 }
 
 // abort undoes a session that failed to start. Its trace file was never

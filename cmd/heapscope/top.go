@@ -284,8 +284,8 @@ func writePlainFrame(w io.Writer, name, state string, f, readFrom *topframe.Fram
 		fmt.Fprintf(w, "%s  session %q (%s)  %s\n\n", f.Time.Format("15:04:05"), name, state, readingWord(f, readFrom))
 		return
 	}
-	fmt.Fprintf(w, "%s  session %q (%s)  live %s in %s blocks  allocs %.0f/s  frees %.0f/s  lost %s\n",
-		f.Time.Format("15:04:05"), name, state, fmtSize(f.Live), fmtNum(f.Blocks), f.Allocs, f.Frees, lostWord(f))
+	fmt.Fprintf(w, "%s  session %q (%s)  live %s in %s blocks  allocs %.0f/s  frees %.0f/s  lost %s%s\n",
+		f.Time.Format("15:04:05"), name, state, fmtSize(f.Live), fmtNum(f.Blocks), f.Allocs, f.Frees, lostWord(f), stacksWord(f))
 	if note := sampledNote(f); note != "" {
 		fmt.Fprintln(w, note)
 	}
@@ -315,6 +315,24 @@ func lostWord(f *topframe.Frame) string {
 		return "?"
 	}
 	return fmtNum(f.Stats.TotalLost())
+}
+
+// stacksWord says how many events came without their stack or with it
+// cut short (the eBPF provider counts them), after the lost events; "" when
+// none did.
+func stacksWord(f *topframe.Frame) string {
+	st := f.Stats
+	if !f.HasStats || st.StacksLost+st.StacksCut == 0 {
+		return ""
+	}
+	s := ""
+	if st.StacksLost > 0 {
+		s += fmt.Sprintf("  stacks lost %s", fmtNum(st.StacksLost))
+	}
+	if st.StacksCut > 0 {
+		s += fmt.Sprintf("  stacks cut %s (depth %s, no table %s)", fmtNum(st.StacksCut), fmtNum(st.StacksCutDepth), fmtNum(st.StacksCutNoTable))
+	}
+	return s
 }
 
 // tempWord is a site's temporaries, or "–" where the trace cannot tell.

@@ -290,8 +290,8 @@ func (m *topModel) render() string {
 		add("%s", readingWord(f, m.readFrom))
 		return strings.Join(lines, "\n")
 	}
-	add("live %s in %s blocks   allocs %.0f/s   frees %.0f/s   lost events %s",
-		fmtSize(f.Live), fmtNum(f.Blocks), f.Allocs, f.Frees, lostWord(f))
+	add("live %s in %s blocks   allocs %.0f/s   frees %.0f/s   lost events %s%s",
+		fmtSize(f.Live), fmtNum(f.Blocks), f.Allocs, f.Frees, lostWord(f), stacksWord(f))
 	if note := sampledNote(f); note != "" {
 		add("%s", note)
 	}

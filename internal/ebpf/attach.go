@@ -6,6 +6,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -23,6 +24,10 @@ type AttachOption func(*attachOptions)
 
 type attachOptions struct {
 	launched bool
+	// held: the BPF side holds the process stopped (a followed child or
+	// exec) until Attach returns, so no event of it can come before its
+	// Process record.
+	held bool
 }
 
 // Launched says the caller started the process and will reap it: instead of
@@ -46,12 +51,44 @@ func (t *Tracer) Attach(pid int, opts ...AttachOption) error {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	t.attachMu.Lock()
-	defer t.attachMu.Unlock()
+	t.attachMu.RLock()
+	defer t.attachMu.RUnlock()
+	defer t.lockPid(pid)()
 	return t.attachLocked(pid, o)
 }
 
-// attachLocked is Attach, called with attachMu held.
+// pidLock is one process's attach lock, shared by those who wait for it.
+type pidLock struct {
+	sync.Mutex
+	users int
+}
+
+// lockPid takes pid's attach lock, and returns what releases it.
+func (t *Tracer) lockPid(pid int) func() {
+	t.mu.Lock()
+	if t.pidLocks == nil {
+		t.pidLocks = map[int]*pidLock{}
+	}
+	l := t.pidLocks[pid]
+	if l == nil {
+		l = &pidLock{}
+		t.pidLocks[pid] = l
+	}
+	l.users++
+	t.mu.Unlock()
+	l.Lock()
+	return func() {
+		l.Unlock()
+		t.mu.Lock()
+		if l.users--; l.users == 0 {
+			delete(t.pidLocks, pid)
+		}
+		t.mu.Unlock()
+	}
+}
+
+// attachLocked is Attach, called with attachMu held for reading and pid's
+// lock.
 func (t *Tracer) attachLocked(pid int, o attachOptions) error {
 	t.mu.Lock()
 	closed := t.closed
@@ -86,7 +123,7 @@ func (t *Tracer) attachLocked(pid int, o attachOptions) error {
 			return err
 		}
 	}
-	if err := t.attach(p); err != nil {
+	if err := t.attach(p, o.held); err != nil {
 		if t.uw != nil {
 			t.uw.forget(uint32(pid))
 		}
@@ -163,7 +200,7 @@ func (t *Tracer) titled(p *tracee) {
 	}
 }
 
-func (t *Tracer) attach(p *tracee) error {
+func (t *Tracer) attach(p *tracee, held bool) error {
 	pid := p.pid
 	st, err := proc.ReadStat(pid)
 	if err != nil {
@@ -174,6 +211,7 @@ func (t *Tracer) attach(p *tracee) error {
 	}
 	exe, _ := proc.Exe(pid)
 	cmdline, _ := proc.Cmdline(pid)
+	start := time.Now()
 	var targets []target
 	usdts, err := t.usdtTargets(pid, exe)
 	if err != nil {
@@ -191,19 +229,66 @@ func (t *Tracer) attach(p *tracee) error {
 	if err != nil {
 		return fmt.Errorf("ebpf: %w", err)
 	}
+	t.phases.since("maps and allocator symbols read", pid, start)
+	start = time.Now()
 
 	if t.uw != nil {
-		// Before the probes: the first stacks are unwound with them.
+		// Before the probes: the first stacks are unwound with them (a
+		// stack walked by frame pointer alone would be another stack,
+		// another site, of the same call).
 		if missing, err := t.uw.load(uint32(pid)); err != nil {
 			t.warn(err)
 		} else {
 			t.warnTables(missing)
 		}
+		t.phases.since("unwind tables built and loaded", pid, start)
+		start = time.Now()
 	}
-	// Hold the output while probes go in, so that no event of the process
-	// is sent before its Process record.
-	t.out.Lock()
-	defer t.out.Unlock()
+	if err := t.placeProbes(p, st, exe, cmdline, targets, usdts, ld, held); err != nil {
+		return err
+	}
+	t.phases.since("probes placed and records sent", pid, start)
+	if t.uw != nil && ld != nil {
+		if err := t.uw.holdAtLoader(uint32(pid)); err != nil {
+			t.warn(err)
+		}
+	}
+	return nil
+}
+
+// placeProbes places pid's probes and sends its Process and Module
+// records, holding the output meanwhile (unless the process is held), so
+// that no event of the process is sent before its Process record.
+func (t *Tracer) placeProbes(p *tracee, st proc.Stat, exe string, cmdline []string, targets []target, usdts []usdtTarget, ld *loader, held bool) error {
+	if !held {
+		t.out.Lock()
+		defer t.out.Unlock()
+	}
+	if err := t.placeLinks(p, targets, usdts, ld); err != nil {
+		return err
+	}
+	if held {
+		// The probes took most of it, without holding the other
+		// processes' delivery.
+		t.out.Lock()
+		defer t.out.Unlock()
+	}
+	now := monotonic()
+	mods, _ := proc.Modules(p.pid, now)
+	t.known[uint32(p.pid)] = true
+	ms := &moduleSet{read: now}
+	t.modules[uint32(p.pid)] = ms
+	p.info = event.Process{PID: uint32(p.pid), PPID: uint32(st.PPID), Time: now, Exe: exe, Cmdline: cmdline}
+	t.send(t.sink.Process(p.info))
+	t.sendModules(ms, mods)
+	return nil
+}
+
+// placeLinks places pid's probes, on its allocators' functions (targets)
+// or its otel_memory probe sites (usdts), and puts it in the BPF side's
+// sets.
+func (t *Tracer) placeLinks(p *tracee, targets []target, usdts []usdtTarget, ld *loader) error {
+	pid := p.pid
 	for _, tg := range targets {
 		ls, err := t.attachTarget(pid, p.pidx, tg)
 		p.links = append(p.links, ls...)
@@ -238,13 +323,6 @@ func (t *Tracer) attach(p *tracee) error {
 			p.links = nil
 			return attachError(pid, ld.path, err)
 		}
-		if t.uw != nil {
-			if err := t.uw.holdAtLoader(uint32(pid)); err != nil {
-				closeLinks(p.links)
-				p.links = nil
-				return err
-			}
-		}
 	}
 	if t.cfg.Families&event.FamilyMmap != 0 {
 		if err := t.objs.traced.Put(uint32(pid), uint8(1)); err != nil {
@@ -261,15 +339,6 @@ func (t *Tracer) attach(p *tracee) error {
 			return fmt.Errorf("ebpf: pid %d: following its children: %w", pid, err)
 		}
 	}
-
-	now := monotonic()
-	mods, _ := proc.Modules(pid, now)
-	t.known[uint32(pid)] = true
-	ms := &moduleSet{read: now}
-	t.modules[uint32(pid)] = ms
-	p.info = event.Process{PID: uint32(pid), PPID: uint32(st.PPID), Time: now, Exe: exe, Cmdline: cmdline}
-	t.send(t.sink.Process(p.info))
-	t.sendModules(ms, mods)
 	return nil
 }
 
@@ -330,8 +399,10 @@ func (t *Tracer) attachTarget(pid int, pidx uint16, tg target) ([]link.Link, err
 	if err != nil {
 		return nil, fmt.Errorf("ebpf: pid %d: %s: %w", pid, tg.path, err)
 	}
+	// One program is every probe; the cookie says which part of an
+	// allocator it is (roles), and whether it is a return probe (ret).
 	type group struct {
-		progs         []*ebpf.Program
+		roles         []uint64
 		ret           []bool
 		addrs, cookie []uint64
 	}
@@ -344,12 +415,9 @@ func (t *Tracer) attachTarget(pid int, pidx uint16, tg target) ([]link.Link, err
 	// of a block from before tracing is. The allocation's return probe
 	// before its entry probe: an entry seen without its return would leave
 	// the thread inside a call that never ends.
-	alloc.progs = []*ebpf.Program{t.prog("alloc_exit"), t.prog("alloc_enter")}
-	free.progs = []*ebpf.Program{t.prog("free_enter")}
-	wrap.progs = []*ebpf.Program{t.prog("wrap_enter")}
-	alloc.ret = []bool{true, false}
-	free.ret = []bool{false}
-	wrap.ret = []bool{false}
+	alloc.roles, alloc.ret = []uint64{roleAllocExit, roleAllocEnter}, []bool{true, false}
+	free.roles, free.ret = []uint64{roleFree}, []bool{false}
+	wrap.roles, wrap.ret = []uint64{roleWrap}, []bool{false}
 	for _, s := range tg.sites {
 		if !t.wanted(s) {
 			continue
@@ -378,8 +446,12 @@ func (t *Tracer) attachTarget(pid int, pidx uint16, tg target) ([]link.Link, err
 		if len(g.addrs) == 0 {
 			continue
 		}
-		for i, prog := range g.progs {
-			ls, err := t.attachProgram(ex, prog, g.ret[i], pid, g.addrs, g.cookie)
+		for i, role := range g.roles {
+			cookies := make([]uint64, len(g.cookie))
+			for j, c := range g.cookie {
+				cookies[j] = c | role<<cookieRoleShift
+			}
+			ls, err := t.attachProgram(ex, t.prog("probe"), g.ret[i], pid, g.addrs, cookies)
 			links = append(links, ls...)
 			if err != nil {
 				return links, attachError(pid, tg.path, err)
@@ -490,8 +562,9 @@ func (t *Tracer) tracee(pid int) (*tracee, bool) {
 // delivered (in aggregate mode, a final Snapshot), and an Exit with status
 // -1 is sent. The error wraps errs.ErrNoSuchProcess if pid is not traced.
 func (t *Tracer) Detach(pid int) error {
-	t.attachMu.Lock()
-	defer t.attachMu.Unlock()
+	t.attachMu.RLock()
+	defer t.attachMu.RUnlock()
+	defer t.lockPid(pid)()
 	p, closed := t.tracee(pid)
 	if closed {
 		return errClosed

@@ -19,7 +19,8 @@ const (
 	ctrStacksBroken  = 12
 	ctrStacksNoTable = 13
 	ctrStacksStored  = 14
-	numCounters      = 15
+	ctrStacksEarly   = 15
+	numCounters      = 16
 
 	// Cookie layout.
 	cookieHeapShift = 8
@@ -27,6 +28,11 @@ const (
 	cookieSPMax     = 1<<16 - 1
 	cookiePidxShift = 32
 	cookieWinShift  = 48 // a free site's window of internal callers
+	cookieRoleShift = 56 // which part of an allocator the probe is
+	roleAllocEnter  = 0
+	roleAllocExit   = 1
+	roleFree        = 2
+	roleWrap        = 3
 	maxWindows      = 16
 	windowRanges    = 4
 

@@ -23,7 +23,9 @@
 // free starts with test %rdi,%rdi, and its probe goes past the NULL test.
 //
 // An allocation is seen at its entry (arguments) and its return (the block,
-// and the stack: only complete there). operator new and delete are seen at
+// and the stack: only complete there). One BPF program is every allocator
+// probe, told by its cookie which part it is: the verifier checks the stack
+// walk once (see Tracer.Phases for where starting to trace goes). operator new and delete are seen at
 // their entry, which leaves a note for the malloc or free they call: one
 // event, named after the operator. An allocator's own operator new or
 // delete that calls no PLT entry (jemalloc's sized delete, tcmalloc's new)
@@ -42,6 +44,10 @@
 // way: the old image ends (its Exit, status -1) and the new one is
 // attached from scratch, with a Process record of its own under the same
 // pid. A parent that waits with WUNTRACED sees the stop and the continue.
+// Every stop is recorded in a BPF map before it is made, and a watchdog
+// process the tracer starts (this program again, see watchdog.go) holds the
+// map: when the tracer dies without continuing a process, even by SIGKILL,
+// the watchdog continues it.
 // On a kernel without bpf_send_signal_task children are not followed
 // (FollowsChildren says why).
 //
@@ -113,7 +119,10 @@
 // site, at its file offset, with its semaphore as the reference counter,
 // which the kernel raises while attached: that turns the target's sampler
 // on. The arguments are read where each site's note says (registers,
-// memory, constants: usdt_sites, by cookie; bpf/usdt.bpf.h). An
+// memory, constants: usdt_sites, by cookie; bpf/usdt.bpf.h), by two
+// programs of their own (usdt_alloc, usdt_free: classic uprobes, a few
+// sites each), not the allocator probes' one program, whose cookie holds a
+// role; they are loaded only when Config.Source may use them. An
 // allocation's event carries the probe's weight in OldSize, which an
 // allocation has no other use for (analyze.EventWeights). A library the
 // process loads after the attach is looked at when the loader lists it
@@ -171,7 +180,10 @@
 // (package unwind; see unwind.go: chunks of kernel memory made as tables
 // need them, up to Config.UnwindEntries, freed when no traced process maps
 // a file, one user's processes holding at most half), by frame pointer
-// only where a file has no table or a table no rule. A file the dynamic loader maps after attach
+// only where a file has no table or a table no rule (a process whose
+// tables could not be loaded at all is walked by frame pointer, its stacks
+// counted as cut for want of a table, event.Stats.StacksCutNoTable). A file
+// the dynamic loader maps after attach
 // (libc at a launch, a dlopen'ed library) has its table before its code
 // runs: the probe on _dl_debug_state stops the process (SIGSTOP) when the
 // loader's list has become consistent with more objects than before, and

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
@@ -85,16 +86,52 @@ func (t *Tracer) note(n heapscopeNote) {
 		t.held[pid] = true
 		t.heldMu.Unlock()
 	}
+	switch n.Kind {
+	case noteFork:
+		// In the parent's queue: the children of one process are
+		// followed one at a time, and those of others beside them, so
+		// that a burst of forks in one process does not stall the
+		// others'.
+		t.follows.run(int(n.Ppid), func() { t.followFork(pid, held) })
+	case noteExec:
+		t.follows.run(pid, func() { t.followExec(pid, held) })
+	case noteLibs:
+		go t.loadLibraries(pid, held)
+	default:
+		go t.resume(pid, held)
+	}
+}
+
+// followQueues runs functions in order for each key, and the queues of
+// different keys side by side, each on a goroutine while it has work.
+type followQueues struct {
+	mu sync.Mutex
+	q  map[int][]func()
+}
+
+func (f *followQueues) run(key int, fn func()) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.q == nil {
+		f.q = map[int][]func(){}
+	}
+	if q, busy := f.q[key]; busy {
+		f.q[key] = append(q, fn)
+		return
+	}
+	f.q[key] = nil
 	go func() {
-		switch n.Kind {
-		case noteFork:
-			t.followFork(pid, held)
-		case noteExec:
-			t.followExec(pid, held)
-		case noteLibs:
-			t.loadLibraries(pid, held)
-		default:
-			t.resume(pid, held)
+		for {
+			fn()
+			f.mu.Lock()
+			q := f.q[key]
+			if len(q) == 0 {
+				delete(f.q, key)
+				f.mu.Unlock()
+				return
+			}
+			fn, f.q[key] = q[0], q[1:]
+			f.mu.Unlock()
 		}
 	}()
 }
@@ -102,18 +139,27 @@ func (t *Tracer) note(n heapscopeNote) {
 // followFork traces a child of a traced process, then continues it.
 func (t *Tracer) followFork(pid int, held bool) {
 	defer t.resume(pid, held)
-	if err := t.Attach(pid); err != nil {
+	if err := t.attachHeld(pid, held); err != nil {
 		t.forget(pid)
 		t.warn(fmt.Errorf("ebpf: following child %d: %w", pid, err))
 	}
+}
+
+// attachHeld is Attach of a child the BPF side holds (or, !held, could not).
+func (t *Tracer) attachHeld(pid int, held bool) error {
+	t.attachMu.RLock()
+	defer t.attachMu.RUnlock()
+	defer t.lockPid(pid)()
+	return t.attachLocked(pid, attachOptions{held: held})
 }
 
 // followExec ends the traced image of pid that exec'd, and traces the new
 // one from its first instruction, then continues it.
 func (t *Tracer) followExec(pid int, held bool) {
 	defer t.resume(pid, held)
-	t.attachMu.Lock()
-	defer t.attachMu.Unlock()
+	t.attachMu.RLock()
+	defer t.attachMu.RUnlock()
+	defer t.lockPid(pid)()
 	p, closed := t.tracee(pid)
 	if p == nil || closed {
 		return
@@ -122,7 +168,7 @@ func (t *Tracer) followExec(pid int, held bool) {
 	// delivers them, then its Exit.
 	p.execd = true
 	t.end(p, false)
-	if err := t.attachLocked(pid, attachOptions{launched: p.launched}); err != nil {
+	if err := t.attachLocked(pid, attachOptions{launched: p.launched, held: held}); err != nil {
 		t.forget(pid)
 		t.warn(fmt.Errorf("ebpf: following pid %d into its exec: %w", pid, err))
 	}
@@ -155,6 +201,7 @@ func (t *Tracer) resume(pid int, held bool) {
 	if t.held[pid] {
 		delete(t.held, pid)
 		unix.Kill(pid, unix.SIGCONT)
+		t.unheld(pid)
 	}
 }
 
@@ -166,8 +213,19 @@ func (t *Tracer) resumeAll() {
 	defer t.heldMu.Unlock()
 	for pid := range t.held {
 		unix.Kill(pid, unix.SIGCONT)
+		t.unheld(pid)
 	}
 	clear(t.held)
+}
+
+// unheld takes a process continued off the watchdog's list. Called with
+// heldMu held.
+func (t *Tracer) unheld(pid int) {
+	t.life.RLock()
+	defer t.life.RUnlock()
+	if !t.gone {
+		t.objs.held.Delete(uint32(pid))
+	}
 }
 
 // warn keeps the first warnings of things that went wrong without ending

@@ -103,6 +103,22 @@ type heapscopeThread struct {
 	SmpInit   uint8
 	Smp       uint8
 	Pad5      [6]uint8
+	Walk      struct {
+		_       structs.HostLayout
+		Wbase   uint64
+		Wlen    uint64
+		Fp      uint64
+		Lo      uint64
+		Hash    uint64
+		Pc      uint64
+		N       uint32
+		Same    uint32
+		Reuse   uint32
+		Whole   uint8
+		Deep    uint8
+		Notable uint8
+		Pad     uint8
+	}
 }
 
 type heapscopeTotalVal struct {
@@ -157,58 +173,53 @@ type heapscopeWindow struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	heapscopeMapCounters         = "counters"
-	heapscopeMapDlHold           = "dl_hold"
-	heapscopeMapEvents           = "events"
-	heapscopeMapFollow           = "follow"
-	heapscopeMapInternalFrees    = "internal_frees"
-	heapscopeMapKnown            = "known"
-	heapscopeMapLiveKeys         = "live_keys"
-	heapscopeMapLiveVals         = "live_vals"
-	heapscopeMapSampled          = "sampled"
-	heapscopeMapSpilling         = "spilling"
-	heapscopeMapStacks           = "stacks"
-	heapscopeMapThreads          = "threads"
-	heapscopeMapTotalsKeys       = "totals_keys"
-	heapscopeMapTotalsVals       = "totals_vals"
-	heapscopeMapTraced           = "traced"
-	heapscopeMapUsdtSites        = "usdt_sites"
-	heapscopeMapUwChunks         = "uw_chunks"
-	heapscopeMapUwProcs          = "uw_procs"
-	heapscopeProgAllocEnter      = "alloc_enter"
-	heapscopeProgAllocEnterMulti = "alloc_enter_multi"
-	heapscopeProgAllocExit       = "alloc_exit"
-	heapscopeProgAllocExitMulti  = "alloc_exit_multi"
-	heapscopeProgDlState         = "dl_state"
-	heapscopeProgDlStateMulti    = "dl_state_multi"
-	heapscopeProgFreeEnter       = "free_enter"
-	heapscopeProgFreeEnterMulti  = "free_enter_multi"
-	heapscopeProgMmapEnter       = "mmap_enter"
-	heapscopeProgMmapExit        = "mmap_exit"
-	heapscopeProgMremapEnter     = "mremap_enter"
-	heapscopeProgMremapExit      = "mremap_exit"
-	heapscopeProgMunmapEnter     = "munmap_enter"
-	heapscopeProgMunmapExit      = "munmap_exit"
-	heapscopeProgOnExec          = "on_exec"
-	heapscopeProgOnFork          = "on_fork"
-	heapscopeProgSmpWeightsTest  = "smp_weights_test"
-	heapscopeProgUsdtAlloc       = "usdt_alloc"
-	heapscopeProgUsdtFree        = "usdt_free"
-	heapscopeProgWrapEnter       = "wrap_enter"
-	heapscopeProgWrapEnterMulti  = "wrap_enter_multi"
-	heapscopeVarAggregate        = "aggregate"
-	heapscopeVarFamilies         = "families"
-	heapscopeVarLiveMask         = "live_mask"
-	heapscopeVarSampleRate       = "sample_rate"
-	heapscopeVarStackKinds       = "stack_kinds"
-	heapscopeVarTotalsMask       = "totals_mask"
-	heapscopeVarUnusedEvent      = "unused_event"
-	heapscopeVarUnusedLib        = "unused_lib"
-	heapscopeVarUnusedNote       = "unused_note"
-	heapscopeVarUnusedUsdtSite   = "unused_usdt_site"
-	heapscopeVarUw               = "uw"
-	heapscopeVarWakeBlock        = "wake_block"
-	heapscopeVarWakeupMask       = "wakeup_mask"
+	heapscopeMapCounters        = "counters"
+	heapscopeMapDlHold          = "dl_hold"
+	heapscopeMapEvents          = "events"
+	heapscopeMapFollow          = "follow"
+	heapscopeMapHeld            = "held"
+	heapscopeMapInternalFrees   = "internal_frees"
+	heapscopeMapKnown           = "known"
+	heapscopeMapLiveKeys        = "live_keys"
+	heapscopeMapLiveVals        = "live_vals"
+	heapscopeMapSampled         = "sampled"
+	heapscopeMapSpilling        = "spilling"
+	heapscopeMapStacks          = "stacks"
+	heapscopeMapThreads         = "threads"
+	heapscopeMapTotalsKeys      = "totals_keys"
+	heapscopeMapTotalsVals      = "totals_vals"
+	heapscopeMapTraced          = "traced"
+	heapscopeMapUsdtSites       = "usdt_sites"
+	heapscopeMapUwChunks        = "uw_chunks"
+	heapscopeMapUwProcs         = "uw_procs"
+	heapscopeProgDlState        = "dl_state"
+	heapscopeProgDlStateMulti   = "dl_state_multi"
+	heapscopeProgMmapEnter      = "mmap_enter"
+	heapscopeProgMmapExit       = "mmap_exit"
+	heapscopeProgMremapEnter    = "mremap_enter"
+	heapscopeProgMremapExit     = "mremap_exit"
+	heapscopeProgMunmapEnter    = "munmap_enter"
+	heapscopeProgMunmapExit     = "munmap_exit"
+	heapscopeProgOnExec         = "on_exec"
+	heapscopeProgOnFork         = "on_fork"
+	heapscopeProgProbe          = "probe"
+	heapscopeProgProbeMulti     = "probe_multi"
+	heapscopeProgSmpWeightsTest = "smp_weights_test"
+	heapscopeProgUsdtAlloc      = "usdt_alloc"
+	heapscopeProgUsdtFree       = "usdt_free"
+	heapscopeVarAggregate       = "aggregate"
+	heapscopeVarFamilies        = "families"
+	heapscopeVarLiveMask        = "live_mask"
+	heapscopeVarSampleRate      = "sample_rate"
+	heapscopeVarStackKinds      = "stack_kinds"
+	heapscopeVarTotalsMask      = "totals_mask"
+	heapscopeVarUnusedEvent     = "unused_event"
+	heapscopeVarUnusedLib       = "unused_lib"
+	heapscopeVarUnusedNote      = "unused_note"
+	heapscopeVarUnusedUsdtSite  = "unused_usdt_site"
+	heapscopeVarUw              = "uw"
+	heapscopeVarWakeBlock       = "wake_block"
+	heapscopeVarWakeupMask      = "wakeup_mask"
 )
 
 // loadHeapscope returns the embedded CollectionSpec for heapscope.
@@ -253,27 +264,21 @@ type heapscopeSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type heapscopeProgramSpecs struct {
-	AllocEnter      *ebpf.ProgramSpec `ebpf:"alloc_enter"`
-	AllocEnterMulti *ebpf.ProgramSpec `ebpf:"alloc_enter_multi"`
-	AllocExit       *ebpf.ProgramSpec `ebpf:"alloc_exit"`
-	AllocExitMulti  *ebpf.ProgramSpec `ebpf:"alloc_exit_multi"`
-	DlState         *ebpf.ProgramSpec `ebpf:"dl_state"`
-	DlStateMulti    *ebpf.ProgramSpec `ebpf:"dl_state_multi"`
-	FreeEnter       *ebpf.ProgramSpec `ebpf:"free_enter"`
-	FreeEnterMulti  *ebpf.ProgramSpec `ebpf:"free_enter_multi"`
-	MmapEnter       *ebpf.ProgramSpec `ebpf:"mmap_enter"`
-	MmapExit        *ebpf.ProgramSpec `ebpf:"mmap_exit"`
-	MremapEnter     *ebpf.ProgramSpec `ebpf:"mremap_enter"`
-	MremapExit      *ebpf.ProgramSpec `ebpf:"mremap_exit"`
-	MunmapEnter     *ebpf.ProgramSpec `ebpf:"munmap_enter"`
-	MunmapExit      *ebpf.ProgramSpec `ebpf:"munmap_exit"`
-	OnExec          *ebpf.ProgramSpec `ebpf:"on_exec"`
-	OnFork          *ebpf.ProgramSpec `ebpf:"on_fork"`
-	SmpWeightsTest  *ebpf.ProgramSpec `ebpf:"smp_weights_test"`
-	UsdtAlloc       *ebpf.ProgramSpec `ebpf:"usdt_alloc"`
-	UsdtFree        *ebpf.ProgramSpec `ebpf:"usdt_free"`
-	WrapEnter       *ebpf.ProgramSpec `ebpf:"wrap_enter"`
-	WrapEnterMulti  *ebpf.ProgramSpec `ebpf:"wrap_enter_multi"`
+	DlState        *ebpf.ProgramSpec `ebpf:"dl_state"`
+	DlStateMulti   *ebpf.ProgramSpec `ebpf:"dl_state_multi"`
+	MmapEnter      *ebpf.ProgramSpec `ebpf:"mmap_enter"`
+	MmapExit       *ebpf.ProgramSpec `ebpf:"mmap_exit"`
+	MremapEnter    *ebpf.ProgramSpec `ebpf:"mremap_enter"`
+	MremapExit     *ebpf.ProgramSpec `ebpf:"mremap_exit"`
+	MunmapEnter    *ebpf.ProgramSpec `ebpf:"munmap_enter"`
+	MunmapExit     *ebpf.ProgramSpec `ebpf:"munmap_exit"`
+	OnExec         *ebpf.ProgramSpec `ebpf:"on_exec"`
+	OnFork         *ebpf.ProgramSpec `ebpf:"on_fork"`
+	Probe          *ebpf.ProgramSpec `ebpf:"probe"`
+	ProbeMulti     *ebpf.ProgramSpec `ebpf:"probe_multi"`
+	SmpWeightsTest *ebpf.ProgramSpec `ebpf:"smp_weights_test"`
+	UsdtAlloc      *ebpf.ProgramSpec `ebpf:"usdt_alloc"`
+	UsdtFree       *ebpf.ProgramSpec `ebpf:"usdt_free"`
 }
 
 // heapscopeMapSpecs contains maps before they are loaded into the kernel.
@@ -284,6 +289,7 @@ type heapscopeMapSpecs struct {
 	DlHold        *ebpf.MapSpec `ebpf:"dl_hold"`
 	Events        *ebpf.MapSpec `ebpf:"events"`
 	Follow        *ebpf.MapSpec `ebpf:"follow"`
+	Held          *ebpf.MapSpec `ebpf:"held"`
 	InternalFrees *ebpf.MapSpec `ebpf:"internal_frees"`
 	Known         *ebpf.MapSpec `ebpf:"known"`
 	LiveKeys      *ebpf.MapSpec `ebpf:"live_keys"`
@@ -343,6 +349,7 @@ type heapscopeMaps struct {
 	DlHold        *ebpf.Map `ebpf:"dl_hold"`
 	Events        *ebpf.Map `ebpf:"events"`
 	Follow        *ebpf.Map `ebpf:"follow"`
+	Held          *ebpf.Map `ebpf:"held"`
 	InternalFrees *ebpf.Map `ebpf:"internal_frees"`
 	Known         *ebpf.Map `ebpf:"known"`
 	LiveKeys      *ebpf.Map `ebpf:"live_keys"`
@@ -365,6 +372,7 @@ func (m *heapscopeMaps) Close() error {
 		m.DlHold,
 		m.Events,
 		m.Follow,
+		m.Held,
 		m.InternalFrees,
 		m.Known,
 		m.LiveKeys,
@@ -405,39 +413,27 @@ type heapscopeVariables struct {
 //
 // It can be passed to loadHeapscopeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type heapscopePrograms struct {
-	AllocEnter      *ebpf.Program `ebpf:"alloc_enter"`
-	AllocEnterMulti *ebpf.Program `ebpf:"alloc_enter_multi"`
-	AllocExit       *ebpf.Program `ebpf:"alloc_exit"`
-	AllocExitMulti  *ebpf.Program `ebpf:"alloc_exit_multi"`
-	DlState         *ebpf.Program `ebpf:"dl_state"`
-	DlStateMulti    *ebpf.Program `ebpf:"dl_state_multi"`
-	FreeEnter       *ebpf.Program `ebpf:"free_enter"`
-	FreeEnterMulti  *ebpf.Program `ebpf:"free_enter_multi"`
-	MmapEnter       *ebpf.Program `ebpf:"mmap_enter"`
-	MmapExit        *ebpf.Program `ebpf:"mmap_exit"`
-	MremapEnter     *ebpf.Program `ebpf:"mremap_enter"`
-	MremapExit      *ebpf.Program `ebpf:"mremap_exit"`
-	MunmapEnter     *ebpf.Program `ebpf:"munmap_enter"`
-	MunmapExit      *ebpf.Program `ebpf:"munmap_exit"`
-	OnExec          *ebpf.Program `ebpf:"on_exec"`
-	OnFork          *ebpf.Program `ebpf:"on_fork"`
-	SmpWeightsTest  *ebpf.Program `ebpf:"smp_weights_test"`
-	UsdtAlloc       *ebpf.Program `ebpf:"usdt_alloc"`
-	UsdtFree        *ebpf.Program `ebpf:"usdt_free"`
-	WrapEnter       *ebpf.Program `ebpf:"wrap_enter"`
-	WrapEnterMulti  *ebpf.Program `ebpf:"wrap_enter_multi"`
+	DlState        *ebpf.Program `ebpf:"dl_state"`
+	DlStateMulti   *ebpf.Program `ebpf:"dl_state_multi"`
+	MmapEnter      *ebpf.Program `ebpf:"mmap_enter"`
+	MmapExit       *ebpf.Program `ebpf:"mmap_exit"`
+	MremapEnter    *ebpf.Program `ebpf:"mremap_enter"`
+	MremapExit     *ebpf.Program `ebpf:"mremap_exit"`
+	MunmapEnter    *ebpf.Program `ebpf:"munmap_enter"`
+	MunmapExit     *ebpf.Program `ebpf:"munmap_exit"`
+	OnExec         *ebpf.Program `ebpf:"on_exec"`
+	OnFork         *ebpf.Program `ebpf:"on_fork"`
+	Probe          *ebpf.Program `ebpf:"probe"`
+	ProbeMulti     *ebpf.Program `ebpf:"probe_multi"`
+	SmpWeightsTest *ebpf.Program `ebpf:"smp_weights_test"`
+	UsdtAlloc      *ebpf.Program `ebpf:"usdt_alloc"`
+	UsdtFree       *ebpf.Program `ebpf:"usdt_free"`
 }
 
 func (p *heapscopePrograms) Close() error {
 	return _HeapscopeClose(
-		p.AllocEnter,
-		p.AllocEnterMulti,
-		p.AllocExit,
-		p.AllocExitMulti,
 		p.DlState,
 		p.DlStateMulti,
-		p.FreeEnter,
-		p.FreeEnterMulti,
 		p.MmapEnter,
 		p.MmapExit,
 		p.MremapEnter,
@@ -446,11 +442,11 @@ func (p *heapscopePrograms) Close() error {
 		p.MunmapExit,
 		p.OnExec,
 		p.OnFork,
+		p.Probe,
+		p.ProbeMulti,
 		p.SmpWeightsTest,
 		p.UsdtAlloc,
 		p.UsdtFree,
-		p.WrapEnter,
-		p.WrapEnterMulti,
 	)
 }
 

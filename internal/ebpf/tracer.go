@@ -40,7 +40,12 @@ type Tracer struct {
 	// live and totals are aggregate mode's tables, mapped.
 	live, totals *table
 
-	attachMu sync.Mutex // one Attach, Detach or Close at a time
+	// attachMu is held for reading by each Attach and Detach, which also
+	// hold their pid's lock (pidLocks): processes are attached side by
+	// side, one attach of each at a time; Close holds it for writing.
+	attachMu sync.RWMutex
+	pidLocks map[int]*pidLock // under mu
+	follows  followQueues     // the followers of the processes' children
 
 	mu       sync.Mutex // guards procs, pidxUsed, closed, internalRanges and windows
 	procs    map[int]*tracee
@@ -104,10 +109,12 @@ type Tracer struct {
 
 	warnMu   sync.Mutex
 	warnings []error
+	phases   phases
 	heldMu   sync.Mutex
 	held     map[int]bool // processes the BPF side stopped, until continued
 
 	watch  *watcher
+	dog    *watchdog      // continues the processes held, should this process die
 	wg     sync.WaitGroup // the snapshot ticker
 	ending sync.WaitGroup // ends of exited processes in progress
 }
@@ -152,6 +159,7 @@ func New(cfg Config, sink event.Sink) (*Tracer, error) {
 	if sink == nil {
 		return nil, fmt.Errorf("ebpf: nil sink: %w", errs.ErrInvalidFlags)
 	}
+	t0 := time.Now()
 	if err := Available(); err != nil {
 		return nil, err
 	}
@@ -169,6 +177,7 @@ func New(cfg Config, sink event.Sink) (*Tracer, error) {
 		flushed:   make(chan struct{}),
 		held:      map[int]bool{},
 	}
+	t.phases.t0 = t0
 	t.multi = !cfg.noMulti && features.HaveBPFLinkUprobeMulti() == nil
 	if err := t.load(); err != nil {
 		if cfg.NoFollowFork {
@@ -182,14 +191,23 @@ func New(cfg Config, sink event.Sink) (*Tracer, error) {
 			return nil, err
 		}
 	}
+	start := time.Now()
+	if t.following() || t.uw != nil { // it may stop processes
+		if t.dog, err = startWatchdog(t.objs.held); err != nil {
+			t.closeTables()
+			t.coll.Close()
+			return nil, err
+		}
+	}
 	if t.watch, err = newWatcher(t); err != nil {
+		t.dog.close()
+		t.closeTables()
 		t.coll.Close()
 		return nil, err
 	}
 	if cfg.Families&event.FamilyMmap != 0 {
 		if err := t.attachSyscalls(); err != nil {
-			t.watch.close()
-			t.coll.Close()
+			t.closeKernelObjects()
 			return nil, err
 		}
 	}
@@ -205,6 +223,7 @@ func New(cfg Config, sink event.Sink) (*Tracer, error) {
 		t.closeKernelObjects()
 		return nil, fmt.Errorf("ebpf: ring buffer reader: %w", err)
 	}
+	t.phases.since("tracepoints and ring", 0, start)
 	t.readerDone = make(chan struct{})
 	t.queue = newQueue()
 	go t.read()
@@ -222,10 +241,12 @@ func New(cfg Config, sink event.Sink) (*Tracer, error) {
 
 // load sets the BPF objects' constants and sizes and loads them.
 func (t *Tracer) load() error {
+	start := time.Now()
 	spec, err := loadHeapscope()
 	if err != nil {
 		return fmt.Errorf("ebpf: %w", err)
 	}
+	t.phases.since("BPF objects read", 0, start)
 	set := func(name string, v any) error {
 		if err := spec.Variables[name].Set(v); err != nil {
 			return fmt.Errorf("ebpf: setting %s: %w", name, err)
@@ -301,7 +322,9 @@ func (t *Tracer) load() error {
 		}
 	}
 
-	coll, err := ebpf.NewCollection(spec)
+	start = time.Now()
+	coll, err := loadCollection(spec, &t.phases)
+	t.phases.since("BPF objects loaded", 0, start)
 	if err != nil {
 		if errors.Is(err, unix.ENOMEM) || errors.Is(err, unix.E2BIG) {
 			return fmt.Errorf("ebpf: creating maps (ring %d bytes, %d live blocks, %d stacks): %w: %v",
@@ -321,6 +344,7 @@ func (t *Tracer) load() error {
 		traced:     coll.Maps["traced"],
 		follow:     coll.Maps["follow"],
 		spilling:   coll.Maps["spilling"],
+		held:       coll.Maps["held"],
 		stackKinds: coll.Variables["stack_kinds"],
 	}
 	if t.cfg.UnwindTables {
@@ -358,8 +382,8 @@ func (t *Tracer) checkTableMemory(liveSlots, totalSlots int) error {
 
 // objects are the loaded maps and variables the Go side uses.
 type objects struct {
-	events, stacks, known, counters, traced, follow, spilling *ebpf.Map
-	stackKinds                                                *ebpf.Variable
+	events, stacks, known, counters, traced, follow, spilling, held *ebpf.Map
+	stackKinds                                                      *ebpf.Variable
 }
 
 // closeTables unmaps aggregate mode's tables and the unwind tables.
@@ -395,6 +419,7 @@ func (t *Tracer) closeKernelObjects() {
 	if t.watch != nil {
 		t.watch.close()
 	}
+	t.dog.close()
 	t.closeTables()
 	t.coll.Close()
 }
@@ -473,9 +498,12 @@ func (t *Tracer) stats() event.Stats {
 	st.Lost[event.LostMapFull] = c[ctrLostMapFull]
 	st.Lost[event.LostOther] = c[ctrLostOther]
 	st.StacksLost = c[ctrStacksLost] + t.userLost.Load()
-	st.StacksCut = c[ctrStacksCut] + c[ctrStacksBroken]
+	// A stack of a process whose unwind ranges could not be loaded was
+	// walked by frame pointer alone: cut for want of a table, as far as
+	// anyone can tell (a frame-pointer walk cannot judge itself whole).
+	st.StacksCut = c[ctrStacksCut] + c[ctrStacksBroken] + c[ctrStacksEarly]
 	st.StacksCutDepth = c[ctrStacksCut]
-	st.StacksCutNoTable = c[ctrStacksNoTable]
+	st.StacksCutNoTable = c[ctrStacksNoTable] + c[ctrStacksEarly]
 	st.Unmatched = c[ctrUnmatched]
 	st.Delivered = t.delivered.Load() // in aggregate mode, the calls spilled
 	if t.cfg.Mode == event.Aggregate {
@@ -561,6 +589,7 @@ func (t *Tracer) Close() error {
 	<-t.readerDone
 	// Every note has been read: what is held now waits for this Close.
 	t.resumeAll()
+	t.dog.close()
 
 	t.life.Lock()
 	t.statsMu.Lock()

@@ -253,20 +253,15 @@ struct walk {
 	struct stack *s;
 	struct stack *old; // compare: the stored stack
 	__u64 *win;        // the thread's window
-	__u64 wbase, wlen; // where the window was read, and how much
-	__u64 fp, lo, hash;
-	__u32 n;
-	__u32 same; // the frames so far are those of the thread's last stack
-	// Unwinding with tables: the process's ranges, and the registers of
-	// the frame being unwound (lo is its stack pointer, fp its rbp).
+	// Unwinding with tables: the process's ranges, and the thread's rules
+	// of the last stack's frames.
 	struct uw_proc *uw;
-	__u64 pc;
-	__u64 *rules; // the thread's rules of the last stack's frames
-	__u32 reuse;  // they are valid (same generation of ranges)
-	// How the walk ended: at the thread's first frame (whole), at the
-	// depth limit (deep), or neither (cut: the chain was lost), after a
-	// frame in code no table covered (notable).
-	__u8 whole, deep, notable, pad;
+	__u64 *rules;
+	// The rest, in the thread's state (struct walk_vals): values in a map
+	// are unknown to the verifier, which so checks each loop's body a few
+	// times rather than once for each combination of the flags and counts
+	// it could tell apart on the stack.
+	struct walk_vals *v;
 };
 
 static __always_inline __u64 mix(__u64 h, __u64 v)
@@ -286,10 +281,10 @@ static __always_inline void load_window(struct walk *w, __u64 at, __u64 need)
 		len = WINDOW;
 	if (len < need)
 		len = need;
-	w->wbase = at;
-	w->wlen = 0;
+	w->v->wbase = at;
+	w->v->wlen = 0;
 	if (len <= WINDOW && !bpf_probe_read_user(w->win, len, (void *)at))
-		w->wlen = len;
+		w->v->wlen = len;
 }
 
 // walk_step reads one frame: the return address above frame pointer fp,
@@ -300,36 +295,36 @@ static long walk_step(__u32 i, struct walk *w)
 {
 	__u32 at = (i + 1) & 127;
 	if (i + 1 >= MAX_FRAMES) {
-		w->deep = 1;
+		w->v->deep = 1;
 		return 1;
 	}
-	if (!w->fp) {
-		w->whole = 1; // the outermost frame clears it
+	if (!w->v->fp) {
+		w->v->whole = 1; // the outermost frame clears it
 		return 1;
 	}
-	if (w->fp < w->lo || w->fp - w->lo > MAX_STACK_SPAN || w->fp & 7)
+	if (w->v->fp < w->v->lo || w->v->fp - w->v->lo > MAX_STACK_SPAN || w->v->fp & 7)
 		return 1;
 	// The saved frame pointer and the return address, from the window
 	// (which it leaves for the frame when it is not there).
-	__u64 off = w->fp - w->wbase;
-	if (w->fp < w->wbase || off + 16 > w->wlen) {
-		load_window(w, w->fp, 16);
+	__u64 off = w->v->fp - w->v->wbase;
+	if (w->v->fp < w->v->wbase || off + 16 > w->v->wlen) {
+		load_window(w, w->v->fp, 16);
 		off = 0;
 	}
-	if (off + 16 > w->wlen)
+	if (off + 16 > w->v->wlen)
 		return 1;
 	__u32 k = (off >> 3) & (WINDOW / 8 - 1);
 	__u64 fp = w->win[k], ret = w->win[k + 1];
 	if (!ret) {
-		w->whole = 1;
+		w->v->whole = 1;
 		return 1;
 	}
-	w->same &= w->s->ip[at] == ret;
+	w->v->same &= w->s->ip[at] == ret;
 	w->s->ip[at] = ret;
-	w->hash = mix(w->hash, ret);
-	w->n = at + 1;
-	w->lo = w->fp + 16;
-	w->fp = fp;
+	w->v->hash = mix(w->v->hash, ret);
+	w->v->n = at + 1;
+	w->v->lo = w->v->fp + 16;
+	w->v->fp = fp;
 	return 0;
 }
 
@@ -339,12 +334,12 @@ static __always_inline int wread(struct walk *w, __u64 addr, __u64 *v)
 {
 	if (addr & 7)
 		return -1;
-	__u64 off = addr - w->wbase;
-	if (addr < w->wbase || off + 8 > w->wlen) {
+	__u64 off = addr - w->v->wbase;
+	if (addr < w->v->wbase || off + 8 > w->v->wlen) {
 		load_window(w, addr, 8);
 		off = 0;
 	}
-	if (off + 8 > w->wlen)
+	if (off + 8 > w->v->wlen)
 		return -1;
 	*v = w->win[(off >> 3) & (WINDOW / 8 - 1)];
 	return 0;
@@ -408,75 +403,75 @@ __noinline __u64 uw_find(struct uw_proc *p, __u64 pc)
 }
 
 // uw_step unwinds one frame with the tables, or by the frame pointer where
-// they have no rule: from the frame of return address w->pc (stack pointer
-// w->lo, rbp w->fp) to its caller's.
+// they have no rule: from the frame of return address w->v->pc (stack pointer
+// w->v->lo, rbp w->v->fp) to its caller's.
 static long uw_step(__u32 i, struct walk *w)
 {
 	__u32 at = (i + 1) & 127;
 	if (i + 1 >= MAX_FRAMES) {
-		w->deep = 1;
+		w->v->deep = 1;
 		return 1;
 	}
 	// A frame of the thread's last stack, with all those before it the
 	// same: its rule is the one found then.
 	__u64 e;
-	if (w->reuse && w->same) {
+	if (w->v->reuse && w->v->same) {
 		e = w->rules[i & 127];
 	} else {
-		e = uw_find(w->uw, w->pc - 1);
+		e = uw_find(w->uw, w->v->pc - 1);
 		w->rules[i & 127] = e;
 	}
 	__u8 kind = e >> 48;
 	__u64 off = (e >> 32) & 0xffff;
 	__s8 aux = e >> 56;
-	__u64 cfa, ret = 0, fp = w->fp;
+	__u64 cfa, ret = 0, fp = w->v->fp;
 	switch (kind) {
 	case UW_KIND_END:
-		w->whole = 1;
+		w->v->whole = 1;
 		return 1;
 	case UW_KIND_RSP:
-		cfa = w->lo + off;
+		cfa = w->v->lo + off;
 		break;
 	case UW_KIND_RBP:
-		cfa = w->fp + off;
+		cfa = w->v->fp + off;
 		break;
 	case UW_KIND_PLT:
-		cfa = w->lo + off + ((w->pc & 15) >= (__u8)aux ? 8 : 0);
+		cfa = w->v->lo + off + ((w->v->pc & 15) >= (__u8)aux ? 8 : 0);
 		aux = 0;
 		break;
 	case UW_KIND_NOTABLE:
-		w->notable = 1;
+		w->v->notable = 1;
 		// fall through
 	default:
 		// No rule: the frame pointer, if it is one (above the stack
 		// pointer, within the stack; 0 in the outermost frame).
 		count(CTR_UW_FALLBACK);
-		if (!w->fp) {
-			w->whole = 1;
+		if (!w->v->fp) {
+			w->v->whole = 1;
 			return 1;
 		}
-		if (w->fp < w->lo || w->fp - w->lo > MAX_STACK_SPAN)
+		if (w->v->fp < w->v->lo || w->v->fp - w->v->lo > MAX_STACK_SPAN)
 			return 1;
-		cfa = w->fp + 16;
+		cfa = w->v->fp + 16;
 		aux = -2;
 	}
-	if (cfa <= w->lo || cfa - w->lo > MAX_STACK_SPAN)
+	if (cfa <= w->v->lo || cfa - w->v->lo > MAX_STACK_SPAN)
 		return 1; // a caller's frame is above its callee's
 	if (wread(w, cfa - 8, &ret))
 		return 1;
 	if (!ret) {
-		w->whole = 1;
+		w->v->whole = 1;
 		return 1;
 	}
 	if (aux && wread(w, cfa + (__s64)aux * 8, &fp))
 		return 1;
-	w->same &= w->s->ip[at] == ret;
+	w->v->same &= w->s->ip[at] == ret;
 	w->s->ip[at] = ret;
-	w->hash = mix(w->hash, ret);
-	w->n = at + 1;
-	w->pc = ret;
-	w->lo = cfa;
-	w->fp = fp;
+	w->v->hash = mix(w->v->hash, ret);
+	w->v->n = at + 1;
+	w->v->pc = ret;
+	w->v->lo = cfa;
+	w->v->fp = fp;
 	return 0;
 }
 
@@ -484,9 +479,9 @@ static long uw_step(__u32 i, struct walk *w)
 static long same_step(__u32 i, struct walk *w)
 {
 	i &= 127;
-	__u64 want = i < w->n ? w->s->ip[i] : 0;
+	__u64 want = i < w->v->n ? w->s->ip[i] : 0;
 	if (w->old->ip[i] != want) {
-		w->n = 0; // differs
+		w->v->n = 0; // differs
 		return 1;
 	}
 	return 0;
@@ -498,11 +493,11 @@ static long same_step(__u32 i, struct walk *w)
 // judged, whose tables mark the outermost frames.
 static __always_inline void stack_end(struct walk *w)
 {
-	if (w->deep) {
+	if (w->v->deep) {
 		count(CTR_STACKS_CUT);
-	} else if (!w->whole && w->uw) {
+	} else if (!w->v->whole && w->uw) {
 		count(CTR_STACKS_BROKEN);
-		if (w->notable)
+		if (w->v->notable)
 			count(CTR_STACKS_NOTABLE);
 	}
 }
@@ -525,26 +520,30 @@ __noinline __u64 take_stack(struct thread *t, __u64 first, __u64 fp, __u64 sp, _
 	if (!t)
 		return NO_STACK;
 	struct stack *s = &t->scratch;
-	struct walk w = {.s = s, .win = t->window, .fp = fp, .lo = sp, .n = 1};
+	struct walk w = {.s = s, .win = t->window, .v = &t->walk};
+	t->walk = (struct walk_vals){.fp = fp, .lo = sp, .n = 1};
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	// One read for the return address and, usually, the first frames.
 	load_window(&w, first ? sp : ret, 8);
 	// The caller's stack pointer: at a return, sp; at an entry, above
 	// the return address.
 	__u64 csp = first ? sp : ret + 8;
-	if (!first && w.wlen >= 8)
+	if (!first && w.v->wlen >= 8)
 		first = t->window[0];
-	w.same = t->last_stack != NO_STACK && s->ip[0] == first;
+	w.v->same = t->last_stack != NO_STACK && s->ip[0] == first;
 	s->ip[0] = first;
-	w.hash = mix(0x9E3779B97F4A7C15ULL ^ tgid, first);
-	if (uw)
+	w.v->hash = mix(0x9E3779B97F4A7C15ULL ^ tgid, first);
+	if (uw) {
 		w.uw = bpf_map_lookup_elem(&uw_procs, &tgid);
+		if (!w.uw)
+			count(CTR_STACKS_EARLY); // its ranges could not be loaded
+	}
 	if (w.uw) {
-		w.pc = first;
-		w.lo = csp;
+		w.v->pc = first;
+		w.v->lo = csp;
 		w.rules = t->rules;
 		__u32 gen = w.uw->gen;
-		w.reuse = t->rules_gen == gen;
+		w.v->reuse = t->rules_gen == gen;
 		bpf_loop(MAX_FRAMES - 1, uw_step, &w, 0);
 		t->rules_gen = gen;
 	} else {
@@ -552,17 +551,17 @@ __noinline __u64 take_stack(struct thread *t, __u64 first, __u64 fp, __u64 sp, _
 	}
 	// The loop ends after MAX_FRAMES - 1 steps: a stack that filled them
 	// may go on.
-	if (!w.whole && w.n >= MAX_FRAMES)
-		w.deep = 1;
-	__u32 n = w.n & 127;
+	if (!w.v->whole && w.v->n >= MAX_FRAMES)
+		w.v->deep = 1;
+	__u32 n = w.v->n & 127;
 	s->ip[n] = 0;
-	if (w.same && n == t->last_n) {
+	if (w.v->same && n == t->last_n) {
 		stack_end(&w);
 		return t->last_stack; // stored, and checked, when it was taken
 	}
 	t->last_stack = NO_STACK;
 	t->last_n = n;
-	__u64 h = w.hash;
+	__u64 h = w.v->hash;
 	if (h == NO_STACK)
 		h = 1;
 
@@ -576,7 +575,7 @@ __noinline __u64 take_stack(struct thread *t, __u64 first, __u64 fp, __u64 sp, _
 	if (old) {
 		w.old = old;
 		bpf_loop(n + 1, same_step, &w, 0); // the frames and the end
-		if (w.n == 0) { // a different stack with the same hash
+		if (w.v->n == 0) { // a different stack with the same hash
 			count(CTR_STACKS_LOST);
 			return NO_STACK;
 		}
@@ -1343,18 +1342,6 @@ static __always_inline int do_alloc_exit(struct pt_regs *ctx)
 	return 0;
 }
 
-SEC("uprobe.multi")
-int alloc_enter_multi(struct pt_regs *ctx) { return do_alloc_enter(ctx); }
-
-SEC("uretprobe.multi")
-int alloc_exit_multi(struct pt_regs *ctx) { return do_alloc_exit(ctx); }
-
-SEC("uprobe")
-int alloc_enter(struct pt_regs *ctx) { return do_alloc_enter(ctx); }
-
-SEC("uretprobe")
-int alloc_exit(struct pt_regs *ctx) { return do_alloc_exit(ctx); }
-
 // --- free (entry probe only) ---
 
 // note_delete follows an operator delete probed as a free (an allocator's
@@ -1433,12 +1420,6 @@ static __always_inline int do_free(struct pt_regs *ctx)
 	return 0;
 }
 
-SEC("uprobe.multi")
-int free_enter_multi(struct pt_regs *ctx) { return do_free(ctx); }
-
-SEC("uprobe")
-int free_enter(struct pt_regs *ctx) { return do_free(ctx); }
-
 // --- operator new and delete (entry probe only) ---
 //
 // They call malloc and free (or aligned_alloc) to do the work. Their entry
@@ -1482,11 +1463,32 @@ static __always_inline int do_wrap(struct pt_regs *ctx)
 	return 0;
 }
 
+// --- one program for every allocator probe ---
+//
+// An allocation's entry and return, a free and an operator new or delete
+// are one program, told apart by the probe's cookie (COOKIE_ROLE): the
+// verifier checks the stack walk, which is most of its work, once rather
+// than in each program that takes a stack, and loading takes a third of
+// the time. A uretprobe is a uprobe program attached as a return probe.
+
+static __always_inline int do_probe(struct pt_regs *ctx)
+{
+	switch (COOKIE_ROLE(bpf_get_attach_cookie(ctx))) {
+	case ROLE_ALLOC_EXIT:
+		return do_alloc_exit(ctx);
+	case ROLE_FREE:
+		return do_free(ctx);
+	case ROLE_WRAP:
+		return do_wrap(ctx);
+	}
+	return do_alloc_enter(ctx);
+}
+
 SEC("uprobe.multi")
-int wrap_enter_multi(struct pt_regs *ctx) { return do_wrap(ctx); }
+int probe_multi(struct pt_regs *ctx) { return do_probe(ctx); }
 
 SEC("uprobe")
-int wrap_enter(struct pt_regs *ctx) { return do_wrap(ctx); }
+int probe(struct pt_regs *ctx) { return do_probe(ctx); }
 
 // --- the dynamic loader ---
 //
@@ -1510,6 +1512,32 @@ struct {
 	__type(value, __u32);
 	__uint(max_entries, 16384);
 } dl_hold SEC(".maps");
+
+// Every process stopped here (by the loader's probe or at a fork or exec)
+// until user space continues it: the tracer's watchdog process
+// (watchdog.go), which holds this map too, continues what it lists when
+// the tracer dies without doing so.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __u32);
+	__type(value, __u8);
+	__uint(max_entries, 16384);
+} held SEC(".maps");
+
+// mark_held records tgid in held before its stop; stop_failed forgets it
+// when the stop failed (err, what the signal helper returned).
+static __always_inline void mark_held(__u32 tgid)
+{
+	__u8 one = 1;
+	bpf_map_update_elem(&held, &tgid, &one, BPF_ANY);
+}
+
+static __always_inline long stop_failed(__u32 tgid, long err)
+{
+	if (err)
+		bpf_map_delete_elem(&held, &tgid);
+	return err;
+}
 
 #define RT_CONSISTENT 0
 
@@ -1537,7 +1565,8 @@ static __always_inline void hold_for_tables(__u32 tgid, __u64 r_debug, __u32 n)
 	// The current thread's process, from a uprobe: bpf_send_signal is
 	// enough (no kfunc), and the stop takes effect before the loader's next
 	// instruction.
-	nt->held = bpf_send_signal(19 /* SIGSTOP */);
+	mark_held(tgid);
+	nt->held = stop_failed(tgid, bpf_send_signal(19 /* SIGSTOP */));
 	bpf_ringbuf_submit(nt, BPF_RB_FORCE_WAKEUP);
 }
 
@@ -1727,7 +1756,8 @@ static __always_inline int hold(struct task_struct *task, __u32 kind, __u32 pid,
 	n->kind = kind;
 	n->pid = pid;
 	n->ppid = ppid;
-	n->held = bpf_send_signal_task(task, SIGSTOP_, PIDTYPE_TGID, 0);
+	mark_held(pid);
+	n->held = stop_failed(pid, bpf_send_signal_task(task, SIGSTOP_, PIDTYPE_TGID, 0));
 	bpf_ringbuf_submit(n, BPF_RB_FORCE_WAKEUP);
 	return 0;
 }

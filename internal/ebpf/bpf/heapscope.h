@@ -65,7 +65,8 @@
 #define CTR_STACKS_BROKEN 12 // stacks whose walk lost the chain before the thread's first frame
 #define CTR_STACKS_NOTABLE 13 // of those, after a frame in code no unwind table covered
 #define CTR_STACKS_STORED 14 // stacks added to the stacks map
-#define NUM_COUNTERS 15
+#define CTR_STACKS_EARLY 15 // stacks walked by frame pointer for want of their process's unwind ranges
+#define NUM_COUNTERS 16
 
 // A probe's cookie: the function it is on, the heap, how far the stack
 // pointer has moved between the function's entry and the probed
@@ -78,6 +79,12 @@
 // 0: none.
 #define COOKIE_WINDOW(c) ((__u32)((c) >> 48) & (MAX_WINDOWS - 1))
 #define MAX_WINDOWS 16
+// Which part of an allocator a probe is (one program serves all four).
+#define COOKIE_ROLE(c) ((__u32)((c) >> 56) & 3)
+#define ROLE_ALLOC_ENTER 0
+#define ROLE_ALLOC_EXIT 1
+#define ROLE_FREE 2
+#define ROLE_WRAP 3
 #define WINDOW_RANGES 4
 
 // A stack walk reads the user stack to the end of a page at once (at most
@@ -107,6 +114,20 @@ struct stack {
 #define STATE_NEW 2    // in operator new, before its malloc
 #define STATE_DELETE 3 // in operator delete, before its free
 #define STATE_FREED 4  // in an operator delete already reported, before its free
+
+// A stack walk's values (see take_stack's struct walk): where the window
+// was read, and how much; the frame being unwound (its stack pointer lo,
+// its rbp fp, its return address pc); the hash and frames so far; whether
+// they are the thread's last stack's (same), whose rules are valid
+// (reuse); how the walk ended: at the thread's first frame (whole), at the
+// depth limit (deep), or neither (the chain was lost), after a frame in
+// code no table covered (notable).
+struct walk_vals {
+	__u64 wbase, wlen;
+	__u64 fp, lo, hash, pc;
+	__u32 n, same, reuse;
+	__u8 whole, deep, notable, pad;
+};
 
 struct thread {
 	__u64 a0;    // size asked; operator delete: the block
@@ -141,6 +162,7 @@ struct thread {
 	__u8 smp_init;
 	__u8 smp;
 	__u8 pad5[6];
+	struct walk_vals walk; // take_stack's
 };
 
 // What sampling decided for the allocation in progress.
