@@ -10,87 +10,87 @@
 #define MAX_FRAMES 127 // kernel.perf_event_max_stack's default
 
 // event.Kind
-#define KIND_ALLOC 1
+#define KIND_ALLOC   1
 #define KIND_REALLOC 2
-#define KIND_FREE 3
-#define KIND_MMAP 4
-#define KIND_MUNMAP 5
+#define KIND_FREE    3
+#define KIND_MMAP    4
+#define KIND_MUNMAP  5
 
 // event.Func
-#define FUNC_MALLOC 1
-#define FUNC_CALLOC 2
-#define FUNC_REALLOC 3
-#define FUNC_REALLOCARRAY 4
-#define FUNC_FREE 5
+#define FUNC_MALLOC	    1
+#define FUNC_CALLOC	    2
+#define FUNC_REALLOC	    3
+#define FUNC_REALLOCARRAY   4
+#define FUNC_FREE	    5
 #define FUNC_POSIX_MEMALIGN 6
-#define FUNC_ALIGNED_ALLOC 7
-#define FUNC_MEMALIGN 8
-#define FUNC_VALLOC 9
-#define FUNC_PVALLOC 10
-#define FUNC_NEW 11
-#define FUNC_NEW_ARRAY 12
-#define FUNC_DELETE 13
-#define FUNC_DELETE_ARRAY 14
-#define FUNC_MMAP 15
-#define FUNC_MUNMAP 16
-#define FUNC_MREMAP 17
+#define FUNC_ALIGNED_ALLOC  7
+#define FUNC_MEMALIGN	    8
+#define FUNC_VALLOC	    9
+#define FUNC_PVALLOC	    10
+#define FUNC_NEW	    11
+#define FUNC_NEW_ARRAY	    12
+#define FUNC_DELETE	    13
+#define FUNC_DELETE_ARRAY   14
+#define FUNC_MMAP	    15
+#define FUNC_MUNMAP	    16
+#define FUNC_MREMAP	    17
 
 // event.Family
-#define FAMILY_MALLOC (1 << 0)
-#define FAMILY_CALLOC (1 << 1)
+#define FAMILY_MALLOC  (1 << 0)
+#define FAMILY_CALLOC  (1 << 1)
 #define FAMILY_REALLOC (1 << 2)
-#define FAMILY_FREE (1 << 3)
+#define FAMILY_FREE    (1 << 3)
 #define FAMILY_ALIGNED (1 << 4)
-#define FAMILY_CXX (1 << 5)
-#define FAMILY_MMAP (1 << 6)
+#define FAMILY_CXX     (1 << 5)
+#define FAMILY_MMAP    (1 << 6)
 
 // event.Heap
-#define HEAP_LIBC 0
-#define HEAP_EXE 1
-#define HEAP_MMAP 2
+#define HEAP_LIBC     0
+#define HEAP_EXE      1
+#define HEAP_MMAP     2
 #define HEAP_JEMALLOC 3
 #define HEAP_TCMALLOC 4
 #define HEAP_MIMALLOC 5
 
 // Indexes of the per-CPU counters. The first six are event.LostReason.
 #define CTR_LOST_RING_FULL 0
-#define CTR_LOST_MAP_FULL 1
-#define CTR_LOST_OTHER 5
-#define CTR_STACKS_LOST 6
-#define CTR_DELIVERED 7 // aggregate mode: calls accounted in the maps
-#define CTR_UNMATCHED 8 // aggregate mode: frees of blocks never seen
-#define CTR_LIBS_LOST 9 // library records the ring had no room for
-#define CTR_STACKS_CUT 10 // stacks cut at MAX_FRAMES
-#define CTR_UW_FALLBACK 11 // frames unwound by frame pointer where tables were used
-#define CTR_STACKS_BROKEN 12 // stacks whose walk lost the chain before the thread's first frame
+#define CTR_LOST_MAP_FULL  1
+#define CTR_LOST_OTHER	   5
+#define CTR_STACKS_LOST	   6
+#define CTR_DELIVERED	   7  // aggregate mode: calls accounted in the maps
+#define CTR_UNMATCHED	   8  // aggregate mode: frees of blocks never seen
+#define CTR_LIBS_LOST	   9  // library records the ring had no room for
+#define CTR_STACKS_CUT	   10 // stacks cut at MAX_FRAMES
+#define CTR_UW_FALLBACK	   11 // frames unwound by frame pointer where tables were used
+#define CTR_STACKS_BROKEN  12 // stacks whose walk lost the chain before the thread's first frame
 #define CTR_STACKS_NOTABLE 13 // of those, after a frame in code no unwind table covered
-#define CTR_STACKS_STORED 14 // stacks added to the stacks map
-#define CTR_STACKS_EARLY 15 // stacks walked by frame pointer for want of their process's unwind ranges
-#define NUM_COUNTERS 16
+#define CTR_STACKS_STORED  14 // stacks added to the stacks map
+#define CTR_STACKS_EARLY   15 // stacks walked by frame pointer for want of their process's unwind ranges
+#define NUM_COUNTERS	   16
 
 // A probe's cookie: the function it is on, the heap, how far the stack
 // pointer has moved between the function's entry and the probed
 // instruction, and (aggregate mode) the process's index in the tables.
 #define COOKIE_FUNC(c) ((__u8)(c))
 #define COOKIE_HEAP(c) ((__u8)((c) >> 8))
-#define COOKIE_SP(c) ((__u64)(__u16)((c) >> 16))
+#define COOKIE_SP(c)   ((__u64)(__u16)((c) >> 16))
 #define COOKIE_PIDX(c) (((c) >> 32) & MAX_PIDX)
 // A free site's window of glibc's internal callers (see internal_frees);
 // 0: none.
 #define COOKIE_WINDOW(c) ((__u32)((c) >> 48) & (MAX_WINDOWS - 1))
-#define MAX_WINDOWS 16
+#define MAX_WINDOWS	 16
 // Which part of an allocator a probe is (one program serves all four).
-#define COOKIE_ROLE(c) ((__u32)((c) >> 56) & 3)
+#define COOKIE_ROLE(c)	 ((__u32)((c) >> 56) & 3)
 #define ROLE_ALLOC_ENTER 0
-#define ROLE_ALLOC_EXIT 1
-#define ROLE_FREE 2
-#define ROLE_WRAP 3
-#define WINDOW_RANGES 4
+#define ROLE_ALLOC_EXIT	 1
+#define ROLE_FREE	 2
+#define ROLE_WRAP	 3
+#define WINDOW_RANGES	 4
 
 // A stack walk reads the user stack to the end of a page at once (at most
 // WINDOW bytes), not frame by frame: a read of user memory costs several
 // times more than copying a page (here, in a VM, 100-300 ns a read).
-#define WINDOW 4096
+#define WINDOW	   4096
 #define PAGE_SIZE_ 4096
 
 // Stacks are named by a 64-bit hash of their frames; 0 is no stack.
@@ -109,11 +109,11 @@ struct stack {
 #define MAP_ANONYMOUS_ 0x20
 
 // What a thread is in the middle of.
-#define STATE_IDLE 0
-#define STATE_ALLOC 1  // between an allocation's entry and its return
-#define STATE_NEW 2    // in operator new, before its malloc
+#define STATE_IDLE   0
+#define STATE_ALLOC  1 // between an allocation's entry and its return
+#define STATE_NEW    2 // in operator new, before its malloc
 #define STATE_DELETE 3 // in operator delete, before its free
-#define STATE_FREED 4  // in an operator delete already reported, before its free
+#define STATE_FREED  4 // in an operator delete already reported, before its free
 
 // A stack walk's values (see take_stack's struct walk): where the window
 // was read, and how much; the frame being unwound (its stack pointer lo,
@@ -140,13 +140,13 @@ struct thread {
 	__u8 heap;
 	__u8 sys; // syscall in progress (FUNC_MMAP, ...), else 0
 	__u8 pad;
-	__u16 pidx; // the process's index (aggregate mode)
+	__u16 pidx;  // the process's index (aggregate mode)
 	__u32 depth; // nested traced allocations inside the outermost
 	__u32 pad2;
 	__u64 s_addr, s_len, s_old_len;
 	struct stack scratch; // where a stack is put together: the last one
 	__u64 last_stack;     // scratch's key, or NO_STACK when it holds none
-	__u32 last_n;         // scratch's frames
+	__u32 last_n;	      // scratch's frames
 	__u32 pad3;
 	__u64 window[WINDOW / 8 + 1]; // user stack read at once, and a slot to spare
 	// Unwinding with tables: the rule found for each frame of the last
@@ -167,8 +167,8 @@ struct thread {
 
 // What sampling decided for the allocation in progress.
 #define SMP_SKIP 0 // not sampled: its return records nothing
-#define SMP_NEW 1  // sampled: record it, as an allocation (a realloc's old block was not)
-#define SMP_WAS 2  // a realloc of a sampled block: record it, with the old block
+#define SMP_NEW	 1 // sampled: record it, as an allocation (a realloc's old block was not)
+#define SMP_WAS	 2 // a realloc of a sampled block: record it, with the old block
 #define SMP_DROP 3 // a realloc of a sampled block, its result not sampled: record the old block's free
 
 // A sampled block, in the sampled map.
@@ -190,7 +190,7 @@ struct event {
 	__u8 kind;
 	__u8 func;
 	__u8 heap;
-	__u8 spill; // aggregate mode: SPILL_* (stream mode: 0)
+	__u8 spill;  // aggregate mode: SPILL_* (stream mode: 0)
 	__u32 wobjs; // aggregate mode, SPILL_NEW: the block's weight in objects (wbytes is old_size)
 };
 
@@ -204,7 +204,7 @@ struct event {
 // A loaded object, from the dynamic loader's list (struct link_map), sent
 // through the ring when the loader says its list changed. Told from a struct
 // event by its size.
-#define MAX_LIBS 64
+#define MAX_LIBS     64
 #define LIB_NAME_MAX 256
 struct lib {
 	__u64 base; // l_addr: what the object's addresses are relative to
@@ -236,23 +236,23 @@ struct note {
 // into an entry's addr (a mapping whose table is in several runs has a
 // range for each), or (count 0) saying the file has no table.
 #define UW_KIND_FALLBACK 0
-#define UW_KIND_RSP 1
-#define UW_KIND_RBP 2
-#define UW_KIND_PLT 3
-#define UW_KIND_END 4
-#define UW_KIND_NOTABLE 5 // not the unwind package's: no table covers the address
-#define UW_NOTABLE ((__u64)UW_KIND_NOTABLE << 48)
-#define UW_MAX_RANGES 256 // a power of two: 8 steps of binary search
-#define UW_SEARCH_STEPS 19 // enough for a run of a chunk and its end marker
+#define UW_KIND_RSP	 1
+#define UW_KIND_RBP	 2
+#define UW_KIND_PLT	 3
+#define UW_KIND_END	 4
+#define UW_KIND_NOTABLE	 5 // not the unwind package's: no table covers the address
+#define UW_NOTABLE	 ((__u64)UW_KIND_NOTABLE << 48)
+#define UW_MAX_RANGES	 256 // a power of two: 8 steps of binary search
+#define UW_SEARCH_STEPS	 19  // enough for a run of a chunk and its end marker
 // The entries live in chunks (arrays of UW_CHUNK_ENTRIES, 2 MiB), at most
 // UW_MAX_CHUNKS of them; a file's table may be split into runs in several.
 #define UW_CHUNK_ENTRIES (1 << 18)
-#define UW_MAX_CHUNKS 512
+#define UW_MAX_CHUNKS	 512
 struct uw_range {
 	__u64 start, end; // the part of a mapping one run covers
-	__u64 bias;       // addr = pc - bias
-	__u32 first;      // the run's first entry in its chunk
-	__u32 count;      // its entries, the last one past the range (an end marker, or the next run's first); 0: no table
+	__u64 bias;	  // addr = pc - bias
+	__u32 first;	  // the run's first entry in its chunk
+	__u32 count; // its entries, the last one past the range (an end marker, or the next run's first); 0: no table
 	__u32 chunk;
 	__u32 pad;
 };
@@ -270,10 +270,10 @@ struct uw_proc {
 // a process by its index (PIDX, from the probe's cookie), not its pid, so
 // that a live block's key fits in 64 bits: PIDX << PIDX_SHIFT | address.
 #define BUCKET_SLOTS 8
-#define KEY_BUSY (1ULL << 63)
-#define PIDX_SHIFT 48
-#define MAX_PIDX 0x7fff
-#define ADDR_MASK ((1ULL << PIDX_SHIFT) - 1)
+#define KEY_BUSY     (1ULL << 63)
+#define PIDX_SHIFT   48
+#define MAX_PIDX     0x7fff
+#define ADDR_MASK    ((1ULL << PIDX_SHIFT) - 1)
 
 struct bucket {
 	__u64 key[BUCKET_SLOTS];

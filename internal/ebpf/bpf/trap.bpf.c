@@ -10,10 +10,19 @@
 char LICENSE[] SEC("license") = "Dual MIT/GPL";
 
 SEC("uprobe.multi")
-int trap_enter(void *ctx) { return 0; }
+int trap_enter(void *ctx)
+{
+	return 0;
+}
 
 SEC("uretprobe.multi")
-int trap_exit(void *ctx) { return 0; }
+int trap_exit(void *ctx)
+{
+	return 0;
+}
 
 SEC("uprobe.session")
-int trap_session(void *ctx) { return 0; }
+int trap_session(void *ctx)
+{
+	return 0;
+}

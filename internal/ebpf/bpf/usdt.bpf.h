@@ -19,16 +19,16 @@
 // (send_event, take_stack, thread_state, count). Stream mode only.
 
 #define USDT_MAX_SITES 1024
-#define USDT_ARGS 3
+#define USDT_ARGS      3
 
 #define USDT_ARG_CONST 0 // the value itself
-#define USDT_ARG_REG 1   // a register, at its offset in struct pt_regs
-#define USDT_ARG_MEM 2   // memory at a register plus an offset
+#define USDT_ARG_REG   1 // a register, at its offset in struct pt_regs
+#define USDT_ARG_MEM   2 // memory at a register plus an offset
 
 struct usdt_arg {
-	__u64 val; // USDT_ARG_CONST: the value; else the register's offset in struct pt_regs
-	__s64 off; // USDT_ARG_MEM: added to the register
-	__u8 kind; // USDT_ARG_*
+	__u64 val;  // USDT_ARG_CONST: the value; else the register's offset in struct pt_regs
+	__s64 off;  // USDT_ARG_MEM: added to the register
+	__u8 kind;  // USDT_ARG_*
 	__u8 shift; // 64 - 8 * the argument's size: the bits above it are not the argument's
 	__u8 sign;  // the argument is signed: sign-extended from its size
 	__u8 pad[5];
@@ -36,7 +36,7 @@ struct usdt_arg {
 
 struct usdt_site {
 	struct usdt_arg arg[USDT_ARGS]; // alloc: ptr, size, weight; free: ptr
-	__u8 heap; // event.Heap of the file the probe is in
+	__u8 heap;			// event.Heap of the file the probe is in
 	__u8 pad[7];
 };
 
