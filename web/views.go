@@ -3,7 +3,6 @@ package web
 import (
 	"fmt"
 	"net/http"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -124,20 +123,11 @@ func (s *Server) top(w http.ResponseWriter, r *http.Request) {
 	if v := p.query["top"]; len(v) > 0 && v[0] != "" {
 		n = p.top
 	}
-	if err := s.waitFor(r.Context(), p.f, query.CostPeak); err != nil {
-		writeErr(w, err)
-		return
-	}
-	leave, ok := s.heavy(w, r)
+	res, leave, ok := s.heavyWindow(w, r, p.f, query.CostPeak)
 	if !ok {
 		return
 	}
 	defer leave()
-	res, err := s.windowFor(r.Context(), p.f, query.CostPeak)
-	if err != nil {
-		writeErr(w, err)
-		return
-	}
 	sites := s.x.Sites()
 	row := func(id int) TopSite {
 		c := &res.Sites[id]
@@ -169,10 +159,6 @@ func (s *Server) top(w http.ResponseWriter, r *http.Request) {
 		{&out.Calls, query.CostCalls, func(t *TopSite) uint64 { return t.Calls }},
 		{&out.Temporary, query.CostTemporary, func(t *TopSite) uint64 { return t.Temporary }},
 	} {
-		type ranked struct {
-			id int
-			v  uint64
-		}
 		var rs []ranked
 		for id := range res.Sites {
 			v, sup := s.x.SiteCost(res, l.cost, id)
@@ -181,18 +167,10 @@ func (s *Server) top(w http.ResponseWriter, r *http.Request) {
 				l.list.Total += v
 			}
 		}
-		sort.Slice(rs, func(i, j int) bool {
-			if rs[i].v != rs[j].v {
-				return rs[i].v > rs[j].v
-			}
-			return rs[i].id < rs[j].id
-		})
+		rank(rs)
 		l.list.Cost = l.cost.String()
 		l.list.Sites = []TopSite{}
-		if len(rs) > n {
-			l.list.More = len(rs) - n
-			rs = rs[:n]
-		}
+		rs, l.list.More = cut(rs, n)
 		for _, k := range rs {
 			l.list.Sites = append(l.list.Sites, row(k.id))
 		}
@@ -225,20 +203,11 @@ func (s *Server) tree(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	inv := first(p.query, "invert") == "1" || first(p.query, "invert") == "true"
-	if err := s.waitFor(r.Context(), p.f, query.CostPeak); err != nil {
-		writeErr(w, err)
-		return
-	}
-	leave, ok := s.heavy(w, r)
+	res, leave, ok := s.heavyWindow(w, r, p.f, query.CostPeak)
 	if !ok {
 		return
 	}
 	defer leave()
-	res, err := s.windowFor(r.Context(), p.f, query.CostPeak)
-	if err != nil {
-		writeErr(w, err)
-		return
-	}
 	out := TreeAnswer{Tree: s.x.Tree(res, p.cost, inv, share, nodes), Estimated: s.x.Report.Estimate()}
 	if asked > maxMaxNodes && len(out.Nodes) >= maxMaxNodes {
 		out.Capped = &Capped{MaxNodes: maxMaxNodes}
@@ -292,16 +261,11 @@ func (s *Server) consumed(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	n, err := intParam(p.query, "points", defPoints)
+	n, capped, err := points(p.query)
 	if err != nil {
 		writeErr(w, err)
 		return
 	}
-	var capped *Capped
-	if n > maxPoints {
-		capped = &Capped{Points: maxPoints}
-	}
-	n = min(max(n, 1), maxPoints)
 	k := defConsumed
 	if v := first(p.query, "top"); v != "" {
 		k = min(p.top, maxConsumed)
@@ -312,7 +276,7 @@ func (s *Server) consumed(w http.ResponseWriter, r *http.Request) {
 	}
 	defer leave()
 	res := s.windowOf(p.f)
-	c := s.x.Consumed(res, k, int(n))
+	c := s.x.Consumed(res, k, n)
 	out := ConsumedAnswer{FromNs: s.rel(res.Span.From), ToNs: s.rel(res.Span.To), WidthNs: c.Width, TNs: []int64{},
 		Total: c.Total, Series: c.Series, Capped: capped, Estimated: s.x.Report.Estimate()}
 	for _, t := range c.Times {
@@ -358,12 +322,12 @@ func (s *Server) memory(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	n, err := intParam(p.query, "points", defPoints)
+	n, _, err := points(p.query)
 	if err != nil {
 		writeErr(w, err)
 		return
 	}
-	m := s.x.Memory(p.f.From, p.f.To, p.f.PID, int(min(max(n, 1), maxPoints)))
+	m := s.x.Memory(p.f.From, p.f.To, p.f.PID, n)
 	pt := func(r query.Resident) ResidentPoint { return ResidentPoint{TNs: s.rel(r.Time), Resident: r} }
 	out := Memory{Samples: m.Samples, Points: []ResidentPoint{}, Processes: []ProcessMemory{}}
 	if m.Peak.RSS > 0 {
@@ -408,20 +372,11 @@ func (s *Server) search(w http.ResponseWriter, r *http.Request) {
 	}
 	term.Field = query.FieldFunction // a search is of names: "a:b" is a C++ name
 	term.Text = q
-	if err := s.waitFor(r.Context(), p.f, p.cost); err != nil {
-		writeErr(w, err)
-		return
-	}
-	leave, ok := s.heavy(w, r)
+	res, leave, ok := s.heavyWindow(w, r, p.f, p.cost)
 	if !ok {
 		return
 	}
 	defer leave()
-	res, err := s.windowFor(r.Context(), p.f, p.cost)
-	if err != nil {
-		writeErr(w, err)
-		return
-	}
 	out := Search{Cost: p.cost.String(), Query: q, Functions: []query.Function{}, Estimated: s.x.Report.Estimate()}
 	out.Value, out.Total = s.x.MatchCost(res, p.cost, query.Match{Include: []query.Term{term}}.String())
 	lq := strings.ToLower(q)
@@ -430,10 +385,7 @@ func (s *Server) search(w http.ResponseWriter, r *http.Request) {
 			out.Functions = append(out.Functions, f)
 		}
 	}
-	if len(out.Functions) > p.top {
-		out.More = len(out.Functions) - p.top
-		out.Functions = out.Functions[:p.top]
-	}
+	out.Functions, out.More = cut(out.Functions, p.top)
 	out.Capped = p.capTop(out.More)
 	writeJSON(w, out)
 }
