@@ -10,7 +10,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -276,7 +275,7 @@ func TestTopJoin(t *testing.T) {
 	startGrowing(t, run)
 
 	top := cli(t, "top", "--interval", "500ms", name)
-	var out syncBuffer
+	var out testutil.SyncBuffer
 	top.Stdout = &out
 	checkTopGrowth(t, top, &out, 20*time.Second)
 	// top joined the session: it runs on.
@@ -299,24 +298,6 @@ func startGrowing(t *testing.T, cmd *exec.Cmd) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer that a process writes while the test reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestTopAttach attaches to a running process with eBPF: top shows its
 // growing site, and stops the session it started on SIGINT.
 func TestTopAttach(t *testing.T) {
@@ -327,7 +308,7 @@ func TestTopAttach(t *testing.T) {
 	startGrowing(t, w)
 	trace := filepath.Join(t.TempDir(), "attach.hst")
 	top := cli(t, "top", "--interval", "500ms", "-o", trace, "-p", strconv.Itoa(w.Process.Pid))
-	var out syncBuffer
+	var out testutil.SyncBuffer
 	var errb bytes.Buffer
 	top.Stdout, top.Stderr = &out, &errb
 	checkTopGrowth(t, top, &out, 30*time.Second)
@@ -393,7 +374,7 @@ func TestTopAttachAggregate(t *testing.T) {
 	w := exec.Command(bin, "60")
 	startGrowing(t, w)
 	top := cli(t, "top", "--interval", "500ms", "--mode", "aggregate", "-o", filepath.Join(t.TempDir(), "agg.hst"), "-p", strconv.Itoa(w.Process.Pid))
-	var out syncBuffer
+	var out testutil.SyncBuffer
 	var errb bytes.Buffer
 	top.Stdout, top.Stderr = &out, &errb
 	rmust(t, top.Start())

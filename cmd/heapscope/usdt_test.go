@@ -67,7 +67,7 @@ func TestAttachUSDT(t *testing.T) {
 	}
 	trace := filepath.Join(t.TempDir(), "u.hst")
 	h := cli(t, "attach", "-q", "--source", "usdt", "--sample", "64KiB", "-o", trace, "-p", strconv.Itoa(cmd.Process.Pid))
-	var errb syncBuffer
+	var errb testutil.SyncBuffer
 	h.Stderr = &errb
 	rmust(t, h.Start())
 	t.Cleanup(func() { h.Process.Kill(); h.Wait() })
@@ -105,7 +105,7 @@ func TestAttachUSDT(t *testing.T) {
 	}
 }
 
-func waitStderr(t *testing.T, b *syncBuffer, want string) {
+func waitStderr(t *testing.T, b *testutil.SyncBuffer, want string) {
 	t.Helper()
 	for deadline := time.Now().Add(60 * time.Second); !strings.Contains(b.String(), want); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -138,7 +138,7 @@ func TestEmitUSDTAttach(t *testing.T) {
 		t.Fatal("no child of heapscope run")
 	}
 	h := cli(t, "attach", "-q", "--source", "usdt", "--sample", "1KiB", "-o", attTrace, "-p", strconv.Itoa(pid))
-	var errb syncBuffer
+	var errb testutil.SyncBuffer
 	h.Stderr = &errb
 	rmust(t, h.Start())
 	t.Cleanup(func() { h.Process.Kill(); h.Wait() })
@@ -204,7 +204,7 @@ func TestExportAttachUSDT(t *testing.T) {
 	}
 	h := cli(t, "attach", "--source", "usdt", "--sample", "64KiB", "--log-mode", "realtime", "--no-census",
 		"--export", "otlp=http://"+c.HTTP, "--export-interval", "1s", "-p", strconv.Itoa(cmd.Process.Pid))
-	var errb syncBuffer
+	var errb testutil.SyncBuffer
 	h.Stderr = &errb
 	rmust(t, h.Start())
 	t.Cleanup(func() { h.Process.Kill(); h.Wait() })
