@@ -4,6 +4,7 @@
 // bytes then.
 
 import { ConsumedAnswer } from "./api";
+import { placeReadout, sizeCanvas } from "./canvas";
 import { bytes, dur, el } from "./format";
 
 const pad = { l: 64, r: 16, t: 10, b: 18 };
@@ -65,20 +66,13 @@ export class ConsumedView {
       sw.style.background = seriesColor(r.i, r.s.other ?? false);
       o.append(el("div", {}, sw, ` ${r.s.name}: ${bytes(r.v)}`));
     }
-    const rect = this.canvas.getBoundingClientRect();
-    const x = e.clientX - rect.left;
-    o.style.left = `${x > rect.width / 2 ? x - o.offsetWidth - 12 : x + 12}px`;
+    placeReadout(o, this.canvas, e);
   }
 
   draw() {
-    const c = this.canvas;
-    const r = c.getBoundingClientRect();
-    const dpr = window.devicePixelRatio || 1;
-    c.width = Math.round(r.width * dpr);
-    c.height = Math.round(r.height * dpr);
+    const r = this.canvas.getBoundingClientRect();
+    sizeCanvas(this.canvas, this.ctx, r.width, r.height);
     const g = this.ctx;
-    g.setTransform(dpr, 0, 0, dpr, 0, 0);
-    g.clearRect(0, 0, r.width, r.height);
     const d = this.data;
     const total = d?.total ?? [];
     if (!d || total.length === 0) {

@@ -6,6 +6,7 @@
 // instant, wheel to zoom (not in a static report).
 
 import { MemoryAnswer, ResidentPoint, Timeline, TimelinePoint } from "./api";
+import { placeReadout, sizeCanvas } from "./canvas";
 import { bytes, count, dur, rate } from "./format";
 
 export interface TimelineEvents {
@@ -161,20 +162,13 @@ export class TimelineView {
       d.textContent = l;
       o.append(d);
     }
-    const r = this.canvas.getBoundingClientRect();
-    const x = e.clientX - r.left;
-    o.style.left = `${x > r.width / 2 ? x - o.offsetWidth - 12 : x + 12}px`;
+    placeReadout(o, this.canvas, e);
   }
 
   draw() {
-    const c = this.canvas;
-    const r = c.getBoundingClientRect();
-    const dpr = window.devicePixelRatio || 1;
-    c.width = Math.round(r.width * dpr);
-    c.height = Math.round(r.height * dpr);
+    const r = this.canvas.getBoundingClientRect();
+    sizeCanvas(this.canvas, this.ctx, r.width, r.height);
     const g = this.ctx;
-    g.setTransform(dpr, 0, 0, dpr, 0, 0);
-    g.clearRect(0, 0, r.width, r.height);
     const d = this.data;
     const ps = this.points();
     if (!d || ps.length === 0) {
