@@ -314,15 +314,26 @@ func (s *Server) parseEvents(w http.ResponseWriter, r *http.Request) (*params, b
 // parseIndexed is parseEvents for a question that needs the windowed
 // index: it waits for it, and answers why there is none.
 func (s *Server) parseIndexed(w http.ResponseWriter, r *http.Request) (*params, bool) {
-	p, ok := s.parseEvents(w, r)
-	if !ok {
-		return nil, false
-	}
-	if err := s.x.Wait(r.Context()); err != nil {
+	p, err := s.parse(r)
+	if err != nil {
 		writeErr(w, err)
 		return nil, false
 	}
-	return p, true
+	return p, s.indexed(w, r)
+}
+
+// indexed waits for the windowed index: on false it has answered why
+// there is none (an aggregate trace, the client gone).
+func (s *Server) indexed(w http.ResponseWriter, r *http.Request) bool {
+	err := s.needEvents()
+	if err == nil {
+		err = s.x.Wait(r.Context())
+	}
+	if err != nil {
+		writeErr(w, err)
+		return false
+	}
+	return true
 }
 
 // parse reads from_ns, to_ns, at_ns (from the trace's start), pid, tid,
@@ -441,12 +452,7 @@ func (s *Server) summary(w http.ResponseWriter, r *http.Request) {
 		// The summary of one process, thread or the sites a filter
 		// keeps: the report of their blocks, as `report --pid` gives
 		// a process's.
-		if err := s.needEvents(); err != nil {
-			writeErr(w, err)
-			return
-		}
-		if err := s.x.Wait(r.Context()); err != nil {
-			writeErr(w, err)
+		if !s.indexed(w, r) {
 			return
 		}
 		leave, ok := s.heavy(w, r)
@@ -686,26 +692,11 @@ type FlameAnswer struct {
 }
 
 func (s *Server) flame(w http.ResponseWriter, r *http.Request) {
-	p, ok := s.parseEvents(w, r)
-	if !ok {
-		return
-	}
-	share, nodes, asked, err := flameLimits(p.query)
-	if err != nil {
-		writeErr(w, err)
-		return
-	}
-	inv := first(p.query, "invert") == "1" || first(p.query, "invert") == "true"
-	res, leave, ok := s.heavyWindow(w, r, p.f, p.cost)
-	if !ok {
-		return
-	}
-	defer leave()
-	out := FlameAnswer{Flame: s.x.Flame(res, p.cost, inv, share, nodes)}
-	if asked > maxMaxNodes && len(out.Nodes) >= maxMaxNodes {
-		out.Capped = &Capped{MaxNodes: maxMaxNodes}
-	}
-	writeJSON(w, out)
+	s.graph(w, r, func(p *params) query.Cost { return p.cost }, func(p *params, g graph, res *query.Result) any {
+		out := FlameAnswer{Flame: s.x.Flame(res, p.cost, g.inverted, g.share, g.nodes)}
+		out.Capped = g.capped(len(out.Nodes))
+		return out
+	})
 }
 
 // Functions is /api/functions.

@@ -193,43 +193,66 @@ type TreeAnswer struct {
 // children by cost (one of those; else peak), with flame's min_share and
 // max_nodes.
 func (s *Server) tree(w http.ResponseWriter, r *http.Request) {
+	s.graph(w, r, func(*params) query.Cost { return query.CostPeak }, func(p *params, g graph, res *query.Result) any {
+		out := TreeAnswer{Tree: s.x.Tree(res, p.cost, g.inverted, g.share, g.nodes), Estimated: s.x.Report.Estimate()}
+		out.Capped = g.capped(len(out.Nodes))
+		return out
+	})
+}
+
+// graph are the parameters of a flame graph or a tree: min_share,
+// max_nodes (the limit to use, and the nodes asked for) and invert.
+type graph struct {
+	share        float64
+	nodes, asked int
+	inverted     bool
+}
+
+// capped is the Capped of an answer of n nodes: set when the server's node
+// limit cut it.
+func (g graph) capped(n int) *Capped {
+	if g.asked > maxMaxNodes && n >= maxMaxNodes {
+		return &Capped{MaxNodes: maxMaxNodes}
+	}
+	return nil
+}
+
+// graph answers a flame graph's or a tree's question: what build makes of
+// the window for the cost that cost names.
+func (s *Server) graph(w http.ResponseWriter, r *http.Request, cost func(*params) query.Cost, build func(*params, graph, *query.Result) any) {
 	p, ok := s.parseEvents(w, r)
 	if !ok {
 		return
 	}
-	share, nodes, asked, err := flameLimits(p.query)
+	g, err := graphParams(p.query)
 	if err != nil {
 		writeErr(w, err)
 		return
 	}
-	inv := first(p.query, "invert") == "1" || first(p.query, "invert") == "true"
-	res, leave, ok := s.heavyWindow(w, r, p.f, query.CostPeak)
+	res, leave, ok := s.heavyWindow(w, r, p.f, cost(p))
 	if !ok {
 		return
 	}
 	defer leave()
-	out := TreeAnswer{Tree: s.x.Tree(res, p.cost, inv, share, nodes), Estimated: s.x.Report.Estimate()}
-	if asked > maxMaxNodes && len(out.Nodes) >= maxMaxNodes {
-		out.Capped = &Capped{MaxNodes: maxMaxNodes}
-	}
-	writeJSON(w, out)
+	writeJSON(w, build(p, g, res))
 }
 
-// flameLimits reads min_share and max_nodes as /api/flame does: the share
-// and node limit to use, and the nodes asked for.
-func flameLimits(q map[string][]string) (share float64, nodes, asked int, err error) {
-	share = defMinShare
+// graphParams reads min_share, max_nodes and invert.
+func graphParams(q map[string][]string) (graph, error) {
+	g := graph{share: defMinShare, inverted: first(q, "invert") == "1" || first(q, "invert") == "true"}
 	if v := first(q, "min_share"); v != "" {
-		share, err = strconv.ParseFloat(v, 64)
-		if err != nil || !(share >= 0 && share <= 1) {
-			return 0, 0, 0, badRequest{fmt.Sprintf("min_share: want a number from 0 to 1, not %q", v)}
+		var err error
+		g.share, err = strconv.ParseFloat(v, 64)
+		if err != nil || !(g.share >= 0 && g.share <= 1) {
+			return graph{}, badRequest{fmt.Sprintf("min_share: want a number from 0 to 1, not %q", v)}
 		}
 	}
 	n, err := intParam(q, "max_nodes", defMaxNodes)
 	if err != nil {
-		return 0, 0, 0, err
+		return graph{}, err
 	}
-	return share, int(min(max(n, 1), maxMaxNodes)), int(min(n, maxMaxNodes+1)), nil
+	g.nodes, g.asked = int(min(max(n, 1), maxMaxNodes)), int(min(n, maxMaxNodes+1))
+	return g, nil
 }
 
 func first(q map[string][]string, k string) string {
