@@ -113,12 +113,7 @@ func TestAPISearch(t *testing.T) {
 func TestAPITopTreeConsumed(t *testing.T) {
 	for _, w := range []string{"report_known", "serve_phases"} {
 		t.Run(w, func(t *testing.T) {
-			path := trace(t, w)
-			_, srv := serveTrace(t, path)
-			rep, err := report.Load(path, report.LoadOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
+			_, srv, rep := servedReport(t, w)
 			doc := rep.Document(0)
 			var top Top
 			getJSON(t, srv.URL+"/api/top?top=1000", &top)
