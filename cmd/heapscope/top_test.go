@@ -269,10 +269,7 @@ func TestTopPlain(t *testing.T) {
 // growing site, and leaves the session running when it quits.
 func TestTopJoin(t *testing.T) {
 	t.Cleanup(testutil.Cleanup)
-	bin := testutil.MustBuild(t, "top_grow", testutil.Options{})
-	name := fmt.Sprintf("TopJoin-%d", os.Getpid())
-	run := cli(t, "run", "-q", "--name", name, "-o", filepath.Join(t.TempDir(), "run.hst"), "--", bin, "60")
-	startGrowing(t, run)
+	name := runGrowing(t, "TopJoin")
 
 	top := cli(t, "top", "--interval", "500ms", name)
 	var out testutil.SyncBuffer
@@ -283,6 +280,16 @@ func TestTopJoin(t *testing.T) {
 		t.Errorf("the session ended with top: query: %d %s", code, errs)
 	}
 	exitCode(t, cli(t, "stop", name))
+}
+
+// runGrowing runs top_grow 60 in a session named prefix-PID, and returns
+// the session's name once the workload started; the test's end kills it.
+func runGrowing(t *testing.T, prefix string) string {
+	t.Helper()
+	bin := testutil.MustBuild(t, "top_grow", testutil.Options{})
+	name := fmt.Sprintf("%s-%d", prefix, os.Getpid())
+	startGrowing(t, cli(t, "run", "-q", "--name", name, "-o", filepath.Join(t.TempDir(), "run.hst"), "--", bin, "60"))
+	return name
 }
 
 // startGrowing starts cmd (top_grow, or a run of it) and returns once the
@@ -323,10 +330,7 @@ func TestTopAttach(t *testing.T) {
 // the session left running.
 func TestTopJoinInTerminal(t *testing.T) {
 	t.Cleanup(testutil.Cleanup)
-	bin := testutil.MustBuild(t, "top_grow", testutil.Options{})
-	name := fmt.Sprintf("TopJoinTTY-%d", os.Getpid())
-	run := cli(t, "run", "-q", "--name", name, "-o", filepath.Join(t.TempDir(), "run.hst"), "--", bin, "60")
-	startGrowing(t, run)
+	name := runGrowing(t, "TopJoinTTY")
 	done := filepath.Join(t.TempDir(), "done")
 	shell := fmt.Sprintf("before=$(stty -g); %s=%s %s top --interval 300ms %s; rc=$?; "+
 		"after=$(stty -g); if [ \"$before\" = \"$after\" ]; then echo RESTORED rc=$rc; else echo NOT RESTORED rc=$rc; fi > %s; sleep 60",
