@@ -4,7 +4,7 @@
 // bytes then.
 
 import { ConsumedAnswer } from "./api";
-import { placeReadout, sizeCanvas } from "./canvas";
+import { axes, placeReadout, sizeCanvas } from "./canvas";
 import { bytes, dur, el } from "./format";
 
 const pad = { l: 64, r: 16, t: 10, b: 18 };
@@ -86,24 +86,7 @@ export class ConsumedView {
     const maxV = Math.max(1, ...total);
     const x = (i: number) => pad.l + (i / n) * w;
     const y = (v: number) => pad.t + h - (v / maxV) * h;
-    g.font = "11px sans-serif";
-    g.strokeStyle = "#e3e3e3";
-    g.fillStyle = "#555";
-    for (let i = 0; i <= 4; i++) {
-      const v = (maxV * i) / 4;
-      const yy = Math.round(y(v)) + 0.5;
-      g.beginPath();
-      g.moveTo(pad.l, yy);
-      g.lineTo(r.width - pad.r, yy);
-      g.stroke();
-      g.textAlign = "right";
-      g.fillText(bytes(Math.round(v)), pad.l - 4, yy + 4);
-    }
-    g.textAlign = "center";
-    for (let i = 0; i <= 6; i++) {
-      const t = d.from_ns + ((d.to_ns - d.from_ns) * i) / 6;
-      g.fillText(dur(Math.round(t)), pad.l + (w * i) / 6, r.height - 4);
-    }
+    axes(g, r, pad, maxV, y, d.from_ns, d.to_ns, (i) => pad.l + (w * i) / 6);
     // Stack the series from the largest up, the rest on top.
     const below = new Array<number>(n).fill(0);
     (d.series ?? []).forEach((s, si) => {
