@@ -4,6 +4,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/heapscope/heapscope/internal/testutil/tracetest"
+
 	"github.com/heapscope/heapscope/event"
 	"github.com/heapscope/heapscope/report"
 	"github.com/heapscope/heapscope/tracefile"
@@ -14,15 +16,8 @@ import (
 func createTrace(t *testing.T, name, session, provider string) (path string, w *tracefile.Writer, must func(error)) {
 	t.Helper()
 	path = filepath.Join(t.TempDir(), name)
-	w, err := tracefile.Create(path, tracefile.Header{Session: session, Provider: provider, MonoStart: 1e9, Clock: "CLOCK_MONOTONIC"},
+	w, must = tracetest.Create(t, path, tracefile.Header{Session: session, Provider: provider, MonoStart: 1e9, Clock: "CLOCK_MONOTONIC"},
 		tracefile.Options{TimeResolution: 1})
-	must = func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	must(err)
 	return path, w, must
 }
 
