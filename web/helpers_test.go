@@ -73,6 +73,21 @@ func servedReport(t *testing.T, w string) (path string, srv *testServer, rep *re
 	return path, srv, rep
 }
 
+// functionTotal is name's inclusive cost in /api/functions?cost=cost (0:
+// not there).
+func functionTotal(t *testing.T, srv *testServer, cost, name string) uint64 {
+	t.Helper()
+	var fs Functions
+	getJSON(t, srv.URL+"/api/functions?cost="+cost, &fs)
+	var total uint64
+	for _, f := range fs.Functions {
+		if f.Name == name {
+			total = f.Total
+		}
+	}
+	return total
+}
+
 // testServer serves a handler behind a Guard on a loopback port, as
 // `heapscope serve` does. URL is its address without the token: the
 // browser logs in by login, and client sends the token.
