@@ -292,6 +292,15 @@ func runGrowing(t *testing.T, prefix string) string {
 	return name
 }
 
+// growing starts top_grow 60 and returns it once it started; the test's
+// end kills it.
+func growing(t *testing.T) *exec.Cmd {
+	t.Helper()
+	w := exec.Command(testutil.MustBuild(t, "top_grow", testutil.Options{}), "60")
+	startGrowing(t, w)
+	return w
+}
+
 // startGrowing starts cmd (top_grow, or a run of it) and returns once the
 // workload said "started"; the test's end kills it.
 func startGrowing(t *testing.T, cmd *exec.Cmd) {
@@ -310,9 +319,7 @@ func startGrowing(t *testing.T, cmd *exec.Cmd) {
 func TestTopAttach(t *testing.T) {
 	testutil.SkipWithoutEBPF(t, ebpf.Available())
 	t.Cleanup(testutil.Cleanup)
-	bin := testutil.MustBuild(t, "top_grow", testutil.Options{})
-	w := exec.Command(bin, "60")
-	startGrowing(t, w)
+	w := growing(t)
 	trace := filepath.Join(t.TempDir(), "attach.hst")
 	top := cli(t, "top", "--interval", "500ms", "-o", trace, "-p", strconv.Itoa(w.Process.Pid))
 	var out testutil.SyncBuffer
@@ -374,9 +381,7 @@ func TestTopJoinInTerminal(t *testing.T) {
 func TestTopAttachAggregate(t *testing.T) {
 	testutil.SkipWithoutEBPF(t, ebpf.Available())
 	t.Cleanup(testutil.Cleanup)
-	bin := testutil.MustBuild(t, "top_grow", testutil.Options{})
-	w := exec.Command(bin, "60")
-	startGrowing(t, w)
+	w := growing(t)
 	top := cli(t, "top", "--interval", "500ms", "--mode", "aggregate", "-o", filepath.Join(t.TempDir(), "agg.hst"), "-p", strconv.Itoa(w.Process.Pid))
 	var out testutil.SyncBuffer
 	var errb bytes.Buffer
