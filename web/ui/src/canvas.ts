@@ -13,6 +13,13 @@ export function sizeCanvas(c: HTMLCanvasElement, g: CanvasRenderingContext2D, wi
   g.clearRect(0, 0, width, height);
 }
 
+// fitCanvas is sizeCanvas to c's own box, which it returns.
+export function fitCanvas(c: HTMLCanvasElement, g: CanvasRenderingContext2D): DOMRect {
+  const r = c.getBoundingClientRect();
+  sizeCanvas(c, g, r.width, r.height);
+  return r;
+}
+
 // placeReadout puts the readout o beside the pointer of e over c, on the
 // side with room for it.
 export function placeReadout(o: HTMLElement, c: HTMLCanvasElement, e: MouseEvent): void {

@@ -4,7 +4,7 @@
 // bytes then.
 
 import { ConsumedAnswer } from "./api";
-import { axes, placeReadout, sizeCanvas } from "./canvas";
+import { axes, fitCanvas, placeReadout } from "./canvas";
 import { bytes, dur, el } from "./format";
 
 const pad = { l: 64, r: 16, t: 10, b: 18 };
@@ -70,8 +70,7 @@ export class ConsumedView {
   }
 
   draw() {
-    const r = this.canvas.getBoundingClientRect();
-    sizeCanvas(this.canvas, this.ctx, r.width, r.height);
+    const r = fitCanvas(this.canvas, this.ctx);
     const g = this.ctx;
     const d = this.data;
     const total = d?.total ?? [];

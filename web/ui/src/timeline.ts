@@ -6,7 +6,7 @@
 // instant, wheel to zoom (not in a static report).
 
 import { MemoryAnswer, ResidentPoint, Timeline, TimelinePoint } from "./api";
-import { axes, placeReadout, sizeCanvas } from "./canvas";
+import { axes, fitCanvas, placeReadout } from "./canvas";
 import { bytes, count, dur, rate } from "./format";
 
 export interface TimelineEvents {
@@ -166,8 +166,7 @@ export class TimelineView {
   }
 
   draw() {
-    const r = this.canvas.getBoundingClientRect();
-    sizeCanvas(this.canvas, this.ctx, r.width, r.height);
+    const r = fitCanvas(this.canvas, this.ctx);
     const g = this.ctx;
     const d = this.data;
     const ps = this.points();
