@@ -27,15 +27,8 @@ func launchRounds(t *testing.T, name string, props Properties, rounds string) (s
 	t.Helper()
 	bin := testutil.MustBuild(t, "export_rounds", testutil.Options{})
 	cmd := exec.Command(bin, rounds)
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err = Launch(name, props, cmd)
+	in, out := testutil.Pipes(t, cmd)
+	s, err := Launch(name, props, cmd)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/heapscope/heapscope/bench/internal/benchutil"
@@ -145,7 +144,7 @@ func (e *benchEnv) attach(args []string, flags ...string) ([]byte, float64, erro
 	name := fmt.Sprintf("bench-%d", w.Process.Pid)
 	argv := append([]string{"attach", "-q", "--name", name, "-o", out, "-p", strconv.Itoa(w.Process.Pid)}, flags...)
 	tracer := exec.Command(e.heapscope, argv...)
-	var tracerErr syncBuffer
+	var tracerErr testutil.SyncBuffer
 	tracer.Stderr = &tracerErr
 	if err := tracer.Start(); err != nil {
 		return nil, 0, err
@@ -192,24 +191,6 @@ func procCPUNs(pid int) float64 {
 	ut, _ := strconv.ParseFloat(f[11], 64)
 	st, _ := strconv.ParseFloat(f[12], 64)
 	return (ut + st) * 1e7
-}
-
-// syncBuffer is a bytes.Buffer safe for a writer and a reader at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // afterReady is -after-ready.

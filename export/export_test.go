@@ -13,54 +13,20 @@ import (
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
 	"github.com/heapscope/heapscope/export"
+	"github.com/heapscope/heapscope/export/internal/exporttest"
 	"github.com/heapscope/heapscope/internal/collector"
 	"github.com/heapscope/heapscope/internal/testutil"
-	"github.com/heapscope/heapscope/internal/tracetest"
-	"github.com/heapscope/heapscope/report"
-	"github.com/heapscope/heapscope/symbolize"
 )
 
 func TestMain(m *testing.M) { testutil.Main(m) }
 
-// known are report_known's totals per call site (see its source), for 50
-// rounds: what each sample type must hold for the function that called the
-// allocator.
-var known = map[string]map[string]int64{
-	"alloc_objects": {"leak_site": 3, "calloc_site": 1, "peak_site": 10, "temp_site": 50, "realloc_site": 1, "grow_site": 1, "aligned_site": 2},
-	"alloc_space":   {"leak_site": 3000, "calloc_site": 1024, "peak_site": 100000, "temp_site": 3200, "realloc_site": 100, "grow_site": 5000, "aligned_site": 4352},
-	"inuse_objects": {"leak_site": 3, "calloc_site": 1},
-	"inuse_space":   {"leak_site": 3000, "calloc_site": 1024},
-}
-
-// Known records report_known under the preload provider and returns its
-// interval (the whole trace) with the options that symbolize it.
-func Known(tb testing.TB) (*export.Interval, export.Options, string) {
-	tb.Helper()
-	bin := testutil.MustBuild(tb, "report_known", testutil.Options{})
-	path := filepath.Join(tb.TempDir(), "known.hst")
-	tracetest.Record(tb, path, bin, "50")
-	rep, err := report.Load(path, report.LoadOptions{})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	iv := export.FromProfile(rep.Profile, export.Clock{MonoStart: rep.Trace.Start, WallStart: rep.Trace.WallStart},
-		export.Host{Name: "testhost", Arch: "amd64"})
-	return iv, export.Options{Resolver: rep.Resolver(), Trim: symbolize.TrimAllocator, Version: "test"}, bin
-}
-
 // checkKnown compares per-function totals with report_known's.
 func checkKnown(t *testing.T, got map[string]map[string]int64) {
 	t.Helper()
-	for typ, fns := range known {
-		for fn, want := range fns {
-			if got[typ][fn] != want {
-				t.Errorf("%s of %s: %d, want %d", typ, fn, got[typ][fn], want)
-			}
-		}
-	}
+	exporttest.Check(t, got)
 	for _, typ := range []string{"inuse_objects", "inuse_space"} {
 		for fn, v := range got[typ] {
-			if _, ok := known[typ][fn]; !ok && v != 0 {
+			if _, ok := exporttest.Known[typ][fn]; !ok && v != 0 {
 				t.Logf("also live at the end: %s %s %d", typ, fn, v)
 			}
 		}
@@ -68,7 +34,7 @@ func checkKnown(t *testing.T, got map[string]map[string]int64) {
 }
 
 func TestOTLPKnown(t *testing.T) {
-	iv, o, bin := Known(t)
+	iv, o, bin := exporttest.Interval(t)
 	if len(iv.Processes) != 1 {
 		t.Fatalf("%d processes", len(iv.Processes))
 	}
@@ -164,7 +130,7 @@ func CheckResource(t *testing.T, raw map[string]any, pid int64, bin string) {
 
 // TestPprofKnown reads the pprof profile back with google/pprof's parser.
 func TestPprofKnown(t *testing.T) {
-	iv, o, bin := Known(t)
+	iv, o, bin := exporttest.Interval(t)
 	var buf bytes.Buffer
 	if err := export.WritePprof(&buf, iv, 0, o); err != nil {
 		t.Fatal(err)
@@ -218,7 +184,7 @@ func TestPprofKnown(t *testing.T) {
 // address in its mapping and no lines, for a backend that symbolizes by
 // build-id; the totals are the same.
 func TestAddressesOnly(t *testing.T) {
-	iv, _, _ := Known(t)
+	iv, _, _ := exporttest.Interval(t)
 	ps, err := export.OTLP(iv, export.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -244,7 +210,7 @@ func TestAddressesOnly(t *testing.T) {
 	for _, st := range iv.Processes[0].Stacks {
 		want += int64(st.AllocBytes)
 	}
-	if sum != want || sum < known["alloc_space"]["peak_site"] {
+	if sum != want || sum < exporttest.Known["alloc_space"]["peak_site"] {
 		t.Errorf("alloc_space %d, want %d", sum, want)
 	}
 }

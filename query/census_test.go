@@ -4,10 +4,36 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/heapscope/heapscope/internal/testutil/tracetest"
+
 	"github.com/heapscope/heapscope/event"
 	"github.com/heapscope/heapscope/report"
 	"github.com/heapscope/heapscope/tracefile"
 )
+
+// createTrace creates the trace name in a folder of the test's, its
+// clock starting at s = 1 s, with a must that fails the test on an error.
+func createTrace(t *testing.T, name, session, provider string) (path string, w *tracefile.Writer, must func(error)) {
+	t.Helper()
+	path = filepath.Join(t.TempDir(), name)
+	w, must = tracetest.Create(t, path, tracefile.Header{Session: session, Provider: provider, MonoStart: 1e9, Clock: "CLOCK_MONOTONIC"},
+		tracefile.Options{TimeResolution: 1})
+	return path, w, must
+}
+
+// censusWriter is createTrace for the census tests: an attach of pid 1,
+// one stack, and ev, its events at times from s.
+func censusWriter(t *testing.T, name string) (path string, w *tracefile.Writer, must func(error), ev func(tm int64, k event.Kind, addr, size uint64) event.Event) {
+	t.Helper()
+	const s = int64(1e9)
+	path, w, must = createTrace(t, name, "census", "ebpf")
+	must(w.Process(event.Process{PID: 1, Time: s, Exe: "/bin/x"}))
+	must(w.Stack(event.Stack{PID: 1, ID: 1, Frames: []uint64{0x1000}}))
+	ev = func(tm int64, k event.Kind, addr, size uint64) event.Event {
+		return event.Event{Time: s + tm, PID: 1, TID: 1, Kind: k, Stack: 1, Addr: addr, Size: size}
+	}
+	return path, w, must, ev
+}
 
 // censusTrace writes an attach with a census: a block traced (0xa000, 30
 // bytes) before the census at 1.2 s, which finds it and two blocks from
@@ -17,22 +43,8 @@ import (
 // without its free (the census saw it made first: "overtaken").
 func censusTrace(t *testing.T) string {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "census.hst")
+	path, w, must, ev := censusWriter(t, "census.hst")
 	const s = int64(1e9)
-	w, err := tracefile.Create(path, tracefile.Header{Session: "census", Provider: "ebpf", MonoStart: s, Clock: "CLOCK_MONOTONIC"},
-		tracefile.Options{TimeResolution: 1})
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	must(err)
-	must(w.Process(event.Process{PID: 1, Time: s, Exe: "/bin/x"}))
-	must(w.Stack(event.Stack{PID: 1, ID: 1, Frames: []uint64{0x1000}}))
-	ev := func(tm int64, k event.Kind, addr, size uint64) event.Event {
-		return event.Event{Time: s + tm, PID: 1, TID: 1, Kind: k, Stack: 1, Addr: addr, Size: size}
-	}
 	must(w.Events([]event.Event{
 		ev(1.1e8, event.KindAlloc, 0xa000, 30),
 		ev(1.15e8, event.KindAlloc, 0xe000, 5),
@@ -102,22 +114,8 @@ func TestCensusWindowClasses(t *testing.T) {
 // finds none of the old program's live: the index's whole-trace report is
 // the model's, and the heap at the end is the new program's alone.
 func TestCensusThenExit(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "census-exit.hst")
+	path, w, must, ev := censusWriter(t, "census-exit.hst")
 	const s = int64(1e9)
-	w, err := tracefile.Create(path, tracefile.Header{Session: "census", Provider: "ebpf", MonoStart: s, Clock: "CLOCK_MONOTONIC"},
-		tracefile.Options{TimeResolution: 1})
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	must(err)
-	must(w.Process(event.Process{PID: 1, Time: s, Exe: "/bin/x"}))
-	must(w.Stack(event.Stack{PID: 1, ID: 1, Frames: []uint64{0x1000}}))
-	ev := func(tm int64, k event.Kind, addr, size uint64) event.Event {
-		return event.Event{Time: s + tm, PID: 1, TID: 1, Kind: k, Stack: 1, Addr: addr, Size: size}
-	}
 	must(w.Events([]event.Event{ev(1.1e8, event.KindAlloc, 0xa000, 30)}))
 	must(w.Note(event.Census{PID: 1, Time: s + 2e8,
 		Blocks: []event.LiveBlock{{Addr: 0xa000, Size: 40}, {Addr: 0xb000, Size: 100}, {Addr: 0xc000, Size: 1000}}}))

@@ -186,12 +186,7 @@ func (x *Index) Flame(res *Result, c Cost, inverted bool, minShare float64, maxN
 		}
 		ns[cur].self += v
 	}
-	name := func(i int32) string {
-		if i == 0 {
-			return "all"
-		}
-		return tr.nodes[ns[i].trie].name
-	}
+	name := func(i int32) string { return tr.name(ns[i].trie) }
 	fl := &Flame{Cost: c.String(), Inverted: inverted, Total: ns[0].value, Suppressed: suppressed, Estimated: x.Report.Estimate()}
 	// Which nodes to keep: at least minShare, and the maxNodes largest
 	// (a parent is never smaller than its child, and sorts first on a tie
@@ -210,20 +205,7 @@ func (x *Index) Flame(res *Result, c Cost, inverted bool, minShare float64, maxN
 		}
 		return na.depth < nb.depth
 	})
-	if maxNodes > 0 && len(order) > maxNodes {
-		order = order[:maxNodes]
-	}
-	keep := make([]bool, len(ns))
-	for _, i := range order {
-		keep[i] = true
-	}
-	// The kept nodes' children, each list in the order they were reached.
-	kids := make(map[int32][]int32, len(order))
-	for i := int32(1); i < int32(len(ns)); i++ {
-		if keep[i] {
-			kids[ns[i].parent] = append(kids[ns[i].parent], i)
-		}
-	}
+	order, kids := keptKids(order, maxNodes, len(ns), func(i int32) int32 { return ns[i].parent })
 	fl.Hidden = len(ns) - len(order)
 	fl.Nodes = make([]Node, 0, len(order))
 	// Depth-first, children by value.
@@ -253,6 +235,27 @@ func (x *Index) Flame(res *Result, c Cost, inverted bool, minShare float64, maxN
 	return fl
 }
 
+// keptKids cuts order (nodes by rank, the root first) to maxNodes (0: no
+// limit), and returns it with the kept nodes' children by parent, each
+// list in the order the n nodes were numbered (reached).
+func keptKids(order []int32, maxNodes, n int, parent func(int32) int32) ([]int32, map[int32][]int32) {
+	if maxNodes > 0 && len(order) > maxNodes {
+		order = order[:maxNodes]
+	}
+	keep := make([]bool, n)
+	for _, i := range order {
+		keep[i] = true
+	}
+	kids := make(map[int32][]int32, len(order))
+	for i := int32(1); i < int32(n); i++ {
+		if keep[i] {
+			p := parent(i)
+			kids[p] = append(kids[p], i)
+		}
+	}
+	return order, kids
+}
+
 // trie is the tree of every site's frames, from the callers down or
 // inverted, built once: a flame graph then only adds its costs along
 // each site's path, with no names to hash.
@@ -270,6 +273,14 @@ type trieNode struct {
 type trieEdge struct {
 	parent int32
 	name   string
+}
+
+// name is trie node t's name; t < 0 is the root, "all".
+func (tr *trie) name(t int32) string {
+	if t < 0 {
+		return "all"
+	}
+	return tr.nodes[t].name
 }
 
 // noStack is the frame of a site without frames.

@@ -32,6 +32,20 @@ func build(t *testing.T, path string) *Index {
 	return x
 }
 
+// wholeDocuments builds the index of path and returns it with the report's
+// document of the trace and the index's of its whole window, comparable.
+func wholeDocuments(t *testing.T, path string) (x *Index, want, got *report.JSON) {
+	t.Helper()
+	x = build(t, path)
+	rep, err := report.Load(path, report.LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = comparable(rep.Document(0))
+	got = comparable(report.New(x.Profile(x.Window(Filter{})), x.trace(), x.res).Document(0))
+	return x, want, got
+}
+
 // comparable drops what differs by construction between a report of the
 // model and one of the index: the timeline (the model's is sampled, the
 // index's bucketed) and the events (the model counts free(NULL)).
@@ -57,13 +71,7 @@ func TestWholeTraceEqualsReport(t *testing.T) {
 	for _, w := range []string{"report_known", "serve_phases"} {
 		t.Run(w, func(t *testing.T) {
 			path := record(t, w)
-			x := build(t, path)
-			rep, err := report.Load(path, report.LoadOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			want := comparable(rep.Document(0))
-			got := comparable(report.New(x.Profile(x.Window(Filter{})), x.trace(), x.res).Document(0))
+			x, want, got := wholeDocuments(t, path)
 			if g, w := roundTrip(t, got), roundTrip(t, want); g != w {
 				t.Errorf("index:\n%s\nreport:\n%s", g, w)
 			}

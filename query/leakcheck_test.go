@@ -1,13 +1,11 @@
 package query
 
 import (
-	"path/filepath"
 	"testing"
 
 	"github.com/heapscope/heapscope/analyze"
 	"github.com/heapscope/heapscope/event"
 	"github.com/heapscope/heapscope/report"
-	"github.com/heapscope/heapscope/tracefile"
 )
 
 // TestLeakCheckedIndex: the classes a leak check at a process's exit gave
@@ -17,17 +15,8 @@ import (
 // window or a thread, whose blocks' classes the index does not know, is
 // reported without a leak check rather than with wrong classes.
 func TestLeakCheckedIndex(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "checked.hst")
+	path, w, must := createTrace(t, "checked.hst", "checked", "preload")
 	const s = int64(1e9)
-	w, err := tracefile.Create(path, tracefile.Header{Session: "checked", Provider: "preload", MonoStart: s, Clock: "CLOCK_MONOTONIC"},
-		tracefile.Options{TimeResolution: 1})
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	must(err)
 	for _, pid := range []uint32{1, 2} {
 		must(w.Process(event.Process{PID: pid, Time: s, Exe: "/bin/x"}))
 		must(w.Stack(event.Stack{PID: pid, ID: 1, Frames: []uint64{0x1000}}))

@@ -131,13 +131,7 @@ func TestRandomTraces(t *testing.T) {
 	for seed := int64(1); seed <= 3; seed++ {
 		path := filepath.Join(t.TempDir(), "random.hst")
 		writeRandomTrace(t, path, seed)
-		x := build(t, path)
-		rep, err := report.Load(path, report.LoadOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		want := comparable(rep.Document(0))
-		got := comparable(report.New(x.Profile(x.Window(Filter{})), x.trace(), x.res).Document(0))
+		x, want, got := wholeDocuments(t, path)
 		if g, w := roundTrip(t, got), roundTrip(t, want); g != w {
 			t.Fatalf("seed %d: the index's report differs from the model's", seed)
 		}

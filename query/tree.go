@@ -129,27 +129,10 @@ func (x *Index) Tree(res *Result, by Cost, inverted bool, minShare float64, maxN
 		}
 		return ns[order[a]].depth < ns[order[b]].depth
 	})
-	if maxNodes > 0 && len(order) > maxNodes {
-		order = order[:maxNodes]
-	}
-	keep := make([]bool, len(ns))
-	for _, i := range order {
-		keep[i] = true
-	}
-	kids := make(map[int32][]int32, len(order))
-	for i := int32(1); i < int32(len(ns)); i++ {
-		if keep[i] {
-			kids[ns[i].parent] = append(kids[ns[i].parent], i)
-		}
-	}
+	order, kids := keptKids(order, maxNodes, len(ns), func(i int32) int32 { return ns[i].parent })
 	out.Hidden = len(ns) - len(order)
 	out.Nodes = make([]TreeNode, 0, len(order))
-	name := func(i int32) string {
-		if i == 0 {
-			return "all"
-		}
-		return tr.nodes[ns[i].trie].name
-	}
+	name := func(i int32) string { return tr.name(ns[i].trie) }
 	var walk func(i int32, parent int)
 	walk = func(i int32, parent int) {
 		n := &ns[i]

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heapscope/heapscope/internal/testutil/tracetest"
+
 	"github.com/heapscope/heapscope/event"
 	"github.com/heapscope/heapscope/tracefile"
 )
@@ -138,16 +140,7 @@ func treePaths(tr *Tree) map[string]*TreeNode {
 func TestMemory(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "mem.hst")
 	const start = int64(1_000_000_000)
-	w, err := tracefile.Create(path, tracefile.Header{Session: "mem", Provider: "preload", MonoStart: start, WallStart: time.Unix(1700000000, 0)}, tracefile.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	w, must := tracetest.Create(t, path, tracefile.Header{Session: "mem", Provider: "preload", MonoStart: start, WallStart: time.Unix(1700000000, 0)}, tracefile.Options{})
 	ms := func(n int64) int64 { return start + n*1e6 }
 	must(w.Process(event.Process{PID: 1, Time: start, Exe: "/bin/a"}))
 	must(w.Process(event.Process{PID: 2, Time: start, Exe: "/bin/b"}))

@@ -2,13 +2,13 @@ package report
 
 import (
 	"bytes"
-	"encoding/xml"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/heapscope/heapscope/analyze"
 	"github.com/heapscope/heapscope/event"
+	"github.com/heapscope/heapscope/internal/testutil"
 )
 
 func TestGate(t *testing.T) {
@@ -49,30 +49,14 @@ func TestGate(t *testing.T) {
 
 	var buf bytes.Buffer
 	must(t, WriteJUnit(&buf, "app", checks, 1500*time.Millisecond, time.Unix(0, 0), Verdict(checks)))
-	var doc struct {
-		Tests    int `xml:"tests,attr"`
-		Failures int `xml:"failures,attr"`
-		Suite    []struct {
-			Name  string `xml:"name,attr"`
-			Cases []struct {
-				Name    string `xml:"name,attr"`
-				Failure *struct {
-					Message string `xml:"message,attr"`
-					Text    string `xml:",chardata"`
-				} `xml:"failure"`
-			} `xml:"testcase"`
-		} `xml:"testsuite"`
-	}
-	if err := xml.Unmarshal(buf.Bytes(), &doc); err != nil {
-		t.Fatalf("%v:\n%s", err, buf.String())
-	}
-	if doc.Tests != 4 || doc.Failures != 3 || len(doc.Suite) != 1 || len(doc.Suite[0].Cases) != 4 {
+	doc := testutil.ParseJUnit(t, buf.Bytes())
+	if doc.Tests != 4 || doc.Failures != 3 || len(doc.Suites) != 1 || len(doc.Suites[0].Cases) != 4 {
 		t.Fatalf("junit:\n%s", buf.String())
 	}
-	if f := doc.Suite[0].Cases[0].Failure; f == nil || !strings.Contains(f.Text, "make_node  app.c:10") {
+	if f := doc.Suites[0].Cases[0].Failure; f == nil || !strings.Contains(f.Text, "make_node  app.c:10") {
 		t.Errorf("the leaks case's failure: %+v", f)
 	}
-	if doc.Suite[0].Cases[3].Failure != nil {
+	if doc.Suites[0].Cases[3].Failure != nil {
 		t.Error("growth failed in the JUnit file")
 	}
 }

@@ -58,12 +58,7 @@ func leaksByFunction(d *report.JSON) map[string]uint64 {
 func TestAPIEqualsReport(t *testing.T) {
 	for _, w := range []string{"report_known", "serve_phases"} {
 		t.Run(w, func(t *testing.T) {
-			path := trace(t, w)
-			_, srv := serveTrace(t, path)
-			rep, err := report.Load(path, report.LoadOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
+			_, srv, rep := servedReport(t, w)
 			var want bytes.Buffer
 			if err := rep.WriteJSON(&want, 0); err != nil {
 				t.Fatal(err)

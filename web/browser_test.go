@@ -130,13 +130,8 @@ func lastNumber(s string) uint64 {
 // timeline, and the share of a search.
 func TestPageShowsTrace(t *testing.T) {
 	ctx := browser(t)
-	path := trace(t, "serve_phases")
-	_, srv := serveTrace(t, path)
+	path, srv, rep := servedReport(t, "serve_phases")
 	shots := artefacts(t)
-	rep, err := report.Load(path, report.LoadOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	want := rep.Document(0)
 
 	settle(t, ctx, visit(srv, "/"))
@@ -371,13 +366,8 @@ func TestPageDiff(t *testing.T) {
 // function shown, in the URL too.
 func TestPageCallers(t *testing.T) {
 	ctx := browser(t)
-	path := trace(t, "serve_phases")
-	_, srv := serveTrace(t, path)
+	_, srv, rep := servedReport(t, "serve_phases")
 	shots := artefacts(t)
-	rep, err := report.Load(path, report.LoadOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	want := map[string]uint64{}
 	for _, l := range rep.Document(0).Leaks {
 		seen := map[string]bool{}

@@ -13,6 +13,7 @@ import (
 	"github.com/heapscope/heapscope/internal/testutil"
 	"github.com/heapscope/heapscope/internal/tracetest"
 	"github.com/heapscope/heapscope/query"
+	"github.com/heapscope/heapscope/report"
 	"github.com/heapscope/heapscope/tracefile"
 )
 
@@ -57,6 +58,34 @@ func serveTrace(t *testing.T, path string) (*query.Index, *testServer) {
 		t.Fatal(err)
 	}
 	return x, newTestServer(t, New(x))
+}
+
+// servedReport serves the trace of workload w and loads its report, as
+// `heapscope report` does, to compare the answers with.
+func servedReport(t *testing.T, w string) (path string, srv *testServer, rep *report.Report) {
+	t.Helper()
+	path = trace(t, w)
+	_, srv = serveTrace(t, path)
+	rep, err := report.Load(path, report.LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path, srv, rep
+}
+
+// functionTotal is name's inclusive cost in /api/functions?cost=cost (0:
+// not there).
+func functionTotal(t *testing.T, srv *testServer, cost, name string) uint64 {
+	t.Helper()
+	var fs Functions
+	getJSON(t, srv.URL+"/api/functions?cost="+cost, &fs)
+	var total uint64
+	for _, f := range fs.Functions {
+		if f.Name == name {
+			total = f.Total
+		}
+	}
+	return total
 }
 
 // testServer serves a handler behind a Guard on a loopback port, as

@@ -24,14 +24,7 @@ import (
 // the check's once the trace is indexed again; another method is refused.
 func TestLiveLeaks(t *testing.T) {
 	cmd := exec.Command(testutil.MustBuild(t, "scan_planted", testutil.Options{}))
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
+	in, out := testutil.Pipes(t, cmd)
 	name := fmt.Sprintf("web-leaks-%d", time.Now().UnixNano())
 	props := heapscope.Properties{File: filepath.Join(t.TempDir(), "l.hst"), FlushInterval: 100 * time.Millisecond, LeakCheck: heapscope.LeakCheckOff}
 	s, err := heapscope.Launch(name, props, cmd)

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heapscope/heapscope/internal/testutil/tracetest"
+
 	"github.com/heapscope/heapscope/event"
 	"github.com/heapscope/heapscope/query"
 	"github.com/heapscope/heapscope/report"
@@ -27,17 +29,8 @@ func manySitesTrace(t *testing.T, n, frames int) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "many.hst")
 	const start = int64(1e9)
-	w, err := tracefile.Create(path, tracefile.Header{Session: "many", Provider: "preload", MonoStart: start,
+	w, check := tracetest.Create(t, path, tracefile.Header{Session: "many", Provider: "preload", MonoStart: start,
 		WallStart: time.Unix(1700000000, 0), Clock: "CLOCK_MONOTONIC"}, tracefile.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	check := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
 	check(w.Process(event.Process{PID: 10, PPID: 1, Time: start, Exe: "/nonexistent/many", Cmdline: []string{"many"}}))
 	check(w.Module(event.Module{PID: 10, Time: start, Start: 0x400000, End: 0x7fff0000, Path: "/nonexistent/many"}))
 	rng := rand.New(rand.NewPCG(1, 2))

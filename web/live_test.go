@@ -48,14 +48,7 @@ func TestLiveUnknownSession(t *testing.T) {
 func TestPageLive(t *testing.T) {
 	ctx := browser(t)
 	cmd := exec.Command(testutil.MustBuild(t, "session_steps", testutil.Options{}))
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
+	in, out := testutil.Pipes(t, cmd)
 	name := fmt.Sprintf("web-live-%d", time.Now().UnixNano())
 	props := heapscope.Properties{File: filepath.Join(t.TempDir(), "live.hst"), FlushInterval: 100 * time.Millisecond}
 	s, err := heapscope.Launch(name, props, cmd)

@@ -4,6 +4,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/heapscope/heapscope/internal/testutil/tracetest"
+
 	"github.com/heapscope/heapscope/event"
 	"github.com/heapscope/heapscope/tracefile"
 )
@@ -13,16 +15,7 @@ import (
 func TestRSS(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "census.hst")
 	const s = int64(1e9)
-	w, err := tracefile.Create(path, tracefile.Header{Session: "rss", Provider: "ebpf", MonoStart: s, Clock: "CLOCK_MONOTONIC"}, tracefile.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ok := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	w, ok := tracetest.Create(t, path, tracefile.Header{Session: "rss", Provider: "ebpf", MonoStart: s, Clock: "CLOCK_MONOTONIC"}, tracefile.Options{})
 	ok(w.Process(event.Process{PID: 7, Time: s, Exe: "/bin/x"}))
 	ok(w.Note(event.Census{PID: 7, Time: s + 1e8, Blocks: []event.LiveBlock{{Addr: 0x1000, Size: 100}, {Addr: 0x2000, Size: 200}},
 		Groups: []event.CensusGroup{{Lo: 112, Hi: 128, Name: "Circle"}, {Lo: 208, Hi: 224, Name: "string", Text: "hi"}}, BlockGroups: []uint32{0, 1}}))

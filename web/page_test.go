@@ -199,14 +199,7 @@ func TestPageSearchAndFilters(t *testing.T) {
 	_, srv := serveTrace(t, trace(t, "serve_phases"))
 	shots := artefacts(t)
 	viewport(t, ctx, 1280, 800)
-	var fs Functions
-	getJSON(t, srv.URL+"/api/functions?cost=leaks", &fs)
-	var late uint64
-	for _, f := range fs.Functions {
-		if f.Name == "late_leak" {
-			late = f.Total
-		}
-	}
+	late := functionTotal(t, srv, "leaks", "late_leak")
 	// late_leak holds 12.3% of the leaks: under a 20% threshold it is not drawn.
 	settle(t, ctx, visit(srv, "/?tab=flame&cost=leaks&share=0.2&q=late_leak"))
 	shot(t, ctx, shots, "search-under-threshold")

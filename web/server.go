@@ -103,6 +103,38 @@ func (s *Server) windowOf(f query.Filter) *query.Result {
 	return res
 }
 
+// heavyWindow waits for what the window of f for cost c needs, takes a
+// heavy slot and builds the window (see windowFor). On false it has
+// answered the error; else the caller calls leave when it is done.
+func (s *Server) heavyWindow(w http.ResponseWriter, r *http.Request, f query.Filter, c query.Cost) (res *query.Result, leave func(), ok bool) {
+	if err := s.waitFor(r.Context(), f, c); err != nil {
+		writeErr(w, err)
+		return nil, nil, false
+	}
+	if leave, ok = s.heavy(w, r); !ok {
+		return nil, nil, false
+	}
+	res, err := s.windowFor(r.Context(), f, c)
+	if err != nil {
+		writeErr(w, err)
+		leave()
+		return nil, nil, false
+	}
+	return res, leave, true
+}
+
+// indexedWindow parses a question that needs the windowed index, takes a
+// heavy slot and answers its window (as parseIndexed, heavyWindow).
+func (s *Server) indexedWindow(w http.ResponseWriter, r *http.Request) (p *params, res *query.Result, leave func(), ok bool) {
+	if p, ok = s.parseIndexed(w, r); !ok {
+		return nil, nil, nil, false
+	}
+	if leave, ok = s.heavy(w, r); !ok {
+		return nil, nil, nil, false
+	}
+	return p, s.windowOf(p.f), leave, true
+}
+
 // New returns a Server for x.
 func New(x *query.Index) *Server { return NewWithBase(x, nil) }
 
@@ -239,6 +271,20 @@ type params struct {
 	query     map[string][]string
 }
 
+// points reads points= (default defPoints) clamped to 1..maxPoints, and
+// the Capped to answer when more were asked for.
+func points(q map[string][]string) (int, *Capped, error) {
+	n, err := intParam(q, "points", defPoints)
+	if err != nil {
+		return 0, nil, err
+	}
+	var capped *Capped
+	if n > maxPoints {
+		capped = &Capped{Points: maxPoints}
+	}
+	return int(min(max(n, 1), maxPoints)), capped, nil
+}
+
 func intParam(q map[string][]string, name string, def int64) (int64, error) {
 	v := q[name]
 	if len(v) == 0 || v[0] == "" {
@@ -268,15 +314,26 @@ func (s *Server) parseEvents(w http.ResponseWriter, r *http.Request) (*params, b
 // parseIndexed is parseEvents for a question that needs the windowed
 // index: it waits for it, and answers why there is none.
 func (s *Server) parseIndexed(w http.ResponseWriter, r *http.Request) (*params, bool) {
-	p, ok := s.parseEvents(w, r)
-	if !ok {
-		return nil, false
-	}
-	if err := s.x.Wait(r.Context()); err != nil {
+	p, err := s.parse(r)
+	if err != nil {
 		writeErr(w, err)
 		return nil, false
 	}
-	return p, true
+	return p, s.indexed(w, r)
+}
+
+// indexed waits for the windowed index: on false it has answered why
+// there is none (an aggregate trace, the client gone).
+func (s *Server) indexed(w http.ResponseWriter, r *http.Request) bool {
+	err := s.needEvents()
+	if err == nil {
+		err = s.x.Wait(r.Context())
+	}
+	if err != nil {
+		writeErr(w, err)
+		return false
+	}
+	return true
 }
 
 // parse reads from_ns, to_ns, at_ns (from the trace's start), pid, tid,
@@ -395,12 +452,7 @@ func (s *Server) summary(w http.ResponseWriter, r *http.Request) {
 		// The summary of one process, thread or the sites a filter
 		// keeps: the report of their blocks, as `report --pid` gives
 		// a process's.
-		if err := s.needEvents(); err != nil {
-			writeErr(w, err)
-			return
-		}
-		if err := s.x.Wait(r.Context()); err != nil {
-			writeErr(w, err)
+		if !s.indexed(w, r) {
 			return
 		}
 		leave, ok := s.heavy(w, r)
@@ -458,16 +510,11 @@ func (s *Server) timeline(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	n, err := intParam(p.query, "points", defPoints)
+	n, capped, err := points(p.query)
 	if err != nil {
 		writeErr(w, err)
 		return
 	}
-	var capped *Capped
-	if n > maxPoints {
-		capped = &Capped{Points: maxPoints}
-	}
-	n = min(max(n, 1), maxPoints)
 	// The heap model's coarse timeline answers the whole trace's, of
 	// every process and site, while the index is built.
 	quick := !s.x.Ready() && p.f.From == 0 && p.f.To == 0 && p.f.PID == 0 && p.f.TID == 0 && p.f.Match == ""
@@ -483,7 +530,7 @@ func (s *Server) timeline(w http.ResponseWriter, r *http.Request) {
 	}
 	defer leave()
 	if quick {
-		out := s.quickTimeline(int(n))
+		out := s.quickTimeline(n)
 		out.Capped = capped
 		writeJSON(w, out)
 		return
@@ -493,7 +540,7 @@ func (s *Server) timeline(w http.ResponseWriter, r *http.Request) {
 	sp := s.x.Span(p.f)
 	out := Timeline{FromNs: s.rel(sp.From), ToNs: s.rel(sp.To), Points: []TimelinePoint{}, Capped: capped,
 		Estimated: s.x.Report.Estimate(), PID: p.f.PID, TID: p.f.TID}
-	buckets, pk, ok := s.x.TimelinePeakOf(p.f, sp, int(n))
+	buckets, pk, ok := s.x.TimelinePeakOf(p.f, sp, n)
 	if ok {
 		out.Peak = Point{TNs: s.rel(pk.Time), Bytes: pk.Bytes, Blocks: pk.Blocks}
 	}
@@ -511,6 +558,30 @@ func (p *params) capTop(more int) *Capped {
 		return &Capped{Top: p.top}
 	}
 	return nil
+}
+
+// cut keeps the first top of xs, and says how many it left out.
+func cut[T any](xs []T, top int) ([]T, int) {
+	if len(xs) > top {
+		return xs[:top], len(xs) - top
+	}
+	return xs, 0
+}
+
+// ranked is a site and its value in a list by cost.
+type ranked struct {
+	id int
+	v  uint64
+}
+
+// rank sorts rs by value, the largest first, then by site.
+func rank(rs []ranked) {
+	sort.Slice(rs, func(i, j int) bool {
+		if rs[i].v != rs[j].v {
+			return rs[i].v > rs[j].v
+		}
+		return rs[i].id < rs[j].id
+	})
 }
 
 // Window is /api/window: the four classes of the window, in total and by
@@ -561,25 +632,16 @@ type SiteClasses struct {
 }
 
 func (s *Server) window(w http.ResponseWriter, r *http.Request) {
-	p, ok := s.parseIndexed(w, r)
-	if !ok {
-		return
-	}
-	leave, ok := s.heavy(w, r)
+	p, res, leave, ok := s.indexedWindow(w, r)
 	if !ok {
 		return
 	}
 	defer leave()
-	res := s.windowOf(p.f)
 	out := Window{FromNs: s.rel(res.Span.From), ToNs: s.rel(res.Span.To), Total: classes(res.Total.Classes),
 		Start: res.Total.Start, End: res.Total.End, Unmatch: res.Unmatch, ExitedAIFI: res.Total.ExitedAIFI, Sites: []SiteClasses{},
 		Estimated: s.x.Report.Estimate()}
 	if res.PeakSeq >= 0 {
 		out.Peak = Point{TNs: s.rel(res.Peak.Time), Bytes: res.Peak.Bytes, Blocks: res.Peak.Blocks}
-	}
-	type ranked struct {
-		id  int
-		sum uint64
 	}
 	var rs []ranked
 	var sup [4]query.Amount
@@ -596,16 +658,8 @@ func (s *Server) window(w http.ResponseWriter, r *http.Request) {
 			rs = append(rs, ranked{i, sum})
 		}
 	}
-	sort.Slice(rs, func(a, b int) bool {
-		if rs[a].sum != rs[b].sum {
-			return rs[a].sum > rs[b].sum
-		}
-		return rs[a].id < rs[b].id
-	})
-	if len(rs) > p.top {
-		out.More = len(rs) - p.top
-		rs = rs[:p.top]
-	}
+	rank(rs)
+	rs, out.More = cut(rs, p.top)
 	out.Suppressed = classes(sup)
 	out.Capped = p.capTop(out.More)
 	sites := s.x.Sites()
@@ -638,47 +692,11 @@ type FlameAnswer struct {
 }
 
 func (s *Server) flame(w http.ResponseWriter, r *http.Request) {
-	p, ok := s.parseEvents(w, r)
-	if !ok {
-		return
-	}
-	q := r.URL.Query()
-	share := defMinShare
-	if v := q.Get("min_share"); v != "" {
-		var err error
-		share, err = strconv.ParseFloat(v, 64)
-		if err != nil || !(share >= 0 && share <= 1) {
-			writeErr(w, badRequest{fmt.Sprintf("min_share: want a number from 0 to 1, not %q", v)})
-			return
-		}
-	}
-	nodes, err := intParam(q, "max_nodes", defMaxNodes)
-	if err != nil {
-		writeErr(w, err)
-		return
-	}
-	asked := nodes
-	nodes = min(max(nodes, 1), maxMaxNodes)
-	inv := q.Get("invert") == "1" || q.Get("invert") == "true"
-	if err := s.waitFor(r.Context(), p.f, p.cost); err != nil {
-		writeErr(w, err)
-		return
-	}
-	leave, ok := s.heavy(w, r)
-	if !ok {
-		return
-	}
-	defer leave()
-	res, err := s.windowFor(r.Context(), p.f, p.cost)
-	if err != nil {
-		writeErr(w, err)
-		return
-	}
-	out := FlameAnswer{Flame: s.x.Flame(res, p.cost, inv, share, int(nodes))}
-	if asked > maxMaxNodes && len(out.Nodes) >= maxMaxNodes {
-		out.Capped = &Capped{MaxNodes: maxMaxNodes}
-	}
-	writeJSON(w, out)
+	s.graph(w, r, func(p *params) query.Cost { return p.cost }, func(p *params, g graph, res *query.Result) any {
+		out := FlameAnswer{Flame: s.x.Flame(res, p.cost, g.inverted, g.share, g.nodes)}
+		out.Capped = g.capped(len(out.Nodes))
+		return out
+	})
 }
 
 // Functions is /api/functions.
@@ -695,25 +713,13 @@ func (s *Server) functions(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if err := s.waitFor(r.Context(), p.f, p.cost); err != nil {
-		writeErr(w, err)
-		return
-	}
-	leave, ok := s.heavy(w, r)
+	res, leave, ok := s.heavyWindow(w, r, p.f, p.cost)
 	if !ok {
 		return
 	}
 	defer leave()
-	res, err := s.windowFor(r.Context(), p.f, p.cost)
-	if err != nil {
-		writeErr(w, err)
-		return
-	}
-	out := Functions{Cost: p.cost.String(), Functions: s.x.Functions(res, p.cost, 0), Estimated: s.x.Report.Estimate()}
-	if len(out.Functions) > p.top {
-		out.More = len(out.Functions) - p.top
-		out.Functions = out.Functions[:p.top]
-	}
+	out := Functions{Cost: p.cost.String(), Estimated: s.x.Report.Estimate()}
+	out.Functions, out.More = cut(s.x.Functions(res, p.cost, 0), p.top)
 	out.Capped = p.capTop(out.More)
 	writeJSON(w, out)
 }
@@ -737,32 +743,18 @@ func (s *Server) callers(w http.ResponseWriter, r *http.Request) {
 	if err == nil && fn == "" {
 		err = badRequest{"function: want a function's name"}
 	}
-	if err == nil {
-		err = s.waitFor(r.Context(), p.f, p.cost)
-	}
 	if err != nil {
 		writeErr(w, err)
 		return
 	}
-	leave, ok := s.heavy(w, r)
+	res, leave, ok := s.heavyWindow(w, r, p.f, p.cost)
 	if !ok {
 		return
 	}
 	defer leave()
-	res, err := s.windowFor(r.Context(), p.f, p.cost)
-	if err != nil {
-		writeErr(w, err)
-		return
-	}
 	out := CallersAnswer{Callers: s.x.Callers(res, p.cost, fn, 0)}
-	if len(out.Callers.Callers) > p.top {
-		out.MoreCallers = len(out.Callers.Callers) - p.top
-		out.Callers.Callers = out.Callers.Callers[:p.top]
-	}
-	if len(out.Callees) > p.top {
-		out.MoreCallees = len(out.Callees) - p.top
-		out.Callees = out.Callees[:p.top]
-	}
+	out.Callers.Callers, out.MoreCallers = cut(out.Callers.Callers, p.top)
+	out.Callees, out.MoreCallees = cut(out.Callees, p.top)
 	out.Capped = p.capTop(out.MoreCallers + out.MoreCallees)
 	writeJSON(w, out)
 }
@@ -839,16 +831,11 @@ type LifetimeBucket struct {
 }
 
 func (s *Server) histogram(w http.ResponseWriter, r *http.Request) {
-	p, ok := s.parseIndexed(w, r)
-	if !ok {
-		return
-	}
-	leave, ok := s.heavy(w, r)
+	_, res, leave, ok := s.indexedWindow(w, r)
 	if !ok {
 		return
 	}
 	defer leave()
-	res := s.windowOf(p.f)
 	tres := max(int64(s.x.Header.TimeResolution), 1)
 	out := Histogram{Sizes: []report.JSONBucket{}, Lifetimes: []LifetimeBucket{}, Live: res.Lifetime.Live, Estimated: s.x.Report.Estimate(),
 		TimeResolutionNs: tres}

@@ -59,15 +59,8 @@ func plantedSums(t *testing.T, r *bufio.Reader) (map[event.Class][2]uint64, int)
 func startPlanted(t *testing.T, name string, props heapscope.Properties) (sums map[event.Class][2]uint64, pid int, s *heapscope.Session, goOn func()) {
 	t.Helper()
 	cmd := exec.Command(testutil.MustBuild(t, "scan_planted", testutil.Options{}))
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err = heapscope.Launch(name, props, cmd)
+	in, out := testutil.Pipes(t, cmd)
+	s, err := heapscope.Launch(name, props, cmd)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,6 @@ package web
 import (
 	"fmt"
 	"net/http"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -124,20 +123,11 @@ func (s *Server) top(w http.ResponseWriter, r *http.Request) {
 	if v := p.query["top"]; len(v) > 0 && v[0] != "" {
 		n = p.top
 	}
-	if err := s.waitFor(r.Context(), p.f, query.CostPeak); err != nil {
-		writeErr(w, err)
-		return
-	}
-	leave, ok := s.heavy(w, r)
+	res, leave, ok := s.heavyWindow(w, r, p.f, query.CostPeak)
 	if !ok {
 		return
 	}
 	defer leave()
-	res, err := s.windowFor(r.Context(), p.f, query.CostPeak)
-	if err != nil {
-		writeErr(w, err)
-		return
-	}
 	sites := s.x.Sites()
 	row := func(id int) TopSite {
 		c := &res.Sites[id]
@@ -169,10 +159,6 @@ func (s *Server) top(w http.ResponseWriter, r *http.Request) {
 		{&out.Calls, query.CostCalls, func(t *TopSite) uint64 { return t.Calls }},
 		{&out.Temporary, query.CostTemporary, func(t *TopSite) uint64 { return t.Temporary }},
 	} {
-		type ranked struct {
-			id int
-			v  uint64
-		}
 		var rs []ranked
 		for id := range res.Sites {
 			v, sup := s.x.SiteCost(res, l.cost, id)
@@ -181,18 +167,10 @@ func (s *Server) top(w http.ResponseWriter, r *http.Request) {
 				l.list.Total += v
 			}
 		}
-		sort.Slice(rs, func(i, j int) bool {
-			if rs[i].v != rs[j].v {
-				return rs[i].v > rs[j].v
-			}
-			return rs[i].id < rs[j].id
-		})
+		rank(rs)
 		l.list.Cost = l.cost.String()
 		l.list.Sites = []TopSite{}
-		if len(rs) > n {
-			l.list.More = len(rs) - n
-			rs = rs[:n]
-		}
+		rs, l.list.More = cut(rs, n)
 		for _, k := range rs {
 			l.list.Sites = append(l.list.Sites, row(k.id))
 		}
@@ -215,52 +193,66 @@ type TreeAnswer struct {
 // children by cost (one of those; else peak), with flame's min_share and
 // max_nodes.
 func (s *Server) tree(w http.ResponseWriter, r *http.Request) {
+	s.graph(w, r, func(*params) query.Cost { return query.CostPeak }, func(p *params, g graph, res *query.Result) any {
+		out := TreeAnswer{Tree: s.x.Tree(res, p.cost, g.inverted, g.share, g.nodes), Estimated: s.x.Report.Estimate()}
+		out.Capped = g.capped(len(out.Nodes))
+		return out
+	})
+}
+
+// graph are the parameters of a flame graph or a tree: min_share,
+// max_nodes (the limit to use, and the nodes asked for) and invert.
+type graph struct {
+	share        float64
+	nodes, asked int
+	inverted     bool
+}
+
+// capped is the Capped of an answer of n nodes: set when the server's node
+// limit cut it.
+func (g graph) capped(n int) *Capped {
+	if g.asked > maxMaxNodes && n >= maxMaxNodes {
+		return &Capped{MaxNodes: maxMaxNodes}
+	}
+	return nil
+}
+
+// graph answers a flame graph's or a tree's question: what build makes of
+// the window for the cost that cost names.
+func (s *Server) graph(w http.ResponseWriter, r *http.Request, cost func(*params) query.Cost, build func(*params, graph, *query.Result) any) {
 	p, ok := s.parseEvents(w, r)
 	if !ok {
 		return
 	}
-	share, nodes, asked, err := flameLimits(p.query)
+	g, err := graphParams(p.query)
 	if err != nil {
 		writeErr(w, err)
 		return
 	}
-	inv := first(p.query, "invert") == "1" || first(p.query, "invert") == "true"
-	if err := s.waitFor(r.Context(), p.f, query.CostPeak); err != nil {
-		writeErr(w, err)
-		return
-	}
-	leave, ok := s.heavy(w, r)
+	res, leave, ok := s.heavyWindow(w, r, p.f, cost(p))
 	if !ok {
 		return
 	}
 	defer leave()
-	res, err := s.windowFor(r.Context(), p.f, query.CostPeak)
-	if err != nil {
-		writeErr(w, err)
-		return
-	}
-	out := TreeAnswer{Tree: s.x.Tree(res, p.cost, inv, share, nodes), Estimated: s.x.Report.Estimate()}
-	if asked > maxMaxNodes && len(out.Nodes) >= maxMaxNodes {
-		out.Capped = &Capped{MaxNodes: maxMaxNodes}
-	}
-	writeJSON(w, out)
+	writeJSON(w, build(p, g, res))
 }
 
-// flameLimits reads min_share and max_nodes as /api/flame does: the share
-// and node limit to use, and the nodes asked for.
-func flameLimits(q map[string][]string) (share float64, nodes, asked int, err error) {
-	share = defMinShare
+// graphParams reads min_share, max_nodes and invert.
+func graphParams(q map[string][]string) (graph, error) {
+	g := graph{share: defMinShare, inverted: first(q, "invert") == "1" || first(q, "invert") == "true"}
 	if v := first(q, "min_share"); v != "" {
-		share, err = strconv.ParseFloat(v, 64)
-		if err != nil || !(share >= 0 && share <= 1) {
-			return 0, 0, 0, badRequest{fmt.Sprintf("min_share: want a number from 0 to 1, not %q", v)}
+		var err error
+		g.share, err = strconv.ParseFloat(v, 64)
+		if err != nil || !(g.share >= 0 && g.share <= 1) {
+			return graph{}, badRequest{fmt.Sprintf("min_share: want a number from 0 to 1, not %q", v)}
 		}
 	}
 	n, err := intParam(q, "max_nodes", defMaxNodes)
 	if err != nil {
-		return 0, 0, 0, err
+		return graph{}, err
 	}
-	return share, int(min(max(n, 1), maxMaxNodes)), int(min(n, maxMaxNodes+1)), nil
+	g.nodes, g.asked = int(min(max(n, 1), maxMaxNodes)), int(min(n, maxMaxNodes+1))
+	return g, nil
 }
 
 func first(q map[string][]string, k string) string {
@@ -292,16 +284,11 @@ func (s *Server) consumed(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	n, err := intParam(p.query, "points", defPoints)
+	n, capped, err := points(p.query)
 	if err != nil {
 		writeErr(w, err)
 		return
 	}
-	var capped *Capped
-	if n > maxPoints {
-		capped = &Capped{Points: maxPoints}
-	}
-	n = min(max(n, 1), maxPoints)
 	k := defConsumed
 	if v := first(p.query, "top"); v != "" {
 		k = min(p.top, maxConsumed)
@@ -312,7 +299,7 @@ func (s *Server) consumed(w http.ResponseWriter, r *http.Request) {
 	}
 	defer leave()
 	res := s.windowOf(p.f)
-	c := s.x.Consumed(res, k, int(n))
+	c := s.x.Consumed(res, k, n)
 	out := ConsumedAnswer{FromNs: s.rel(res.Span.From), ToNs: s.rel(res.Span.To), WidthNs: c.Width, TNs: []int64{},
 		Total: c.Total, Series: c.Series, Capped: capped, Estimated: s.x.Report.Estimate()}
 	for _, t := range c.Times {
@@ -358,12 +345,12 @@ func (s *Server) memory(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	n, err := intParam(p.query, "points", defPoints)
+	n, _, err := points(p.query)
 	if err != nil {
 		writeErr(w, err)
 		return
 	}
-	m := s.x.Memory(p.f.From, p.f.To, p.f.PID, int(min(max(n, 1), maxPoints)))
+	m := s.x.Memory(p.f.From, p.f.To, p.f.PID, n)
 	pt := func(r query.Resident) ResidentPoint { return ResidentPoint{TNs: s.rel(r.Time), Resident: r} }
 	out := Memory{Samples: m.Samples, Points: []ResidentPoint{}, Processes: []ProcessMemory{}}
 	if m.Peak.RSS > 0 {
@@ -408,20 +395,11 @@ func (s *Server) search(w http.ResponseWriter, r *http.Request) {
 	}
 	term.Field = query.FieldFunction // a search is of names: "a:b" is a C++ name
 	term.Text = q
-	if err := s.waitFor(r.Context(), p.f, p.cost); err != nil {
-		writeErr(w, err)
-		return
-	}
-	leave, ok := s.heavy(w, r)
+	res, leave, ok := s.heavyWindow(w, r, p.f, p.cost)
 	if !ok {
 		return
 	}
 	defer leave()
-	res, err := s.windowFor(r.Context(), p.f, p.cost)
-	if err != nil {
-		writeErr(w, err)
-		return
-	}
 	out := Search{Cost: p.cost.String(), Query: q, Functions: []query.Function{}, Estimated: s.x.Report.Estimate()}
 	out.Value, out.Total = s.x.MatchCost(res, p.cost, query.Match{Include: []query.Term{term}}.String())
 	lq := strings.ToLower(q)
@@ -430,10 +408,7 @@ func (s *Server) search(w http.ResponseWriter, r *http.Request) {
 			out.Functions = append(out.Functions, f)
 		}
 	}
-	if len(out.Functions) > p.top {
-		out.More = len(out.Functions) - p.top
-		out.Functions = out.Functions[:p.top]
-	}
+	out.Functions, out.More = cut(out.Functions, p.top)
 	out.Capped = p.capTop(out.More)
 	writeJSON(w, out)
 }

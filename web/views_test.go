@@ -87,14 +87,7 @@ func TestAPISearch(t *testing.T) {
 	_, srv := serveTrace(t, trace(t, "serve_phases"))
 	var s Search
 	getJSON(t, srv.URL+"/api/search?cost=leaks&q=late", &s)
-	var fs Functions
-	getJSON(t, srv.URL+"/api/functions?cost=leaks", &fs)
-	var late uint64
-	for _, f := range fs.Functions {
-		if f.Name == "late_leak" {
-			late = f.Total
-		}
-	}
+	late := functionTotal(t, srv, "leaks", "late_leak")
 	if s.Value != 1400 || late != 1400 || s.Total != 11400 || len(s.Functions) != 1 || s.Functions[0].Name != "late_leak" {
 		t.Errorf("search late: %+v; functions' late_leak %d", s, late)
 	}
@@ -113,12 +106,7 @@ func TestAPISearch(t *testing.T) {
 func TestAPITopTreeConsumed(t *testing.T) {
 	for _, w := range []string{"report_known", "serve_phases"} {
 		t.Run(w, func(t *testing.T) {
-			path := trace(t, w)
-			_, srv := serveTrace(t, path)
-			rep, err := report.Load(path, report.LoadOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
+			_, srv, rep := servedReport(t, w)
 			doc := rep.Document(0)
 			var top Top
 			getJSON(t, srv.URL+"/api/top?top=1000", &top)

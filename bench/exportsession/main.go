@@ -32,14 +32,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"sort"
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/heapscope/heapscope"
+	"github.com/heapscope/heapscope/bench/internal/benchutil"
 )
 
 func main() {
@@ -113,14 +112,14 @@ func main() {
 		{"session + program CPU ns", func(r *res) []float64 { return r.total }},
 	} {
 		offs, exps := row.get(results["off"]), row.get(results["export"])
-		a, b := median(offs), median(exps)
+		a, b := benchutil.Median(offs), benchutil.Median(exps)
 		// Each rep's pair ran one after the other: their ratio cancels
 		// the machine's slower and faster spells better than the medians.
 		var ratios []float64
 		for i := range offs {
 			ratios = append(ratios, 100*(exps[i]/offs[i]-1))
 		}
-		fmt.Printf("| %s | %.1f | %.1f | %+.1f%% | %+.1f%% |\n", row.name, a, b, 100*(b-a)/a, median(ratios))
+		fmt.Printf("| %s | %.1f | %.1f | %+.1f%% | %+.1f%% |\n", row.name, a, b, 100*(b-a)/a, benchutil.Median(ratios))
 	}
 	fmt.Printf("\n%d exports received, %d bytes\n", received.Load(), bytesIn.Load())
 }
@@ -139,7 +138,7 @@ func measure(churn string, n int, p heapscope.Properties) (measurement, error) {
 	var out bytes.Buffer
 	cmd.Stdout = &out
 	runtime.GC()
-	self0, kids0 := usage()
+	self0, kids0 := benchutil.CPUSeconds()
 	start := time.Now()
 	s, err := heapscope.Launch(fmt.Sprintf("exportsession-%d", os.Getpid()), p, cmd)
 	if err != nil {
@@ -151,7 +150,7 @@ func measure(churn string, n int, p heapscope.Properties) (measurement, error) {
 	exited, _ := s.ProgramExited()
 	<-exited
 	m.wall = time.Since(start)
-	self1, kids1 := usage()
+	self1, kids1 := benchutil.CPUSeconds()
 	m.sess, m.child = self1-self0, kids1-kids0
 	for _, e := range s.Status().Exports {
 		if e.Dropped != 0 {
@@ -176,24 +175,4 @@ func measure(churn string, n int, p heapscope.Properties) (measurement, error) {
 		return m, fmt.Errorf("churn said %q", out.String())
 	}
 	return m, nil
-}
-
-// usage returns the CPU seconds of this process and of its waited-for
-// children.
-func usage() (self, children float64) {
-	sec := func(who int) float64 {
-		var ru syscall.Rusage
-		syscall.Getrusage(who, &ru)
-		return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
-	}
-	return sec(syscall.RUSAGE_SELF), sec(syscall.RUSAGE_CHILDREN)
-}
-
-func median(xs []float64) float64 {
-	s := append([]float64(nil), xs...)
-	sort.Float64s(s)
-	if len(s) == 0 {
-		return 0
-	}
-	return s[len(s)/2]
 }

@@ -27,9 +27,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"sort"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/heapscope/heapscope"
@@ -90,9 +88,9 @@ func main() {
 	}
 	fmt.Println("\n| variant | median total CPU | added to off |")
 	fmt.Println("|---|---|---|")
-	base := median(cpu["off"])
+	base := benchutil.Median(cpu["off"])
 	for _, v := range variants {
-		m := median(cpu[v])
+		m := benchutil.Median(cpu[v])
 		if base == 0 {
 			fmt.Printf("| %s | %.2fs | |\n", v, m)
 			continue
@@ -108,7 +106,7 @@ func measure(argv, env []string, v string, interval time.Duration, trace string)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), env...)
 	runtime.GC() // the previous run's garbage is not this one's cost
-	self0, kids0 := usage()
+	self0, kids0 := benchutil.CPUSeconds()
 	start := time.Now()
 	s, err := heapscope.Launch(fmt.Sprintf("topbench-%d", os.Getpid()), heapscope.Properties{File: trace}, cmd)
 	if err != nil {
@@ -140,26 +138,6 @@ func measure(argv, env []string, v string, interval time.Duration, trace string)
 	exited, _ := s.ProgramExited()
 	<-exited
 	wall = time.Since(start)
-	self1, kids1 := usage()
+	self1, kids1 := benchutil.CPUSeconds()
 	return self1 - self0, kids1 - kids0, wall, nil
-}
-
-// usage returns the CPU seconds of this process and of its waited-for
-// children.
-func usage() (self, children float64) {
-	sec := func(who int) float64 {
-		var ru syscall.Rusage
-		syscall.Getrusage(who, &ru)
-		return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
-	}
-	return sec(syscall.RUSAGE_SELF), sec(syscall.RUSAGE_CHILDREN)
-}
-
-func median(xs []float64) float64 {
-	s := append([]float64(nil), xs...)
-	sort.Float64s(s)
-	if len(s) == 0 {
-		return 0
-	}
-	return s[len(s)/2]
 }

@@ -22,7 +22,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"flag"
 	"fmt"
 	"io"
@@ -32,7 +31,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -41,6 +39,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/heapscope/heapscope/bench/internal/benchutil"
+	"github.com/heapscope/heapscope/internal/testutil"
 	"github.com/heapscope/heapscope/internal/usdt"
 )
 
@@ -151,21 +150,21 @@ func run(bin, hs, dir string, n, depth, pairs int, variant string) (result, erro
 		return r, fmt.Errorf("usdt_cost said %q", l)
 	}
 	var h *exec.Cmd
-	var errb bytes.Buffer
+	var errb testutil.SyncBuffer
 	if attach {
 		trace := filepath.Join(dir, "u.hst")
 		os.Remove(trace)
 		h = exec.Command(hs, "attach", "-q", "--no-census", "--source", "usdt", "--sample", "512KiB", "-o", trace,
 			"-p", strconv.Itoa(w.Process.Pid))
-		h.Stderr = &syncWriter{b: &errb}
+		h.Stderr = &errb
 		if err := h.Start(); err != nil {
 			return r, err
 		}
 		defer h.Wait()
-		for deadline := time.Now().Add(60 * time.Second); !strings.Contains(h.Stderr.(*syncWriter).String(), "tracing pid"); time.Sleep(20 * time.Millisecond) {
+		for deadline := time.Now().Add(60 * time.Second); !strings.Contains(errb.String(), "tracing pid"); time.Sleep(20 * time.Millisecond) {
 			if time.Now().After(deadline) {
 				h.Process.Kill()
-				return r, fmt.Errorf("attach did not start: %s", h.Stderr.(*syncWriter).String())
+				return r, fmt.Errorf("attach did not start: %s", errb.String())
 			}
 		}
 	}
@@ -206,7 +205,7 @@ func run(bin, hs, dir string, n, depth, pairs int, variant string) (result, erro
 	io.WriteString(in, "\n")
 	if attach {
 		if err := h.Wait(); err != nil {
-			return r, fmt.Errorf("attach: %v: %s", err, h.Stderr.(*syncWriter).String())
+			return r, fmt.Errorf("attach: %v: %s", err, errb.String())
 		}
 	}
 	return r, nil
@@ -226,24 +225,6 @@ func procCPU(h *exec.Cmd) float64 {
 	ut, _ := strconv.ParseFloat(f[11], 64)
 	st, _ := strconv.ParseFloat(f[12], 64)
 	return (ut + st) / 100 // USER_HZ
-}
-
-// syncWriter is a buffer written by one goroutine and read by another.
-type syncWriter struct {
-	mu sync.Mutex
-	b  *bytes.Buffer
-}
-
-func (w *syncWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-func (w *syncWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.String()
 }
 
 // progStat is a BPF program's statistics.

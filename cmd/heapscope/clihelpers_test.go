@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heapscope/heapscope/internal/testutil"
 	"github.com/heapscope/heapscope/report"
 )
 
@@ -35,7 +36,7 @@ var topGrowth = regexp.MustCompile(`(?m)^\s+\S+ [KMG]?i?B\s+\+(\S+ [KMG]?i?B)\s+
 // checkTopGrowth starts top, whose output goes to out, until it has shown
 // grow_heap's growth three times or for within, ends it with Ctrl-C, and
 // checks that the growth shown is the workload's 200000 B/s ±10%.
-func checkTopGrowth(t *testing.T, top *exec.Cmd, out *syncBuffer, within time.Duration) {
+func checkTopGrowth(t *testing.T, top *exec.Cmd, out *testutil.SyncBuffer, within time.Duration) {
 	t.Helper()
 	rmust(t, top.Start())
 	var gs [][]string

@@ -298,13 +298,13 @@ func TestExportAttach(t *testing.T) {
 
 // attachRounds starts export_rounds 4 and attaches to it, exporting to c
 // every second, with further flags.
-func attachRounds(t *testing.T, c *collector.Collector, bin string, flags ...string) (*roundsWorkload, *exec.Cmd, *syncBuffer, string) {
+func attachRounds(t *testing.T, c *collector.Collector, bin string, flags ...string) (*roundsWorkload, *exec.Cmd, *testutil.SyncBuffer, string) {
 	t.Helper()
 	w := startRounds(t, exec.Command(bin, "4"))
 	name := fmt.Sprintf("export-attach-%d", os.Getpid())
 	h := cli(t, append([]string{"attach", "--name", name, "-p", strconv.Itoa(w.cmd.Process.Pid), "--log-mode", "realtime",
 		"--export", "otlp=http://" + c.HTTP, "--export-interval", "1s"}, flags...)...)
-	errb := &syncBuffer{}
+	errb := &testutil.SyncBuffer{}
 	h.Stderr = errb
 	rmust(t, h.Start())
 	t.Cleanup(func() { h.Process.Kill(); h.Wait() })
@@ -407,7 +407,7 @@ func TestExportRunSampled(t *testing.T) {
 	trace := filepath.Join(dir, "t.hst")
 	h := cli(t, "run", "-q", "--sample", "256B", "--time-resolution", "1ns", "-o", trace,
 		"--export", "otlp=grpc://"+c.GRPC, "--export-interval", "1s", "--", bin, "3")
-	var errb syncBuffer
+	var errb testutil.SyncBuffer
 	h.Stderr = &errb
 	w := startRounds(t, h)
 	for r := 1; r <= 3; r++ {

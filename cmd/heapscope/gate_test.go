@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/xml"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,33 +9,13 @@ import (
 	"github.com/heapscope/heapscope/internal/testutil"
 )
 
-// junitDoc is what a CI system reads of a JUnit file.
-type junitDoc struct {
-	Tests    int `xml:"tests,attr"`
-	Failures int `xml:"failures,attr"`
-	Suites   []struct {
-		Name  string `xml:"name,attr"`
-		Cases []struct {
-			Name    string `xml:"name,attr"`
-			Failure *struct {
-				Message string `xml:"message,attr"`
-				Text    string `xml:",chardata"`
-			} `xml:"failure"`
-		} `xml:"testcase"`
-	} `xml:"testsuite"`
-}
-
-func readJUnit(t *testing.T, path string) junitDoc {
+func readJUnit(t *testing.T, path string) testutil.JUnit {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var d junitDoc
-	if err := xml.Unmarshal(b, &d); err != nil {
-		t.Fatalf("%v:\n%s", err, b)
-	}
-	return d
+	return testutil.ParseJUnit(t, b)
 }
 
 // TestGate: a program with a planted leak fails the gate with status 23

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heapscope/heapscope/internal/testutil/tracetest"
+
 	"github.com/heapscope/heapscope/analyze"
 	"github.com/heapscope/heapscope/event"
 	"github.com/heapscope/heapscope/tracefile"
@@ -18,20 +20,11 @@ import (
 // three kinds, a snapshot, and stats with losses.
 func writeInfoTrace(t *testing.T, path string) {
 	t.Helper()
-	w, err := tracefile.Create(path, tracefile.Header{
+	w, must := tracetest.Create(t, path, tracefile.Header{
 		Session: "demo", Provider: "preload", Hostname: "box", Kernel: "6.18.0", Clock: "CLOCK_MONOTONIC",
 		WallStart: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), MonoStart: 1e9,
 		Properties: []tracefile.Property{{Key: "BufferSize", Value: "64"}},
 	}, tracefile.Options{TimeResolution: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
 	must(w.Process(event.Process{PID: 41, PPID: 1, Time: 1e9, Exe: "/usr/bin/python3.11", Cmdline: []string{"python3", "-c", "pass"}}))
 	must(w.Process(event.Process{PID: 42, PPID: 41, Time: 1.5e9, Exe: "/bin/true", Cmdline: []string{"/bin/true"}}))
 	must(w.Process(event.Process{PID: 43, PPID: 41, Time: 1.6e9, Exe: "/bin/cat", Cmdline: []string{"cat"}}))

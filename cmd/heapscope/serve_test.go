@@ -73,7 +73,7 @@ func TestServe(t *testing.T) {
 		t.Errorf("serve --listen 0.0.0.0:0: exit %d, %q; want a refusal naming --allow-remote", code, errs)
 	}
 	remote := cli(t, "serve", "--allow-remote", "--listen", "0.0.0.0:0", trace)
-	var remoteErr syncBuffer
+	var remoteErr testutil.SyncBuffer
 	remote.Stderr = &remoteErr
 	rout, _ := remote.StdoutPipe()
 	must(t, remote.Start())

@@ -10,7 +10,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -276,13 +275,10 @@ func TestTopPlain(t *testing.T) {
 // growing site, and leaves the session running when it quits.
 func TestTopJoin(t *testing.T) {
 	t.Cleanup(testutil.Cleanup)
-	bin := testutil.MustBuild(t, "top_grow", testutil.Options{})
-	name := fmt.Sprintf("TopJoin-%d", os.Getpid())
-	run := cli(t, "run", "-q", "--name", name, "-o", filepath.Join(t.TempDir(), "run.hst"), "--", bin, "60")
-	startGrowing(t, run)
+	name := runGrowing(t, "TopJoin")
 
 	top := cli(t, "top", "--interval", "500ms", name)
-	var out syncBuffer
+	var out testutil.SyncBuffer
 	top.Stdout = &out
 	checkTopGrowth(t, top, &out, 20*time.Second)
 	// top joined the session: it runs on.
@@ -290,6 +286,25 @@ func TestTopJoin(t *testing.T) {
 		t.Errorf("the session ended with top: query: %d %s", code, errs)
 	}
 	exitCode(t, cli(t, "stop", name))
+}
+
+// runGrowing runs top_grow 60 in a session named prefix-PID, and returns
+// the session's name once the workload started; the test's end kills it.
+func runGrowing(t *testing.T, prefix string) string {
+	t.Helper()
+	bin := testutil.MustBuild(t, "top_grow", testutil.Options{})
+	name := fmt.Sprintf("%s-%d", prefix, os.Getpid())
+	startGrowing(t, cli(t, "run", "-q", "--name", name, "-o", filepath.Join(t.TempDir(), "run.hst"), "--", bin, "60"))
+	return name
+}
+
+// growing starts top_grow 60 and returns it once it started; the test's
+// end kills it.
+func growing(t *testing.T) *exec.Cmd {
+	t.Helper()
+	w := exec.Command(testutil.MustBuild(t, "top_grow", testutil.Options{}), "60")
+	startGrowing(t, w)
+	return w
 }
 
 // startGrowing starts cmd (top_grow, or a run of it) and returns once the
@@ -305,35 +320,15 @@ func startGrowing(t *testing.T, cmd *exec.Cmd) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer that a process writes while the test reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestTopAttach attaches to a running process with eBPF: top shows its
 // growing site, and stops the session it started on SIGINT.
 func TestTopAttach(t *testing.T) {
 	testutil.SkipWithoutEBPF(t, ebpf.Available())
 	t.Cleanup(testutil.Cleanup)
-	bin := testutil.MustBuild(t, "top_grow", testutil.Options{})
-	w := exec.Command(bin, "60")
-	startGrowing(t, w)
+	w := growing(t)
 	trace := filepath.Join(t.TempDir(), "attach.hst")
 	top := cli(t, "top", "--interval", "500ms", "-o", trace, "-p", strconv.Itoa(w.Process.Pid))
-	var out syncBuffer
+	var out testutil.SyncBuffer
 	var errb bytes.Buffer
 	top.Stdout, top.Stderr = &out, &errb
 	checkTopGrowth(t, top, &out, 30*time.Second)
@@ -348,10 +343,7 @@ func TestTopAttach(t *testing.T) {
 // the session left running.
 func TestTopJoinInTerminal(t *testing.T) {
 	t.Cleanup(testutil.Cleanup)
-	bin := testutil.MustBuild(t, "top_grow", testutil.Options{})
-	name := fmt.Sprintf("TopJoinTTY-%d", os.Getpid())
-	run := cli(t, "run", "-q", "--name", name, "-o", filepath.Join(t.TempDir(), "run.hst"), "--", bin, "60")
-	startGrowing(t, run)
+	name := runGrowing(t, "TopJoinTTY")
 	done := filepath.Join(t.TempDir(), "done")
 	shell := fmt.Sprintf("before=$(stty -g); %s=%s %s top --interval 300ms %s; rc=$?; "+
 		"after=$(stty -g); if [ \"$before\" = \"$after\" ]; then echo RESTORED rc=$rc; else echo NOT RESTORED rc=$rc; fi > %s; sleep 60",
@@ -395,11 +387,9 @@ func TestTopJoinInTerminal(t *testing.T) {
 func TestTopAttachAggregate(t *testing.T) {
 	testutil.SkipWithoutEBPF(t, ebpf.Available())
 	t.Cleanup(testutil.Cleanup)
-	bin := testutil.MustBuild(t, "top_grow", testutil.Options{})
-	w := exec.Command(bin, "60")
-	startGrowing(t, w)
+	w := growing(t)
 	top := cli(t, "top", "--interval", "500ms", "--mode", "aggregate", "-o", filepath.Join(t.TempDir(), "agg.hst"), "-p", strconv.Itoa(w.Process.Pid))
-	var out syncBuffer
+	var out testutil.SyncBuffer
 	var errb bytes.Buffer
 	top.Stdout, top.Stderr = &out, &errb
 	rmust(t, top.Start())

@@ -53,25 +53,10 @@ func siteTotals(t *testing.T, trace string, names ...string) (bytes, live map[st
 func TestAttachUSDT(t *testing.T) {
 	testutil.SkipWithoutEBPF(t, ebpf.Available())
 	t.Cleanup(testutil.Cleanup)
-	bin := testutil.MustBuild(t, "usdt_sampler", testutil.Options{})
-	cmd := exec.Command(bin, "65536", "2", "wait")
-	in, err := cmd.StdinPipe()
-	rmust(t, err)
-	out, err := cmd.StdoutPipe()
-	rmust(t, err)
-	rmust(t, cmd.Start())
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	r := bufio.NewReader(out)
-	if line, _ := r.ReadString('\n'); line != "ready\n" {
-		t.Fatalf("usdt_sampler said %q", line)
-	}
+	cmd, in, r := startSampler(t)
 	trace := filepath.Join(t.TempDir(), "u.hst")
 	h := cli(t, "attach", "-q", "--source", "usdt", "--sample", "64KiB", "-o", trace, "-p", strconv.Itoa(cmd.Process.Pid))
-	var errb syncBuffer
-	h.Stderr = &errb
-	rmust(t, h.Start())
-	t.Cleanup(func() { h.Process.Kill(); h.Wait() })
-	waitStderr(t, &errb, "tracing pid")
+	errb := startTracing(t, h)
 	io.WriteString(in, "\n")
 	weights, liveWeights := map[string]uint64{}, map[string]uint64{}
 	for {
@@ -105,7 +90,32 @@ func TestAttachUSDT(t *testing.T) {
 	}
 }
 
-func waitStderr(t *testing.T, b *syncBuffer, want string) {
+// startSampler starts usdt_sampler 65536 2 wait until the test ends, and
+// returns once it is ready, with its input and output.
+func startSampler(t *testing.T) (*exec.Cmd, io.WriteCloser, *bufio.Reader) {
+	t.Helper()
+	cmd := exec.Command(testutil.MustBuild(t, "usdt_sampler", testutil.Options{}), "65536", "2", "wait")
+	in, out := testutil.StartPiped(t, cmd)
+	r := bufio.NewReader(out)
+	if line, _ := r.ReadString('\n'); line != "ready\n" {
+		t.Fatalf("usdt_sampler said %q", line)
+	}
+	return cmd, in, r
+}
+
+// startTracing starts h, an attach, until the test ends, and returns its
+// standard error once it says it traces.
+func startTracing(t *testing.T, h *exec.Cmd) *testutil.SyncBuffer {
+	t.Helper()
+	errb := &testutil.SyncBuffer{}
+	h.Stderr = errb
+	rmust(t, h.Start())
+	t.Cleanup(func() { h.Process.Kill(); h.Wait() })
+	waitStderr(t, errb, "tracing pid")
+	return errb
+}
+
+func waitStderr(t *testing.T, b *testutil.SyncBuffer, want string) {
 	t.Helper()
 	for deadline := time.Now().Add(60 * time.Second); !strings.Contains(b.String(), want); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -138,11 +148,7 @@ func TestEmitUSDTAttach(t *testing.T) {
 		t.Fatal("no child of heapscope run")
 	}
 	h := cli(t, "attach", "-q", "--source", "usdt", "--sample", "1KiB", "-o", attTrace, "-p", strconv.Itoa(pid))
-	var errb syncBuffer
-	h.Stderr = &errb
-	rmust(t, h.Start())
-	t.Cleanup(func() { h.Process.Kill(); h.Wait() })
-	waitStderr(t, &errb, "tracing pid")
+	errb := startTracing(t, h)
 	for r := 1; r <= 3; r++ {
 		w.round(r)
 	}
@@ -190,25 +196,10 @@ func TestExportAttachUSDT(t *testing.T) {
 	testutil.SkipWithoutEBPF(t, ebpf.Available())
 	t.Cleanup(testutil.Cleanup)
 	c := collector.Start(t)
-	bin := testutil.MustBuild(t, "usdt_sampler", testutil.Options{})
-	cmd := exec.Command(bin, "65536", "2", "wait")
-	in, err := cmd.StdinPipe()
-	rmust(t, err)
-	out, err := cmd.StdoutPipe()
-	rmust(t, err)
-	rmust(t, cmd.Start())
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	r := bufio.NewReader(out)
-	if line, _ := r.ReadString('\n'); line != "ready\n" {
-		t.Fatalf("usdt_sampler said %q", line)
-	}
+	cmd, in, r := startSampler(t)
 	h := cli(t, "attach", "--source", "usdt", "--sample", "64KiB", "--log-mode", "realtime", "--no-census",
 		"--export", "otlp=http://"+c.HTTP, "--export-interval", "1s", "-p", strconv.Itoa(cmd.Process.Pid))
-	var errb syncBuffer
-	h.Stderr = &errb
-	rmust(t, h.Start())
-	t.Cleanup(func() { h.Process.Kill(); h.Wait() })
-	waitStderr(t, &errb, "tracing pid")
+	errb := startTracing(t, h)
 	io.WriteString(in, "\n")
 	weights, liveWeights := map[string]int64{}, map[string]int64{}
 	for {

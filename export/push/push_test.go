@@ -20,40 +20,13 @@ import (
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
 	"github.com/heapscope/heapscope/export"
+	"github.com/heapscope/heapscope/export/internal/exporttest"
 	"github.com/heapscope/heapscope/export/push"
 	"github.com/heapscope/heapscope/internal/collector"
 	"github.com/heapscope/heapscope/internal/testutil"
-	"github.com/heapscope/heapscope/internal/tracetest"
-	"github.com/heapscope/heapscope/report"
-	"github.com/heapscope/heapscope/symbolize"
 )
 
 func TestMain(m *testing.M) { testutil.Main(m) }
-
-// known are report_known's totals per call site for 50 rounds (see its
-// source and export's tests).
-var known = map[string]map[string]int64{
-	"alloc_objects": {"leak_site": 3, "calloc_site": 1, "peak_site": 10, "temp_site": 50, "realloc_site": 1, "grow_site": 1, "aligned_site": 2},
-	"alloc_space":   {"leak_site": 3000, "calloc_site": 1024, "peak_site": 100000, "temp_site": 3200, "realloc_site": 100, "grow_site": 5000, "aligned_site": 4352},
-	"inuse_objects": {"leak_site": 3, "calloc_site": 1},
-	"inuse_space":   {"leak_site": 3000, "calloc_site": 1024},
-}
-
-// knownInterval records report_known and returns its whole trace as an
-// interval, with the options that symbolize it.
-func knownInterval(tb testing.TB) (*export.Interval, export.Options, string) {
-	tb.Helper()
-	bin := testutil.MustBuild(tb, "report_known", testutil.Options{})
-	path := filepath.Join(tb.TempDir(), "known.hst")
-	tracetest.Record(tb, path, bin, "50")
-	rep, err := report.Load(path, report.LoadOptions{})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	iv := export.FromProfile(rep.Profile, export.Clock{MonoStart: rep.Trace.Start, WallStart: rep.Trace.WallStart},
-		export.Host{Name: "testhost", Arch: "amd64"})
-	return iv, export.Options{Resolver: rep.Resolver(), Trim: symbolize.TrimAllocator, Version: "test"}, bin
-}
 
 // nth is iv moved to start n seconds after base: the intervals of one
 // test are told apart by their start.
@@ -109,7 +82,7 @@ func waitStats(t *testing.T, s *push.Sender, what string, ok func(push.Stats) bo
 // transport and reads what its file exporter wrote: the totals and leaks
 // per function are the workload's, and the resource is the process.
 func TestSendKnown(t *testing.T) {
-	iv, o, bin := knownInterval(t)
+	iv, o, bin := exporttest.Interval(t)
 	for _, tr := range []string{"http", "grpc"} {
 		t.Run(tr, func(t *testing.T) {
 			c := collector.Start(t)
@@ -141,13 +114,7 @@ func TestSendKnown(t *testing.T) {
 				t.Fatal(err)
 			}
 			pid := int64(iv.Processes[0].PID)
-			for typ, fns := range known {
-				for fn, want := range fns {
-					if got := totals[pid][typ][fn]; got != want {
-						t.Errorf("%s of %s: %d, want %d", typ, fn, got, want)
-					}
-				}
-			}
+			exporttest.Check(t, totals[pid])
 			raw := ms[0].ResourceProfiles().At(0).Resource().Attributes().AsRaw()
 			for k, v := range map[string]any{
 				"process.pid": pid, "process.executable.path": bin, "process.executable.name": filepath.Base(bin),
@@ -165,7 +132,7 @@ func TestSendKnown(t *testing.T) {
 // are queued up to the bound, the oldest dropped past it, exactly counted,
 // and they resume when the collector is back.
 func TestCollectorKilled(t *testing.T) {
-	iv, o, _ := knownInterval(t)
+	iv, o, _ := exporttest.Interval(t)
 	base := time.Unix(1800000000, 0)
 	for _, tr := range []string{"http", "grpc"} {
 		t.Run(tr, func(t *testing.T) {
@@ -218,7 +185,7 @@ func TestCollectorKilled(t *testing.T) {
 // and answers nothing) while intervals are sent: Send never waits for it,
 // the queue keeps its bound, and the exports resume once it runs again.
 func TestCollectorHung(t *testing.T) {
-	iv, o, _ := knownInterval(t)
+	iv, o, _ := exporttest.Interval(t)
 	base := time.Unix(1900000000, 0)
 	c := collector.Start(t)
 	s, err := push.New(push.Config{Target: target(t, c, "http"), Encode: o, Queue: 2,
@@ -267,7 +234,7 @@ func TestCollectorHung(t *testing.T) {
 // TestCloseDeadline: Close with a deadline while the collector is down
 // drops what is left, counted, and returns.
 func TestCloseDeadline(t *testing.T) {
-	iv, o, _ := knownInterval(t)
+	iv, o, _ := exporttest.Interval(t)
 	c := collector.Start(t)
 	c.Kill()
 	s, err := push.New(push.Config{Target: target(t, c, "http"), Encode: o, Queue: 4,
@@ -291,7 +258,7 @@ func TestCloseDeadline(t *testing.T) {
 // config); no Pyroscope server runs here. A 503 is retried, a 400 dropped
 // as rejected.
 func TestPyroscopeRequest(t *testing.T) {
-	iv, o, bin := knownInterval(t)
+	iv, o, bin := exporttest.Interval(t)
 	var calls atomic.Int32
 	type got struct {
 		q   url.Values

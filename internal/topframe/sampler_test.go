@@ -64,14 +64,7 @@ func launch(t *testing.T, name string, cmd *exec.Cmd, want string) (*heapscope.S
 	t.Helper()
 	t.Setenv(registry.DirEnv, t.TempDir())
 	t.Cleanup(testutil.Cleanup)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
+	stdin, stdout := testutil.Pipes(t, cmd)
 	s, err := heapscope.Launch(name, heapscope.Properties{File: filepath.Join(t.TempDir(), name+".hst"),
 		FlushInterval: 50 * time.Millisecond}, cmd)
 	if err != nil {

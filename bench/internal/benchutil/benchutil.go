@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"sort"
 	"strings"
+	"syscall"
 )
 
 // Machine describes the host: CPU, cores, kernel, libc, Go, heaptrack.
@@ -62,6 +63,17 @@ func Median(xs []float64) float64 {
 		return s[len(s)/2]
 	}
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// CPUSeconds returns the CPU seconds (user and system) of this process
+// and of its waited-for children.
+func CPUSeconds() (self, children float64) {
+	sec := func(who int) float64 {
+		var ru syscall.Rusage
+		syscall.Getrusage(who, &ru)
+		return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
+	}
+	return sec(syscall.RUSAGE_SELF), sec(syscall.RUSAGE_CHILDREN)
 }
 
 // RemoveGlob removes the files matching pattern, ignoring errors: it clears

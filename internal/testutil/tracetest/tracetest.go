@@ -31,3 +31,19 @@ func Notes(tb testing.TB, path string) *testutil.NoteSink {
 	Replay(tb, path, ns)
 	return ns
 }
+
+// Create creates the trace file path for a test that writes its records by
+// hand, and returns it with must, which fails the test on an error.
+func Create(tb testing.TB, path string, h tracefile.Header, o tracefile.Options) (w *tracefile.Writer, must func(error)) {
+	tb.Helper()
+	w, err := tracefile.Create(path, h, o)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return w, func(err error) {
+		tb.Helper()
+		if err != nil {
+			tb.Fatal(err)
+		}
+	}
+}

@@ -4,6 +4,7 @@
 // bytes then.
 
 import { ConsumedAnswer } from "./api";
+import { axes, fitCanvas, placeReadout } from "./canvas";
 import { bytes, dur, el } from "./format";
 
 const pad = { l: 64, r: 16, t: 10, b: 18 };
@@ -65,20 +66,12 @@ export class ConsumedView {
       sw.style.background = seriesColor(r.i, r.s.other ?? false);
       o.append(el("div", {}, sw, ` ${r.s.name}: ${bytes(r.v)}`));
     }
-    const rect = this.canvas.getBoundingClientRect();
-    const x = e.clientX - rect.left;
-    o.style.left = `${x > rect.width / 2 ? x - o.offsetWidth - 12 : x + 12}px`;
+    placeReadout(o, this.canvas, e);
   }
 
   draw() {
-    const c = this.canvas;
-    const r = c.getBoundingClientRect();
-    const dpr = window.devicePixelRatio || 1;
-    c.width = Math.round(r.width * dpr);
-    c.height = Math.round(r.height * dpr);
+    const r = fitCanvas(this.canvas, this.ctx);
     const g = this.ctx;
-    g.setTransform(dpr, 0, 0, dpr, 0, 0);
-    g.clearRect(0, 0, r.width, r.height);
     const d = this.data;
     const total = d?.total ?? [];
     if (!d || total.length === 0) {
@@ -92,24 +85,7 @@ export class ConsumedView {
     const maxV = Math.max(1, ...total);
     const x = (i: number) => pad.l + (i / n) * w;
     const y = (v: number) => pad.t + h - (v / maxV) * h;
-    g.font = "11px sans-serif";
-    g.strokeStyle = "#e3e3e3";
-    g.fillStyle = "#555";
-    for (let i = 0; i <= 4; i++) {
-      const v = (maxV * i) / 4;
-      const yy = Math.round(y(v)) + 0.5;
-      g.beginPath();
-      g.moveTo(pad.l, yy);
-      g.lineTo(r.width - pad.r, yy);
-      g.stroke();
-      g.textAlign = "right";
-      g.fillText(bytes(Math.round(v)), pad.l - 4, yy + 4);
-    }
-    g.textAlign = "center";
-    for (let i = 0; i <= 6; i++) {
-      const t = d.from_ns + ((d.to_ns - d.from_ns) * i) / 6;
-      g.fillText(dur(Math.round(t)), pad.l + (w * i) / 6, r.height - 4);
-    }
+    axes(g, r, pad, maxV, y, d.from_ns, d.to_ns, (i) => pad.l + (w * i) / 6);
     // Stack the series from the largest up, the rest on top.
     const below = new Array<number>(n).fill(0);
     (d.series ?? []).forEach((s, si) => {

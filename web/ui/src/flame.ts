@@ -4,6 +4,7 @@
 // is the server's: /api/search).
 
 import { FlameAnswer, FlameNode } from "./api";
+import { sizeCanvas } from "./canvas";
 import { pct } from "./format";
 
 const rowH = 18;
@@ -167,12 +168,8 @@ export class FlameView {
     for (const b of this.boxes) rows = Math.max(rows, b.depth + 1);
     const height = rows * rowH;
     c.style.height = `${height}px`;
-    const dpr = window.devicePixelRatio || 1;
-    c.width = Math.round(width * dpr);
-    c.height = Math.round(height * dpr);
+    sizeCanvas(c, this.ctx, width, height);
     const g = this.ctx;
-    g.setTransform(dpr, 0, 0, dpr, 0, 0);
-    g.clearRect(0, 0, width, height);
     g.font = "12px sans-serif";
     g.textBaseline = "middle";
     const ns = this.nodes;

@@ -6,6 +6,7 @@
 // instant, wheel to zoom (not in a static report).
 
 import { MemoryAnswer, ResidentPoint, Timeline, TimelinePoint } from "./api";
+import { axes, fitCanvas, placeReadout } from "./canvas";
 import { bytes, count, dur, rate } from "./format";
 
 export interface TimelineEvents {
@@ -161,20 +162,12 @@ export class TimelineView {
       d.textContent = l;
       o.append(d);
     }
-    const r = this.canvas.getBoundingClientRect();
-    const x = e.clientX - r.left;
-    o.style.left = `${x > r.width / 2 ? x - o.offsetWidth - 12 : x + 12}px`;
+    placeReadout(o, this.canvas, e);
   }
 
   draw() {
-    const c = this.canvas;
-    const r = c.getBoundingClientRect();
-    const dpr = window.devicePixelRatio || 1;
-    c.width = Math.round(r.width * dpr);
-    c.height = Math.round(r.height * dpr);
+    const r = fitCanvas(this.canvas, this.ctx);
     const g = this.ctx;
-    g.setTransform(dpr, 0, 0, dpr, 0, 0);
-    g.clearRect(0, 0, r.width, r.height);
     const d = this.data;
     const ps = this.points();
     if (!d || ps.length === 0) {
@@ -198,27 +191,7 @@ export class TimelineView {
     const yb = (v: number) => base - (v / maxBlocks) * h;
 
     // Grid and axes.
-    g.strokeStyle = "#e3e3e3";
-    g.fillStyle = "#555";
-    g.font = "11px sans-serif";
-    g.lineWidth = 1;
-    for (let i = 0; i <= 4; i++) {
-      const v = (maxB * i) / 4;
-      const yy = Math.round(y(v)) + 0.5;
-      g.beginPath();
-      g.moveTo(pad.l, yy);
-      g.lineTo(r.width - pad.r, yy);
-      g.stroke();
-      g.textAlign = "right";
-      g.fillText(bytes(Math.round(v)), pad.l - 4, yy + 4);
-      g.textAlign = "left";
-      g.fillText(count(Math.round((maxBlocks * i) / 4)), r.width - pad.r + 4, yy + 4);
-    }
-    g.textAlign = "center";
-    for (let i = 0; i <= 6; i++) {
-      const t = d.from_ns + ((d.to_ns - d.from_ns) * i) / 6;
-      g.fillText(dur(Math.round(t)), this.px(t), r.height - 4);
-    }
+    axes(g, r, pad, maxB, y, d.from_ns, d.to_ns, (_, t) => this.px(t), (i) => count(Math.round((maxBlocks * i) / 4)));
 
     // Live bytes: each bucket's largest.
     g.fillStyle = "rgba(52, 120, 198, 0.55)";
