@@ -119,7 +119,7 @@
 // site, at its file offset, with its semaphore as the reference counter,
 // which the kernel raises while attached: that turns the target's sampler
 // on. The arguments are read where each site's note says (registers,
-// memory, constants: usdt_sites, by cookie; bpf/usdt.bpf.h), by two
+// memory, constants: usdt_sites, by cookie; bpf/usdt.inc), by two
 // programs of their own (usdt_alloc, usdt_free: classic uprobes, a few
 // sites each), not the allocator probes' one program, whose cookie holds a
 // role; they are loaded only when Config.Source may use them. An

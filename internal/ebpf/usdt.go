@@ -24,7 +24,7 @@ const (
 	SourceUprobes Source = iota
 	// SourceUSDT traces through OpenTelemetry's otel_memory USDT probes,
 	// alloc(ptr, size, weight) and free(ptr), which a target that samples
-	// its own allocations fires (bpf/usdt.bpf.h): each allocation event
+	// its own allocations fires (bpf/usdt.inc): each allocation event
 	// stands for weight bytes (event.Event.OldSize). The probes of every
 	// file the process maps are traced, the executable's and its
 	// libraries', also those it loads later (dlopen). A process that has
@@ -177,10 +177,10 @@ func (t *Tracer) usdtSite(k usdtSiteKey, p usdt.Probe, heap event.Heap, nargs in
 	return i, nil
 }
 
-// usdtMaxSites is bpf/usdt.bpf.h's USDT_MAX_SITES.
+// usdtMaxSites is bpf/usdt.inc's USDT_MAX_SITES.
 const usdtMaxSites = 1024
 
-// The kinds of bpf/usdt.bpf.h's struct usdt_arg.
+// The kinds of bpf/usdt.inc's struct usdt_arg.
 const (
 	usdtArgConst = 0
 	usdtArgReg   = 1

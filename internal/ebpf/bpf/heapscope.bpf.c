@@ -27,21 +27,21 @@
 char LICENSE[] SEC("license") = "Dual MIT/GPL";
 
 // The parts, in the order each needs the ones before it.
-#include "maps.bpf.h"
-#include "stack.bpf.h"
-#include "aggregate.bpf.h"
-#include "weights.bpf.h"
-#include "sample.bpf.h"
-#include "alloc.bpf.h"
-#include "free.bpf.h"
-#include "cxx.bpf.h"
-#include "probe.bpf.h"
-#include "loader.bpf.h"
-#include "mmap.bpf.h"
-#include "children.bpf.h"
+#include "maps.inc"
+#include "stack.inc"
+#include "aggregate.inc"
+#include "weights.inc"
+#include "sample.inc"
+#include "alloc.inc"
+#include "free.inc"
+#include "cxx.inc"
+#include "probe.inc"
+#include "loader.inc"
+#include "mmap.inc"
+#include "children.inc"
 
 // Tracing through otel_memory USDT probes (Config.Source).
-#include "usdt.bpf.h"
+#include "usdt.inc"
 
 // Keep the record types in BTF for bpf2go.
 const struct event *unused_event __attribute__((unused));
