@@ -365,6 +365,7 @@ const (
 	reqClose
 	reqChildren
 	reqNote
+	reqDetached
 )
 
 type request struct {

@@ -285,8 +285,11 @@ HS_EXPORT int dlclose(void *h)
 {
 	ensure_reals();
 	int r = real.dlclose(h);
-	if (r == 0)
+	if (r == 0) {
 		__atomic_add_fetch(&g_dl_epoch, 1, __ATOMIC_RELEASE);
+		if (g_injected)
+			inj_kick(); /* the watcher forgets its entries */
+	}
 	return r;
 }
 
@@ -338,6 +341,8 @@ HS_EXPORT void *dlopen(const char *file, int flags)
 		flags &= ~RTLD_DEEPBIND;
 		deepbind_note();
 	}
+	if (g_injected)
+		inj_kick(); /* the watcher redirects the new modules' entries once they are relocated */
 	return real.dlopen(file, flags);
 }
 
@@ -357,7 +362,7 @@ static cxx_fn cxx_real(cxx_fn *slot, const char *name)
 {
 	cxx_fn f = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
 	if (!f) {
-		IN_LIB(f = (cxx_fn)dlsym(RTLD_NEXT, name));
+		IN_LIB(f = (cxx_fn)dlsym(hs_next(), name));
 		__atomic_store_n(slot, f, __ATOMIC_RELEASE);
 	}
 	return f;
