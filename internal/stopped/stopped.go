@@ -61,7 +61,7 @@ type Process struct {
 
 	mu       sync.RWMutex // readers hold it shared; resuming takes it whole
 	resumed  bool
-	released bool // Run let the threads other than its own go
+	released bool   // Run let the threads other than its own go
 	why      string // what resumed it, when it was not Resume
 	end      time.Time
 	watchdog *time.Timer
