@@ -16,14 +16,23 @@ func init() {
 	register(&command{
 		name:    "attach",
 		args:    "-p PID[,PID...] [flags]",
-		summary: "trace the heap of running processes (eBPF; needs root or CAP_BPF+CAP_PERFMON)",
+		summary: "trace the heap of running processes (eBPF, or --inject; needs root or CAP_BPF+CAP_PERFMON)",
 		help: `
 Places uprobes on the allocator of each process; nothing in the process
 changes and nothing restarts. The processes they fork are traced too, each
 from its first instruction (held, with SIGSTOP, until its probes are in;
 --no-follow-fork leaves them alone). The session ends when the last process exits,
 after --duration, on Ctrl-C or SIGTERM, or on 'heapscope stop NAME'. Use
-'heapscope update NAME' to add or remove processes while it runs.`,
+'heapscope update NAME' to add or remove processes while it runs.
+
+With --inject, heapscope instead stops each process's threads (ptrace) at a
+safe point, makes it load the interposer 'heapscope run' uses, and lets it
+run: its allocation functions are redirected (their GOT entries) to the
+interposer, at run's cost per call (a few ns with --sample). When the
+session ends (heapscope killed included) the entries go back and the
+process runs on untraced. Needs the right to ptrace the process (root, or
+its user without Yama's restrictions); not for static or non-glibc
+programs, nor under seccomp.`,
 		setup: func(fs *flag.FlagSet) func([]string) error {
 			var sf sessionFlags
 			sf.register(fs, attachFlags)

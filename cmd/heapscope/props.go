@@ -23,6 +23,7 @@ type sessionFlags struct {
 	unwind         event.Unwind
 	onFull         event.OnFull
 	noFollowFork   bool
+	inject         bool
 
 	name          setString
 	output        string
@@ -56,10 +57,11 @@ func (f *sessionFlags) register(fs *flag.FlagSet, which int) {
 	fs.TextVar(&f.unwind, "unwind", f.unwind, "stack walker `UNWINDER`: "+choices(heapscope.Tables, heapscope.FramePointers, heapscope.DWARF)+". tables (unwind tables built from each file's .eh_frame;\ncomplete stacks on code without frame pointers; with eBPF walked in BPF), fp (frame pointers only:\nfastest, short stacks on code built without them) or dwarf (preload: libunwind at every frame; eBPF: the same as tables)")
 	if f.launch {
 		fs.TextVar(&f.provider, "provider", f.provider, "`PROVIDER` of a launched program: "+choices(heapscope.ProviderPreload, heapscope.ProviderEBPF)+" (the LD_PRELOAD interposer or uprobes)")
-		fs.TextVar(&f.onFull, "on-full", f.onFull, "`POLICY` when the collector falls behind: "+choices(heapscope.OnFullDefault, heapscope.Block, heapscope.Drop)+". With preload, block\n(exact, slows the program) or drop (count losses); with ebpf, drop only (a uprobe cannot wait).\n(default: the provider's own, block for preload, drop for ebpf)")
 	}
+	fs.TextVar(&f.onFull, "on-full", f.onFull, "`POLICY` when the collector falls behind: "+choices(heapscope.OnFullDefault, heapscope.Block, heapscope.Drop)+". With preload (and attach --inject), block\n(exact, slows the program) or drop (count losses); with ebpf, drop only (a uprobe cannot wait).\n(default: the provider's own, block for preload, drop for ebpf)")
 	if f.attach {
 		fs.BoolVar(&f.noFollowFork, "no-follow-fork", false, "eBPF: trace only the given processes, not the children they fork (an exec goes on as the same process)")
+		fs.BoolVar(&f.inject, "inject", false, "load heapscope's interposer into the processes (ptrace, no gdb) instead of placing uprobes:\nrun's cost per call, run's stack walkers; the children they fork are not traced")
 	}
 	fs.Var(&f.name, "name", fmt.Sprintf("session `NAME`, unique on the machine, 1 to %d characters (default heapscope-PROGRAM-PID)", heapscope.MaxNameLen))
 	fs.StringVar(&f.output, "o", "", "trace file (default heapscope.PROGRAM.PID.hst; needs %d with --log-mode newfile)")
@@ -201,6 +203,11 @@ func (f *sessionFlags) properties(program string, pid int, attach bool) (heapsco
 	p.Unwind, p.Provider, p.OnFull = f.unwind, f.provider, f.onFull
 	if attach {
 		p.Provider, p.NoFollowFork = heapscope.ProviderEBPF, f.noFollowFork
+		if f.inject {
+			p.Provider = heapscope.ProviderPreload
+		} else if p.OnFull == heapscope.Block {
+			return p, usagef("--on-full block: eBPF uprobes can only drop and count; --inject can block")
+		}
 	}
 	if p.FileMode != heapscope.RealTime {
 		p.File = f.output

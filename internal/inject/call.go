@@ -166,6 +166,7 @@ func (c *caller) call(fn uint64, args ...uint64) (uint64, int32, error) {
 	if _, err := c.p.WriteAt(b, int64(c.block)); err != nil {
 		return 0, 0, err
 	}
+	t0 := time.Now()
 	marker := c.cave + trampMarker
 	opt := stopped.RunOptions{Timeout: c.timeout, Until: func(r *unix.PtraceRegs) bool {
 		return r.Orig_rax == markerSyscall && r.Rip == marker
@@ -185,6 +186,7 @@ func (c *caller) call(fn uint64, args ...uint64) (uint64, int32, error) {
 		_, err = c.p.Run(c.t.TID, &regs, opt)
 	}
 	c.calls++
+	debugf("call %d (%#x): %v", c.calls, fn, time.Since(t0))
 	if err != nil {
 		return 0, 0, fmt.Errorf("pid %d: the injected call %d on thread %d: %w", c.p.PID(), c.calls, c.t.TID, err)
 	}

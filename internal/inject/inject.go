@@ -63,8 +63,9 @@ type Options struct {
 	// when 0.
 	CallTimeout time.Duration
 	// Strict waits, up to Timeout, for a point where no thread at all is
-	// inside the allocator or the loader; by default one where the
-	// calling thread is not is taken once a quarter of Timeout passed.
+	// inside the allocator or the loader; by default one where only the
+	// calling thread is known not to be is taken after 100 ms (or a
+	// quarter of Timeout, if less).
 	Strict bool
 	// Memfd loads the library through a memfd of the process's even
 	// where it could open heapscope's file (tests).
@@ -90,11 +91,18 @@ type Result struct {
 	// Released says the other threads ran again before the calls were
 	// done (the calling thread waited for a lock one of them held).
 	Released bool
-	// Paused is how long the process was stopped (the last stop).
+	// Paused is how long the process was stopped in the stops that made
+	// calls.
 	Paused time.Duration
+	// RingsKept says Eject found no point where every thread was outside
+	// the interposer: its entries went back, its rings stay mapped.
+	RingsKept bool
 	// Took is the time from the call to the end.
 	Took time.Duration
 }
+
+// debugf, set by tests, says where the time goes.
+var debugf = func(string, ...any) {}
 
 // target is what Inject and Eject learn of a process before stopping it.
 type target struct {
@@ -201,14 +209,14 @@ func (t *target) state(p *stopped.Process, off int) (uint32, error) {
 
 // stopAtSafePoint stops the process until a thread can make the calls; it
 // returns the stopped process (which the caller resumes) and the thread.
-func (t *target) stopAtSafePoint(opt Options, res *Result, eject bool) (*stopped.Process, stopped.Thread, error) {
+func (t *target) stopAtSafePoint(opt Options, res *Result, eject, release bool) (*stopped.Process, stopped.Thread, error) {
 	timeout := opt.Timeout
 	if timeout <= 0 {
 		timeout = DefaultTimeout
 	}
 	start := time.Now()
 	deadline := start.Add(timeout)
-	strictUntil := start.Add(timeout / 4)
+	strictUntil := start.Add(min(timeout/4, 100*time.Millisecond))
 	if opt.Strict {
 		strictUntil = deadline
 	}
@@ -216,6 +224,7 @@ func (t *target) stopAtSafePoint(opt Options, res *Result, eject bool) (*stopped
 	var why string
 	for {
 		res.Tries++
+		t0 := time.Now()
 		p, err := stopped.Stop(t.pid, stopped.Options{Timeout: min(time.Until(deadline)+time.Second, 2*time.Second), MaxPause: timeout + 4*DefaultCallTimeout})
 		if err != nil {
 			return nil, stopped.Thread{}, err
@@ -242,11 +251,13 @@ func (t *target) stopAtSafePoint(opt Options, res *Result, eject bool) (*stopped
 		}
 		w := newWalker(p, t.libc, func(path string) bool { return t.path != "" && path == t.path })
 		ts := p.Threads()
+		t1 := time.Now()
 		strict := time.Now().Before(strictUntil)
 		if inCave(ts, cave) {
 			why = "a thread is in the trampoline of an earlier injection"
 		} else {
-			th, quiet, w := w.choose(ts, watcher, strict, eject)
+			th, quiet, w := w.choose(ts, watcher, strict, release)
+			debugf("try %d: stop %v, judge %v: %q", res.Tries, t1.Sub(t0), time.Since(t1), w)
 			if why = w; why == "" {
 				res.Strict = quiet
 				return p, th, nil
@@ -297,7 +308,7 @@ func Inject(pid int, opt Options) (*Result, error) {
 		return nil, fmt.Errorf("pid %d: pidfd_open: %w", pid, errs.ErrNoSuchProcess)
 	}
 	defer unix.Close(pidfd)
-	p, th, err := t.stopAtSafePoint(opt, res, false)
+	p, th, err := t.stopAtSafePoint(opt, res, false, false)
 	if err != nil {
 		return nil, err
 	}
@@ -478,29 +489,51 @@ func fillMemfd(pid, fd int, img []byte) error {
 	return nil
 }
 
-// Eject ends the session of process pid: with every other thread stopped
-// outside the interposer, its GOT entries go back and its rings are
-// unmapped; the process runs on untraced. A process without the
-// interposer has nothing to end.
+// Eject ends the session of process pid, in two steps: the GOT entries
+// go back (a point where the calling thread is safe will do: a thread
+// inside a wrapper finishes its call, untraced), then, with every thread
+// stopped outside the interposer, its rings are unmapped. The process runs
+// on untraced. A process without the interposer has nothing to end; one
+// whose threads never all leave the interposer within Options.Timeout
+// keeps its rings (Result.RingsKept), idle.
 func Eject(pid int, opt Options) (*Result, error) {
 	begin := time.Now()
 	res := &Result{PID: pid}
+	defer func() { res.Took = time.Since(begin) }()
 	t, err := inspect(pid)
 	if err != nil {
 		return nil, err
 	}
-	p, th, err := t.stopAtSafePoint(opt, res, true)
+	out, err := t.stopCall(opt, res, false, preload.InjectStopRestore)
+	if err != nil || out == nil {
+		return res, err
+	}
+	res.Entries = int(binary.LittleEndian.Uint32(out[preload.InjectArgEntries:]))
+	if _, err := t.stopCall(opt, res, true, preload.InjectStopRelease); err != nil {
+		if !errors.Is(err, errs.ErrCannotStop) {
+			return res, err
+		}
+		res.RingsKept = true
+	}
+	return res, nil
+}
+
+// stopCall stops the process at a safe point (with no thread inside the
+// interposer if release) and calls the interposer's Stop with flags; it
+// returns the arguments as Stop left them, nil when the interposer is not
+// there.
+func (t *target) stopCall(opt Options, res *Result, release bool, flags uint32) ([]byte, error) {
+	p, th, err := t.stopAtSafePoint(opt, res, true, release)
 	if err != nil {
 		return nil, err
 	}
 	defer func() {
-		res.Released = p.Released()
+		res.Released = res.Released || p.Released()
 		p.Resume()
-		res.Paused = p.Paused()
-		res.Took = time.Since(begin)
+		res.Paused += p.Paused()
 	}()
 	if t.base == 0 {
-		return res, nil
+		return nil, nil
 	}
 	res.Library = t.path
 	ct := opt.CallTimeout
@@ -518,6 +551,7 @@ func Eject(pid int, opt Options) (*Result, error) {
 	args := make([]byte, preload.InjectArgsSize)
 	binary.LittleEndian.PutUint32(args[preload.InjectArgMagic:], preload.InjectMagic)
 	binary.LittleEndian.PutUint32(args[preload.InjectArgVersion:], preload.InjectVersion)
+	binary.LittleEndian.PutUint32(args[preload.InjectArgFlags:], flags)
 	at, err := c.put(0, args)
 	if err != nil {
 		return nil, err
@@ -527,12 +561,7 @@ func Eject(pid int, opt Options) (*Result, error) {
 		return nil, err
 	}
 	if code := int64(int32(uint32(r))); code != 0 {
-		return nil, fmt.Errorf("pid %d: %w", pid, preload.InjectError(code, 0))
+		return nil, fmt.Errorf("pid %d: %w", t.pid, preload.InjectError(code, 0))
 	}
-	out, err := c.read(at, preload.InjectArgsSize)
-	if err != nil {
-		return nil, err
-	}
-	res.Entries = int(binary.LittleEndian.Uint32(out[preload.InjectArgEntries:]))
-	return res, nil
+	return c.read(at, preload.InjectArgsSize)
 }

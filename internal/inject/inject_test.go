@@ -1,7 +1,9 @@
 package inject
 
 import (
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/heapscope/heapscope/event"
 	"github.com/heapscope/heapscope/internal/preload"
@@ -63,4 +65,106 @@ func TestInjectBurst(t *testing.T) {
 	if n := len(s.snapshot()); n != before {
 		t.Errorf("%d events after the eject", n-before)
 	}
+}
+
+// checkSequence checks, for each thread of the loop, that the sizes of the
+// mallocs delivered follow the loop's sequence: no allocation between two
+// delivered ones was missed. It returns the mallocs seen.
+func checkSequence(t *testing.T, evs []event.Event, pid, threads int) int {
+	t.Helper()
+	type run struct {
+		last  uint64
+		n     int
+		tid   uint32
+		fresh bool
+	}
+	runs := make([]run, threads)
+	total := 0
+	for _, e := range evs {
+		if int(e.PID) != pid || e.Kind != event.KindAlloc || e.Size < 16 {
+			continue
+		}
+		th := int((e.Size - 16) / 4096)
+		r := (e.Size - 16) % 4096
+		if th >= threads || r >= 4093 {
+			continue
+		}
+		ru := &runs[th]
+		if ru.n > 0 {
+			if e.TID != ru.tid {
+				t.Errorf("thread %d's loop on two threads (%d, %d)", th, ru.tid, e.TID)
+			}
+			if want := (ru.last + 7) % 4093; r != want {
+				t.Errorf("thread %d: after size residue %d came %d, not %d: allocations were missed", th, ru.last, r, want)
+				return total
+			}
+		}
+		ru.last, ru.tid = r, e.TID
+		ru.n++
+		total++
+	}
+	return total
+}
+
+// TestInjectAgainAndAgain: 8 threads allocate all the time; the process is
+// attached, traced a moment and detached 20 times, each time by a
+// collector of its own (a session), in block mode: nothing may be lost or
+// missed while traced, and the process goes on working.
+func TestInjectAgainAndAgain(t *testing.T) {
+	const threads, cycles = 8, 20
+	debugf = t.Logf
+	defer func() { debugf = func(string, ...any) {} }()
+	tg := startWorkload(t, threads, testutil.Options{})
+	tg.say("run")
+	var strict, released, kept int
+	for i := 0; i < cycles; i++ {
+		s := newSink()
+		c, err := preload.New(preload.Config{Unwind: event.UnwindFP, OnFull: event.Block}, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := Inject(tg.pid, Options{Serve: c.Serve})
+		if err != nil {
+			c.Close()
+			t.Fatalf("cycle %d: Inject: %v", i, err)
+		}
+		time.Sleep(30 * time.Millisecond)
+		er, err := Eject(tg.pid, Options{})
+		if err != nil {
+			c.Close()
+			t.Fatalf("cycle %d: Eject: %v", i, err)
+		}
+		if err := c.Close(); err != nil {
+			t.Fatalf("cycle %d: Close: %v", i, err)
+		}
+		if res.Strict {
+			strict++
+		}
+		if res.Released || er.Released {
+			released++
+		}
+		if er.RingsKept {
+			kept++
+		}
+		if er.Entries != res.Entries {
+			t.Errorf("cycle %d: %d entries redirected, %d put back", i, res.Entries, er.Entries)
+		}
+		n := checkSequence(t, s.events, tg.pid, threads)
+		if lost := s.stats.TotalLost(); lost != 0 {
+			t.Errorf("cycle %d: %d events lost in block mode", i, lost)
+		}
+		if s.stats.Delivered != uint64(len(s.events)) {
+			t.Errorf("cycle %d: %d delivered, %d received", i, s.stats.Delivered, len(s.events))
+		}
+		t.Logf("cycle %d: %d mallocs of the loop, %d events; inject %v (tries %d, strict %v, paused %v), eject %v (tries %d, paused %v, rings kept %v)",
+			i, n, len(s.events), res.Took.Round(time.Millisecond), res.Tries, res.Strict, res.Paused.Round(time.Microsecond),
+			er.Took.Round(time.Millisecond), er.Tries, er.Paused.Round(time.Microsecond), er.RingsKept)
+		if n == 0 {
+			t.Errorf("cycle %d: no allocation of the loop seen", i)
+		}
+	}
+	if l := tg.say("pause"); !strings.HasPrefix(l, "paused") {
+		t.Fatalf("after the cycles: %q", l)
+	}
+	t.Logf("%d of %d injections at a strict safe point, %d let the other threads go, %d ejects kept their rings", strict, cycles, released, kept)
 }

@@ -93,6 +93,10 @@ const (
 	InjectArgMagic    = injArgMagic
 	InjectArgVersion  = injArgVersion
 	InjectArgPeer     = injArgPeer
+	InjectArgFlags    = injArgFlags
+	// InjectStopRestore and InjectStopRelease are Stop's two steps.
+	InjectStopRestore = injStopRestore
+	InjectStopRelease = injStopRelease
 	InjectArgEntries  = injArgEntries
 	InjectArgModules  = injArgModules
 	InjectArgErrno    = injArgErrno

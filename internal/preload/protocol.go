@@ -150,10 +150,14 @@ const (
 	injArgMagic   = 0  // u32: HS_MAGIC
 	injArgVersion = 4  // u32: HS_VERSION
 	injArgPeer    = 8  // i32: start: the descriptor heapscope_inject_open returned
+	injArgFlags   = 12 // u32: stop: HS_INJ_STOP_*
 	injArgEntries = 16 // u32, out: GOT entries redirected (start) or put back (stop)
 	injArgModules = 20 // u32, out: modules looked at
 	injArgErrno   = 24 // i32, out: the errno of what failed
 	injArgsSize   = 32
+
+	injStopRestore = 1
+	injStopRelease = 2
 
 	injBusy      = 1 // another session (a live collector) traces the process
 	injPreloaded = 2 // this copy was preloaded by heapscope run, not injected

@@ -261,46 +261,57 @@ out:
 }
 
 /*
- * The session ends: with every other thread stopped outside the library
- * (the injector made sure), the entries go back, and then nothing can be
- * using a ring: every ring and the socket go too.
+ * The session ends, in two steps (HS_INJ_STOP_*, args' flags): the entries
+ * go back, recording stops and the socket closes; a thread inside a
+ * wrapper finishes its call. Then, called with every other thread stopped
+ * outside the library (the injector made sure), nothing can be using a
+ * ring: they all go.
  */
 HS_EXPORT int heapscope_inject_stop(uint8_t *args)
 {
 	if (!g_injected)
 		return -HS_INJ_PRELOADED;
+	uint32_t flags;
+	memcpy(&flags, args + HS_INJ_ARG_FLAGS, 4);
 	uint32_t saved = tls.in_hook;
 	tls.in_hook = HOOK_LIB;
 	int cancel;
 	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel);
-	turn_off();
-	pthread_mutex_lock(&g_got_lock);
-	uint32_t n = got_restore();
-	inj_publish();
-	__atomic_add_fetch(&g_inj_session, 1, __ATOMIC_RELEASE);
-	pthread_mutex_unlock(&g_got_lock);
-	inj_kick();
-	pthread_mutex_lock(&g_lock);
-	g_gen++; /* threads that come back attach anew, and find it off */
-	for (struct hs_slot *s = g_slots, *next; s; s = next) {
-		next = s->next;
-		slot_unmap(s);
+	uint32_t n = 0;
+	if (flags & HS_INJ_STOP_RESTORE) {
+		turn_off();
+		pthread_mutex_lock(&g_got_lock);
+		n = got_restore();
+		inj_publish();
+		__atomic_add_fetch(&g_inj_session, 1, __ATOMIC_RELEASE);
+		pthread_mutex_unlock(&g_got_lock);
+		inj_kick();
+		pthread_mutex_lock(&g_lock);
+		if (g_sock >= 0 && sock_ok())
+			close(g_sock);
+		g_sock = -1;
+		pthread_mutex_unlock(&g_lock);
+		if (uw_trylock()) {
+			uw_drop_channel();
+			uw_unlock();
+		}
+		__atomic_store_n(&heapscope_inject_state.active, 0, __ATOMIC_RELEASE);
 	}
-	for (struct hs_slot *s = g_stale, *next; s; s = next) {
-		next = s->next;
-		slot_unmap(s);
+	if (flags & HS_INJ_STOP_RELEASE) {
+		pthread_mutex_lock(&g_lock);
+		g_gen++; /* threads that come back attach anew, and find it off */
+		for (struct hs_slot *s = g_slots, *next; s; s = next) {
+			next = s->next;
+			slot_unmap(s);
+		}
+		for (struct hs_slot *s = g_stale, *next; s; s = next) {
+			next = s->next;
+			slot_unmap(s);
+		}
+		g_slots = g_stale = NULL;
+		g_nslots = 0;
+		pthread_mutex_unlock(&g_lock);
 	}
-	g_slots = g_stale = NULL;
-	g_nslots = 0;
-	if (g_sock >= 0 && sock_ok())
-		close(g_sock);
-	g_sock = -1;
-	pthread_mutex_unlock(&g_lock);
-	if (uw_trylock()) {
-		uw_drop_channel();
-		uw_unlock();
-	}
-	__atomic_store_n(&heapscope_inject_state.active, 0, __ATOMIC_RELEASE);
 	memcpy(args + HS_INJ_ARG_ENTRIES, &n, 4);
 	pthread_setcancelstate(cancel, NULL);
 	tls.in_hook = saved;

@@ -282,8 +282,9 @@ struct hs_children { /* followed by count uint32_t PIDs */
  *   HS_INJECT_START(args) closes that end, says HELLO on the other as a
  *     launched process does, redirects the allocation functions' GOT
  *     entries and starts the watcher thread; 0 or -HS_INJ_*;
- *   HS_INJECT_STOP(args), with every other thread stopped outside the
- *     library, puts the entries back and unmaps the rings.
+ *   HS_INJECT_STOP(args) puts the entries back and closes the socket
+ *     (HS_INJ_STOP_RESTORE), and, called again with every other thread
+ *     stopped outside the library, unmaps the rings (HS_INJ_STOP_RELEASE).
  * The args are HS_INJ_ARGS_SIZE bytes at the offsets HS_INJ_ARG_*.
  * HS_INJECT_STATE names the library's state (HS_INJ_STATE_*), for the
  * injector to read.
@@ -296,10 +297,17 @@ struct hs_children { /* followed by count uint32_t PIDs */
 #define HS_INJ_ARG_MAGIC 0    /* u32: HS_MAGIC */
 #define HS_INJ_ARG_VERSION 4  /* u32: HS_VERSION */
 #define HS_INJ_ARG_PEER 8     /* i32: start: the descriptor heapscope_inject_open returned */
+#define HS_INJ_ARG_FLAGS 12   /* u32: stop: HS_INJ_STOP_* */
 #define HS_INJ_ARG_ENTRIES 16 /* u32, out: GOT entries redirected (start) or put back (stop) */
 #define HS_INJ_ARG_MODULES 20 /* u32, out: modules looked at */
 #define HS_INJ_ARG_ERRNO 24   /* i32, out: the errno of what failed */
 #define HS_INJ_ARGS_SIZE 32
+
+/* stop's two steps: first the entries go back (any thread may be inside a
+ * wrapper, finishing its call), then, with no thread inside the library,
+ * the rings go */
+#define HS_INJ_STOP_RESTORE 1
+#define HS_INJ_STOP_RELEASE 2
 
 #define HS_INJ_BUSY 1      /* another session (a live collector) traces the process */
 #define HS_INJ_PRELOADED 2 /* this copy was preloaded by heapscope run, not injected */
