@@ -190,8 +190,9 @@ func (b *preloadBackend) setStacks(k event.KindSet) error {
 	return b.c.SetStacks(k)
 }
 
-func (b *preloadBackend) flush() error          { return b.c.Flush() }
-func (b *preloadBackend) stats() event.Stats    { return b.c.Stats() }
+func (b *preloadBackend) flush() error       { return b.c.Flush() }
+func (b *preloadBackend) stats() event.Stats { return b.c.Stats() }
+
 // close ends the session: every injected process has its entries put back
 // (the collector still draining meanwhile: a thread that waits for room in
 // its ring gets it), then the collector delivers the rest.

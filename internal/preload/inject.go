@@ -89,11 +89,11 @@ func readInjectable(img []byte) (*Injectable, error) {
 
 // The layout of the inject entry points' arguments, and of the state.
 const (
-	InjectArgsSize    = injArgsSize
-	InjectArgMagic    = injArgMagic
-	InjectArgVersion  = injArgVersion
-	InjectArgPeer     = injArgPeer
-	InjectArgFlags    = injArgFlags
+	InjectArgsSize   = injArgsSize
+	InjectArgMagic   = injArgMagic
+	InjectArgVersion = injArgVersion
+	InjectArgPeer    = injArgPeer
+	InjectArgFlags   = injArgFlags
 	// InjectStopRestore and InjectStopRelease are Stop's two steps.
 	InjectStopRestore = injStopRestore
 	InjectStopRelease = injStopRelease
