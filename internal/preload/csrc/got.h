@@ -34,9 +34,13 @@ extern ElfW(Dyn) _DYNAMIC[]; /* ours: our own entries are never redirected */
  * each scan) their definitions in the global scope. */
 struct got_hook {
 	const char *name;
-	void *fn;
+	void *fn;     /* our wrapper */
+	void **real;  /* where the wrapper finds the function it forwards to */
 	uint32_t hash;
-	uintptr_t def;
+	uintptr_t def; /* the definition the program's modules are bound to; 0: none known */
+	/* learnt from the modules before each scan (got_learn_cb) */
+	uintptr_t bound; /* what a bound PLT entry holds */
+	uintptr_t canon; /* the executable's PLT stub, when it takes the function's address */
 };
 
 /* Filled by got_hooks_init (after hooks.h's wrappers). */
@@ -205,7 +209,7 @@ static int got_hook_of(const struct got_dyn *d, const ElfW(Rela) *r)
 	const char *name = d->strtab + off;
 	uint32_t h = got_hash(name);
 	for (size_t i = 0; i < g_nhooks; i++)
-		if (g_hooks[i].hash == h && g_hooks[i].def && strcmp(g_hooks[i].name, name) == 0)
+		if (g_hooks[i].hash == h && strcmp(g_hooks[i].name, name) == 0)
 			return (int)i;
 	return -1;
 }
@@ -262,7 +266,10 @@ static void got_redirect(const struct dl_phdr_info *info, const struct got_dyn *
 			continue;
 		uintptr_t v = __atomic_load_n((uintptr_t *)slot, __ATOMIC_ACQUIRE), repl = (uintptr_t)g_hooks[h].fn;
 		int stub = ELF64_R_TYPE(rel[i].r_info) == R_X86_64_JUMP_SLOT && v >= d->lo && v < d->hi;
-		if (v == repl || (v != g_hooks[h].def && !stub))
+		/* an entry that holds the executable's PLT stub (the function's
+		 * address the program takes) reaches us through the
+		 * executable's own entry, redirected */
+		if (!g_hooks[h].def || v == repl || (v != g_hooks[h].def && !stub))
 			continue;
 		if (!got_grow((void **)&g_patches, &g_patches_cap, g_npatches + 1, sizeof *g_patches))
 			return;
@@ -271,6 +278,42 @@ static void got_redirect(const struct dl_phdr_info *info, const struct got_dyn *
 		g_patches[g_npatches++] = (struct got_patch){slot, v, repl, bias, dyn};
 		g_got_live++;
 	}
+}
+
+/* Learn what the module's entries are bound to (before a scan): a bound
+ * PLT entry holds the definition (the loader's PLT lookups skip an
+ * executable's PLT stub), and an executable that takes a function's
+ * address defines it, undefined, at its PLT stub, which dlsym returns. */
+static int got_learn_cb(struct dl_phdr_info *info, size_t size, void *arg)
+{
+	(void)size;
+	(void)arg;
+	uintptr_t dyn = info_dyn(info);
+	struct got_dyn d;
+	if (!dyn || !got_parse(info, &d) || !got_relocated(info, &d))
+		return 0;
+	for (int pass = 0; pass < 2; pass++) {
+		const ElfW(Rela) *rel = pass ? d.rela : d.jmprel;
+		size_t n = (pass ? d.relasz : d.jmprelsz) / sizeof(ElfW(Rela));
+		for (size_t i = 0; rel && i < n; i++) {
+			int h = got_hook_of(&d, &rel[i]);
+			if (h < 0)
+				continue;
+			struct got_hook *k = &g_hooks[h];
+			const ElfW(Sym) *sym = &d.symtab[ELF64_R_SYM(rel[i].r_info)];
+			if (sym->st_shndx == SHN_UNDEF && sym->st_value != 0 && !k->canon)
+				k->canon = info->dlpi_addr + sym->st_value;
+			if (ELF64_R_TYPE(rel[i].r_info) != R_X86_64_JUMP_SLOT || k->bound)
+				continue;
+			uintptr_t slot = info->dlpi_addr + rel[i].r_offset;
+			if (slot < d.lo || slot + 8 > d.hi)
+				continue;
+			uintptr_t v = *(const uintptr_t *)slot;
+			if ((v < d.lo || v >= d.hi) && v != (uintptr_t)k->fn)
+				k->bound = v; /* the first module's, in load order: the global scope's */
+		}
+	}
+	return 0;
 }
 
 static int got_scan_cb(struct dl_phdr_info *info, size_t size, void *arg)
@@ -350,17 +393,19 @@ GOT_SELF(_ZdaPvSt11align_val_tRKSt9nothrow_t)
 
 static void got_hooks_init(void)
 {
-#define H(sym) {#sym, (void *)got_self_##sym, 0, 0}
+#define H(sym) {#sym, (void *)got_self_##sym, (void **)&real.sym, 0, 0, 0, 0}
+#define X(sym) {#sym, (void *)got_self_##sym, (void **)&cxx_fn_##sym, 0, 0, 0, 0}
 	static const struct got_hook all[] = {
 	    H(malloc), H(calloc), H(realloc), H(reallocarray), H(free), H(posix_memalign), H(aligned_alloc), H(memalign),
 	    H(valloc), H(pvalloc), H(mmap), H(mmap64), H(munmap), H(mremap), H(dlopen), H(dlclose), H(dl_iterate_phdr),
-	    H(_Znwm), H(_Znam), H(_ZnwmRKSt9nothrow_t), H(_ZnamRKSt9nothrow_t), H(_ZnwmSt11align_val_t),
-	    H(_ZnamSt11align_val_t), H(_ZnwmSt11align_val_tRKSt9nothrow_t), H(_ZnamSt11align_val_tRKSt9nothrow_t),
-	    H(_ZdlPv), H(_ZdaPv), H(_ZdlPvm), H(_ZdaPvm), H(_ZdlPvRKSt9nothrow_t), H(_ZdaPvRKSt9nothrow_t),
-	    H(_ZdlPvSt11align_val_t), H(_ZdaPvSt11align_val_t), H(_ZdlPvmSt11align_val_t), H(_ZdaPvmSt11align_val_t),
-	    H(_ZdlPvSt11align_val_tRKSt9nothrow_t), H(_ZdaPvSt11align_val_tRKSt9nothrow_t),
+	    X(_Znwm), X(_Znam), X(_ZnwmRKSt9nothrow_t), X(_ZnamRKSt9nothrow_t), X(_ZnwmSt11align_val_t),
+	    X(_ZnamSt11align_val_t), X(_ZnwmSt11align_val_tRKSt9nothrow_t), X(_ZnamSt11align_val_tRKSt9nothrow_t),
+	    X(_ZdlPv), X(_ZdaPv), X(_ZdlPvm), X(_ZdaPvm), X(_ZdlPvRKSt9nothrow_t), X(_ZdaPvRKSt9nothrow_t),
+	    X(_ZdlPvSt11align_val_t), X(_ZdaPvSt11align_val_t), X(_ZdlPvmSt11align_val_t), X(_ZdaPvmSt11align_val_t),
+	    X(_ZdlPvSt11align_val_tRKSt9nothrow_t), X(_ZdaPvSt11align_val_tRKSt9nothrow_t),
 	};
 #undef H
+#undef X
 	if (g_nhooks)
 		return;
 	_Static_assert(sizeof all / sizeof all[0] <= sizeof g_hooks / sizeof g_hooks[0], "g_hooks too small");
@@ -384,11 +429,23 @@ static uint32_t got_scan(void)
 		void *def;
 		IN_LIB(def = dlsym(RTLD_DEFAULT, g_hooks[i].name));
 		g_hooks[i].def = (uintptr_t)def;
-		/* a wrapper never forwards to itself */
-		if (g_hooks[i].def == (uintptr_t)g_hooks[i].fn)
-			g_hooks[i].def = 0;
+		g_hooks[i].bound = g_hooks[i].canon = 0;
 	}
 	IN_LIB(dlerror()); /* the names no module defines: not the program's error */
+	iterate_phdr(got_learn_cb, NULL);
+	for (size_t i = 0; i < g_nhooks; i++) {
+		struct got_hook *k = &g_hooks[i];
+		if (k->bound)
+			k->def = k->bound;
+		else if (k->def == k->canon)
+			k->def = 0; /* only the executable's stub is known: leave it */
+		if (k->def == (uintptr_t)k->fn)
+			k->def = 0; /* a wrapper never forwards to itself */
+		/* the wrapper forwards to what the entries held, set before any
+		 * entry leads to it */
+		if (k->def && __atomic_load_n(k->real, __ATOMIC_ACQUIRE) != (void *)k->def)
+			__atomic_store_n(k->real, (void *)k->def, __ATOMIC_RELEASE);
+	}
 	g_got_pending = 0;
 	int first = 1;
 	iterate_phdr(got_scan_cb, &first);

@@ -387,13 +387,15 @@ static void cxx_end(struct cxx_call *c)
  * lacks). */
 #define CXX_PROLOGUE(sym)                                                                                              \
 	uintptr_t fp = HS_FRAME();                                                                                     \
-	static cxx_fn fn;                                                                                              \
 	ensure_reals();                                                                                                \
-	cxx_fn f = cxx_real(&fn, #sym);                                                                                \
+	cxx_fn f = cxx_real(&cxx_fn_##sym, #sym);                                                                      \
 	if (!f)                                                                                                        \
 		abort()
 
+/* The real operator sym: found at its first call (an injected library's
+ * are set by got.h before any call can come). */
 #define CXX_NEW(sym, FUNC)                                                                                             \
+	static cxx_fn cxx_fn_##sym;                                                                                    \
 	HS_EXPORT uintptr_t sym(uintptr_t a, uintptr_t b, uintptr_t c)                                                 \
 	{                                                                                                              \
 		CXX_PROLOGUE(sym);                                                                                     \
@@ -409,6 +411,7 @@ static void cxx_end(struct cxx_call *c)
 	}
 
 #define CXX_DELETE(sym, FUNC)                                                                                          \
+	static cxx_fn cxx_fn_##sym;                                                                                    \
 	HS_EXPORT void sym(uintptr_t a, uintptr_t b, uintptr_t c)                                                      \
 	{                                                                                                              \
 		CXX_PROLOGUE(sym);                                                                                     \

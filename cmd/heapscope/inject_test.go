@@ -1,0 +1,281 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/heapscope/heapscope/internal/testutil"
+)
+
+// interactive is a program driven through its standard input.
+type interactive struct {
+	t    *testing.T
+	cmd  *exec.Cmd
+	in   io.WriteCloser
+	out  *bufio.Reader
+	all  bytes.Buffer // everything it wrote, once it exited
+	done chan struct{}
+}
+
+func startInteractive(t *testing.T, bin string, args ...string) *interactive {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr, pw := io.Pipe()
+	cmd.Stdout = pw
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &interactive{t: t, cmd: cmd, in: in, done: make(chan struct{})}
+	// every byte it writes is kept (for the comparison) and read by line
+	tee, tw := io.Pipe()
+	p.out = bufio.NewReader(tee)
+	go func() {
+		io.Copy(io.MultiWriter(&p.all, tw), pr)
+		tw.Close()
+		close(p.done)
+	}()
+	go func() {
+		cmd.Wait()
+		pw.Close()
+	}()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-p.done
+	})
+	return p
+}
+
+func (p *interactive) line() string {
+	p.t.Helper()
+	ch := make(chan string, 1)
+	go func() {
+		s, _ := p.out.ReadString('\n')
+		ch <- s
+	}()
+	select {
+	case s := <-ch:
+		return strings.TrimSpace(s)
+	case <-time.After(60 * time.Second):
+		p.t.Fatal("the program does not answer")
+	}
+	return ""
+}
+
+func (p *interactive) say(s string) string {
+	p.t.Helper()
+	fmt.Fprintln(p.in, s)
+	return p.line()
+}
+
+// finish closes its input and returns its exit status and output.
+func (p *interactive) finish() (int, string) {
+	p.t.Helper()
+	p.in.Close()
+	go io.Copy(io.Discard, p.out)
+	select {
+	case <-p.done:
+	case <-time.After(120 * time.Second):
+		p.t.Fatal("the program does not exit")
+	}
+	return p.cmd.ProcessState.ExitCode(), p.all.String()
+}
+
+// attachSession is a `heapscope attach --inject` running in the background.
+type attachSession struct {
+	t      *testing.T
+	cmd    *exec.Cmd
+	stderr *bytes.Buffer
+	exited chan struct{}
+}
+
+// syncBuffer is a bytes.Buffer safe to write from one goroutine while
+// another reads.
+type lockedWriter struct {
+	mu  chan struct{}
+	buf *bytes.Buffer
+}
+
+func (w lockedWriter) Write(b []byte) (int, error) {
+	w.mu <- struct{}{}
+	defer func() { <-w.mu }()
+	return w.buf.Write(b)
+}
+
+func startAttach(t *testing.T, args ...string) *attachSession {
+	t.Helper()
+	a := &attachSession{t: t, stderr: &bytes.Buffer{}, exited: make(chan struct{})}
+	mu := make(chan struct{}, 1)
+	a.cmd = cli(t, append([]string{"attach", "--inject"}, args...)...)
+	a.cmd.Stderr = lockedWriter{mu, a.stderr}
+	if err := a.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		a.cmd.Wait()
+		close(a.exited)
+	}()
+	t.Cleanup(func() {
+		a.cmd.Process.Kill()
+		<-a.exited
+	})
+	read := func() string {
+		mu <- struct{}{}
+		defer func() { <-mu }()
+		return a.stderr.String()
+	}
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		select {
+		case <-a.exited:
+			t.Fatalf("attach exited: %s", read())
+		default:
+		}
+		if strings.Contains(read(), "tracing pid") {
+			return a
+		}
+	}
+	t.Fatalf("attach did not start: %s", read())
+	return nil
+}
+
+// stop ends the session with SIGINT and waits for heapscope.
+func (a *attachSession) stop() {
+	a.t.Helper()
+	a.cmd.Process.Signal(syscall.SIGINT)
+	a.wait()
+}
+
+func (a *attachSession) wait() {
+	a.t.Helper()
+	select {
+	case <-a.exited:
+	case <-time.After(60 * time.Second):
+		a.t.Fatal("attach does not end")
+	}
+	if code := a.cmd.ProcessState.ExitCode(); code != 0 {
+		a.t.Fatalf("attach: exit %d: %s", code, a.stderr.String())
+	}
+}
+
+// TestAttachInjectLeaksDWARF attaches with --inject --unwind dwarf to a
+// running program built without frame pointers, which then leaks known
+// blocks in two functions and frees those of a third: the leaks are exact
+// per function, their stacks reach main, and the program runs on.
+func TestAttachInjectLeaksDWARF(t *testing.T) {
+	t.Cleanup(testutil.Cleanup)
+	bin := testutil.MustBuild(t, "inject_target", testutil.Options{NoFramePointers: true})
+	p := startInteractive(t, bin, "1")
+	p.line() // ready
+	trace := filepath.Join(t.TempDir(), "t.hst")
+	a := startAttach(t, "--unwind", "dwarf", "-q", "-o", trace, "-p", strconv.Itoa(p.cmd.Process.Pid))
+	if l := p.say("leak 100"); l != "leaked" {
+		t.Fatalf("target: %q", l)
+	}
+	a.stop()
+	if l := p.say("burst 100"); l != "done" {
+		t.Fatalf("target after the session: %q", l)
+	}
+	r := reportJSON(t, trace)
+	got := map[string][2]uint64{} // function: bytes, blocks
+	for _, l := range r.Leaks {
+		fn, reachesMain := "", false
+		for i, f := range l.Stack {
+			if i == 0 {
+				fn = f.Function
+			}
+			reachesMain = reachesMain || f.Function == "main"
+		}
+		if !reachesMain {
+			t.Errorf("leak in %s: its stack does not reach main: %+v", fn, l.Stack)
+		}
+		g := got[fn]
+		got[fn] = [2]uint64{g[0] + l.Bytes, g[1] + l.Blocks}
+	}
+	want := map[string][2]uint64{"leak_small": {2400, 100}, "leak_big": {400000, 100}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("leaks by function %v, want %v", got, want)
+	}
+}
+
+// TestAttachInjectPrograms: Debian's python3.11, sqlite3 and a C++ program,
+// attached while they wait and traced to their end, print the same and
+// exit with the same status as untraced.
+func TestAttachInjectPrograms(t *testing.T) {
+	t.Cleanup(testutil.Cleanup)
+	py := `import sys, json, collections
+print("ready", flush=True)
+sys.stdin.readline()
+d = {str(i): [i, str(i * i), {"k": i}] for i in range(100000)}
+b = [bytearray(600 + i % 400) for i in range(20000)]  # beyond pymalloc's 512 bytes: malloc's
+s = json.dumps(d) + str(sum(len(x) for x in b))
+c = collections.Counter(s)
+print(len(s), sum(c.values()), c.most_common(3))
+sys.exit(3)
+`
+	sql := []string{
+		".print ready",
+		"create table t(x text, y int);",
+		"insert into t select hex(randomblob(32)), value from generate_series(1, 50000);",
+		"create index i on t(x);",
+		"select count(*), count(distinct substr(x, 1, 2)), sum(y) from t;",
+		"select y from t order by y desc limit 3;",
+	}
+	cxx := testutil.MustBuild(t, "inject_cxx", testutil.Options{CXX: true})
+	for _, c := range []struct {
+		name  string
+		bin   string
+		args  []string
+		input []string // first the line it answers "ready" to, then the rest
+	}{
+		{"python3.11", testutil.Tool(t, "/usr/bin/python3.11"), []string{"-c", py}, []string{"", "go"}},
+		{"sqlite3", testutil.Tool(t, "sqlite3"), []string{":memory:"}, sql},
+		{"c++", cxx, nil, []string{"", "go"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			trace := filepath.Join(t.TempDir(), "t.hst")
+			run := func(traced bool) (int, string, *attachSession) {
+				p := startInteractive(t, c.bin, c.args...)
+				if c.input[0] != "" {
+					fmt.Fprintln(p.in, c.input[0])
+				}
+				if l := p.line(); l != "ready" {
+					t.Fatalf("%s: %q", c.name, l)
+				}
+				var a *attachSession
+				if traced {
+					a = startAttach(t, "-q", "-o", trace, "-p", strconv.Itoa(p.cmd.Process.Pid))
+				}
+				for _, l := range c.input[1:] {
+					fmt.Fprintln(p.in, l)
+				}
+				code, out := p.finish()
+				return code, out, a
+			}
+			wantCode, want, _ := run(false)
+			code, out, a := run(true)
+			a.wait() // the session ends with the program
+			if code != wantCode || out != want {
+				t.Errorf("traced: exit %d, output\n%s\nuntraced: exit %d, output\n%s", code, out, wantCode, want)
+			}
+			r := reportJSON(t, trace)
+			t.Logf("traced: %d allocations, %d frees, %d unmatched frees", r.Summary.Allocations, r.Summary.Frees, r.Summary.UnmatchedFrees)
+			if r.Summary.Allocations < 10000 {
+				t.Errorf("only %d allocations traced", r.Summary.Allocations)
+			}
+		})
+	}
+}
