@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"os"
@@ -14,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heapscope/heapscope/internal/preload"
+	"github.com/heapscope/heapscope/internal/proc"
 	"github.com/heapscope/heapscope/internal/testutil"
 )
 
@@ -277,5 +280,129 @@ sys.exit(3)
 				t.Errorf("only %d allocations traced", r.Summary.Allocations)
 			}
 		})
+	}
+}
+
+// injectState reads the interposer's state in process pid (see
+// internal/preload's InjectState*): whether a session is on, its watcher
+// thread, the GOT entries redirected. ok is false when the interposer is
+// not loaded.
+func injectState(t *testing.T, pid int) (active, watcher, entries uint32, ok bool) {
+	t.Helper()
+	lib, err := preload.InjectLibrary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	maps, err := proc.ReadMaps(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range maps {
+		base := filepath.Base(m.Path)
+		if m.Offset != 0 || !(strings.HasPrefix(base, "libheapscope_preload") || strings.HasPrefix(m.Path, "/memfd:heapscope-preload")) {
+			continue
+		}
+		f, err := os.Open(fmt.Sprintf("/proc/%d/mem", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		b := make([]byte, preload.InjectStateSize)
+		if _, err := f.ReadAt(b, int64(m.Start+lib.State)); err != nil {
+			t.Fatal(err)
+		}
+		le := binary.LittleEndian
+		return le.Uint32(b[preload.InjectStateActive:]), le.Uint32(b[preload.InjectStateWatcher:]), le.Uint32(b[preload.InjectStateEntries:]), true
+	}
+	return 0, 0, 0, false
+}
+
+// untraced waits until no thread of pid is traced or stopped by a tracer,
+// and the interposer, if loaded, has no session, no watcher and no entry
+// redirected.
+func untraced(t *testing.T, pid int) {
+	t.Helper()
+	var why string
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		why = ""
+		tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		for _, task := range tasks {
+			st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/status", pid, task.Name()))
+			for _, l := range strings.Split(string(st), "\n") {
+				if strings.HasPrefix(l, "TracerPid:") && strings.TrimSpace(l[10:]) != "0" {
+					why = "thread " + task.Name() + " is traced"
+				}
+				if strings.HasPrefix(l, "State:") && strings.Contains(l, "t (tracing stop)") {
+					why = "thread " + task.Name() + " is in a tracing stop"
+				}
+			}
+		}
+		if why == "" {
+			if a, w, e, ok := injectState(t, pid); ok && (a != 0 || w != 0 || e != 0) {
+				why = fmt.Sprintf("the interposer is active %d, watcher %d, %d entries redirected", a, w, e)
+			}
+		}
+		if why == "" {
+			return
+		}
+	}
+	t.Fatalf("pid %d: %s", pid, why)
+}
+
+// TestAttachInjectKilled kills heapscope (SIGKILL) in the middle of
+// injections and of a session into a program whose threads allocate all
+// the time: each time, the program runs on, no thread stays traced, and
+// the interposer left in it (its collector gone) puts the GOT entries back
+// and stops recording by itself; a later attach works.
+func TestAttachInjectKilled(t *testing.T) {
+	t.Cleanup(testutil.Cleanup)
+	bin := testutil.MustBuild(t, "inject_target", testutil.Options{})
+	p := startInteractive(t, bin, "4")
+	p.line() // ready
+	pid := p.cmd.Process.Pid
+	if l := p.say("run"); l != "running" {
+		t.Fatalf("target: %q", l)
+	}
+	check := func(what string) {
+		t.Helper()
+		untraced(t, pid)
+		if l := p.say("pause"); !strings.HasPrefix(l, "paused") {
+			t.Fatalf("%s: target: %q", what, l)
+		}
+		if l := p.say("run"); l != "running" {
+			t.Fatalf("%s: target: %q", what, l)
+		}
+	}
+	// (internal/inject's tests kill it at each point of an injection)
+	for _, d := range []time.Duration{0, 20, 60} {
+		d *= time.Millisecond
+		cmd := cli(t, "attach", "--inject", "-q", "-o", filepath.Join(t.TempDir(), "k.hst"), "-p", strconv.Itoa(pid))
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(d)
+		cmd.Process.Kill()
+		cmd.Wait()
+		_, _, e, loaded := injectState(t, pid)
+		t.Logf("killed after %v: interposer loaded %v, %d entries redirected then", d, loaded, e)
+		check(fmt.Sprintf("killed after %v", d))
+	}
+	// mid-session
+	a := startAttach(t, "-q", "-o", filepath.Join(t.TempDir(), "s.hst"), "-p", strconv.Itoa(pid))
+	time.Sleep(300 * time.Millisecond)
+	if act, w, e, _ := injectState(t, pid); act != 1 || w == 0 || e == 0 {
+		t.Errorf("while traced: active %d, watcher %d, %d entries", act, w, e)
+	}
+	a.cmd.Process.Kill()
+	<-a.exited
+	check("killed mid-session")
+	// and a session after all that
+	trace := filepath.Join(t.TempDir(), "t.hst")
+	a = startAttach(t, "-q", "-o", trace, "-p", strconv.Itoa(pid))
+	time.Sleep(100 * time.Millisecond)
+	a.stop()
+	check("after a last session")
+	if r := reportJSON(t, trace); r.Summary.Allocations == 0 {
+		t.Errorf("the last session traced nothing")
 	}
 }

@@ -168,7 +168,10 @@ func (c *caller) call(fn uint64, args ...uint64) (uint64, int32, error) {
 	}
 	t0 := time.Now()
 	marker := c.cave + trampMarker
+	stops := 0
 	opt := stopped.RunOptions{Timeout: c.timeout, Until: func(r *unix.PtraceRegs) bool {
+		stops++
+		testPoint(fmt.Sprintf("call%d.%d", c.calls+1, stops))
 		return r.Orig_rax == markerSyscall && r.Rip == marker
 	}}
 	var err error

@@ -104,6 +104,11 @@ type Result struct {
 // debugf, set by tests, says where the time goes.
 var debugf = func(string, ...any) {}
 
+// testPoint, set by tests, is called at the points an injection passes:
+// "stopped", "cave", "callN.K" (the K-th system call of the N-th call made
+// in the process), "served", "started". The tests kill heapscope there.
+var testPoint = func(string) {}
+
 // target is what Inject and Eject learn of a process before stopping it.
 type target struct {
 	pid  int
@@ -326,10 +331,12 @@ func Inject(pid int, opt Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	testPoint("stopped")
 	c, err := newCaller(p, th, t.libc, cave, ct)
 	if err != nil {
 		return nil, err
 	}
+	testPoint("cave")
 	if t.base == 0 {
 		if err := t.load(c, file, pidfd); err != nil {
 			return nil, err
@@ -363,6 +370,7 @@ func Inject(pid int, opt Options) (*Result, error) {
 	if err := opt.Serve(f); err != nil {
 		return nil, err
 	}
+	testPoint("served")
 	args := make([]byte, preload.InjectArgsSize)
 	binary.LittleEndian.PutUint32(args[preload.InjectArgMagic:], preload.InjectMagic)
 	binary.LittleEndian.PutUint32(args[preload.InjectArgVersion:], preload.InjectVersion)
@@ -384,6 +392,7 @@ func Inject(pid int, opt Options) (*Result, error) {
 	}
 	res.Entries = int(binary.LittleEndian.Uint32(out[preload.InjectArgEntries:]))
 	res.Modules = int(binary.LittleEndian.Uint32(out[preload.InjectArgModules:]))
+	testPoint("started")
 	return res, nil
 }
 

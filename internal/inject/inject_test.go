@@ -1,12 +1,17 @@
 package inject
 
 import (
+	"encoding/binary"
+	"fmt"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/heapscope/heapscope/event"
 	"github.com/heapscope/heapscope/internal/preload"
+	"github.com/heapscope/heapscope/internal/proc"
 	"github.com/heapscope/heapscope/internal/testutil"
 )
 
@@ -167,4 +172,104 @@ func TestInjectAgainAndAgain(t *testing.T) {
 		t.Fatalf("after the cycles: %q", l)
 	}
 	t.Logf("%d of %d injections at a strict safe point, %d let the other threads go, %d ejects kept their rings", strict, cycles, released, kept)
+}
+
+// TestKilledMidInjection kills the injecting process (SIGKILL) at every
+// point of an injection, its calls in the target included, into a program
+// whose threads allocate all the time: the program runs on, no thread
+// stays traced, no GOT entry stays redirected, and a later injection works.
+func TestKilledMidInjection(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kill := func(tg *workload, point string) {
+		t.Helper()
+		cmd := exec.Command(self, "-test.run=^$")
+		cmd.Env = append(os.Environ(), helperEnv+"="+fmt.Sprintf("%d %s", tg.pid, point))
+		out, _ := cmd.CombinedOutput()
+		said := strings.TrimSpace(string(out))
+		untracedNow(t, tg.pid, point)
+		if l := tg.say("pause"); !strings.HasPrefix(l, "paused") {
+			t.Fatalf("killed at %s (%s): target: %q", point, said, l)
+		}
+		tg.say("run")
+		t.Logf("killed at %s: %s", point, said)
+	}
+	// The library not loaded yet: the first call is dlopen. A process of
+	// its own for each point, since the dlopen goes on to its end.
+	for _, point := range []string{"stopped", "cave", "call1.1", "call1.2", "call1.3", "call1.5", "call1.8", "call1.13", "call2.2", "call3.3", "call3.8"} {
+		tg := startWorkload(t, 4, testutil.Options{})
+		tg.say("run")
+		kill(tg, point)
+	}
+	// Loaded: open (call 1) and start (call 2), in one process.
+	tg := startWorkload(t, 4, testutil.Options{})
+	tg.say("run")
+	kill(tg, "call1.2") // its dlopen finishes on its own
+	for _, point := range []string{"cave", "call1.1", "call1.2", "call2.1", "call2.2", "call2.3", "call2.5", "call2.8", "call2.13", "call2.21", "served", "started"} {
+		kill(tg, point)
+	}
+	// a session after all that, to its end
+	s := newSink()
+	c := collector(t, s, preload.Config{Unwind: event.UnwindFP})
+	mustInject(t, tg.pid, c, Options{})
+	time.Sleep(50 * time.Millisecond)
+	mustEject(t, tg.pid, Options{})
+	c.Close()
+	if checkSequence(t, s.events, tg.pid, 4) == 0 {
+		t.Errorf("the last session saw nothing")
+	}
+	untracedNow(t, tg.pid, "the end")
+}
+
+// untracedNow waits until no thread of pid is traced or in a tracing stop
+// and the interposer, if loaded, has no session, watcher or redirected
+// GOT entry.
+func untracedNow(t *testing.T, pid int, what string) {
+	t.Helper()
+	lib, err := preload.InjectLibrary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var why string
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		why = ""
+		tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		for _, task := range tasks {
+			st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/status", pid, task.Name()))
+			for _, l := range strings.Split(string(st), "\n") {
+				if strings.HasPrefix(l, "TracerPid:") && strings.TrimSpace(l[10:]) != "0" {
+					why = "thread " + task.Name() + " is traced"
+				}
+				if strings.HasPrefix(l, "State:") && strings.Contains(l, "tracing stop") {
+					why = "thread " + task.Name() + " is in a tracing stop"
+				}
+			}
+		}
+		maps, _ := proc.ReadMaps(pid)
+		for _, m := range maps {
+			if m.Offset != 0 || !isInterposer(m.Path) {
+				continue
+			}
+			f, err := os.Open(fmt.Sprintf("/proc/%d/mem", pid))
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := make([]byte, preload.InjectStateSize)
+			_, err = f.ReadAt(b, int64(m.Start+lib.State))
+			f.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			le := binary.LittleEndian
+			if a, w, e := le.Uint32(b[preload.InjectStateActive:]), le.Uint32(b[preload.InjectStateWatcher:]), le.Uint32(b[preload.InjectStateEntries:]); a != 0 || w != 0 || e != 0 {
+				why = fmt.Sprintf("the interposer is active %d, watcher %d, %d entries redirected", a, w, e)
+			}
+		}
+		if why == "" {
+			return
+		}
+	}
+	t.Fatalf("%s: pid %d: %s", what, pid, why)
 }

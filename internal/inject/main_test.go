@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -16,7 +17,43 @@ import (
 	"github.com/heapscope/heapscope/internal/testutil"
 )
 
-func TestMain(m *testing.M) { testutil.Main(m) }
+// helperEnv makes the test binary a helper: "PID POINT" injects into PID
+// with a collector of its own and kills itself (SIGKILL) at POINT.
+const helperEnv = "HEAPSCOPE_INJECT_HELPER"
+
+func TestMain(m *testing.M) {
+	if h := os.Getenv(helperEnv); h != "" {
+		os.Exit(helper(h))
+	}
+	testutil.Main(m)
+}
+
+func helper(h string) int {
+	var pid int
+	var point string
+	if _, err := fmt.Sscanf(h, "%d %s", &pid, &point); err != nil {
+		fmt.Println("bad helper argument", h)
+		return 2
+	}
+	testPoint = func(p string) {
+		if p == point {
+			fmt.Println("dying at", p)
+			syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			select {}
+		}
+	}
+	c, err := preload.New(preload.Config{Unwind: event.UnwindFP}, newSink())
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	if _, err := Inject(pid, Options{Serve: c.Serve}); err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	fmt.Println("not killed: no point", point)
+	return 3
+}
 
 // sink keeps what a collector delivers.
 type sink struct {

@@ -478,6 +478,8 @@ static int ensure_connected_locked(void)
  * the socket, when its heartbeat stopped for five seconds. */
 static int collector_gone(void)
 {
+	if (g_injected && g_sock < 0)
+		return 1; /* closed once the collector was found gone: an injected process cannot reconnect */
 	if (sock_ok()) {
 		char b;
 		int cancel;
