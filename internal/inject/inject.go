@@ -136,10 +136,15 @@ func inspect(pid int) (*target, error) {
 		}
 		return nil, fmt.Errorf("pid %d: %w", pid, errs.ErrNoSuchProcess)
 	}
+	owner := -1
 	for _, line := range strings.Split(string(st), "\n") {
 		k, v, _ := strings.Cut(line, ":")
 		v = strings.TrimSpace(v)
 		switch k {
+		case "Uid":
+			if f := strings.Fields(v); len(f) > 1 {
+				owner, _ = strconv.Atoi(f[1]) // the effective ID
+			}
 		case "State":
 			if strings.HasPrefix(v, "T") || strings.HasPrefix(v, "t") {
 				return nil, fmt.Errorf("pid %d is stopped (%s): injecting into it would run it; continue it first (kill -CONT): %w", pid, v, errs.ErrCannotStop)
@@ -163,6 +168,9 @@ func inspect(pid int) (*target, error) {
 	}
 	t := &target{pid: pid}
 	if t.maps, err = proc.ReadMaps(pid); err != nil {
+		if errors.Is(err, errs.ErrAccessDenied) {
+			return nil, accessDenied(pid, owner)
+		}
 		return nil, err
 	}
 	if t.libc, err = findLibc(pid, t.maps); err != nil {
@@ -172,6 +180,21 @@ func inspect(pid int) (*target, error) {
 		return nil, fmt.Errorf("%v: %w", err, errs.ErrUnavailable)
 	}
 	return t, nil
+}
+
+// accessDenied is the error of a process heapscope may not trace: what
+// stands in the way, as far as can be seen from outside.
+func accessDenied(pid, owner int) error {
+	why := "not permitted to trace it"
+	if owner >= 0 && owner != os.Geteuid() {
+		why += fmt.Sprintf(" (it runs as uid %d, heapscope as uid %d)", owner, os.Geteuid())
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/yama/ptrace_scope"); err == nil {
+		if s := strings.TrimSpace(string(b)); s != "0" {
+			why += "; kernel.yama.ptrace_scope is " + s
+		}
+	}
+	return fmt.Errorf("pid %d: %s: run heapscope as its owner or as root: %w", pid, why, errs.ErrAccessDenied)
 }
 
 // isInterposer reports whether a mapping's path names heapscope's

@@ -186,7 +186,7 @@ func TestKilledMidInjection(t *testing.T) {
 	kill := func(tg *workload, point string) {
 		t.Helper()
 		cmd := exec.Command(self, "-test.run=^$")
-		cmd.Env = append(os.Environ(), helperEnv+"="+fmt.Sprintf("%d %s", tg.pid, point))
+		cmd.Env = append(os.Environ(), helperEnv+"="+fmt.Sprintf("kill %d %s", tg.pid, point))
 		out, _ := cmd.CombinedOutput()
 		said := strings.TrimSpace(string(out))
 		untracedNow(t, tg.pid, point)

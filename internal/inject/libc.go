@@ -102,6 +102,13 @@ func findLibc(pid int, maps []proc.Mapping) (*libcInfo, error) {
 		}
 	}
 	if m.Path == "" {
+		interp := interpreter(pid)
+		if b := filepath.Base(interp); strings.HasPrefix(b, "ld-musl-") {
+			return nil, fmt.Errorf("pid %d runs on musl (its interpreter is %q): injection needs glibc: %w", pid, interp, errs.ErrUnavailable)
+		}
+		if interp != "" && !haveLoader {
+			return nil, fmt.Errorf("pid %d maps no glibc (its interpreter is %q): injection needs glibc: %w", pid, interp, errs.ErrUnavailable)
+		}
 		if !haveLoader {
 			return nil, fmt.Errorf("pid %d is statically linked (no dynamic loader, no C library is mapped): nothing to load the interposer into; attach without --inject: %w", pid, errs.ErrUnavailable)
 		}
@@ -160,6 +167,27 @@ func findLibc(pid int, maps []proc.Mapping) (*libcInfo, error) {
 	sort.Slice(l.all, func(i, j int) bool { return l.all[i].lo < l.all[j].lo })
 	l.caves = cavesOf(f.progs, bias)
 	return l, nil
+}
+
+// interpreter returns the program interpreter (PT_INTERP) of process
+// pid's executable, "" for none or when it cannot be read.
+func interpreter(pid int) string {
+	f, err := elf.Open("/proc/" + strconv.Itoa(pid) + "/exe")
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type != elf.PT_INTERP || p.Filesz == 0 || p.Filesz > 4096 {
+			continue
+		}
+		b := make([]byte, p.Filesz)
+		if _, err := p.ReadAt(b, 0); err != nil {
+			return ""
+		}
+		return strings.TrimRight(string(b), "\x00")
+	}
+	return ""
 }
 
 func readLibcFile(pid int, m proc.Mapping) (*libcFile, error) {

@@ -2,23 +2,33 @@ package inject
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/heapscope/heapscope/event"
+	"github.com/heapscope/heapscope/internal/errs"
 	"github.com/heapscope/heapscope/internal/preload"
 	"github.com/heapscope/heapscope/internal/testutil"
 )
 
-// helperEnv makes the test binary a helper: "PID POINT" injects into PID
-// with a collector of its own and kills itself (SIGKILL) at POINT.
+// helperEnv makes the test binary a helper:
+//   - "kill PID POINT" injects into PID with a collector of its own and
+//     kills itself (SIGKILL) at POINT;
+//   - "inject PID [TIMEOUT]" injects (waiting up to TIMEOUT for a safe
+//     point) and says how it went: "ok", or "error" and the sentinel
+//     errors the error wraps;
+//   - "trace PID" seizes thread PID, as a debugger would, and holds it.
 const helperEnv = "HEAPSCOPE_INJECT_HELPER"
 
 func TestMain(m *testing.M) {
@@ -29,17 +39,28 @@ func TestMain(m *testing.M) {
 }
 
 func helper(h string) int {
+	var mode, point string
 	var pid int
-	var point string
-	if _, err := fmt.Sscanf(h, "%d %s", &pid, &point); err != nil {
+	if n, _ := fmt.Sscanf(h, "%s %d %s", &mode, &pid, &point); n < 2 {
 		fmt.Println("bad helper argument", h)
 		return 2
 	}
-	testPoint = func(p string) {
-		if p == point {
-			fmt.Println("dying at", p)
-			syscall.Kill(os.Getpid(), syscall.SIGKILL)
-			select {}
+	switch mode {
+	case "trace":
+		runtime.LockOSThread()
+		if err := unix.PtraceSeize(pid); err != nil {
+			fmt.Println("error", err)
+			return 1
+		}
+		fmt.Println("traced")
+		select {}
+	case "kill":
+		testPoint = func(p string) {
+			if p == point {
+				fmt.Println("dying at", p)
+				syscall.Kill(os.Getpid(), syscall.SIGKILL)
+				select {}
+			}
 		}
 	}
 	c, err := preload.New(preload.Config{Unwind: event.UnwindFP}, newSink())
@@ -47,12 +68,30 @@ func helper(h string) int {
 		fmt.Println("error", err)
 		return 1
 	}
-	if _, err := Inject(pid, Options{Serve: c.Serve}); err != nil {
-		fmt.Println("error", err)
+	opt := Options{Serve: c.Serve}
+	if mode == "inject" && point != "" {
+		if opt.Timeout, err = time.ParseDuration(point); err != nil {
+			fmt.Println("bad timeout", point)
+			return 2
+		}
+	}
+	_, err = Inject(pid, opt)
+	if err != nil {
+		var is []string
+		for _, s := range []error{errs.ErrAccessDenied, errs.ErrCannotStop, errs.ErrUnavailable, errs.ErrNoSuchProcess} {
+			if errors.Is(err, s) {
+				is = append(is, s.Error())
+			}
+		}
+		fmt.Printf("error [%s] %v\n", strings.Join(is, ","), err)
 		return 1
 	}
-	fmt.Println("not killed: no point", point)
-	return 3
+	if mode == "kill" {
+		fmt.Println("not killed: no point", point)
+		return 3
+	}
+	fmt.Println("ok")
+	return 0
 }
 
 // sink keeps what a collector delivers.

@@ -13,12 +13,21 @@
 //                 4000 bytes, kept() allocates K of 100 bytes it frees;
 //                 answers "leaked"
 //   stacks N      N malloc+free pairs at a depth of 40 calls; "done"
+//   hold          the main thread waits for the next commands inside a
+//                 dl_iterate_phdr callback (the loader's lock held): no
+//                 safe point while THREADS is 0; answers "holding"
+//   release       leaves the callback; answers "released"
 //   quit          exits 0
+//
+// With INJECT_TARGET_SECCOMP=1 in its environment it runs under a seccomp
+// filter (one that allows everything), which injection refuses.
 //
 // Thread t's k-th allocation of a loop is 16 + t*4096 + (k*7 mod 4093)
 // bytes: an injection test reads, from the sizes it sees, whether a thread's
 // allocations between two it saw were all seen (4093 is prime: only a gap
 // of a multiple of 4093 allocations would hide).
+#define _GNU_SOURCE
+#include <link.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -28,6 +37,12 @@
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
+#if __has_include(<linux/seccomp.h>) // musl-gcc has no kernel headers
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <sys/prctl.h>
+#define HAVE_SECCOMP 1
+#endif
 
 void *volatile sink; // keeps GCC from deleting the pairs
 
@@ -35,7 +50,7 @@ static int nthreads;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER, donecv = PTHREAD_COND_INITIALIZER;
 static long gen, want; // a new job: want pairs each (-1: until pause)
-static int running, finished;
+static int finished;
 static atomic_long pairs;
 static atomic_int stop;
 
@@ -118,14 +133,19 @@ __attribute__((noinline)) int deep(int d, int n) {
 	return 0;
 }
 
-int main(int argc, char **argv) {
-	nthreads = argc > 1 ? atoi(argv[1]) : 1;
-	for (int t = 0; t < nthreads; t++) {
-		pthread_t th;
-		pthread_create(&th, NULL, worker, (void *)(intptr_t)t);
-	}
-	setvbuf(stdout, NULL, _IOLBF, 0);
-	printf("ready %d\n", (int)getpid());
+static int commands(int holding);
+
+// hold_cb runs the commands inside dl_iterate_phdr's callback, where the
+// loader's lock is held, until "release".
+static int hold_cb(struct dl_phdr_info *info, size_t size, void *arg) {
+	(void)info, (void)size, (void)arg;
+	printf("holding\n");
+	return commands(1);
+}
+
+// commands reads commands until the end of the input or "quit" (0) or,
+// holding, "release" (1).
+static int commands(int holding) {
 	char line[256];
 	while (fgets(line, sizeof line, stdin)) {
 		long n = 0;
@@ -153,9 +173,37 @@ int main(int argc, char **argv) {
 		} else if (sscanf(line, "stacks %ld", &n) == 1) {
 			deep(40, (int)n);
 			printf("done\n");
+		} else if (!strncmp(line, "hold", 4) && !holding) {
+			if (!dl_iterate_phdr(hold_cb, NULL))
+				return 0; // quit while holding
+			printf("released\n");
+		} else if (!strncmp(line, "release", 7) && holding) {
+			return 1;
 		} else if (!strncmp(line, "quit", 4)) {
 			return 0;
 		}
 	}
+	return 0;
+}
+
+int main(int argc, char **argv) {
+	nthreads = argc > 1 ? atoi(argv[1]) : 1;
+#ifdef HAVE_SECCOMP
+	if (getenv("INJECT_TARGET_SECCOMP")) {
+		struct sock_filter allow[] = {BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW)};
+		struct sock_fprog prog = {1, allow};
+		if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) || prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog)) {
+			perror("seccomp");
+			return 1;
+		}
+	}
+#endif
+	for (int t = 0; t < nthreads; t++) {
+		pthread_t th;
+		pthread_create(&th, NULL, worker, (void *)(intptr_t)t);
+	}
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	printf("ready %d\n", (int)getpid());
+	commands(0);
 	return 0;
 }
