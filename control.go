@@ -148,6 +148,12 @@ func (s *Session) handle(op string, args json.RawMessage) (any, error) {
 			return nil, err
 		}
 		return updateAck{Protocol: ControlProtocol}, nil
+	case "leaks":
+		var q LeaksQuery
+		if err := json.Unmarshal(args, &q); err != nil {
+			return nil, fmt.Errorf("bad leaks query: %w", err)
+		}
+		return s.Leaks(q)
 	case "top":
 		var q TopQuery
 		if err := json.Unmarshal(args, &q); err != nil {

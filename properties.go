@@ -99,6 +99,14 @@ const (
 	// MaxBufferBytes bounds BufferSize × Buffers: the memory a session may
 	// ask for its buffers.
 	MaxBufferBytes = 4 * GiB
+	// DefaultMaxStacks and MaxMaxStacks are Properties.MaxStacks's
+	// default and bound.
+	DefaultMaxStacks = 1 << 20
+	MaxMaxStacks     = 1 << 31
+	// DefaultUnwindTablesSize and MaxUnwindTablesSize are
+	// Properties.UnwindTablesSize's default and bound.
+	DefaultUnwindTablesSize = 64 * MiB
+	MaxUnwindTablesSize     = 1 * GiB
 )
 
 // Properties configure a session.
@@ -180,6 +188,34 @@ type Properties struct {
 	// and aggregate modes); it excludes what needs every event (see
 	// Validate). The hooks see only the sampled events.
 	Sample Size `json:"sample,omitempty"`
+	// NoCensus skips the census Start and Update take of each process's
+	// heap once its probes are in (see census.go): without it, the blocks
+	// live before the attach are unknown and their frees unmatched.
+	NoCensus bool `json:"no_census,omitempty"`
+	// CensusScan also scans the heap at the census for reachability
+	// (event.Verdict) and who holds each kind of block, in the same stop:
+	// a longer pause, as long as copying the live heap takes.
+	CensusScan bool `json:"census_scan,omitempty"`
+	// MaxStacks is how many distinct stacks the eBPF provider's kernel
+	// side remembers (0: 1,048,576), a few dozen bytes of kernel memory
+	// each, taken as stacks come; the frames of each are kept only until
+	// heapscope has read them. An event whose stack finds no room goes
+	// without it, counted (Stats.StacksLost).
+	MaxStacks int `json:"max_stacks,omitempty"`
+	// UnwindTablesSize is the most kernel memory the eBPF provider's
+	// unwind tables take (0: 64 MiB, at most 1 GiB), 2 MiB at a time as
+	// the files traced processes map need it, given back when no traced
+	// process maps a file any more. The processes of one user take at
+	// most half of it. Stacks through a file whose table finds no room
+	// are cut, counted (Stats.StacksCutNoTable).
+	UnwindTablesSize Size `json:"unwind_tables_size,omitempty"`
+	// LeakCheck is when the session checks its processes for leaks (see
+	// LeakCheck and Session.Leaks): the zero value checks a program
+	// Launch starts at its exit, unless the session samples.
+	LeakCheck LeakCheck `json:"leak_check,omitempty"`
+	// LeakRules are whose rules its leak checks classify by: Memcheck's
+	// (the zero value) or LeakSanitizer's (event.RulesLSan).
+	LeakRules LeakRules `json:"leak_rules"`
 }
 
 // withDefaults returns p with its zero fields filled in, for provider: the
@@ -214,6 +250,12 @@ func (p Properties) withDefaults(provider Provider) Properties {
 	}
 	if p.TimeResolution == 0 {
 		p.TimeResolution = tracefile.DefaultTimeResolution
+	}
+	if p.MaxStacks == 0 {
+		p.MaxStacks = DefaultMaxStacks
+	}
+	if p.UnwindTablesSize == 0 {
+		p.UnwindTablesSize = DefaultUnwindTablesSize
 	}
 	return p
 }
@@ -251,5 +293,7 @@ func (p Properties) text() [][2]string {
 		{"max_frames", strconv.Itoa(p.MaxFrames)},
 		{"time_resolution", p.TimeResolution.String()},
 		{"sample", strconv.FormatInt(int64(p.Sample), 10)},
+		{"max_stacks", strconv.Itoa(p.MaxStacks)},
+		{"unwind_tables_size", p.UnwindTablesSize.String()},
 	}
 }

@@ -131,7 +131,7 @@ func TestZeroProperties(t *testing.T) {
 	d := p.withDefaults(ProviderPreload)
 	want := Properties{File: "t.hst", BufferSize: DefaultBufferSize, Buffers: DefaultBuffers, FlushInterval: DefaultFlushInterval,
 		Families: event.FamilyHeap, StackEvents: DefaultStacks, Provider: ProviderPreload, OnFull: Block, MaxFrames: MaxFrames,
-		TimeResolution: 10 * time.Microsecond}
+		TimeResolution: 10 * time.Microsecond, MaxStacks: DefaultMaxStacks, UnwindTablesSize: DefaultUnwindTablesSize}
 	if !reflect.DeepEqual(d, want) {
 		t.Errorf("defaults %+v, want %+v", d, want)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/heapscope/heapscope/event"
 	"github.com/heapscope/heapscope/internal/errs"
 	"github.com/heapscope/heapscope/internal/inject"
+	"github.com/heapscope/heapscope/internal/launch"
 	"github.com/heapscope/heapscope/internal/preload"
 )
 
@@ -20,7 +21,8 @@ import (
 // (LD_PRELOAD), or for running processes it injects the interposer into
 // (heapscope attach --inject, internal/inject).
 type preloadBackend struct {
-	c *preload.Collector
+	c    *preload.Collector
+	hold bool // a launched program starts stopped, for a leak check at its exit
 
 	mu       sync.Mutex
 	child    int
@@ -48,7 +50,7 @@ func newPreload(s *Session) (backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &preloadBackend{c: c, doneCh: make(chan struct{}), injected: map[int]int{}, attached: !s.launched}, nil
+	return &preloadBackend{c: c, doneCh: make(chan struct{}), hold: s.props.checksAtExit(), injected: map[int]int{}, attached: !s.launched}, nil
 }
 
 // attach injects the interposer into the running process pid and starts
@@ -133,7 +135,13 @@ func (b *preloadBackend) launch(cmd *exec.Cmd) error {
 	if err := b.c.Prepare(cmd); err != nil {
 		return err
 	}
-	if err := cmd.Start(); err != nil {
+	start := cmd.Start
+	if b.hold {
+		// Held stopped before its first instruction, for a leak check's
+		// watch to seize (see Session.watchExit).
+		start = func() error { return launch.StartStopped(cmd, func(int) error { return nil }) }
+	}
+	if err := start(); err != nil {
 		return err
 	}
 	b.mu.Lock()
@@ -190,7 +198,10 @@ func (b *preloadBackend) setStacks(k event.KindSet) error {
 	return b.c.SetStacks(k)
 }
 
-func (b *preloadBackend) flush() error       { return b.c.Flush() }
+func (b *preloadBackend) flush() error { return b.c.Flush() }
+func (b *preloadBackend) flushProcess(pid int) error {
+	return b.c.FlushProcess(pid)
+}
 func (b *preloadBackend) stats() event.Stats { return b.c.Stats() }
 
 // close ends the session: every injected process has its entries put back

@@ -74,7 +74,9 @@ type Session struct {
 	exitCode int           // the launched child's status, once exited is closed
 	exited   chan struct{} // Launch: closed when the launched child has exited
 
-	top topState // Top's totals and clients (top.go)
+	top   topState    // Top's totals and clients (top.go)
+	cen   censusState // the censuses at attach (census.go)
+	leaks leakState   // leak checks (leaks.go)
 }
 
 // MaxNameLen is the longest session name, in characters; a longer one is
@@ -87,7 +89,11 @@ const MaxNameLen = registry.MaxNameLen
 // (heapscope attach --inject): its threads are stopped with ptrace at a safe
 // point, the library is loaded with dlopen and the GOT entries of the
 // allocation functions are pointed at it; Stop (or heapscope's death) puts
-// them back. The processes they fork are not traced.
+// them back. The processes they fork are not traced. With eBPF, once a
+// process's probes are in, Start takes a census of its heap and writes it
+// into the trace as the blocks live before the trace (see census.go,
+// Properties.NoCensus, Censuses); an injected process has none yet, and
+// the frees of its blocks from before the attach count as unmatched.
 func Start(name string, props Properties, pids []int) (*Session, error) {
 	if len(pids) == 0 {
 		return nil, fmt.Errorf("no process to trace: %w", errs.ErrInvalidFlags)
@@ -111,6 +117,9 @@ func Start(name string, props Properties, pids []int) (*Session, error) {
 		s.abort()
 		return nil, err
 	}
+	for _, pid := range pids {
+		s.censusAfterAttach(pid)
+	}
 	s.run()
 	return s, nil
 }
@@ -132,6 +141,9 @@ func Launch(name string, props Properties, cmd *exec.Cmd) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
+	if s.props.checksAtExit() {
+		s.keepTotalsFromStart()
+	}
 	if err := s.b.launch(cmd); err != nil {
 		s.abort()
 		return nil, fmt.Errorf("starting %s: %w", cmd.Path, err)
@@ -148,7 +160,19 @@ func Launch(name string, props Properties, cmd *exec.Cmd) (*Session, error) {
 	s.child = cmd
 	s.exited = make(chan struct{})
 	s.mu.Unlock()
+	if s.props.checksAtExit() {
+		s.watchExit(cmd.Process.Pid)
+	}
+	w := s.exitWatch()
+	pidfd := openPidfd(cmd.Process.Pid)
 	go func() {
+		// A wait of the parent reports (and takes) its child's ptrace
+		// stops too, a leak check's among them: wait only once the
+		// child has ended (its pidfd is readable then, and not before).
+		if w != nil {
+			<-w.Done()
+		}
+		waitEnded(pidfd)
 		// Wait reports the child's end to the backend, which ends the
 		// session once the child's events are in.
 		cmd.Wait()
@@ -266,7 +290,7 @@ func (s *Session) run() {
 		for {
 			select {
 			case <-t.C:
-				s.Flush()
+				s.flushPeriodic()
 			case <-s.b.done():
 				s.Stop()
 				return
@@ -299,15 +323,30 @@ func (s *Session) sinkStats() event.Stats {
 	return st
 }
 
+// periodicFlusher is a backend whose flush on the session's timer may do
+// less than Flush (the eBPF provider's aggregate mode takes a snapshot
+// only when it costs less than the calls it stands for).
+type periodicFlusher interface{ flushPeriodic() error }
+
+// flushPeriodic is Flush for the session's timer.
+func (s *Session) flushPeriodic() error {
+	if _, ok := s.b.(periodicFlusher); !ok {
+		return s.Flush()
+	}
+	return s.flushWith(s.b.(periodicFlusher).flushPeriodic)
+}
+
 // Flush delivers every event captured so far to the trace file and the hooks,
 // and writes the file's buffers to disk.
-func (s *Session) Flush() error {
+func (s *Session) Flush() error { return s.flushWith(s.b.flush) }
+
+func (s *Session) flushWith(flush func() error) error {
 	select {
 	case <-s.drained:
 		return fmt.Errorf("session %q: %w", s.name, errs.ErrNotRunning)
 	default:
 	}
-	err := s.b.flush()
+	err := flush()
 	s.sink.sampleMemory()
 	st := s.sinkStats()
 	if serr := s.sink.Stats(st); err == nil {
@@ -354,7 +393,9 @@ func (s *Session) Update(c Change) error {
 		}
 		if err := s.b.attach(pid); err != nil {
 			errList = append(errList, err)
+			continue
 		}
+		s.censusAfterAttach(pid)
 	}
 	for _, pid := range c.RemovePIDs {
 		if err := s.b.detach(pid); err != nil {
@@ -384,6 +425,9 @@ func (s *Session) Update(c Change) error {
 func (s *Session) Stop() error {
 	s.stopOnce.Do(func() {
 		var errList []error
+		if w := s.exitWatch(); w != nil {
+			w.Close() // stopped by name: the program runs on, untraced
+		}
 		s.sink.sampleMemory() // before the provider ends: its processes may be gone after
 		if err := s.b.close(); err != nil {
 			errList = append(errList, err)
@@ -500,6 +544,13 @@ type Status struct {
 	// Unwind is what the unwind tables cost, when the session walks stacks
 	// with them.
 	Unwind *UnwindStatus `json:"unwind,omitempty"`
+	// Warnings are the provider's first problems that did not end the
+	// session (the eBPF provider's: a child it could not follow, a file
+	// whose unwind table found no room).
+	Warnings []string `json:"warnings,omitempty"`
+	// Processes are every process the session traces now: PIDs and the
+	// processes they forked that it follows (Leaks checks any of them).
+	Processes []int `json:"processes,omitempty"`
 }
 
 // Status returns the session's current state.
@@ -515,5 +566,12 @@ func (s *Session) Status() Status {
 	if u, ok := s.b.(unwindReporter); ok {
 		st.Unwind = u.unwindStatus()
 	}
+	if w, ok := s.b.(warner); ok {
+		st.Warnings = w.warnings()
+	}
+	st.Processes = s.livePIDs()
 	return st
 }
+
+// warner is a backend that keeps warnings.
+type warner interface{ warnings() []string }

@@ -40,6 +40,7 @@ type sessionSink struct {
 	call      Call
 	agg       *totals.Totals  // per-stack totals, while a Top client asks (top.go)
 	running   map[uint32]bool // processes with a record and no exit: their memory is sampled (memory.go)
+	images    map[uint32]int  // Process records by PID: more than one, it executed new programs (leaks.go)
 }
 
 func (s *sessionSink) setHooks(h Hooks) {
@@ -84,6 +85,10 @@ func (s *sessionSink) Process(p event.Process) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.started(p.PID)
+	if s.images == nil {
+		s.images = map[uint32]int{}
+	}
+	s.images[p.PID]++
 	if s.agg != nil {
 		s.agg.Process(p)
 	}
@@ -235,7 +240,8 @@ func (s *sessionSink) Stats(st event.Stats) error {
 	return nil
 }
 
-// Note passes a note to the trace file, and a warning to Hooks.OnWarning.
+// Note passes a note to the trace file, a warning to Hooks.OnWarning, and
+// a verdict to top's totals (a leak check's classes).
 func (s *sessionSink) Note(n event.Note) error {
 	if w, ok := n.(event.Warning); ok {
 		if f := s.warns.Load(); f != nil {
@@ -244,6 +250,9 @@ func (s *sessionSink) Note(n event.Note) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.agg != nil {
+		s.agg.Note(n)
+	}
 	if s.w != nil && !s.closed {
 		return s.w.Note(n)
 	}

@@ -61,10 +61,13 @@ type TopResult struct {
 	// Seeded: the totals include what the session traced before the first
 	// query (read back from its trace file). Otherwise they begin at the
 	// first query (a realtime, circular or newfile session).
-	Seeded    bool           `json:"seeded"`
-	Aggregate bool           `json:"aggregate,omitempty"` // some process is counted by eBPF's aggregate snapshots: no temporaries, no threads
-	Totals    TopSite        `json:"totals"`              // of the processes and threads selected; Frames nil
-	Unmatched uint64         `json:"unmatched"`           // frees of blocks never seen allocated
+	Seeded    bool `json:"seeded"`
+	Aggregate bool `json:"aggregate,omitempty"` // some process is counted by eBPF's aggregate snapshots: no temporaries, no threads
+	// Scanned: a leak check classified the blocks of a process shown: the
+	// sites have lost, possibly lost and still reachable bytes.
+	Scanned   bool           `json:"scanned,omitempty"`
+	Totals    TopSite        `json:"totals"`    // of the processes and threads selected; Frames nil
+	Unmatched uint64         `json:"unmatched"` // frees of blocks never seen allocated
 	Processes []TopProcess   `json:"processes"`
 	Sites     []TopSite      `json:"sites"`
 	Modules   []event.Module `json:"modules,omitempty"` // the module records from TopQuery.Modules on
@@ -106,6 +109,12 @@ type TopSite struct {
 	// Growth is the change in LiveBytes since the client's previous query
 	// (0 on its first): over TopResult.Elapsed.
 	Growth int64 `json:"growth"`
+	// What of LiveBytes a leak check (Leaks) found lost (definitely and
+	// indirectly), possibly lost and still reachable; 0 until one did
+	// (TopResult.Scanned).
+	LostBytes      uint64 `json:"lost_bytes,omitempty"`
+	PossibleBytes  uint64 `json:"possible_bytes,omitempty"`
+	ReachableBytes uint64 `json:"reachable_bytes,omitempty"`
 }
 
 // Top returns the sites of the live session named name, which may run in
@@ -125,12 +134,16 @@ var topLease = 30 * time.Second
 
 // topState is the session's side of Top.
 type topState struct {
-	mu      sync.Mutex // held by a query
-	on      bool
-	gen     int // subscriptions so far: a read-back of an expired one is dropped
-	seeded  bool
-	clients map[string]*topClient
-	last    time.Time
+	mu     sync.Mutex // held by a query
+	on     bool
+	gen    int // subscriptions so far: a read-back of an expired one is dropped
+	seeded bool
+	// fromStart: the totals were on from the session's start (for a leak
+	// check at exit of a session whose file cannot be read back), and
+	// are kept (keepTotals).
+	fromStart bool
+	clients   map[string]*topClient
+	last      time.Time
 	// reading: the trace file is being read back (see subscribe); read
 	// counts the bytes read of readSize (one counter per read-back: that of
 	// an expired subscription may still run).
@@ -230,7 +243,7 @@ func (s *Session) Top(q TopQuery) (TopResult, error) {
 	ended := sk.closed
 	sk.mu.Unlock()
 	rows, sum, elapsed := v.Rows(&c.totals, topOrders[q.Order], q.N, q.MinElapsed)
-	r := TopResult{Time: v.Time, Elapsed: elapsed, Seeded: ts.seeded, Aggregate: v.Aggregate, Totals: TopSite(sum),
+	r := TopResult{Time: v.Time, Elapsed: elapsed, Seeded: ts.seeded, Aggregate: v.Aggregate, Scanned: v.Scanned, Totals: TopSite(sum),
 		Unmatched: v.Unmatched, Modules: v.Modules, NModules: v.NModules, Stats: stats, Ended: ended, SampleRate: int64(s.props.Sample)}
 	for _, p := range v.Processes {
 		r.Processes = append(r.Processes, TopProcess(p))
@@ -351,7 +364,7 @@ func (s *Session) expireTop(topLease time.Duration) {
 		}
 		ts := &s.top
 		ts.mu.Lock()
-		if time.Since(ts.last) > topLease {
+		if time.Since(ts.last) > topLease && !ts.fromStart {
 			ts.on, ts.clients = false, nil
 			s.sink.mu.Lock()
 			s.sink.agg = nil

@@ -210,6 +210,16 @@ func (p Properties) validate(given bool) error {
 	if p.Unwind > Tables {
 		return bad(PropertyError{Field: "Unwind", Value: p.Unwind, Want: "fp, dwarf or tables"})
 	}
+	if p.MaxStacks < 0 || p.MaxStacks > MaxMaxStacks {
+		return bad(PropertyError{Field: "MaxStacks", Value: p.MaxStacks, Min: 1, Max: MaxMaxStacks, Zero: dflt})
+	}
+	if p.UnwindTablesSize < 0 || p.UnwindTablesSize != 0 && p.UnwindTablesSize < 2*MiB || p.UnwindTablesSize > MaxUnwindTablesSize {
+		return bad(PropertyError{Field: "UnwindTablesSize", Value: p.UnwindTablesSize, Min: 2 * MiB, Max: Size(MaxUnwindTablesSize), Zero: dflt})
+	}
+	if p.CensusScan && p.NoCensus {
+		return bad(PropertyError{Field: "CensusScan", Value: p.CensusScan, With: "NoCensus", WithValue: p.NoCensus,
+			Reason: "it scans at the census, which NoCensus skips"})
+	}
 	switch {
 	case p.Sample < 0 || p.Sample > MaxSample:
 		return bad(PropertyError{Field: "Sample", Value: p.Sample, Min: Size(1), Max: MaxSample, Zero: "every event"})
@@ -218,6 +228,9 @@ func (p Properties) validate(given bool) error {
 		// the mappings kept in the process, which the interposer does not.
 		return bad(PropertyError{Field: "Sample", With: "Families", WithValue: event.FamilyMmap,
 			Reason: "mmap and munmap are not sampled; trace them without sampling"})
+	}
+	if err := p.validateLeakCheck(); err != nil {
+		return err // leaks.go
 	}
 	if d := p.withDefaults(ProviderEBPF); d.BufferSize*Size(d.Buffers) > MaxBufferBytes {
 		return bad(PropertyError{Field: "Buffers", Value: p.Buffers, Min: 1, Max: int(MaxBufferBytes / d.BufferSize),

@@ -1,12 +1,40 @@
 package analyze
 
-import "github.com/heapscope/heapscope/internal/blocks"
+import (
+	"github.com/heapscope/heapscope/event"
+	"github.com/heapscope/heapscope/internal/blocks"
+)
 
 // block is a live allocation.
 type block struct {
 	size uint64
-	site int32  // index of the allocating stack's site
-	tid  uint32 // the allocating thread, for temporaries
+	site int32 // index of the allocating stack's site
+	// tid is the allocating thread, for temporaries, in its low
+	// classShift bits (Linux's thread IDs stay below 2^22), and above
+	// them the block's reachability class plus one (0: none), which a
+	// heap scan gave it (see Model.verdict). In a sampled trace it is the
+	// number of blocks the sample stands for.
+	tid uint32
+}
+
+const (
+	classShift = 29
+	tidMask    = 1<<classShift - 1
+)
+
+// thread is the allocating thread.
+func (b block) thread() uint32 { return b.tid & tidMask }
+
+// class returns the block's class, and whether it has one.
+func (b block) class() (event.Class, bool) {
+	c := b.tid >> classShift
+	return event.Class(c - 1), c != 0
+}
+
+// withClass returns b classified as c.
+func (b block) withClass(c event.Class) block {
+	b.tid = b.tid&tidMask | (uint32(c)+1)<<classShift
+	return b
 }
 
 // blockTable is the live set, keyed by process and address: the model's

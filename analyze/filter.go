@@ -103,10 +103,18 @@ func (f *Filter) selected(pid uint32, t int64) bool {
 
 // Process implements event.Sink.
 func (f *Filter) Process(p event.Process) error {
-	f.seen = append(f.seen, p)
-	ps := append(f.progs[p.PID], program{time: p.Time, selected: matchesExe(p, f.sel.Exe)})
-	sort.SliceStable(ps, func(i, j int) bool { return ps[i].time < ps[j].time })
-	f.progs[p.PID] = ps
+	// A record with the pid and time of a program seen is that program's
+	// (its command line updated, or a definition repeated): not another.
+	ps, same := f.progs[p.PID], false
+	for _, q := range ps {
+		same = same || q.time == p.Time
+	}
+	if !same {
+		f.seen = append(f.seen, p)
+		ps = append(ps, program{time: p.Time, selected: matchesExe(p, f.sel.Exe)})
+		sort.SliceStable(ps, func(i, j int) bool { return ps[i].time < ps[j].time })
+		f.progs[p.PID] = ps
+	}
 	if !f.selected(p.PID, p.Time) {
 		return nil
 	}

@@ -67,6 +67,9 @@ type Model struct {
 	warnings []event.Warning
 	seenWarn map[event.Warning]bool
 	memory   []event.Memory
+	verdicts []Verdict
+
+	rundown rundownState // what censuses told (census.go)
 
 	snaps        map[uint32]*snapProc
 	snapPeak     Peak
@@ -83,6 +86,8 @@ type proc struct {
 	ids   []int32 // StackID → site index + 1, for small IDs
 	idm   map[event.StackID]int32
 	maps  *mappings // live mmap pages; nil until the first
+
+	unmatched uint64 // unmatched frees since its last census (census.go)
 }
 
 // thread is a thread's last heap event, for temporaries: the address it
@@ -104,6 +109,7 @@ type site struct {
 
 	reallocs, failed      uint64
 	peakBytes, peakBlocks uint64
+	classes               *[event.NumClasses]Amount // of the live blocks a scan classified; nil: none
 	pid                   uint32
 	id                    event.StackID
 	frames                []uint64
@@ -119,6 +125,9 @@ func (s *site) stack(epoch uint64) Stack {
 			Bytes: s.bytes, Frees: s.frees, FreedBytes: s.freedBytes, Temporary: s.temporary,
 			LiveBytes: s.liveBytes, LiveBlocks: s.liveBlocks, PeakBytes: s.peakBytes, PeakBlocks: s.peakBlocks,
 		},
+	}
+	if s.classes != nil {
+		st.Classes = *s.classes
 	}
 	if s.stamp != epoch {
 		// Unchanged since the peak.
@@ -282,7 +291,9 @@ func (m *Model) Stack(st event.Stack) error {
 }
 
 // Note keeps the session's warnings (once each, whatever the window: they
-// are about the session) and the memory samples in the window.
+// are about the session) and the memory samples in the window, and applies
+// the verdicts of heap scans taken in the window to the blocks they list
+// (see Verdict).
 func (m *Model) Note(n event.Note) error {
 	switch n := n.(type) {
 	case event.Warning:
@@ -298,6 +309,16 @@ func (m *Model) Note(n event.Note) error {
 	case event.Memory:
 		if n.Time >= m.from && n.Time < m.to {
 			m.memory = append(m.memory, n)
+		}
+	case event.Verdict:
+		if m.inWindow(n.Time) {
+			m.verdict(&n)
+		}
+	case event.Census:
+		m.census(&n)
+	case event.Resident:
+		if n.Time >= m.from && n.Time < m.to {
+			m.rundown.resident = append(m.rundown.resident, n)
 		}
 	}
 	return nil
@@ -376,11 +397,12 @@ func (m *Model) Events(evs []event.Event) error {
 				m.free(p, t, e.Addr)
 			} else if b, ok := m.blocks.packed.Delete(p.key | e.Addr); ok {
 				m.release(b, true)
-				if t.last == e.Addr && b.tid == t.tid {
+				if t.last == e.Addr && b.thread() == t.tid {
 					m.sites[b.site].temporary++
 				}
 			} else {
 				m.unmatched++
+				p.unmatched++
 			}
 			t.last = 0
 		case event.KindRealloc:
@@ -459,7 +481,9 @@ func (m *Model) alloc(p *proc, si int32, tid uint32, addr, size uint64) {
 // replaced counts a live block found at the address of a new one: its free
 // was lost.
 func (m *Model) replaced(old block) {
-	m.missed++
+	if m.sites[old.site].id != PreTrace || !m.rundown.overtaken(old) {
+		m.missed++
+	}
 	m.release(old, false)
 }
 
@@ -479,6 +503,10 @@ func (m *Model) added(si int32, size uint64) {
 func (m *Model) release(b block, counted bool) {
 	s := &m.sites[b.site]
 	m.touch(s)
+	if c, ok := b.class(); ok {
+		s.classes[c].Bytes -= b.size
+		s.classes[c].Blocks--
+	}
 	s.liveBytes -= b.size
 	s.liveBlocks--
 	if counted {
@@ -487,12 +515,16 @@ func (m *Model) release(b block, counted bool) {
 	}
 	m.liveBytes -= b.size
 	m.liveBlocks--
+	if s.id == PreTrace {
+		m.rundown.released(b)
+	}
 }
 
 func (m *Model) free(p *proc, t *thread, addr uint64) {
 	b, ok := m.blocks.take(p, addr)
 	if !ok {
 		m.unmatched++
+		p.unmatched++
 		return
 	}
 	m.freed(t, addr, b)
@@ -501,7 +533,7 @@ func (m *Model) free(p *proc, t *thread, addr uint64) {
 // freed counts the free by thread t of block b at addr.
 func (m *Model) freed(t *thread, addr uint64, b block) {
 	m.release(b, true)
-	if t.last == addr && b.tid == t.tid {
+	if t.last == addr && b.thread() == t.tid {
 		m.sites[b.site].temporary++
 	}
 }
@@ -541,6 +573,7 @@ func (m *Model) Profile() *Profile {
 		HasStats:   m.hasStats,
 		Warnings:   m.warnings,
 		Memory:     m.memory,
+		Verdicts:   m.verdicts,
 		Peak:       m.peak,
 		Aggregate:  len(m.snaps) > 0,
 		SampleRate: m.rate,
@@ -588,6 +621,7 @@ func (m *Model) Profile() *Profile {
 			pr.Peak = m.snapPeak
 		}
 	}
+	m.rundownProfile(pr)
 	var liveBytes, liveBlocks uint64
 	if pr.Aggregate && m.events == 0 {
 		for _, v := range m.snapLiveSums {

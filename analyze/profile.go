@@ -64,6 +64,18 @@
 // allocated and did not free (its "leaks"). Stats records are not windowed:
 // the last one of the trace is kept, and describes the whole session.
 //
+// # Censuses
+//
+// A census (event.Census: the blocks an allocator's heap held at one
+// instant, read from the process's memory, as attach takes one) is a
+// rundown: at its time the model keeps the live blocks the trace had seen,
+// adds the others as allocated before the trace (stack PreTrace, no
+// allocations counted), and drops those the census did not find (missed
+// frees); see Rundown. Their frees then match, and the live heap, the peak
+// and the timeline are the process's whole heap from the census on. The
+// stack PreTrace is where Bytes - FreedBytes == LiveBytes does not hold:
+// its blocks were live before any byte was counted.
+//
 // # Aggregate traces
 //
 // A provider in aggregate mode records Snapshots (the live blocks and the
@@ -120,6 +132,15 @@ type Profile struct {
 	// Memory holds the samples of the processes' resident memory in the
 	// window, in the order taken.
 	Memory []event.Memory
+	// Verdicts are the heap scans of the window's processes, in the order
+	// taken; the classes they gave are the stacks' Counters.Classes. None:
+	// no scan, and the live blocks are only "live at the end".
+	Verdicts []Verdict
+	// Rundowns are what the censuses in the window found live (see
+	// Rundown), in the order taken; Resident the processes' resident
+	// memory explained, as the censuses found it.
+	Rundowns []Rundown
+	Resident []event.Resident
 
 	// Aggregate is true when some process was reported by snapshots.
 	Aggregate bool

@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/heapscope/heapscope/bench/internal/benchutil"
@@ -54,6 +55,10 @@ type benchEnv struct {
 	churn     string // the workload, with frame pointers
 	heapscope string // the heapscope binary
 	tmp       string
+	// afterReady leaves out of an attach's CPU what the tracer spent
+	// before its session was up (the probes, the census): the cost of
+	// the pairs alone.
+	afterReady bool
 }
 
 var modes = []mode{
@@ -91,6 +96,12 @@ var modes = []mode{
 	}},
 	{"heapscope attach (ebpf, aggregate)", func(e *benchEnv, args []string) ([]byte, float64, error) {
 		return e.attach(args, "--mode", "aggregate")
+	}},
+	// Against the stream mode above, which takes a census of the heap at
+	// the attach (before the workload starts its pairs): what the census
+	// leaves behind costs the pairs after it nothing.
+	{"heapscope attach (ebpf, stream, --no-census)", func(e *benchEnv, args []string) ([]byte, float64, error) {
+		return e.attach(args, "--mode", "stream", "--no-census")
 	}},
 }
 
@@ -134,20 +145,26 @@ func (e *benchEnv) attach(args []string, flags ...string) ([]byte, float64, erro
 	name := fmt.Sprintf("bench-%d", w.Process.Pid)
 	argv := append([]string{"attach", "-q", "--name", name, "-o", out, "-p", strconv.Itoa(w.Process.Pid)}, flags...)
 	tracer := exec.Command(e.heapscope, argv...)
-	var tracerErr bytes.Buffer
+	var tracerErr syncBuffer
 	tracer.Stderr = &tracerErr
 	if err := tracer.Start(); err != nil {
 		return nil, 0, err
 	}
 	defer tracer.Process.Kill()
 	for i := 0; ; i++ {
-		if exec.Command(e.heapscope, "query", name).Run() == nil {
+		// The session answers queries while its census is taken; it says
+		// it traces once the census is done.
+		if strings.Contains(tracerErr.String(), "tracing pid") && exec.Command(e.heapscope, "query", name).Run() == nil {
 			break
 		}
-		if i == 300 {
+		if i == 1500 {
 			return nil, 0, fmt.Errorf("session never came up: %s", tracerErr.String())
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+	var setup float64
+	if e.afterReady {
+		setup = procCPUNs(tracer.Process.Pid)
 	}
 	stdin.Write([]byte{'\n'})
 	stdin.Close()
@@ -157,8 +174,46 @@ func (e *benchEnv) attach(args []string, flags ...string) ([]byte, float64, erro
 	if err := tracer.Wait(); err != nil {
 		return nil, 0, fmt.Errorf("heapscope attach: %v: %s", err, tracerErr.String())
 	}
-	return stdout.Bytes(), cpuNs(w.ProcessState) + cpuNs(tracer.ProcessState), nil
+	return stdout.Bytes(), cpuNs(w.ProcessState) + cpuNs(tracer.ProcessState) - setup, nil
 }
+
+// procCPUNs is the CPU time process pid has used so far (utime + stime of
+// /proc/PID/stat, in clock ticks of 10 ms), in ns.
+func procCPUNs(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (ut + st) * 1e7
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer and a reader at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// afterReady is -after-ready.
+var afterReady bool
 
 func main() {
 	n := flag.Int("n", 2_000_000, "malloc+free pairs per thread and run")
@@ -167,6 +222,7 @@ func main() {
 	only := flag.String("modes", "all", "comma-separated modes to run, or all")
 	outFile := flag.String("o", "bench/RESULTS.md", "results file to write ('' for none)")
 	bin := flag.String("heapscope", "", "a heapscope binary to measure instead of building ./cmd/heapscope (to compare two builds, run them in turn)")
+	flag.BoolVar(&afterReady, "after-ready", false, "attach modes: leave out the tracer's CPU before its session was up (probes, census)")
 	flag.Parse()
 
 	if err := run(*n, *reps, *threadList, *only, *outFile, *bin); err != nil {
@@ -207,7 +263,7 @@ func run(n, reps int, threadList, only, outFile, bin string) error {
 	}
 	defer os.RemoveAll(tmp)
 	defer testutil.Cleanup()
-	env := &benchEnv{tmp: tmp}
+	env := &benchEnv{tmp: tmp, afterReady: afterReady}
 	if env.churn, err = testutil.Build("churn", testutil.Options{}); err != nil {
 		return err
 	}

@@ -153,6 +153,7 @@ type Census struct {
 	Finish time.Duration // what Finish took, the process running or not
 	Paused time.Duration // how long TakeProcess kept the process stopped, stopping and resuming included
 	Stops  int           // how many times TakeProcess stopped it to find malloc idle
+	Stop   int           // which of those stops (from 1) it was read at
 	Reads  uint64        // reads of the process's memory
 	Bytes  uint64        // bytes read
 
@@ -171,6 +172,9 @@ type Census struct {
 	// A census taken then may show a chunk mid-change (and say so in
 	// Problems); TakeProcess stops the process again until it is not busy.
 	Busy []string
+	// BusyThreads are the threads Busy names: stopped in malloc's code,
+	// or returning from a traced call.
+	BusyThreads []int
 
 	// What mp_ says of the mmapped chunks, which the census finds by their
 	// headers in anonymous mappings.

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/heapscope/heapscope/internal/proc"
+	"github.com/heapscope/heapscope/internal/stopped"
 	"github.com/heapscope/heapscope/internal/testutil"
 )
 
@@ -342,5 +343,48 @@ func TestChunkIndex(t *testing.T) {
 		if got, exact := x.search(cs, a); got != want || exact != wantExact {
 			t.Fatalf("search(%#x) = %d, %v; want %d, %v", a, got, exact, want, wantExact)
 		}
+	}
+}
+
+// TestStopHooks: Stopped is called at each stop with the process stopped,
+// WhileStopped with the census kept while it still is, and the census
+// names the stop it was read at.
+func TestStopHooks(t *testing.T) {
+	bin := testutil.MustBuild(t, "census_known", testutil.Options{CXX: true})
+	w := start(t, bin, "small")
+	var stops []int
+	var whileStopped int
+	stoppedState := func(what string) {
+		if n := threadsStopped(t, w.pid()); n != len(w.tids) {
+			t.Errorf("%s: %d of the %d threads stopped", what, n, len(w.tids))
+		}
+	}
+	c, err := TakeProcess(w.pid(), ProcessOptions{
+		Stopped: func(stop int) {
+			stops = append(stops, stop)
+			stoppedState("Stopped")
+		},
+		WhileStopped: func(c *Census, p *stopped.Process) {
+			whileStopped++
+			stoppedState("WhileStopped")
+			if len(c.Live()) < len(w.blocks) {
+				t.Errorf("WhileStopped: %d live blocks, the program has %d", len(c.Live()), len(w.blocks))
+			}
+			if p.PID() != w.pid() {
+				t.Errorf("WhileStopped: the process of pid %d, want %d", p.PID(), w.pid())
+			}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(stops) != c.Stops || stops[len(stops)-1] != c.Stop || c.Stop != c.Stops {
+		t.Errorf("Stopped called at stops %v; the census says %d stops, read at stop %d", stops, c.Stops, c.Stop)
+	}
+	if whileStopped != 1 {
+		t.Errorf("WhileStopped called %d times, want 1", whileStopped)
+	}
+	if n := len(c.Live()); n < len(w.blocks) {
+		t.Errorf("%d live blocks, the program has %d", n, len(w.blocks))
 	}
 }

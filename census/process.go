@@ -17,6 +17,25 @@ type ProcessOptions struct {
 	// Tries bounds the stops TakeProcess makes to find malloc idle
 	// (DefaultTries when 0).
 	Tries int
+	// Idle keeps only a census taken with malloc idle (Census.Busy
+	// empty), stopping again while Tries allow, where otherwise a busy
+	// one whose every check holds is kept: a thread in malloc or free
+	// may be between its call and the change it makes, which a tracer
+	// sees on one side of the stop and the census on the other.
+	Idle bool
+	// Stopped, when set, is called at each stop, every thread stopped,
+	// before the heap is read, with the stop's number (from 1; the
+	// census's Stop says which stop it was read at): for what must see
+	// the process at the census's instant, such as a tracer's buffers
+	// drained of the events before it.
+	Stopped func(stop int)
+	// WhileStopped, when set, is called with a census that will be kept,
+	// finished while the process is still stopped, and the stopped
+	// process: for what must read the process at the same instant (a
+	// heap scan of the census's blocks). The pause then lasts through
+	// Finish and WhileStopped. A census kept after malloc was busy at
+	// every stop was finished after its stop, and is not passed.
+	WhileStopped func(c *Census, p *stopped.Process)
 }
 
 // DefaultTries is how many times TakeProcess stops a process whose malloc
@@ -50,12 +69,12 @@ func TakeProcess(pid int, o ProcessOptions) (*Census, error) {
 	// best of the censuses is kept.
 	var best *Census
 	for try := 1; try <= tries; try++ {
-		c, err := l.takeStopped(pid, maps, o)
+		c, err := l.takeStopped(pid, maps, o, try)
 		if err != nil {
 			return nil, err
 		}
 		c.Stops = try
-		if len(c.Busy) == 0 || len(c.Problems) == 0 && c.Omitted == 0 {
+		if len(c.Busy) == 0 || !o.Idle && c.settled() {
 			return c, nil
 		}
 		if best == nil || len(c.Problems) < len(best.Problems) {
@@ -69,9 +88,15 @@ func TakeProcess(pid int, o ProcessOptions) (*Census, error) {
 	return best, nil
 }
 
-// takeStopped stops the process once, reads its census, lets it run and
-// finishes the census.
-func (l *Libc) takeStopped(pid int, maps []proc.Mapping, o ProcessOptions) (*Census, error) {
+// settled reports whether a census is kept as it is: malloc was idle, or
+// every check held.
+func (c *Census) settled() bool {
+	return len(c.Busy) == 0 || len(c.Problems) == 0 && c.Omitted == 0
+}
+
+// takeStopped stops the process once (the try'th stop), reads its census,
+// lets it run and finishes the census.
+func (l *Libc) takeStopped(pid int, maps []proc.Mapping, o ProcessOptions, try int) (*Census, error) {
 	p, err := stopped.Stop(pid, o.Stop)
 	if err != nil {
 		return nil, fmt.Errorf("census: %w", err)
@@ -84,7 +109,16 @@ func (l *Libc) takeStopped(pid int, maps []proc.Mapping, o ProcessOptions) (*Cen
 	for _, th := range p.Threads() {
 		t.Threads = append(t.Threads, Thread{TID: th.TID, FSBase: th.FSBase(), PC: th.Regs.Rip})
 	}
+	if o.Stopped != nil {
+		o.Stopped(try)
+	}
 	r, err := l.Read(t, o.TakeOptions)
+	var c *Census
+	if err == nil && o.WhileStopped != nil {
+		if c = r.Finish(); len(c.Busy) == 0 || !o.Idle && c.settled() {
+			o.WhileStopped(c, p)
+		}
+	}
 	if rerr := p.Resume(); err == nil && rerr != nil {
 		// MaxPause resumed it first: what was read may not be a snapshot.
 		err = fmt.Errorf("census: %w", rerr)
@@ -92,7 +126,10 @@ func (l *Libc) takeStopped(pid int, maps []proc.Mapping, o ProcessOptions) (*Cen
 	if err != nil {
 		return nil, err
 	}
-	c := r.Finish()
+	if c == nil {
+		c = r.Finish()
+	}
+	c.Stop = try
 	c.Paused = p.Paused()
 	return c, nil
 }

@@ -160,6 +160,17 @@ func (l *Libc) Read(t Target, o TakeOptions) (*Reading, error) {
 		for _, s := range l.code {
 			if th.PC >= s.Start && th.PC < s.End {
 				c.Busy = append(c.Busy, fmt.Sprintf("thread %d stopped in malloc's code (%#x)", th.TID, th.PC))
+				c.BusyThreads = append(c.BusyThreads, th.TID)
+			}
+		}
+		// The kernel's page of uretprobe trampolines: a thread there has
+		// returned from a traced call (malloc done) whose tracer has
+		// not recorded it yet, so a census and the trace disagree on
+		// its block.
+		for _, m := range t.Maps {
+			if m.Path == "[uprobes]" && th.PC >= m.Start && th.PC < m.End {
+				c.Busy = append(c.Busy, fmt.Sprintf("thread %d stopped returning from a traced call (%#x)", th.TID, th.PC))
+				c.BusyThreads = append(c.BusyThreads, th.TID)
 			}
 		}
 	}

@@ -305,6 +305,11 @@ type Stack struct {
 }
 
 // Process describes a traced process when tracing of it begins.
+//
+// A Process record with the pid and time of the last one of its pid updates
+// that process's command line (a program that wrote its title over its
+// argv, or a forked child that took a title of its own); one with a time
+// of its own begins a new image of the pid (an exec).
 type Process struct {
 	PID     uint32
 	PPID    uint32
@@ -437,8 +442,17 @@ type Stats struct {
 	Delivered  uint64                 `json:"delivered"`
 	Lost       [NumLostReasons]uint64 `json:"lost"`        // by LostReason
 	StacksLost uint64                 `json:"stacks_lost"` // events delivered without their stack (stack map full or collision)
-	Unmatched  uint64                 `json:"unmatched"`   // frees of addresses never seen allocated (allocated before tracing)
-	Bytes      uint64                 `json:"bytes"`       // bytes written to the trace
+	// StacksCut counts events delivered with a stack that does not reach
+	// the thread's first frame: cut at the depth limit (StacksCutDepth of
+	// them), or where the unwinder lost the chain (no rule, no frame
+	// pointer), StacksCutNoTable of them after a frame in code no unwind
+	// table covered (a module without one, or whose table found no room).
+	// The eBPF provider counts them; 0 from one that does not.
+	StacksCut        uint64 `json:"stacks_cut,omitempty"`
+	StacksCutDepth   uint64 `json:"stacks_cut_depth,omitempty"`
+	StacksCutNoTable uint64 `json:"stacks_cut_no_table,omitempty"`
+	Unmatched        uint64 `json:"unmatched"` // frees of addresses never seen allocated (allocated before tracing)
+	Bytes            uint64 `json:"bytes"`     // bytes written to the trace
 }
 
 // TotalLost is the sum of events lost for every reason.

@@ -2,7 +2,8 @@ package event
 
 // A Note is a record that says something about the traced processes besides
 // their heap events: a Warning, a Memory sample, the Verdict of a heap scan,
-// or the Census of an allocator's heap. It is one of the types below; a
+// the Census of an allocator's heap, or a process's Resident memory
+// explained. It is one of the types below; a
 // consumer switches on the type and ignores the kinds it has no use for.
 type Note interface {
 	// Of returns the process the note is about (0: the session) and when
@@ -46,7 +47,9 @@ const (
 	ClassIndirect               // indirectly lost: reachable only through lost blocks
 	ClassPossible               // possibly lost: reachable only through pointers into its interior
 	ClassReachable              // still reachable: a pointer to its start from the roots or a reachable block
-	numClasses
+	// NumClasses is the number of classes: arrays indexed by Class have
+	// this length.
+	NumClasses = iota
 )
 
 var classNames = names{"unknown", "definite", "indirect", "possible", "reachable"}
@@ -56,7 +59,23 @@ func (c Class) String() string {
 }
 
 // Valid reports whether c is one of the classes above.
-func (c Class) Valid() bool { return c < numClasses }
+func (c Class) Valid() bool { return c < NumClasses }
+
+// ParseClass parses a Class name: "unknown", "definite", "indirect",
+// "possible" or "reachable".
+func ParseClass(s string) (Class, error) {
+	v, err := classNames.parse(s, "reachability class")
+	return Class(v), err
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (c Class) MarshalText() ([]byte, error) { return []byte(c.String()), nil }
+
+// UnmarshalText implements encoding.TextUnmarshaler with ParseClass.
+func (c *Class) UnmarshalText(b []byte) (err error) {
+	*c, err = ParseClass(string(b))
+	return err
+}
 
 // Lost reports whether c is a leak in the narrow sense: definitely or
 // indirectly lost.
@@ -77,6 +96,15 @@ func (r Rules) String() string {
 	return ruleNames.format(uint8(r), "Rules")
 }
 
+// MarshalText implements encoding.TextMarshaler.
+func (r Rules) MarshalText() ([]byte, error) { return []byte(r.String()), nil }
+
+// UnmarshalText implements encoding.TextUnmarshaler with ParseRules.
+func (r *Rules) UnmarshalText(b []byte) (err error) {
+	*r, err = ParseRules(string(b))
+	return err
+}
+
 // BlockClass is the class of the live block at Addr.
 type BlockClass struct {
 	Addr  uint64
@@ -94,7 +122,17 @@ type Verdict struct {
 	Pause    int64 // ns the process was stopped for the scan; 0 if it was not stopped by the scan
 	Elapsed  int64 // ns the scan took
 	Complete bool  // every root and block was read
-	Blocks   []BlockClass
+	// Partial: the scan did not know every live block of the process
+	// (those allocated before tracing began, or inherited across a fork),
+	// so it scanned the heap's memory outside the blocks it knew as roots.
+	// A block is then lost only if nothing at all points to it, and still
+	// reachable may count a block held only by memory already freed.
+	Partial bool
+	// AtExit: the scan held the process on its way out, after its last
+	// instruction (exit handlers and destructors run), before its memory
+	// was released.
+	AtExit bool
+	Blocks []BlockClass
 }
 
 // HeapSpace is how an allocator's heap is used, in bytes, as a census found
@@ -126,6 +164,11 @@ type Census struct {
 	Pause  int64 // ns the process was stopped for the census
 	Blocks []LiveBlock
 	Space  HeapSpace
+	// Groups say what the blocks are, as their contents tell without a
+	// stack (see CensusGroup); BlockGroups, when not empty, has one entry
+	// per block: the index in Groups of its group.
+	Groups      []CensusGroup
+	BlockGroups []uint32
 }
 
 func (w Warning) Of() (uint32, int64) { return w.PID, w.Time }

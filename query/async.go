@@ -17,8 +17,9 @@ type async struct {
 }
 
 type asyncRec struct {
-	evs   []event.Event
-	stack *event.Stack
+	evs    []event.Event
+	stack  *event.Stack
+	census *event.Census
 }
 
 // asyncBatch is how many events a buffer holds: a hand-over costs the
@@ -33,6 +34,10 @@ func newAsync(b *builder) *async {
 		for r := range a.ch {
 			if r.stack != nil {
 				b.Stack(*r.stack)
+				continue
+			}
+			if r.census != nil {
+				b.Note(*r.census)
 				continue
 			}
 			b.Events(r.evs)
@@ -52,7 +57,15 @@ func (a *async) Exit(event.Exit) error         { return nil }
 func (a *async) Module(event.Module) error     { return nil }
 func (a *async) Snapshot(event.Snapshot) error { return nil }
 func (a *async) Stats(event.Stats) error       { return nil }
-func (a *async) Note(event.Note) error         { return nil }
+
+// Note passes a census (census.go), in its place among the events.
+func (a *async) Note(n event.Note) error {
+	if c, ok := n.(event.Census); ok {
+		a.flush()
+		a.ch <- asyncRec{census: &c}
+	}
+	return nil
+}
 
 func (a *async) Stack(st event.Stack) error {
 	a.flush()

@@ -46,6 +46,9 @@ type builder struct {
 	// known is how many stacks were seeded (see seed); unknown is the
 	// first stack past them that a row used (-1: none).
 	known, unknown int
+	// sampled says the trace is sampled: its censuses are not applied,
+	// as the model does not apply them (census.go).
+	sampled bool
 }
 
 func newBuilder() *builder {
@@ -65,7 +68,6 @@ func (b *builder) Exit(event.Exit) error         { return nil }
 func (b *builder) Module(event.Module) error     { return nil }
 func (b *builder) Snapshot(event.Snapshot) error { return nil }
 func (b *builder) Stats(event.Stats) error       { return nil }
-func (b *builder) Note(event.Note) error         { return nil }
 
 func (b *builder) proc(pid uint32) *bproc {
 	if p := b.lastProc; p != nil && p.pid == pid {
@@ -213,7 +215,7 @@ func (b *builder) row(seq uint32, t int64, stack int32, tid uint32, size uint64,
 // alloc makes a live block; a live block at the same address lost its free.
 func (b *builder) alloc(seq uint32, kind *uint8, p *bproc, e *event.Event, flags uint8) {
 	if old, ok := p.live.Get(e.Addr); ok {
-		b.end(seq, e.Time, kind, old, fMissed)
+		b.end(seq, e.Time, kind, old, b.replacedFlag(old))
 	}
 	r := b.row(seq, e.Time, b.stackIndex(p, e.Stack), e.TID, e.Size, flags)
 	p.live.Put(e.Addr, liveRef{row: r, tid: e.TID, size: e.Size, t: e.Time})

@@ -340,6 +340,9 @@ func (x *Index) mergeSites() {
 		for _, a := range st.frames {
 			buf = append(buf, x.res.Frames(st.pid, a)...)
 		}
+		if st.id == analyze.PreTrace && len(st.frames) == 0 {
+			buf = append(buf, symbolize.Frame{Function: report.BeforeTraceFunction}) // as the report's site (census.go)
+		}
 		fs := symbolize.TrimAllocator(buf)
 		kb = kb[:0]
 		for i := range fs {

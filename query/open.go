@@ -200,6 +200,7 @@ func (x *Index) build(path string, sel analyze.Processes) (*Index, error) {
 		b.seed(st.pid, st.id, int32(i))
 	}
 	b.known = len(x.stacks)
+	b.sampled = x.Header.SampleRate > 0
 	err := x.replay(path, b, sel)
 	if err == nil && b.tooLarge {
 		err = ErrTooLarge

@@ -16,6 +16,9 @@ import (
 // ':'. A site without a stack is "[no stack]".
 func (r *Report) WriteCollapsed(w io.Writer, m Metric) error {
 	if m.missing(r.Profile) {
+		if m.classes() {
+			return fmt.Errorf("this trace has no %s data: it holds no leak check (heapscope run checks at exit unless --no-leak-check; heapscope leaks checks a running session)", m)
+		}
 		return fmt.Errorf("this trace has no %s data: %s", m, r.Profile.Missing)
 	}
 	clean := strings.NewReplacer(";", ":", "\n", " ")

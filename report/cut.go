@@ -30,7 +30,7 @@ func (r *Report) CutNote(unwind string, maxFrames int) string {
 	cutSites, deepSites, sites := 0, 0, 0
 	byModule := map[string]uint64{}
 	for _, s := range r.Sites {
-		if len(s.ids) == 0 {
+		if len(s.ids) == 0 || s.BeforeTrace() {
 			continue
 		}
 		sites++

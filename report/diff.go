@@ -11,6 +11,7 @@ import (
 	"github.com/google/pprof/profile"
 
 	"github.com/heapscope/heapscope/analyze"
+	"github.com/heapscope/heapscope/event"
 	"github.com/heapscope/heapscope/symbolize"
 )
 
@@ -22,11 +23,19 @@ type Counts struct {
 	Bytes        uint64 `json:"bytes_allocated"`
 	Calls        uint64 `json:"calls"` // allocations and reallocations
 	Temporary    uint64 `json:"temporary"`
+	// What a leak check classified (0 in a trace without one): lost is
+	// definitely plus indirectly lost.
+	LostBytes      uint64 `json:"lost_bytes"`
+	LostBlocks     uint64 `json:"lost_blocks"`
+	PossibleBytes  uint64 `json:"possibly_lost_bytes"`
+	ReachableBytes uint64 `json:"still_reachable_bytes"`
 }
 
 // countsOf returns the counts a diff compares of c.
 func countsOf(c *analyze.Counters) Counts {
-	return Counts{c.LiveBytes, c.LiveBlocks, c.PeakBytes, c.Bytes, c.Calls(), c.Temporary}
+	l := c.Lost()
+	return Counts{c.LiveBytes, c.LiveBlocks, c.PeakBytes, c.Bytes, c.Calls(), c.Temporary,
+		l.Bytes, l.Blocks, c.Classes[event.ClassPossible].Bytes, c.Classes[event.ClassReachable].Bytes}
 }
 
 // Delta is New minus Base, field by field.
@@ -37,12 +46,19 @@ type Delta struct {
 	Bytes        int64 `json:"bytes_allocated"`
 	Calls        int64 `json:"calls"`
 	Temporary    int64 `json:"temporary"`
+
+	LostBytes      int64 `json:"lost_bytes"`
+	LostBlocks     int64 `json:"lost_blocks"`
+	PossibleBytes  int64 `json:"possibly_lost_bytes"`
+	ReachableBytes int64 `json:"still_reachable_bytes"`
 }
 
 func delta(base, new Counts) Delta {
 	d := func(a, b uint64) int64 { return int64(b) - int64(a) }
 	return Delta{d(base.LeakedBytes, new.LeakedBytes), d(base.LeakedBlocks, new.LeakedBlocks), d(base.PeakBytes, new.PeakBytes),
-		d(base.Bytes, new.Bytes), d(base.Calls, new.Calls), d(base.Temporary, new.Temporary)}
+		d(base.Bytes, new.Bytes), d(base.Calls, new.Calls), d(base.Temporary, new.Temporary),
+		d(base.LostBytes, new.LostBytes), d(base.LostBlocks, new.LostBlocks), d(base.PossibleBytes, new.PossibleBytes),
+		d(base.ReachableBytes, new.ReachableBytes)}
 }
 
 func (d Delta) zero() bool { return d == Delta{} }
@@ -62,6 +78,14 @@ func (d Delta) of(m Metric) int64 {
 		return d.Temporary
 	case PeakSpace:
 		return d.PeakBytes
+	case LostSpace:
+		return d.LostBytes
+	case LostObjects:
+		return d.LostBlocks
+	case PossibleSpace:
+		return d.PossibleBytes
+	case ReachableSpace:
+		return d.ReachableBytes
 	}
 	return 0
 }
@@ -226,6 +250,17 @@ func (d *Diff) WriteText(w io.Writer, o DiffOptions) error {
 	row("bytes allocated", bt.Bytes, nt.Bytes, true)
 	row("allocation calls", bt.Calls, nt.Calls, false)
 	row("temporaries", bt.Temporary, nt.Temporary, false)
+	if d.Base.LeakChecked() || d.New.LeakChecked() {
+		row("lost bytes", bt.LostBytes, nt.LostBytes, true)
+		row("lost blocks", bt.LostBlocks, nt.LostBlocks, false)
+		row("possibly lost bytes", bt.PossibleBytes, nt.PossibleBytes, true)
+		row("reachable bytes", bt.ReachableBytes, nt.ReachableBytes, true)
+		for _, r := range []*Report{d.Base, d.New} {
+			if !r.LeakChecked() {
+				p("  note: %s holds no leak check: its lost and reachable counts are 0, its leaks only live at the end\n", r.Trace.File)
+			}
+		}
+	}
 	for _, r := range []*Report{d.Base, d.New} {
 		if r.Profile.HasStats && r.Profile.Stats.TotalLost() > 0 {
 			p("  lost events in %s: %s: its numbers are low by what was lost\n", r.Trace.File, lostText(&r.Profile.Stats))
@@ -293,6 +328,9 @@ func siteChange(s *SiteDiff) string {
 		parts = append(parts, fmt.Sprintf("%s %s (%s → %s)", name, change, fa, fb))
 	}
 	add("leaked", s.Base.LeakedBytes, s.New.LeakedBytes, true)
+	add("lost", s.Base.LostBytes, s.New.LostBytes, true)
+	add("possibly lost", s.Base.PossibleBytes, s.New.PossibleBytes, true)
+	add("reachable", s.Base.ReachableBytes, s.New.ReachableBytes, true)
 	add("peak", s.Base.PeakBytes, s.New.PeakBytes, true)
 	add("allocated", s.Base.Bytes, s.New.Bytes, true)
 	add("calls", s.Base.Calls, s.New.Calls, false)

@@ -41,6 +41,13 @@ type JSON struct {
 	Unknown []string    `json:"unknown"`
 	Window  *JSONWindow `json:"window,omitempty"`
 	Stats   *JSONStats  `json:"stats,omitempty"`
+	// Rundowns are what censuses found live before the trace, Resident
+	// the processes' resident memory explained (see census.go).
+	Rundowns []JSONRundown  `json:"rundowns,omitempty"`
+	Resident []JSONResident `json:"resident,omitempty"`
+	// LeakCheck is what the trace's heap scans found; absent when it has
+	// none (then leaks are every block live at the end).
+	LeakCheck *JSONLeakCheck `json:"leak_check,omitempty"`
 }
 
 // JSONTrace describes the trace.
@@ -82,11 +89,14 @@ type JSONSummary struct {
 
 // JSONLive is a site's live blocks: at the end (leaks) or at the peak.
 type JSONLive struct {
-	Bytes  uint64      `json:"bytes"`
-	Blocks uint64      `json:"blocks"`
-	Name   string      `json:"name"` // the site's name: its first frame that is not an allocator wrapper
-	PIDs   []uint32    `json:"pids"`
-	Stack  []JSONFrame `json:"stack"`
+	Bytes  uint64 `json:"bytes"`
+	Blocks uint64 `json:"blocks"`
+	Name   string `json:"name"` // the site's name: its first frame that is not an allocator wrapper
+	// Classes splits a leak's blocks by reachability class, when the
+	// trace holds a leak check.
+	Classes *JSONClasses `json:"classes,omitempty"`
+	PIDs    []uint32     `json:"pids"`
+	Stack   []JSONFrame  `json:"stack"`
 }
 
 // JSONSite is a site's allocation totals.
@@ -259,6 +269,7 @@ func (r *Report) document(top int, sites bool) *JSON {
 		}
 		d.Stats = js
 	}
+	d.LeakCheck = r.leakCheckJSON()
 	if p.From != 0 || p.To != 0 {
 		w := &JSONWindow{}
 		if p.From != 0 {
@@ -271,7 +282,7 @@ func (r *Report) document(top int, sites bool) *JSON {
 	}
 	if sites {
 		for _, s := range r.sorted(byLeaked, top) {
-			d.Leaks = append(d.Leaks, JSONLive{Bytes: s.LiveBytes, Blocks: s.LiveBlocks, Name: s.Name(), PIDs: s.PIDs, Stack: jsonStack(s.Stack())})
+			d.Leaks = append(d.Leaks, JSONLive{Bytes: s.LiveBytes, Blocks: s.LiveBlocks, Name: s.Name(), Classes: r.siteClasses(s), PIDs: s.PIDs, Stack: jsonStack(s.Stack())})
 		}
 		for _, s := range r.sorted(byPeak, top) {
 			d.Peak = append(d.Peak, JSONLive{Bytes: s.PeakBytes, Blocks: s.PeakBlocks, Name: s.Name(), PIDs: s.PIDs, Stack: jsonStack(s.Stack())})
@@ -292,6 +303,7 @@ func (r *Report) document(top int, sites bool) *JSON {
 	for _, pt := range p.Timeline {
 		d.Timeline = append(d.Timeline, JSONPoint{TNs: int64(r.rel(pt.Time)), LiveBytes: pt.Bytes, LiveBlocks: pt.Blocks})
 	}
+	d.Rundowns, d.Resident = r.CensusJSON()
 	return d
 }
 
@@ -333,11 +345,11 @@ func (r *Report) WriteJSON(w io.Writer, top int) error {
 	jw.field("summary", d.Summary)
 	jw.raw(`,"leaks":[`)
 	for i, s := range r.sorted(byLeaked, top) {
-		jw.live(i, s.LiveBytes, s.LiveBlocks, s)
+		jw.live(i, s.LiveBytes, s.LiveBlocks, r.siteClasses(s), s)
 	}
 	jw.raw(`],"peak":[`)
 	for i, s := range r.sorted(byPeak, top) {
-		jw.live(i, s.PeakBytes, s.PeakBlocks, s)
+		jw.live(i, s.PeakBytes, s.PeakBlocks, nil, s)
 	}
 	jw.raw(`],"allocations":[`)
 	for i, s := range r.sortedAll(top) {
@@ -367,6 +379,15 @@ func (r *Report) WriteJSON(w io.Writer, top int) error {
 	}
 	if d.Stats != nil {
 		jw.field("stats", d.Stats)
+	}
+	if len(d.Rundowns) > 0 {
+		jw.field("rundowns", d.Rundowns)
+	}
+	if len(d.Resident) > 0 {
+		jw.field("resident", d.Resident)
+	}
+	if d.LeakCheck != nil {
+		jw.field("leak_check", d.LeakCheck)
 	}
 	jw.raw("}\n")
 	if jw.err != nil {
@@ -421,12 +442,15 @@ func (j *jsonWriter) field(name string, v any) {
 	j.bytes(b)
 }
 
-func (j *jsonWriter) live(i int, bytes, blocks uint64, s *Site) {
+func (j *jsonWriter) live(i int, bytes, blocks uint64, cls *JSONClasses, s *Site) {
 	j.sep(i)
 	j.raw(`{"bytes":`)
 	j.int(bytes)
 	j.raw(`,"blocks":`)
 	j.int(blocks)
+	if cls != nil {
+		j.field("classes", cls)
+	}
 	j.tail(s)
 }
 

@@ -57,8 +57,27 @@ func (r *Report) Pprof() (*profile.Profile, error) {
 				continue
 			}
 			frames = r.frames(st, frames[:0])
+			locs := b.locations(st.PID, frames)
+			if s.SuppressedBy == nil && st.Scanned().Blocks > 0 {
+				// One sample per class of the live blocks, labelled
+				// class=definitely_lost and so on; the allocations and
+				// the blocks no scan classified stay in the first.
+				u := st.Unscanned()
+				liveBlocks, liveBytes = u.Blocks, u.Bytes
+				for c, a := range st.Classes {
+					if a.Blocks == 0 {
+						continue
+					}
+					p.Sample = append(p.Sample, &profile.Sample{
+						Location: locs,
+						Value:    []int64{0, 0, int64(a.Blocks), int64(a.Bytes)},
+						Label:    map[string][]string{"class": {classKeys[c]}},
+						NumLabel: map[string][]int64{"pid": {int64(st.PID)}},
+					})
+				}
+			}
 			p.Sample = append(p.Sample, &profile.Sample{
-				Location: b.locations(st.PID, frames),
+				Location: locs,
 				Value:    []int64{int64(objs), int64(st.Bytes), int64(liveBlocks), int64(liveBytes)},
 				NumLabel: map[string][]int64{"pid": {int64(st.PID)}},
 			})
@@ -105,6 +124,11 @@ func (r *Report) pprofComments() []string {
 	}
 	if sb, sk, n := r.SuppressedTotal(); n > 0 {
 		c = append(c, fmt.Sprintf("suppressed %d bytes in %d blocks by %d rules (not in inuse_*)", sb, sk, n))
+	}
+	if r.LeakChecked() {
+		l := r.Lost()
+		c = append(c, fmt.Sprintf("%s: lost %d bytes in %d blocks; inuse_* samples carry a label class=definitely_lost, indirectly_lost, possibly_lost, still_reachable or unclassified (none: not scanned)",
+			r.ScanText(), l.Bytes, l.Blocks))
 	}
 	if pr.HasStats {
 		c = append(c, "lost events: "+lostText(&pr.Stats))
@@ -231,15 +255,20 @@ type Metric uint8
 
 // The metrics.
 const (
-	AllocSpace   Metric = iota // bytes allocated
-	AllocObjects               // allocation calls
-	InuseSpace                 // bytes live at the end (leaked)
-	InuseObjects               // blocks live at the end
-	Temporary                  // temporary allocations
-	PeakSpace                  // bytes live at the peak
+	AllocSpace     Metric = iota // bytes allocated
+	AllocObjects                 // allocation calls
+	InuseSpace                   // bytes live at the end (leaked)
+	InuseObjects                 // blocks live at the end
+	Temporary                    // temporary allocations
+	PeakSpace                    // bytes live at the peak
+	LostSpace                    // bytes a leak check found definitely or indirectly lost
+	LostObjects                  // blocks a leak check found definitely or indirectly lost
+	PossibleSpace                // bytes a leak check found possibly lost
+	ReachableSpace               // bytes a leak check found still reachable
 )
 
-var metricNames = []string{"alloc_space", "alloc_objects", "inuse_space", "inuse_objects", "temporary", "peak_space"}
+var metricNames = []string{"alloc_space", "alloc_objects", "inuse_space", "inuse_objects", "temporary", "peak_space",
+	"lost_space", "lost_objects", "possible_space", "reachable_space"}
 
 func (m Metric) String() string {
 	if int(m) < len(metricNames) {
@@ -249,7 +278,9 @@ func (m Metric) String() string {
 }
 
 // ParseMetric returns the metric named s ("alloc_space", "alloc_objects",
-// "inuse_space", "inuse_objects", "temporary", "peak_space").
+// "inuse_space", "inuse_objects", "temporary", "peak_space", and those of
+// a leak check: "lost_space", "lost_objects", "possible_space",
+// "reachable_space").
 func ParseMetric(s string) (Metric, error) {
 	for i, n := range metricNames {
 		if n == s {
@@ -273,11 +304,22 @@ func (m Metric) of(s *analyze.Counters) uint64 {
 		return s.Temporary
 	case PeakSpace:
 		return s.PeakBytes
+	case LostSpace:
+		return s.Lost().Bytes
+	case LostObjects:
+		return s.Lost().Blocks
+	case PossibleSpace:
+		return s.Classes[event.ClassPossible].Bytes
+	case ReachableSpace:
+		return s.Classes[event.ClassReachable].Bytes
 	}
 	return 0
 }
 
 // Missing reports whether the profile lacks the data for m.
 func (m Metric) missing(p *analyze.Profile) bool {
-	return m == Temporary && p.Missing.Has(analyze.NoTemporaries)
+	return m == Temporary && p.Missing.Has(analyze.NoTemporaries) || m.classes() && len(p.Verdicts) == 0
 }
+
+// classes reports whether m needs a leak check.
+func (m Metric) classes() bool { return m >= LostSpace && m <= ReachableSpace }

@@ -26,6 +26,7 @@ func (r *Report) ByProcess() map[uint32]*ProcessTotals {
 			c := st.Counters
 			if s.SuppressedBy != nil {
 				c.LiveBytes, c.LiveBlocks = 0, 0
+				c.Classes = [len(c.Classes)]analyze.Amount{}
 			}
 			t.Add(&c)
 		}

@@ -60,6 +60,9 @@ type Site struct {
 	SuppressedBy     *suppress.Rule
 	SuppressedBytes  uint64
 	SuppressedBlocks uint64
+	// SuppressedClasses are the reachability classes of the suppressed
+	// leaks, moved from Classes as the bytes were.
+	SuppressedClasses [event.NumClasses]analyze.Amount
 
 	ids     []uint32 // the stack, as indices into the report's frame table
 	key     string   // ids as bytes: the identity sites merge by
@@ -189,6 +192,9 @@ func newReport(p *analyze.Profile, t Trace, st *symTable) *Report {
 		addrs := st.proc(stack.PID)
 		for _, a := range stack.Frames {
 			ids = append(ids, st.ids(addrs, stack.PID, a)...)
+		}
+		if stack.ID == analyze.PreTrace && len(stack.Frames) == 0 {
+			ids = append(ids, st.table.intern(beforeTraceFrame)) // a site of its own (census.go)
 		}
 		ids = ids[symbolize.AllocatorFrames(len(ids), func(i int) *symbolize.Frame { return &st.table.frames[ids[i]] }):]
 		kb = kb[:0]

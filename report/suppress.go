@@ -40,6 +40,7 @@ func (r *Report) Suppress(rules []*suppress.Rule, o suppress.Options) {
 		s.SuppressedBy = rule
 		s.SuppressedBytes, s.SuppressedBlocks = s.LiveBytes, s.LiveBlocks
 		s.LiveBytes, s.LiveBlocks = 0, 0
+		s.SuppressedClasses, s.Classes = s.Classes, s.SuppressedClasses
 		sp := by[rule]
 		if sp == nil {
 			sp = &Suppressed{Rule: rule}

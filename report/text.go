@@ -49,10 +49,15 @@ func (r *Report) WriteText(w io.Writer, o TextOptions) error {
 	t := &textWriter{w: bw, r: r, o: o}
 	t.header()
 	t.summary()
+	t.census()
 	p := r.Profile
-	t.section("LEAKS", "still live at the end", byLeaked, func(s *Site) string {
-		return fmt.Sprintf("%s leaked in %s from", fmtBytes(s.LiveBytes), plural(s.LiveBlocks, "block"))
-	})
+	if r.LeakChecked() {
+		t.leakChecked()
+	} else {
+		t.section("LEAKS", "still live at the end", byLeaked, func(s *Site) string {
+			return fmt.Sprintf("%s leaked in %s from", fmtBytes(s.LiveBytes), plural(s.LiveBlocks, "block"))
+		})
+	}
 	t.suppressed()
 	peakNote := fmt.Sprintf("live at the peak, %s at %s", fmtBytes(p.Peak.Bytes), fmtDur(r.rel(p.Peak.Time)))
 	if p.Missing.Has(analyze.NoPeakInstant) {
@@ -151,9 +156,13 @@ func (t *textWriter) header() {
 		}
 		t.printf("\n")
 		if pt := totals[p.PID]; pt != nil {
-			t.printf("    %s calls, %s allocated, %s leaked in %s, %s live at the peak\n",
-				fmtCount(pt.Allocations+pt.Reallocations), fmtBytes(pt.Bytes), fmtBytes(pt.LiveBytes),
-				plural(pt.LiveBlocks, "block"), fmtBytes(pt.PeakBytes))
+			leaked := fmt.Sprintf("%s leaked in %s", fmtBytes(pt.LiveBytes), plural(pt.LiveBlocks, "block"))
+			if r.LeakChecked() {
+				l := pt.Lost()
+				leaked = fmt.Sprintf("%s leaked in %s (lost; %s live at the end)", fmtBytes(l.Bytes), plural(l.Blocks, "block"), fmtBytes(pt.LiveBytes))
+			}
+			t.printf("    %s calls, %s allocated, %s, %s live at the peak\n",
+				fmtCount(pt.Allocations+pt.Reallocations), fmtBytes(pt.Bytes), leaked, fmtBytes(pt.PeakBytes))
 		}
 	}
 	if p := r.Profile; p.From != 0 || p.To != 0 {
@@ -213,7 +222,14 @@ func (t *textWriter) summary() {
 	}
 	row("peak heap", "%s", peak)
 	lb, lk := r.Leaked()
-	row("leaked", "%s in %s", fmtBytesExact(lb), plural(lk, "block"))
+	if r.LeakChecked() {
+		t.classRows(row, lb, lk)
+	} else {
+		row("leaked", "%s in %s", fmtBytesExact(lb), plural(lk, "block"))
+	}
+	if bb, bk, ok := r.beforeTraceLive(); ok {
+		row("  before the trace", "%s in %s of them were live before it (a census: see BEFORE THE TRACE)", fmtBytes(bb), plural(bk, "block"))
+	}
 	if sb, sk, n := r.SuppressedTotal(); n > 0 {
 		row("suppressed", "%s in %s by %s (not leaks of the program: see SUPPRESSED)", fmtBytesExact(sb), plural(sk, "block"), plural(uint64(n), "rule"))
 	}

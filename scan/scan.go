@@ -66,6 +66,11 @@ type Options struct {
 	// memory it needs (the blocks and the roots), before it classifies:
 	// where a stopped process can be let go.
 	AfterRead func()
+	// Referrers also finds, for each block, one block or root that
+	// references it (Result.Referrers): the one whose reference marked it
+	// reached, possibly or indirectly lost. It costs a word of memory per
+	// candidate reference and a slower sort of them.
+	Referrers bool
 }
 
 // Class is a block's reachability class.
@@ -104,6 +109,17 @@ type Verdict struct {
 	Heuristic string
 }
 
+// Referrer is who references a block: another block, or a root. The
+// zero value is not a referrer; NoReferrer is "nothing known".
+type Referrer struct {
+	Block int    // the referencing block's index in the slice given to Scan; -1 when a root or nothing
+	Root  string // the referencing root's name (a Range's or a Word's) when Block is -1
+}
+
+// NoReferrer is the Referrer of a block that nothing references (a
+// definitely lost block).
+var NoReferrer = Referrer{Block: -1}
+
 // Unread is memory the scan needed and could not read.
 type Unread struct {
 	Root  string // the root's name; empty for a block
@@ -119,10 +135,17 @@ type Total struct{ Blocks, Bytes uint64 }
 // Result is what Scan found.
 type Result struct {
 	Rules    Rules
-	Verdicts []Verdict         // one per block, in the order given
-	Totals   [NumClasses]Total // by class
-	Unread   []Unread
-	Scanned  uint64 // bytes of roots and blocks read and scanned
+	Verdicts []Verdict // one per block, in the order given
+	// Referrers, with Options.Referrers, holds one referrer per block in
+	// the order given: for a reached block the block or root whose
+	// reference reached it first (a still reachable block's, the one that
+	// made it so: its parent in the marking), for an indirectly lost block
+	// the lost block that leads to it; NoReferrer for a definitely lost
+	// one. Nil without Options.Referrers.
+	Referrers []Referrer
+	Totals    [NumClasses]Total // by class
+	Unread    []Unread
+	Scanned   uint64 // bytes of roots and blocks read and scanned
 
 	ReadTime     time.Duration // reading the blocks and the roots
 	ClassifyTime time.Duration // after the reading (AfterRead included)
@@ -175,7 +198,23 @@ type scanner struct {
 	indirect bool     // LeakSanitizer's indirect phase: the candidates come from blocks not reached
 
 	incomplete bool // a root or a reached block could not be read
+
+	// With Options.Referrers: the origin of each candidate (see
+	// origin), its sort's other buffer, each block's parent by sorted
+	// position, the roots' names, and the origin of the root scanned now.
+	from      []int32
+	tmpFrom   []int32
+	parent    []int32
+	rootNames []string
+	origin    int32
 }
+
+// Origins of references, with Options.Referrers: a block's sorted
+// position (0 or more), noOrigin, or a root (rootOrigin(k), k an index in
+// scanner.rootNames).
+const noOrigin int32 = -1
+
+func rootOrigin(k int) int32 { return -2 - int32(k) }
 
 // Scan classifies blocks by what references them from roots, reading the
 // roots and the blocks' contents through mem. Memory that cannot be read
@@ -186,10 +225,22 @@ func Scan(blocks []Block, mem io.ReaderAt, roots Roots, opt Options) (*Result, e
 	if err := s.index(blocks); err != nil {
 		return nil, err
 	}
+	if opt.Referrers {
+		s.parent = make([]int32, len(s.bl))
+		for j := range s.parent {
+			s.parent[j] = noOrigin
+		}
+		for _, r := range roots.Ranges {
+			s.rootNames = append(s.rootNames, r.Name)
+		}
+		for _, w := range roots.Words {
+			s.rootNames = append(s.rootNames, w.Name)
+		}
+	}
 	t0 := time.Now()
 	s.read(mem, blocks)
-	for _, r := range roots.Ranges {
-		s.readRoot(mem, r)
+	for k, r := range roots.Ranges {
+		s.readRoot(mem, r, k)
 	}
 	t1 := time.Now()
 	if opt.AfterRead != nil {
@@ -504,10 +555,12 @@ func (s *scanner) push(j int) {
 // scanned twice.
 func (s *scanner) mark(roots Roots) {
 	s.definite = true
-	for _, w := range roots.Words {
+	for k, w := range roots.Words {
+		s.origin = rootOrigin(len(roots.Ranges) + k)
 		s.candidate(w.Value)
 	}
 	for _, r := range s.roots {
+		s.origin = rootOrigin(r.root)
 		s.scanOutsideBlocks(r.b, r.addr)
 		s.res.Scanned += uint64(len(r.b))
 	}
@@ -578,6 +631,10 @@ func (s *scanner) words(b []byte, addr uint64, mode int32, from int) {
 		if mode == modeLSanIndirect {
 			self, selfSpan = s.bl[from].start, s.bl[from].end-s.bl[from].start
 		}
+		if s.parent != nil {
+			s.wordsFrom(b, from, self, selfSpan)
+			return
+		}
 		c := s.cands
 		for _, w := range asWords(b) {
 			if w-lo < span && w-self >= selfSpan {
@@ -596,6 +653,26 @@ func (s *scanner) words(b []byte, addr uint64, mode int32, from int) {
 		if w-lo < span {
 			if j := s.find(w); j >= 0 {
 				s.apply(j, w, mode, from)
+			}
+		}
+	}
+}
+
+// wordsFrom is words' batching with Options.Referrers: each candidate's
+// origin is kept beside it (block from, or the root being scanned when
+// from is negative).
+func (s *scanner) wordsFrom(b []byte, from int, self, selfSpan uint64) {
+	o := s.origin
+	if from >= 0 {
+		o = int32(from)
+	}
+	lo, span := s.lo, s.hi-s.lo
+	for _, w := range asWords(b) {
+		if w-lo < span && w-self >= selfSpan {
+			s.cands = append(s.cands, w)
+			s.from = append(s.from, o)
+			if len(s.cands) >= maxCands {
+				s.flush()
 			}
 		}
 	}
@@ -626,6 +703,9 @@ const maxCands = 1 << 20
 func (s *scanner) candidate(w uint64) {
 	if w-s.lo < s.hi-s.lo {
 		s.cands = append(s.cands, w)
+		if s.parent != nil {
+			s.from = append(s.from, s.origin)
+		}
 		if len(s.cands) >= maxCands {
 			s.flush()
 		}
@@ -645,7 +725,7 @@ func (s *scanner) flush() {
 	bl := s.bl
 	n := len(bl)
 	j := -1 // the last block that starts at or before the candidate
-	for _, w := range c {
+	for ci, w := range c {
 		if j+1 < n && bl[j+1].start <= w {
 			lo, step := j+1, 1
 			for lo+step < n && bl[lo+step].start <= w {
@@ -667,19 +747,33 @@ func (s *scanner) flush() {
 			if s.indirect {
 				if s.state[j] != reachable {
 					s.state[j] = indirect
+					if s.parent != nil && s.parent[j] == noOrigin {
+						s.parent[j] = s.from[ci]
+					}
 				}
 				continue
 			}
-			s.markRef(j, w)
+			if s.parent == nil {
+				s.markRef(j, w)
+				continue
+			}
+			if st := s.state[j]; s.markRef(j, w) != st {
+				s.parent[j] = s.from[ci]
+			}
 		}
 	}
 	s.cands = s.cands[:0]
+	s.from = s.from[:0]
 }
 
 // sortCands sorts the batch: a radix sort of the words less the heap's
 // lowest address, 16 bits a pass, for a large batch.
 func (s *scanner) sortCands() {
 	c := s.cands
+	if s.parent != nil {
+		s.sortCandsFrom()
+		return
+	}
 	if len(c) < 1<<12 {
 		slices.Sort(c)
 		return
@@ -710,23 +804,77 @@ func (s *scanner) sortCands() {
 	s.cands, s.tmp = c, tmp[:0]
 }
 
+// sortCandsFrom is sortCands with each candidate's origin moved beside
+// it: the same radix sort, stable, so that among the references to a
+// block the first gathered comes first.
+func (s *scanner) sortCandsFrom() {
+	c, f := s.cands, s.from
+	if len(c) < 1<<12 {
+		// A small batch (a chain of blocks, each leading to the next,
+		// flushes a few words at a time): a comparison sort, stable.
+		type cand struct {
+			w uint64
+			o int32
+		}
+		ps := make([]cand, len(c))
+		for i := range c {
+			ps[i] = cand{c[i], f[i]}
+		}
+		slices.SortStableFunc(ps, func(a, b cand) int { return cmp.Compare(a.w, b.w) })
+		for i, p := range ps {
+			c[i], f[i] = p.w, p.o
+		}
+		return
+	}
+	if cap(s.tmp) < len(c) {
+		s.tmp = make([]uint64, len(c), cap(c))
+	}
+	if cap(s.tmpFrom) < len(f) {
+		s.tmpFrom = make([]int32, len(f), cap(f))
+	}
+	tmp, tmpFrom := s.tmp[:len(c)], s.tmpFrom[:len(f)]
+	span := s.hi - s.lo
+	var count [1 << 16]int32
+	for shift := uint(0); shift < 64 && span>>shift != 0; shift += 16 {
+		clear(count[:])
+		for _, w := range c {
+			count[((w-s.lo)>>shift)&0xffff]++
+		}
+		var sum int32
+		for i, k := range count {
+			count[i] = sum
+			sum += k
+		}
+		for i, w := range c {
+			d := ((w - s.lo) >> shift) & 0xffff
+			tmp[count[d]] = w
+			tmpFrom[count[d]] = f[i]
+			count[d]++
+		}
+		c, tmp = tmp, c
+		f, tmpFrom = tmpFrom, f
+	}
+	s.cands, s.tmp = c, tmp[:0]
+	s.from, s.tmpFrom = f, tmpFrom[:0]
+}
+
 // markRef records, while marking, a reference w to block j from a root or
 // a reached block (definite: a root or a still reachable block, as Memcheck
-// says it).
-func (s *scanner) markRef(j int, w uint64) {
+// says it), and returns the block's state after it.
+func (s *scanner) markRef(j int, w uint64) uint8 {
 	st := s.state[j]
 	if s.opt.Rules == LeakSanitizer {
 		if st == unreached {
 			s.state[j] = reachable
 			s.push(j)
 		}
-		return
+		return s.state[j]
 	}
 	if st == reachable {
 		if w == s.bl[j].start {
 			s.via[j] = heurNone
 		}
-		return
+		return st
 	}
 	start, h := w == s.bl[j].start, heurNone
 	if !start && s.heur {
@@ -741,6 +889,7 @@ func (s *scanner) markRef(j int, w uint64) {
 		s.state[j] = possible
 		s.push(j)
 	}
+	return s.state[j]
 }
 
 // apply records a reference w to block j from lost block from in
@@ -750,6 +899,9 @@ func (s *scanner) apply(j int, w uint64, mode int32, from int) {
 	case mode >= 0:
 		if s.state[j] == unreached && j != int(mode) {
 			s.state[j] = indirect
+			if s.parent != nil {
+				s.parent[j] = int32(from)
+			}
 			s.push(j)
 		}
 	}
@@ -791,11 +943,12 @@ const rootChunk = 1 << 20
 type rootData struct {
 	addr uint64
 	b    []byte
+	root int // its Range's index in Roots.Ranges
 }
 
 // readRoot reads a root range, skipping the pages that cannot be read
 // (each run of them is one Unread).
-func (s *scanner) readRoot(mem io.ReaderAt, r Range) {
+func (s *scanner) readRoot(mem io.ReaderAt, r Range, k int) {
 	end := r.Addr + r.Size
 	if end < r.Addr {
 		end = ^uint64(0)
@@ -806,7 +959,7 @@ func (s *scanner) readRoot(mem io.ReaderAt, r Range) {
 		buf := make([]byte, want)
 		n, err := mem.ReadAt(buf, int64(at))
 		if n > 0 {
-			s.roots = append(s.roots, rootData{at, buf[:n]})
+			s.roots = append(s.roots, rootData{at, buf[:n], k})
 			bad = -1
 		}
 		at += uint64(n)
@@ -891,5 +1044,18 @@ func (s *scanner) verdicts(blocks []Block) {
 		s.res.Verdicts[i] = v
 		s.res.Totals[c].Blocks++
 		s.res.Totals[c].Bytes += blocks[i].Size
+	}
+	if s.parent != nil {
+		s.res.Referrers = make([]Referrer, len(blocks))
+		for j, p := range s.parent {
+			r := NoReferrer
+			switch {
+			case p >= 0:
+				r.Block = int(s.ord[p])
+			case p != noOrigin:
+				r.Root = s.rootNames[-2-p]
+			}
+			s.res.Referrers[s.ord[j]] = r
+		}
 	}
 }

@@ -285,6 +285,12 @@ func TestOverlap(t *testing.T) {
 // reaches, and its definitely lost ones those memcheckDefinite finds;
 // LeakSanitizer's reachable are those any chain reaches, and a lost block
 // is indirect when another lost block references it.
+// edge is a reference in TestRandomGraphs' graphs.
+type edge struct {
+	to       int
+	interior bool
+}
+
 func TestRandomGraphs(t *testing.T) {
 	for seed := uint64(0); seed < 300; seed++ {
 		rng := rand.New(rand.NewPCG(seed, 7))
@@ -293,10 +299,6 @@ func TestRandomGraphs(t *testing.T) {
 		n := 1 + rng.IntN(40)
 		for i := 0; i < n; i++ {
 			w.block(fmt.Sprint(i), uint64(8*(1+rng.IntN(6))))
-		}
-		type edge struct {
-			to       int
-			interior bool
 		}
 		out := make([][]edge, n)
 		var rootEdges []edge
@@ -356,6 +358,7 @@ func TestRandomGraphs(t *testing.T) {
 		strict, any := closure(true), closure(false)
 		mc := w.scan(t, Options{})
 		ls := w.scan(t, Options{Rules: LeakSanitizer})
+		checkReferrers(t, seed, w, mc, ls, rootEdges, out, strict, any)
 		referencedByLost := make([]bool, n)
 		for i := 0; i < n; i++ {
 			if any[i] {
@@ -454,7 +457,8 @@ func FuzzScan(f *testing.F) {
 		b := mem.add(0, 2048) // the upper half of the space is a hole
 		copy(b, contents)
 		roots := Roots{Ranges: []Range{{Addr: 0, Size: 4096, Name: "all"}}, Words: []Word{{Value: 16}}}
-		res, err := Scan(blocks, mem, roots, Options{Rules: Rules(rules % 2)})
+		refs := rules&2 != 0
+		res, err := Scan(blocks, mem, roots, Options{Rules: Rules(rules % 2), Referrers: refs})
 		if err != nil {
 			if !errors.Is(err, ErrOverlap) {
 				t.Fatal(err)
@@ -470,6 +474,14 @@ func FuzzScan(f *testing.F) {
 		}
 		if sum != uint64(len(blocks)) {
 			t.Fatalf("totals count %d blocks of %d", sum, len(blocks))
+		}
+		if refs && len(res.Referrers) != len(blocks) {
+			t.Fatalf("%d referrers for %d blocks", len(res.Referrers), len(blocks))
+		}
+		for i, r := range res.Referrers {
+			if r.Block >= len(blocks) || r.Block < -1 || r.Block >= 0 && r.Root != "" || r.Block == i {
+				t.Fatalf("block %d: referrer %+v", i, r)
+			}
 		}
 	})
 }
@@ -519,5 +531,161 @@ func TestAfterRead(t *testing.T) {
 	}
 	if calls != 2 {
 		t.Errorf("AfterRead called %d times for 2 scans", calls)
+	}
+}
+
+// TestReferrers: with Options.Referrers each block names the block or root
+// whose reference reached it, and the classes are those of a scan without.
+func TestReferrers(t *testing.T) {
+	rootSlot = 0
+	w := newWorld()
+	a, b, c := w.block("a", 32), w.block("b", 32), w.block("c", 32)
+	w.root(a)
+	w.mem.put(a, b)
+	w.mem.put(b+8, c)
+	d, e := w.block("d", 48), w.block("e", 48)
+	w.mem.put(d, e)
+	p, q := w.block("p", 100), w.block("q", 24)
+	w.root(p + 40)
+	w.mem.put(p, q)
+	u := w.block("u", 80)
+	w.root(u + 8 + 3) // interior first: the start pointer from b makes it reachable
+	w.mem.put(b+16, u)
+	r := w.block("r", 16)
+	w.roots.Words = []Word{{Value: r, Name: "rax"}}
+	want := map[string]Referrer{
+		"a": {Block: -1, Root: "globals"}, "b": {Block: 0}, "c": {Block: 1},
+		"d": NoReferrer, "e": {Block: 3},
+		"p": {Block: -1, Root: "globals"}, "q": {Block: 5},
+		"u": {Block: 1}, "r": {Block: -1, Root: "rax"},
+	}
+	for _, rules := range []Rules{Memcheck, LeakSanitizer} {
+		if rules == LeakSanitizer {
+			want["u"] = Referrer{Block: -1, Root: "globals"} // its interior pointer reaches it
+		}
+		plain := w.scan(t, Options{Rules: rules})
+		res, err := Scan(w.blocks, w.mem, w.roots, Options{Rules: rules, Referrers: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, name := range w.names {
+			if res.Verdicts[i] != plain[name] {
+				t.Errorf("%v: %s: %+v with referrers, %+v without", rules, name, res.Verdicts[i], plain[name])
+			}
+			if got := res.Referrers[i]; got != want[name] {
+				t.Errorf("%v: %s: referrer %+v, want %+v", rules, name, got, want[name])
+			}
+		}
+	}
+	if res, _ := Scan(w.blocks, w.mem, w.roots, Options{}); res.Referrers != nil {
+		t.Errorf("Referrers without Options.Referrers: %v", res.Referrers)
+	}
+}
+
+// TestReferrersMany: a block that holds thousands of others is each one's
+// referrer (a batch large enough for the radix sort), and a long chain's
+// links each name the one before.
+func TestReferrersMany(t *testing.T) {
+	const n = 6000
+	mem := &memory{}
+	const base = 0x1000000
+	holder := mem.add(base, 8*n)
+	var blocks []Block
+	blocks = append(blocks, Block{Addr: base, Size: 8 * n, ID: 0})
+	heap := mem.add(base+1<<20, 32*2*n)
+	for i := 0; i < 2*n; i++ {
+		addr := uint64(base + 1<<20 + 32*i)
+		blocks = append(blocks, Block{Addr: addr, Size: 32, ID: uint64(i + 1)})
+		if i < n {
+			binary.LittleEndian.PutUint64(holder[8*i:], addr) // the star
+		} else if i+1 < 2*n {
+			binary.LittleEndian.PutUint64(heap[32*i:], addr+32) // the chain
+		}
+	}
+	root := mem.add(0x10000, 16)
+	binary.LittleEndian.PutUint64(root, base)
+	binary.LittleEndian.PutUint64(root[8:], base+1<<20+32*n)
+	roots := Roots{Ranges: []Range{{Addr: 0x10000, Size: 16, Name: "globals"}}}
+	// Shuffled, so that the caller's order is not the address order.
+	rng := rand.New(rand.NewPCG(1, 2))
+	rng.Shuffle(len(blocks), func(i, j int) { blocks[i], blocks[j] = blocks[j], blocks[i] })
+	index := map[uint64]int{}
+	for i, b := range blocks {
+		index[b.ID] = i
+	}
+	for _, rules := range []Rules{Memcheck, LeakSanitizer} {
+		res, err := Scan(blocks, mem, roots, Options{Rules: rules, Referrers: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, b := range blocks {
+			if res.Verdicts[i].Class != StillReachable {
+				t.Fatalf("%v: block %d: %v", rules, b.ID, res.Verdicts[i].Class)
+			}
+			want := Referrer{Block: -1, Root: "globals"}
+			switch k := int(b.ID) - 1; {
+			case k >= 0 && k < n:
+				want = Referrer{Block: index[0]}
+			case k > n:
+				want = Referrer{Block: index[b.ID-1]}
+			}
+			if res.Referrers[i] != want {
+				t.Fatalf("%v: block %d: referrer %+v, want %+v", rules, b.ID, res.Referrers[i], want)
+			}
+		}
+	}
+}
+
+// checkReferrers scans w again with Options.Referrers, under both rules:
+// the classes are mc's and ls's, and every referrer is a true one: a root
+// or a block with a reference to the block, itself reached as the block
+// is (through start pointers for a block still reachable by Memcheck's
+// rules), or lost for a lost block; none for a definitely lost one.
+func checkReferrers(t *testing.T, seed uint64, w *world, mc, ls map[string]Verdict, rootEdges []edge, out [][]edge, strict, any []bool) {
+	t.Helper()
+	for _, rules := range []Rules{Memcheck, LeakSanitizer} {
+		plain := mc
+		if rules == LeakSanitizer {
+			plain = ls
+		}
+		res, err := Scan(w.blocks, w.mem, w.roots, Options{Rules: rules, Referrers: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, name := range w.names {
+			v := res.Verdicts[i]
+			if v != plain[name] {
+				t.Fatalf("seed %d: %v: block %d: %+v with referrers, %+v without", seed, rules, i, v, plain[name])
+			}
+			ref := res.Referrers[i]
+			startOnly := rules == Memcheck && v.Class == StillReachable
+			has := func(es []edge) bool {
+				for _, e := range es {
+					if e.to == i && (!startOnly || !e.interior) {
+						return true
+					}
+				}
+				return false
+			}
+			switch {
+			case v.Class == DefinitelyLost:
+				if ref != NoReferrer {
+					t.Fatalf("seed %d: %v: definitely lost block %d has referrer %+v", seed, rules, i, ref)
+				}
+			case ref.Block < 0:
+				if ref.Root != "globals" || v.Class.Lost() || !has(rootEdges) {
+					t.Fatalf("seed %d: %v: block %d (%v): referrer %+v is not a root that references it", seed, rules, i, v.Class, ref)
+				}
+			default:
+				from := ref.Block
+				reached := any[from]
+				if startOnly {
+					reached = strict[from]
+				}
+				if !has(out[from]) || reached == v.Class.Lost() {
+					t.Fatalf("seed %d: %v: block %d (%v): referrer %d (reached %v) does not reference it as it must", seed, rules, i, v.Class, from, reached)
+				}
+			}
+		}
 	}
 }

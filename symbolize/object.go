@@ -209,7 +209,7 @@ func (s *Symbolizer) loadObject(m event.Module, path string) *object {
 	// Files stay open for the lazy reading of DWARF, until Close.
 	files := map[*os.File]bool{}
 	open := func(p string) (*elfFile, error) {
-		r, err := os.Open(p)
+		r, err := openFile(p)
 		if err != nil {
 			return nil, err
 		}
@@ -347,7 +347,7 @@ func debugLink(f *elf.File) (name string, crc uint32, ok bool) {
 }
 
 func fileCRC(path string) uint32 {
-	r, err := os.Open(path)
+	r, err := openFile(path)
 	if err != nil {
 		return 0
 	}

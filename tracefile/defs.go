@@ -53,9 +53,15 @@ func appendStats(b []byte, s *event.Stats) []byte {
 	b = append(b, defStats)
 	b = appendVarint(b, s.Time)
 	b = appendUvarint(b, s.Delivered)
-	b = appendUvarint(b, uint64(len(s.Lost)))
+	// The counters: the events lost by reason, then the stacks cut (see
+	// FORMAT.md: a reader ignores counters it does not know).
+	cut := statsCut(s)
+	b = appendUvarint(b, uint64(len(s.Lost)+len(cut)))
 	for _, n := range s.Lost {
 		b = appendUvarint(b, n)
+	}
+	for _, n := range cut {
+		b = appendUvarint(b, *n)
 	}
 	b = appendUvarint(b, s.StacksLost)
 	b = appendUvarint(b, s.Unmatched)
@@ -68,6 +74,12 @@ func appendExitDef(b []byte, x *event.Exit) []byte {
 	b = appendVarint(b, x.Time)
 	b = appendVarint(b, int64(x.Status))
 	return appendVarint(b, int64(x.Signal))
+}
+
+// statsCut returns the counters of a stats record that follow the events
+// lost, in their order in the record.
+func statsCut(s *event.Stats) [3]*uint64 {
+	return [3]*uint64{&s.StacksCut, &s.StacksCutDepth, &s.StacksCutNoTable}
 }
 
 // defsHandler receives the records of a definitions section.
@@ -163,11 +175,15 @@ func decodeDefs(raw []byte, h defsHandler) error {
 			if i < 0 || n > 255 {
 				return bad(at, "a stats record (time, delivered, reason count)")
 			}
+			cut := statsCut(&s)
 			for k := uint64(0); k < n; k++ {
 				var v uint64
 				v, i = uvarint(raw, i)
-				if k < uint64(len(s.Lost)) {
+				switch {
+				case k < uint64(len(s.Lost)):
 					s.Lost[k] = v
+				case k < uint64(len(s.Lost)+len(cut)):
+					*cut[k-uint64(len(s.Lost))] = v
 				}
 			}
 			s.StacksLost, i = uvarint(raw, i)

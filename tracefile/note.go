@@ -15,9 +15,10 @@ import (
 
 // Note kinds, the first field of an opNote record.
 const (
-	noteMemory  = 1
-	noteVerdict = 2
-	noteCensus  = 3
+	noteMemory   = 1
+	noteVerdict  = 2
+	noteCensus   = 3
+	noteResident = 4
 )
 
 // Note part flags (verdicts and censuses).
@@ -25,6 +26,16 @@ const (
 	noteComplete = 1 << 0 // event.Verdict.Complete
 	noteFirst    = 1 << 1
 	noteLast     = 1 << 2
+	noteGroups   = 1 << 3 // a census's blocks have groups (event.Census.BlockGroups)
+	notePartial  = 1 << 4 // event.Verdict.Partial
+	noteAtExit   = 1 << 5 // event.Verdict.AtExit
+)
+
+// maxGroups bounds a census's groups; maxGroupText the bytes of a group's
+// strings.
+const (
+	maxGroups    = 1 << 20
+	maxGroupText = 4096
 )
 
 // maxNoteEntries bounds the blocks of one verdict or census: a census of a
@@ -95,6 +106,12 @@ func (e *timelineEncoder) verdictPart(v *event.Verdict, flags byte, blocks []eve
 	if v.Complete {
 		flags |= noteComplete
 	}
+	if v.Partial {
+		flags |= notePartial
+	}
+	if v.AtExit {
+		flags |= noteAtExit
+	}
 	b := appendUvarint(e.s[sMisc], noteVerdict)
 	b = append(appendUvarint(b, uint64(v.PID)), flags)
 	if flags&noteFirst != 0 {
@@ -112,23 +129,90 @@ func (e *timelineEncoder) verdictPart(v *event.Verdict, flags byte, blocks []eve
 	e.s[sMisc] = b
 }
 
-// censusPart stores blocks as one part of census c.
-func (e *timelineEncoder) censusPart(c *event.Census, flags byte, blocks []event.LiveBlock) {
+// censusPart stores blocks as one part of census c, with their groups when
+// groups is not empty.
+func (e *timelineEncoder) censusPart(c *event.Census, flags byte, blocks []event.LiveBlock, groups []uint32) {
 	e.time(c.Time)
 	e.s[sOps] = append(e.s[sOps], opNote)
 	b := appendUvarint(e.s[sMisc], noteCensus)
+	if len(groups) > 0 {
+		flags |= noteGroups
+	}
 	b = append(appendUvarint(b, uint64(c.PID)), flags)
 	if flags&noteFirst != 0 {
 		b = appendUvarint(b, uint64(c.Heap))
 		b = appendUvarint(b, uint64(max(c.Pause, 0)))
 		b = appendFields(b, spaceFields(&c.Space))
+		if flags&noteGroups != 0 {
+			b = appendUvarint(b, uint64(len(c.Groups)))
+			for _, g := range c.Groups {
+				b = appendUvarint(b, g.Lo)
+				b = appendUvarint(b, g.Hi)
+				b = appendString(b, clip(g.Name))
+				b = appendUvarint(b, g.Example)
+				b = appendString(b, clip(g.Text))
+				b = appendString(b, clip(g.HeldBy))
+				b = appendUvarint(b, g.Held)
+			}
+		}
 	}
 	b = appendUvarint(b, uint64(len(blocks)))
 	var prev uint64
-	for _, l := range blocks {
+	for k, l := range blocks {
 		b = appendVarint(b, int64(l.Addr-prev))
 		prev = l.Addr
 		b = appendUvarint(b, l.Size)
+		if flags&noteGroups != 0 {
+			b = appendUvarint(b, uint64(groups[k]))
+		}
+	}
+	e.s[sMisc] = b
+}
+
+// clip bounds a string a census group stores.
+func clip(s string) string {
+	if len(s) > maxGroupText {
+		return s[:maxGroupText]
+	}
+	return s
+}
+
+// residentFields lists a Resident's counters in their stored order.
+func residentFields(r *event.Resident) []*uint64 {
+	return []*uint64{&r.RSS, &r.PSS, &r.Swap, &r.Rollup, &r.Trimmable, &r.Disagreement}
+}
+
+// residentPartFields lists a part's counters in their stored order.
+func residentPartFields(p *event.ResidentPart) []*uint64 {
+	return []*uint64{&p.RSS, &p.PSS, &p.Bytes}
+}
+
+// Resident flags.
+const (
+	residentZeroPages = 1 << 0 // event.Resident.ZeroPagesKnown
+	residentMeasured  = 1 << 0 // event.ResidentPart.Measured
+)
+
+func (e *timelineEncoder) resident(r *event.Resident) {
+	e.time(r.Time)
+	e.s[sOps] = append(e.s[sOps], opNote)
+	b := appendUvarint(e.s[sMisc], noteResident)
+	b = appendUvarint(b, uint64(r.PID))
+	var flags byte
+	if r.ZeroPagesKnown {
+		flags |= residentZeroPages
+	}
+	b = appendFields(append(b, flags), residentFields(r))
+	b = appendUvarint(b, uint64(len(r.Parts)))
+	for i := range r.Parts {
+		p := &r.Parts[i]
+		b = appendString(b, clip(p.Name))
+		b = appendString(b, clip(p.How))
+		var pf byte
+		if p.Measured {
+			pf |= residentMeasured
+		}
+		b = appendFields(append(b, pf), residentPartFields(p))
 	}
 	e.s[sMisc] = b
 }
@@ -160,11 +244,45 @@ func (w *Writer) Note(n event.Note) error {
 		if len(n.Blocks) > maxNoteEntries {
 			return fmt.Errorf("tracefile: a census of %d blocks: the format holds at most %d", len(n.Blocks), maxNoteEntries)
 		}
+		if err := checkGroups(&n); err != nil {
+			return err
+		}
 		return w.parts(len(n.Blocks), n.Time, func(flags byte, from, to int) {
-			w.tl.censusPart(&n, flags, n.Blocks[from:to])
+			var groups []uint32
+			if len(n.BlockGroups) > 0 {
+				groups = n.BlockGroups[from:to]
+			}
+			w.tl.censusPart(&n, flags, n.Blocks[from:to], groups)
 		})
+	case event.Resident:
+		if len(n.Parts) > maxNoteFields {
+			return fmt.Errorf("tracefile: resident memory in %d parts: the format holds at most %d", len(n.Parts), maxNoteFields)
+		}
+		w.tl.resident(&n)
+		w.lastTime = max(w.lastTime, n.Time)
+		return w.cutIfFull()
 	}
 	return fmt.Errorf("tracefile: a note of type %T", n)
+}
+
+// checkGroups checks that a census's groups can be stored: one group per
+// block, or none, each naming a group it has.
+func checkGroups(c *event.Census) error {
+	if len(c.BlockGroups) == 0 {
+		return nil
+	}
+	if len(c.BlockGroups) != len(c.Blocks) {
+		return fmt.Errorf("tracefile: a census of %d blocks with the groups of %d", len(c.Blocks), len(c.BlockGroups))
+	}
+	if len(c.Groups) > maxGroups {
+		return fmt.Errorf("tracefile: a census of %d groups: the format holds at most %d", len(c.Groups), maxGroups)
+	}
+	for _, g := range c.BlockGroups {
+		if int(g) >= len(c.Groups) {
+			return fmt.Errorf("tracefile: a census block in group %d of %d", g, len(c.Groups))
+		}
+	}
+	return nil
 }
 
 // parts stores a note of n blocks in parts of at most notePartLen, calling
@@ -233,8 +351,16 @@ func (b *noteBuilder) note(misc []byte, i int, t int64, keep bool) (event.Note, 
 		}
 		return m, i, nil
 	}
+	if kind == noteResident {
+		r, i, err := decodeResident(misc, i)
+		if err != nil || !keep {
+			return nil, i, err
+		}
+		r.PID, r.Time = uint32(pid), t
+		return r, i, nil
+	}
 	if kind != noteVerdict && kind != noteCensus {
-		return nil, -1, fmt.Errorf("a note kind 1-3 (got %d)", kind)
+		return nil, -1, fmt.Errorf("a note kind 1-4 (got %d)", kind)
 	}
 	if i >= len(misc) {
 		return nil, -1, fmt.Errorf("a note part's flags")
@@ -285,6 +411,8 @@ func (b *noteBuilder) verdictPart(misc []byte, i int, flags byte, collect bool) 
 		}
 		v.Rules, v.Pause, v.Elapsed = event.Rules(rules), int64(pause), int64(elapsed)
 		v.Complete = flags&noteComplete != 0
+		v.Partial = flags&notePartial != 0
+		v.AtExit = flags&noteAtExit != 0
 	}
 	n, i := uvarint(misc, i)
 	// Every block takes at least 2 bytes.
@@ -324,6 +452,19 @@ func (b *noteBuilder) censusPart(misc []byte, i int, flags byte, collect bool) (
 		if i = readFields(misc, i, spaceFields(&c.Space)); i < 0 {
 			return -1, fmt.Errorf("a census's counters")
 		}
+		if flags&noteGroups != 0 {
+			var err error
+			if i, err = b.censusGroups(misc, i); err != nil {
+				return -1, err
+			}
+		}
+	}
+	grouped := flags&noteGroups != 0
+	// A part whose first part is gone is decoded and dropped: its groups
+	// are not known.
+	joined := b.kind != 0
+	if joined && (grouped != (len(c.Groups) > 0) || grouped && len(c.BlockGroups) != len(c.Blocks)) {
+		return -1, fmt.Errorf("census parts that agree on the blocks' groups")
 	}
 	n, i := uvarint(misc, i)
 	if i < 0 || n > uint64(len(misc)-i)/2 || uint64(len(c.Blocks))+n > maxNoteEntries {
@@ -331,22 +472,96 @@ func (b *noteBuilder) censusPart(misc []byte, i int, flags byte, collect bool) (
 	}
 	if collect {
 		c.Blocks = growTo(c.Blocks, int(n))
+		if grouped {
+			c.BlockGroups = growTo(c.BlockGroups, int(n))
+		}
 	}
 	var prev uint64
 	for ; n > 0; n-- {
 		var d int64
-		var size uint64
+		var size, g uint64
 		d, i = varint(misc, i)
 		size, i = uvarint(misc, i)
+		if grouped {
+			g, i = uvarint(misc, i)
+			if i >= 0 && joined && g >= uint64(len(c.Groups)) {
+				return -1, fmt.Errorf("a census block's group (%d of %d)", g, len(c.Groups))
+			}
+		}
 		if i < 0 {
 			return -1, fmt.Errorf("a census block (address, size)")
 		}
 		prev += uint64(d)
 		if collect {
 			c.Blocks = append(c.Blocks, event.LiveBlock{Addr: prev, Size: size})
+			if grouped {
+				c.BlockGroups = append(c.BlockGroups, uint32(g))
+			}
 		}
 	}
 	return i, nil
+}
+
+// censusGroups decodes a census's groups at misc[i:]. They are kept even
+// when the blocks are not collected, to check the blocks' group indices.
+func (b *noteBuilder) censusGroups(misc []byte, i int) (int, error) {
+	c := &b.census
+	n, i := uvarint(misc, i)
+	// Every group takes at least 7 bytes.
+	if i < 0 || n == 0 || n > maxGroups || n > uint64(len(misc)-i)/7 {
+		return -1, fmt.Errorf("a count of census groups the stream can hold")
+	}
+	c.Groups = make([]event.CensusGroup, 0, n)
+	for ; n > 0; n-- {
+		var g event.CensusGroup
+		g.Lo, i = uvarint(misc, i)
+		g.Hi, i = uvarint(misc, i)
+		g.Name, i = stringAt(misc, i)
+		g.Example, i = uvarint(misc, i)
+		g.Text, i = stringAt(misc, i)
+		g.HeldBy, i = stringAt(misc, i)
+		g.Held, i = uvarint(misc, i)
+		if i < 0 {
+			return -1, fmt.Errorf("a census group")
+		}
+		c.Groups = append(c.Groups, g)
+	}
+	return i, nil
+}
+
+// decodeResident decodes a resident memory note at misc[i:] (after its
+// kind and pid).
+func decodeResident(misc []byte, i int) (event.Resident, int, error) {
+	var r event.Resident
+	if i < 0 || i >= len(misc) {
+		return r, -1, fmt.Errorf("resident memory's flags")
+	}
+	r.ZeroPagesKnown = misc[i]&residentZeroPages != 0
+	if i = readFields(misc, i+1, residentFields(&r)); i < 0 {
+		return r, -1, fmt.Errorf("resident memory's counters")
+	}
+	n, i := uvarint(misc, i)
+	// Every part takes at least 4 bytes.
+	if i < 0 || n > maxNoteFields || n > uint64(len(misc)-i)/4 {
+		return r, -1, fmt.Errorf("a count of resident memory's parts")
+	}
+	r.Parts = make([]event.ResidentPart, n)
+	for k := range r.Parts {
+		p := &r.Parts[k]
+		p.Name, i = stringAt(misc, i)
+		p.How, i = stringAt(misc, i)
+		if i < 0 || i >= len(misc) {
+			return r, -1, fmt.Errorf("a part of resident memory")
+		}
+		p.Measured = misc[i]&residentMeasured != 0
+		if i = readFields(misc, i+1, residentPartFields(p)); i < 0 {
+			return r, -1, fmt.Errorf("a part of resident memory's counters")
+		}
+	}
+	if len(r.Parts) == 0 {
+		r.Parts = nil
+	}
+	return r, i, nil
 }
 
 // growTo makes room for n more elements in s.

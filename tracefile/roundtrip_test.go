@@ -70,8 +70,57 @@ func everything() (procs []event.Process, mods []event.Module, stacks []event.St
 		big.Totals = append(big.Totals, event.StackTotal{Stack: event.StackID(i), Allocs: uint64(i), AllocBytes: uint64(i) * 8, Frees: 1, FreeBytes: 2})
 	}
 	snaps = append(snaps, big)
-	stats = event.Stats{Time: 400, Delivered: 123, Lost: [event.NumLostReasons]uint64{1, 2, 3, 4, 5, 6}, StacksLost: 7, Unmatched: 8}
+	stats = event.Stats{Time: 400, Delivered: 123, Lost: [event.NumLostReasons]uint64{1, 2, 3, 4, 5, 6}, StacksLost: 7,
+		StacksCut: 9, StacksCutDepth: 10, StacksCutNoTable: 11, Unmatched: 8}
 	return
+}
+
+// defsOnly is a recorder that takes definitions sections.
+type defsOnly struct{ *recorder }
+
+func (d defsOnly) exitDef(x event.Exit) error { return d.Exit(x) }
+
+// TestStatsCounters: a stats record of a writer that knew only the events
+// lost (n = 6 counters) reads with no stacks cut, and one with counters a
+// reader does not know (n = 12) reads with those ignored.
+func TestStatsCounters(t *testing.T) {
+	rec := newRecorder()
+	old := []byte{defStats}
+	old = appendVarint(old, 5)
+	old = appendUvarint(old, 100)
+	old = appendUvarint(old, uint64(event.NumLostReasons))
+	for i := 0; i < event.NumLostReasons; i++ {
+		old = appendUvarint(old, uint64(i+1))
+	}
+	old = appendUvarint(old, 7) // stacks lost
+	old = appendUvarint(old, 8) // unmatched
+	old = appendUvarint(old, 9) // bytes
+	if err := decodeDefs(old, defsOnly{rec}); err != nil {
+		t.Fatal(err)
+	}
+	want := event.Stats{Time: 5, Delivered: 100, Lost: [event.NumLostReasons]uint64{1, 2, 3, 4, 5, 6}, StacksLost: 7, Unmatched: 8, Bytes: 9}
+	if len(rec.stats) != 1 || rec.stats[0] != want {
+		t.Errorf("record of 6 counters: %+v, want %+v", rec.stats, want)
+	}
+
+	rec = newRecorder()
+	next := []byte{defStats}
+	next = appendVarint(next, 5)
+	next = appendUvarint(next, 100)
+	next = appendUvarint(next, 12)
+	for i := 0; i < 12; i++ {
+		next = appendUvarint(next, uint64(i+1))
+	}
+	next = appendUvarint(next, 7)
+	next = appendUvarint(next, 8)
+	next = appendUvarint(next, 9)
+	if err := decodeDefs(next, defsOnly{rec}); err != nil {
+		t.Fatal(err)
+	}
+	want.StacksCut, want.StacksCutDepth, want.StacksCutNoTable = 7, 8, 9
+	if len(rec.stats) != 1 || rec.stats[0] != want {
+		t.Errorf("record of 12 counters: %+v, want %+v", rec.stats, want)
+	}
 }
 
 func TestRoundTrip(t *testing.T) {

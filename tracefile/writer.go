@@ -282,6 +282,7 @@ func checkConfig(path string, h *Header, o *Options) error {
 // statsChunkBound is the most a chunk holding only a stats record can take.
 func (w *Writer) statsChunkBound() int64 {
 	s := event.Stats{Time: math.MinInt64, Delivered: math.MaxUint64, StacksLost: math.MaxUint64,
+		StacksCut: math.MaxUint64, StacksCutDepth: math.MaxUint64, StacksCutNoTable: math.MaxUint64,
 		Unmatched: math.MaxUint64, Bytes: math.MaxUint64}
 	for i := range s.Lost {
 		s.Lost[i] = math.MaxUint64

@@ -119,6 +119,10 @@ func (l *Live) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, l.State())
 		return
 	}
+	if r.URL.Path == "/api/leaks" {
+		l.leaks(w, r) // leaks.go
+		return
+	}
 	l.mu.Lock()
 	srv := l.srv
 	l.mu.Unlock()

@@ -135,6 +135,7 @@ func newServer(x, base *query.Index, g *gate) *Server {
 	s.mux.HandleFunc("GET /api/export", s.export)
 	s.mux.HandleFunc("GET /api/diff", s.diff)
 	s.views()
+	s.mux.HandleFunc("GET /api/rss", s.rss) // memory_census.go
 	return s
 }
 

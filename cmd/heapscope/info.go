@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/heapscope/heapscope"
 	"github.com/heapscope/heapscope/analyze"
 	"github.com/heapscope/heapscope/event"
 	"github.com/heapscope/heapscope/report"
@@ -20,8 +21,8 @@ import (
 func init() {
 	register(&command{
 		name:    "info",
-		args:    "FILE",
-		summary: "describe a trace file: session, processes, events, losses, warnings",
+		args:    "FILE | PID",
+		summary: "describe a trace file (session, processes, events, losses, warnings), or a running process's heap and RSS",
 		help: `
 Prints a trace file's header (session, provider, host, clock, mode), its
 processes, the number of modules and stacks, the events by kind, the time
@@ -32,13 +33,24 @@ say what was lost). A file that is missing, or not a trace, is an error.
 --pid and --exe describe only those processes (their events, exits and
 modules; lost events stay the session's). Each program is said to have
 exited with its status, been killed, been replaced by exec, ended with a
-status heapscope could not see, been detached, or still be running.`,
+status heapscope could not see, been detached, or still be running.
+
+Given the PID of a running process (a number that names no file), info
+takes a census of its heap (glibc's malloc, as attach does: the process is
+stopped a moment; needs root or ptrace rights and libc6-dbg) and prints its
+RSS explained, part by part (heap in use, allocator overhead, free but kept
+by the allocator, mmapped chunks, other anonymous memory, file-backed pages;
+each line says whether it was measured or estimated), how its heap is used,
+and what its blocks are.`,
 		setup: func(fs *flag.FlagSet) func([]string) error {
 			var pf procFlags
 			pf.register(fs)
 			return func(args []string) error {
 				if len(args) != 1 {
-					return usagef("takes one trace file")
+					return usagef("takes one trace file or PID")
+				}
+				if pid, ok := isPID(args[0]); ok {
+					return infoProcess(os.Stdout, pid)
 				}
 				return info(os.Stdout, args[0], pf.processes())
 			}
@@ -57,6 +69,7 @@ type infoSink struct {
 	first     int64
 	last      int64
 	snapshots int
+	snapLive  uint64 // live blocks listed by the snapshots, in all
 	stats     *event.Stats
 	warnings  []string // the session's, kept in the trace
 	memory    int      // memory samples
@@ -64,7 +77,22 @@ type infoSink struct {
 	censuses  int
 }
 
-func (s *infoSink) Process(p event.Process) error { s.procs = append(s.procs, p); return nil }
+// Process lists p, or updates the process it is the same as: a record with
+// the pid and time of the last one of its pid is that process's, with a
+// new command line (a program that wrote its title over its argv).
+func (s *infoSink) Process(p event.Process) error {
+	for i := len(s.procs) - 1; i >= 0; i-- {
+		if q := &s.procs[i]; q.PID == p.PID {
+			if q.Time == p.Time {
+				*q = p
+				return nil
+			}
+			break
+		}
+	}
+	s.procs = append(s.procs, p)
+	return nil
+}
 func (s *infoSink) Exit(x event.Exit) error {
 	s.exits[x.PID] = append(s.exits[x.PID], x)
 	return nil
@@ -91,6 +119,7 @@ func (s *infoSink) Note(n event.Note) error {
 }
 func (s *infoSink) Snapshot(sn event.Snapshot) error {
 	s.snapshots++
+	s.snapLive += uint64(len(sn.Live))
 	s.seen(sn.Time)
 	return nil
 }
@@ -252,12 +281,23 @@ func info(out io.Writer, path string, sel analyze.Processes) error {
 		if st.StacksLost > 0 {
 			line("", "%s events without their stack", infoCount(st.StacksLost))
 		}
+		if st.StacksCut > 0 {
+			line("", "%s events with their stack cut short", infoCount(st.StacksCut))
+		}
 		if st.Unmatched > 0 {
 			line("", "%s frees of blocks allocated before tracing", infoCount(st.Unmatched))
 		}
 		line("written", "%s", infoBytes(int64(st.Bytes)))
 	}
 	warns := append(dedupStrings(s.warnings), r.Warnings()...)
+	if st := s.stats; st != nil {
+		w := lossWarnings(*st, h.Provider)
+		if s.snapshots > 1 && s.snapLive > st.Delivered {
+			w = append(w, fmt.Sprintf("the %d snapshots list %s live blocks in all, more than the %s calls they account for: --mode stream would have recorded less of this program (a live set large for what changes in it)",
+				s.snapshots, infoCount(s.snapLive), infoCount(st.Delivered)))
+		}
+		warns = append(w, warns...)
+	}
 	if len(warns) == 0 {
 		line("warnings", "none")
 	}
@@ -282,6 +322,46 @@ func dedupStrings(ss []string) []string {
 		}
 	}
 	return out
+}
+
+// lossWarnings says what a session's counters show it lost, each with the
+// flag that would have kept it: what info lists among its warnings, and
+// the summary at the end of run and attach.
+func lossWarnings(st event.Stats, provider string) []string {
+	fix := [event.NumLostReasons]string{
+		event.LostRingFull:    "the kernel's ring buffer was full: give it more room with --buffers (it holds --buffers × --buffer-size)",
+		event.LostMapFull:     "a kernel table was full (--mode aggregate's live blocks or stacks, or --sample's sampled blocks)",
+		event.LostBufferFull:  "the interposer's buffers were full and --on-full drop: raise --buffers, or --on-full block",
+		event.LostFileLimit:   "the trace reached --max-size, or the disk was full",
+		event.LostOverwritten: "overwritten in the circular file (--log-mode circular, --max-size)",
+		event.LostOther:       "other causes: see the session's warnings",
+	}
+	if provider == string(heapscope.ProviderPreload) {
+		fix[event.LostBufferFull] = "the interposer's buffers were full and --on-full drop: raise --buffers or --buffer-size, or --on-full block"
+	}
+	var w []string
+	for r, n := range st.Lost {
+		if n > 0 {
+			w = append(w, fmt.Sprintf("%s events lost (%s): %s", infoCount(n), event.LostReason(r), fix[r]))
+		}
+	}
+	if st.StacksLost > 0 {
+		w = append(w, fmt.Sprintf("%s events recorded without their stack: the kernel's stack tables were full (raise --max-stacks)", infoCount(st.StacksLost)))
+	}
+	if st.StacksCut > 0 {
+		var why []string
+		if n := st.StacksCutDepth; n > 0 {
+			why = append(why, fmt.Sprintf("%s at the depth limit (%d frames, the most recorded)", infoCount(n), heapscope.MaxFrames))
+		}
+		if n := st.StacksCutNoTable; n > 0 {
+			why = append(why, fmt.Sprintf("%s after a frame no unwind table covered (a module without .eh_frame, code made at run time, or a table that found no room: raise --unwind-tables-size)", infoCount(n)))
+		}
+		if n := st.StacksCut - min(st.StacksCut, st.StacksCutDepth+st.StacksCutNoTable); n > 0 {
+			why = append(why, fmt.Sprintf("%s where the unwinder had no rule and no frame pointer", infoCount(n)))
+		}
+		w = append(w, fmt.Sprintf("%s events recorded with their stack cut short: %s", infoCount(st.StacksCut), strings.Join(why, "; ")))
+	}
+	return w
 }
 
 // endText says how a traced program ended: its exit record, if any, told

@@ -89,11 +89,17 @@ func TestInfo(t *testing.T) {
 		`delivered\s+2,510 events`,
 		`lost\s+10 events \(ring_full 7, other 3\)`,
 		`2 frees of blocks allocated before tracing`,
-		`warnings\s+none`,
+		// Events were lost: never "warnings none", and each loss named
+		// with what would have kept it.
+		`warnings\s+7 events lost \(ring_full\): .*--buffers`,
+		`\s+3 events lost \(other\)`,
 	} {
 		if !regexp.MustCompile(want).MatchString(got) {
 			t.Errorf("output lacks %q:\n%s", want, got)
 		}
+	}
+	if strings.Contains(got, "warnings    none") {
+		t.Errorf("info says 'warnings none' of a trace that lost events:\n%s", got)
 	}
 }
 
@@ -182,5 +188,44 @@ func TestInfoErrors(t *testing.T) {
 		if !strings.Contains(msg, c.msg) || strings.Count(strings.TrimSpace(msg), "\n") != 0 {
 			t.Errorf("%q: stderr %q, want one line with %q", c.args, msg, c.msg)
 		}
+	}
+}
+
+// TestInfoStacksAndTitles: info lists a process whose Process record came
+// again with its pid and time once, with the later command line (a title
+// it wrote over its argv), and names the stacks lost and cut, each with
+// the flag that would have kept them.
+func TestInfoStacksAndTitles(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "t.hst")
+	w, err := tracefile.Create(path, tracefile.Header{Session: "t", Provider: "ebpf", MonoStart: 1e9}, tracefile.Options{TimeResolution: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, err := range []error{
+		w.Process(event.Process{PID: 7, PPID: 1, Time: 1e9, Exe: "/usr/sbin/nginx", Cmdline: []string{"nginx: master process /usr/sbin/nginx"}}),
+		w.Process(event.Process{PID: 7, PPID: 1, Time: 1e9, Exe: "/usr/sbin/nginx", Cmdline: []string{"nginx: worker process"}}),
+		w.Stats(event.Stats{Time: 2e9, Delivered: 100, StacksLost: 3, StacksCut: 12, StacksCutDepth: 2, StacksCutNoTable: 9}),
+		w.Close(),
+	} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	var out bytes.Buffer
+	if err := info(&out, path, analyze.Processes{}); err != nil {
+		t.Fatal(err)
+	}
+	got := out.String()
+	for _, want := range []string{
+		`processes\s+1\n\s+pid 7 \(ppid 1\) 'nginx: worker process' \[/usr/sbin/nginx\]`,
+		`3 events recorded without their stack: .*--max-stacks`,
+		`12 events recorded with their stack cut short: 2 at the depth limit .*; 9 after a frame no unwind table covered .*--unwind-tables-size.*; 1 where the unwinder had no rule`,
+	} {
+		if !regexp.MustCompile(want).MatchString(got) {
+			t.Errorf("output lacks %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "master process") {
+		t.Errorf("info lists the title the process had before:\n%s", got)
 	}
 }

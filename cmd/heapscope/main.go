@@ -89,7 +89,14 @@ func mainArgs(args []string, stdout, stderr io.Writer) int {
 			fs.Usage()
 			return 0
 		}
-		fmt.Fprintf(stderr, "heapscope %s: %s (see 'heapscope %s --help')\n", name, longFlag.ReplaceAllString(err.Error(), "flag --$1"), name)
+		msg := longFlag.ReplaceAllString(err.Error(), "flag --$1")
+		if m := undefinedFlag.FindStringSubmatch(err.Error()); m != nil {
+			msg = "unknown flag " + dashed(m[1])
+		}
+		if s := suggestFlag(fs, err); s != "" {
+			msg += "; did you mean " + s + "?"
+		}
+		fmt.Fprintf(stderr, "heapscope %s: %s (see 'heapscope %s --help')\n", name, msg, name)
 		return 2
 	}
 	rawArgs = args[1:]
@@ -108,6 +115,68 @@ func mainArgs(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "heapscope %s: %v\n", name, err)
 		return 1
 	}
+}
+
+// undefinedFlag finds the flag named in the flag package's error for one
+// it does not know ("flag provided but not defined: -stack").
+var undefinedFlag = regexp.MustCompile(`^flag provided but not defined: -+(.+)$`)
+
+// suggestFlag returns the flag of fs closest to the unknown one err names,
+// as users type it ("--stacks"), or "" when none is close: one it begins,
+// or one within an edit per three letters typed.
+func suggestFlag(fs *flag.FlagSet, err error) string {
+	m := undefinedFlag.FindStringSubmatch(err.Error())
+	if m == nil {
+		return ""
+	}
+	typed := m[1]
+	if len(typed) < 3 {
+		return "" // a letter or two: anything is close
+	}
+	best, bestD := "", max(1, len(typed)/3)+1
+	fs.VisitAll(func(f *flag.Flag) {
+		d := editDistance(typed, f.Name)
+		if len(typed) >= 3 && strings.HasPrefix(f.Name, typed) {
+			d = min(d, 1)
+		}
+		if d < bestD || d == bestD && f.Name < best {
+			best, bestD = f.Name, d
+		}
+	})
+	if best == "" {
+		return ""
+	}
+	return dashed(best)
+}
+
+// dashed writes a flag's name as users type it: two dashes for a long flag,
+// one for a letter.
+func dashed(name string) string {
+	if len(name) == 1 {
+		return "-" + name
+	}
+	return "--" + name
+}
+
+// editDistance is the Levenshtein distance of a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }
 
 // longFlag finds a long flag named in the flag package's errors ("invalid

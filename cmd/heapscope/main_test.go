@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"flag"
+	"io"
 	"slices"
 	"strings"
 	"testing"
@@ -67,6 +68,26 @@ func TestParseArgs(t *testing.T) {
 		got, err := parseArgs(fs, c.args, c.flagsFirst)
 		if err != nil || !slices.Equal(got, c.want) || *top != c.top {
 			t.Errorf("parseArgs(%q, %v) = %q, %v, top %d; want %q, top %d", c.args, c.flagsFirst, got, err, *top, c.want, c.top)
+		}
+	}
+}
+
+// TestUnknownFlagSuggested: a mistyped flag is answered with the flag meant
+// (issue 25 item 14), and a flag like no other with none.
+func TestUnknownFlagSuggested(t *testing.T) {
+	for _, c := range []struct{ args, want string }{
+		{"run --stack alloc -- true", "unknown flag --stack; did you mean --stacks?"},
+		{"run --sampel 4KiB -- true", "unknown flag --sampel; did you mean --sample?"},
+		{"report --fromm 1s x.hst", "unknown flag --fromm; did you mean --from?"},
+		{"run -x -- true", "unknown flag -x (see"},
+		{"run --zzzzzz -- true", "unknown flag --zzzzzz (see"},
+	} {
+		var stderr strings.Builder
+		if code := mainArgs(strings.Fields(c.args), io.Discard, &stderr); code != 2 {
+			t.Errorf("%s: exit %d, want 2", c.args, code)
+		}
+		if !strings.Contains(stderr.String(), c.want) {
+			t.Errorf("%s: %q, want %q", c.args, stderr.String(), c.want)
 		}
 	}
 }

@@ -41,6 +41,8 @@ type sessionFlags struct {
 	overwrite     bool
 	quiet         bool
 	sample        heapscope.Size
+	maxStacks     int
+	unwindSize    heapscope.Size
 }
 
 // The flags of launching a program and of attaching to processes.
@@ -81,6 +83,8 @@ func (f *sessionFlags) register(fs *flag.FlagSet, which int) {
 	fs.BoolVar(&f.overwrite, "overwrite", false, "replace an existing output that is a symbolic link (the link, never its target) or another user's file;\nwithout it they are refused. Trace files are made new, mode 0600, once the session has started")
 	fs.BoolVar(&f.quiet, "q", false, "print no summary at the end")
 	fs.TextVar(&f.sample, "sample", heapscope.Size(0), "record one allocation per `SIZE` bytes allocated on average (e.g. 512KiB, 1MiB, 65536) and\nestimate the rest; 0 records every event. Not with --events mmap")
+	fs.IntVar(&f.maxStacks, "max-stacks", heapscope.DefaultMaxStacks, fmt.Sprintf("ebpf: distinct stacks the kernel side remembers, 1 to %d (a few dozen bytes each, taken as they come);\nan event whose stack finds no room is recorded without it, and counted", heapscope.MaxMaxStacks))
+	fs.TextVar(&f.unwindSize, "unwind-tables-size", heapscope.Size(heapscope.DefaultUnwindTablesSize), "ebpf: most kernel `SIZE` for unwind tables, up to 1GiB, taken 2MiB at a time as mapped files need it and\ngiven back when no traced process maps them; one user's processes take at most half.\nStacks through a file whose table finds no room are cut, and counted")
 }
 
 // validate checks what is not a property: the session's name.
@@ -100,21 +104,23 @@ var propertyFlags = map[string]struct {
 	name string
 	unit heapscope.Size
 }{
-	"File":           {"-o", 0},
-	"FileMode":       {"--log-mode", 0},
-	"MaxFileSize":    {"--max-size", heapscope.MiB},
-	"BufferSize":     {"--buffer-size", heapscope.KiB},
-	"Buffers":        {"--buffers", 0},
-	"FlushInterval":  {"--flush-interval", 0},
-	"Families":       {"--events", 0},
-	"StackEvents":    {"--stacks", 0},
-	"Provider":       {"--provider", 0},
-	"Mode":           {"--mode", 0},
-	"OnFull":         {"--on-full", 0},
-	"Unwind":         {"--unwind", 0},
-	"MaxFrames":      {"--max-frames", 0},
-	"TimeResolution": {"--time-resolution", 0},
-	"Sample":         {"--sample", 0},
+	"File":             {"-o", 0},
+	"FileMode":         {"--log-mode", 0},
+	"MaxFileSize":      {"--max-size", heapscope.MiB},
+	"BufferSize":       {"--buffer-size", heapscope.KiB},
+	"Buffers":          {"--buffers", 0},
+	"FlushInterval":    {"--flush-interval", 0},
+	"Families":         {"--events", 0},
+	"StackEvents":      {"--stacks", 0},
+	"Provider":         {"--provider", 0},
+	"Mode":             {"--mode", 0},
+	"OnFull":           {"--on-full", 0},
+	"Unwind":           {"--unwind", 0},
+	"MaxFrames":        {"--max-frames", 0},
+	"TimeResolution":   {"--time-resolution", 0},
+	"Sample":           {"--sample", 0},
+	"MaxStacks":        {"--max-stacks", 0},
+	"UnwindTablesSize": {"--unwind-tables-size", heapscope.MiB},
 }
 
 // flagError writes an error of Properties.Validate in terms of flags, a
@@ -209,6 +215,7 @@ func (f *sessionFlags) properties(program string, pid int, attach bool) (heapsco
 			return p, usagef("--on-full block: eBPF uprobes can only drop and count; --inject can block")
 		}
 	}
+	p.MaxStacks, p.UnwindTablesSize = f.maxStacks, f.unwindSize
 	if p.FileMode != heapscope.RealTime {
 		p.File = f.output
 		if p.File == "" {

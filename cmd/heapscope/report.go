@@ -55,7 +55,14 @@ both traces.
 --format html writes one self-contained page (no network; it opens from disk)
 with the summary, the timeline, flame graphs, the functions and sites lists of
 the whole trace, from the report's pass alone: 'heapscope serve' explores
-windows, their classes and the histograms.`,
+windows, their classes and the histograms.
+
+When the trace holds a leak check (heapscope run checks its program at exit;
+heapscope leaks checks a running session), LEAKS are the blocks definitely
+and indirectly lost, POSSIBLY LOST and STILL REACHABLE follow with their
+totals, as Memcheck's summary gives them; without one, LEAKS are every block
+still live at the end.
+` + gateHelp,
 		setup: func(fs *flag.FlagSet) func([]string) error {
 			var lf loadFlags
 			lf.register(fs)
@@ -65,9 +72,17 @@ windows, their classes and the histograms.`,
 			var out output
 			out.register(fs, "-")
 			base := fs.String("base", "", "compare with this trace (`FILE2`), as 'heapscope diff FILE2 FILE' does")
+			var gate gateFlags
+			gate.register(fs)
 			return func(args []string) error {
 				if len(args) != 1 {
 					return usagef("want one trace file")
+				}
+				if err := gate.validate(); err != nil {
+					return err
+				}
+				if gate.active() && (*base != "" || *format == "html") {
+					return usagef("the gate (--fail-on, --max-peak, --junit) checks a text or json report without --base")
 				}
 				if *base != "" && *format == "html" {
 					return usagef("--base: text or json (for a page comparing two traces: heapscope serve FILE --base FILE2)")
@@ -88,12 +103,23 @@ windows, their classes and the histograms.`,
 				if err != nil {
 					return err
 				}
-				return writeOutput(out, func(w io.Writer) error {
+				err = writeOutput(out, func(w io.Writer) error {
 					if *format == "json" {
 						return rep.WriteJSON(w, *top)
 					}
 					return rep.WriteText(w, report.TextOptions{Top: *top, FullNames: *fullNames})
 				})
+				if err != nil || !gate.active() {
+					return err
+				}
+				status, err := gate.check(os.Stderr, rep, suiteName(args[0]), -1)
+				if err != nil {
+					return err
+				}
+				if status != 0 {
+					return exitError{status}
+				}
+				return nil
 			}
 		},
 	})

@@ -28,10 +28,23 @@ The preload provider (default) needs no privileges; --provider ebpf needs root
 or CAP_BPF and CAP_PERFMON. The dynamic loader ignores LD_PRELOAD for static
 programs and for programs that are set-user-ID or set-group-ID to someone else
 or have file capabilities: the preload provider refuses those (it would record
-nothing); trace them with --provider ebpf.`,
+nothing); trace them with --provider ebpf.
+
+The program is checked for leaks as it exits (after its exit handlers and
+destructors, or at _exit or a fatal signal, before its memory is released,
+every thread held): its memory is read from the roots (module data, stacks,
+registers, thread-local storage) and each block still live is classified as
+Memcheck does (--leak-rules lsan: as LeakSanitizer does): definitely lost,
+indirectly lost, possibly lost or still reachable. The report's LEAKS are the
+lost ones. For that heapscope traces the program (ptrace) from its start,
+which costs it a round trip per signal it takes, thread it makes and exec,
+and keeps another debugger off it: --no-leak-check turns the check off.
+` + gateHelp,
 		setup: func(fs *flag.FlagSet) func([]string) error {
 			var sf sessionFlags
 			sf.register(fs, launchFlags)
+			var lk leakFlags
+			lk.register(fs)
 			return func(args []string) error {
 				if len(args) == 0 {
 					return usagef("no program to run")
@@ -40,13 +53,16 @@ nothing); trace them with --provider ebpf.`,
 				if err != nil {
 					return err
 				}
-				return runProgram(sf, props, args)
+				if err := lk.apply(&props); err != nil {
+					return err
+				}
+				return runProgram(sf, lk, props, args)
 			}
 		},
 	})
 }
 
-func runProgram(sf sessionFlags, props heapscope.Properties, args []string) error {
+func runProgram(sf sessionFlags, lk leakFlags, props heapscope.Properties, args []string) error {
 	path, err := exec.LookPath(args[0])
 	if err != nil {
 		// As env(1) and the shells do: 126 for a program found but not
@@ -82,8 +98,21 @@ func runProgram(sf sessionFlags, props heapscope.Properties, args []string) erro
 	stop := s.ForwardSignals()
 	werr := s.Wait()
 	status, exited := s.ExitStatus()
+	var rep *heapscopeReport
+	if lk.gate.active() {
+		r, err := gateReport(s.Files(), lk.suppressions)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "heapscope run: the gate cannot read the trace: %v\n", err)
+			return exitError{lk.gate.status}
+		}
+		rep = r
+	}
 	if !sf.quiet {
-		printSummary(os.Stderr, s.Status(), s.Files())
+		if rep != nil {
+			printSummaryOf(os.Stderr, s.Status(), s.Files(), rep)
+		} else {
+			printSummary(os.Stderr, s.Status(), s.Files())
+		}
 	}
 	if !exited {
 		// Stopped by name: the program runs on, untraced, and its
@@ -98,6 +127,16 @@ func runProgram(sf sessionFlags, props heapscope.Properties, args []string) erro
 		fmt.Fprintf(os.Stderr, "heapscope run: %v\n", werr)
 		if status == 0 {
 			status = 1
+		}
+	}
+	if rep != nil {
+		gs, err := lk.gate.check(os.Stderr, rep, suiteName(args[0]), status)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "heapscope run: %v\n", err)
+			return exitError{lk.gate.status}
+		}
+		if gs != 0 {
+			return exitError{gs}
 		}
 	}
 	if status != 0 {

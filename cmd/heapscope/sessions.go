@@ -171,7 +171,7 @@ func printStats(w io.Writer, st heapscope.Status) {
 		fmt.Fprintf(w, " (%s)", strings.Join(parts, ", "))
 	}
 	fmt.Fprintln(w)
-	if st.Stats.StacksLost > 0 {
-		fmt.Fprintf(w, "          %d events without their stack (stack map full)\n", st.Stats.StacksLost)
+	for _, l := range append(lossWarnings(st.Stats, string(st.Provider)), st.Warnings...) {
+		fmt.Fprintf(w, "warning   %s\n", l)
 	}
 }

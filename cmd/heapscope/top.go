@@ -289,7 +289,7 @@ func writePlainFrame(w io.Writer, name, state string, f, readFrom *topframe.Fram
 	if note := sampledNote(f); note != "" {
 		fmt.Fprintln(w, note)
 	}
-	fmt.Fprintf(w, "%12s %12s %12s %12s  %s\n", "LIVE", "GROWTH/s", "CALLS", "TEMPORARY", "SITE")
+	fmt.Fprintf(w, "%12s %s%12s %12s %12s  %s\n", "LIVE", lostHead(f), "GROWTH/s", "CALLS", "TEMPORARY", "SITE")
 	n := 0
 	for i := range f.Sites {
 		s := &f.Sites[i]
@@ -297,7 +297,7 @@ func writePlainFrame(w io.Writer, name, state string, f, readFrom *topframe.Fram
 			break
 		}
 		n++
-		fmt.Fprintf(w, "%12s %12s %12s %12s  %s\n", fmtSize(s.Live), growthWord(s), fmtNum(s.Calls), tempWord(f, s), s.Name())
+		fmt.Fprintf(w, "%12s %s%12s %12s %12s  %s\n", fmtSize(s.Live), lostCell(f, s), growthWord(s), fmtNum(s.Calls), tempWord(f, s), s.Name())
 	}
 	fmt.Fprintln(w)
 }
@@ -367,4 +367,21 @@ func runTopTUI(src *topSource, interval time.Duration) error {
 		return m.err
 	}
 	return ferr
+}
+
+// lostHead and lostCell are the LOST column, there once a leak check
+// (heapscope leaks) classified the session's blocks: what of LIVE it found
+// definitely or indirectly lost.
+func lostHead(f *topframe.Frame) string {
+	if !f.Scanned {
+		return ""
+	}
+	return fmt.Sprintf("%12s ", "LOST")
+}
+
+func lostCell(f *topframe.Frame, s *topframe.Site) string {
+	if !f.Scanned {
+		return ""
+	}
+	return fmt.Sprintf("%12s ", fmtSize(s.Lost))
 }

@@ -64,7 +64,9 @@ func (p *tmuxPane) waitFor(what string, ok func(string) bool) string {
 }
 
 // siteRow is a row of top's site table.
-var siteRow = regexp.MustCompile(`(?m)^[> ]\s*(\S+ [KMG]?i?B)\s+(\S+(?: [KMG]?i?B)?)\s+([\d,]+)\s+([\d,]+)\s+(\S+)`)
+// (The LOST column, unsigned, comes after LIVE once a leak check ran: at
+// the end of a program top launched, checked at its exit.)
+var siteRow = regexp.MustCompile(`(?m)^[> ]\s*(\S+ [KMG]?i?B)\s+(?:[\d.]+ [KMG]?i?B\s+)?([+–-]\S*(?: [KMG]?i?B)?)\s+([\d,]+)\s+([\d,]+)\s+(\S+)`)
 
 // firstSite returns the growth column and the function of the first row.
 func firstSite(screen string) (growth, fn string) {

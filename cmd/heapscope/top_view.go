@@ -298,7 +298,7 @@ func (m *topModel) render() string {
 	add("%s", sparkline(f.History, max(10, w-2)))
 	add("")
 	add("sorted by %s   keys: s sort  l g c t  p process  h thread  ↑↓ select  enter stack  space pause  q quit", m.order)
-	add("%12s %12s %12s %12s  %s", "LIVE", "GROWTH/s", "CALLS", "TEMPORARY", "SITE")
+	add("%12s %s%12s %12s %12s  %s", "LIVE", lostHead(f), "GROWTH/s", "CALLS", "TEMPORARY", "SITE")
 	rows := h - len(lines) - 1
 	stackLines := 0
 	if m.expanded && m.sel < len(f.Sites) {
@@ -316,7 +316,7 @@ func (m *topModel) render() string {
 		if i == m.sel {
 			mark = ">"
 		}
-		add("%s%11s %12s %12s %12s  %s", mark, fmtSize(s.Live), growthWord(s), fmtNum(s.Calls), tempWord(f, s), s.Name())
+		add("%s%11s %s%12s %12s %12s  %s", mark, fmtSize(s.Live), lostCell(f, s), growthWord(s), fmtNum(s.Calls), tempWord(f, s), s.Name())
 		if i == m.sel && stackLines > 0 {
 			for j, fr := range s.Stack {
 				if j == stackLines-1 {

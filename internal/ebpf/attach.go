@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -76,7 +78,8 @@ func (t *Tracer) attachLocked(pid int, o attachOptions) error {
 	case err != nil:
 		return fmt.Errorf("ebpf: pid %d: pidfd_open: %w", pid, err)
 	}
-	p := &tracee{pid: pid, pidfd: pidfd, launched: o.launched, report: make(chan exitStatus, 1)}
+	p := &tracee{pid: pid, pidfd: pidfd, launched: o.launched, report: make(chan exitStatus, 1), ended: make(chan struct{})}
+	p.root, _ = proc.OpenRoot(pid) // nil if it cannot be opened: names are read while it lives
 	if t.cfg.Mode == event.Aggregate {
 		if p.pidx, err = t.newPidx(); err != nil {
 			unix.Close(pidfd)
@@ -89,6 +92,9 @@ func (t *Tracer) attachLocked(pid int, o attachOptions) error {
 		}
 		t.freePidx(p.pidx)
 		unix.Close(pidfd)
+		if p.root != nil {
+			p.root.Close()
+		}
 		return err
 	}
 	t.mu.Lock()
@@ -99,7 +105,62 @@ func (t *Tracer) attachLocked(pid int, o attachOptions) error {
 		t.end(p, false)
 		return err
 	}
+	go t.retitle(p)
 	return nil
+}
+
+// retitleAfter are the times after attach at which a process's command
+// line is read again: a program that writes its title over its argv
+// (nginx's workers, forked with the master's title; redis, launched) does
+// it early.
+var retitleAfter = []time.Duration{100 * time.Millisecond, time.Second, 10 * time.Second}
+
+// retitle reads p's command line again at retitleAfter, until p ends, and
+// sends it when it has changed (see titled).
+func (t *Tracer) retitle(p *tracee) {
+	var last time.Duration
+	for _, d := range retitleAfter {
+		timer := time.NewTimer(d - last)
+		select {
+		case <-p.ended:
+			timer.Stop()
+			return
+		case <-timer.C:
+		}
+		last = d
+		t.titled(p)
+	}
+}
+
+// titled sends p's Process record again, with the same time, if its
+// command line has changed since it was sent: a record with the pid and
+// time of a process's last one is that process's, updated (not a new
+// image, which has a time of its own).
+func (t *Tracer) titled(p *tracee) {
+	// Not while it is stopped: held at an exec, its command line is the
+	// new image's.
+	t.heldMu.Lock()
+	held := t.held[p.pid]
+	t.heldMu.Unlock()
+	if st, err := proc.ReadStat(p.pid); held || err != nil || st.State == 'T' || st.State == 't' {
+		return
+	}
+	argv, err := proc.Cmdline(p.pid)
+	if err != nil || len(argv) == 0 {
+		return
+	}
+	t.out.Lock()
+	defer t.out.Unlock()
+	if !t.known[uint32(p.pid)] || slices.Equal(argv, p.info.Cmdline) {
+		return
+	}
+	t.mu.Lock()
+	current := t.procs[p.pid] == p
+	t.mu.Unlock()
+	if current {
+		p.info.Cmdline = argv
+		t.send(t.sink.Process(p.info))
+	}
 }
 
 func (t *Tracer) attach(p *tracee) error {
@@ -183,7 +244,8 @@ func (t *Tracer) attach(p *tracee) error {
 	t.known[uint32(pid)] = true
 	ms := &moduleSet{read: now}
 	t.modules[uint32(pid)] = ms
-	t.send(t.sink.Process(event.Process{PID: uint32(pid), PPID: uint32(st.PPID), Time: now, Exe: exe, Cmdline: cmdline}))
+	p.info = event.Process{PID: uint32(pid), PPID: uint32(st.PPID), Time: now, Exe: exe, Cmdline: cmdline}
+	t.send(t.sink.Process(p.info))
 	t.sendModules(ms, mods)
 	return nil
 }
@@ -446,6 +508,10 @@ func (t *Tracer) ReportExit(pid, status, signal int) error {
 // process has ended (rather than being detached).
 func (t *Tracer) end(p *tracee, exited bool) {
 	p.endOnce.Do(func() {
+		if !exited && !p.execd {
+			t.titled(p) // detached: its last title
+		}
+		close(p.ended)
 		t.watch.remove(p)
 		closeLinks(p.links)
 		if t.cfg.Families&event.FamilyMmap != 0 {
@@ -467,8 +533,11 @@ func (t *Tracer) end(p *tracee, exited bool) {
 		// it produced is in the ring, and the drain delivers it.
 		t.drain()
 		if t.cfg.Mode == event.Aggregate {
+			t.mu.Lock()
+			p.finishing = true
+			t.mu.Unlock()
 			t.snapshot([]int{p.pid}, true)
-			t.purge(p.pidx)
+			t.purge(p.pid, p.pidx)
 			t.freePidx(p.pidx)
 		}
 
@@ -488,6 +557,9 @@ func (t *Tracer) end(p *tracee, exited bool) {
 		delete(t.known, uint32(p.pid))
 		t.out.Unlock()
 		unix.Close(p.pidfd)
+		if p.root != nil {
+			p.root.Close()
+		}
 
 		t.mu.Lock()
 		delete(t.procs, p.pid)

@@ -13,13 +13,11 @@ const (
 	DefaultRingSize      = 4 << 20
 	DefaultMaxLive       = 1 << 18
 	DefaultStackMapSize  = 1 << 14
+	DefaultMaxStacks     = 1 << 20
 	DefaultFlushInterval = event.DefaultFlushInterval
 
 	minRingSize = 4096
-	// aggregateRingSize is the ring of aggregate mode, which carries only
-	// the loader's lists of libraries.
-	aggregateRingSize = 64 << 10
-	maxMapSize        = 1 << 31
+	maxMapSize  = 1 << 31
 	// maxSample bounds Config.Sample: the BPF draw multiplies it by a
 	// number below 2^21 in 64 bits.
 	maxSample = event.MaxSample
@@ -48,16 +46,34 @@ type Config struct {
 	// MaxLive is how many live blocks aggregate mode is sized for: its
 	// table has room for twice as many, and fills up at about one and a
 	// half times as many (a block finds both the table's buckets it may
-	// go in full). An allocation that finds no room is lost (counted as
-	// event.LostMapFull).
+	// go in full). A block that finds no room (or whose stack finds none
+	// in the totals, sized by StackMapSize) is sent through the ring and
+	// kept by this process, and so are, from then on, the frees of its
+	// process that the table does not find: the table's size bounds the
+	// kernel's part, not the live set. When sampling, such a block is lost
+	// instead (counted as event.LostMapFull), as is, in stream mode, a
+	// sampled block that finds the sampled map (MaxLive entries) full.
 	MaxLive int
-	// StackMapSize is how many distinct stacks the stack map holds. Stacks
-	// beyond it, or that collide in its hash, are counted in
-	// Stats.StacksLost and their events delivered without a stack.
+	// StackMapSize is how many stacks the BPF side holds the frames of
+	// until this process has read them (0: DefaultStackMapSize): new
+	// stacks in flight, not all the stacks seen (MaxStacks). In aggregate
+	// mode it also sizes the kernel's per-stack totals (the rest go
+	// through the ring, as in stream mode). A new stack that finds it
+	// full, or another stack with its hash, is counted in
+	// Stats.StacksLost and its event delivered without a stack.
 	StackMapSize int
+	// MaxStacks is how many distinct stacks the BPF side remembers as
+	// already read (0: DefaultMaxStacks, a million), a few dozen bytes of
+	// kernel memory each, taken as they come. Past it, stacks read are
+	// kept in the stack map too, until that fills.
+	MaxStacks int
 	// FlushInterval bounds, in stream mode, how long an event waits in the
 	// ring before it is delivered (0: DefaultFlushInterval). In aggregate
-	// mode it is the period of snapshots; 0 means snapshots only at Flush
+	// mode it is how often a snapshot is considered: one is taken when the
+	// last listed fewer than 65,536 live blocks, or once the calls since
+	// are at least as many as it listed (so that large snapshots never
+	// list more blocks than the calls they stand for), and no sooner than
+	// 20 times as long as the last took; 0 means snapshots only at Flush
 	// and Close.
 	FlushInterval time.Duration
 
@@ -77,8 +93,11 @@ type Config struct {
 	// cut at 127 frames. Off by default: experimental.
 	UnwindTables bool
 	// UnwindEntries is the room for the tables of all files, in 8-byte
-	// entries (0: DefaultUnwindEntries). A file whose table does not fit
-	// unwinds by frame pointer.
+	// entries (0: DefaultUnwindEntries, at most MaxUnwindEntries), kernel
+	// memory taken 2 MiB at a time as tables need it and given back as
+	// they are freed. The processes of one user hold at most half of it.
+	// A file whose table does not fit unwinds by frame pointer (see
+	// unwind.go).
 	UnwindEntries int
 
 	// Sample, when above 0, samples the allocations in BPF: one per Sample
@@ -152,7 +171,13 @@ func (c Config) withDefaults() (Config, error) {
 	if c.StackMapSize == 0 {
 		c.StackMapSize = DefaultStackMapSize
 	}
-	if c.UnwindEntries < 0 || c.UnwindEntries > maxMapSize {
+	if c.MaxStacks < 0 || c.MaxStacks > maxMapSize {
+		return c, fmt.Errorf("max stacks %d: %w", c.MaxStacks, errs.ErrInvalidFlags)
+	}
+	if c.MaxStacks == 0 {
+		c.MaxStacks = DefaultMaxStacks
+	}
+	if c.UnwindEntries < 0 || c.UnwindEntries > MaxUnwindEntries {
 		return c, fmt.Errorf("unwind entries %d: %w", c.UnwindEntries, errs.ErrInvalidFlags)
 	}
 	if c.UnwindEntries == 0 {

@@ -7,16 +7,19 @@ import "github.com/heapscope/heapscope/event"
 const (
 	maxFrames = event.MaxFrames
 
-	ctrLostRingFull = 0
-	ctrLostMapFull  = 1
-	ctrLostOther    = 5
-	ctrStacksLost   = 6
-	ctrDelivered    = 7
-	ctrUnmatched    = 8
-	ctrLibsLost     = 9
-	ctrStacksCut    = 10
-	ctrUWFallback   = 11
-	numCounters     = 12
+	ctrLostRingFull  = 0
+	ctrLostMapFull   = 1
+	ctrLostOther     = 5
+	ctrStacksLost    = 6
+	ctrDelivered     = 7
+	ctrUnmatched     = 8
+	ctrLibsLost      = 9
+	ctrStacksCut     = 10
+	ctrUWFallback    = 11
+	ctrStacksBroken  = 12
+	ctrStacksNoTable = 13
+	ctrStacksStored  = 14
+	numCounters      = 15
 
 	// Cookie layout.
 	cookieHeapShift = 8
@@ -26,6 +29,10 @@ const (
 	cookieWinShift  = 48 // a free site's window of internal callers
 	maxWindows      = 16
 	windowRanges    = 4
+
+	// Aggregate mode's spills (struct event's spill).
+	spillNew = 1
+	spillOld = 2
 
 	// Aggregate mode's tables.
 	bucketSlots = 8

@@ -1,7 +1,9 @@
 package ebpf
 
 import (
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -93,5 +95,57 @@ func TestLoaderHoldNoRoom(t *testing.T) {
 	}
 	if !noRoom {
 		t.Errorf("warnings %v, want one of a table with no room", tr.Warnings())
+	}
+}
+
+// TestLoaderNamesFIFO: a traced process that names a FIFO to its loader's
+// debugger interface (ebpf_lname sets a library's l_name to one, then
+// dlopens another library, and the loader's list is announced again) does
+// not stall delivery: the tracer opens what a process names only as a
+// regular file it maps, never a FIFO, and away from the delivery
+// goroutine. Everything the process did is delivered, and Close returns.
+// (Opened as before, with a blocking open of the name, the FIFO stopped all
+// delivery, Flush and Close for ever.)
+func TestLoaderNamesFIFO(t *testing.T) {
+	for _, cfg := range []Config{{}, {UnwindTables: true}} {
+		lib := testutil.MustBuild(t, "ebpf_dlopenlib", testutil.Options{Flags: []string{"-shared", "-fPIC"}})
+		bin := testutil.MustBuild(t, "ebpf_lname", testutil.Options{Flags: []string{"-ldl"}})
+		fifo := filepath.Join(t.TempDir(), "fifo")
+		rec := newRecorder(t)
+		tr := newTracer(t, cfg, rec)
+		w := startWorkload(t, bin, lib, fifo)
+		if err := tr.Attach(w.pid()); err != nil {
+			t.Fatal(err)
+		}
+		w.release(t)
+		w.expect(t, "done")
+		done := make(chan error, 1)
+		go func() { done <- tr.Flush() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(30 * time.Second):
+			// A writer lets the blocked open return, and the test end.
+			if f, err := os.OpenFile(fifo, os.O_WRONLY, 0); err == nil {
+				f.Close()
+			}
+			t.Fatalf("cfg %+v: Flush did not return in 30s: delivery stalled on the FIFO", cfg)
+		}
+		n := 0
+		for _, e := range rec.eventsOf(w.pid()) {
+			if e.Kind == event.KindAlloc && e.Size >= 100 && e.Size < 200 {
+				n++
+			}
+		}
+		if n != 100 {
+			t.Errorf("cfg %+v: %d of the 100 allocations after the FIFO was named delivered", cfg, n)
+		}
+		w.release(t)
+		w.wait(t)
+		if err := tr.Close(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

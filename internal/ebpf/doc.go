@@ -55,15 +55,26 @@
 // # Modes
 //
 // In Stream mode every call is an event.Event sent through a BPF ring
-// buffer; the consumer is woken when a quarter of the ring is queued, and
-// at least every FlushInterval. In Aggregate mode the live blocks and
-// per-stack totals are kept in BPF tables and sent as event.Snapshot
-// records at Flush and Close. The tables are arrays with buckets of slots
-// claimed by compare-and-swap, which the programs reach without a helper
-// call (a hash map's update costs more than the rest of the program), and
-// which this process reads through mmap. Either way, a call is delivered
-// or counted lost (ring full, map full): delivered + lost is the number of
-// calls made while traced.
+// buffer; the consumer is woken once each time the ring's producer
+// position enters a new quarter of it, and at least every FlushInterval.
+// The consumer is two goroutines, on threads of their own at a raised
+// priority: one takes records out of the ring into a queue in this
+// process (up to a million events), the other hands them to the sink, so
+// that the sink's pauses (a chunk of the trace compressed and written) do
+// not fill the ring.
+//
+// In Aggregate mode the live blocks and per-stack totals are kept in BPF
+// tables and sent as event.Snapshot records at Flush and Close, and by
+// FlushPeriodic when a snapshot costs less than the calls it stands for.
+// The tables are arrays with buckets of slots claimed by compare-and-swap,
+// which the programs reach without a helper call (a hash map's update
+// costs more than the rest of the program), and which this process reads
+// through mmap. A block the tables have no room for goes through the ring
+// to this process, which keeps it, and so, from then on, do its process's
+// frees the tables do not find: the tables bound the kernel's share of the
+// live set, not the live set (when sampling, such a block is lost). Either
+// way, a call is delivered or counted lost (ring full, map full):
+// delivered + lost is the number of calls made while traced.
 //
 // # Sampling
 //
@@ -106,27 +117,47 @@
 // # Records
 //
 // A Process record and the Module records of its executable mappings
-// precede a process's events. Modules mapped later are learnt from the
-// dynamic loader (a probe where it announces changes to its list, which
-// also covers a process launched held at its exec, before its libraries are
-// mapped), or by reading the maps again when a stack points outside the
-// known ones. A Stack record (ids scoped by process) precedes the first
-// event that uses it. Each process ends with an Exit record, and Close sends
-// a last Stats.
+// precede a process's events. Its command line is read again 0.1 s, 1 s and
+// 10 s after attach and at detach, and a new one sent as a Process record
+// of the same pid and time (a program that writes its title over its argv;
+// a forked child, followed with its parent's title). Modules mapped later
+// are learnt from the dynamic loader (a probe where it announces changes to
+// its list, which also covers a process launched held at its exec, before
+// its libraries are mapped), or by reading the maps again when a stack
+// points outside the known ones. The names the loader gives are the
+// process's: they are opened only as regular files it maps, or resolved in
+// its root (package proc's OpenInRoot and OpenIn), and away from the
+// delivery goroutine, which waits for them at most a quarter of a second.
+// A Stack record (ids scoped by process) precedes the first event that uses
+// it. Each process ends with an Exit record, and Close sends a last Stats.
+//
+// # Stacks
+//
+// A stack's key is a hash of its frames seeded with the process. The BPF
+// side keeps a stack's frames (a kilobyte) only until this process has
+// read them (StackMapSize in flight), then only its key (MaxStacks of
+// them): stream mode reads them as events come, aggregate mode every
+// quarter of a second from its totals. A stack the walk did not take to
+// its thread's first frame is counted (event.Stats.StacksCut): at the
+// depth limit, or, with unwind tables, where the chain was lost, and of
+// those after a frame no table covered (StacksCutNoTable).
 //
 // # Limits
 //
 // Stacks are walked with frame pointers unless Config.UnwindTables is set:
 // then with unwind tables built from each file's call frame information
-// (package unwind; see unwind.go), by frame pointer only where a file has
-// no table or a table no rule. A file the dynamic loader maps after attach
+// (package unwind; see unwind.go: chunks of kernel memory made as tables
+// need them, up to Config.UnwindEntries, freed when no traced process maps
+// a file, one user's processes holding at most half), by frame pointer
+// only where a file has no table or a table no rule. A file the dynamic loader maps after attach
 // (libc at a launch, a dlopen'ed library) has its table before its code
 // runs: the probe on _dl_debug_state stops the process (SIGSTOP) when the
 // loader's list has become consistent with more objects than before, and
 // the tracer loads the new files' tables and continues it (SIGCONT), also
 // when building fails, and at Close. A parent that waits with WUNTRACED
-// sees that stop too; it costs nothing per allocation. Stacks stop at 127 frames; a stack cut there
-// is counted (UnwindCounters), but the event model has no mark for it yet. An allocator other than glibc, jemalloc, tcmalloc
+// sees that stop too; it costs nothing per allocation. Stacks stop at 127
+// frames; a stack cut there is counted (event.Stats.StacksCutDepth), but
+// the event model has no mark on the stack itself. An allocator other than glibc, jemalloc, tcmalloc
 // and mimalloc is probed only when the executable defines the standard
 // names (malloc, free, ...). The probes are x86-64
 // only. Aggregate mode traces at most 32767 processes at once, and counts

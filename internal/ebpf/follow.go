@@ -120,6 +120,7 @@ func (t *Tracer) followExec(pid int, held bool) {
 	}
 	// The old image's events are all in the ring before the note; end
 	// delivers them, then its Exit.
+	p.execd = true
 	t.end(p, false)
 	if err := t.attachLocked(pid, attachOptions{launched: p.launched}); err != nil {
 		t.forget(pid)

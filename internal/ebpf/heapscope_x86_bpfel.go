@@ -31,7 +31,8 @@ type heapscopeEvent struct {
 	Kind    uint8
 	Func    uint8
 	Heap    uint8
-	Pad     [5]uint8
+	Spill   uint8
+	Wobjs   uint32
 }
 
 type heapscopeLib struct {
@@ -117,14 +118,18 @@ type heapscopeUwProc struct {
 	_   structs.HostLayout
 	N   uint32
 	Gen uint32
-	R   [256]struct {
-		_     structs.HostLayout
-		Start uint64
-		End   uint64
-		Bias  uint64
-		First uint32
-		Count uint32
-	}
+	R   [256]heapscopeUwRange
+}
+
+type heapscopeUwRange struct {
+	_     structs.HostLayout
+	Start uint64
+	End   uint64
+	Bias  uint64
+	First uint32
+	Count uint32
+	Chunk uint32
+	Pad   uint32
 }
 
 type heapscopeWindow struct {
@@ -142,15 +147,17 @@ const (
 	heapscopeMapEvents           = "events"
 	heapscopeMapFollow           = "follow"
 	heapscopeMapInternalFrees    = "internal_frees"
+	heapscopeMapKnown            = "known"
 	heapscopeMapLiveKeys         = "live_keys"
 	heapscopeMapLiveVals         = "live_vals"
 	heapscopeMapSampled          = "sampled"
+	heapscopeMapSpilling         = "spilling"
 	heapscopeMapStacks           = "stacks"
 	heapscopeMapThreads          = "threads"
 	heapscopeMapTotalsKeys       = "totals_keys"
 	heapscopeMapTotalsVals       = "totals_vals"
 	heapscopeMapTraced           = "traced"
-	heapscopeMapUwEntries        = "uw_entries"
+	heapscopeMapUwChunks         = "uw_chunks"
 	heapscopeMapUwProcs          = "uw_procs"
 	heapscopeProgAllocEnter      = "alloc_enter"
 	heapscopeProgAllocEnterMulti = "alloc_enter_multi"
@@ -181,6 +188,7 @@ const (
 	heapscopeVarUnusedLib        = "unused_lib"
 	heapscopeVarUnusedNote       = "unused_note"
 	heapscopeVarUw               = "uw"
+	heapscopeVarWakeBlock        = "wake_block"
 	heapscopeVarWakeupMask       = "wakeup_mask"
 )
 
@@ -256,15 +264,17 @@ type heapscopeMapSpecs struct {
 	Events        *ebpf.MapSpec `ebpf:"events"`
 	Follow        *ebpf.MapSpec `ebpf:"follow"`
 	InternalFrees *ebpf.MapSpec `ebpf:"internal_frees"`
+	Known         *ebpf.MapSpec `ebpf:"known"`
 	LiveKeys      *ebpf.MapSpec `ebpf:"live_keys"`
 	LiveVals      *ebpf.MapSpec `ebpf:"live_vals"`
 	Sampled       *ebpf.MapSpec `ebpf:"sampled"`
+	Spilling      *ebpf.MapSpec `ebpf:"spilling"`
 	Stacks        *ebpf.MapSpec `ebpf:"stacks"`
 	Threads       *ebpf.MapSpec `ebpf:"threads"`
 	TotalsKeys    *ebpf.MapSpec `ebpf:"totals_keys"`
 	TotalsVals    *ebpf.MapSpec `ebpf:"totals_vals"`
 	Traced        *ebpf.MapSpec `ebpf:"traced"`
-	UwEntries     *ebpf.MapSpec `ebpf:"uw_entries"`
+	UwChunks      *ebpf.MapSpec `ebpf:"uw_chunks"`
 	UwProcs       *ebpf.MapSpec `ebpf:"uw_procs"`
 }
 
@@ -282,6 +292,7 @@ type heapscopeVariableSpecs struct {
 	UnusedLib   *ebpf.VariableSpec `ebpf:"unused_lib"`
 	UnusedNote  *ebpf.VariableSpec `ebpf:"unused_note"`
 	Uw          *ebpf.VariableSpec `ebpf:"uw"`
+	WakeBlock   *ebpf.VariableSpec `ebpf:"wake_block"`
 	WakeupMask  *ebpf.VariableSpec `ebpf:"wakeup_mask"`
 }
 
@@ -310,15 +321,17 @@ type heapscopeMaps struct {
 	Events        *ebpf.Map `ebpf:"events"`
 	Follow        *ebpf.Map `ebpf:"follow"`
 	InternalFrees *ebpf.Map `ebpf:"internal_frees"`
+	Known         *ebpf.Map `ebpf:"known"`
 	LiveKeys      *ebpf.Map `ebpf:"live_keys"`
 	LiveVals      *ebpf.Map `ebpf:"live_vals"`
 	Sampled       *ebpf.Map `ebpf:"sampled"`
+	Spilling      *ebpf.Map `ebpf:"spilling"`
 	Stacks        *ebpf.Map `ebpf:"stacks"`
 	Threads       *ebpf.Map `ebpf:"threads"`
 	TotalsKeys    *ebpf.Map `ebpf:"totals_keys"`
 	TotalsVals    *ebpf.Map `ebpf:"totals_vals"`
 	Traced        *ebpf.Map `ebpf:"traced"`
-	UwEntries     *ebpf.Map `ebpf:"uw_entries"`
+	UwChunks      *ebpf.Map `ebpf:"uw_chunks"`
 	UwProcs       *ebpf.Map `ebpf:"uw_procs"`
 }
 
@@ -329,15 +342,17 @@ func (m *heapscopeMaps) Close() error {
 		m.Events,
 		m.Follow,
 		m.InternalFrees,
+		m.Known,
 		m.LiveKeys,
 		m.LiveVals,
 		m.Sampled,
+		m.Spilling,
 		m.Stacks,
 		m.Threads,
 		m.TotalsKeys,
 		m.TotalsVals,
 		m.Traced,
-		m.UwEntries,
+		m.UwChunks,
 		m.UwProcs,
 	)
 }
@@ -356,6 +371,7 @@ type heapscopeVariables struct {
 	UnusedLib   *ebpf.Variable `ebpf:"unused_lib"`
 	UnusedNote  *ebpf.Variable `ebpf:"unused_note"`
 	Uw          *ebpf.Variable `ebpf:"uw"`
+	WakeBlock   *ebpf.Variable `ebpf:"wake_block"`
 	WakeupMask  *ebpf.Variable `ebpf:"wakeup_mask"`
 }
 

@@ -65,7 +65,7 @@ func (c *countSink) Events(evs []event.Event) error { c.events += uint64(len(evs
 func TestStacksLost(t *testing.T) {
 	bin := testutil.MustBuild(t, "ebpf_calls", testutil.Options{})
 	rec := newRecorder(t)
-	tr := newTracer(t, Config{Stacks: allStacks, StackMapSize: 2}, rec)
+	tr := newTracer(t, Config{Stacks: allStacks, StackMapSize: 2, MaxStacks: 1}, rec)
 	w := traced(t, tr, bin, "3")
 	w.lines(t, "done")
 	mustFlush(t, tr)

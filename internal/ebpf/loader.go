@@ -2,9 +2,12 @@ package ebpf
 
 import (
 	"debug/elf"
+	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/cilium/ebpf/link"
 
@@ -94,28 +97,40 @@ func fileOffset(f *elf.File, addr uint64) (uint64, bool) {
 
 // library handles one entry of a loader's list: the executable mappings of
 // a shared object loaded at base, sent as Module records unless known.
-// The file is read through the process's root while it lives, else by its
-// name.
+// The name is the process's (its link_map's l_name), so it is opened only
+// as proc.OpenInRoot opens it, and away from the delivery goroutine
+// (readModules): a FIFO or device named there cannot stall delivery, and a
+// file whose reads hang (on a file system the process serves) delays it at
+// most moduleWait.
 func (t *Tracer) library(l *heapscopeLib) {
 	name := cString(l.Name[:])
 	if !strings.HasPrefix(name, "/") {
 		return // the executable (""), the vDSO: known from the maps
 	}
 	t.out.Lock()
-	defer t.out.Unlock()
 	ms := t.modules[l.Pid]
-	if ms == nil || !t.known[l.Pid] {
+	traced := ms != nil && t.known[l.Pid]
+	t.out.Unlock()
+	if !traced {
 		return
 	}
-	mods, err := objectModules(l.Pid, name, l.Base)
-	if err != nil {
-		return // the maps are read again if a stack needs it
+	pid, base := l.Pid, l.Base
+	var root *os.File
+	t.mu.Lock()
+	if p := t.procs[int(pid)]; p != nil {
+		root = p.root
 	}
-	t.sendModules(ms, mods)
-	if t.uw != nil && !t.uw.knows(l.Pid, name) {
+	t.mu.Unlock()
+	if mods, ok := t.readModules(pid, ms, func() ([]event.Module, error) { return objectModules(pid, name, base, root) }); ok {
+		t.out.Lock()
+		if t.modules[pid] == ms {
+			t.sendModules(ms, mods)
+		}
+		t.out.Unlock()
+	}
+	if t.uw != nil && !t.uw.knows(pid, name) {
 		// A library loaded after attach: its table, away from the
 		// reader (building one can take a tenth of a second).
-		pid := l.Pid
 		go func() {
 			if missing, err := t.uw.load(pid); err == nil {
 				t.warnTables(missing)
@@ -127,6 +142,44 @@ func (t *Tracer) library(l *heapscopeLib) {
 				t.uw.forget(pid) // it ended meanwhile
 			}
 		}()
+	}
+}
+
+// moduleWait is how long delivery waits for the modules of a file to be
+// read before it goes on without them (they are sent when they come).
+const moduleWait = 250 * time.Millisecond
+
+// readModules runs read, which opens files of a traced process's choosing,
+// in a goroutine of its own, and returns what it read if it ends within
+// moduleWait. If it does not, the modules are sent when it ends, if ms is
+// still the process's (the same image).
+func (t *Tracer) readModules(pid uint32, ms *moduleSet, read func() ([]event.Module, error)) ([]event.Module, bool) {
+	ch := make(chan []event.Module, 1)
+	go func() {
+		mods, err := read()
+		if err != nil {
+			mods = nil
+		}
+		ch <- mods
+	}()
+	timer := time.NewTimer(moduleWait)
+	defer timer.Stop()
+	select {
+	case mods := <-ch:
+		return mods, true
+	case <-timer.C:
+		go func() {
+			mods := <-ch
+			if len(mods) == 0 {
+				return
+			}
+			t.out.Lock()
+			defer t.out.Unlock()
+			if t.modules[pid] == ms {
+				t.sendModules(ms, mods)
+			}
+		}()
+		return nil, false
 	}
 }
 
@@ -157,15 +210,23 @@ func cString(b []int8) string {
 }
 
 // objectModules returns the executable segments of the ELF file name,
-// loaded at base, as the mappings the loader made of them.
-func objectModules(pid uint32, name string, base uint64) ([]event.Module, error) {
-	f, err := elf.Open(fmt.Sprintf("/proc/%d/root%s", pid, name))
-	if err != nil {
-		if f, err = elf.Open(name); err != nil {
-			return nil, err
-		}
+// loaded at base in pid, as the mappings the loader made of them. The file
+// is opened by proc.OpenInRoot while pid lives, and once it has exited by
+// proc.OpenIn in its root, opened at attach (nil: not at all): only ever a
+// regular file, resolved in the process's root.
+func objectModules(pid uint32, name string, base uint64, root *os.File) ([]event.Module, error) {
+	fd, err := proc.OpenInRoot(int(pid), name, base)
+	if err != nil && !errors.Is(err, proc.ErrNotRegular) && root != nil {
+		fd, err = proc.OpenIn(root, name)
 	}
-	defer f.Close()
+	if err != nil {
+		return nil, err
+	}
+	defer fd.Close()
+	f, err := elf.NewFile(fd)
+	if err != nil {
+		return nil, err
+	}
 	id, _ := buildid.ELF(f)
 	now := monotonic()
 	const page = 4096

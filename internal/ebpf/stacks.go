@@ -32,11 +32,13 @@ func (t *Tracer) stackID(pid uint32, hash uint64) event.StackID {
 	}
 	var st heapscopeStack
 	if err := t.objs.stacks.Lookup(hash, &st); err != nil {
-		// Entries are never deleted, so this does not happen; if it
-		// does, the event goes without its stack, counted.
+		// Its frames are deleted only once read (and the key scoped by
+		// process), so this does not happen; if it does, the event goes
+		// without its stack, counted.
 		t.userLost.Add(1)
 		return 0
 	}
+	t.stacksRead = append(t.stacksRead, hash)
 	n := 0
 	for n < len(st.Ip) && st.Ip[n] != 0 {
 		n++
@@ -48,6 +50,33 @@ func (t *Tracer) stackID(pid uint32, hash uint64) event.StackID {
 	t.stacks[k] = sid
 	t.send(t.sink.Stack(event.Stack{PID: pid, ID: sid, Frames: frames}))
 	return sid
+}
+
+// settleStacks tells the BPF side which stacks this process has read since
+// the last call: their keys go in the known map, and their frames out of
+// the stack map, which then holds only stacks in flight. A key the known
+// map has no room for keeps its frames. Called with out held.
+func (t *Tracer) settleStacks() {
+	if len(t.stacksRead) == 0 {
+		return
+	}
+	keys := t.stacksRead
+	vals := make([]uint8, len(keys))
+	n, err := t.objs.known.BatchUpdate(keys, vals, nil)
+	if err != nil && n == 0 {
+		// Batch operations need Linux 5.6; one at a time, then.
+		for n < len(keys) && t.objs.known.Put(keys[n], uint8(0)) == nil {
+			n++
+		}
+	}
+	if n > 0 {
+		if _, err := t.objs.stacks.BatchDelete(keys[:n], nil); err != nil {
+			for _, k := range keys[:n] {
+				t.objs.stacks.Delete(k)
+			}
+		}
+	}
+	t.stacksRead = t.stacksRead[:0]
 }
 
 // moduleSet is what has been sent of a process's executable mappings.
@@ -110,8 +139,8 @@ func (t *Tracer) covered(pid uint32, frames []uint64) {
 			return
 		}
 		ms.read = now
-		mods, err := proc.Modules(int(pid), now)
-		if err == nil {
+		// Away from this goroutine: the files are the process's.
+		if mods, ok := t.readModules(pid, ms, func() ([]event.Module, error) { return proc.Modules(int(pid), now) }); ok {
 			t.sendModules(ms, mods)
 		}
 		return

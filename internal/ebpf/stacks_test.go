@@ -125,3 +125,93 @@ func TestStackCallers(t *testing.T) {
 		t.Errorf("%d calls of site_malloc from %d places in main, want 30 from 3: %x", len(seconds), len(distinct), seconds)
 	}
 }
+
+// TestStacksEvicted: a program with many more distinct stacks than the
+// stack map holds (ebpf_stacks: 12 rounds of 700 allocations, each from a
+// stack of its own) has a stack for every allocation, none lost: the map
+// holds only the stacks not yet read (here, a round's), and the stacks
+// read are known by key.
+func TestStacksEvicted(t *testing.T) {
+	bin := testutil.MustBuild(t, "ebpf_stacks", testutil.Options{Flags: []string{"-fno-optimize-sibling-calls"}})
+	const rounds, per = 12, 700
+	rec := newRecorder(t)
+	tr := newTracer(t, Config{StackMapSize: 1024, UnwindTables: true}, rec)
+	w := traced(t, tr, bin, strconv.Itoa(rounds), strconv.Itoa(per))
+	for r := 0; r < rounds-1; r++ {
+		w.expect(t, "round ")
+		mustFlush(t, tr)
+		w.release(t)
+	}
+	w.expect(t, "done")
+	mustFlush(t, tr)
+	n, without := 0, 0
+	distinct := map[string]bool{}
+	for _, e := range rec.eventsOf(w.pid()) {
+		if e.Kind != event.KindAlloc || e.Size != 24 {
+			continue
+		}
+		n++
+		fr := rec.frames(w.pid(), e.Stack)
+		if len(fr) == 0 {
+			without++
+			continue
+		}
+		distinct[fmt.Sprint(fr)] = true
+	}
+	st := tr.Stats()
+	t.Logf("%d allocations, %d distinct stacks, %d without a stack; stats %+v", n, len(distinct), without, st)
+	if n != rounds*per || without != 0 || len(distinct) != rounds*per || st.StacksLost != 0 || st.StacksCut != 0 {
+		t.Errorf("%d allocations (want %d), %d distinct stacks, %d without a stack, %d stacks lost, %d cut",
+			n, rounds*per, len(distinct), without, st.StacksLost, st.StacksCut)
+	}
+}
+
+// TestStacksEvictedAggregate is TestStacksEvicted in aggregate mode, with
+// no snapshot before the last: the stacks are read as they come (every
+// quarter of a second), not only at snapshots, so that the stack map need
+// not hold all of them; the totals the tables cannot hold come through
+// the ring. Each of the 8,400 stacks has its allocation in the totals.
+func TestStacksEvictedAggregate(t *testing.T) {
+	bin := testutil.MustBuild(t, "ebpf_stacks", testutil.Options{Flags: []string{"-fno-optimize-sibling-calls"}})
+	const rounds, per = 12, 700
+	rec := newRecorder(t)
+	tr := newTracer(t, Config{Mode: event.Aggregate, StackMapSize: 1024, UnwindTables: true}, rec)
+	w := traced(t, tr, bin, strconv.Itoa(rounds), strconv.Itoa(per))
+	for r := 0; r < rounds-1; r++ {
+		w.expect(t, "round ")
+		// A harvest, not a snapshot, reads the round's stacks, and the
+		// stack map lets their frames go.
+		waitFor(t, func() bool {
+			rec.mu.Lock()
+			read := len(rec.stacks[uint32(w.pid())])
+			rec.mu.Unlock()
+			var k uint64
+			var v heapscopeStack
+			inMap := 0
+			for it := tr.objs.stacks.Iterate(); it.Next(&k, &v); {
+				inMap++
+			}
+			return read >= (r+1)*per && inMap == 0
+		})
+		w.release(t)
+	}
+	w.expect(t, "done")
+	mustFlush(t, tr)
+	sns := rec.snapshotsOf(w.pid())
+	if len(sns) != 1 {
+		t.Fatalf("%d snapshots, want the one of the Flush", len(sns))
+	}
+	n, distinct := uint64(0), map[string]bool{}
+	for _, st := range sns[0].Totals {
+		fr := rec.frames(w.pid(), st.Stack)
+		if len(fr) > 16 {
+			n += st.Allocs
+			distinct[fmt.Sprint(fr)] = true
+		}
+	}
+	s := tr.Stats()
+	t.Logf("%d allocations in %d distinct deep stacks; stats %+v", n, len(distinct), s)
+	if n != rounds*per || len(distinct) != rounds*per || s.StacksLost != 0 || s.TotalLost() != 0 {
+		t.Errorf("%d allocations in %d distinct deep stacks (want %d), %d stacks lost, %d events lost", n, len(distinct), rounds*per, s.StacksLost, s.TotalLost())
+	}
+}

@@ -62,11 +62,16 @@ type Tracer struct {
 	lastStack   stackKey // the last stack looked up, and its id
 	lastStackID event.StackID
 	nextStack   map[uint32]event.StackID
+	stacksRead  []uint64 // keys of stacks read since settleStacks
 	modules     map[uint32]*moduleSet
 	batch       []event.Event
 	sinkErr     error
 	delivered   atomic.Uint64
 	userLost    atomic.Uint64 // stacks unreadable from user space
+	// Aggregate mode: what the tables could not hold, by pid (under out),
+	// and the frees of spilling processes that matched no block.
+	spilled        map[uint32]*spillProc
+	spillUnmatched atomic.Uint64
 
 	// life guards the kernel objects' lifetime: Flush and SetStacks hold
 	// it for reading; Close takes it to free them.
@@ -77,9 +82,18 @@ type Tracer struct {
 	statsMu sync.Mutex
 	final   *event.Stats
 
-	flushMu    sync.Mutex // one drain at a time
+	flushMu sync.Mutex // one drain at a time
+	// period is FlushPeriodic's account of the last periodic snapshot.
+	periodMu sync.Mutex
+	period   struct {
+		calls, listed uint64
+		last          time.Time
+		took          time.Duration
+		warned        bool
+	}
 	flushed    chan struct{}
-	readerDone chan struct{}
+	queue      *queue        // from read to forward
+	readerDone chan struct{} // closed when forward ends
 	readerErr  error
 
 	warnMu   sync.Mutex
@@ -94,13 +108,18 @@ type Tracer struct {
 
 // tracee is one traced process.
 type tracee struct {
-	pid      int
-	pidx     uint16 // its index in the aggregate tables (0 in stream mode)
-	links    []link.Link
-	pidfd    int
-	launched bool
-	report   chan exitStatus
-	endOnce  sync.Once
+	pid       int
+	pidx      uint16 // its index in the aggregate tables (0 in stream mode)
+	links     []link.Link
+	pidfd     int
+	launched  bool
+	report    chan exitStatus
+	endOnce   sync.Once
+	info      event.Process // its Process record, as last sent (under out)
+	root      *os.File      // its root directory (proc.OpenRoot), for names it gives once it has exited
+	ended     chan struct{} // closed when end begins
+	execd     bool          // ended by an exec (its command line is the new image's)
+	finishing bool          // its final snapshot is being taken (under mu)
 }
 
 type exitStatus struct{ status, signal int32 }
@@ -171,10 +190,16 @@ func New(cfg Config, sink event.Sink) (*Tracer, error) {
 		return nil, fmt.Errorf("ebpf: ring buffer reader: %w", err)
 	}
 	t.readerDone = make(chan struct{})
+	t.queue = newQueue()
 	go t.read()
+	go t.forward()
 	if cfg.Mode == event.Aggregate && cfg.FlushInterval > 0 {
 		t.wg.Add(1)
 		go t.tick()
+	}
+	if cfg.Mode == event.Aggregate {
+		t.wg.Add(1)
+		go t.harvest()
 	}
 	return t, nil
 }
@@ -204,9 +229,8 @@ func (t *Tracer) load() error {
 	}
 
 	spec.Maps["stacks"].MaxEntries = uint32(t.cfg.StackMapSize)
-	if t.cfg.UnwindTables {
-		spec.Maps["uw_entries"].MaxEntries = uint32(t.cfg.UnwindEntries)
-	}
+	spec.Maps["known"].MaxEntries = uint32(t.cfg.MaxStacks)
+	chunkSpec := spec.Maps["uw_chunks"].InnerMap.Copy()
 	if t.cfg.Sample > 0 && t.cfg.Mode == event.Stream { // aggregate: the live table is the set
 		spec.Maps["sampled"].MaxEntries = uint32(t.cfg.MaxLive)
 	}
@@ -214,7 +238,8 @@ func (t *Tracer) load() error {
 	if t.cfg.Mode == event.Stream {
 		spec.Maps["events"].MaxEntries = uint32(t.cfg.RingSize)
 	} else {
-		spec.Maps["events"].MaxEntries = aggregateRingSize
+		// What the tables cannot hold comes through the ring.
+		spec.Maps["events"].MaxEntries = uint32(t.cfg.RingSize)
 		liveSlots, totalSlots = tableSlots(t.cfg.MaxLive), tableSlots(t.cfg.StackMapSize)
 		if err := t.checkTableMemory(liveSlots, totalSlots); err != nil {
 			return err
@@ -270,16 +295,15 @@ func (t *Tracer) load() error {
 	t.objs = objects{
 		events:     coll.Maps["events"],
 		stacks:     coll.Maps["stacks"],
+		known:      coll.Maps["known"],
 		counters:   coll.Maps["counters"],
 		traced:     coll.Maps["traced"],
 		follow:     coll.Maps["follow"],
+		spilling:   coll.Maps["spilling"],
 		stackKinds: coll.Variables["stack_kinds"],
 	}
 	if t.cfg.UnwindTables {
-		if t.uw, err = newUWState(coll.Maps["uw_entries"], coll.Maps["uw_procs"], coll.Maps["dl_hold"]); err != nil {
-			coll.Close()
-			return err
-		}
+		t.uw = newUWState(coll.Maps["uw_chunks"], chunkSpec, coll.Maps["uw_procs"], coll.Maps["dl_hold"], t.cfg.UnwindEntries)
 	}
 	if t.cfg.Mode == event.Aggregate {
 		if t.live, err = mapTable(coll.Maps["live_keys"], coll.Maps["live_vals"]); err != nil {
@@ -313,8 +337,8 @@ func (t *Tracer) checkTableMemory(liveSlots, totalSlots int) error {
 
 // objects are the loaded maps and variables the Go side uses.
 type objects struct {
-	events, stacks, counters, traced, follow *ebpf.Map
-	stackKinds                               *ebpf.Variable
+	events, stacks, known, counters, traced, follow, spilling *ebpf.Map
+	stackKinds                                                *ebpf.Variable
 }
 
 // closeTables unmaps aggregate mode's tables and the unwind tables.
@@ -405,9 +429,9 @@ func (t *Tracer) Stats() event.Stats {
 	return t.stats()
 }
 
-func (t *Tracer) stats() event.Stats {
-	var st event.Stats
-	st.Time = monotonic()
+// counters sums the BPF side's per-CPU counters. Called with the kernel
+// objects alive.
+func (t *Tracer) counters() [numCounters]uint64 {
 	var c [numCounters]uint64
 	for i := range c {
 		var perCPU []uint64
@@ -417,15 +441,25 @@ func (t *Tracer) stats() event.Stats {
 			}
 		}
 	}
+	return c
+}
+
+func (t *Tracer) stats() event.Stats {
+	var st event.Stats
+	st.Time = monotonic()
+	c := t.counters()
 	st.Lost[event.LostRingFull] = c[ctrLostRingFull]
 	st.Lost[event.LostMapFull] = c[ctrLostMapFull]
 	st.Lost[event.LostOther] = c[ctrLostOther]
 	st.StacksLost = c[ctrStacksLost] + t.userLost.Load()
+	st.StacksCut = c[ctrStacksCut] + c[ctrStacksBroken]
+	st.StacksCutDepth = c[ctrStacksCut]
+	st.StacksCutNoTable = c[ctrStacksNoTable]
 	st.Unmatched = c[ctrUnmatched]
-	if t.cfg.Mode == event.Stream {
-		st.Delivered = t.delivered.Load()
-	} else {
-		st.Delivered = c[ctrDelivered]
+	st.Delivered = t.delivered.Load() // in aggregate mode, the calls spilled
+	if t.cfg.Mode == event.Aggregate {
+		st.Delivered += c[ctrDelivered]
+		st.Unmatched += t.spillUnmatched.Load()
 	}
 	return st
 }
@@ -553,10 +587,60 @@ func (t *Tracer) tick() {
 		case <-t.closing:
 			return
 		case <-tk.C:
-			t.Flush()
+			t.FlushPeriodic()
 		}
 	}
 }
+
+// FlushPeriodic is Flush for a timer. In aggregate mode a snapshot lists
+// every live block: of a server whose live set is large and changes little
+// it costs more than the calls between two snapshots would in stream
+// mode. So FlushPeriodic takes a snapshot only when the last one listed
+// fewer than smallSnapshot blocks or the calls accounted since are at least
+// as many as it listed (none when no call came), and no sooner than
+// snapshotShare times as long as the last took; otherwise it delivers what
+// the ring holds and a Stats record.
+// The tracer warns once when that puts snapshots further apart than
+// FlushInterval. In stream mode it is Flush.
+func (t *Tracer) FlushPeriodic() error {
+	if t.cfg.Mode != event.Aggregate {
+		return t.Flush()
+	}
+	t.life.RLock()
+	defer t.life.RUnlock()
+	if t.gone {
+		return errClosed
+	}
+	t.drain()
+	t.periodMu.Lock()
+	p := &t.period
+	c := t.Stats().Delivered
+	due := c != p.calls && (c-p.calls >= p.listed || p.listed < smallSnapshot) && time.Since(p.last) >= snapshotShare*p.took
+	if !due && c != p.calls && !p.warned && p.listed > 0 && time.Since(p.last) >= 2*t.cfg.FlushInterval {
+		p.warned = true
+		t.warn(fmt.Errorf("ebpf: --mode aggregate: snapshots list every live block (%d at the last): they are taken as the calls since the last one reach that many, "+
+			"less often than every %v (--flush-interval); a process whose live set is large and changes little is traced at less cost with --mode stream",
+			p.listed, t.cfg.FlushInterval))
+	}
+	if due {
+		start := time.Now()
+		p.listed = t.snapshot(t.PIDs(), false)
+		p.calls, p.last, p.took = c, start, time.Since(start)
+	}
+	t.periodMu.Unlock()
+	t.out.Lock()
+	defer t.out.Unlock()
+	t.send(t.sink.Stats(t.Stats()))
+	return t.sinkErr
+}
+
+// smallSnapshot is the live blocks of a snapshot small enough to be taken
+// at every FlushPeriodic (top's intervals).
+const smallSnapshot = 1 << 16
+
+// snapshotShare is how many times as long as a snapshot took aggregate
+// mode waits before the next, at least.
+const snapshotShare = 20
 
 var errClosed = fmt.Errorf("ebpf: tracer closed: %w", errs.ErrNotRunning)
 

@@ -288,3 +288,107 @@ func BenchmarkUnwindTableBuild(b *testing.B) {
 		})
 	}
 }
+
+// pyHold is a Python script that maps the library argv[1] (ctypes) and
+// waits: "ready", then a line on stdin.
+const pyHold = `
+import ctypes, sys
+ctypes.CDLL(sys.argv[1])
+sys.stdout.write("ready\n"); sys.stdout.flush(); sys.stdin.readline()
+`
+
+// tableOf returns the table tr reports for a file whose base name starts
+// with prefix.
+func tableOf(tr *Tracer, prefix string) (UnwindTable, bool) {
+	for _, tb := range tr.UnwindTables() {
+		if strings.HasPrefix(filepath.Base(tb.Path), prefix) {
+			return tb, true
+		}
+	}
+	return UnwindTable{}, false
+}
+
+// TestUnwindTablesFreed: the tables of a traced process's files are freed
+// when no traced process maps them any more, down to the last chunk of
+// kernel memory; a second process mapping them has them made again.
+func TestUnwindTablesFreed(t *testing.T) {
+	py := testutil.Tool(t, "/usr/bin/python3.11")
+	rec := newRecorder(t)
+	tr := newTracer(t, Config{UnwindTables: true}, rec)
+	for i := 0; i < 2; i++ {
+		w := startWorkload(t, py, "-c", pyHold, "liblapack.so.3")
+		if err := tr.Attach(w.pid()); err != nil {
+			t.Fatal(err)
+		}
+		used, room, chunks := tr.UnwindUsage()
+		t.Logf("attached: %d of %d entries in %d chunks", used, room, chunks)
+		if tb, ok := tableOf(tr, "liblapack"); !ok || tb.Err != nil || used < tb.Entries || chunks == 0 {
+			t.Fatalf("liblapack's table %+v (found %v), %d entries used in %d chunks", tb, ok, used, chunks)
+		}
+		if err := tr.Detach(w.pid()); err != nil {
+			t.Fatal(err)
+		}
+		if used, _, chunks := tr.UnwindUsage(); used != 0 || chunks != 0 {
+			t.Errorf("detached: %d entries used in %d chunks, want none", used, chunks)
+		}
+		w.release(t)
+		w.wait(t)
+	}
+}
+
+// TestUnwindTablesShare: another user's traced process cannot take the
+// room of the unwind tables from root's. With room for 640,000 entries, a
+// python3.11 of another user that maps libz3 (386,222 entries, 529,086 with
+// python's and the C library's) gets all but libz3's, over its half; root's
+// python3.11 that maps liblapack (294,837 in all) then gets every table.
+// First come first served, libz3 took the room liblapack needs.
+func TestUnwindTablesShare(t *testing.T) {
+	py := testutil.Tool(t, "/usr/bin/python3.11")
+	rec := newRecorder(t)
+	tr := newTracer(t, Config{UnwindTables: true, UnwindEntries: 640_000}, rec)
+	cmd := exec.Command(py, "-c", pyHold, "libz3.so.4")
+	testutil.AsOtherUser(t, cmd)
+	other := startCmd(t, cmd)
+	other.expect(t, "ready")
+	if err := tr.Attach(other.pid()); err != nil {
+		t.Fatal(err)
+	}
+	mine := startWorkload(t, py, "-c", pyHold, "liblapack.so.3")
+	if err := tr.Attach(mine.pid()); err != nil {
+		t.Fatal(err)
+	}
+	used, room, chunks := tr.UnwindUsage()
+	t.Logf("%d of %d entries used, in %d chunks", used, room, chunks)
+	z3, _ := tableOf(tr, "libz3")
+	if z3.Err == nil || !strings.Contains(z3.Err.Error(), "share") {
+		t.Errorf("libz3 of the other user: %+v, want no table for being over the user's share", z3)
+	}
+	for _, name := range []string{"liblapack", "libblas", "libgfortran", "python3.11", "libc.so"} {
+		if tb, ok := tableOf(tr, name); !ok || tb.Err != nil {
+			t.Errorf("%s of root's process: %+v (found %v), want its table", name, tb, ok)
+		}
+	}
+	for _, w := range []*workload{other, mine} {
+		w.release(t)
+		w.wait(t)
+	}
+}
+
+// TestUnwindNoTableCounted: with no room for any table, the stacks of
+// ebpf_cfi (built without frame pointers) are cut in its code, and each is
+// counted as cut for want of a table; with room, none is.
+func TestUnwindNoTableCounted(t *testing.T) {
+	const k = 200
+	_, _, tr := cfiChains(t, Config{UnwindTables: true, UnwindEntries: 8}, k)
+	st := tr.Stats()
+	t.Logf("no room: %+v", st)
+	// leak_a's, leak_b's and churn's allocations, k of each, go through
+	// ebpf_cfi's code without frame pointers.
+	if st.StacksCutNoTable < 3*k || st.StacksCut < st.StacksCutNoTable {
+		t.Errorf("no room for tables: %d stacks cut for want of one, %d cut in all; want at least %d", st.StacksCutNoTable, st.StacksCut, 3*k)
+	}
+	_, _, tr = cfiChains(t, Config{UnwindTables: true}, k)
+	if st := tr.Stats(); st.StacksCutNoTable != 0 || st.StacksCut != 0 {
+		t.Errorf("room for the tables: %d stacks cut, %d for want of a table; want none", st.StacksCut, st.StacksCutNoTable)
+	}
+}

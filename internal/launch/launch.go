@@ -19,6 +19,17 @@ import (
 // ready with its pid, then lets it run. If ready fails, the child is killed
 // and reaped and the error returned.
 func StartHeld(cmd *exec.Cmd, ready func(pid int) error) error {
+	return startHeld(cmd, ready, 0)
+}
+
+// StartStopped is StartHeld, but leaves the child stopped (a group stop,
+// SIGSTOP) before its first instruction, untraced: another tracer can then
+// seize it (PTRACE_SEIZE) before it runs, and lets it go with SIGCONT.
+func StartStopped(cmd *exec.Cmd, ready func(pid int) error) error {
+	return startHeld(cmd, ready, unix.SIGSTOP)
+}
+
+func startHeld(cmd *exec.Cmd, ready func(pid int) error, detachSig unix.Signal) error {
 	// ptrace requests must come from the thread that is the tracer: the one
 	// that forked the child.
 	runtime.LockOSThread()
@@ -54,10 +65,28 @@ func StartHeld(cmd *exec.Cmd, ready func(pid int) error) error {
 		cmd.Wait()
 		return err
 	}
-	if err := unix.PtraceDetach(pid); err != nil {
+	if _, _, e := unix.Syscall6(unix.SYS_PTRACE, unix.PTRACE_DETACH, uintptr(pid), 0, uintptr(detachSig), 0, 0); e != 0 {
+		err := error(e)
 		cmd.Process.Kill()
 		cmd.Wait()
 		return fmt.Errorf("releasing %s: %w", cmd.Path, err)
+	}
+	if detachSig != 0 {
+		// Wait for the group stop, so that the caller finds it stopped,
+		// and take its report (never an exit: that stays for cmd.Wait).
+		var si unix.Siginfo
+		for {
+			err := unix.Waitid(unix.P_PID, pid, &si, unix.WSTOPPED|unix.WEXITED|unix.WNOWAIT, nil)
+			if !errors.Is(err, unix.EINTR) {
+				break
+			}
+		}
+		for {
+			err := unix.Waitid(unix.P_PID, pid, &si, unix.WSTOPPED|unix.WNOHANG, nil)
+			if !errors.Is(err, unix.EINTR) {
+				break
+			}
+		}
 	}
 	return nil
 }

@@ -366,6 +366,7 @@ const (
 	reqChildren
 	reqNote
 	reqDetached
+	reqFlushProcess // FlushProcess (flushpid.go)
 )
 
 type request struct {

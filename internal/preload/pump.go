@@ -133,6 +133,8 @@ func (c *Collector) handle(r *request) {
 			}
 		}
 		c.flushes = append(c.flushes, f)
+	case reqFlushProcess:
+		c.flushProcess(r)
 	}
 }
 

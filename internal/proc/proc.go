@@ -6,10 +6,12 @@ package proc
 import (
 	"bufio"
 	"bytes"
+	"debug/elf"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -93,13 +95,17 @@ func Exe(pid int) (string, error) {
 	return strings.TrimSuffix(p, " (deleted)"), nil
 }
 
-// Cmdline returns the process's argv.
+// Cmdline returns the process's argv, without empty arguments at its end:
+// a program that writes its title over its argv (redis, nginx, postgres)
+// fills the rest of the area with NULs, which would read as dozens of
+// empty arguments. (So a program given empty last arguments shows
+// without them.)
 func Cmdline(pid int) ([]string, error) {
 	b, err := os.ReadFile(path(pid, "cmdline"))
 	if err != nil {
 		return nil, wrap(pid, err)
 	}
-	b = bytes.TrimSuffix(b, []byte{0})
+	b = bytes.TrimRight(b, "\x00")
 	if len(b) == 0 {
 		return nil, nil
 	}
@@ -203,8 +209,10 @@ func devString(dev uint64) string {
 }
 
 // Modules returns the executable file mappings of a process as module
-// records, with their build-ids. Files are read through /proc/PID/root so that
-// processes in other mount namespaces are described by their own files.
+// records, with their build-ids. Files are read as OpenMapped opens them, so
+// that processes in other mount namespaces are described by their own
+// files, and a FIFO or device the process put in a mapped file's place is
+// never opened.
 func Modules(pid int, now int64) ([]event.Module, error) {
 	maps, err := ReadMaps(pid)
 	if err != nil {
@@ -218,7 +226,7 @@ func Modules(pid int, now int64) ([]event.Module, error) {
 		}
 		id, ok := ids[m.Path]
 		if !ok {
-			id, _ = buildid.File(MappedFile(pid, m))
+			id = mappedBuildID(pid, m)
 			ids[m.Path] = id
 		}
 		mods = append(mods, event.Module{
@@ -227,4 +235,40 @@ func Modules(pid int, now int64) ([]event.Module, error) {
 		})
 	}
 	return mods, nil
+}
+
+// mappedBuildID returns the build-id of the file of mapping m, or "".
+func mappedBuildID(pid int, m Mapping) string {
+	f, err := OpenMapped(pid, m)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	ef, err := elf.NewFile(f)
+	if err != nil {
+		return ""
+	}
+	id, _ := buildid.ELF(ef)
+	return id
+}
+
+// Children returns the processes whose parent is pid, in order: read from
+// each process's stat (a process that ends meanwhile is left out).
+func Children(pid int) ([]int, error) {
+	ents, err := os.ReadDir(Root)
+	if err != nil {
+		return nil, err
+	}
+	var kids []int
+	for _, e := range ents {
+		c, err := strconv.Atoi(e.Name())
+		if err != nil || c == pid {
+			continue
+		}
+		if st, err := ReadStat(c); err == nil && st.PPID == pid {
+			kids = append(kids, c)
+		}
+	}
+	sort.Ints(kids)
+	return kids, nil
 }

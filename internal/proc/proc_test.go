@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -150,4 +151,37 @@ func TestMappedFile(t *testing.T) {
 		return
 	}
 	t.Fatal("no executable file mapping")
+}
+
+// TestChildren: a shell's two background children are its children.
+func TestChildren(t *testing.T) {
+	cmd := exec.Command("sh", "-c", "sleep 30 & sleep 30 & echo ok; wait")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	b := make([]byte, 3)
+	if _, err := out.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	kids, err := Children(cmd.Process.Pid)
+	if err != nil || len(kids) != 2 {
+		t.Fatalf("Children = %v, %v; want the two sleeps", kids, err)
+	}
+	for _, k := range kids {
+		// A child may not have exec'd sleep yet when the shell echoes.
+		st, err := ReadStat(k)
+		for deadline := time.Now().Add(5 * time.Second); err == nil && st.Comm != "sleep" && time.Now().Before(deadline); {
+			time.Sleep(10 * time.Millisecond)
+			st, err = ReadStat(k)
+		}
+		if err != nil || st.Comm != "sleep" {
+			t.Errorf("child %d: %+v, %v", k, st, err)
+		}
+		syscall.Kill(k, syscall.SIGKILL)
+	}
 }

@@ -59,6 +59,13 @@ type Process struct {
 	execed int    // a thread that reported PTRACE_EVENT_EXEC while stopping
 	image  string // imageID when Stop began
 
+	// watch is the Watch that made this stop (Watch.Stop, or a process
+	// held at its exit): resuming lets its threads go on traced by it,
+	// and its tracer's thread stays.
+	watch   *Watch
+	atExit  bool  // held at its exit by watch
+	missing []int // threads of an exit that did not stop there
+
 	mu       sync.RWMutex // readers hold it shared; resuming takes it whole
 	resumed  bool
 	released bool   // Run let the threads other than its own go
@@ -529,6 +536,12 @@ func (p *Process) resume(why string) error {
 	p.resumed, p.why = true, why
 	if p.watchdog != nil {
 		p.watchdog.Stop()
+	}
+	if p.watch != nil {
+		p.watch.release(p)
+		p.end = time.Now()
+		p.mem.close()
+		return nil
 	}
 	p.tr.do(func() { p.release() })
 	p.end = time.Now()

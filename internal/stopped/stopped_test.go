@@ -50,6 +50,12 @@ func helper(h string) int {
 			return 1
 		}
 		fmt.Println("stopped", len(p.Threads()))
+	case "watch":
+		if _, err := Seize(id, WatchOptions{}); err != nil {
+			fmt.Println("error", err)
+			return 1
+		}
+		fmt.Println("watching")
 	case "trace":
 		runtime.LockOSThread()
 		if err := unix.PtraceSeize(id); err != nil {

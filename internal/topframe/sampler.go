@@ -43,7 +43,10 @@ type Frame struct {
 	NoTemporaries bool
 	// Seeded: the totals include what the session traced before top asked.
 	Seeded bool
-	Ended  bool // the session has ended
+	// Scanned: a leak check classified the blocks shown: Site.Lost says
+	// what it found lost.
+	Scanned bool
+	Ended   bool // the session has ended
 	// SampleRate is the session's sampling rate, 0 when exact: the counts
 	// are of the samples, not estimates.
 	SampleRate int64
@@ -63,7 +66,10 @@ type Site struct {
 	HasGrowth bool    // false on the first frame
 	Calls     uint64  // allocation and reallocation calls since the totals began
 	Temporary uint64
-	key       string
+	// Lost is what of Live the session's latest leak check found lost
+	// (definitely and indirectly); see Frame.Scanned.
+	Lost uint64
+	key  string
 }
 
 // Name is the site's name, as the reports and serve name it (its first
@@ -181,7 +187,8 @@ func (s *Sampler) Sample(pid, tid uint32, o Order, n int) (*Frame, error) {
 	}
 	s.nmod = r.NModules
 	f := &Frame{Time: time.Now(), PID: pid, TID: tid, Live: r.Totals.LiveBytes, Blocks: r.Totals.LiveBlocks,
-		Stats: r.Stats, HasStats: true, NoTemporaries: r.Aggregate || r.SampleRate > 0, Seeded: r.Seeded, Ended: r.Ended, SampleRate: r.SampleRate}
+		Stats: r.Stats, HasStats: true, NoTemporaries: r.Aggregate || r.SampleRate > 0, Seeded: r.Seeded, Ended: r.Ended, SampleRate: r.SampleRate,
+		Scanned: r.Scanned}
 	for _, p := range r.Processes {
 		f.PIDs = append(f.PIDs, p.PID)
 		if p.PID == pid {
@@ -217,6 +224,7 @@ func (s *Sampler) Sample(pid, tid uint32, o Order, n int) (*Frame, error) {
 		row.Blocks += rs.LiveBlocks
 		row.Calls += rs.Allocs
 		row.Temporary += rs.Temporary
+		row.Lost += rs.LostBytes
 		if secs > 0 {
 			row.Growth += float64(rs.Growth) / secs
 		}

@@ -38,16 +38,18 @@ type Totals struct {
 
 // proc is one process's part of the totals.
 type proc struct {
-	pid     uint32
-	exe     string
-	ended   bool
-	snap    bool // reported by snapshots (eBPF aggregate mode): no events, no threads
-	frames  map[event.StackID][]uint64
-	threads map[uint32]*thread
-	thrList []*thread
-	hot     [16]*thread // by TID, direct-mapped: threads take turns in a batch
-	pending int         // threads whose last allocation is held in thread.pend
-	blocks  blocks.Table[blockVal]
+	pid      uint32
+	exe      string
+	ended    bool
+	snap     bool // reported by snapshots (eBPF aggregate mode): no events, no threads
+	scanned  bool // a heap scan's verdict classified its blocks
+	censused bool // a census added its blocks from before the trace
+	frames   map[event.StackID][]uint64
+	threads  map[uint32]*thread
+	thrList  []*thread
+	hot      [16]*thread // by TID, direct-mapped: threads take turns in a batch
+	pending  int         // threads whose last allocation is held in thread.pend
+	blocks   blocks.Table[blockVal]
 }
 
 // thread is one thread's sites, and its last allocation.
@@ -77,8 +79,11 @@ type site struct {
 	allocs, allocBytes    uint64 // allocation and reallocation calls that returned a block
 	frees, freedBytes     uint64
 	temporary             uint64
-	pid, tid              uint32
-	stack                 event.StackID
+	// classes are the live bytes a heap scan classified, by event.Class
+	// (see Note).
+	classes  [event.NumClasses]uint64
+	pid, tid uint32
+	stack    event.StackID
 }
 
 // miss is a free an aggregate could not match.
@@ -394,6 +399,9 @@ func (a *Totals) release(v blockVal, counted bool) {
 	s := &a.sites[v.site]
 	s.liveBytes -= v.size
 	s.liveBlocks--
+	if v.class != 0 {
+		s.classes[v.class-1] -= v.size
+	}
 	if counted {
 		s.frees++
 		s.freedBytes += v.size
@@ -488,6 +496,8 @@ func (a *Totals) Merge(b *Totals) {
 		}
 		ap.ended = bp.ended
 		ap.snap = ap.snap || bp.snap
+		ap.scanned = ap.scanned || bp.scanned
+		ap.censused = ap.censused || bp.censused
 		for id, f := range bp.frames {
 			ap.frames[id] = f
 		}
@@ -506,6 +516,9 @@ func (a *Totals) Merge(b *Totals) {
 				s.frees += o.frees
 				s.freedBytes += o.freedBytes
 				s.temporary += o.temporary
+				for c := range s.classes {
+					s.classes[c] += o.classes[c]
+				}
 			}
 			for id, si := range bt.small {
 				if si != 0 {
@@ -576,8 +589,121 @@ func (a *Totals) Snapshot(sn event.Snapshot) error {
 // Stats is ignored: the totals count no losses.
 func (a *Totals) Stats(event.Stats) error { return nil }
 
-// Note is ignored: notes change no totals.
-func (a *Totals) Note(event.Note) error { return nil }
+// Note gives the blocks a heap scan's verdict lists their class: top shows
+// what each site has lost, possibly lost and still reachable. A block keeps
+// the class of the latest scan that listed it until it is freed. Other
+// notes change no totals.
+func (a *Totals) Note(n event.Note) error {
+	if c, ok := n.(event.Census); ok {
+		a.census(&c)
+		return nil
+	}
+	v, ok := n.(event.Verdict)
+	if !ok {
+		return nil
+	}
+	p := a.procs[v.PID]
+	if p == nil || p.snap {
+		return nil
+	}
+	a.settleAll() // a held allocation the scan listed is classified too
+	for _, bc := range v.Blocks {
+		b, ok := p.blocks.Get(bc.Addr)
+		if !ok || !bc.Class.Valid() {
+			continue
+		}
+		s := &a.sites[b.site]
+		if b.class != 0 {
+			s.classes[b.class-1] -= b.size
+		}
+		b.class = uint8(bc.Class) + 1
+		s.classes[bc.Class] += b.size
+		p.blocks.Put(bc.Addr, b)
+	}
+	p.scanned = true
+	return nil
+}
+
+// Time is how far the totals go: the time of the latest event or snapshot
+// counted.
+func (a *Totals) Time() int64 { return a.lastTime }
+
+// census adds the blocks a census of a process's heap found in use that
+// the totals do not hold (those allocated before the trace), live at the
+// site of stack 0 ("allocated before the trace"), as the model does: a
+// leak check then knows every block of the process (Censused).
+func (a *Totals) census(c *event.Census) {
+	p := a.proc(c.PID)
+	if p.snap {
+		return
+	}
+	a.settleAll()
+	t := p.thread(0)
+	for _, b := range c.Blocks {
+		if _, ok := p.blocks.Get(b.Addr); ok {
+			continue
+		}
+		si := a.site(p, t, 0)
+		s := &a.sites[si]
+		s.liveBytes += b.Size
+		s.liveBlocks++
+		p.blocks.Put(b.Addr, blockVal{size: b.Size, site: si})
+	}
+	p.censused = true
+}
+
+// Censused reports whether a census of process pid's heap added the blocks
+// it had before the trace.
+func (a *Totals) Censused(pid uint32) bool {
+	p := a.procs[pid]
+	return p != nil && p.censused
+}
+
+// LiveBlock is a block live in the totals.
+type LiveBlock struct {
+	Addr, Size uint64
+	Stack      event.StackID
+}
+
+// LiveBlocks returns the blocks process pid has live, in no order: what a
+// heap scan of it classifies. Allocations a thread still holds (see
+// thread.pend) are among them.
+func (a *Totals) LiveBlocks(pid uint32) []LiveBlock {
+	p := a.procs[pid]
+	if p == nil {
+		return nil
+	}
+	out := make([]LiveBlock, 0, p.blocks.Len()+p.pending)
+	for addr, v := range p.blocks.All() {
+		out = append(out, LiveBlock{Addr: addr, Size: v.size, Stack: a.sites[v.site].stack})
+	}
+	for _, t := range p.thrList {
+		if t.pend != 0 {
+			out = append(out, LiveBlock{Addr: t.pend, Size: t.pendSize, Stack: a.sites[t.pendSite].stack})
+		}
+	}
+	return out
+}
+
+// Frames returns the frames of stack id of process pid, innermost first.
+func (a *Totals) Frames(pid uint32, id event.StackID) []uint64 {
+	if p := a.procs[pid]; p != nil {
+		return p.frames[id]
+	}
+	return nil
+}
+
+// Modules returns the module records of process pid (every process's
+// when pid is 0).
+func (a *Totals) Modules(pid uint32) []event.Module {
+	var out []event.Module
+	for _, m := range a.modules {
+		if pid == 0 || m.PID == pid {
+			out = append(out, m)
+		}
+	}
+	return out
+}
 
 // processes lists the processes and their threads, by PID and TID.
 func (a *Totals) processes() []Process {
@@ -606,8 +732,10 @@ func (a *Totals) KeepMisses(keep bool) {
 	}
 }
 
-// blockVal is a live block: its size and site.
+// blockVal is a live block: its size, site and reachability class plus
+// one (0: none; see Note).
 type blockVal struct {
-	size uint64
-	site int32
+	size  uint64
+	site  int32
+	class uint8
 }

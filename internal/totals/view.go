@@ -29,6 +29,10 @@ type Row struct {
 	// Growth is the change in LiveBytes since the client's previous
 	// Rows (0 on its first): over the elapsed time Rows returns.
 	Growth int64
+	// What of LiveBytes a heap scan found lost (definitely and
+	// indirectly), possibly lost and still reachable: 0 in a process no
+	// scan classified (View.Scanned).
+	LostBytes, PossibleBytes, ReachableBytes uint64
 }
 
 // Order is the order of the rows Rows returns.
@@ -58,6 +62,9 @@ type View struct {
 	// Aggregate: some process is counted by snapshots (eBPF aggregate
 	// mode): no temporaries, no threads.
 	Aggregate bool
+	// Scanned: a heap scan classified the blocks of some process of the
+	// view: rows have lost, possibly lost and still reachable bytes.
+	Scanned bool
 
 	tid    uint32
 	sites  []site   // those of the process and thread asked
@@ -95,6 +102,9 @@ func (a *Totals) View(pid, tid uint32, modules int) *View {
 	for _, p := range a.procList {
 		if p.snap {
 			v.Aggregate = true
+		}
+		if p.scanned && (pid == 0 || p.pid == pid) {
+			v.Scanned = true
 		}
 	}
 	v.frames = map[[2]uint64][]uint64{}
@@ -160,6 +170,9 @@ func (v *View) Rows(c *Client, o Order, n int, minElapsed int64) (rows []Row, su
 		row.AllocBytes += st.allocBytes
 		row.Frees += st.frees
 		row.Temporary += st.temporary
+		row.LostBytes += st.classes[event.ClassDefinite] + st.classes[event.ClassIndirect]
+		row.PossibleBytes += st.classes[event.ClassPossible]
+		row.ReachableBytes += st.classes[event.ClassReachable]
 		si := v.idx[i]
 		if elapsed > 0 {
 			old := uint64(0)
@@ -180,6 +193,9 @@ func (v *View) Rows(c *Client, o Order, n int, minElapsed int64) (rows []Row, su
 		sum.Frees += row.Frees
 		sum.Temporary += row.Temporary
 		sum.Growth += row.Growth
+		sum.LostBytes += row.LostBytes
+		sum.PossibleBytes += row.PossibleBytes
+		sum.ReachableBytes += row.ReachableBytes
 	}
 	key := func(t *Row) int64 {
 		switch o {

@@ -4,6 +4,9 @@
 //   scan_planted          the blocks below, in a process with four threads
 //   scan_planted fork     blocks planted before a fork and changed in the
 //                         child, which is the process to look at
+//   scan_planted late     as the first, once a line came on standard input
+//                         (after "waiting PID"): for a tracer that attaches
+//                         before the blocks are made
 //
 // It plants the blocks, prints one line per block
 //
@@ -247,6 +250,13 @@ __attribute__((noinline)) static void check_and_wait(void)
 
 int main(int argc, char **argv)
 {
+	if (argc > 1 && strcmp(argv[1], "late") == 0) {
+		char line[16];
+		printf("waiting %d\n", getpid());
+		fflush(stdout);
+		if (!fgets(line, sizeof line, stdin))
+			_exit(0);
+	}
 	if (argc > 1 && strcmp(argv[1], "fork") == 0) {
 		plant_parent();
 		scrub();

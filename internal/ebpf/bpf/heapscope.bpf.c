@@ -30,6 +30,7 @@ char LICENSE[] SEC("license") = "Dual MIT/GPL";
 volatile const __u8 aggregate;         // aggregate mode, else stream
 volatile const __u32 families;         // FAMILY_* enabled
 volatile const __u64 wakeup_mask = ~0ULL; // stream: ~(W-1), W (a power of two) the bytes queued between wakeups
+__u64 wake_block; // the block of W bytes of the ring's producer position the consumer was last woken for
 
 // Sampling: the mean number of bytes allocated between two sampled
 // allocations (R); 0 records every call. See smp_draw.
@@ -43,16 +44,32 @@ struct {
 	__uint(max_entries, 1 << 20); // resized by the loader
 } events SEC(".maps");
 
-// Stacks by the hash of their frames. Not a BPF_MAP_TYPE_STACK_TRACE: the
-// kernel's walk reads the frame pointer it ends at, usually 0, and the
-// fault that costs is the largest single part of an allocation's cost in a
-// VM. The walk below stops before it.
+// Stacks by the hash of their frames and process. Not a
+// BPF_MAP_TYPE_STACK_TRACE: the kernel's walk reads the frame pointer it
+// ends at, usually 0, and the fault that costs is the largest single part
+// of an allocation's cost in a VM. The walk below stops before it.
+//
+// stacks holds the frames of the stacks user space has not read yet; once
+// it has, it puts the stack's key in known and deletes its frames, so that
+// stacks holds only those in flight (a kilobyte each) and known the ones
+// already seen (a few bytes each): a program with a million distinct
+// stacks needs a million keys, not a gigabyte of frames. A stack in known
+// is not compared frame by frame again (its 64-bit hash, seeded with the
+// process, stands for it).
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__type(key, __u64);
 	__type(value, struct stack);
 	__uint(max_entries, 1 << 14); // resized by the loader
 } stacks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, __u64);
+	__type(value, __u8);
+	__uint(max_entries, 1 << 20); // resized by the loader
+} known SEC(".maps");
 
 
 struct {
@@ -82,13 +99,24 @@ struct {
 // Unwinding with tables (see heapscope.h), when uw is set at load time.
 volatile const __u8 uw;
 
-struct {
+// The entries are in chunks of UW_CHUNK_ENTRIES, arrays user space makes
+// as tables need room (up to its budget) and frees when they empty. All
+// chunks have one size, so that the verifier inlines their lookups as it
+// does a plain array's.
+struct uw_chunk {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(map_flags, BPF_F_MMAPABLE);
 	__type(key, __u32);
 	__type(value, __u64);
-	__uint(max_entries, 1); // sized by the loader
-} uw_entries SEC(".maps");
+	__uint(max_entries, UW_CHUNK_ENTRIES);
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, UW_MAX_CHUNKS);
+	__type(key, __u32);
+	__array(values, struct uw_chunk);
+} uw_chunks SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -161,6 +189,17 @@ struct {
 	__uint(max_entries, 1);
 } sampled SEC(".maps");
 
+// Aggregate mode: the processes (by index) that have sent a block through
+// the ring for want of room in the tables (set by the BPF side, cleared by
+// user space with the process's slots): their frees the tables do not find
+// go through the ring too.
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, __u8);
+	__uint(max_entries, MAX_PIDX + 1);
+} spilling SEC(".maps");
+
 struct task_struct;
 
 static __always_inline void count(__u32 i)
@@ -224,7 +263,10 @@ struct walk {
 	__u64 pc;
 	__u64 *rules; // the thread's rules of the last stack's frames
 	__u32 reuse;  // they are valid (same generation of ranges)
-	__u32 pad;
+	// How the walk ended: at the thread's first frame (whole), at the
+	// depth limit (deep), or neither (cut: the chain was lost), after a
+	// frame in code no table covered (notable).
+	__u8 whole, deep, notable, pad;
 };
 
 static __always_inline __u64 mix(__u64 h, __u64 v)
@@ -257,7 +299,15 @@ static __always_inline void load_window(struct walk *w, __u64 at, __u64 need)
 static long walk_step(__u32 i, struct walk *w)
 {
 	__u32 at = (i + 1) & 127;
-	if (i + 1 >= MAX_FRAMES || w->fp < w->lo || w->fp - w->lo > MAX_STACK_SPAN || w->fp & 7)
+	if (i + 1 >= MAX_FRAMES) {
+		w->deep = 1;
+		return 1;
+	}
+	if (!w->fp) {
+		w->whole = 1; // the outermost frame clears it
+		return 1;
+	}
+	if (w->fp < w->lo || w->fp - w->lo > MAX_STACK_SPAN || w->fp & 7)
 		return 1;
 	// The saved frame pointer and the return address, from the window
 	// (which it leaves for the frame when it is not there).
@@ -270,8 +320,10 @@ static long walk_step(__u32 i, struct walk *w)
 		return 1;
 	__u32 k = (off >> 3) & (WINDOW / 8 - 1);
 	__u64 fp = w->win[k], ret = w->win[k + 1];
-	if (!ret)
+	if (!ret) {
+		w->whole = 1;
 		return 1;
+	}
 	w->same &= w->s->ip[at] == ret;
 	w->s->ip[at] = ret;
 	w->hash = mix(w->hash, ret);
@@ -299,12 +351,16 @@ static __always_inline int wread(struct walk *w, __u64 addr, __u64 *v)
 }
 
 // uw_find returns the table entry for pc (a caller's: pc - 1 is looked up)
-// in the process's ranges, or 0 (fallback) when no table covers it.
-static __always_inline __u64 uw_find(struct uw_proc *p, __u64 pc)
+// in the process's ranges: 0 (fallback) where a table has no rule, and
+// UW_NOTABLE where no table covers pc (a file without one, code not in a
+// file).
+__noinline __u64 uw_find(struct uw_proc *p, __u64 pc)
 {
+	if (!p)
+		return UW_NOTABLE;
 	__u32 n = p->n;
 	if (n == 0 || n > UW_MAX_RANGES)
-		return 0;
+		return UW_NOTABLE;
 	// The last range with start <= pc.
 	__u32 lo = 0;
 #pragma unroll
@@ -319,13 +375,17 @@ static __always_inline __u64 uw_find(struct uw_proc *p, __u64 pc)
 	}
 	struct uw_range *r = &p->r[lo & (UW_MAX_RANGES - 1)];
 	if (pc < r->start || pc >= r->end || r->count < 2)
-		return 0;
+		return UW_NOTABLE; // a file without a table has a range of count 0
 	__u64 a = pc - r->bias;
 	if (a >> 32)
 		return 0;
+	__u32 ci = r->chunk;
+	void *chunk = bpf_map_lookup_elem(&uw_chunks, &ci);
+	if (!chunk)
+		return UW_NOTABLE; // freed meanwhile
 	// The last entry with addr <= a.
 	__u32 first = r->first, cnt = r->count, at = first;
-	__u64 *e = bpf_map_lookup_elem(&uw_entries, &at);
+	__u64 *e = bpf_map_lookup_elem(chunk, &at);
 	if (!e || (__u32)*e > a)
 		return 0;
 #pragma unroll
@@ -333,7 +393,7 @@ static __always_inline __u64 uw_find(struct uw_proc *p, __u64 pc)
 		__u32 half = cnt >> 1;
 		if (cnt > 1) {
 			__u32 mid = at + half;
-			e = bpf_map_lookup_elem(&uw_entries, &mid);
+			e = bpf_map_lookup_elem(chunk, &mid);
 			if (!e)
 				return 0;
 			if ((__u32)*e <= a)
@@ -343,7 +403,7 @@ static __always_inline __u64 uw_find(struct uw_proc *p, __u64 pc)
 	}
 	if (at == first + r->count - 1)
 		return 0; // the end marker: past the covered range
-	e = bpf_map_lookup_elem(&uw_entries, &at);
+	e = bpf_map_lookup_elem(chunk, &at);
 	return e ? *e : 0;
 }
 
@@ -354,7 +414,7 @@ static long uw_step(__u32 i, struct walk *w)
 {
 	__u32 at = (i + 1) & 127;
 	if (i + 1 >= MAX_FRAMES) {
-		count(CTR_STACKS_CUT);
+		w->deep = 1;
 		return 1;
 	}
 	// A frame of the thread's last stack, with all those before it the
@@ -372,6 +432,7 @@ static long uw_step(__u32 i, struct walk *w)
 	__u64 cfa, ret = 0, fp = w->fp;
 	switch (kind) {
 	case UW_KIND_END:
+		w->whole = 1;
 		return 1;
 	case UW_KIND_RSP:
 		cfa = w->lo + off;
@@ -383,10 +444,17 @@ static long uw_step(__u32 i, struct walk *w)
 		cfa = w->lo + off + ((w->pc & 15) >= (__u8)aux ? 8 : 0);
 		aux = 0;
 		break;
+	case UW_KIND_NOTABLE:
+		w->notable = 1;
+		// fall through
 	default:
 		// No rule: the frame pointer, if it is one (above the stack
-		// pointer, within the stack).
+		// pointer, within the stack; 0 in the outermost frame).
 		count(CTR_UW_FALLBACK);
+		if (!w->fp) {
+			w->whole = 1;
+			return 1;
+		}
 		if (w->fp < w->lo || w->fp - w->lo > MAX_STACK_SPAN)
 			return 1;
 		cfa = w->fp + 16;
@@ -394,8 +462,12 @@ static long uw_step(__u32 i, struct walk *w)
 	}
 	if (cfa <= w->lo || cfa - w->lo > MAX_STACK_SPAN)
 		return 1; // a caller's frame is above its callee's
-	if (wread(w, cfa - 8, &ret) || !ret)
+	if (wread(w, cfa - 8, &ret))
 		return 1;
+	if (!ret) {
+		w->whole = 1;
+		return 1;
+	}
 	if (aux && wread(w, cfa + (__s64)aux * 8, &fp))
 		return 1;
 	w->same &= w->s->ip[at] == ret;
@@ -420,20 +492,41 @@ static long same_step(__u32 i, struct walk *w)
 	return 0;
 }
 
+// stack_end counts how a stored stack's walk ended, when it did not reach
+// the thread's first frame. A walk by frame pointer alone cannot tell
+// (the C library's first frames have none): only a walk with tables is
+// judged, whose tables mark the outermost frames.
+static __always_inline void stack_end(struct walk *w)
+{
+	if (w->deep) {
+		count(CTR_STACKS_CUT);
+	} else if (!w->whole && w->uw) {
+		count(CTR_STACKS_BROKEN);
+		if (w->notable)
+			count(CTR_STACKS_NOTABLE);
+	}
+}
+
 // take_stack returns the key of the current user stack, walking the frame
 // pointers from fp, above stack pointer sp. Its innermost frame (the return
 // address into the allocator's caller) is first, or if first is 0 the word
 // at ret, where the stack pointer was at the function's entry. It puts the
 // stack together in the thread's scratch (per thread, not per CPU: a
 // uprobe's program can be preempted by another thread's), where the last
-// one stays: a stack the same as the thread's last needs no look-up. It
-// returns NO_STACK when the stack cannot be stored (the map is full, or
-// another stack has its hash), after counting it lost. The loops are
-// bpf_loop callbacks: the verifier checks each body once.
-static __u64 take_stack(struct thread *t, __u64 first, __u64 fp, __u64 sp, __u64 ret)
+// one stays: a stack the same as the thread's last needs no look-up. The
+// key is a hash of the frames seeded with the process (stacks are scoped
+// by process: one stack of two processes is two keys). It returns NO_STACK
+// when the stack cannot be stored (the map is full, or another stack has
+// its hash), after counting it lost. The loops are bpf_loop callbacks: the
+// verifier checks each body once, and take_stack itself is a global
+// function, checked once rather than where each program calls it.
+__noinline __u64 take_stack(struct thread *t, __u64 first, __u64 fp, __u64 sp, __u64 ret)
 {
+	if (!t)
+		return NO_STACK;
 	struct stack *s = &t->scratch;
 	struct walk w = {.s = s, .win = t->window, .fp = fp, .lo = sp, .n = 1};
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	// One read for the return address and, usually, the first frames.
 	load_window(&w, first ? sp : ret, 8);
 	// The caller's stack pointer: at a return, sp; at an entry, above
@@ -443,11 +536,9 @@ static __u64 take_stack(struct thread *t, __u64 first, __u64 fp, __u64 sp, __u64
 		first = t->window[0];
 	w.same = t->last_stack != NO_STACK && s->ip[0] == first;
 	s->ip[0] = first;
-	w.hash = mix(0x9E3779B97F4A7C15ULL, first);
-	if (uw) {
-		__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	w.hash = mix(0x9E3779B97F4A7C15ULL ^ tgid, first);
+	if (uw)
 		w.uw = bpf_map_lookup_elem(&uw_procs, &tgid);
-	}
 	if (w.uw) {
 		w.pc = first;
 		w.lo = csp;
@@ -459,16 +550,28 @@ static __u64 take_stack(struct thread *t, __u64 first, __u64 fp, __u64 sp, __u64
 	} else {
 		bpf_loop(MAX_FRAMES - 1, walk_step, &w, 0);
 	}
+	// The loop ends after MAX_FRAMES - 1 steps: a stack that filled them
+	// may go on.
+	if (!w.whole && w.n >= MAX_FRAMES)
+		w.deep = 1;
 	__u32 n = w.n & 127;
 	s->ip[n] = 0;
-	if (w.same && n == t->last_n)
+	if (w.same && n == t->last_n) {
+		stack_end(&w);
 		return t->last_stack; // stored, and checked, when it was taken
+	}
 	t->last_stack = NO_STACK;
 	t->last_n = n;
 	__u64 h = w.hash;
 	if (h == NO_STACK)
 		h = 1;
 
+	if (bpf_map_lookup_elem(&known, &h)) {
+		// User space has it.
+		stack_end(&w);
+		t->last_stack = h;
+		return h;
+	}
 	struct stack *old = bpf_map_lookup_elem(&stacks, &h);
 	if (old) {
 		w.old = old;
@@ -477,6 +580,7 @@ static __u64 take_stack(struct thread *t, __u64 first, __u64 fp, __u64 sp, __u64
 			count(CTR_STACKS_LOST);
 			return NO_STACK;
 		}
+		stack_end(&w);
 		t->last_stack = h;
 		return h;
 	}
@@ -485,6 +589,9 @@ static __u64 take_stack(struct thread *t, __u64 first, __u64 fp, __u64 sp, __u64
 		count(CTR_STACKS_LOST);
 		return NO_STACK;
 	}
+	if (!err)
+		count(CTR_STACKS_STORED);
+	stack_end(&w);
 	t->last_stack = h;
 	return h;
 }
@@ -764,8 +871,14 @@ int smp_weights_test(struct weights_args *a)
 	return 0;
 }
 
-static __always_inline int agg_alloc(__u32 pidx, __u64 addr, __u64 size, __u64 stack)
+// agg_alloc adds a block to the live table and its weights (*wb bytes, *wo
+// objects) to its stack's totals: 0 (also for a failed allocation, which
+// leaves nothing), 1 for a block it cannot key, -1 when a table has no room
+// (the weights are set then too).
+static __always_inline int agg_alloc(__u32 pidx, __u64 addr, __u64 size, __u64 stack, __u64 *wb, __u64 *wo)
 {
+	*wb = size;
+	*wo = 1;
 	if (!addr)
 		return 0; // a failed allocation leaves nothing live
 	if (addr & ~ADDR_MASK) {
@@ -774,6 +887,8 @@ static __always_inline int agg_alloc(__u32 pidx, __u64 addr, __u64 size, __u64 s
 		count(CTR_LOST_OTHER);
 		return 1;
 	}
+	if (sample_rate)
+		smp_weights(size, wb, wo);
 	struct total_val *tv = total_of(pidx, stack);
 	if (!tv)
 		return -1;
@@ -797,31 +912,86 @@ static __always_inline int agg_alloc(__u32 pidx, __u64 addr, __u64 size, __u64 s
 		set_key(&live_keys, n, 0);
 		return -1;
 	}
-	__u64 wb = size, wo = 1;
-	if (sample_rate)
-		smp_weights(size, &wb, &wo);
 	lv->size = size;
 	lv->time = bpf_ktime_get_ns();
 	lv->stack = stack;
-	lv->wbytes = wb;
-	lv->wobjs = wo;
+	lv->wbytes = *wb;
+	lv->wobjs = *wo;
 	set_key(&live_keys, n, key);
 	// Shared by CPUs, and the program may be preempted: atomics.
-	__sync_fetch_and_add(&tv->allocs, wo);
-	__sync_fetch_and_add(&tv->alloc_bytes, wb);
+	__sync_fetch_and_add(&tv->allocs, *wo);
+	__sync_fetch_and_add(&tv->alloc_bytes, *wb);
 	return 0;
 }
 
-// agg_free removes a block from the live set. What the stacks freed is not
-// counted here: a block allocated while traced is either live or freed, so
-// user space derives it from the totals and the live set.
-static __always_inline void agg_free(__u32 pidx, __u64 addr)
+// agg_free removes a block from the live set: 0, or -1 when the table does
+// not have it. What the stacks freed is not counted here: a block
+// allocated while traced is either live or freed, so user space derives it
+// from the totals and the live set.
+static __always_inline int agg_free(__u32 pidx, __u64 addr)
 {
 	long n = live_find((__u64)pidx << PIDX_SHIFT | addr);
 	if (n < 0)
-		count(CTR_UNMATCHED);
-	else
-		set_key(&live_keys, n, 0);
+		return -1;
+	set_key(&live_keys, n, 0);
+	return 0;
+}
+
+static __always_inline int spilled(__u32 pidx)
+{
+	__u8 *f = bpf_map_lookup_elem(&spilling, &pidx);
+	return f && *f;
+}
+
+static __always_inline void send_event(__u8 kind, __u8 func, __u8 heap, __u64 addr, __u64 size,
+				       __u64 old_addr, __u64 old_size, __u64 stack, __u8 spill, __u32 wobjs);
+
+// agg_record accounts one call in the tables. What they cannot hold goes
+// through the ring to user space, which keeps it (a spilled block, and the
+// frees of a process that has spilled), rather than being lost: when not
+// sampling, a table's size bounds only how much stays in the kernel.
+static __always_inline void agg_record(__u8 kind, __u8 func, __u8 heap, __u64 addr, __u64 size,
+				       __u64 old_addr, __u64 stack, __u32 pidx)
+{
+	__u8 spill = 0;
+	int err = 0;
+	__u64 wb = 0, wo = 0;
+	switch (kind) {
+	case KIND_ALLOC:
+		err = agg_alloc(pidx, addr, size, stack, &wb, &wo);
+		break;
+	case KIND_FREE:
+		if (agg_free(pidx, addr) < 0) {
+			if (!sample_rate && spilled(pidx))
+				spill = SPILL_OLD;
+			else
+				count(CTR_UNMATCHED);
+		}
+		break;
+	case KIND_REALLOC:
+		// realloc(p, n) that fails leaves p live; realloc(p, 0)
+		// frees p and returns NULL.
+		if (old_addr && (addr || !size) && agg_free(pidx, old_addr) < 0) {
+			if (!sample_rate && spilled(pidx))
+				spill = SPILL_OLD;
+			else
+				count(CTR_UNMATCHED);
+		}
+		err = agg_alloc(pidx, addr, size, stack, &wb, &wo);
+		break;
+	}
+	if (err < 0 && !sample_rate) {
+		__u8 one = 1;
+		bpf_map_update_elem(&spilling, &pidx, &one, BPF_ANY);
+		spill |= SPILL_NEW;
+		err = 0;
+	}
+	if (err < 0)
+		count(CTR_LOST_MAP_FULL);
+	else if (spill)
+		send_event(kind, func, heap, addr, size, old_addr, wb, stack, spill, (__u32)wo);
+	else if (!err)
+		count(CTR_DELIVERED);
 }
 
 // record sends one call to user space (stream) or into the tables
@@ -829,48 +999,38 @@ static __always_inline void agg_free(__u32 pidx, __u64 addr)
 static __always_inline void record(__u8 kind, __u8 func, __u8 heap, __u64 addr, __u64 size,
 				   __u64 old_addr, __u64 old_size, __u64 stack, __u32 pidx)
 {
-	if (aggregate) {
-		int err = 0;
-		switch (kind) {
-		case KIND_ALLOC:
-			err = agg_alloc(pidx, addr, size, stack);
-			break;
-		case KIND_FREE:
-			agg_free(pidx, addr);
-			break;
-		case KIND_REALLOC:
-			// realloc(p, n) that fails leaves p live; realloc(p, 0)
-			// frees p and returns NULL.
-			if (old_addr && (addr || !size))
-				agg_free(pidx, old_addr);
-			err = agg_alloc(pidx, addr, size, stack);
-			break;
-		}
-		if (err < 0)
-			count(CTR_LOST_MAP_FULL);
-		else if (!err)
-			count(CTR_DELIVERED);
-		return;
-	}
+	if (aggregate)
+		agg_record(kind, func, heap, addr, size, old_addr, stack, pidx);
+	else
+		send_event(kind, func, heap, addr, size, old_addr, old_size, stack, 0, 0);
+}
 
+// send_event puts one call in the ring.
+static __always_inline void send_event(__u8 kind, __u8 func, __u8 heap, __u64 addr, __u64 size,
+				       __u64 old_addr, __u64 old_size, __u64 stack, __u8 spill, __u32 wobjs)
+{
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tgid = id >> 32;
 
-	// Wake the consumer when the queued data crosses a multiple of W
-	// (a quarter of the ring), not for every event above it: a wakeup is an
-	// inter-processor interrupt, which in a VM costs an exit. (The
-	// consumer sleeps only with the ring empty; a crossing missed in a
-	// race between CPUs is made up at the next multiple, or by the
-	// consumer's deadline.)
-	__u64 avail = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
-	__u64 wakeup = BPF_RB_NO_WAKEUP;
-	if (((avail + sizeof(struct event)) & wakeup_mask) != (avail & wakeup_mask))
-		wakeup = BPF_RB_FORCE_WAKEUP;
+	// Wake the consumer once each time the producer position enters a new
+	// block of W bytes (a quarter of the ring), not for every event: a
+	// wakeup is an inter-processor interrupt, which in a VM costs an exit.
+	// The consumer sleeps only with the ring empty, so it is woken before
+	// W bytes are queued. The position is read after the reservation and
+	// the block claimed with a compare-and-swap, so that of CPUs reserving
+	// at once exactly one wakes it. (Reading the queued bytes before the
+	// reservation missed a crossing in nine, and races between CPUs more:
+	// four missed in a row filled the ring while the consumer slept.)
 	struct event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 	if (!e) {
 		count(CTR_LOST_RING_FULL);
 		return;
 	}
+	__u64 wakeup = BPF_RB_NO_WAKEUP;
+	__u64 block = bpf_ringbuf_query(&events, BPF_RB_PROD_POS) & wakeup_mask;
+	__u64 last = wake_block;
+	if (block != last && __sync_val_compare_and_swap(&wake_block, last, block) == last)
+		wakeup = BPF_RB_FORCE_WAKEUP;
 	e->time = bpf_ktime_get_ns();
 	e->addr = addr;
 	e->size = size;
@@ -882,6 +1042,8 @@ static __always_inline void record(__u8 kind, __u8 func, __u8 heap, __u64 addr, 
 	e->kind = kind;
 	e->func = func;
 	e->heap = heap;
+	e->spill = spill;
+	e->wobjs = wobjs;
 	bpf_ringbuf_submit(e, wakeup);
 }
 

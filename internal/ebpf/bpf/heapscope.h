@@ -62,7 +62,10 @@
 #define CTR_LIBS_LOST 9 // library records the ring had no room for
 #define CTR_STACKS_CUT 10 // stacks cut at MAX_FRAMES
 #define CTR_UW_FALLBACK 11 // frames unwound by frame pointer where tables were used
-#define NUM_COUNTERS 12
+#define CTR_STACKS_BROKEN 12 // stacks whose walk lost the chain before the thread's first frame
+#define CTR_STACKS_NOTABLE 13 // of those, after a frame in code no unwind table covered
+#define CTR_STACKS_STORED 14 // stacks added to the stacks map
+#define NUM_COUNTERS 15
 
 // A probe's cookie: the function it is on, the heap, how far the stack
 // pointer has moved between the function's entry and the probed
@@ -165,8 +168,16 @@ struct event {
 	__u8 kind;
 	__u8 func;
 	__u8 heap;
-	__u8 pad[5];
+	__u8 spill; // aggregate mode: SPILL_* (stream mode: 0)
+	__u32 wobjs; // aggregate mode, SPILL_NEW: the block's weight in objects (wbytes is old_size)
 };
+
+// Aggregate mode sends through the ring what its tables cannot hold (see
+// record): a block with no room (SPILL_NEW, with its weights), and, once a
+// process has spilled, the frees the tables do not find (SPILL_OLD), which
+// may be of a spilled block.
+#define SPILL_NEW 1
+#define SPILL_OLD 2
 
 // A loaded object, from the dynamic loader's list (struct link_map), sent
 // through the ring when the loader says its list changed. Told from a struct
@@ -195,23 +206,33 @@ struct note {
 	__s32 held;
 };
 
-// Unwinding with tables (Config.Unwind): the unwind package's entries
+// Unwinding with tables (Config.UnwindTables): the unwind package's entries
 // (unwind/FORMAT.md), {u32 addr, u16 cfa_off, u8 kind, u8 aux} as one u64,
-// of every file in one array (uw_entries), each file's a run of it; and for
-// each process the ranges of its executable mappings, sorted by start, each
-// naming its file's run and the bias that turns a pc into an entry's addr.
+// of every file in chunks shared by all processes, each file's table one or
+// more runs of them; and for each process the ranges of its executable
+// mappings, sorted by start, each naming a run and the bias that turns a pc
+// into an entry's addr (a mapping whose table is in several runs has a
+// range for each), or (count 0) saying the file has no table.
 #define UW_KIND_FALLBACK 0
 #define UW_KIND_RSP 1
 #define UW_KIND_RBP 2
 #define UW_KIND_PLT 3
 #define UW_KIND_END 4
+#define UW_KIND_NOTABLE 5 // not the unwind package's: no table covers the address
+#define UW_NOTABLE ((__u64)UW_KIND_NOTABLE << 48)
 #define UW_MAX_RANGES 256 // a power of two: 8 steps of binary search
-#define UW_SEARCH_STEPS 24 // enough for a file of 2^24 entries
+#define UW_SEARCH_STEPS 19 // enough for a run of a chunk and its end marker
+// The entries live in chunks (arrays of UW_CHUNK_ENTRIES, 2 MiB), at most
+// UW_MAX_CHUNKS of them; a file's table may be split into runs in several.
+#define UW_CHUNK_ENTRIES (1 << 18)
+#define UW_MAX_CHUNKS 512
 struct uw_range {
-	__u64 start, end; // the mapping
+	__u64 start, end; // the part of a mapping one run covers
 	__u64 bias;       // addr = pc - bias
-	__u32 first;      // the file's first entry in uw_entries
-	__u32 count;      // its entries, the last one the end marker
+	__u32 first;      // the run's first entry in its chunk
+	__u32 count;      // its entries, the last one past the range (an end marker, or the next run's first); 0: no table
+	__u32 chunk;
+	__u32 pad;
 };
 struct uw_proc {
 	__u32 n;

@@ -57,6 +57,8 @@ var names = map[string]string{
 	"report.JSONLive":    "Live",
 	"report.JSONSite":    "SiteTotals",
 	"report.JSONBucket":  "Bucket",
+	"report.JSONClasses": "LeakClasses",
+	"report.JSONAmount":  "LeakAmount",
 	"query.Node":         "FlameNode",
 	"query.Function":     "FunctionRow",
 	"report.JSONPoint":   "ReportPoint",

@@ -25,6 +25,13 @@ export interface Summary {
   unknown: string[] | null;
   window?: ReportWindow | null;
   stats?: Stats | null;
+  // Rundowns are what censuses found live before the trace, Resident
+  // the processes' resident memory explained (see census.go).
+  rundowns?: Rundown[] | null;
+  resident?: Resident[] | null;
+  // LeakCheck is what the trace's heap scans found; absent when it has
+  // none (then leaks are every block live at the end).
+  leak_check?: LeakCheck | null;
   // the first event, from the trace's start
   start_ns: number;
   // the last event
@@ -152,6 +159,13 @@ export interface Sites {
   unknown: string[] | null;
   window?: ReportWindow | null;
   stats?: Stats | null;
+  // Rundowns are what censuses found live before the trace, Resident
+  // the processes' resident memory explained (see census.go).
+  rundowns?: Rundown[] | null;
+  resident?: Resident[] | null;
+  // LeakCheck is what the trace's heap scans found; absent when it has
+  // none (then leaks are every block live at the end).
+  leak_check?: LeakCheck | null;
   capped?: Capped | null;
 }
 
@@ -301,6 +315,9 @@ export interface Live {
   blocks: number;
   // the site's name: its first frame that is not an allocator wrapper
   name: string;
+  // Classes splits a leak's blocks by reachability class, when the
+  // trace holds a leak check.
+  classes?: LeakClasses | null;
   pids: number[] | null;
   stack: Frame[] | null;
 }
@@ -384,6 +401,65 @@ export interface Stats {
   stacks_lost: number;
   unmatched: number;
   bytes: number;
+}
+
+// JSONRundown is what a census found before the trace (analyze.Rundown).
+export interface Rundown {
+  pid: number;
+  // from the start of the trace
+  time_ns: number;
+  // how long the process was stopped
+  pause_ns: number;
+  // live at the census, not seen allocated by the trace
+  blocks: number;
+  bytes: number;
+  // of those, left at the end
+  live_blocks: number;
+  live_bytes: number;
+  // live at the census, allocated since the attach
+  traced: number;
+  // frees between the attach and the census of blocks from before it
+  freed_before: number;
+  missed: number;
+  overtaken: number;
+  heap: HeapSpace;
+  groups: CensusKind[] | null;
+}
+
+// JSONResident is a process's resident memory explained (event.Resident).
+export interface Resident {
+  pid: number;
+  time_ns: number;
+  rss: number;
+  pss: number;
+  swap: number;
+  rollup_rss: number;
+  trimmable: number;
+  disagreement: number;
+  zero_pages_known: boolean;
+  parts: ResidentPart[] | null;
+}
+
+// JSONLeakCheck is what the trace's heap scans found, suppressed sites
+// left out.
+export interface LeakCheck {
+  // "memcheck" or "lsan": the latest scan's
+  rules: string;
+  // Lost is definitely plus indirectly lost: the leaks.
+  lost: LeakAmount;
+  definitely_lost: LeakAmount;
+  indirectly_lost: LeakAmount;
+  possibly_lost: LeakAmount;
+  still_reachable: LeakAmount;
+  // Unclassified: the scan could not decide (memory it could not read).
+  unclassified: LeakAmount;
+  // NotScanned: live at the end, made after the last scan of their
+  // process or in a process not scanned.
+  not_scanned: LeakAmount;
+  scans: Scan[] | null;
+  // Notes say what the scans could not tell (partial, incomplete, blocks
+  // not scanned).
+  notes: string[] | null;
 }
 
 // BaseSummary is the base trace of a comparison.
@@ -572,6 +648,19 @@ export interface ProcessMemory {
   peak: ResidentPoint;
 }
 
+// JSONClasses splits live blocks by reachability class (see JSON.md).
+export interface LeakClasses {
+  definitely_lost: LeakAmount;
+  indirectly_lost: LeakAmount;
+  possibly_lost: LeakAmount;
+  still_reachable: LeakAmount;
+  // Unclassified: the scan could not decide (memory it could not read).
+  unclassified: LeakAmount;
+  // NotScanned: live at the end, made after the last scan of their
+  // process or in a process not scanned.
+  not_scanned: LeakAmount;
+}
+
 // JSONFrame is one frame. Address is hexadecimal ("0x401136"), the return
 // address in the process; Module is the file's path.
 export interface Frame {
@@ -582,6 +671,75 @@ export interface Frame {
   address: string;
   offset: string;
   inlined: boolean;
+}
+
+// JSONHeapSpace is how the allocator's heap was used at a census
+// (event.HeapSpace), in bytes.
+export interface HeapSpace {
+  arenas: number;
+  in_use: number;
+  in_use_blocks: number;
+  overhead: number;
+  free_bins: number;
+  free_fastbins: number;
+  free_tcache: number;
+  top: number;
+  mmapped: number;
+  mmapped_blocks: number;
+  trimmable: number;
+  corrupt: number;
+}
+
+// JSONCensusKind is one kind of block a census found (a size class and
+// what its blocks are).
+export interface CensusKind {
+  // chunk sizes [class_lo, class_hi), header included
+  class_lo: number;
+  class_hi: number;
+  // a C++ class, "string", the allocator's own, or ""
+  name: string;
+  text?: string;
+  example: number;
+  held_by?: string;
+  held?: number;
+  blocks: number;
+  bytes: number;
+  live_blocks: number;
+  live_bytes: number;
+}
+
+// JSONResidentPart is one part of a process's resident memory.
+export interface ResidentPart {
+  name: string;
+  rss: number;
+  pss: number;
+  bytes: number;
+  measured: boolean;
+  how: string;
+}
+
+// JSONAmount is a number of blocks and their bytes.
+export interface LeakAmount {
+  bytes: number;
+  blocks: number;
+}
+
+// JSONScan is one heap scan of a process.
+export interface Scan {
+  pid: number;
+  // relative to the trace's start
+  time_ns: number;
+  at_exit: boolean;
+  rules: string;
+  // the process was stopped this long
+  pause_ns: number;
+  elapsed_ns: number;
+  complete: boolean;
+  partial: boolean;
+  // blocks the scan classified
+  blocks: number;
+  // of them, those live in the report's model then
+  applied: number;
 }
 
 // TopSite is a site of /api/top, with what it cost by each of the costs

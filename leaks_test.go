@@ -1,0 +1,133 @@
+package heapscope
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/heapscope/heapscope/event"
+	"github.com/heapscope/heapscope/internal/testutil"
+	"github.com/heapscope/heapscope/tracefile"
+)
+
+// launchPlanted launches scan_planted in a session and waits for its
+// ready line; the returned func lets it end and waits for the session.
+func launchPlanted(t *testing.T, props Properties) (*Session, func()) {
+	t.Helper()
+	cmd := exec.Command(testutil.MustBuild(t, "scan_planted", testutil.Options{}))
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := fmt.Sprintf("leaks-%d", time.Now().UnixNano())
+	s, err := Launch(name, props, cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(out)
+	for {
+		l, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatalf("scan_planted: %v", err)
+		}
+		if strings.HasPrefix(l, "ready ") {
+			break
+		}
+	}
+	end := func() {
+		io.WriteString(in, "go\n")
+		go io.Copy(io.Discard, br)
+		s.Wait()
+	}
+	t.Cleanup(func() { s.Stop(); cmd.Process.Kill() })
+	return s, end
+}
+
+// TestLeaksSession: Session.Leaks checks the launched program while it
+// runs, the verdict reaches top's totals (the LOST of each site), and at
+// its exit the session checks it again (LeakCheckExit by default): two
+// verdicts in the trace, the second at exit.
+func TestLeaksSession(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "s.hst")
+	s, end := launchPlanted(t, Properties{File: file})
+	if _, err := s.Top(TopQuery{Client: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.Leaks(LeaksQuery{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Processes) != 1 {
+		t.Fatalf("%+v", r)
+	}
+	p := r.Processes[0]
+	const lost = 3032 + 3048 + 3064 + 3080 + 3096 + 3112 + 3128 + 3144 + 3272 + 3256 // scan_planted's lost blocks
+	if p.Error != "" || !p.Complete || p.Partial || p.Classes.Lost().Bytes != lost || p.Paused <= 0 || len(r.Modules) == 0 {
+		t.Errorf("check: %+v", p)
+	}
+	top, err := s.Top(TopQuery{Client: "t", N: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !top.Scanned || top.Totals.LostBytes != lost {
+		t.Errorf("top after the check: scanned %v, lost %d, want %d", top.Scanned, top.Totals.LostBytes, lost)
+	}
+	end()
+	rd, err := tracefile.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	ns := &verdictSink{Sink: event.Discard}
+	if err := rd.Replay(ns, tracefile.Window{}); err != nil {
+		t.Fatal(err)
+	}
+	if len(ns.v) != 2 || ns.v[0].AtExit || !ns.v[1].AtExit || ns.v[1].Pause <= 0 {
+		t.Errorf("verdicts %+v", ns.v)
+	}
+}
+
+type verdictSink struct {
+	event.Sink
+	v []event.Verdict
+}
+
+func (s *verdictSink) Note(n event.Note) error {
+	if v, ok := n.(event.Verdict); ok {
+		v.Blocks = nil
+		s.v = append(s.v, v)
+	}
+	return nil
+}
+
+// TestLeaksRefused: a session that samples cannot check (it does not know
+// every block), a process it does not trace is no such process, and a
+// leak check at exit with sampling is invalid properties.
+func TestLeaksRefused(t *testing.T) {
+	s, end := launchPlanted(t, Properties{File: filepath.Join(t.TempDir(), "s.hst"), Sample: 64 * KiB})
+	defer end()
+	if _, err := s.Leaks(LeaksQuery{}); !errors.Is(err, ErrInvalidFlags) {
+		t.Errorf("a sampled session's check: %v", err)
+	}
+	if err := (Properties{File: "x.hst", Sample: 64 * KiB, LeakCheck: LeakCheckExit}).Validate(); !errors.Is(err, ErrInvalidFlags) {
+		t.Errorf("LeakCheckExit with Sample: %v", err)
+	}
+	if err := (Properties{File: "x.hst", LeakCheck: "sometimes"}).Validate(); !errors.Is(err, ErrInvalidFlags) {
+		t.Errorf("an unknown LeakCheck: %v", err)
+	}
+	s2, end2 := launchPlanted(t, Properties{File: filepath.Join(t.TempDir(), "s2.hst"), LeakCheck: LeakCheckOff})
+	defer end2()
+	if _, err := s2.Leaks(LeaksQuery{PID: 1}); !errors.Is(err, ErrNoSuchProcess) {
+		t.Errorf("pid 1: %v", err)
+	}
+}
