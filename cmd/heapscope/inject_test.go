@@ -406,3 +406,85 @@ func TestAttachInjectKilled(t *testing.T) {
 		t.Errorf("the last session traced nothing")
 	}
 }
+
+// TestAttachInjectAgainstHeaptrack attaches `heaptrack -p` (gdb injecting
+// heaptrack's interposer) to a running workload, and `heapscope attach
+// --inject` to another run of the same one, and gives both the same window
+// of work, from the attach to the program's exit: the calls to allocation
+// functions agree, with each other and with what the program made.
+func TestAttachInjectAgainstHeaptrack(t *testing.T) {
+	t.Cleanup(testutil.Cleanup)
+	testutil.Tool(t, "heaptrack")
+	testutil.Tool(t, "gdb")
+	printer := testutil.Tool(t, "heaptrack_print")
+	bin := testutil.MustBuild(t, "inject_target", testutil.Options{})
+	const threads, burst, leak = 2, 5000, 100
+	// the window: threads*burst pairs, then leak's 3*leak mallocs and
+	// its one calloc
+	const want = threads*burst + 3*leak + 1
+	window := func(p *interactive) {
+		if l := p.say(fmt.Sprintf("burst %d", burst)); l != "done" {
+			t.Fatalf("target: %q", l)
+		}
+		if l := p.say(fmt.Sprintf("leak %d", leak)); l != "leaked" {
+			t.Fatalf("target: %q", l)
+		}
+		fmt.Fprintln(p.in, "quit")
+		if code, _ := p.finish(); code != 0 {
+			t.Fatalf("target: exit %d", code)
+		}
+	}
+	dir := t.TempDir()
+
+	p := startInteractive(t, bin, strconv.Itoa(threads))
+	p.line() // ready
+	ht := exec.Command("heaptrack", "-o", filepath.Join(dir, "ht"), "-p", strconv.Itoa(p.cmd.Process.Pid))
+	ht.Dir = dir
+	htOut, err := ht.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ht.Stderr = ht.Stdout
+	if err := ht.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ht.Process.Kill(); ht.Wait() })
+	var said strings.Builder
+	sc := bufio.NewScanner(htOut)
+	for sc.Scan() {
+		said.WriteString(sc.Text() + "\n")
+		if strings.Contains(sc.Text(), "injection finished") {
+			break
+		}
+	}
+	go io.Copy(io.Discard, htOut)
+	window(p)
+	if err := ht.Wait(); err != nil {
+		t.Fatalf("heaptrack -p: %v\n%s", err, said.String())
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "ht*.zst"))
+	if len(files) != 1 {
+		t.Fatalf("heaptrack wrote %v\n%s", files, said.String())
+	}
+	out, err := exec.Command(printer, "-l", "1", "-n", "100", files[0]).Output()
+	if err != nil {
+		t.Fatalf("heaptrack_print: %v", err)
+	}
+	htCalls := parseHeaptrack(t, string(out)).calls
+
+	p = startInteractive(t, bin, strconv.Itoa(threads))
+	p.line()
+	trace := filepath.Join(dir, "hs.hst")
+	a := startAttach(t, "-q", "-o", trace, "-p", strconv.Itoa(p.cmd.Process.Pid))
+	window(p)
+	a.wait() // the session ends with the program
+	s := reportJSON(t, trace).Summary
+	hsCalls := s.Allocations + s.Reallocations
+	t.Logf("calls to allocation functions in the window: heaptrack -p %d, heapscope attach --inject %d, the program's %d", htCalls, hsCalls, want)
+	if hsCalls != htCalls {
+		t.Errorf("calls to allocation functions: heapscope %d, heaptrack %d", hsCalls, htCalls)
+	}
+	if hsCalls != want {
+		t.Errorf("heapscope saw %d calls, the program made %d", hsCalls, want)
+	}
+}
