@@ -15,9 +15,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heapscope/heapscope/event"
 	"github.com/heapscope/heapscope/internal/preload"
 	"github.com/heapscope/heapscope/internal/proc"
 	"github.com/heapscope/heapscope/internal/testutil"
+	"github.com/heapscope/heapscope/tracefile"
 )
 
 // interactive is a program driven through its standard input.
@@ -486,5 +488,117 @@ func TestAttachInjectAgainstHeaptrack(t *testing.T) {
 	}
 	if hsCalls != want {
 		t.Errorf("heapscope saw %d calls, the program made %d", hsCalls, want)
+	}
+}
+
+// loopSink keeps a trace's events and its last statistics.
+type loopSink struct {
+	event.Sink
+	events []event.Event
+	stats  event.Stats
+}
+
+func (s *loopSink) Events(evs []event.Event) error {
+	s.events = append(s.events, evs...)
+	return nil
+}
+
+func (s *loopSink) Stats(st event.Stats) error {
+	s.stats = st
+	return nil
+}
+
+// TestAttachInjectAgainAndAgain: a program whose 8 threads allocate all the
+// time is attached with `attach --inject --on-full block`, traced a moment
+// and stopped, 20 times. Each trace has lost nothing, delivered what it
+// holds, and holds every allocation of each thread's loop from its first
+// to its last (inject_target's sizes say which were skipped), each
+// followed by its free; the program runs on and answers after the last.
+func TestAttachInjectAgainAndAgain(t *testing.T) {
+	t.Cleanup(testutil.Cleanup)
+	const threads, cycles = 8, 20
+	bin := testutil.MustBuild(t, "inject_target", testutil.Options{})
+	p := startInteractive(t, bin, strconv.Itoa(threads))
+	p.line() // ready
+	pid := p.cmd.Process.Pid
+	if l := p.say("run"); l != "running" {
+		t.Fatalf("target: %q", l)
+	}
+	dir := t.TempDir()
+	for i := 0; i < cycles; i++ {
+		trace := filepath.Join(dir, fmt.Sprintf("c%d.hst", i))
+		a := startAttach(t, "-q", "--on-full", "block", "-o", trace, "-p", strconv.Itoa(pid))
+		time.Sleep(50 * time.Millisecond)
+		a.stop()
+		untraced(t, pid)
+		r, err := tracefile.Open(trace)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := &loopSink{Sink: event.Discard}
+		err = r.Replay(s, tracefile.Window{})
+		r.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if lost := s.stats.TotalLost(); lost != 0 {
+			t.Errorf("cycle %d: %d events lost with --on-full block", i, lost)
+		}
+		if s.stats.Delivered != uint64(len(s.events)) {
+			t.Errorf("cycle %d: %d events delivered, %d in the trace", i, s.stats.Delivered, len(s.events))
+		}
+		// per thread of the loop: its sizes in sequence, each block freed
+		type loop struct {
+			last     uint64
+			n, frees int
+			open     map[uint64]bool
+			skipped  bool
+		}
+		loops := make([]loop, threads)
+		total := 0
+		for _, e := range s.events {
+			switch e.Kind {
+			case event.KindAlloc:
+				th, r := int((e.Size-16)/4096), (e.Size-16)%4096
+				if e.Size < 16 || th >= threads || r >= 4093 {
+					continue
+				}
+				l := &loops[th]
+				if l.n > 0 && r != (l.last+7)%4093 && !l.skipped {
+					t.Errorf("cycle %d: thread %d's loop: after size residue %d came %d: allocations were skipped", i, th, l.last, r)
+					l.skipped = true
+				}
+				if l.open == nil {
+					l.open = map[uint64]bool{}
+				}
+				l.open[e.Addr] = true
+				l.last = r
+				l.n++
+				total++
+			case event.KindFree:
+				for th := range loops {
+					if loops[th].open[e.Addr] {
+						delete(loops[th].open, e.Addr)
+						loops[th].frees++
+					}
+				}
+			}
+		}
+		for th, l := range loops {
+			// the last block of a loop may be freed after the stop
+			if l.n-l.frees > 1 {
+				t.Errorf("cycle %d: thread %d: %d allocations of its loop, %d freed", i, th, l.n, l.frees)
+			}
+		}
+		if total == 0 {
+			t.Errorf("cycle %d: nothing of the loops traced", i)
+		}
+		t.Logf("cycle %d: %d events, %d of the loops' allocations", i, len(s.events), total)
+	}
+	if l := p.say("pause"); !strings.HasPrefix(l, "paused") {
+		t.Fatalf("after %d cycles: target: %q", cycles, l)
+	}
+	if l := p.say("burst 100"); l != "done" {
+		t.Fatalf("after %d cycles: target: %q", cycles, l)
 	}
 }

@@ -7,8 +7,8 @@
 //   run           the threads allocate and free in a loop until "pause"
 //   pause         stop them; answers "paused PAIRS" (pairs made since start)
 //   burst N       each thread makes N malloc+free pairs; answers "done"
-//   time N        as burst, timed; answers "cpu_ns_per_pair C" (process CPU
-//                 time over N*THREADS pairs)
+//   time N        as burst, timed; answers "cpu_ns_per_pair C wall_ns_per_pair
+//                 W" (process CPU time over N*THREADS pairs, wall time over N)
 //   leak K        leak_small() leaks K blocks of 24 bytes, leak_big() K of
 //                 4000 bytes, kept() allocates K of 100 bytes it frees;
 //                 answers "leaked"
@@ -103,6 +103,12 @@ static double cpu_ns(void) {
 	return (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e9 + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e3;
 }
 
+static double wall_ns(void) {
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e9 + ts.tv_nsec;
+}
+
 __attribute__((noinline)) void leak_small(int k) {
 	for (int i = 0; i < k; i++)
 		sink = malloc(24);
@@ -161,10 +167,11 @@ static int commands(int holding) {
 			wait_all();
 			printf("done\n");
 		} else if (sscanf(line, "time %ld", &n) == 1) {
-			double c0 = cpu_ns();
+			double c0 = cpu_ns(), w0 = wall_ns();
 			start(n);
 			wait_all();
-			printf("cpu_ns_per_pair %.2f\n", (cpu_ns() - c0) / ((double)n * nthreads));
+			printf("cpu_ns_per_pair %.2f wall_ns_per_pair %.2f\n", (cpu_ns() - c0) / ((double)n * nthreads),
+			       (wall_ns() - w0) / (double)n);
 		} else if (sscanf(line, "leak %ld", &n) == 1) {
 			leak_small((int)n);
 			leak_big((int)n);
