@@ -78,10 +78,9 @@ func TestInjectBurst(t *testing.T) {
 func checkSequence(t *testing.T, evs []event.Event, pid, threads int) int {
 	t.Helper()
 	type run struct {
-		last  uint64
-		n     int
-		tid   uint32
-		fresh bool
+		last uint64
+		n    int
+		tid  uint32
 	}
 	runs := make([]run, threads)
 	total := 0

@@ -26,14 +26,6 @@ type span struct {
 // process's addresses.
 type funcs []span
 
-func (f funcs) at(pc uint64) (span, bool) {
-	i := sort.Search(len(f), func(i int) bool { return f[i].hi > pc })
-	if i < len(f) && f[i].lo <= pc {
-		return f[i], true
-	}
-	return span{}, false
-}
-
 // libcInfo is what injection needs of a process's C library: where its
 // functions are, which of them a thread must not be inside when another
 // call runs on it, and where a trampoline can go.
