@@ -18,6 +18,7 @@ import (
 	"github.com/heapscope/heapscope/internal/load"
 	"github.com/heapscope/heapscope/internal/proc"
 	"github.com/heapscope/heapscope/internal/testutil"
+	"github.com/heapscope/heapscope/internal/testutil/tracetest"
 	"github.com/heapscope/heapscope/report"
 	"github.com/heapscope/heapscope/tracefile"
 )
@@ -67,35 +68,6 @@ func (p *rundownProgram) step(t *testing.T, want string) {
 	}
 }
 
-// traceNotes reads the notes of a trace file.
-func traceNotes(t *testing.T, path string) []event.Note {
-	t.Helper()
-	r, err := tracefile.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	var ns noteSink
-	if err := r.Replay(&ns, tracefile.Window{}); err != nil {
-		t.Fatal(err)
-	}
-	return ns.notes
-}
-
-type noteSink struct {
-	event.Sink
-	notes []event.Note
-}
-
-func (s *noteSink) Note(n event.Note) error       { s.notes = append(s.notes, n); return nil }
-func (s *noteSink) Process(event.Process) error   { return nil }
-func (s *noteSink) Exit(event.Exit) error         { return nil }
-func (s *noteSink) Module(event.Module) error     { return nil }
-func (s *noteSink) Stack(event.Stack) error       { return nil }
-func (s *noteSink) Events([]event.Event) error    { return nil }
-func (s *noteSink) Snapshot(event.Snapshot) error { return nil }
-func (s *noteSink) Stats(event.Stats) error       { return nil }
-
 func findCensus(t *testing.T, notes []event.Note) *event.Census {
 	t.Helper()
 	for _, n := range notes {
@@ -132,7 +104,7 @@ func TestCensusAtAttach(t *testing.T) {
 	// The census in the trace holds the program's blocks, with their
 	// usable sizes; the scan at the census named the table that holds
 	// the nodes, and classified every block.
-	notes := traceNotes(t, file)
+	notes := tracetest.Notes(t, file).Notes
 	c := findCensus(t, notes)
 	heldBy := map[string]uint64{}
 	for i, b := range c.Blocks {
@@ -418,7 +390,7 @@ func TestSnapshotKnown(t *testing.T) {
 	if !r.Taken || !r.Scanned || r.Warning != "" {
 		t.Errorf("snapshot: %+v", r)
 	}
-	notes := traceNotes(t, file)
+	notes := tracetest.Notes(t, file).Notes
 	c := findCensus(t, notes)
 	in := map[uint64]int{}
 	for i, b := range c.Blocks {
@@ -509,7 +481,7 @@ func TestSnapshotKnown(t *testing.T) {
 // TestSnapshotRefusesJemalloc: a process whose malloc is jemalloc has no
 // snapshot, and says why in one line.
 func TestSnapshotRefusesJemalloc(t *testing.T) {
-	cmd := startRedis(t)
+	cmd := testutil.StartRedis(t)
 	file := filepath.Join(t.TempDir(), "redis.hst")
 	_, err := Snapshot(cmd.Process.Pid, SnapshotOptions{File: file})
 	if !errors.Is(err, ErrNotSupported) || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), "jemalloc") {
@@ -520,32 +492,11 @@ func TestSnapshotRefusesJemalloc(t *testing.T) {
 	}
 }
 
-// startRedis runs redis-server (its malloc is jemalloc, linked in) until
-// the test ends.
-func startRedis(t *testing.T) *exec.Cmd {
-	t.Helper()
-	// With no TCP port, redis needs a socket to listen on, or it exits.
-	cmd := exec.Command(testutil.Tool(t, "redis-server"), "--port", "0", "--unixsocket", filepath.Join(t.TempDir(), "redis.sock"),
-		"--save", "", "--appendonly", "no")
-	_, out := testutil.StartPiped(t, cmd)
-	rd := bufio.NewReader(out)
-	for {
-		line, err := rd.ReadString('\n')
-		if err != nil {
-			t.Fatalf("redis-server: %v", err)
-		}
-		if strings.Contains(line, "ready to accept connections") {
-			go io.Copy(io.Discard, rd)
-			return cmd
-		}
-	}
-}
-
 // TestAttachJemalloc: a process whose malloc is jemalloc is traced with no
 // census, and a one-line warning saying why, kept in the trace.
 func TestAttachJemalloc(t *testing.T) {
 	requireEBPF(t)
-	cmd := startRedis(t)
+	cmd := testutil.StartRedis(t)
 	file := filepath.Join(t.TempDir(), "redis.hst")
 	s, err := Start("census-jemalloc", Properties{File: file}, []int{cmd.Process.Pid})
 	if err != nil {
@@ -558,7 +509,7 @@ func TestAttachJemalloc(t *testing.T) {
 	}
 	t.Logf("warning: %s", cs[0].Warning)
 	var warned bool
-	for _, n := range traceNotes(t, file) {
+	for _, n := range tracetest.Notes(t, file).Notes {
 		switch n := n.(type) {
 		case event.Census:
 			t.Errorf("a census of redis-server in the trace")

@@ -682,6 +682,12 @@ func (s *Session) keepTotalsFromStart() {
 	}
 	sk := s.sink
 	sk.mu.Lock()
+	if sk.keepAgg {
+		// An exporting session's totals are kept from its start already
+		// (exports.go); subscribe hands them to the check.
+		sk.mu.Unlock()
+		return
+	}
 	sk.agg = totals.New()
 	sk.mu.Unlock()
 	ts.gen++

@@ -13,7 +13,7 @@ import (
 
 	"github.com/heapscope/heapscope/event"
 	"github.com/heapscope/heapscope/internal/testutil"
-	"github.com/heapscope/heapscope/tracefile"
+	"github.com/heapscope/heapscope/internal/testutil/tracetest"
 )
 
 // launchPlanted launches scan_planted in a session and waits for its
@@ -21,29 +21,14 @@ import (
 func launchPlanted(t *testing.T, props Properties) (*Session, func()) {
 	t.Helper()
 	cmd := exec.Command(testutil.MustBuild(t, "scan_planted", testutil.Options{}))
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
+	in, out := testutil.Pipes(t, cmd)
 	name := fmt.Sprintf("leaks-%d", time.Now().UnixNano())
 	s, err := Launch(name, props, cmd)
 	if err != nil {
 		t.Fatal(err)
 	}
 	br := bufio.NewReader(out)
-	for {
-		l, err := br.ReadString('\n')
-		if err != nil {
-			t.Fatalf("scan_planted: %v", err)
-		}
-		if strings.HasPrefix(l, "ready ") {
-			break
-		}
-	}
+	testutil.ReadUntil(t, br, "scan_planted", func(l string) bool { return strings.HasPrefix(l, "ready ") })
 	end := func() {
 		io.WriteString(in, "go\n")
 		go io.Copy(io.Discard, br)
@@ -83,31 +68,9 @@ func TestLeaksSession(t *testing.T) {
 		t.Errorf("top after the check: scanned %v, lost %d, want %d", top.Scanned, top.Totals.LostBytes, lost)
 	}
 	end()
-	rd, err := tracefile.Open(file)
-	if err != nil {
-		t.Fatal(err)
+	if v := testutil.NotesOf[event.Verdict](tracetest.Notes(t, file)); len(v) != 2 || v[0].AtExit || !v[1].AtExit || v[1].Pause <= 0 {
+		t.Errorf("verdicts %+v", v)
 	}
-	defer rd.Close()
-	ns := &verdictSink{Sink: event.Discard}
-	if err := rd.Replay(ns, tracefile.Window{}); err != nil {
-		t.Fatal(err)
-	}
-	if len(ns.v) != 2 || ns.v[0].AtExit || !ns.v[1].AtExit || ns.v[1].Pause <= 0 {
-		t.Errorf("verdicts %+v", ns.v)
-	}
-}
-
-type verdictSink struct {
-	event.Sink
-	v []event.Verdict
-}
-
-func (s *verdictSink) Note(n event.Note) error {
-	if v, ok := n.(event.Verdict); ok {
-		v.Blocks = nil
-		s.v = append(s.v, v)
-	}
-	return nil
 }
 
 // TestLeaksRefused: a session that samples cannot check (it does not know

@@ -2,9 +2,11 @@ package heapscope
 
 import (
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/heapscope/heapscope/event"
+	"github.com/heapscope/heapscope/export/push"
 	"github.com/heapscope/heapscope/tracefile"
 )
 
@@ -61,6 +63,24 @@ const (
 	FramePointers = event.UnwindFP
 	DWARF         = event.UnwindDWARF
 	Tables        = event.UnwindTables
+)
+
+// Source is what the eBPF provider probes in a traced process.
+type Source string
+
+// The sources.
+const (
+	// SourceUprobes probes the allocator's functions (the default).
+	SourceUprobes Source = "uprobes"
+	// SourceUSDT traces through OpenTelemetry's otel_memory USDT probes,
+	// alloc(ptr, size, weight) and free(ptr), which a target that samples
+	// its own allocations fires: the target's sampler decides, each
+	// allocation counts the bytes its probe weighed, and the calls it does
+	// not sample cost nothing. A process without the probes is refused.
+	SourceUSDT Source = "usdt"
+	// SourceAuto traces each process through its otel_memory probes when
+	// it has them, through its allocator's functions otherwise.
+	SourceAuto Source = "auto"
 )
 
 // ParseLogFileMode parses "sequential", "circular", "newfile" or "realtime".
@@ -209,6 +229,40 @@ type Properties struct {
 	// most half of it. Stacks through a file whose table finds no room
 	// are cut, counted (Stats.StacksCutNoTable).
 	UnwindTablesSize Size `json:"unwind_tables_size,omitempty"`
+	// Export are where the session sends interval heap profiles, each
+	// FORMAT=URL: otlp=http://HOST:4318 (OTLP profiles over HTTP/protobuf,
+	// to /v1development/profiles unless the URL has a path),
+	// otlp=grpc://HOST:4317 (over gRPC), pprof=http://HOST:4040 (pprof to
+	// a Pyroscope-compatible /ingest); see package export/push. Every
+	// ExportInterval, and once more at the end, the session sends per
+	// process what each stack allocated in the interval and what it holds
+	// at its end, from totals it keeps for the whole session, O(stacks) per
+	// interval whatever the events; estimates when it samples. Exports are
+	// queued with a bound and dropped, counted, when a target cannot keep
+	// up (Status.Exports): they never slow the tracing. A session that
+	// exports needs no trace file (FileMode RealTime).
+	Export []string `json:"export,omitempty"`
+	// ExportInterval is the length of an exported interval, at least
+	// MinExportInterval; 0 means DefaultExportInterval.
+	ExportInterval time.Duration `json:"export_interval_ns,omitempty"`
+	// ExportAddresses sends the frames as addresses and mappings with
+	// their build-ids only, for backends that symbolize by build-id: the
+	// session reads no symbols (about half an export's CPU).
+	ExportAddresses bool `json:"export_addresses,omitempty"`
+	// EmitUSDT makes the preload provider's interposer fire
+	// OpenTelemetry's otel_memory USDT probes, alloc(ptr, size, weight) and
+	// free(ptr), for the blocks it samples, so that a profiler that reads
+	// them (the OpenTelemetry eBPF profiler) sees the traced processes'
+	// heaps too. weight is the bytes a sample stands for, S/(1-e^(-S/R)).
+	// The probes fire only while a tracer has raised their semaphores.
+	// Needs Sample, and the preload provider.
+	EmitUSDT bool `json:"emit_usdt,omitempty"`
+	// Source is what the eBPF provider probes in each process (""
+	// means SourceUprobes). SourceUSDT and SourceAuto need stream mode and
+	// Sample: the estimates' rate (that of the targets' samplers, whose
+	// weights each event carries; with SourceAuto, heapscope samples the
+	// processes it probes through their functions at it).
+	Source Source `json:"source,omitempty"`
 	// LeakCheck is when the session checks its processes for leaks (see
 	// LeakCheck and Session.Leaks): the zero value checks a program
 	// Launch starts at its exit, unless the session samples.
@@ -257,6 +311,9 @@ func (p Properties) withDefaults(provider Provider) Properties {
 	if p.UnwindTablesSize == 0 {
 		p.UnwindTablesSize = DefaultUnwindTablesSize
 	}
+	if len(p.Export) > 0 && p.ExportInterval == 0 {
+		p.ExportInterval = DefaultExportInterval
+	}
 	return p
 }
 
@@ -277,7 +334,7 @@ func (p Properties) ringBytes() int {
 // some as ETW does: log_file_mode, log_file_name, flush_timer and
 // enable_flags.
 func (p Properties) text() [][2]string {
-	return [][2]string{
+	kv := [][2]string{
 		{"buffer_size", p.BufferSize.String()},
 		{"buffers", strconv.Itoa(p.Buffers)},
 		{"max_file_size", p.MaxFileSize.String()},
@@ -296,4 +353,22 @@ func (p Properties) text() [][2]string {
 		{"max_stacks", strconv.Itoa(p.MaxStacks)},
 		{"unwind_tables_size", p.UnwindTablesSize.String()},
 	}
+	if len(p.Export) > 0 {
+		// Passwords in the URLs stay out of the file.
+		var targets []string
+		for _, e := range p.Export {
+			if t, err := push.ParseTarget(e); err == nil {
+				targets = append(targets, redactTarget(t))
+			}
+		}
+		kv = append(kv, [2]string{"export", strings.Join(targets, " ")},
+			[2]string{"export_interval", p.ExportInterval.String()})
+	}
+	if p.EmitUSDT {
+		kv = append(kv, [2]string{"emit_usdt", "true"})
+	}
+	if p.Source != "" && p.Source != SourceUprobes {
+		kv = append(kv, [2]string{"source", string(p.Source)})
+	}
+	return kv
 }

@@ -29,6 +29,13 @@ func TestValidate(t *testing.T) {
 		{File: "t.hst", BufferSize: MiB, Buffers: 2},
 		{File: "t.hst", StackEvents: event.NoStacks},
 		{File: "t.hst", StackEvents: event.AllKinds},
+		{FileMode: RealTime, Export: []string{"otlp=http://127.0.0.1:4318", "otlp=grpc://h:4317", "pprof=https://h/x"}},
+		{FileMode: RealTime, Export: []string{"otlp=grpc://h:4317"}, ExportInterval: time.Second, ExportAddresses: true},
+		{File: "t", Sample: 512 * KiB, EmitUSDT: true},
+		{File: "t", Sample: 512 * KiB, EmitUSDT: true, Provider: ProviderPreload},
+		{File: "t", Sample: 512 * KiB, Source: SourceUSDT},
+		{File: "t", Sample: 512 * KiB, Source: SourceAuto, Provider: ProviderEBPF},
+		{File: "t", Source: SourceUprobes},
 	}
 	for _, p := range ok {
 		if err := p.Validate(); err != nil {
@@ -59,6 +66,19 @@ func TestValidate(t *testing.T) {
 		{Properties{File: "t", MaxFrames: 500}, ErrInvalidFlags},
 		{Properties{File: "t", FileMode: 9}, ErrInvalidFlags},
 		{Properties{File: "t", BufferSize: MiB, Buffers: 8192}, ErrOutOfMemory},
+		{Properties{File: "t", Export: []string{"http://h:4318"}}, ErrInvalidFlags},
+		{Properties{File: "t", Export: []string{"jaeger=http://h:4318"}}, ErrInvalidFlags},
+		{Properties{File: "t", Export: []string{"pprof=grpc://h:4317"}}, ErrInvalidFlags},
+		{Properties{File: "t", Export: []string{"otlp=http://"}}, ErrInvalidFlags},
+		{Properties{File: "t", Export: []string{"otlp=http://h"}, ExportInterval: 500 * time.Millisecond}, ErrInvalidFlags},
+		{Properties{File: "t", Export: []string{"otlp=http://h"}, ExportInterval: -time.Second}, ErrInvalidFlags},
+		{Properties{File: "t", ExportAddresses: true}, ErrInvalidFlags},
+		{Properties{File: "t", EmitUSDT: true}, ErrInvalidFlags},
+		{Properties{File: "t", Sample: KiB, EmitUSDT: true, Provider: ProviderEBPF}, ErrInvalidFlags},
+		{Properties{File: "t", Source: SourceUSDT}, ErrInvalidFlags},
+		{Properties{File: "t", Sample: KiB, Source: SourceUSDT, Mode: Aggregate}, ErrInvalidFlags},
+		{Properties{File: "t", Sample: KiB, Source: SourceAuto, Provider: ProviderPreload}, ErrInvalidFlags},
+		{Properties{File: "t", Source: "dtrace"}, ErrInvalidFlags},
 	}
 	for _, b := range bad {
 		err := b.p.Validate()

@@ -11,6 +11,10 @@ import (
 
 func ebpfAvailable() error { return ebpf.Available() }
 
+// ebpfSource is the eBPF provider's name of each Source.
+var ebpfSource = map[Source]ebpf.Source{"": ebpf.SourceUprobes, SourceUprobes: ebpf.SourceUprobes,
+	SourceUSDT: ebpf.SourceUSDT, SourceAuto: ebpf.SourceAuto}
+
 // ebpfBackend drives the eBPF provider.
 type ebpfBackend struct {
 	t *ebpf.Tracer
@@ -35,6 +39,7 @@ func newEBPF(s *Session) (backend, error) {
 		Sample:        int64(s.props.Sample),
 		MaxStacks:     s.props.MaxStacks,
 		UnwindEntries: int(s.props.UnwindTablesSize / 8),
+		Source:        ebpfSource[s.props.Source],
 	}, s.sink)
 	if err != nil {
 		return nil, err

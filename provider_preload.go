@@ -46,6 +46,7 @@ func newPreload(s *Session) (backend, error) {
 		FlushInterval: s.props.FlushInterval,
 		SampleRate:    int64(s.props.Sample),
 		SampleSeed:    sampleSeed(),
+		EmitUSDT:      s.props.EmitUSDT,
 	}, s.sink)
 	if err != nil {
 		return nil, err

@@ -77,6 +77,7 @@ type Session struct {
 	top   topState    // Top's totals and clients (top.go)
 	cen   censusState // the censuses at attach (census.go)
 	leaks leakState   // leak checks (leaks.go)
+	exp   *exporter   // the interval profiles sent, with Properties.Export (exports.go)
 }
 
 // MaxNameLen is the longest session name, in characters; a longer one is
@@ -227,9 +228,19 @@ func newSession(name string, props Properties, defaultProvider Provider, launche
 		return nil, err
 	}
 	s.entry = entry
+	if len(props.Export) > 0 {
+		// Before the provider: the totals see its first event.
+		if s.exp, err = newExporter(s); err != nil {
+			entry.Release()
+			return nil, err
+		}
+	}
 	if props.FileMode != RealTime {
 		w, err := createWriter(s)
 		if err != nil {
+			if s.exp != nil {
+				s.exp.abort()
+			}
 			entry.Release()
 			return nil, err
 		}
@@ -244,6 +255,9 @@ func newSession(name string, props Properties, defaultProvider Provider, launche
 	if err != nil {
 		if s.sink.w != nil {
 			s.sink.w.Close() // removes the file, never named
+		}
+		if s.exp != nil {
+			s.exp.abort()
 		}
 		entry.Release()
 		return nil, err
@@ -270,6 +284,9 @@ func (s *Session) abort() {
 	if s.sink.w != nil {
 		s.sink.w.Close()
 	}
+	if s.exp != nil {
+		s.exp.abort()
+	}
 	s.entry.Release()
 }
 
@@ -281,9 +298,12 @@ func (s *Session) commit() error {
 	return s.sink.w.Commit()
 }
 
-// run starts the session's background work: the flush timer and the watch
-// for the end of the traced processes.
+// run starts the session's background work: the flush timer, the watch
+// for the end of the traced processes, and the exports.
 func (s *Session) run() {
+	if s.exp != nil {
+		go s.exp.run()
+	}
 	go func() {
 		t := time.NewTicker(s.props.FlushInterval)
 		defer t.Stop()
@@ -439,6 +459,11 @@ func (s *Session) Stop() error {
 		if err := s.sink.close(); err != nil {
 			errList = append(errList, err)
 		}
+		if s.exp != nil {
+			// Every event is in: the last interval, then up to
+			// exportCloseWait for the exports still queued.
+			s.exp.close()
+		}
 		s.final = s.Status()
 		close(s.drained)
 		// The control server waits for requests in progress, a stop request
@@ -551,6 +576,9 @@ type Status struct {
 	// Processes are every process the session traces now: PIDs and the
 	// processes they forked that it follows (Leaks checks any of them).
 	Processes []int `json:"processes,omitempty"`
+	// Exports are the counters of each export target (Properties.Export),
+	// in its order.
+	Exports []ExportStats `json:"exports,omitempty"`
 }
 
 // Status returns the session's current state.
@@ -570,6 +598,9 @@ func (s *Session) Status() Status {
 		st.Warnings = w.warnings()
 	}
 	st.Processes = s.livePIDs()
+	if s.exp != nil {
+		st.Exports = s.exp.stats()
+	}
 	return st
 }
 

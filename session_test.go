@@ -103,19 +103,8 @@ type stepper struct {
 func startStepper(t *testing.T) *stepper {
 	t.Helper()
 	cmd := exec.Command(testutil.MustBuild(t, "session_steps", testutil.Options{}))
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	in, out := testutil.StartPiped(t, cmd)
 	s := &stepper{cmd: cmd, in: in, out: bufio.NewReader(out)}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	s.expect(t, "ready")
 	return s
 }

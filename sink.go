@@ -38,7 +38,8 @@ type sessionSink struct {
 	sampling  bool          // the session samples: count what it recorded
 	sampled   atomic.Uint64 // allocations and reallocations recorded, when sampling
 	call      Call
-	agg       *totals.Totals  // per-stack totals, while a Top client asks (top.go)
+	agg       *totals.Totals  // per-stack totals, while a Top client asks (top.go), or for the whole session
+	keepAgg   bool            // agg is kept for the whole session (Properties.Export): top never drops it
 	running   map[uint32]bool // processes with a record and no exit: their memory is sampled (memory.go)
 	images    map[uint32]int  // Process records by PID: more than one, it executed new programs (leaks.go)
 }

@@ -9,7 +9,7 @@ import (
 
 	"github.com/heapscope/heapscope/event"
 	"github.com/heapscope/heapscope/internal/testutil"
-	"github.com/heapscope/heapscope/tracefile"
+	"github.com/heapscope/heapscope/internal/testutil/tracetest"
 )
 
 // TestFileLossesCounted fills a sequential and a circular file of 1 MB and
@@ -96,14 +96,7 @@ func (c *traceCounts) Events(evs []event.Event) error {
 
 func replayCounts(t *testing.T, path string) *traceCounts {
 	t.Helper()
-	r, err := tracefile.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
 	c := &traceCounts{Sink: event.Discard, exes: map[uint32]string{}, byPID: map[uint32]int{}}
-	if err := r.Replay(c, tracefile.Window{}); err != nil {
-		t.Fatal(err)
-	}
+	tracetest.Replay(t, path, c)
 	return c
 }

@@ -75,8 +75,9 @@ type TopResult struct {
 	Stats     event.Stats    `json:"stats"`
 	Ended     bool           `json:"ended,omitempty"` // the session has ended: this is its last state
 	// SampleRate is the session's sampling rate (Properties.Sample), 0
-	// when exact: the totals count the sampled allocations as they are,
-	// not scaled up to estimates.
+	// when exact: the totals are then estimates, each recorded block
+	// counted at the bytes and objects it stands for, as reports count a
+	// sampled trace.
 	SampleRate int64 `json:"sample_rate,omitempty"`
 	// Reading: the session is reading back its trace file, which the
 	// first query started (see Top), and has read ReadBytes of ReadSize;
@@ -89,7 +90,9 @@ type TopResult struct {
 // TopProcess is a traced process and its threads.
 type TopProcess struct {
 	PID     uint32   `json:"pid"`
+	PPID    uint32   `json:"ppid,omitempty"`
 	Exe     string   `json:"exe,omitempty"`
+	Cmdline []string `json:"cmdline,omitempty"`
 	Threads []uint32 `json:"threads,omitempty"` // the threads that allocated or freed
 	Ended   bool     `json:"ended,omitempty"`
 }
@@ -121,7 +124,8 @@ type TopSite struct {
 // any process (the control operation "top"). The session keeps the totals
 // only while some client asks: its first query turns them on (reading back
 // what the session's trace file holds so far), and they are dropped when no
-// client has asked for a while (topLease).
+// client has asked for a while (topLease). A session that exports
+// (Properties.Export) keeps them from its start, and top shares them.
 func Top(name string, q TopQuery) (TopResult, error) {
 	var r TopResult
 	err := call(name, "top", q, &r)
@@ -271,6 +275,15 @@ func (s *Session) subscribe() error {
 	ts := &s.top
 	sk := s.sink
 	sk.mu.Lock()
+	if sk.keepAgg {
+		// The session's own totals, kept since it started (export).
+		sk.mu.Unlock()
+		ts.gen++
+		ts.on, ts.seeded, ts.reading = true, true, false
+		ts.clients = map[string]*topClient{}
+		go s.expireTop(topLease)
+		return nil
+	}
 	var path string
 	var size int64
 	if sk.w != nil && !sk.closed && s.props.FileMode == Sequential {
@@ -281,7 +294,7 @@ func (s *Session) subscribe() error {
 		sk.written.Store(sk.w.Written())
 		path, size = sk.w.Files()[0], sk.w.Written()
 	}
-	live := totals.New()
+	live := totals.NewSampled(int64(s.props.Sample))
 	live.KeepMisses(path != "")
 	sk.agg = live
 	sk.mu.Unlock()
@@ -305,7 +318,7 @@ func (s *Session) subscribe() error {
 // subscribe). If the read fails, the totals go on from live alone.
 func (s *Session) readBack(gen int, done chan struct{}, read *atomic.Int64, live *totals.Totals, path string, size int64) {
 	ts := &s.top
-	seed := totals.New()
+	seed := totals.NewSampled(int64(s.props.Sample))
 	err := readSeed(seed, path, size, read)
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
@@ -367,7 +380,9 @@ func (s *Session) expireTop(topLease time.Duration) {
 		if time.Since(ts.last) > topLease && !ts.fromStart {
 			ts.on, ts.clients = false, nil
 			s.sink.mu.Lock()
-			s.sink.agg = nil
+			if !s.sink.keepAgg {
+				s.sink.agg = nil
+			}
 			s.sink.mu.Unlock()
 			ts.mu.Unlock()
 			return

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/heapscope/heapscope/event"
+	"github.com/heapscope/heapscope/export/push"
 	"github.com/heapscope/heapscope/internal/errs"
 	"github.com/heapscope/heapscope/tracefile"
 )
@@ -228,6 +229,36 @@ func (p Properties) validate(given bool) error {
 		// the mappings kept in the process, which the interposer does not.
 		return bad(PropertyError{Field: "Sample", With: "Families", WithValue: event.FamilyMmap,
 			Reason: "mmap and munmap are not sampled; trace them without sampling"})
+	}
+	for _, e := range p.Export {
+		if _, err := push.ParseTarget(e); err != nil {
+			return bad(PropertyError{Field: "Export", Value: e,
+				Reason: strings.TrimPrefix(err.Error(), fmt.Sprintf("export target %q: ", e))})
+		}
+	}
+	switch {
+	case p.ExportInterval < 0 || p.ExportInterval > 0 && p.ExportInterval < MinExportInterval ||
+		given && len(p.Export) > 0 && p.ExportInterval == 0:
+		return bad(PropertyError{Field: "ExportInterval", Value: p.ExportInterval, Min: MinExportInterval, Zero: dflt})
+	case p.EmitUSDT && p.Sample == 0:
+		return bad(PropertyError{Field: "EmitUSDT", Value: p.EmitUSDT, With: "Sample", WithValue: p.Sample,
+			Reason: "the otel_memory probes fire for sampled blocks only"})
+	case p.EmitUSDT && p.Provider == ProviderEBPF:
+		return bad(PropertyError{Field: "EmitUSDT", Value: p.EmitUSDT, With: "Provider", WithValue: p.Provider,
+			Reason: "the probes are fired by the preload provider's interposer, in the process"})
+	case p.Source != "" && p.Source != SourceUprobes && p.Source != SourceUSDT && p.Source != SourceAuto:
+		return bad(PropertyError{Field: "Source", Value: p.Source, Want: "uprobes, usdt or auto"})
+	case (p.Source == SourceUSDT || p.Source == SourceAuto) && p.Provider == ProviderPreload:
+		return bad(PropertyError{Field: "Source", Value: p.Source, With: "Provider", WithValue: p.Provider,
+			Reason: "the otel_memory probes are read by the ebpf provider"})
+	case (p.Source == SourceUSDT || p.Source == SourceAuto) && p.Mode == Aggregate:
+		return bad(PropertyError{Field: "Source", Value: p.Source, With: "Mode", WithValue: p.Mode,
+			Reason: "the probes' weights are recorded in stream mode only"})
+	case (p.Source == SourceUSDT || p.Source == SourceAuto) && p.Sample == 0:
+		return bad(PropertyError{Field: "Source", Value: p.Source, With: "Sample", WithValue: p.Sample,
+			Reason: "the probes' samples are estimates: give the rate of the targets' samplers (e.g. 512KiB)"})
+	case p.ExportAddresses && len(p.Export) == 0:
+		return bad(PropertyError{Field: "ExportAddresses", Value: p.ExportAddresses, Reason: "without an export target, nothing is exported"})
 	}
 	if err := p.validateLeakCheck(); err != nil {
 		return err // leaks.go

@@ -48,8 +48,8 @@ type blockTable struct {
 }
 
 type wideKey struct {
-	pid  uint32
-	addr uint64
+	pid, gen uint32 // gen: the process's exits before its block (see Model.Exit)
+	addr     uint64
 }
 
 const (
@@ -84,7 +84,7 @@ func (t *blockTable) putWide(p *proc, addr uint64, v block) (block, bool) {
 	if t.wide == nil {
 		t.wide = map[wideKey]block{}
 	}
-	k := wideKey{p.pid, addr}
+	k := wideKey{p.pid, p.gen, addr}
 	old, ok := t.wide[k]
 	t.wide[k] = v
 	return old, ok
@@ -100,7 +100,7 @@ func (t *blockTable) take(p *proc, addr uint64) (block, bool) {
 
 //go:noinline
 func (t *blockTable) takeWide(p *proc, addr uint64) (block, bool) {
-	k := wideKey{p.pid, addr}
+	k := wideKey{p.pid, p.gen, addr}
 	v, ok := t.wide[k]
 	if ok {
 		delete(t.wide, k)

@@ -21,7 +21,7 @@ func TestBlockTable(t *testing.T) {
 		if rng.Intn(100) == 0 {
 			addr |= 1 << 52
 		}
-		k := wideKey{p.pid, addr}
+		k := wideKey{p.pid, p.gen, addr}
 		if rng.Intn(2) == 0 {
 			b := block{size: uint64(i), site: int32(i % 7), tid: uint32(i)}
 			old, ok := bt.put(p, addr, b)

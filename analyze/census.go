@@ -46,7 +46,9 @@ type Rundown struct {
 	// The block gives way to the traced one, not counted a missed free.
 	Overtaken uint64
 	// LiveBlocks and LiveBytes are what is left of Blocks at the end of
-	// the window.
+	// the window, or at the process's exit: its blocks from before the
+	// trace then leave the heap, as all its blocks do, and stay what it
+	// did not free (see Model.Exit).
 	LiveBlocks, LiveBytes uint64
 	// Groups say what the blocks allocated before the trace are (see
 	// event.CensusGroup), largest at the census first; one group with no
@@ -213,7 +215,7 @@ func (m *Model) liveAddrs(p *proc) []uint64 {
 		}
 	}
 	for k := range m.blocks.wide {
-		if k.pid == p.pid {
+		if k.pid == p.pid && k.gen == p.gen { // not the blocks an exit left
 			out = append(out, k.addr)
 		}
 	}
@@ -236,6 +238,6 @@ func (t *blockTable) lookup(p *proc, addr uint64) (block, bool) {
 	if packable(p, addr) {
 		return t.packed.Get(p.key | addr)
 	}
-	b, ok := t.wide[wideKey{p.pid, addr}]
+	b, ok := t.wide[wideKey{p.pid, p.gen, addr}]
 	return b, ok
 }

@@ -140,3 +140,60 @@ func TestCensusOvertaken(t *testing.T) {
 		t.Errorf("missed %d, rundown %+v", p.Summary.MissedFrees, r)
 	}
 }
+
+// TestCensusThenExit: a censused process's blocks from before the trace
+// leave the heap at its exit with its other blocks, and stay what it did
+// not free (the rundown's LiveBytes, the PreTrace stack's ExitedBytes);
+// the program an exec starts under the PID meets none of them: its block
+// at an old block's address is no missed free nor overtaken, and its own
+// census finds nothing missing.
+func TestCensusThenExit(t *testing.T) {
+	s, c := attachTrace()
+	after := &seq{t: 100}
+	after.free(0xc000). // t=110: 0xb000 (30) and 0xd000 (1000, before the trace) stay
+				alloc(7, 1<<50, 4) // t=120: a block the table keys wide
+	m := New(Options{})
+	check := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	check(m.Events(s.evs))
+	check(m.Note(c))
+	check(m.Events(after.evs))
+	check(m.Exit(event.Exit{PID: 1, Time: 150}))
+	check(m.Process(event.Process{PID: 1, Time: 150, Exe: "/bin/next"}))
+	next := &seq{t: 150}
+	next.alloc(9, 0xd000, 50) // t=160: at the old program's block's address
+	check(m.Events(next.evs))
+	check(m.Note(event.Census{PID: 1, Time: 200, Blocks: []event.LiveBlock{{Addr: 0xd000, Size: 50}, {Addr: 0x9000, Size: 8}}}))
+	p := m.Profile()
+
+	if p.Summary.MissedFrees != 1 {
+		t.Errorf("%d missed frees, want 1 (0xe000 only)", p.Summary.MissedFrees)
+	}
+	if len(p.Rundowns) != 2 {
+		t.Fatalf("%d rundowns", len(p.Rundowns))
+	}
+	if r := p.Rundowns[0]; r.LiveBytes != 1000 || r.LiveBlocks != 1 || r.Overtaken != 0 {
+		t.Errorf("the first program's rundown %+v: want 1000 bytes left at its exit, none overtaken", r)
+	}
+	if r := p.Rundowns[1]; r.Missed != 0 || r.Traced != 1 || r.Blocks != 1 || r.Bytes != 8 {
+		t.Errorf("the next program's rundown %+v: want 1 traced, 1 before the trace (8 bytes), none missed", r)
+	}
+	pre := stackOf(t, p, 1, PreTrace)
+	if pre.LiveBytes != 1008 || pre.ExitedBytes != 1000 {
+		t.Errorf("the stack of the blocks from before the trace: live %d, exited %d; want 1008, 1000", pre.LiveBytes, pre.ExitedBytes)
+	}
+	// The leaks are both programs'; the heap at the end the next one's.
+	if p.Summary.LiveBytes != 30+1000+4+50+8 {
+		t.Errorf("leaks %d bytes, want %d", p.Summary.LiveBytes, 30+1000+4+50+8)
+	}
+	if last := p.Timeline[len(p.Timeline)-1]; last.Bytes != 58 {
+		t.Errorf("the heap at the end %d, want 58", last.Bytes)
+	}
+	if p.Peak.Bytes != 1130 || p.Peak.Time != 100 {
+		t.Errorf("peak %+v, want 1130 bytes at the census", p.Peak)
+	}
+}

@@ -3,6 +3,7 @@ package analyze
 import (
 	"math"
 	"math/bits"
+	"slices"
 	"sort"
 
 	"github.com/heapscope/heapscope/event"
@@ -33,6 +34,7 @@ type Model struct {
 
 	procs    map[uint32]*proc
 	procList []*proc
+	nkeys    int // process keys given (see blockTable.procKey)
 	lastPID  uint32
 	lastProc *proc
 
@@ -56,12 +58,15 @@ type Model struct {
 	hist                  [65]uint64
 
 	events, unmatched, missed uint64
-	rate                      int64  // the trace's sampling rate; 0: exact
-	sampled                   uint64 // allocations recorded, in a sampled trace
+	htTemporary               uint64  // temporaries by heaptrack's definition
+	bytesVar                  float64 // of the bytes allocated, when sampled
+	rate                      int64   // the trace's sampling rate; 0: exact
+	sampled                   uint64  // allocations recorded, in a sampled trace
 	start, end                int64
 	firstEv, lastEv           int64 // the first and last heap events' times
 
 	modules  []event.Module
+	strs     map[string]string // the processes' strings, kept once
 	stats    event.Stats
 	hasStats bool
 	warnings []event.Warning
@@ -86,6 +91,17 @@ type proc struct {
 	ids   []int32 // StackID → site index + 1, for small IDs
 	idm   map[event.StackID]int32
 	maps  *mappings // live mmap pages; nil until the first
+	// sites are the process's sites, for its exit; gen counts its exits,
+	// and exitTime is the latest's.
+	sites    []int32
+	gen      uint32
+	exitTime int64
+
+	// The site (index + 1) and size of the process's last allocation
+	// recorded, as heaptrack keeps them to count temporaries (see
+	// heaptrackFreed); 0 after a free.
+	htSite int32
+	htSize uint64
 
 	unmatched uint64 // unmatched frees since its last census (census.go)
 }
@@ -109,10 +125,30 @@ type site struct {
 
 	reallocs, failed      uint64
 	peakBytes, peakBlocks uint64
-	classes               *[event.NumClasses]Amount // of the live blocks a scan classified; nil: none
-	pid                   uint32
-	id                    event.StackID
-	frames                []uint64
+	// gone is what of liveBytes and liveBlocks the exit of the site's
+	// process left: leaks, no longer in the heap (see Model.Exit).
+	goneBytes, goneBlocks uint64
+	// vars are, in a sampled trace, the variances of its estimates
+	// (nil in an exact one, whose sites they would only weigh).
+	vars *siteVars
+	// classes are of the live blocks a scan classified (nil: none); the
+	// leaks an exit left keep theirs.
+	classes *[event.NumClasses]Amount
+	pid     uint32
+	id      event.StackID
+	frames  []uint64
+}
+
+// siteVars are the variances of a sampled site's estimates liveBytes,
+// goneBytes and peakBytes (see SampleVariance).
+type siteVars struct{ live, gone, peak float64 }
+
+// heapVar is the variance of s's bytes in the heap.
+func (s *site) heapVar() float64 {
+	if s.vars == nil {
+		return 0
+	}
+	return max(s.vars.live-s.vars.gone, 0)
 }
 
 // stack returns s as a Stack, its values at the peak saved at peak number
@@ -125,16 +161,25 @@ func (s *site) stack(epoch uint64) Stack {
 			Bytes: s.bytes, Frees: s.frees, FreedBytes: s.freedBytes, Temporary: s.temporary,
 			LiveBytes: s.liveBytes, LiveBlocks: s.liveBlocks, PeakBytes: s.peakBytes, PeakBlocks: s.peakBlocks,
 		},
+		ExitedBytes: s.goneBytes, ExitedBlocks: s.goneBlocks,
+	}
+	if s.vars != nil {
+		st.LiveVar, st.PeakVar = s.vars.live, s.vars.peak
 	}
 	if s.classes != nil {
 		st.Classes = *s.classes
 	}
 	if s.stamp != epoch {
 		// Unchanged since the peak.
-		st.PeakBytes, st.PeakBlocks = s.liveBytes, s.liveBlocks
+		st.PeakBytes, st.PeakBlocks, st.PeakVar = s.heapBytes(), s.heapBlocks(), s.heapVar()
 	}
 	return st
 }
+
+// heapBytes and heapBlocks are what of the site's live blocks is in the
+// heap: its process has not exited since they were made.
+func (s *site) heapBytes() uint64  { return s.liveBytes - s.goneBytes }
+func (s *site) heapBlocks() uint64 { return s.liveBlocks - s.goneBlocks }
 
 // New returns an empty Model.
 func New(o Options) *Model {
@@ -174,7 +219,8 @@ func (m *Model) proc(pid uint32) *proc {
 	}
 	p := m.procs[pid]
 	if p == nil {
-		p = &proc{pid: pid, key: m.blocks.procKey(len(m.procList) + 1)}
+		m.nkeys++
+		p = &proc{pid: pid, key: m.blocks.procKey(m.nkeys)}
 		p.info.PID = pid
 		m.procs[pid] = p
 		m.procList = append(m.procList, p)
@@ -220,9 +266,10 @@ func (m *Model) newSite(p *proc, id event.StackID) int32 {
 	}
 	m.sites = append(m.sites, site{pid: p.pid, id: id})
 	s := int32(len(m.sites))
+	p.sites = append(p.sites, s-1)
 	if id < maxDenseID {
 		if int(id) >= len(p.ids) {
-			n := max(2*len(p.ids), int(id)+1, 64)
+			n := max(2*len(p.ids), int(id)+1, 4)
 			p.ids = append(p.ids, make([]int32, n-len(p.ids))...)
 		}
 		p.ids[id] = s
@@ -250,15 +297,24 @@ func (m *Model) lookupSite(p *proc, id event.StackID) int32 {
 // change after the latest peak.
 func (m *Model) touch(s *site) {
 	if s.stamp != m.epoch {
-		s.peakBytes, s.peakBlocks, s.stamp = s.liveBytes, s.liveBlocks, m.epoch
+		s.peakBytes, s.peakBlocks, s.stamp = s.heapBytes(), s.heapBlocks(), m.epoch
+		if s.vars != nil {
+			s.vars.peak = s.heapVar()
+		}
 	}
 }
 
 // Process records a process.
 func (m *Model) Process(ev event.Process) error {
 	p := m.proc(ev.PID)
+	// The caller does not reuse a Process's command line (event.Sink):
+	// it is kept, its strings once each (the same command lines, by the
+	// thousand in a build), equal strings put in its place.
+	ev.Exe = m.intern(ev.Exe)
+	for i, a := range ev.Cmdline {
+		ev.Cmdline[i] = m.intern(a)
+	}
 	p.info.Process = ev
-	p.info.Cmdline = append([]string(nil), ev.Cmdline...)
 	p.known = true
 	if m.inWindow(ev.Time) {
 		m.seen(ev.Time)
@@ -266,12 +322,63 @@ func (m *Model) Process(ev event.Process) error {
 	return nil
 }
 
-// Exit records the end of a process.
+// intern returns s, or an equal string kept before.
+func (m *Model) intern(s string) string {
+	if t, ok := m.strs[s]; ok {
+		return t
+	}
+	if m.strs == nil {
+		m.strs = map[string]string{}
+	}
+	if len(m.strs) < 1<<20 { // a bound: a million distinct strings are not shared anyway
+		m.strs[s] = s
+	}
+	return s
+}
+
+// Exit records the end of a process. Its blocks still live stay its
+// leaks (the stacks' LiveBytes and LiveBlocks), but leave the heap: from
+// here on the total live bytes, the timeline and the peak count them no
+// more (they are the stacks' ExitedBytes and ExitedBlocks), and the
+// process's later events (of the program an exec started) find none of
+// them: its blocks are keyed anew.
 func (m *Model) Exit(ev event.Exit) error {
 	p := m.proc(ev.PID)
 	p.info.Exited, p.info.Exit = true, ev
 	if m.inWindow(ev.Time) {
 		m.seen(ev.Time)
+	}
+	if p.gen > 0 && ev.Time <= p.exitTime {
+		return nil // an exit restated (a circular file's full chunk)
+	}
+	p.gen++
+	p.exitTime = ev.Time
+	var bytes, blocks uint64
+	for _, si := range p.sites {
+		s := &m.sites[si]
+		if s.liveBlocks == s.goneBlocks && s.liveBytes == s.goneBytes {
+			continue
+		}
+		m.touch(s)
+		bytes += s.heapBytes()
+		blocks += s.heapBlocks()
+		s.goneBytes, s.goneBlocks = s.liveBytes, s.liveBlocks
+		if s.vars != nil {
+			s.vars.gone = s.vars.live
+		}
+	}
+	m.liveBytes -= bytes
+	m.liveBlocks -= blocks
+	m.nkeys++
+	p.key = m.blocks.procKey(m.nkeys)
+	p.maps = nil
+	p.htSite = 0
+	p.unmatched = 0 // the exited program's: no census of the next one explains them
+	if m.snaps[ev.PID] != nil {
+		m.snapExit(ev)
+	}
+	if blocks > 0 && m.inWindow(ev.Time) {
+		m.timeline.add(ev.Time, m.liveBytes, m.liveBlocks)
 	}
 	return nil
 }
@@ -383,6 +490,7 @@ func (m *Model) Events(evs []event.Event) error {
 					m.replaced(old)
 				}
 				m.added(si, e.Size)
+				p.htSite, p.htSize = si+1, e.Size
 			} else {
 				m.alloc(p, si, t.tid, e.Addr, e.Size)
 			}
@@ -400,6 +508,7 @@ func (m *Model) Events(evs []event.Event) error {
 				if t.last == e.Addr && b.thread() == t.tid {
 					m.sites[b.site].temporary++
 				}
+				m.heaptrackFreed(p, b)
 			} else {
 				m.unmatched++
 				p.unmatched++
@@ -455,7 +564,14 @@ func (m *Model) realloc(p *proc, t *thread, e *event.Event) {
 		return
 	}
 	if e.OldAddr != 0 {
+		// heaptrack records no realloc that returned NULL (one that
+		// freed its block): its free leaves heaptrack's last
+		// allocation as it was.
+		htSite, htSize := p.htSite, p.htSize
 		m.free(p, t, e.OldAddr)
+		if e.Addr == 0 {
+			p.htSite, p.htSize = htSite, htSize
+		}
 	}
 	if e.Addr != 0 {
 		m.alloc(p, si, t.tid, e.Addr, e.Size)
@@ -476,6 +592,7 @@ func (m *Model) alloc(p *proc, si int32, tid uint32, addr, size uint64) {
 		m.replaced(old)
 	}
 	m.added(si, size)
+	p.htSite, p.htSize = si+1, size
 }
 
 // replaced counts a live block found at the address of a new one: its free
@@ -527,20 +644,42 @@ func (m *Model) free(p *proc, t *thread, addr uint64) {
 		p.unmatched++
 		return
 	}
-	m.freed(t, addr, b)
+	m.freed(p, t, addr, b)
 }
 
-// freed counts the free by thread t of block b at addr.
-func (m *Model) freed(t *thread, addr uint64, b block) {
+// freed counts the free by thread t of p of block b at addr.
+func (m *Model) freed(p *proc, t *thread, addr uint64, b block) {
 	m.release(b, true)
 	if t.last == addr && b.thread() == t.tid {
 		m.sites[b.site].temporary++
 	}
+	m.heaptrackFreed(p, b)
+}
+
+// heaptrackFreed counts the free of block b of p as heaptrack counts a
+// temporary (heaptrack_print and heaptrack_gui, accumulatedtracedata.cpp):
+// its stream is every thread's calls, one after the other, and a free
+// (its '-' record) is temporary when the record before it was an
+// allocation ('+') of the same allocation info, the pair (stack, size),
+// whichever block that allocation made. So a loop that allocates a new
+// block and then frees an older one of the same size from the same stack
+// counts a temporary at every turn, where heapscope counts none: the
+// block freed is not the one just made.
+func (m *Model) heaptrackFreed(p *proc, b block) {
+	if p.htSite == b.site+1 && p.htSize == b.size {
+		m.htTemporary++
+	}
+	p.htSite = 0
 }
 
 // frameArena stores stack frames in large shared chunks, so that many small
-// stacks cost no allocation each.
-type frameArena struct{ chunk []uint64 }
+// stacks cost no allocation each, and each distinct list of frames once:
+// stacks of the same frames (the same call path under several IDs, a
+// trace made to weigh) share one copy.
+type frameArena struct {
+	chunk []uint64
+	seen  map[uint64][]uint64 // by FrameHash: the first list stored with it
+}
 
 const arenaChunk = 1 << 16
 
@@ -548,15 +687,38 @@ func (a *frameArena) store(f []uint64) []uint64 {
 	if len(f) == 0 {
 		return nil
 	}
+	h := FrameHash(f)
+	if s, ok := a.seen[h]; ok && slices.Equal(s, f) {
+		return s
+	}
+	var s []uint64
 	if len(f) > arenaChunk/8 {
-		return append([]uint64(nil), f...)
+		s = append([]uint64(nil), f...)
+	} else {
+		if cap(a.chunk)-len(a.chunk) < len(f) {
+			a.chunk = make([]uint64, 0, arenaChunk)
+		}
+		n := len(a.chunk)
+		a.chunk = append(a.chunk, f...)
+		s = a.chunk[n : n+len(f) : n+len(f)]
 	}
-	if cap(a.chunk)-len(a.chunk) < len(f) {
-		a.chunk = make([]uint64, 0, arenaChunk)
+	if a.seen == nil {
+		a.seen = map[uint64][]uint64{}
 	}
-	n := len(a.chunk)
-	a.chunk = append(a.chunk, f...)
-	return a.chunk[n : n+len(f) : n+len(f)]
+	if _, ok := a.seen[h]; !ok {
+		a.seen[h] = s
+	}
+	return s
+}
+
+// FrameHash is a hash of a list of frames, for interning them.
+func FrameHash(f []uint64) uint64 {
+	h := uint64(len(f)) * 0x9e3779b97f4a7c15
+	for _, v := range f {
+		h = (h ^ v) * 0xbf58476d1ce4e5b9
+		h ^= h >> 29
+	}
+	return h
 }
 
 // Profile returns what the model has computed so far. It may be called more
@@ -581,20 +743,29 @@ func (m *Model) Profile() *Profile {
 	if m.to != math.MaxInt64 {
 		pr.To = m.to
 	}
+	pr.Processes = make([]Process, 0, len(m.procList))
 	for _, p := range m.procList {
 		pr.Processes = append(pr.Processes, p.info)
 	}
 	sort.Slice(pr.Processes, func(i, j int) bool { return pr.Processes[i].PID < pr.Processes[j].PID })
 
+	// Counted first, so that a million stacks are not copied as the slice
+	// grows.
+	reported := func(s *site) bool {
+		return m.snaps[s.pid] == nil && // else reported from its snapshots below
+			(s.allocs != 0 || s.reallocs != 0 || s.frees != 0 || s.liveBlocks != 0)
+	}
+	n := 0
 	for i := range m.sites {
-		s := &m.sites[i]
-		if m.snaps[s.pid] != nil {
-			continue // reported from its snapshots below
+		if reported(&m.sites[i]) {
+			n++
 		}
-		if s.allocs == 0 && s.reallocs == 0 && s.frees == 0 && s.liveBlocks == 0 {
-			continue
+	}
+	pr.Stacks = make([]Stack, 0, n)
+	for i := range m.sites {
+		if s := &m.sites[i]; reported(s) {
+			pr.Stacks = append(pr.Stacks, s.stack(m.epoch))
 		}
-		pr.Stacks = append(pr.Stacks, s.stack(m.epoch))
 	}
 	if len(m.snaps) > 0 {
 		m.snapshotStacks(pr)
@@ -605,6 +776,8 @@ func (m *Model) Profile() *Profile {
 	sum.UnmatchedFrees = m.unmatched
 	sum.MissedFrees = m.missed
 	sum.Sampled = m.sampled
+	sum.HeaptrackTemporary = m.htTemporary
+	sum.BytesVar = m.bytesVar
 	if m.rate > 0 {
 		// The providers record neither every event nor a failed
 		// allocation when they sample.

@@ -472,3 +472,63 @@ func TestMunmap(t *testing.T) {
 		t.Errorf("summary %+v peak %+v", p.Summary, p.Peak)
 	}
 }
+
+// TestExitLeavesTheHeap: a process's blocks still live when it exits stay
+// its leaks, but the heap over time and the peak count them only until
+// then (a compiler driver: cc1plus exits with 8 MiB live, then as
+// allocates 6: the peak is 8, not 14). A program an exec starts under the
+// same PID finds none of the old blocks at their addresses.
+func TestExitLeavesTheHeap(t *testing.T) {
+	m := New(Options{})
+	var a, b seq
+	a.add(event.Event{PID: 1, Kind: event.KindAlloc, Stack: 1, Addr: 0x1000, Size: 8 << 20, Time: 10})
+	a.add(event.Event{PID: 1, Kind: event.KindAlloc, Stack: 2, Addr: 0x2000, Size: 100, Time: 20})
+	a.add(event.Event{PID: 1, Kind: event.KindFree, Addr: 0x2000, Time: 30})
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(m.Events(a.evs))
+	must(m.Exit(event.Exit{PID: 1, Time: 40}))
+	must(m.Exit(event.Exit{PID: 1, Time: 40})) // restated: changes nothing
+	b.add(event.Event{PID: 2, Kind: event.KindAlloc, Stack: 1, Addr: 0x1000, Size: 6 << 20, Time: 50})
+	// The program PID 1 execs: its block at the old one's address.
+	b.add(event.Event{PID: 1, Kind: event.KindAlloc, Stack: 3, Addr: 0x1000, Size: 1 << 20, Time: 60})
+	b.add(event.Event{PID: 1, Kind: event.KindFree, Addr: 0x1000, Time: 70})
+	must(m.Events(b.evs))
+	p := m.Profile()
+	if want := (Peak{Time: 20, Bytes: 8<<20 + 100, Blocks: 2}); p.Peak != want {
+		t.Errorf("peak %+v, want %+v", p.Peak, want)
+	}
+	if p.Summary.MissedFrees != 0 || p.Summary.UnmatchedFrees != 0 {
+		t.Errorf("missed %d, unmatched %d frees: the exec'd program met the old blocks", p.Summary.MissedFrees, p.Summary.UnmatchedFrees)
+	}
+	old := stackOf(t, p, 1, 1)
+	if old.LiveBytes != 8<<20 || old.ExitedBytes != 8<<20 || old.ExitedBlocks != 1 || old.PeakBytes != 8<<20 {
+		t.Errorf("the exited process's block: %+v, want leaked, exited, live at the peak", old)
+	}
+	if s := stackOf(t, p, 2, 1); s.PeakBytes != 0 || s.LiveBytes != 6<<20 || s.ExitedBytes != 0 {
+		t.Errorf("the later process's block: %+v", s)
+	}
+	if p.Summary.LiveBytes != 14<<20 {
+		t.Errorf("leaked %d, want both processes' blocks", p.Summary.LiveBytes)
+	}
+	var max uint64
+	for _, pt := range p.Timeline {
+		max = maxu(max, pt.Bytes)
+	}
+	if last := p.Timeline[len(p.Timeline)-1]; max != 8<<20+100 || last.Bytes != 6<<20 {
+		t.Errorf("timeline max %d, last %+v; want 8 MiB, then 6 MiB in the heap at the end", max, last)
+	}
+	// The peak moves to the later process when it allocates more.
+	must(m.Events([]event.Event{{PID: 2, TID: 2, Kind: event.KindAlloc, Stack: 4, Addr: 0x9000, Size: 3 << 20, Time: 80}}))
+	p = m.Profile()
+	if want := (Peak{Time: 80, Bytes: 9 << 20, Blocks: 2}); p.Peak != want {
+		t.Errorf("peak %+v, want %+v", p.Peak, want)
+	}
+	if old := stackOf(t, p, 1, 1); old.PeakBytes != 0 {
+		t.Errorf("the exited process's block at the later peak: %d bytes", old.PeakBytes)
+	}
+}

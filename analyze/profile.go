@@ -31,19 +31,32 @@
 // allocation that returned NULL (Addr 0) is counted as Failed and is never
 // live.
 //
-// A temporary allocation is, as in heaptrack, one that is freed directly
-// after it was made: the next heap event of the same thread (an allocation,
-// a reallocation or a free) is its free. heaptrack writes all threads into
-// one serialised stream and so requires that no other thread touched the
-// heap in between either; heapscope looks at the allocating thread only,
-// because the interleaving of other threads is scheduling noise: for a
-// single-threaded program the two definitions agree. A realloc that moves
-// the block made by the thread's previous event counts that block as
-// temporary, as in heaptrack, where a realloc is a free followed by an
-// allocation.
+// A temporary allocation is a block freed directly after it was made: the
+// next heap event of the thread that made it (an allocation, a
+// reallocation or a free) is the free of that very block. A realloc that
+// moves the block made by the thread's previous event counts that block as
+// temporary, a realloc being a free followed by an allocation.
 //
-// The peak is the first instant at which the bytes live across all traced
-// processes reached their maximum. For each stack the model keeps the bytes
+// heaptrack's count (heaptrack_print, heaptrack_gui) differs in two ways,
+// and Summary.HeaptrackTemporary gives it for comparison. It reads one
+// stream of every thread's calls, so a call of another thread in between
+// makes a block not temporary. And it does not compare blocks: a free is
+// temporary when the record before it is an allocation of the same stack
+// and size, whichever block that allocation made (its '-' record names an
+// allocation info, the pair of stack and size, not an address). A program
+// that allocates a block and then frees an older one of the same size from
+// the same stack (a buffer replaced, a cache's page recycled) makes a
+// heaptrack temporary at every turn and a heapscope one at none: on
+// single-threaded sqlite3 heaptrack counts about 8 times as many. heaptrack
+// also records no realloc that returned NULL, no failed allocation and no
+// free of a block it did not see made.
+//
+// The heap is the blocks live in the traced processes that are running: a
+// process's blocks still live when it exits stay its leaks (LiveBytes),
+// but leave the heap there (Stack.ExitedBytes), since the process's memory
+// is gone. The peak is the first instant at which the bytes live across
+// all traced processes reached their maximum: in a build, the compiler
+// that exited is not added to the assembler that runs after it. For each stack the model keeps the bytes
 // and blocks it had live at that instant, in constant time per event: the
 // model numbers each new peak, and a stack saves its live values the first
 // time they change after the latest peak.
@@ -173,6 +186,13 @@ type Summary struct {
 	// sampled trace (Profile.SampleRate > 0): the raw sample the estimates
 	// are scaled up from. 0 in an exact trace.
 	Sampled uint64
+	// HeaptrackTemporary counts the temporary allocations by heaptrack's
+	// definition (see the package documentation), for a comparison with
+	// heaptrack; not known when Temporary is not (Profile.Missing).
+	HeaptrackTemporary uint64
+	// BytesVar is, in a sampled trace, the variance of the estimate of
+	// the bytes allocated (see SampleVariance); 0 when exact or unknown.
+	BytesVar float64
 }
 
 // Peak is the instant the live heap was largest.
@@ -214,6 +234,15 @@ type Stack struct {
 	ID     event.StackID
 	Frames []uint64
 	Counters
+	// ExitedBytes and ExitedBlocks are what of LiveBytes and LiveBlocks
+	// the exit of the process left: leaks that were no longer in the heap
+	// once it ended, so that neither the peak nor the timeline counts
+	// them after that.
+	ExitedBytes, ExitedBlocks uint64
+	// LiveVar and PeakVar are, in a sampled trace, the variances of the
+	// estimates LiveBytes and PeakBytes (see SampleVariance): 0 when
+	// exact, or unknown (an aggregate trace, a window of serve's index).
+	LiveVar, PeakVar float64
 }
 
 // Missing is a set of the parts of a profile that its trace could not give.

@@ -39,7 +39,24 @@ func SampleWeights(size uint64, rate int64) (bytes, objects float64) {
 // sampledBlock is a recorded block's weights: its bytes and a whole number
 // of objects (stored in block.tid: temporaries, its use, are off).
 func (m *Model) sampledBlock(size, addr uint64, t int64) (uint64, uint32) {
-	b, o := SampleWeights(size, m.rate)
+	return SampledBlock(size, addr, t, m.rate)
+}
+
+// SampledBlock is what the block of size bytes recorded at addr at time t
+// counts in a trace sampled at rate: SampleWeights' bytes, rounded, and a
+// whole number of objects, floor(1/p) or one more, chosen by a hash of the
+// address and time with the probability of the fraction. Whoever counts
+// sampled blocks (the model, serve's index, a session's totals) counts
+// each the same: the one rule every view of a sampled trace scales by.
+func SampledBlock(size, addr uint64, t int64, rate int64) (bytes uint64, objects uint32) {
+	b, o := SampleWeights(size, rate)
+	return uint64(math.Round(b)), wholeObjects(o, addr, t)
+}
+
+// wholeObjects is o objects as a whole number, floor(o) or one more, chosen
+// by a hash of the block's address and time with the probability of the
+// fraction: unbiased, and the same each time the block is counted.
+func wholeObjects(o float64, addr uint64, t int64) uint32 {
 	n := math.Floor(o)
 	if frac := o - n; frac > 0 {
 		h := (addr ^ uint64(t)*0x9e3779b97f4a7c15) * 0xbf58476d1ce4e5b9
@@ -48,7 +65,45 @@ func (m *Model) sampledBlock(size, addr uint64, t int64) (uint64, uint32) {
 			n++
 		}
 	}
-	return uint64(math.Round(b)), uint32(min(n, math.MaxUint32))
+	return uint32(min(n, math.MaxUint32))
+}
+
+// EventWeights is what a recorded allocation (or a realloc's result)
+// counts in a trace sampled at rate: when its provider weighed it (an
+// allocation through an otel_memory USDT probe carries the probe's weight
+// in OldSize, see event.Event), that many bytes and weight/size objects;
+// else SampledBlock's.
+func EventWeights(e *event.Event, rate int64) (bytes uint64, objects uint32) {
+	if e.Kind == event.KindAlloc && e.OldSize != 0 {
+		return e.OldSize, wholeObjects(float64(e.OldSize)/float64(max(e.Size, 1)), e.Addr, e.Time)
+	}
+	return SampledBlock(e.Size, e.Addr, e.Time, rate)
+}
+
+// SampleVariance returns the variance of the bytes a recorded block
+// counts, bytes (SampledBlock's), as an estimate of the bytes it stands
+// for: (1-p)·bytes², p being the probability that an allocation of its
+// size was recorded (found again from bytes, which grows with the size).
+// Summed over blocks it is the variance of a total's estimate (each block
+// recorded or not independently): its square root is the total's
+// standard error.
+func SampleVariance(bytes uint64, rate int64) float64 {
+	if rate <= 0 || bytes == 0 {
+		return 0
+	}
+	// bytes/rate = x/(1-exp(-x)), x = size/rate: solve for x.
+	y := float64(bytes) / float64(rate)
+	lo, hi := 0.0, y
+	for i := 0; i < 60 && hi-lo > 1e-12*hi; i++ {
+		x := (lo + hi) / 2
+		if g := x / -math.Expm1(-x); g < y {
+			lo = x
+		} else {
+			hi = x
+		}
+	}
+	b := float64(bytes)
+	return math.Exp(-(lo+hi)/2) * b * b
 }
 
 // sampledEvent applies one heap event of a sampled trace.
@@ -88,13 +143,19 @@ func (m *Model) sampledEvent(p *proc, t *thread, e *event.Event) {
 }
 
 func (m *Model) sampledAlloc(p *proc, si int32, e *event.Event) uint64 {
-	bytes, n := m.sampledBlock(e.Size, e.Addr, e.Time)
+	bytes, n := EventWeights(e, m.rate)
 	if old, ok := m.blocks.put(p, e.Addr, block{size: bytes, site: si, tid: n}); ok {
 		m.missed++
 		m.sampledRelease(old, false)
 	}
 	s := &m.sites[si]
 	m.touch(s)
+	v := SampleVariance(bytes, m.rate)
+	if s.vars == nil {
+		s.vars = &siteVars{}
+	}
+	s.vars.live += v
+	m.bytesVar += v
 	s.liveBytes += bytes
 	s.liveBlocks += uint64(n)
 	s.bytes += bytes
@@ -118,6 +179,9 @@ func (m *Model) sampledRelease(b block, counted bool) {
 	s := &m.sites[b.site]
 	m.touch(s)
 	n := uint64(b.tid)
+	if s.vars != nil {
+		s.vars.live = max(s.vars.live-SampleVariance(b.size, m.rate), 0)
+	}
 	s.liveBytes -= b.size
 	s.liveBlocks -= n
 	if counted {

@@ -2,7 +2,10 @@ package analyze
 
 import (
 	"math"
+	"math/rand"
 	"testing"
+
+	"github.com/heapscope/heapscope/event"
 )
 
 func TestSampleWeights(t *testing.T) {
@@ -64,5 +67,64 @@ func TestSampledModel(t *testing.T) {
 	}
 	if p.Peak.Bytes < 64*r+b.Bytes {
 		t.Errorf("peak %d: less than the two first blocks, %d", p.Peak.Bytes, 64*r+b.Bytes)
+	}
+}
+
+// TestSampleVariance: SampleVariance finds the recorded block's size again
+// from its bytes, and the variance the model sums is the spread of its
+// estimates: sampling the same allocations many times, the standard
+// deviation of the bytes allocated (and of the leaks) is the square root
+// of the variance each run reports, within the noise of 400 runs.
+func TestSampleVariance(t *testing.T) {
+	const r = 1 << 14
+	for _, size := range []uint64{1, 100, r, 10 * r} {
+		b, _ := SampleWeights(size, r)
+		p := float64(size) / b
+		want := (1 - p) * b * b
+		if got := SampleVariance(uint64(math.Round(b)), r); math.Abs(got-want) > 1e-3*want+b {
+			t.Errorf("size %d: variance %v, want %v", size, got, want)
+		}
+	}
+	if SampleVariance(100, 0) != 0 {
+		t.Error("an exact trace has no variance")
+	}
+	rng := rand.New(rand.NewSource(1))
+	sizes := make([]uint64, 3000)
+	for i := range sizes {
+		sizes[i] = uint64(1 + rng.Intn(4*r))
+	}
+	var sum, sum2, vars, lsum, lsum2, lvars float64
+	const runs = 400
+	for k := 0; k < runs; k++ {
+		s := &seq{}
+		for i, size := range sizes {
+			if rng.Float64() < -math.Expm1(-float64(size)/r) {
+				s.alloc(event.StackID(1+i%5), uint64(0x1000+16*i), size)
+				if i%2 == 0 {
+					s.free(uint64(0x1000 + 16*i))
+				}
+			}
+		}
+		p := run(t, Options{SampleRate: r}, s)
+		x := float64(p.Summary.Bytes)
+		sum, sum2, vars = sum+x, sum2+x*x, vars+p.Summary.BytesVar
+		var lv float64
+		for _, st := range p.Stacks {
+			lv += st.LiveVar
+		}
+		l := float64(p.Summary.LiveBytes)
+		lsum, lsum2, lvars = lsum+l, lsum2+l*l, lvars+lv
+	}
+	for _, c := range []struct {
+		what            string
+		sum, sum2, vars float64
+	}{{"bytes allocated", sum, sum2, vars}, {"leaked", lsum, lsum2, lvars}} {
+		mean := c.sum / runs
+		sd := math.Sqrt(c.sum2/runs - mean*mean)
+		est := math.Sqrt(c.vars / runs)
+		t.Logf("%s: mean %.0f, standard deviation %.0f, reported %.0f", c.what, mean, sd, est)
+		if math.Abs(sd-est) > 0.15*sd {
+			t.Errorf("%s: the estimates' standard deviation %.0f, the variance reported gives %.0f", c.what, sd, est)
+		}
 	}
 }

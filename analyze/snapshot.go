@@ -11,6 +11,9 @@ import (
 type snapProc struct {
 	latest *event.Snapshot
 	base   map[event.StackID]event.StackTotal
+	// gone: the process exited after its latest snapshot, whose live
+	// blocks are its leaks but no longer in the heap.
+	gone bool
 }
 
 // Snapshot records the aggregate state of a process. Only the latest
@@ -51,27 +54,45 @@ func (m *Model) Snapshot(sn event.Snapshot) error {
 		bytes += wb
 		blocks += wn
 	}
-	sp.latest = &c
+	sp.latest, sp.gone = &c, false
 	m.snapLiveSums[sn.PID] = [2]uint64{bytes, blocks}
-
-	var total, totalBlocks uint64
-	for _, v := range m.snapLiveSums {
-		total += v[0]
-		totalBlocks += v[1]
-	}
-	if m.events == 0 {
-		m.timeline.add(sn.Time, total, totalBlocks)
-	}
+	total, totalBlocks := m.snapTotal(sn.Time)
 	if total > m.snapPeak.Bytes {
 		m.snapPeak = Peak{Time: sn.Time, Bytes: total, Blocks: totalBlocks}
 		m.snapPeakSet = make(map[uint32]*event.Snapshot, len(m.snaps))
 		for pid, sp := range m.snaps {
-			if sp.latest != nil {
+			if sp.latest != nil && !sp.gone {
 				m.snapPeakSet[pid] = sp.latest
 			}
 		}
 	}
 	return nil
+}
+
+// snapTotal returns the live bytes and blocks of the processes' latest
+// snapshots, and adds them to the timeline at time t when the trace has
+// no events.
+func (m *Model) snapTotal(t int64) (total, blocks uint64) {
+	for _, v := range m.snapLiveSums {
+		total += v[0]
+		blocks += v[1]
+	}
+	if m.events == 0 {
+		m.timeline.add(t, total, blocks)
+	}
+	return total, blocks
+}
+
+// snapExit takes the live blocks of an exited process's latest snapshot
+// out of the heap: they stay its leaks (see Model.Exit).
+func (m *Model) snapExit(ev event.Exit) {
+	sp := m.snaps[ev.PID]
+	if sp.latest == nil || sp.gone || ev.Time >= m.to {
+		return
+	}
+	sp.gone = true
+	m.snapLiveSums[ev.PID] = [2]uint64{}
+	m.snapTotal(ev.Time)
 }
 
 // liveWeight is what a snapshot's live block counts: itself, or in a

@@ -267,20 +267,14 @@ func run(n, reps int, threadList, only, outFile, bin string) error {
 	if env.churn, err = testutil.Build("churn", testutil.Options{}); err != nil {
 		return err
 	}
-	root, err := testutil.Root()
-	if err != nil {
-		return err
-	}
 	if bin != "" {
 		if env.heapscope, err = filepath.Abs(bin); err != nil {
 			return err
 		}
 	} else {
 		env.heapscope = filepath.Join(tmp, "heapscope")
-		build := exec.Command("go", "build", "-o", env.heapscope, "./cmd/heapscope")
-		build.Dir = root
-		if out, err := build.CombinedOutput(); err != nil {
-			return fmt.Errorf("building heapscope: %v\n%s", err, out)
+		if err := benchutil.BuildHeapscope(env.heapscope); err != nil {
+			return err
 		}
 	}
 

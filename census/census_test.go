@@ -355,7 +355,7 @@ func TestStopHooks(t *testing.T) {
 	var stops []int
 	var whileStopped int
 	stoppedState := func(what string) {
-		if n := threadsStopped(t, w.pid()); n != len(w.tids) {
+		if n := testutil.StoppedThreads(t, w.pid()); n != len(w.tids) {
 			t.Errorf("%s: %d of the %d threads stopped", what, n, len(w.tids))
 		}
 	}

@@ -436,7 +436,7 @@ func TestKilledMidCensus(t *testing.T) {
 		// The kernel lets the threads go when their tracer dies.
 		deadline := time.Now().Add(10 * time.Second)
 		for {
-			stoppedThreads := threadsStopped(t, pid)
+			stoppedThreads := testutil.StoppedThreads(t, pid)
 			if stoppedThreads == 0 {
 				break
 			}
@@ -454,23 +454,4 @@ func TestKilledMidCensus(t *testing.T) {
 	if len(c.Problems) > 0 {
 		t.Errorf("after the kills: %v", c.Problems)
 	}
-}
-
-// threadsStopped counts the threads of pid in a stop (t or T).
-func threadsStopped(t *testing.T, pid int) int {
-	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for _, e := range ents {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, e.Name()))
-		if err != nil {
-			continue
-		}
-		if i := strings.LastIndexByte(string(b), ')'); i > 0 && i+2 < len(b) && (b[i+2] == 't' || b[i+2] == 'T') {
-			n++
-		}
-	}
-	return n
 }

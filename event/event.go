@@ -280,6 +280,11 @@ type StackID uint32
 // For KindRealloc, OldAddr is the block passed in and Addr the block returned;
 // realloc(NULL, n) has OldAddr 0, and a realloc that frees (size 0) has Addr 0.
 // An allocation that failed has Addr 0.
+//
+// In a sampled trace, a KindAlloc whose provider weighed it carries in
+// OldSize the bytes it stands for (an otel_memory USDT probe's weight,
+// the target's sampler's estimate); 0 leaves it to the trace's sampling
+// rate (analyze.EventWeights).
 type Event struct {
 	Time    int64   // CLOCK_MONOTONIC, nanoseconds
 	PID     uint32  // process (thread group) id
@@ -291,7 +296,7 @@ type Event struct {
 	Addr    uint64  // the block allocated or freed (the new block for realloc)
 	Size    uint64  // bytes requested (the new size for realloc); 0 for frees
 	OldAddr uint64  // realloc: the block passed in
-	OldSize uint64  // realloc: that block's size, when the provider knows it, else 0
+	OldSize uint64  // realloc: that block's size, when the provider knows it, else 0 (see above for alloc)
 }
 
 // Stack is a call stack, innermost frame first. Frames are return addresses
@@ -470,7 +475,9 @@ func (s *Stats) TotalLost() uint64 {
 //
 // A Stack is sent before the first event that refers to it, a Process before
 // its first event and a Module before the stacks that point into it. Events
-// passed to Events may be reused by the caller after it returns.
+// passed to Events, and the Frames of a Stack passed to Stack, may be reused
+// by the caller after it returns: a sink that keeps them copies them. A
+// Process's command line is the sink's to keep.
 type Sink interface {
 	Process(Process) error
 	Exit(Exit) error

@@ -19,6 +19,7 @@ type async struct {
 type asyncRec struct {
 	evs    []event.Event
 	stack  *event.Stack
+	exit   *event.Exit
 	census *event.Census
 }
 
@@ -34,6 +35,10 @@ func newAsync(b *builder) *async {
 		for r := range a.ch {
 			if r.stack != nil {
 				b.Stack(*r.stack)
+				continue
+			}
+			if r.exit != nil {
+				b.Exit(*r.exit)
 				continue
 			}
 			if r.census != nil {
@@ -53,7 +58,6 @@ func newAsync(b *builder) *async {
 var _ event.Sink = (*async)(nil)
 
 func (a *async) Process(event.Process) error   { return nil }
-func (a *async) Exit(event.Exit) error         { return nil }
 func (a *async) Module(event.Module) error     { return nil }
 func (a *async) Snapshot(event.Snapshot) error { return nil }
 func (a *async) Stats(event.Stats) error       { return nil }
@@ -71,6 +75,14 @@ func (a *async) Stack(st event.Stack) error {
 	a.flush()
 	st.Frames = append([]uint64(nil), st.Frames...)
 	a.ch <- asyncRec{stack: &st}
+	return nil
+}
+
+// Exit passes an exit in its place among the events: it ends the
+// process's live blocks.
+func (a *async) Exit(x event.Exit) error {
+	a.flush()
+	a.ch <- asyncRec{exit: &x}
 	return nil
 }
 

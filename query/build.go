@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/bits"
 
+	"github.com/heapscope/heapscope/analyze"
 	"github.com/heapscope/heapscope/event"
 	"github.com/heapscope/heapscope/internal/blocks"
 )
@@ -19,6 +20,9 @@ type bproc struct {
 	idm    map[event.StackID]int32
 	lastTK uint64 // the thread of the last event, and its last allocation
 	last   *uint64
+	// exits counts the process's exits, the latest at exitTime.
+	exits    int
+	exitTime int64
 }
 
 // builder is the event.Sink that fills an Index. It applies the events with
@@ -26,14 +30,20 @@ type bproc struct {
 // after each event, the same frees are counted, the same allocations are
 // temporary.
 type builder struct {
-	x        *Index
+	x *Index
+	// rate is the trace's sampling rate (0: exact): each row then weighs
+	// what the heap model counts it (analyze.SampledBlock), its bytes in
+	// its size and its objects in Index.weights.
+	rate     int64
+	made     uint32 // objects the current event made, and ended
+	ended    uint32
 	procs    map[uint32]*bproc
 	lastProc *bproc
 	last     map[uint64]*uint64 // pid<<32|tid → the address its last heap event allocated, or 0
 	tooLarge bool
 
 	liveBytes  uint64
-	liveBlocks uint32
+	liveBlocks uint32 // objects, in a sampled trace
 	// times are the current group's events' times, until it is known
 	// whether they fit offsets from its first.
 	times [groupLen]int64
@@ -46,25 +56,21 @@ type builder struct {
 	// known is how many stacks were seeded (see seed); unknown is the
 	// first stack past them that a row used (-1: none).
 	known, unknown int
-	// sampled says the trace is sampled: its censuses are not applied,
-	// as the model does not apply them (census.go).
-	sampled bool
 }
 
-func newBuilder() *builder {
+func newBuilder(rate int64) *builder {
 	// Its columns are complete when the builder's events end: ready.
 	x := &Index{ready: make(chan struct{})}
 	close(x.ready)
 	a := newArena(x)
-	x.rows.arena, x.ends.arena = a, a
+	x.rows.arena, x.ends.arena, x.weights.arena = a, a, a
 	x.evs.x = x
-	return &builder{x: x, procs: map[uint32]*bproc{}, last: map[uint64]*uint64{}, threads: map[uint32]uint16{}, lastThread: -1, unknown: -1}
+	return &builder{x: x, rate: max(rate, 0), procs: map[uint32]*bproc{}, last: map[uint64]*uint64{}, threads: map[uint32]uint16{}, lastThread: -1, unknown: -1}
 }
 
 var _ event.Sink = (*builder)(nil)
 
 func (b *builder) Process(event.Process) error   { return nil }
-func (b *builder) Exit(event.Exit) error         { return nil }
 func (b *builder) Module(event.Module) error     { return nil }
 func (b *builder) Snapshot(event.Snapshot) error { return nil }
 func (b *builder) Stats(event.Stats) error       { return nil }
@@ -106,7 +112,7 @@ func (b *builder) seed(pid uint32, id event.StackID, i int32) {
 	p := b.proc(pid)
 	if id < maxDenseID {
 		if int(id) >= len(p.ids) {
-			n := max(2*len(p.ids), int(id)+1, 64)
+			n := max(2*len(p.ids), int(id)+1, 4)
 			p.ids = append(p.ids, make([]int32, n-len(p.ids))...)
 		}
 		p.ids[id] = i + 1
@@ -132,9 +138,17 @@ func (b *builder) Stack(st event.Stack) error {
 // free, on 11 M rows).
 type liveRef struct {
 	row  uint32
-	tid  uint32
-	size uint64
-	t    int64 // when it was made
+	tid  uint32 // in a sampled trace (no temporaries), its objects
+	size uint64 // bytes, as counted
+	t    int64  // when it was made
+}
+
+// objects is what l counts in live blocks.
+func (b *builder) objects(l liveRef) uint32 {
+	if b.rate > 0 {
+		return l.tid
+	}
+	return 1
 }
 
 // dt returns time t of the current event less its group's base time; a
@@ -183,9 +197,12 @@ func (b *builder) thread(i, tid uint32) uint16 {
 }
 
 // row appends a row made by the event numbered seq at time t and returns
-// its index.
-func (b *builder) row(seq uint32, t int64, stack int32, tid uint32, size uint64, flags uint8) uint32 {
+// its index. In a sampled trace w is its weight.
+func (b *builder) row(seq uint32, t int64, stack int32, tid uint32, size uint64, flags uint8, w weight) uint32 {
 	x := b.x
+	if b.rate > 0 {
+		*x.weights.add() = w
+	}
 	if int(stack) >= b.known && b.unknown < 0 {
 		b.unknown = int(stack)
 	}
@@ -217,10 +234,18 @@ func (b *builder) alloc(seq uint32, kind *uint8, p *bproc, e *event.Event, flags
 	if old, ok := p.live.Get(e.Addr); ok {
 		b.end(seq, e.Time, kind, old, b.replacedFlag(old))
 	}
-	r := b.row(seq, e.Time, b.stackIndex(p, e.Stack), e.TID, e.Size, flags)
-	p.live.Put(e.Addr, liveRef{row: r, tid: e.TID, size: e.Size, t: e.Time})
-	b.liveBytes += e.Size
-	b.liveBlocks++
+	size, n, w := e.Size, uint32(1), weight{n: 1}
+	tid := e.TID
+	if b.rate > 0 {
+		size, n = analyze.SampledBlock(e.Size, e.Addr, e.Time, b.rate)
+		w = weight{n: n, bucket: uint8(sizeBucket(e.Size))}
+		tid = n
+	}
+	r := b.row(seq, e.Time, b.stackIndex(p, e.Stack), e.TID, size, flags, w)
+	p.live.Put(e.Addr, liveRef{row: r, tid: tid, size: size, t: e.Time})
+	b.liveBytes += size
+	b.liveBlocks += n
+	b.made += n
 	*kind |= evMade
 }
 
@@ -234,7 +259,9 @@ func (b *builder) end(seq uint32, now int64, kind *uint8, l liveRef, flags uint8
 	row.life = uint8(min(bits.Len64(uint64(now-l.t)), 63)) + 1
 	row.flags |= flags
 	b.liveBytes -= l.size
-	b.liveBlocks--
+	n := b.objects(l)
+	b.liveBlocks -= n
+	b.ended += n
 	*kind |= evEnded
 }
 
@@ -248,7 +275,7 @@ func (b *builder) free(seq uint32, kind *uint8, p *bproc, e *event.Event, addr u
 		return
 	}
 	fl := uint8(fFreed)
-	if last == addr && l.tid == e.TID {
+	if last == addr && l.tid == e.TID && b.rate == 0 {
 		fl |= fTemp
 	}
 	b.end(seq, e.Time, kind, l, fl)
@@ -288,7 +315,7 @@ func (b *builder) Events(evs []event.Event) error {
 		switch e.Kind {
 		case event.KindAlloc, event.KindMmap:
 			if e.Addr == 0 {
-				b.row(seq, e.Time, b.stackIndex(p, e.Stack), e.TID, 0, fFailed|fNoBlock)
+				b.row(seq, e.Time, b.stackIndex(p, e.Stack), e.TID, 0, fFailed|fNoBlock, weight{n: 1})
 				*last = 0
 				break
 			}
@@ -299,7 +326,7 @@ func (b *builder) Events(evs []event.Event) error {
 			*last = 0
 		case event.KindRealloc:
 			if e.Addr == 0 && (e.Size != 0 || e.OldAddr == 0) {
-				b.row(seq, e.Time, b.stackIndex(p, e.Stack), e.TID, 0, fRealloc|fFailed|fNoBlock)
+				b.row(seq, e.Time, b.stackIndex(p, e.Stack), e.TID, 0, fRealloc|fFailed|fNoBlock, weight{n: 1})
 				*last = 0
 				break
 			}
@@ -309,11 +336,16 @@ func (b *builder) Events(evs []event.Event) error {
 			if e.Addr != 0 {
 				b.alloc(seq, &kind, p, e, fRealloc)
 			} else {
-				b.row(seq, e.Time, b.stackIndex(p, e.Stack), e.TID, 0, fRealloc|fNoBlock)
+				b.row(seq, e.Time, b.stackIndex(p, e.Stack), e.TID, 0, fRealloc|fNoBlock, weight{n: 1})
 			}
 			*last = e.Addr
 		case event.KindMunmap:
-			b.unmap(seq, &kind, p, e, *last)
+			if b.rate > 0 {
+				// A sampled block goes whole, as the model takes it.
+				b.free(seq, &kind, p, e, e.Addr, 0)
+			} else {
+				b.unmap(seq, &kind, p, e, *last)
+			}
 			*last = 0
 		}
 		b.endEvent(e.Time, kind)
@@ -350,12 +382,9 @@ func (b *builder) endEvent(t int64, kind uint8) {
 	if off == 0 || b.liveBytes > gr.peak {
 		gr.peak, gr.peakBlocks, gr.peakOff = b.liveBytes, b.liveBlocks, uint16(off)
 	}
-	if kind&evMade != 0 {
-		gr.made++
-	}
-	if kind&evEnded != 0 {
-		gr.ended++
-	}
+	gr.made += b.made
+	gr.ended += b.ended
+	b.made, b.ended = 0, 0
 	c.n++
 	c.endLive, c.endBlocks = b.liveBytes, b.liveBlocks
 }
@@ -379,13 +408,47 @@ func (b *builder) unmap(seq uint32, kind *uint8, p *bproc, e *event.Event, last 
 	p.live.Delete(e.Addr)
 	b.end(seq, e.Time, kind, l, 0)
 	size := l.size - e.Size
-	n := b.row(seq, e.Time, old.stack, l.tid, size, fCont|old.flags&fRealloc)
+	n := b.row(seq, e.Time, old.stack, l.tid, size, fCont|old.flags&fRealloc, weight{n: 1})
 	if rest := e.Addr + e.Size; rest != 0 {
 		// (Only a corrupt trace wraps around to 0: the rest is unknown.)
 		p.live.Put(rest, liveRef{row: n, tid: l.tid, size: size, t: e.Time})
 	}
 	b.liveBytes += size
 	b.liveBlocks++
+}
+
+// Exit ends the blocks the process has live, as the heap model does (see
+// analyze.Model.Exit): they leave the heap at the exit, which is an event
+// of the index of its own (listed in Index.exits), and stay leaks: their
+// rows end there with no lifetime (rowRec.exited), neither freed nor
+// counted as ended in the rates. A program an exec starts under the PID
+// starts with no live block.
+func (b *builder) Exit(x event.Exit) error {
+	p := b.procs[x.PID]
+	if p == nil || p.exits > 0 && x.Time <= p.exitTime {
+		return nil // nothing of it, or an exit restated
+	}
+	p.exits++
+	p.exitTime = x.Time
+	if p.live.Len() == 0 {
+		return nil
+	}
+	if b.x.evs.len() >= maxEvents {
+		b.tooLarge = true
+		return ErrTooLarge
+	}
+	seq := uint32(b.x.evs.len())
+	b.startEvent(x.Time)
+	var kind uint8
+	for _, l := range p.live.All() {
+		b.end(seq, x.Time, &kind, l, 0)
+		b.x.rows.at(int(l.row)).life = 0
+	}
+	p.live = blocks.Table[liveRef]{}
+	b.x.exits = append(b.x.exits, seq)
+	b.ended = 0 // an exit frees nothing: no rate
+	b.endEvent(x.Time, 0)
+	return nil
 }
 
 // finish returns the index, its columns complete.

@@ -24,7 +24,7 @@ import (
 // Note applies a census; the other notes are not indexed.
 func (b *builder) Note(n event.Note) error {
 	c, ok := n.(event.Census)
-	if !ok || b.sampled {
+	if !ok || b.rate > 0 { // as the model, which applies no census to a sampled trace
 		return nil
 	}
 	x := b.x
@@ -68,7 +68,7 @@ func (b *builder) Note(n event.Note) error {
 	}
 	si := b.stackIndex(p, analyze.PreTrace)
 	for _, bl := range made {
-		r := b.row(seq, c.Time, si, 0, bl.Size, fCont)
+		r := b.row(seq, c.Time, si, 0, bl.Size, fCont, weight{n: 1})
 		p.live.Put(bl.Addr, liveRef{row: r, size: bl.Size, t: c.Time})
 		b.liveBytes += bl.Size
 		b.liveBlocks++

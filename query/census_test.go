@@ -95,3 +95,63 @@ func TestCensusWindowClasses(t *testing.T) {
 		t.Errorf("rundowns %+v", r)
 	}
 }
+
+// TestCensusThenExit: a censused process's exit ends its blocks from
+// before the trace in the index as in the model (they leave the heap and
+// stay leaks), and the census of the program an exec starts under the PID
+// finds none of the old program's live: the index's whole-trace report is
+// the model's, and the heap at the end is the new program's alone.
+func TestCensusThenExit(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "census-exit.hst")
+	const s = int64(1e9)
+	w, err := tracefile.Create(path, tracefile.Header{Session: "census", Provider: "ebpf", MonoStart: s, Clock: "CLOCK_MONOTONIC"},
+		tracefile.Options{TimeResolution: 1})
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(err)
+	must(w.Process(event.Process{PID: 1, Time: s, Exe: "/bin/x"}))
+	must(w.Stack(event.Stack{PID: 1, ID: 1, Frames: []uint64{0x1000}}))
+	ev := func(tm int64, k event.Kind, addr, size uint64) event.Event {
+		return event.Event{Time: s + tm, PID: 1, TID: 1, Kind: k, Stack: 1, Addr: addr, Size: size}
+	}
+	must(w.Events([]event.Event{ev(1.1e8, event.KindAlloc, 0xa000, 30)}))
+	must(w.Note(event.Census{PID: 1, Time: s + 2e8,
+		Blocks: []event.LiveBlock{{Addr: 0xa000, Size: 40}, {Addr: 0xb000, Size: 100}, {Addr: 0xc000, Size: 1000}}}))
+	must(w.Events([]event.Event{ev(5e8, event.KindFree, 0xb000, 0)}))
+	must(w.Exit(event.Exit{PID: 1, Time: s + 6e8}))
+	must(w.Process(event.Process{PID: 1, Time: s + 6e8, Exe: "/bin/next"}))
+	must(w.Stack(event.Stack{PID: 1, ID: 1, Frames: []uint64{0x2000}}))
+	must(w.Events([]event.Event{ev(7e8, event.KindAlloc, 0xc000, 9)}))
+	must(w.Note(event.Census{PID: 1, Time: s + 8e8, Blocks: []event.LiveBlock{{Addr: 0xc000, Size: 9}, {Addr: 0x9000, Size: 8}}}))
+	must(w.Events([]event.Event{ev(9e8, event.KindAlloc, 0xd000, 1)}))
+	must(w.Close())
+
+	x := build(t, path)
+	rep, err := report.Load(path, report.LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sm := rep.Profile.Summary; sm.MissedFrees != 0 || sm.LiveBytes != 30+1000+9+8+1 {
+		t.Errorf("model: %d missed frees, %d bytes leaked; want 0 and %d", sm.MissedFrees, sm.LiveBytes, 30+1000+9+8+1)
+	}
+	want := comparable(rep.Document(0))
+	want.Rundowns, want.Resident = nil, nil
+	got := comparable(report.New(x.Profile(x.Window(Filter{})), x.trace(), x.res).Document(0))
+	if g, w := roundTrip(t, got), roundTrip(t, want); g != w {
+		t.Errorf("index:\n%s\nreport:\n%s", g, w)
+	}
+	if live, _ := x.evs.state(x.evs.len() - 1); live != 18 {
+		t.Errorf("the heap at the end %d, want 18 (the next program's)", live)
+	}
+	sp := x.Span(Filter{})
+	for _, f := range []Filter{{}, {PID: 1}} {
+		tl := x.TimelineOf(f, sp, 50)
+		if pk, ok := x.PeakOf(f, sp); !ok || pk != rep.Profile.Peak || tl[len(tl)-1].EndBytes != 18 {
+			t.Errorf("filter %+v: peak %+v, the model's %+v; heap at the end %d", f, pk, rep.Profile.Peak, tl[len(tl)-1].EndBytes)
+		}
+	}
+}

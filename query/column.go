@@ -62,8 +62,8 @@ type group struct {
 	// when it does not fit (its times are then in events.wide).
 	span    uint32
 	peakOff uint16 // the first of its events after which the heap was peak
-	made    uint16 // its events that made a block
-	ended   uint16 // its events that ended one
+	made    uint32 // the blocks its events made (objects, in a sampled trace)
+	ended   uint32 // the blocks they ended (not by an exit)
 }
 
 // events is the index's view of its heap events, by sequence number, built
@@ -85,13 +85,16 @@ type events struct {
 func (c *events) len() int { return c.n }
 
 // groupEvents is one group's events rebuilt: their times, the heap after
-// each, and their kinds (evMade, evEnded).
+// each, their kinds (evMade, evEnded), and the blocks (objects) each made
+// and ended.
 type groupEvents struct {
 	n      int
 	time   [groupLen]int64
 	live   [groupLen]uint64
 	blocks [groupLen]uint32
 	kind   [groupLen]uint8
+	made   [groupLen]uint32
+	ended  [groupLen]uint32
 }
 
 // detail rebuilds the events of group g into d from the rows made and
@@ -106,6 +109,7 @@ func (c *events) detail(g int, d *groupEvents) {
 	var dlive [groupLen]int64
 	var dblocks [groupLen]int32
 	d.kind = [groupLen]uint8{}
+	d.made, d.ended = [groupLen]uint32{}, [groupLen]uint32{}
 	for i, j := x.rowsAllocIn(lo, hi); i < j; i++ {
 		r := x.rows.at(i)
 		off := int(r.alloc) - lo
@@ -113,10 +117,12 @@ func (c *events) detail(g int, d *groupEvents) {
 		if r.flags&fNoBlock != 0 {
 			continue
 		}
+		n := x.objects(i)
 		dlive[off] += int64(x.size(r, i))
-		dblocks[off]++
+		dblocks[off] += int32(n)
 		if r.flags&fCont == 0 {
 			d.kind[off] |= evMade
+			d.made[off] += n
 		}
 	}
 	for k, j := x.endsIn(lo, hi); k < j; k++ {
@@ -124,9 +130,13 @@ func (c *events) detail(g int, d *groupEvents) {
 		r := x.rows.at(i)
 		off := int(r.end) - lo
 		d.time[off] = gr.base + int64(r.et)
+		n := x.objects(i)
 		dlive[off] -= int64(x.size(r, i))
-		dblocks[off]--
-		d.kind[off] |= evEnded
+		dblocks[off] -= int32(n)
+		if !r.exited() {
+			d.kind[off] |= evEnded
+			d.ended[off] += n
+		}
 	}
 	for k, j := x.unmatchedIn(lo, hi); k < j; k++ {
 		d.time[int(x.unmatched[k])-lo] = gr.base + int64(x.unmatchedDT[k])
@@ -208,7 +218,8 @@ func (x *Index) columnBytes() int {
 	n := len(x.rows.chunks)*chunkLen*int(unsafe.Sizeof(rowRec{})) +
 		len(x.ends.chunks)*chunkLen*4 +
 		cap(x.evs.groups)*int(unsafe.Sizeof(group{})) +
-		4*(cap(x.unmatched)+cap(x.unmatchedDT)) +
+		4*(cap(x.unmatched)+cap(x.unmatchedDT)+cap(x.exits)) +
+		len(x.weights.chunks)*chunkLen*int(unsafe.Sizeof(weight{})) +
 		len(x.evs.wide)*groupLen*8
 	return n + len(x.big)*16
 }
@@ -228,7 +239,12 @@ func (x *Index) summarizeRows() {
 	n := x.rows.len()
 	ends := make([]uint32, (n+rowGroupLen-1)>>rowGroupBits)
 	for i := 0; i < n; i++ {
-		if e := x.rows.at(i).end; e > ends[i>>rowGroupBits] {
+		r := x.rows.at(i)
+		e := r.end
+		if r.exited() {
+			e = never // a leak: every window's question reads it
+		}
+		if e > ends[i>>rowGroupBits] {
 			ends[i>>rowGroupBits] = e
 		}
 	}

@@ -111,7 +111,7 @@ func (x *Index) Consumed(res *Result, top, points int) *Consumed {
 	}
 	ss := x.subsetOf(res.Filter)
 	if ss == nil {
-		ss = &subset{pid: res.Filter.PID, tid: res.Filter.TID}
+		ss = &subset{} // every row
 	}
 	c := &consumedSweep{x: x, out: out, walk: walk, seriesOf: seriesOf, cur: make([]uint64, len(out.Series))}
 	x.sweep(ss, sp.S0, sp.S1, c)
@@ -151,16 +151,16 @@ func (c *consumedSweep) take(b int) {
 	}
 }
 
-func (c *consumedSweep) live(_ int, r *rowRec, size uint64) { c.add(r, size, 1) }
+func (c *consumedSweep) live(_ int, r *rowRec, size uint64, _ uint32) { c.add(r, size, 1) }
 func (c *consumedSweep) begin(int64) {
 	c.take(0)
 	c.walk.enter = c.take
 }
-func (c *consumedSweep) made(seq int64, _ int, r *rowRec, size uint64) {
+func (c *consumedSweep) made(seq int64, _ int, r *rowRec, size uint64, _ uint32) {
 	c.walk.to(seq)
 	c.add(r, size, 1)
 }
-func (c *consumedSweep) ended(seq int64, _ int, r *rowRec, size uint64) {
+func (c *consumedSweep) ended(seq int64, _ int, r *rowRec, size uint64, _ uint32) {
 	c.walk.to(seq)
 	c.add(r, size, -1)
 }

@@ -17,14 +17,16 @@ type DiffRow struct {
 // Diff matches the sites of res (of x) and of baseRes (of base) by their
 // symbolized frames, as heapscope diff does (symbolize.DiffSiteKey), and
 // returns each site's cost c in both, by the size of the difference,
-// largest first; sites equal in both are left out.
+// largest first; sites equal in both are left out. For a leak cost the
+// suppressed sites are left out, as in every view (see SiteCost;
+// Index.Total says how much they hold).
 func Diff(x *Index, res *Result, base *Index, baseRes *Result, c Cost) []DiffRow {
 	rows := map[string]*DiffRow{}
 	var order []string
 	add := func(ix *Index, r *Result, isBase bool) {
 		for _, s := range ix.sites {
-			v := c.Of(&r.Sites[s.ID])
-			if v == 0 {
+			v, sup := ix.SiteCost(r, c, s.ID)
+			if v == 0 || sup {
 				continue
 			}
 			k := symbolize.DiffSiteKey(s.Frames)

@@ -41,15 +41,17 @@ import (
 //
 // Layout (little-endian, native structs; x86-64 only, as heapscope):
 //
-//	magic "HSIDX\x00\x00\x04", counts (events, rows, stacks, ends, groups,
+//	magic "HSIDX\x00\x00\x07", counts (events, rows, stacks, ends, groups,
 //	unmatched frees), the row chunks (28 bytes a row), the end chunks (4
 //	bytes), the groups' summaries (48 bytes per 256 events), the heap
 //	after the last event, the groups of whole times (index and times), the
 //	big sizes, the unmatched frees and their times, the threads, the rows'
-//	threads past the first 65535, the checksum (a word: the CRC-32C of
-//	the bytes before it), and the magic again.
+//	threads past the first 65535, the exits (count and sequence numbers),
+//	the rows' weights of a sampled trace (count, then chunks of 8 bytes a
+//	row), the checksum (a word: the CRC-32C of the bytes before it), and
+//	the magic again.
 
-const diskMagic = "HSIDX\x00\x00\x05"
+const diskMagic = "HSIDX\x00\x00\x07"
 
 // castagnoli is the checksum's table (hash/crc32 computes it with SSE 4.2).
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -198,6 +200,13 @@ func (x *Index) writeColumns(w io.Writer) error {
 	for _, r := range rows {
 		d.u64(uint64(r))
 		d.u64(uint64(x.bigThread[r]))
+	}
+	d.u64(uint64(len(x.exits)))
+	d.raw(rawBytes(x.exits))
+	d.raw(pad8(4 * len(x.exits)))
+	d.u64(uint64(x.weights.len()))
+	for _, c := range x.weights.chunks {
+		d.raw(rawBytes(c))
 	}
 	d.u64(uint64(d.crc))
 	d.raw([]byte(diskMagic))
@@ -555,7 +564,7 @@ func (x *Index) readCache(d *diskReader, nstacks int) error {
 		return fmt.Errorf("%d rows, %d ends and %d groups do not fit %d bytes: %w", nrows, nends, ngroups, d.size, ErrBadIndexFile)
 	}
 	a := newArena(x)
-	x.rows.arena, x.ends.arena = a, a
+	x.rows.arena, x.ends.arena, x.weights.arena = a, a, a
 	for k := 0; k < krows && d.err == nil; k++ {
 		x.rows.chunks = append(x.rows.chunks, readChunk[rowRec](d, a))
 	}
@@ -610,6 +619,21 @@ func (x *Index) readCache(d *diskReader, nstacks int) error {
 		}
 		x.bigThread[uint32(r)] = uint32(tid)
 	}
+	nexits := d.u64()
+	if nexits > nev {
+		return fmt.Errorf("%d exits: %w", nexits, ErrBadIndexFile)
+	}
+	x.exits = sliceOf[uint32](d.take(4*int(nexits)), int(nexits))
+	d.take(len(pad8(4 * int(nexits))))
+	if nw := d.u64(); nw != 0 {
+		if nw != nrows || int64(chunks(nw))*chunkLen*int64(unsafe.Sizeof(weight{})) > d.size-d.off {
+			return fmt.Errorf("%d weights of %d rows: %w", nw, nrows, ErrBadIndexFile)
+		}
+		for k := 0; k < chunks(nw) && d.err == nil; k++ {
+			x.weights.chunks = append(x.weights.chunks, readChunk[weight](d, a))
+		}
+		x.weights.n = int(nw)
+	}
 	if sum := d.crc; d.u64() != uint64(sum) && d.err == nil {
 		return fmt.Errorf("checksum: %w", ErrBadIndexFile)
 	}
@@ -620,12 +644,14 @@ func (x *Index) readCache(d *diskReader, nstacks int) error {
 	if d.off != d.size {
 		return fmt.Errorf("%d bytes after the end: %w", d.size-d.off, ErrBadIndexFile)
 	}
-	prev := uint32(0)
-	for _, u := range x.unmatched {
-		if uint64(u) >= nev || u < prev {
-			return fmt.Errorf("unmatched free at event %d of %d: %w", u, nev, ErrBadIndexFile)
+	for what, list := range map[string][]uint32{"unmatched free": x.unmatched, "exit": x.exits} {
+		prev := uint32(0)
+		for _, u := range list {
+			if uint64(u) >= nev || u < prev {
+				return fmt.Errorf("%s at event %d of %d: %w", what, u, nev, ErrBadIndexFile)
+			}
+			prev = u
 		}
-		prev = u
 	}
 	for g := range x.evs.groups {
 		if x.evs.groups[g].peakOff >= groupLen {
@@ -668,7 +694,7 @@ func (x *Index) checkRows(nev uint64, nstacks int) error {
 		r := x.rows.at(i)
 		if r.alloc < prev || uint64(r.alloc) >= nev || r.stack < 0 || int(r.stack) >= nstacks ||
 			r.thread != manyThreads && int(r.thread) >= len(x.threads) ||
-			r.end != never && (r.end < r.alloc || uint64(r.end) >= nev || r.life == 0 || r.life > 64) {
+			r.end != never && (r.end < r.alloc || uint64(r.end) >= nev || r.life == 0 && r.flags&fNoBlock != 0 || r.life > 64) {
 			return fmt.Errorf("row %d: %w", i, ErrBadIndexFile)
 		}
 		prev = r.alloc

@@ -98,6 +98,26 @@ func TestBuildSuppressions(t *testing.T) {
 	if self != leaked {
 		t.Errorf("functions of the leaks: selves %d, want %d", self, leaked)
 	}
+	// Every leak cost counts them the same way: the net growth of a window
+	// that ends before the process's exit (its heap then is its leaks)
+	// leaves them out too, and says how much they hold; so does a diff.
+	win := x.Window(Filter{To: x.End()})
+	if tot, sup := x.Total(win, CostNet); tot != leaked || sup != sb {
+		t.Errorf("net growth up to the exit: %d, suppressed %d; report: leaked %d, suppressed %d", tot, sup, leaked, sb)
+	}
+	if fl := x.Flame(win, CostNet, false, 0, 0); fl.Total != leaked || fl.Suppressed != sb {
+		t.Errorf("flame graph of the net growth: total %d, suppressed %d; want %d, %d", fl.Total, fl.Suppressed, leaked, sb)
+	}
+	if tot, sup := x.Total(res, CostLeaks); tot != leaked || sup != sb {
+		t.Errorf("total of the leaks %d, suppressed %d; want %d, %d", tot, sup, leaked, sb)
+	}
+	var diffed uint64
+	for _, d := range Diff(x, res, x, x.Window(Filter{From: x.Start(), To: x.Start() + 1}), CostLeaks) {
+		diffed += d.Value
+	}
+	if diffed != leaked {
+		t.Errorf("diff of the leaks: %d, want the report's %d", diffed, leaked)
+	}
 	// Without rules nothing is suppressed.
 	all := build(t, path)
 	if n := len(all.Report.Suppressed); n != 0 {

@@ -12,7 +12,7 @@ type Cost uint8
 
 // The costs.
 const (
-	CostLeaks     Cost = iota // bytes live at the window's end
+	CostLeaks     Cost = iota // bytes not freed by the window's end (Costs.Leaked)
 	CostPeak                  // bytes live at the window's peak
 	CostInstant               // bytes live at Filter.At
 	CostNet                   // bytes live at the end minus at the start (growth; a site that shrank counts 0)
@@ -52,7 +52,7 @@ func ParseCost(s string) (Cost, error) {
 func (c Cost) Of(k *Costs) uint64 {
 	switch c {
 	case CostLeaks:
-		return k.End.Bytes
+		return k.Leaked.Bytes
 	case CostPeak:
 		return k.Peak.Bytes
 	case CostInstant:
@@ -72,6 +72,42 @@ func (c Cost) Of(k *Costs) uint64 {
 		return k.Classes[c-CostAIFI].Bytes
 	}
 	return 0
+}
+
+// Suppressible reports whether c measures leaks, whose suppressed part
+// (Options.Suppressions) every view leaves out and states apart, as the
+// report does: the leaks, and the net growth (what a window's leaks added).
+func (c Cost) Suppressible() bool { return c == CostLeaks || c == CostNet }
+
+// SiteCost returns what site id costs by c in res, and whether its value is
+// suppressed (left out of every total of c, and stated apart): the one rule
+// that the flame graphs, functions, callers, tables and diffs apply.
+func (x *Index) SiteCost(res *Result, c Cost, id int) (v uint64, suppressed bool) {
+	v = c.Of(&res.Sites[id])
+	return v, v != 0 && c.Suppressible() && x.Suppressed(id)
+}
+
+// Total returns res's total by c, suppressed sites left out, and what they
+// would have added.
+func (x *Index) Total(res *Result, c Cost) (total, suppressed uint64) {
+	if !c.Suppressible() || len(x.suppressed) == 0 {
+		if c == CostNet {
+			// A sum of sites' growths, as the views add them.
+			for i := range res.Sites {
+				total += c.Of(&res.Sites[i])
+			}
+			return total, 0
+		}
+		return c.Of(&res.Total), 0
+	}
+	for i := range res.Sites {
+		if v, sup := x.SiteCost(res, c, i); sup {
+			suppressed += v
+		} else {
+			total += v
+		}
+	}
+	return total, suppressed
 }
 
 // Node is a node of a flame graph: a frame on a path from the root.
@@ -96,10 +132,13 @@ type Flame struct {
 	// Hidden counts the nodes left out: below the share asked for, or
 	// beyond the node limit.
 	Hidden int `json:"hidden"`
-	// Suppressed is what the leaks of suppressed sites (Options.
-	// Suppressions) would have added to Total: the leaks cost leaves them
+	// Suppressed is what the suppressed sites (Options.Suppressions) would
+	// have added to Total: the leak costs (Cost.Suppressible) leave them
 	// out, as the report does.
 	Suppressed uint64 `json:"suppressed,omitempty"`
+	// Estimated says, for a sampled trace, that the values are estimates
+	// (report.Report.Estimate); "" when exact.
+	Estimated string `json:"estimated,omitempty"`
 }
 
 // Flame builds the flame graph of res by cost c: from the callers down
@@ -125,11 +164,11 @@ func (x *Index) Flame(res *Result, c Cost, inverted bool, minShare float64, maxN
 	at := make([]int32, len(tr.nodes)) // trie node → node + 1
 	var suppressed uint64
 	for _, s := range x.sites {
-		v := c.Of(&res.Sites[s.ID])
+		v, sup := x.SiteCost(res, c, s.ID)
 		if v == 0 {
 			continue
 		}
-		if c == CostLeaks && x.Suppressed(s.ID) {
+		if sup {
 			suppressed += v
 			continue
 		}
@@ -153,7 +192,7 @@ func (x *Index) Flame(res *Result, c Cost, inverted bool, minShare float64, maxN
 		}
 		return tr.nodes[ns[i].trie].name
 	}
-	fl := &Flame{Cost: c.String(), Inverted: inverted, Total: ns[0].value, Suppressed: suppressed}
+	fl := &Flame{Cost: c.String(), Inverted: inverted, Total: ns[0].value, Suppressed: suppressed, Estimated: x.Report.Estimate()}
 	// Which nodes to keep: at least minShare, and the maxNodes largest
 	// (a parent is never smaller than its child, and sorts first on a tie
 	// by its depth, so that the kept nodes form a tree).
@@ -300,8 +339,8 @@ func (x *Index) Functions(res *Result, c Cost, top int) []Function {
 	by := map[string]*Function{}
 	var seen map[string]bool
 	for _, s := range x.sites {
-		v := c.Of(&res.Sites[s.ID])
-		if v == 0 || c == CostLeaks && x.Suppressed(s.ID) {
+		v, sup := x.SiteCost(res, c, s.ID)
+		if v == 0 || sup {
 			continue
 		}
 		seen = map[string]bool{}
@@ -364,6 +403,8 @@ type Callers struct {
 	Total    uint64      `json:"total"`
 	Callers  []Neighbour `json:"callers"`
 	Callees  []Neighbour `json:"callees"`
+	// Suppressed is what suppressed sites left out (see Flame).
+	Suppressed uint64 `json:"suppressed,omitempty"`
 }
 
 // The neighbours' names at the ends of a stack.
@@ -380,8 +421,11 @@ func (x *Index) Callers(res *Result, c Cost, fn string, top int) *Callers {
 	callers, callees := map[string]uint64{}, map[string]uint64{}
 	seenUp, seenDown := map[string]bool{}, map[string]bool{}
 	for _, s := range x.sites {
-		v := c.Of(&res.Sites[s.ID])
-		if v == 0 || c == CostLeaks && x.Suppressed(s.ID) {
+		v, sup := x.SiteCost(res, c, s.ID)
+		if sup {
+			out.Suppressed += v
+		}
+		if v == 0 || sup {
 			continue
 		}
 		clear(seenUp)

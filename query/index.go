@@ -71,11 +71,16 @@ type rowRec struct {
 	thread uint16 // index into Index.threads; manyThreads: in Index.bigThread
 	flags  uint8
 	// life is the bucket of the block's lifetime, bits.Len64(end's time -
-	// alloc's time) (at most 63), plus 1; 0 while it is live. Kept (in
-	// what would be padding) so that a window's lifetimes need not look up
-	// the groups' base times.
+	// alloc's time) (at most 63), plus 1; 0 while it is live, and for a
+	// block ended by its process's exit (see exited): it was never
+	// freed. Kept (in what would be padding) so that a window's
+	// lifetimes need not look up the groups' base times.
 	life uint8
 }
+
+// exited reports whether row r is a block its process's exit ended: it
+// left the heap there, but was never freed (a leak).
+func (r *rowRec) exited() bool { return r.end != never && r.life == 0 && r.flags&fNoBlock == 0 }
 
 // Row flags.
 const (
@@ -142,7 +147,10 @@ type Index struct {
 
 	evs  events          // by sequence number, rebuilt from the rows and the group summaries
 	rows chunked[rowRec] // in the order of their allocation (alloc ascends)
-	ends chunked[uint32] // the rows that ended (blocks), in the order of their ends
+	// weights are, in a sampled trace, each row's weight (see
+	// builder.rate); empty in an exact one.
+	weights chunked[weight]
+	ends    chunked[uint32] // the rows that ended (blocks), in the order of their ends
 	// rowEnds is the latest end of each group of rows (see rowGroupLen).
 	rowEnds []uint32
 	big     map[uint32]uint64 // row → size, for the rows of sizes of 4 GiB and more
@@ -151,9 +159,9 @@ type Index struct {
 	threads   []uint32
 	bigThread map[uint32]uint32
 
-	stacks []stackRef // by stack index
-	sites  []*Site    // the symbolized, merged call sites
-	res    cachedResolver
+	stacks []stackRef      // by stack index
+	sites  []*Site         // the symbolized, merged call sites
+	res    report.Resolver // the report's: its stacks' frames
 	// tries are the flame graphs' trees of the sites, top-down and
 	// inverted, made on first use.
 	trieOnce [2]sync.Once
@@ -162,14 +170,17 @@ type Index struct {
 	rules    []*suppress.Rule
 	// indexProgress is Options.IndexProgress.
 	indexProgress func(n int64)
-	// suppressed says, by site, that a rule matches its stack: its leaks
-	// are suppressed (nil: no rules).
-	suppressed []bool
+	// suppressed is, by site, the rule that matches its stack: its leaks
+	// are suppressed (nil: no rules; a nil rule: none matched).
+	suppressed []*suppress.Rule
 	supOpt     suppress.Options
 	// unmatched holds the sequence numbers of unmatched frees, and
 	// unmatchedDT their times less their group's base time.
 	unmatched   []uint32
 	unmatchedDT []uint32
+	// exits are the sequence numbers of the processes' exits that ended
+	// blocks (see builder.Exit): events of the index, not heap events.
+	exits []uint32
 
 	// quick is the whole trace's answer from the report's pass, for the
 	// questions asked before the windowed index is built (see Open).
@@ -219,18 +230,35 @@ type Site struct {
 
 // Suppressed reports whether the leaks of site id are suppressed by a rule
 // of Options.Suppressions, as the report suppresses them.
-func (x *Index) Suppressed(id int) bool { return id < len(x.suppressed) && x.suppressed[id] }
+func (x *Index) Suppressed(id int) bool { return x.SuppressedBy(id) != nil }
+
+// SuppressedBy returns the rule that suppresses the leaks of site id, or
+// nil.
+func (x *Index) SuppressedBy(id int) *suppress.Rule {
+	if id < len(x.suppressed) {
+		return x.suppressed[id]
+	}
+	return nil
+}
 
 // Sites returns the call sites.
 func (x *Index) Sites() []*Site { return x.sites }
 
-// Events returns the number of heap events indexed: 0 until the windowed
-// index is ready.
+// Events returns the number of events indexed, the heap events and the
+// exits that ended blocks (sequence numbers run from 0 to it): 0 until the
+// windowed index is ready.
 func (x *Index) Events() int {
 	if !x.Ready() {
 		return 0
 	}
 	return x.evs.len()
+}
+
+// exitsIn returns how many of the events [lo, hi) are exits.
+func (x *Index) exitsIn(lo, hi int64) int {
+	i := sort.Search(len(x.exits), func(k int) bool { return int64(x.exits[k]) >= lo })
+	j := sort.Search(len(x.exits), func(k int) bool { return int64(x.exits[k]) >= hi })
+	return j - i
 }
 
 // Blocks returns the number of rows (blocks and calls that made none): 0
@@ -271,6 +299,23 @@ func (x *Index) End() int64 {
 		return x.Header.MonoStart
 	}
 	return x.evs.time(x.evs.len() - 1)
+}
+
+// weight is what a row of a sampled trace counts beyond its bytes: its
+// objects, and the size bucket of the allocation recorded (its size is the
+// bytes it stands for).
+type weight struct {
+	n      uint32
+	bucket uint8
+}
+
+// objects returns the blocks row i counts: 1, or its objects in a sampled
+// trace.
+func (x *Index) objects(i int) uint32 {
+	if x.weights.n == 0 {
+		return 1
+	}
+	return x.weights.at(i).n
 }
 
 // size returns the size of row r, i.
@@ -315,27 +360,31 @@ func (x *Index) trace() report.Trace {
 // event, so that windows cannot be answered.
 func (x *Index) Aggregate() bool { return x.Report.Profile.Aggregate }
 
-// cachedResolver holds every address of every stack, symbolized once at
-// build time: the index answers without the symbolizer's files open.
-type cachedResolver map[uint32]map[uint64][]symbolize.Frame
-
-// Frames implements report.Resolver.
-func (c cachedResolver) Frames(pid uint32, addr uint64) []symbolize.Frame {
-	if fs, ok := c[pid][addr]; ok {
-		return fs
-	}
-	return []symbolize.Frame{{Address: addr}}
-}
-
 // mergeSites symbolizes each stack, trims the allocator's frames and merges
 // the stacks that become the same.
 func (x *Index) mergeSites() {
 	frameIDs := map[symbolize.FrameKey]uint32{}
 	bySite := map[string]int32{}
+	// Stacks of one process with the same frames (the model stores them
+	// once) are one site, found without symbolizing them again.
+	type framesKey struct {
+		pid   uint32
+		first *uint64
+		n     int
+	}
+	byFrames := map[framesKey]int32{}
 	var buf []symbolize.Frame
 	var kb []byte
 	for i := range x.stacks {
 		st := &x.stacks[i]
+		var fk framesKey
+		if len(st.frames) > 0 {
+			fk = framesKey{st.pid, &st.frames[0], len(st.frames)}
+			if si, ok := byFrames[fk]; ok {
+				st.site = si
+				continue
+			}
+		}
 		buf = buf[:0]
 		for _, a := range st.frames {
 			buf = append(buf, x.res.Frames(st.pid, a)...)
@@ -365,6 +414,9 @@ func (x *Index) mergeSites() {
 			s.PIDs = append(s.PIDs, st.pid)
 		}
 		st.site = si
+		if fk.first != nil {
+			byFrames[fk] = si
+		}
 	}
 	for _, s := range x.sites {
 		sort.Slice(s.PIDs, func(i, j int) bool { return s.PIDs[i] < s.PIDs[j] })

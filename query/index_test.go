@@ -201,12 +201,13 @@ func TestWindowClamped(t *testing.T) {
 		x.Timeline(sp, 100)
 	}
 	whole := x.Window(Filter{From: 0, To: 1 << 62})
-	if whole.Total.End.Bytes != 11400 || whole.Total.End.Blocks != 7 {
-		t.Errorf("leaks of the clamped whole %+v", whole.Total.End)
+	if whole.Total.Leaked.Bytes != 11400 || whole.Total.Leaked.Blocks != 7 || whole.Total.End.Bytes != 0 {
+		t.Errorf("leaks of the clamped whole %+v, in the heap at the end %+v (the process exited)", whole.Total.Leaked, whole.Total.End)
 	}
 }
 
-// The timeline's buckets keep the peak and end with the heap at the end.
+// The timeline's buckets keep the peak and end with the heap at the end:
+// empty, once the process exited (its 11400 bytes of leaks left the heap).
 func TestTimeline(t *testing.T) {
 	x := build(t, record(t, "serve_phases"))
 	sp := x.Span(Filter{})
@@ -220,7 +221,7 @@ func TestTimeline(t *testing.T) {
 			max = maxU(max, b.MaxBytes)
 			allocs += b.Allocs
 		}
-		if max != 25000 || tl[len(tl)-1].EndBytes != 11400 || allocs != 24 {
+		if max != 25000 || tl[len(tl)-1].EndBytes != 0 || allocs != 24 {
 			t.Errorf("%d points: max %d, end %d, allocs %d", n, max, tl[len(tl)-1].EndBytes, allocs)
 		}
 	}
@@ -241,7 +242,7 @@ func timeD(ns int64) time.Duration { return time.Duration(ns) }
 // that do not (a trace idle for seconds, a time before the group's first),
 // with blocks of 5 GiB, unmatched frees and failed allocations.
 func TestEventsColumn(t *testing.T) {
-	b := newBuilder()
+	b := newBuilder(0)
 	var evs []event.Event
 	var times []int64
 	var lives []uint64
@@ -307,7 +308,7 @@ func TestEventsColumn(t *testing.T) {
 // several chunks, one of them of whole times (an idle gap of 5 s), one of
 // whole heap sizes (a block of 5 GiB).
 func TestTimelineChunks(t *testing.T) {
-	b := newBuilder()
+	b := newBuilder(0)
 	var evs []event.Event
 	tm := int64(1e9)
 	var live []uint64
@@ -398,7 +399,7 @@ func timelineOneByOne(x *Index, sp Span, points int) []Bucket {
 // freed costs a row (28 bytes) and an end (4) per block, and the groups'
 // summaries, not the 13 bytes an event (26 a block) it held besides.
 func TestIndexBytesPerBlock(t *testing.T) {
-	b := newBuilder()
+	b := newBuilder(0)
 	const n = 3 * chunkLen
 	evs := make([]event.Event, 0, 2*n)
 	for i := 0; i < n; i++ {
@@ -426,7 +427,7 @@ func TestIndexBytesPerBlock(t *testing.T) {
 // A row keeps its thread as a 16-bit index; the threads past the first
 // 65535 are kept beside, and every row gives back its own.
 func TestManyThreads(t *testing.T) {
-	b := newBuilder()
+	b := newBuilder(0)
 	const n = manyThreads + 1000
 	evs := make([]event.Event, 0, n)
 	for i := 0; i < n; i++ {

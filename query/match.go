@@ -194,13 +194,13 @@ func (x *Index) siteMask(spec string) []bool {
 
 // MatchCost returns what the sites whose frames a Match (as its String
 // writes it) keeps cost in res by c, each site once, and what every site
-// costs: a search's share. The leaks of suppressed sites count in
-// neither, as in Flame.
+// costs: a search's share. What SiteCost suppresses counts in neither,
+// as in Flame.
 func (x *Index) MatchCost(res *Result, c Cost, spec string) (matched, total uint64) {
 	mask := x.siteMask(spec)
 	for _, s := range x.sites {
-		v := c.Of(&res.Sites[s.ID])
-		if v == 0 || c == CostLeaks && x.Suppressed(s.ID) {
+		v, sup := x.SiteCost(res, c, s.ID)
+		if v == 0 || sup {
 			continue
 		}
 		total += v

@@ -11,7 +11,6 @@ import (
 	"github.com/heapscope/heapscope/event"
 	"github.com/heapscope/heapscope/report"
 	"github.com/heapscope/heapscope/suppress"
-	"github.com/heapscope/heapscope/symbolize"
 	"github.com/heapscope/heapscope/tracefile"
 )
 
@@ -49,32 +48,22 @@ func Open(path string, o Options) (*Index, error) {
 		cacheDir: o.CacheDir, indexMap: o.IndexMap, saved: make(chan struct{}), indexProgress: o.IndexProgress}
 	x.rules, x.supOpt = o.Suppressions, suppress.Options{Sysroot: o.Symbolize.Sysroot}
 
-	// The report's stacks are the index's: each address symbolized once,
-	// by the report's pass, and kept (the symbolizer's files are closed).
+	// The report's stacks are the index's, and so are their frames: each
+	// address symbolized once, by the report's pass, which keeps them (the
+	// symbolizer's files are closed).
 	pr := rep.Profile
-	sym := rep.Resolver()
-	x.res = cachedResolver{}
+	x.res = rep.Resolver()
 	x.stacks = make([]stackRef, len(pr.Stacks))
 	for i := range pr.Stacks {
 		st := &pr.Stacks[i]
 		x.stacks[i] = stackRef{pid: st.PID, id: st.ID, frames: st.Frames}
-		m := x.res[st.PID]
-		if m == nil {
-			m = map[uint64][]symbolize.Frame{}
-			x.res[st.PID] = m
-		}
-		for _, a := range st.Frames {
-			if _, ok := m[a]; !ok {
-				m[a] = sym.Frames(st.PID, a)
-			}
-		}
 	}
 	x.mergeSites()
 	if len(x.rules) > 0 {
 		m := suppress.NewMatcher(x.rules, x.supOpt)
-		x.suppressed = make([]bool, len(x.sites))
+		x.suppressed = make([]*suppress.Rule, len(x.sites))
 		for _, s := range x.sites {
-			x.suppressed[s.ID] = m.Match(s.Frames) != nil
+			x.suppressed[s.ID] = m.Match(s.Frames)
 		}
 	}
 	x.quick = x.quickResult()
@@ -178,6 +167,7 @@ func (x *Index) index(path string, sel analyze.Processes) {
 // publish makes c's columns x's.
 func (x *Index) publish(c *Index) {
 	x.evs, x.rows, x.ends, x.rowEnds, x.big, x.unmatched, x.unmatchedDT = c.evs, c.rows, c.ends, c.rowEnds, c.big, c.unmatched, c.unmatchedDT
+	x.exits, x.weights = c.exits, c.weights
 	x.threads, x.bigThread = c.threads, c.bigThread
 	x.evs.x = x
 	x.arenaOwner = c
@@ -187,11 +177,11 @@ func (x *Index) publish(c *Index) {
 // is done). The builder numbers stacks as the report's profile does, so
 // that rows point at the sites already made.
 func (x *Index) build(path string, sel analyze.Processes) (*Index, error) {
-	b := newBuilder()
+	b := newBuilder(x.Header.SampleRate)
 	if x.buildInFile() {
 		// Without a file, the build holds its rows in memory, as before.
 		if a, err := newFileArena(b.x, x.cacheDir); err == nil {
-			b.x.rows.arena, b.x.ends.arena = a, a
+			b.x.rows.arena, b.x.ends.arena, b.x.weights.arena = a, a, a
 			b.x.mapped = true
 		}
 	}
@@ -200,7 +190,6 @@ func (x *Index) build(path string, sel analyze.Processes) (*Index, error) {
 		b.seed(st.pid, st.id, int32(i))
 	}
 	b.known = len(x.stacks)
-	b.sampled = x.Header.SampleRate > 0
 	err := x.replay(path, b, sel)
 	if err == nil && b.tooLarge {
 		err = ErrTooLarge

@@ -19,12 +19,12 @@ func (x *Index) Quick(f Filter) (res *Result, ok bool) {
 }
 
 // quickResult is the whole trace's Result from the report's profile, or
-// nil for an aggregate trace and for a sampled one (the model estimates
-// its counters from the sampling rate; the index's rows are the recorded
-// blocks). For the whole trace every block is allocated inside it: what is
-// live at its end is AIFO, and AOFI and AOFO are empty.
+// nil for an aggregate trace. (A sampled trace's profile holds the
+// estimates the index's weighed rows give.) For the whole trace every
+// block is allocated inside it: what is live at its end is AIFO, and AOFI
+// and AOFO are empty.
 func (x *Index) quickResult() *Result {
-	if x.Aggregate() || x.Header.SampleRate > 0 {
+	if x.Aggregate() {
 		return nil
 	}
 	pr := x.Report.Profile
@@ -34,6 +34,7 @@ func (x *Index) quickResult() *Result {
 		Sites:   make([]Costs, len(x.sites)),
 		Unmatch: pr.Summary.UnmatchedFrees,
 		Missed:  pr.Summary.MissedFrees,
+		Sampled: pr.Summary.Sampled,
 		quick:   true,
 	}
 	if pr.Peak.Bytes > 0 {
@@ -48,7 +49,8 @@ func (x *Index) quickResult() *Result {
 		c.Bytes += st.Bytes
 		c.Frees += st.Frees
 		c.Temporary += st.Temporary
-		live := Amount{Bytes: st.LiveBytes, Blocks: st.LiveBlocks}
+		c.Leaked.plus(Amount{Bytes: st.LiveBytes, Blocks: st.LiveBlocks})
+		live := Amount{Bytes: st.LiveBytes - st.ExitedBytes, Blocks: st.LiveBlocks - st.ExitedBlocks}
 		c.End.plus(live)
 		c.Classes[AIFO].plus(live)
 		c.Peak.plus(Amount{Bytes: st.PeakBytes, Blocks: st.PeakBlocks})

@@ -13,17 +13,18 @@ import (
 // their allocations in row order and their ends in the order of the ends
 // are both in event order, so that a merge of the two walks the subset's
 // heap event by event, O(the rows of the window) and nothing per event of
-// the others.
+// the others. A row counts what it weighs (its bytes, and its objects in a
+// sampled trace: Index.objects), and a process's exit ends its live rows,
+// as in the whole heap's summaries.
 type subset struct {
 	allow    []bool // by site; nil: every site
 	pid, tid uint32
 }
 
-// subsetOf is f's subset, or nil when f has no Match: the whole heap
-// (the timeline and the peak of a process or thread are those of every
-// process, see API.md).
+// subsetOf is f's subset, or nil when f keeps every row (no process,
+// thread or Match): the whole heap, whose groups' summaries answer.
 func (x *Index) subsetOf(f Filter) *subset {
-	if f.Match == "" {
+	if f.Match == "" && f.PID == 0 && f.TID == 0 {
 		return nil
 	}
 	return &subset{allow: x.siteMask(f.Match), pid: f.PID, tid: f.TID}
@@ -35,13 +36,15 @@ func (ss *subset) keeps(x *Index, r *rowRec, i int) bool {
 	return (ss.allow == nil || ss.allow[st.site]) && (ss.pid == 0 || st.pid == ss.pid) && (ss.tid == 0 || x.tid(r, i) == ss.tid)
 }
 
-// A heapVisitor is told how a subset's heap changes through a span.
+// A heapVisitor is told how a subset's heap changes through a span: each
+// row i (r) with its bytes and its objects n.
 type heapVisitor interface {
 	// live is a block of the subset live before the span's first event.
-	live(i int, r *rowRec, size uint64)
-	// made and ended are a block the event seq made or ended.
-	made(seq int64, i int, r *rowRec, size uint64)
-	ended(seq int64, i int, r *rowRec, size uint64)
+	live(i int, r *rowRec, size uint64, n uint32)
+	// made and ended are a block the event seq made or ended (an exit's
+	// end too: r.exited).
+	made(seq int64, i int, r *rowRec, size uint64, n uint32)
+	ended(seq int64, i int, r *rowRec, size uint64, n uint32)
 	// begin follows the live blocks: the heap after event s0-1.
 	begin(s0 int64)
 	// after follows every event that changed the subset's heap.
@@ -59,7 +62,7 @@ func (x *Index) sweep(ss *subset, s0, s1 int64, v heapVisitor) {
 		for i := g; i < min((g|rowGroupMask)+1, n0); i++ {
 			r := x.rows.at(i)
 			if r.flags&fNoBlock == 0 && int64(r.end) >= s0 && ss.keeps(x, r, i) {
-				v.live(i, r, x.size(r, i))
+				v.live(i, r, x.size(r, i), x.objects(i))
 			}
 		}
 	}
@@ -93,14 +96,14 @@ func (x *Index) sweep(ss *subset, s0, s1 int64, v heapVisitor) {
 			j := int(*x.ends.at(k))
 			k++
 			if r := x.rows.at(j); ss.keeps(x, r, j) {
-				v.ended(seq, j, r, x.size(r, j))
+				v.ended(seq, j, r, x.size(r, j), x.objects(j))
 				changed = true
 			}
 		}
 		for ; a == seq; a = nextAlloc() {
 			r := x.rows.at(i)
 			if r.flags&fNoBlock == 0 && ss.keeps(x, r, i) {
-				v.made(seq, i, r, x.size(r, i))
+				v.made(seq, i, r, x.size(r, i), x.objects(i))
 				changed = true
 			}
 			i++
@@ -116,14 +119,17 @@ type heapState struct {
 	bytes, blocks uint64
 }
 
-func (h *heapState) live(_ int, _ *rowRec, size uint64) { h.bytes += size; h.blocks++ }
-func (h *heapState) made(_ int64, _ int, _ *rowRec, size uint64) {
+func (h *heapState) live(_ int, _ *rowRec, size uint64, n uint32) {
 	h.bytes += size
-	h.blocks++
+	h.blocks += uint64(n)
 }
-func (h *heapState) ended(_ int64, _ int, _ *rowRec, size uint64) {
+func (h *heapState) made(_ int64, _ int, _ *rowRec, size uint64, n uint32) {
+	h.bytes += size
+	h.blocks += uint64(n)
+}
+func (h *heapState) ended(_ int64, _ int, _ *rowRec, size uint64, n uint32) {
 	h.bytes -= size
-	h.blocks--
+	h.blocks -= uint64(n)
 }
 
 // peakFinder finds the first instant of a subset's largest heap, as peakIn
@@ -208,9 +214,12 @@ func (w *bucketWalk) finish() {
 // heap's, and finds its peak on the way.
 type timelineSweep struct {
 	peakFinder
-	out               []Bucket
-	walk              *bucketWalk
-	madeNow, endedNow bool // the current event made, ended a block of the subset
+	out  []Bucket
+	walk *bucketWalk
+	// madeNow and endedNow are the blocks (objects) of the subset the
+	// current event made by a call and ended other than by an exit: its
+	// allocations and frees, as Timeline counts them.
+	madeNow, endedNow uint64
 }
 
 func (t *timelineSweep) begin(s0 int64) {
@@ -224,18 +233,20 @@ func (t *timelineSweep) begin(s0 int64) {
 	}
 }
 
-func (t *timelineSweep) made(seq int64, i int, r *rowRec, size uint64) {
+func (t *timelineSweep) made(seq int64, i int, r *rowRec, size uint64, n uint32) {
 	t.walk.to(seq)
-	t.heapState.made(seq, i, r, size)
+	t.heapState.made(seq, i, r, size, n)
 	if r.flags&fCont == 0 {
-		t.madeNow = true
+		t.madeNow += uint64(n)
 	}
 }
 
-func (t *timelineSweep) ended(seq int64, i int, r *rowRec, size uint64) {
+func (t *timelineSweep) ended(seq int64, i int, r *rowRec, size uint64, n uint32) {
 	t.walk.to(seq)
-	t.heapState.ended(seq, i, r, size)
-	t.endedNow = true
+	t.heapState.ended(seq, i, r, size, n)
+	if !r.exited() {
+		t.endedNow += uint64(n)
+	}
 }
 
 func (t *timelineSweep) after(seq int64) {
@@ -244,13 +255,9 @@ func (t *timelineSweep) after(seq int64) {
 	if t.bytes > o.MaxBytes {
 		o.MaxBytes, o.MaxBlocks = t.bytes, t.blocks
 	}
-	if t.madeNow {
-		o.Allocs++
-	}
-	if t.endedNow {
-		o.Frees++
-	}
-	t.madeNow, t.endedNow = false, false
+	o.Allocs += t.madeNow
+	o.Frees += t.endedNow
+	t.madeNow, t.endedNow = 0, 0
 }
 
 // subsetTimeline is Timeline for the heap of ss alone, and its peak (as
@@ -270,16 +277,16 @@ func (x *Index) subsetTimeline(ss *subset, sp Span, points int) ([]Bucket, int64
 	return out, t.seq, analyze.Peak{Time: x.evs.time(int(t.seq)), Bytes: t.best.bytes, Blocks: t.best.blocks}
 }
 
-// TimelineOf is Timeline for what f keeps: the whole heap when f has no
-// Match (its process and thread do not cut the timeline, see Peak), else
-// the heap of the sites it keeps (of its process and thread).
+// TimelineOf is Timeline for what f keeps: the heap of its process, its
+// thread and the sites its Match keeps (the whole heap when it keeps
+// every row).
 func (x *Index) TimelineOf(f Filter, sp Span, points int) []Bucket {
 	b, _, _ := x.TimelinePeakOf(f, sp, points)
 	return b
 }
 
-// TimelinePeakOf is TimelineOf and PeakOf at once: for a Match, one pass
-// over the rows of the sites kept.
+// TimelinePeakOf is TimelineOf and PeakOf at once: for a filter, one pass
+// over the rows it keeps.
 func (x *Index) TimelinePeakOf(f Filter, sp Span, points int) ([]Bucket, analyze.Peak, bool) {
 	if ss := x.subsetOf(f); ss != nil {
 		b, seq, p := x.subsetTimeline(ss, sp, max(points, 1))
@@ -289,7 +296,9 @@ func (x *Index) TimelinePeakOf(f Filter, sp Span, points int) ([]Bucket, analyze
 	return x.Timeline(sp, points), p, ok
 }
 
-// PeakOf is Peak for what f keeps, as TimelineOf.
+// PeakOf is Peak for what f keeps, as TimelineOf: the first instant of
+// the span where its heap was largest; ok is false when nothing of it was
+// live.
 func (x *Index) PeakOf(f Filter, sp Span) (analyze.Peak, bool) {
 	if ss := x.subsetOf(f); ss != nil {
 		seq, p := x.subsetPeak(ss, sp.S0, sp.S1)

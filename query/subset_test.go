@@ -14,7 +14,9 @@ import (
 // subsetHeap replays a trace's heap events directly, without the index,
 // and returns after each event (in the order the index numbers them) the
 // live bytes and blocks of the blocks whose stack keep accepts, and
-// whether the event made or ended such a block.
+// whether the event made or ended such a block (by a call: a process's
+// exit, an event of the index when it had blocks live, takes them out of
+// the heap but frees none).
 func subsetHeap(t *testing.T, path string, keep func(pid uint32, st event.StackID) bool) (bytes, blocks []uint64, made, ended []bool) {
 	t.Helper()
 	r, err := tracefile.Open(path)
@@ -36,7 +38,29 @@ func subsetHeap(t *testing.T, path string, keep func(pid uint32, st event.StackI
 	}
 	live := map[key]blk{}
 	var b, n uint64
-	for _, e := range c.evs {
+	exits := c.exits
+	exit := func(x event.Exit) {
+		any := false
+		for k, old := range live {
+			if k.pid != x.PID {
+				continue
+			}
+			any = true
+			if old.kept {
+				b -= old.size
+				n--
+			}
+			delete(live, k)
+		}
+		if any {
+			bytes, blocks = append(bytes, b), append(blocks, n)
+			made, ended = append(made, false), append(ended, false)
+		}
+	}
+	for i, e := range c.evs {
+		for ; len(exits) > 0 && exits[0].n <= i; exits = exits[1:] {
+			exit(exits[0].x)
+		}
 		if e.Kind == event.KindFree && e.Addr == 0 {
 			continue // free(NULL): not an event of the index
 		}
@@ -82,14 +106,30 @@ func subsetHeap(t *testing.T, path string, keep func(pid uint32, st event.StackI
 		bytes, blocks = append(bytes, b), append(blocks, n)
 		made, ended = append(made, mk), append(ended, en)
 	}
+	for _, x := range exits {
+		exit(x.x)
+	}
 	return
 }
 
-// evCollector keeps a trace's heap events.
-type evCollector struct{ evs []event.Event }
+// evCollector keeps a trace's heap events, and its exits after the first
+// n of them.
+type evCollector struct {
+	evs   []event.Event
+	exits []struct {
+		n int
+		x event.Exit
+	}
+}
 
-func (c *evCollector) Process(event.Process) error   { return nil }
-func (c *evCollector) Exit(event.Exit) error         { return nil }
+func (c *evCollector) Process(event.Process) error { return nil }
+func (c *evCollector) Exit(x event.Exit) error {
+	c.exits = append(c.exits, struct {
+		n int
+		x event.Exit
+	}{len(c.evs), x})
+	return nil
+}
 func (c *evCollector) Module(event.Module) error     { return nil }
 func (c *evCollector) Stack(event.Stack) error       { return nil }
 func (c *evCollector) Snapshot(event.Snapshot) error { return nil }
@@ -151,16 +191,18 @@ func TestSubsetHeap(t *testing.T) {
 
 		fa := f
 		fa.Match = all
-		// (With a process, a Match's peak is that process's, not every
-		// process's as without one.)
-		if got := x.Window(fa); f.PID == 0 && !sameResult(got, whole) {
+		// (A process's peak and timeline are its heap's, with a Match or
+		// without.)
+		if got := x.Window(fa); !sameResult(got, whole) {
 			t.Errorf("window %d: a match of every site changed the answer: %+v, want %+v", k, got.Total, whole.Total)
 		}
-		if f.PID == 0 {
-			for _, points := range []int{1, 13, 500} {
-				if got, want := x.TimelineOf(fa, sp, points), x.Timeline(sp, points); !reflect.DeepEqual(got, want) {
-					t.Fatalf("window %d, %d points: the timeline of every site differs from the heap's", k, points)
-				}
+		for _, points := range []int{1, 13, 500} {
+			want := x.TimelineOf(f, sp, points)
+			if f.PID == 0 && !reflect.DeepEqual(want, x.Timeline(sp, points)) {
+				t.Fatalf("window %d, %d points: the timeline of the empty filter differs from the heap's", k, points)
+			}
+			if got := x.TimelineOf(fa, sp, points); !reflect.DeepEqual(got, want) {
+				t.Fatalf("window %d, %d points: the timeline of every site differs from the heap's", k, points)
 			}
 		}
 

@@ -79,12 +79,8 @@ func (x *Index) Timeline(sp Span, points int) []Bucket {
 			if live > o.MaxBytes {
 				o.MaxBytes, o.MaxBlocks = live, blocks
 			}
-			if d.kind[j]&evMade != 0 {
-				o.Allocs++
-			}
-			if d.kind[j]&evEnded != 0 {
-				o.Frees++
-			}
+			o.Allocs += uint64(d.made[j])
+			o.Frees += uint64(d.ended[j])
 		}
 	}
 	for ; b < n; b++ {

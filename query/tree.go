@@ -74,8 +74,9 @@ func (x *Index) Tree(res *Result, by Cost, inverted bool, minShare float64, maxN
 	for _, s := range x.sites {
 		any := false
 		for i, c := range TreeCosts {
-			v[i] = c.Of(&res.Sites[s.ID])
-			if c == CostLeaks && v[i] > 0 && x.Suppressed(s.ID) {
+			var sup bool
+			v[i], sup = x.SiteCost(res, c, s.ID)
+			if sup {
 				out.Suppressed += v[i]
 				v[i] = 0
 			}

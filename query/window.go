@@ -18,8 +18,9 @@ type Filter struct {
 	PID      uint32 // only this process (0: all)
 	TID      uint32 // only this thread (0: all)
 	// Match, when not "", keeps only the sites a Match keeps, as its
-	// String writes it: the window's peak and timeline are then those of
-	// the sites kept (see TimelineOf).
+	// String writes it. The window's peak and timeline are those of what
+	// the filter keeps: of its process, its thread and the sites its
+	// Match keeps (see TimelineOf).
 	Match string
 }
 
@@ -36,7 +37,7 @@ type Amount struct {
 	Blocks uint64 `json:"blocks"`
 }
 
-func (a *Amount) add(size uint64) { a.Bytes += size; a.Blocks++ }
+func (a *Amount) add(size, n uint64) { a.Bytes += size; a.Blocks += n }
 
 func (a *Amount) plus(o Amount) { a.Bytes += o.Bytes; a.Blocks += o.Blocks }
 
@@ -57,11 +58,18 @@ type Costs struct {
 	Frees         uint64 // blocks freed in the window (of any age)
 	Temporary     uint64 // blocks made and freed right after, in the window
 
-	Start   Amount    // live at the window's start
-	End     Amount    // live at its end
+	Start Amount // live at the window's start
+	End   Amount // live at its end
+	// Leaked is what was never freed by the window's end: End, and the
+	// blocks of the processes that exited before it (which left the heap
+	// there, but were not freed).
+	Leaked  Amount
 	Peak    Amount    // live at the window's peak instant
 	Instant Amount    // live at Filter.At
 	Classes [4]Amount // AIFI, AIFO, AOFI, AOFO
+	// ExitedAIFI is what of AIFI its process's exit ended, not a free:
+	// blocks that left the heap in the window, and are leaks.
+	ExitedAIFI Amount
 }
 
 func (c *Costs) add(o *Costs) {
@@ -73,11 +81,13 @@ func (c *Costs) add(o *Costs) {
 	c.Temporary += o.Temporary
 	c.Start.plus(o.Start)
 	c.End.plus(o.End)
+	c.Leaked.plus(o.Leaked)
 	c.Peak.plus(o.Peak)
 	c.Instant.plus(o.Instant)
 	for i := range c.Classes {
 		c.Classes[i].plus(o.Classes[i])
 	}
+	c.ExitedAIFI.plus(o.ExitedAIFI)
 }
 
 // Result is the answer to a window: the costs of every site, and the
@@ -85,14 +95,18 @@ func (c *Costs) add(o *Costs) {
 type Result struct {
 	Filter Filter
 	Span   Span
-	// Peak is the instant of the window where the heap (of every process)
-	// was largest: its sequence number (-1: none), time and size.
-	PeakSeq  int64
-	Peak     analyze.Peak
-	Sites    []Costs // by Site.ID
-	Total    Costs
-	Unmatch  uint64     // unmatched frees in the window
-	Missed   uint64     // blocks whose free was lost, ended in the window
+	// Peak is the instant of the window where the heap (of the filter's
+	// process and thread, or of every process) was largest: its sequence
+	// number (-1: none), time and size.
+	PeakSeq int64
+	Peak    analyze.Peak
+	Sites   []Costs // by Site.ID
+	Total   Costs
+	Unmatch uint64 // unmatched frees in the window
+	Missed  uint64 // blocks whose free was lost, ended in the window
+	// Sampled counts, in a sampled trace, the allocations and
+	// reallocations recorded in the window: what its estimates rest on.
+	Sampled  uint64
 	Hist     [65]uint64 // allocation sizes: bucket i holds sizes in (2^(i-1), 2^i]
 	Lifetime Lifetimes
 
@@ -196,6 +210,8 @@ func (x *Index) peakAt(i int64) analyze.Peak {
 func (x *Index) Window(f Filter) *Result {
 	sp := x.Span(f)
 	s0, s1 := sp.S0, sp.S1
+	// The peak of the heap asked about: of f's process and thread, and
+	// of the sites its Match keeps.
 	res := &Result{Filter: f, Span: sp, PeakSeq: -1}
 	ss := x.subsetOf(f)
 	if ss != nil {
@@ -223,7 +239,7 @@ func (x *Index) Window(f Filter) *Result {
 		x.scanRows(&q, w, n0+lo, n0+hi)
 	}, len(x.stacks))
 	res.stacks = parts[0].stacks
-	res.Hist, res.Lifetime, res.Missed = parts[0].hist, parts[0].life, parts[0].missed
+	res.Hist, res.Lifetime, res.Missed, res.Sampled = parts[0].hist, parts[0].life, parts[0].missed, parts[0].sampled
 	for _, w := range parts[1:] {
 		for i := range w.stacks {
 			res.stacks[i].add(&w.stacks[i])
@@ -236,6 +252,7 @@ func (x *Index) Window(f Filter) *Result {
 		}
 		res.Lifetime.Live += w.life.Live
 		res.Missed += w.missed
+		res.Sampled += w.sampled
 	}
 	lo, hi := x.unmatchedIn(int(s0), int(s1))
 	res.Unmatch = uint64(hi - lo)
@@ -261,10 +278,11 @@ type windowScan struct {
 
 // windowPart is what one goroutine's rows cost.
 type windowPart struct {
-	stacks []Costs
-	hist   [65]uint64
-	life   Lifetimes
-	missed uint64
+	stacks  []Costs
+	hist    [65]uint64
+	life    Lifetimes
+	missed  uint64
+	sampled uint64
 }
 
 // The window's rows are read in parts of at least scanMinPart rows, on at
@@ -322,7 +340,8 @@ func (x *Index) scanGroup(q *windowScan, w *windowPart, lo, hi int) {
 		row := x.rows.at(i)
 		a, e, fl := int64(row.alloc), int64(row.end), row.flags
 		inside := a >= s0
-		if !inside && e < s0 && (at < 0 || e <= at) {
+		exited := row.exited()
+		if !inside && e < s0 && (at < 0 || e <= at) && !exited {
 			continue // over before the window, and before the instant
 		}
 		st := row.stack
@@ -335,22 +354,31 @@ func (x *Index) scanGroup(q *windowScan, w *windowPart, lo, hi int) {
 		c := &w.stacks[st]
 		size := x.size(row, i)
 		block := fl&fNoBlock == 0
+		n, bucket := uint64(1), 0
+		if x.weights.n > 0 {
+			wt := x.weights.at(i)
+			n, bucket = uint64(wt.n), int(wt.bucket)
+		} else {
+			bucket = sizeBucket(size)
+		}
 		if inside && fl&fCont == 0 {
 			if fl&fRealloc != 0 {
-				c.Reallocations++
+				c.Reallocations += n
 			} else {
-				c.Allocations++
+				c.Allocations += n
 			}
 			if fl&fFailed != 0 {
-				c.Failed++
+				c.Failed += n
+			} else if x.weights.n > 0 {
+				w.sampled++
 			}
 			if block {
 				c.Bytes += size
-				w.hist[sizeBucket(size)]++
-				if e == never {
-					w.life.Live++
+				w.hist[bucket] += n
+				if e == never || exited {
+					w.life.Live += n
 				} else {
-					w.life.Buckets[row.life-1]++
+					w.life.Buckets[row.life-1] += n
 				}
 			}
 			if fl&fTemp != 0 && e < s1 {
@@ -360,38 +388,44 @@ func (x *Index) scanGroup(q *windowScan, w *windowPart, lo, hi int) {
 		if !block {
 			continue
 		}
+		if e >= s1 || exited {
+			c.Leaked.add(size, n)
+		}
 		if e >= s0 && e < s1 {
 			if fl&fFreed != 0 {
-				c.Frees++
+				c.Frees += n
 			}
 			if fl&fMissed != 0 {
 				w.missed++
 			}
 		}
 		if at >= 0 && a <= at && at < e {
-			c.Instant.add(size)
+			c.Instant.add(size, n)
 		}
 		if p >= 0 && a <= p && p < e {
-			c.Peak.add(size)
+			c.Peak.add(size, n)
 		}
 		if e < s0 {
 			continue
 		}
 		if !inside {
-			c.Start.add(size)
+			c.Start.add(size, n)
 		}
 		if e >= s1 {
-			c.End.add(size)
+			c.End.add(size, n)
 		}
 		switch {
 		case inside && e < s1:
-			c.Classes[AIFI].add(size)
+			c.Classes[AIFI].add(size, n)
+			if exited {
+				c.ExitedAIFI.add(size, n)
+			}
 		case inside:
-			c.Classes[AIFO].add(size)
+			c.Classes[AIFO].add(size, n)
 		case e < s1:
-			c.Classes[AOFI].add(size)
+			c.Classes[AOFI].add(size, n)
 		default:
-			c.Classes[AOFO].add(size)
+			c.Classes[AOFO].add(size, n)
 		}
 	}
 }
@@ -404,20 +438,25 @@ func sizeBucket(size uint64) int {
 }
 
 // Profile returns the window's answer as an analyze.Profile, for package
-// report's renderers: each stack's counters in the window, its live bytes
-// at the window's end as its leaks, at the window's peak as its peak. For
+// report's renderers: each stack's counters in the window, what it had not
+// freed by the window's end as its leaks, its live bytes at the window's
+// peak as its peak. For
 // the whole trace it is the heap model's profile (the timeline aside: the
 // index's is bucketed by time).
 func (x *Index) Profile(res *Result) *analyze.Profile {
-	whole := x.Report.Profile
+	model := x.Report.Profile
 	pr := &analyze.Profile{
 		From:      res.Span.From,
 		To:        res.Span.To,
-		Processes: whole.Processes,
-		Modules:   whole.Modules,
-		Stats:     whole.Stats,
-		HasStats:  whole.HasStats,
+		Processes: model.Processes,
+		Modules:   model.Modules,
+		Stats:     model.Stats,
+		HasStats:  model.HasStats,
 		Peak:      res.Peak,
+		// A sampled trace's counts are estimates, as the model's: the
+		// rows weigh what the model counts.
+		SampleRate: model.SampleRate,
+		Missing:    model.Missing,
 	}
 	if res.Span.S0 == 0 && res.Span.S1 == int64(x.evs.len()) {
 		pr.From, pr.To = 0, 0 // the whole trace: no window
@@ -425,9 +464,23 @@ func (x *Index) Profile(res *Result) *analyze.Profile {
 	if res.Span.S1 > res.Span.S0 {
 		pr.Start, pr.End = x.evs.time(int(res.Span.S0)), x.evs.time(int(res.Span.S1-1))
 	}
+	// The whole trace's: the model's counts, which a window's are not.
+	whole := pr.From == 0 && pr.To == 0 && res.Filter.PID == 0 && res.Filter.TID == 0 && res.Filter.Match == ""
+	// Over the whole trace a process or a Match keeps whole stacks: their
+	// leaks are the model's, and so are the classes the leak checks gave
+	// them (the index keeps no block's class: a window's, or a thread's,
+	// are not known, and its report holds no leak check).
+	wholeStacks := pr.From == 0 && pr.To == 0 && res.Filter.TID == 0 && len(model.Stacks) == len(x.stacks)
+	if wholeStacks {
+		for _, v := range model.Verdicts {
+			if res.Filter.PID == 0 || v.PID == res.Filter.PID {
+				pr.Verdicts = append(pr.Verdicts, v)
+			}
+		}
+	}
 	for i := range res.stacks {
 		c := &res.stacks[i]
-		if c.Allocations == 0 && c.Reallocations == 0 && c.Frees == 0 && c.End.Blocks == 0 {
+		if c.Allocations == 0 && c.Reallocations == 0 && c.Frees == 0 && c.Leaked.Blocks == 0 {
 			continue
 		}
 		st := &x.stacks[i]
@@ -436,15 +489,31 @@ func (x *Index) Profile(res *Result) *analyze.Profile {
 			Counters: analyze.Counters{
 				Allocations: c.Allocations, Reallocations: c.Reallocations, Failed: c.Failed,
 				Bytes: c.Bytes, Frees: c.Frees, Temporary: c.Temporary,
-				LiveBytes: c.End.Bytes, LiveBlocks: c.End.Blocks, PeakBytes: c.Peak.Bytes, PeakBlocks: c.Peak.Blocks,
+				LiveBytes: c.Leaked.Bytes, LiveBlocks: c.Leaked.Blocks, PeakBytes: c.Peak.Bytes, PeakBlocks: c.Peak.Blocks,
 			},
+			ExitedBytes: c.Leaked.Bytes - c.End.Bytes, ExitedBlocks: c.Leaked.Blocks - c.End.Blocks,
 		})
+		if whole && i < len(model.Stacks) {
+			// A sampled trace's variances (the index keeps none).
+			st := &pr.Stacks[len(pr.Stacks)-1]
+			st.LiveVar, st.PeakVar = model.Stacks[i].LiveVar, model.Stacks[i].PeakVar
+		}
+		if wholeStacks && len(pr.Verdicts) > 0 {
+			pr.Stacks[len(pr.Stacks)-1].Classes = model.Stacks[i].Classes
+		}
 	}
 	sum := &pr.Summary
-	sum.Events = uint64(res.Span.S1 - res.Span.S0)
+	sum.Events = uint64(res.Span.S1-res.Span.S0) - uint64(x.exitsIn(res.Span.S0, res.Span.S1))
 	sum.UnmatchedFrees = res.Unmatch
 	sum.MissedFrees = res.Missed
+	sum.Sampled = res.Sampled
 	sum.AddStacks(pr.Stacks)
+	if whole {
+		// The model's count (the index keeps no stream of every
+		// thread), and variance.
+		sum.HeaptrackTemporary = model.Summary.HeaptrackTemporary
+		sum.BytesVar = model.Summary.BytesVar
+	}
 	pr.Histogram = analyze.SizeBuckets(&res.Hist)
 	for _, pt := range x.TimelineOf(res.Filter, res.Span, analyze.DefaultTimelinePoints) {
 		pr.Timeline = append(pr.Timeline, analyze.Point{Time: pt.Time, Bytes: pt.MaxBytes, Blocks: pt.MaxBlocks})

@@ -158,3 +158,47 @@ func TestLeakCheckedDiff(t *testing.T) {
 		t.Errorf("diff text:\n%s", b.String())
 	}
 }
+
+// TestLeakCheckedPprofSameFrames: stacks of one process with the same
+// frames are one sample (a trace may hold a million such stack IDs), and
+// so are their classes: one class-labelled sample per class.
+func TestLeakCheckedPprofSameFrames(t *testing.T) {
+	m := analyze.New(analyze.Options{})
+	must(t, m.Process(event.Process{PID: 2, Time: 1000, Exe: exe}))
+	must(t, m.Module(event.Module{PID: 2, Start: 0x1000, End: 0x2000, Path: exe}))
+	var evs []event.Event
+	var blocks []event.BlockClass
+	for id := event.StackID(1); id <= 50; id++ {
+		must(t, m.Stack(event.Stack{PID: 2, ID: id, Frames: []uint64{0x1010, 0x1020}}))
+		for k := uint64(0); k < 2; k++ {
+			addr := uint64(id)<<8 | k
+			evs = append(evs, event.Event{Time: 2000 + int64(len(evs)), PID: 2, TID: 2, Kind: event.KindAlloc, Stack: id, Addr: addr, Size: 10})
+			blocks = append(blocks, event.BlockClass{Addr: addr, Class: []event.Class{event.ClassDefinite, event.ClassReachable}[k]})
+		}
+	}
+	must(t, m.Events(evs))
+	must(t, m.Note(event.Verdict{PID: 2, Time: 9000, Rules: event.RulesMemcheck, Complete: true, AtExit: true, Blocks: blocks[:99]}))
+	must(t, m.Exit(event.Exit{PID: 2, Time: 9500}))
+	p, err := New(m.Profile(), testTrace, frames).Pprof()
+	must(t, err)
+	type got struct {
+		samples int
+		inuse   int64
+	}
+	by := map[string]got{}
+	for _, s := range p.Sample {
+		k := "unlabelled"
+		if c := s.Label["class"]; len(c) == 1 {
+			k = c[0]
+		}
+		g := by[k]
+		g.samples++
+		g.inuse += s.Value[3]
+		by[k] = g
+	}
+	// The last block was not scanned: it stays in the unlabelled sample.
+	want := map[string]got{"unlabelled": {1, 10}, "definitely_lost": {1, 500}, "still_reachable": {1, 490}}
+	if !reflect.DeepEqual(by, want) {
+		t.Errorf("samples by class %v, want %v", by, want)
+	}
+}

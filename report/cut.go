@@ -87,8 +87,12 @@ func (r *Report) CutNote(unwind string, maxFrames int) string {
 			cutSites, sites, percent(cutBytes, total), strings.Join(mods, ", "), why, fix))
 	}
 	if deepSites > 0 {
-		notes = append(notes, fmt.Sprintf("stacks cut by the depth limit: %d of %d sites (%s of allocated bytes) have %d frames, the most recorded; raise --max-frames (up to %d)",
-			deepSites, sites, percent(deepBytes, total), maxFrames, event.MaxFrames))
+		fix := fmt.Sprintf("raise --max-frames (up to %d)", event.MaxFrames)
+		if maxFrames >= event.MaxFrames {
+			fix = "the most heapscope records: their outermost frames are missing (deep recursion?)"
+		}
+		notes = append(notes, fmt.Sprintf("stacks cut by the depth limit: %d of %d sites (%s of allocated bytes) have %d frames, the most recorded; %s",
+			deepSites, sites, percent(deepBytes, total), maxFrames, fix))
 	}
 	return strings.Join(notes, "; ")
 }

@@ -16,26 +16,34 @@ import (
 )
 
 // Counts are the numbers a diff compares, of one site or of a whole trace.
+// Leaks are counted as the report counts them: those a suppression rule
+// matched are left out, and are SuppressedBytes and SuppressedBlocks.
 type Counts struct {
-	LeakedBytes  uint64 `json:"leaked_bytes"`
-	LeakedBlocks uint64 `json:"leaked_blocks"`
-	PeakBytes    uint64 `json:"peak_bytes"`
-	Bytes        uint64 `json:"bytes_allocated"`
-	Calls        uint64 `json:"calls"` // allocations and reallocations
-	Temporary    uint64 `json:"temporary"`
+	LeakedBytes      uint64 `json:"leaked_bytes"`
+	LeakedBlocks     uint64 `json:"leaked_blocks"`
+	SuppressedBytes  uint64 `json:"suppressed_bytes"`
+	SuppressedBlocks uint64 `json:"suppressed_blocks"`
+	PeakBytes        uint64 `json:"peak_bytes"`
+	Bytes            uint64 `json:"bytes_allocated"`
+	Calls            uint64 `json:"calls"` // allocations and reallocations
+	Temporary        uint64 `json:"temporary"`
 	// What a leak check classified (0 in a trace without one): lost is
-	// definitely plus indirectly lost.
+	// definitely plus indirectly lost. As the leaks, the suppressed are
+	// left out.
 	LostBytes      uint64 `json:"lost_bytes"`
 	LostBlocks     uint64 `json:"lost_blocks"`
 	PossibleBytes  uint64 `json:"possibly_lost_bytes"`
 	ReachableBytes uint64 `json:"still_reachable_bytes"`
 }
 
-// countsOf returns the counts a diff compares of c.
-func countsOf(c *analyze.Counters) Counts {
+// countsOf returns the counts a diff compares of c, a site's (whose
+// LiveBytes are its leaks and Classes their classes, the suppressed ones
+// apart).
+func countsOf(c *analyze.Counters, supBytes, supBlocks uint64) Counts {
 	l := c.Lost()
-	return Counts{c.LiveBytes, c.LiveBlocks, c.PeakBytes, c.Bytes, c.Calls(), c.Temporary,
-		l.Bytes, l.Blocks, c.Classes[event.ClassPossible].Bytes, c.Classes[event.ClassReachable].Bytes}
+	return Counts{LeakedBytes: c.LiveBytes, LeakedBlocks: c.LiveBlocks, SuppressedBytes: supBytes, SuppressedBlocks: supBlocks,
+		PeakBytes: c.PeakBytes, Bytes: c.Bytes, Calls: c.Calls(), Temporary: c.Temporary,
+		LostBytes: l.Bytes, LostBlocks: l.Blocks, PossibleBytes: c.Classes[event.ClassPossible].Bytes, ReachableBytes: c.Classes[event.ClassReachable].Bytes}
 }
 
 // Delta is New minus Base, field by field.
@@ -98,6 +106,8 @@ type SiteDiff struct {
 	site      *Site // in the new trace where it is there
 	key       string
 	base, new analyze.Counters // the sums Base and New are made from
+	// and the suppressed leaks' bytes and blocks: base, new
+	sup [2][2]uint64
 }
 
 // Stack returns the stack, innermost first, from the new trace where it is
@@ -147,25 +157,37 @@ func NewDiff(base, new *Report) *Diff {
 				byKey[sd.key] = sd
 				d.Sites = append(d.Sites, sd)
 			}
+			side := 0
 			if isNew {
 				sd.new.Add(&s.Counters)
+				side = 1
 			} else {
 				sd.base.Add(&s.Counters)
 			}
+			sd.sup[side][0] += s.SuppressedBytes
+			sd.sup[side][1] += s.SuppressedBlocks
 		}
 	}
 	// The new trace first, so that shared stacks show its frames.
 	add(new, true)
 	add(base, false)
 	for _, sd := range d.Sites {
-		sd.Base, sd.New = countsOf(&sd.base), countsOf(&sd.new)
+		sd.Base, sd.New = countsOf(&sd.base, sd.sup[0][0], sd.sup[0][1]), countsOf(&sd.new, sd.sup[1][0], sd.sup[1][1])
 		sd.Delta = delta(sd.Base, sd.New)
 	}
 	return d
 }
 
+// totals are the counts of the whole trace: its leaks and their classes
+// are the report's (Report.Leaked, Report.Classes), the suppressed ones
+// apart.
 func totals(r *Report) Counts {
-	c := countsOf(&r.Profile.Summary.Counters)
+	sb, sk, _ := r.SuppressedTotal()
+	c := countsOf(&r.Profile.Summary.Counters, sb, sk)
+	c.LeakedBytes, c.LeakedBlocks = r.Leaked()
+	cls, l := r.Classes(), r.Lost()
+	c.LostBytes, c.LostBlocks = l.Bytes, l.Blocks
+	c.PossibleBytes, c.ReachableBytes = cls[event.ClassPossible].Bytes, cls[event.ClassReachable].Bytes
 	c.PeakBytes = r.Profile.Peak.Bytes // the trace's peak, not the sum of its stacks'
 	return c
 }
@@ -246,6 +268,9 @@ func (d *Diff) WriteText(w io.Writer, o DiffOptions) error {
 	bt, nt := d.BaseTotals, d.NewTotals
 	row("leaked bytes", bt.LeakedBytes, nt.LeakedBytes, true)
 	row("leaked blocks", bt.LeakedBlocks, nt.LeakedBlocks, false)
+	if bt.SuppressedBlocks+nt.SuppressedBlocks > 0 {
+		row("suppressed bytes", bt.SuppressedBytes, nt.SuppressedBytes, true)
+	}
 	row("peak bytes", bt.PeakBytes, nt.PeakBytes, true)
 	row("bytes allocated", bt.Bytes, nt.Bytes, true)
 	row("allocation calls", bt.Calls, nt.Calls, false)
@@ -267,6 +292,9 @@ func (d *Diff) WriteText(w io.Writer, o DiffOptions) error {
 		}
 		if n := estimatedNote(r.Profile); n != "" {
 			p("  note: %s: its counts are %s\n", r.Trace.File, n)
+		}
+		if text := suppressedText(r); text != "" {
+			p("  note: %s: %s\n", r.Trace.File, text)
 		}
 		// An aggregate trace lacks some counts: their changes mean nothing.
 		for _, l := range r.Profile.Missing.Describe() {
@@ -309,6 +337,20 @@ func (d *Diff) WriteText(w io.Writer, o DiffOptions) error {
 	return bw.Flush()
 }
 
+// suppressedText says what the rules took out of r's leaks, and which
+// rules: "" when they took nothing.
+func suppressedText(r *Report) string {
+	if len(r.Suppressed) == 0 {
+		return ""
+	}
+	sb, sk, _ := r.SuppressedTotal()
+	var rules []string
+	for _, s := range r.Suppressed {
+		rules = append(rules, s.Rule.Text)
+	}
+	return fmt.Sprintf("%s in %s of its leaks suppressed (not counted as leaked) by %s", fmtBytes(sb), plural(sk, "block"), strings.Join(rules, ", "))
+}
+
 func traceDesc(r *Report) string {
 	s := r.Trace.File
 	if r.Trace.Provider != "" {
@@ -328,6 +370,7 @@ func siteChange(s *SiteDiff) string {
 		parts = append(parts, fmt.Sprintf("%s %s (%s → %s)", name, change, fa, fb))
 	}
 	add("leaked", s.Base.LeakedBytes, s.New.LeakedBytes, true)
+	add("suppressed", s.Base.SuppressedBytes, s.New.SuppressedBytes, true)
 	add("lost", s.Base.LostBytes, s.New.LostBytes, true)
 	add("possibly lost", s.Base.PossibleBytes, s.New.PossibleBytes, true)
 	add("reachable", s.Base.ReachableBytes, s.New.ReachableBytes, true)
@@ -383,6 +426,9 @@ type DiffJSONTrace struct {
 	// Limitations say which counts the trace lacks (an aggregate trace).
 	Limitations []string `json:"limitations"`
 	Warnings    []string `json:"warnings"`
+	// Suppressed says what each suppression rule took out of the leaks
+	// (Totals.SuppressedBytes), as the report's member of that name.
+	Suppressed []JSONSuppressed `json:"suppressed"`
 }
 
 // DiffJSONSite is one changed stack.
@@ -407,6 +453,11 @@ func (d *Diff) Document(o DiffOptions) *DiffJSON {
 		}
 		if j.Warnings == nil {
 			j.Warnings = []string{}
+		}
+		j.Suppressed = []JSONSuppressed{}
+		for _, s := range r.Suppressed {
+			j.Suppressed = append(j.Suppressed, JSONSuppressed{Rule: s.Rule.Text, Source: s.Rule.Source,
+				Description: s.Rule.Description, Bytes: s.Bytes, Blocks: s.Blocks, Sites: s.Sites})
 		}
 		return j
 	}

@@ -66,6 +66,18 @@ type JSONTrace struct {
 	SampleRate         int64  `json:"sample_rate"`
 	Estimated          string `json:"estimated,omitempty"`
 	SampledAllocations uint64 `json:"sampled_allocations"`
+	// StandardErrors are, for a sampled trace, the standard errors in
+	// bytes of the main estimates (absent when exact, or not known: a
+	// window of serve's index, an aggregate trace).
+	StandardErrors *JSONErrors `json:"standard_errors,omitempty"`
+}
+
+// JSONErrors are the standard errors of a sampled trace's estimates, in
+// bytes: about two in three estimates are within one of the truth.
+type JSONErrors struct {
+	BytesAllocated float64 `json:"bytes_allocated"`
+	PeakBytes      float64 `json:"peak_bytes"`
+	LeakedBytes    float64 `json:"leaked_bytes"`
 }
 
 // JSONSummary holds the totals.
@@ -82,9 +94,12 @@ type JSONSummary struct {
 	SuppressedBytes      uint64 `json:"suppressed_bytes"`
 	SuppressedBlocks     uint64 `json:"suppressed_blocks"`
 	TemporaryAllocations uint64 `json:"temporary_allocations"`
-	UnmatchedFrees       uint64 `json:"unmatched_frees"`
-	FailedAllocations    uint64 `json:"failed_allocations"`
-	MissedFrees          uint64 `json:"missed_frees"`
+	// HeaptrackTemporary is the temporaries by heaptrack's definition
+	// (definitions.temporary), for a comparison with heaptrack.
+	HeaptrackTemporary uint64 `json:"heaptrack_temporary_allocations"`
+	UnmatchedFrees     uint64 `json:"unmatched_frees"`
+	FailedAllocations  uint64 `json:"failed_allocations"`
+	MissedFrees        uint64 `json:"missed_frees"`
 }
 
 // JSONLive is a site's live blocks: at the end (leaks) or at the peak.
@@ -206,6 +221,7 @@ func (r *Report) document(top int, sites bool) *JSON {
 			Events:     p.Summary.Events,
 			Aggregate:  p.Aggregate,
 			SampleRate: p.SampleRate, Estimated: estimatedNote(p), SampledAllocations: p.Summary.Sampled,
+			StandardErrors: r.jsonErrors(),
 		},
 		Summary: JSONSummary{
 			Allocations:          p.Summary.Allocations,
@@ -220,6 +236,7 @@ func (r *Report) document(top int, sites bool) *JSON {
 			SuppressedBytes:      supBytes,
 			SuppressedBlocks:     supBlocks,
 			TemporaryAllocations: p.Summary.Temporary,
+			HeaptrackTemporary:   p.Summary.HeaptrackTemporary,
 			UnmatchedFrees:       p.Summary.UnmatchedFrees,
 			FailedAllocations:    p.Summary.Failed,
 			MissedFrees:          p.Summary.MissedFrees,

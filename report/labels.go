@@ -9,10 +9,17 @@ import (
 )
 
 // TemporaryDefinition says what a temporary allocation is in heapscope's
-// reports, and how its count differs from heaptrack's.
-const TemporaryDefinition = "an allocation freed by the next heap call of the thread that made it; " +
-	"heaptrack counts one only if no call of any thread came in between, " +
-	"so in a multi-threaded program its count is lower (for one thread the two agree)"
+// reports, and how heaptrack's count differs (see package analyze).
+const TemporaryDefinition = "a block freed by the next heap call of the thread that made it. " +
+	HeaptrackTemporaryDefinition
+
+// HeaptrackTemporaryDefinition says how heaptrack counts temporaries, and
+// why its count differs from heapscope's.
+const HeaptrackTemporaryDefinition = "heaptrack counts a free as temporary when the call just before it, of any thread, " +
+	"allocated from the same stack with the same size, whichever block that made: " +
+	"a program that allocates a block and then frees an older one of the same stack and size counts one for heaptrack " +
+	"and none for heapscope (on single-threaded sqlite3 heaptrack counts several times more), " +
+	"and a call of another thread in between counts none for heaptrack"
 
 // UnmatchedDefinition says what an unmatched free is.
 const UnmatchedDefinition = "a free of an address that was not live in the trace: " +
@@ -76,7 +83,7 @@ func (r *Report) UnknownFields() []string {
 	m := r.Profile.Missing
 	var out []string
 	if m.Has(analyze.NoTemporaries) {
-		out = append(out, "summary.temporary_allocations", "allocations[].temporary")
+		out = append(out, "summary.temporary_allocations", "summary.heaptrack_temporary_allocations", "allocations[].temporary")
 	}
 	if m.Has(analyze.NoReallocSplit) {
 		out = append(out, "summary.reallocations", "allocations[].reallocations", "processes[].reallocations")

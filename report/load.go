@@ -3,6 +3,7 @@ package report
 import (
 	"fmt"
 	"slices"
+	"sort"
 	"sync"
 	"time"
 
@@ -74,6 +75,10 @@ func Load(path string, o LoadOptions) (*Report, error) {
 		Start:     h.MonoStart,
 		WallStart: h.WallStart,
 	}, newSymTable(sym))
+	// The symbolizer is closed when Load returns: what the report
+	// resolves later (pprof, the index's windows) is what it resolved.
+	rep.resolver = tableResolver{t: rep.syms, mods: newModuleResolver(res.Profile.Modules)}
+	rep.syms.r = rep.resolver
 	// the session's warnings (kept in the trace) first, then the reader's
 	var warnings []string
 	for _, w := range res.Profile.Warnings {
@@ -142,10 +147,24 @@ func (w *warmer) add(rec any) {
 // resolves every address again, from the caches, against it.
 func (w *warmer) run() {
 	defer close(w.done)
-	seen := map[uint32]map[uint64]bool{} // by process, then address
+	// One map of every (process, address) queued, by a hash of both (a
+	// trace of a million processes costs no map each; two that collide
+	// only leave an address to be resolved later, on its own), and the
+	// lists of frames already queued (stacks of the same frames share
+	// them: a trace may hold a million).
+	seen := map[uint64]struct{}{}
+	type framesKey struct {
+		first *uint64
+		n     int
+		pid   uint32
+	}
+	done := map[framesKey]struct{}{}
+	// The processes with modules: the symbolizer has nothing to resolve
+	// in another's frames (modules come before the stacks that point into
+	// them), so they are not queued.
+	mapped := map[uint32]bool{}
 	var batch []any
-	var pids []uint32
-	addrs := map[uint32][]uint64{}
+	var queued []pidAddr
 	first := true
 	for {
 		w.mu.Lock()
@@ -156,19 +175,21 @@ func (w *warmer) run() {
 			switch x := rec.(type) {
 			case event.Module:
 				w.sym.AddModule(x)
+				mapped[x.PID] = true
 			case event.Stack:
-				done := seen[x.PID]
-				if done == nil {
-					done = map[uint64]bool{}
-					seen[x.PID] = done
+				if len(x.Frames) == 0 || !mapped[x.PID] {
+					break
 				}
+				fk := framesKey{&x.Frames[0], len(x.Frames), x.PID}
+				if _, ok := done[fk]; ok {
+					break
+				}
+				done[fk] = struct{}{}
 				for _, a := range x.Frames {
-					if !done[a] {
-						done[a] = true
-						if len(addrs[x.PID]) == 0 {
-							pids = append(pids, x.PID)
-						}
-						addrs[x.PID] = append(addrs[x.PID], a)
+					k := (a ^ uint64(x.PID)<<40 ^ uint64(x.PID)>>24) * 0x9e3779b97f4a7c15
+					if _, ok := seen[k]; !ok {
+						seen[k] = struct{}{}
+						queued = append(queued, pidAddr{x.PID, a})
 					}
 				}
 			}
@@ -179,8 +200,8 @@ func (w *warmer) run() {
 		}
 		if first && (started || end) || end {
 			first = false
-			w.prefetch(pids, addrs)
-			pids = pids[:0]
+			w.prefetch(queued)
+			queued = queued[:0]
 		}
 		if end {
 			return
@@ -189,12 +210,25 @@ func (w *warmer) run() {
 	}
 }
 
-// prefetch resolves the addresses queued for each of pids, in a batch per
-// process: the symbolizer reads each file's DWARF once for a batch.
-func (w *warmer) prefetch(pids []uint32, addrs map[uint32][]uint64) {
-	for _, pid := range pids {
-		w.sym.Prefetch(pid, addrs[pid])
-		addrs[pid] = addrs[pid][:0]
+// pidAddr is an address of a process.
+type pidAddr struct {
+	pid  uint32
+	addr uint64
+}
+
+// prefetch resolves the addresses queued, in a batch per process: the
+// symbolizer reads each file's DWARF once for a batch.
+func (w *warmer) prefetch(queued []pidAddr) {
+	sort.SliceStable(queued, func(i, j int) bool { return queued[i].pid < queued[j].pid })
+	var addrs []uint64
+	for i := 0; i < len(queued); {
+		j := i
+		addrs = addrs[:0]
+		for ; j < len(queued) && queued[j].pid == queued[i].pid; j++ {
+			addrs = append(addrs, queued[j].addr)
+		}
+		w.sym.Prefetch(queued[i].pid, addrs)
+		i = j
 	}
 }
 

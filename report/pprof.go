@@ -45,7 +45,23 @@ func (r *Report) Pprof() (*profile.Profile, error) {
 	p.Comments = r.pprofComments()
 
 	var frames []symbolize.Frame
+	// A sample per stack of a process; the stacks of one process with the
+	// same frames (which the model stores once: a trace can have a million
+	// stack IDs of one call path) are one sample.
+	type sampleKey struct {
+		pid   uint32
+		first *uint64
+		n     int
+	}
+	// A leak-checked stack's live blocks are split by class: one sample per
+	// class, labelled class=definitely_lost and so on; the allocations and
+	// the blocks no scan classified stay in the first.
+	type merged struct {
+		sm  *profile.Sample
+		cls [event.NumClasses]*profile.Sample
+	}
 	for _, s := range r.Sites {
+		same := map[sampleKey]*merged{}
 		for _, st := range s.members {
 			objs := st.Allocations + st.Reallocations - min(st.Failed, st.Allocations+st.Reallocations)
 			liveBlocks, liveBytes := st.LiveBlocks, st.LiveBytes
@@ -56,31 +72,48 @@ func (r *Report) Pprof() (*profile.Profile, error) {
 			if objs == 0 && liveBlocks == 0 {
 				continue
 			}
-			frames = r.frames(st, frames[:0])
-			locs := b.locations(st.PID, frames)
-			if s.SuppressedBy == nil && st.Scanned().Blocks > 0 {
-				// One sample per class of the live blocks, labelled
-				// class=definitely_lost and so on; the allocations and
-				// the blocks no scan classified stay in the first.
+			classed := s.SuppressedBy == nil && st.Scanned().Blocks > 0
+			if classed {
 				u := st.Unscanned()
 				liveBlocks, liveBytes = u.Blocks, u.Bytes
-				for c, a := range st.Classes {
-					if a.Blocks == 0 {
-						continue
-					}
-					p.Sample = append(p.Sample, &profile.Sample{
-						Location: locs,
-						Value:    []int64{0, 0, int64(a.Blocks), int64(a.Bytes)},
-						Label:    map[string][]string{"class": {classKeys[c]}},
-						NumLabel: map[string][]int64{"pid": {int64(st.PID)}},
-					})
+			}
+			v := []int64{int64(objs), int64(st.Bytes), int64(liveBlocks), int64(liveBytes)}
+			var k sampleKey
+			var m *merged
+			if len(st.Frames) > 0 {
+				k = sampleKey{st.PID, &st.Frames[0], len(st.Frames)}
+				m = same[k]
+			}
+			if m == nil {
+				frames = r.frames(st, frames[:0])
+				m = &merged{sm: &profile.Sample{Location: b.locations(st.PID, frames), Value: make([]int64, len(v)),
+					NumLabel: map[string][]int64{"pid": {int64(st.PID)}}}}
+				p.Sample = append(p.Sample, m.sm)
+				if k.first != nil {
+					same[k] = m
 				}
 			}
-			p.Sample = append(p.Sample, &profile.Sample{
-				Location: locs,
-				Value:    []int64{int64(objs), int64(st.Bytes), int64(liveBlocks), int64(liveBytes)},
-				NumLabel: map[string][]int64{"pid": {int64(st.PID)}},
-			})
+			for i := range v {
+				m.sm.Value[i] += v[i]
+			}
+			if !classed {
+				continue
+			}
+			for c, a := range st.Classes {
+				if a.Blocks == 0 {
+					continue
+				}
+				cs := m.cls[c]
+				if cs == nil {
+					cs = &profile.Sample{Location: m.sm.Location, Value: make([]int64, len(v)),
+						Label:    map[string][]string{"class": {classKeys[c]}},
+						NumLabel: map[string][]int64{"pid": {int64(st.PID)}}}
+					m.cls[c] = cs
+					p.Sample = append(p.Sample, cs)
+				}
+				cs.Value[2] += int64(a.Blocks)
+				cs.Value[3] += int64(a.Bytes)
+			}
 		}
 	}
 	return checked(p, "pprof profile")

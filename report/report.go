@@ -105,6 +105,7 @@ type Report struct {
 
 	resolver Resolver
 	table    *frameTable
+	syms     *symTable // what newReport resolved
 }
 
 // frameTable interns frames: the same frame in thousands of stacks is
@@ -150,26 +151,17 @@ func New(p *analyze.Profile, t Trace, r Resolver) *Report {
 type symTable struct {
 	r     Resolver
 	table frameTable
-	addrs map[uint32]map[uint64][]uint32 // by process, then address: maps keyed by a word are the fastest
+	addrs map[pidAddr][]uint32 // one map, not one per process: a trace may have a million
 }
 
 func newSymTable(r Resolver) *symTable {
-	return &symTable{r: r, table: frameTable{index: map[symbolize.FrameKey]uint32{}}, addrs: map[uint32]map[uint64][]uint32{}}
+	return &symTable{r: r, table: frameTable{index: map[symbolize.FrameKey]uint32{}}, addrs: map[pidAddr][]uint32{}}
 }
 
-// proc returns the table of process pid's addresses.
-func (t *symTable) proc(pid uint32) map[uint64][]uint32 {
-	m := t.addrs[pid]
-	if m == nil {
-		m = map[uint64][]uint32{}
-		t.addrs[pid] = m
-	}
-	return m
-}
-
-// ids returns the frames of addr in process pid, whose table is m.
-func (t *symTable) ids(m map[uint64][]uint32, pid uint32, addr uint64) []uint32 {
-	if ids, ok := m[addr]; ok {
+// ids returns the frames of addr in process pid.
+func (t *symTable) ids(pid uint32, addr uint64) []uint32 {
+	k := pidAddr{pid, addr}
+	if ids, ok := t.addrs[k]; ok {
 		return ids
 	}
 	fs := t.r.Frames(pid, addr)
@@ -177,21 +169,38 @@ func (t *symTable) ids(m map[uint64][]uint32, pid uint32, addr uint64) []uint32 
 	for i, f := range fs {
 		ids[i] = t.table.intern(f)
 	}
-	m[addr] = ids
+	t.addrs[k] = ids
 	return ids
 }
 
 func newReport(p *analyze.Profile, t Trace, st *symTable) *Report {
-	rep := &Report{Trace: t, Profile: p, resolver: st.r, table: &st.table}
+	rep := &Report{Trace: t, Profile: p, resolver: st.r, table: &st.table, syms: st}
 	bySite := map[string]*Site{}
+	// Stacks of one process with the same frames, which the model stores
+	// once, are one site: found by their frames' slice, not symbolized
+	// again (a trace may hold a million of them).
+	type framesKey struct {
+		pid   uint32
+		first *uint64
+		n     int
+	}
+	byFrames := map[framesKey]*Site{}
 	var ids []uint32
 	var kb []byte
 	for i := range p.Stacks {
 		stack := &p.Stacks[i]
+		var fk framesKey
+		if len(stack.Frames) > 0 {
+			fk = framesKey{stack.PID, &stack.Frames[0], len(stack.Frames)}
+			if s := byFrames[fk]; s != nil {
+				s.members = append(s.members, stack)
+				s.Add(&stack.Counters)
+				continue
+			}
+		}
 		ids = ids[:0]
-		addrs := st.proc(stack.PID)
 		for _, a := range stack.Frames {
-			ids = append(ids, st.ids(addrs, stack.PID, a)...)
+			ids = append(ids, st.ids(stack.PID, a)...)
 		}
 		if stack.ID == analyze.PreTrace && len(stack.Frames) == 0 {
 			ids = append(ids, st.table.intern(beforeTraceFrame)) // a site of its own (census.go)
@@ -212,6 +221,9 @@ func newReport(p *analyze.Profile, t Trace, st *symTable) *Report {
 			s.PIDs = append(s.PIDs, stack.PID)
 		}
 		s.Add(&stack.Counters)
+		if fk.first != nil {
+			byFrames[fk] = s
+		}
 	}
 	for _, s := range rep.Sites {
 		sort.Slice(s.PIDs, func(i, j int) bool { return s.PIDs[i] < s.PIDs[j] })

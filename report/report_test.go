@@ -529,7 +529,7 @@ func TestLabels(t *testing.T) {
 	out := buf.String()
 	for _, want := range []string{
 		"temporary              5 (55.6% of allocation calls): freed by the next heap call of the thread that made them\n",
-		"heaptrack counts one only if no call of any thread came between",
+		"(heaptrack's count: 5, a free right after an allocation of the same stack and size, of any",
 		"unmatched frees        1, frees of blocks heapscope did not see made; possible causes:\n",
 		"- allocations among the 5 events lost",
 	} {
@@ -620,5 +620,25 @@ func TestTextBrief(t *testing.T) {
 	}
 	if t.Failed() {
 		t.Logf("text:\n%s", out)
+	}
+}
+
+// TestCutNoteDepth: a stack as deep as the depth limit asks for a larger
+// --max-frames, unless the limit is already the largest heapscope has.
+func TestCutNoteDepth(t *testing.T) {
+	deep := func(n int) *Report {
+		fr := make([]uint64, n)
+		for i := range fr {
+			fr[i] = 0x5000 + uint64(i)*16
+		}
+		p := &analyze.Profile{Stacks: []analyze.Stack{{PID: 1, ID: 1, Frames: fr, Counters: analyze.Counters{Allocations: 1, Bytes: 10}}}}
+		return New(p, Trace{}, frames)
+	}
+	if note := deep(8).CutNote("tables", 8); !strings.Contains(note, "raise --max-frames (up to 127)") {
+		t.Errorf("limit 8: %q", note)
+	}
+	note := deep(127).CutNote("tables", 127)
+	if strings.Contains(note, "raise --max-frames") || !strings.Contains(note, "the most heapscope records") {
+		t.Errorf("limit 127: %q", note)
 	}
 }

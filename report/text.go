@@ -126,6 +126,9 @@ func (t *textWriter) header() {
 	if p := r.Profile; p.Estimated() {
 		t.printf("This trace was sampled: one allocation per %s allocated on average was recorded (%s here).\n", fmtRate(p.SampleRate), sampledText(p))
 		t.printf("Every byte and block count below is %s: each allocation\nrecorded of S bytes counts S/(1-exp(-S/R)) bytes and 1/(1-exp(-S/R)) blocks. Temporaries are not available when sampled.\n", estimatedNote(p))
+		if _, _, _, ok := r.StandardErrors(); ok {
+			t.printf("A ± is the estimate's standard error: about two estimates in three are within one of the truth.\n")
+		}
 	}
 	var totals map[uint32]*ProcessTotals
 	if len(r.Profile.Processes) > 1 {
@@ -215,8 +218,9 @@ func (t *textWriter) summary() {
 		row("  failed", "%s (returned NULL)", fmtCount(s.Failed))
 	}
 	row("frees", "%s", fmtCount(s.Frees))
-	row("bytes allocated", "%s", fmtBytesExact(s.Bytes))
-	peak := fmt.Sprintf("%s in %s at %s", fmtBytesExact(p.Peak.Bytes), plural(p.Peak.Blocks, "block"), fmtDur(r.rel(p.Peak.Time)))
+	seB, seP, seL, seOK := r.StandardErrors()
+	row("bytes allocated", "%s%s", fmtBytesExact(s.Bytes), plusMinus(seB, seOK))
+	peak := fmt.Sprintf("%s%s in %s at %s", fmtBytesExact(p.Peak.Bytes), plusMinus(seP, seOK), plural(p.Peak.Blocks, "block"), fmtDur(r.rel(p.Peak.Time)))
 	if p.Missing.Has(analyze.NoPeakInstant) {
 		peak = "at least " + peak + " (largest at a snapshot)"
 	}
@@ -225,7 +229,7 @@ func (t *textWriter) summary() {
 	if r.LeakChecked() {
 		t.classRows(row, lb, lk)
 	} else {
-		row("leaked", "%s in %s", fmtBytesExact(lb), plural(lk, "block"))
+		row("leaked", "%s%s in %s", fmtBytesExact(lb), plusMinus(seL, seOK), plural(lk, "block"))
 	}
 	if bb, bk, ok := r.beforeTraceLive(); ok {
 		row("  before the trace", "%s in %s of them were live before it (a census: see BEFORE THE TRACE)", fmtBytes(bb), plural(bk, "block"))
@@ -241,7 +245,8 @@ func (t *textWriter) summary() {
 	} else {
 		row("temporary", "%s (%s of allocation calls): freed by the next heap call of the thread that made them", fmtCount(s.Temporary), pct(s.Temporary, s.Allocations+s.Reallocations))
 		if !t.o.Brief {
-			row("", "(heaptrack counts one only if no call of any thread came between: fewer with threads)")
+			row("", "(heaptrack's count: %s, a free right after an allocation of the same stack and size, of any", fmtCount(s.HeaptrackTemporary))
+			row("", " block, with no call of another thread between)")
 		}
 	}
 	if causes := r.UnmatchedCauses(); len(causes) > 0 {

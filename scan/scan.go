@@ -785,15 +785,7 @@ func (s *scanner) sortCands() {
 	span := s.hi - s.lo
 	var count [1 << 16]int32
 	for shift := uint(0); shift < 64 && span>>shift != 0; shift += 16 {
-		clear(count[:])
-		for _, w := range c {
-			count[((w-s.lo)>>shift)&0xffff]++
-		}
-		var sum int32
-		for i, k := range count {
-			count[i] = sum
-			sum += k
-		}
+		radixOffsets(&count, c, s.lo, shift)
 		for _, w := range c {
 			d := ((w - s.lo) >> shift) & 0xffff
 			tmp[count[d]] = w
@@ -802,6 +794,21 @@ func (s *scanner) sortCands() {
 		c, tmp = tmp, c
 	}
 	s.cands, s.tmp = c, tmp[:0]
+}
+
+// radixOffsets sets count, for one pass of the radix sort of c (the 16
+// bits at shift of each word's offset from lo), to where each digit's words
+// start in the pass's output.
+func radixOffsets(count *[1 << 16]int32, c []uint64, lo uint64, shift uint) {
+	clear(count[:])
+	for _, w := range c {
+		count[((w-lo)>>shift)&0xffff]++
+	}
+	var sum int32
+	for i, k := range count {
+		count[i] = sum
+		sum += k
+	}
 }
 
 // sortCandsFrom is sortCands with each candidate's origin moved beside
@@ -836,15 +843,7 @@ func (s *scanner) sortCandsFrom() {
 	span := s.hi - s.lo
 	var count [1 << 16]int32
 	for shift := uint(0); shift < 64 && span>>shift != 0; shift += 16 {
-		clear(count[:])
-		for _, w := range c {
-			count[((w-s.lo)>>shift)&0xffff]++
-		}
-		var sum int32
-		for i, k := range count {
-			count[i] = sum
-			sum += k
-		}
+		radixOffsets(&count, c, s.lo, shift)
 		for i, w := range c {
 			d := ((w - s.lo) >> shift) & 0xffff
 			tmp[count[d]] = w

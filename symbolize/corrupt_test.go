@@ -2,7 +2,9 @@ package symbolize
 
 import (
 	"bytes"
+	"compress/zlib"
 	"debug/elf"
+	"encoding/binary"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -99,6 +101,9 @@ func FuzzObject(f *testing.F) {
 			f.Add(c)
 		}
 	}
+	// Decompression bombs, in the DWARF and in the symbol table.
+	f.Add(bombELF(f, 300, false))
+	f.Add(bombELF(f, 300, true))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		ef, err := newELF(bytes.NewReader(data))
 		if err != nil {
@@ -268,6 +273,112 @@ func TestHugeSizes(t *testing.T) {
 		}
 		if len(warnings) == 0 && strings.HasPrefix(c.name, ".debug") {
 			t.Errorf("%s: no warning", c.name)
+		}
+	}
+}
+
+// bombELF is an x86-64 ELF shared object with a .text at 0x1000, a DWARF 4
+// unit in .debug_info, and a .debug_abbrev, or (symtab) a .symtab, that is
+// SHF_COMPRESSED: zlib of mib MiB of zeros, a few hundred bytes a MiB.
+func bombELF(tb testing.TB, mib int, symtab bool) []byte {
+	tb.Helper()
+	var z bytes.Buffer
+	zw, _ := zlib.NewWriterLevel(&z, zlib.BestCompression)
+	zero := make([]byte, 1<<20)
+	for i := 0; i < mib; i++ {
+		zw.Write(zero)
+	}
+	zw.Close()
+	var chdr [24]byte
+	binary.LittleEndian.PutUint32(chdr[0:], uint32(elf.COMPRESS_ZLIB))
+	binary.LittleEndian.PutUint64(chdr[8:], uint64(mib)<<20)
+	binary.LittleEndian.PutUint64(chdr[16:], 1)
+	bomb := append(chdr[:], z.Bytes()...)
+	info := []byte{8, 0, 0, 0, 4, 0, 0, 0, 0, 0, 8, 1}
+	text := bytes.Repeat([]byte{0xc3}, 0x1000)
+	shstr := []byte("\x00.text\x00.debug_info\x00.shstrtab\x00.debug_abbrev\x00.symtab\x00")
+	const ehsize, phsize, shsize = 64, 56, 64
+	textOff := uint64(0x1000)
+	infoOff := textOff + uint64(len(text))
+	strOff := infoOff + uint64(len(info))
+	bombOff := strOff + uint64(len(shstr))
+	shOff := (bombOff + uint64(len(bomb)) + 7) &^ 7
+	b := make([]byte, shOff+5*shsize)
+	copy(b, []byte{0x7f, 'E', 'L', 'F', 2, 1, 1})
+	le := binary.LittleEndian
+	le.PutUint16(b[16:], uint16(elf.ET_DYN))
+	le.PutUint16(b[18:], uint16(elf.EM_X86_64))
+	le.PutUint32(b[20:], 1)
+	le.PutUint64(b[32:], ehsize)
+	le.PutUint64(b[40:], shOff)
+	le.PutUint16(b[52:], ehsize)
+	le.PutUint16(b[54:], phsize)
+	le.PutUint16(b[56:], 1)
+	le.PutUint16(b[58:], shsize)
+	le.PutUint16(b[60:], 5)
+	le.PutUint16(b[62:], 3)
+	ph := b[ehsize:]
+	le.PutUint32(ph[0:], uint32(elf.PT_LOAD))
+	le.PutUint32(ph[4:], uint32(elf.PF_R|elf.PF_X))
+	for _, o := range []int{8, 16, 24} {
+		le.PutUint64(ph[o:], textOff)
+	}
+	le.PutUint64(ph[32:], uint64(len(text)))
+	le.PutUint64(ph[40:], uint64(len(text)))
+	le.PutUint64(ph[48:], 0x1000)
+	copy(b[textOff:], text)
+	copy(b[infoOff:], info)
+	copy(b[strOff:], shstr)
+	copy(b[bombOff:], bomb)
+	sh := func(i int, name uint32, typ elf.SectionType, flags elf.SectionFlag, addr, off, size uint64) {
+		s := b[shOff+uint64(i)*shsize:]
+		le.PutUint32(s[0:], name)
+		le.PutUint32(s[4:], uint32(typ))
+		le.PutUint64(s[8:], uint64(flags))
+		le.PutUint64(s[16:], addr)
+		le.PutUint64(s[24:], off)
+		le.PutUint64(s[32:], size)
+		le.PutUint64(s[48:], 1)
+		if typ == elf.SHT_SYMTAB {
+			le.PutUint32(s[40:], 3) // link: its strings
+			le.PutUint64(s[56:], 24)
+		}
+	}
+	sh(1, 1, elf.SHT_PROGBITS, elf.SHF_ALLOC|elf.SHF_EXECINSTR, textOff, textOff, uint64(len(text)))
+	sh(2, 7, elf.SHT_PROGBITS, 0, 0, infoOff, uint64(len(info)))
+	sh(3, 19, elf.SHT_STRTAB, 0, 0, strOff, uint64(len(shstr)))
+	if symtab {
+		sh(4, 43, elf.SHT_SYMTAB, elf.SHF_COMPRESSED, 0, bombOff, uint64(len(bomb)))
+	} else {
+		sh(4, 29, elf.SHT_PROGBITS, elf.SHF_COMPRESSED, 0, bombOff, uint64(len(bomb)))
+	}
+	return b
+}
+
+// TestDecompressionBudget: a small file whose compressed DWARF, or symbol
+// table, claims (and holds) 512 MiB is refused with a warning naming it,
+// before anything is decompressed: a file's sections may decompress to 32
+// times its size, at least 256 MiB (dwarfBudget), and deflate's 1032 times
+// does not pass (a 4 MB file took report to 4.1 GB; a 16.8 GB RSS here).
+func TestDecompressionBudget(t *testing.T) {
+	for _, symtab := range []bool{false, true} {
+		data := bombELF(t, 512, symtab)
+		ef, err := newELF(bytes.NewReader(data))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var warnings []string
+		warn := func(format string, args ...any) { warnings = append(warnings, fmt.Sprintf(format, args...)) }
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		obj := newObject("bomb", &elfFile{ef, bytes.NewReader(data)}, nil, true, warn)
+		obj.lookup(0x1010)
+		runtime.ReadMemStats(&after)
+		if n := after.TotalAlloc - before.TotalAlloc; n > 64<<20 {
+			t.Errorf("symtab %v: reading a %d-byte file allocated %d bytes", symtab, len(data), n)
+		}
+		if !strings.Contains(strings.Join(warnings, "\n"), "can honestly hold") {
+			t.Errorf("symtab %v: warnings %q", symtab, warnings)
 		}
 	}
 }

@@ -112,6 +112,7 @@ func openDWARF(f *elfFile, name string, warn func(string, ...any)) (dw *dwarfInf
 		return nil, errors.New("relocatable object")
 	}
 	secs := map[string]*dwSection{}
+	var inflated uint64 // what the compressed sections decompress to
 	for _, s := range f.Sections {
 		name, ok := strings.CutPrefix(s.Name, ".debug_")
 		if !ok {
@@ -124,7 +125,14 @@ func openDWARF(f *elfFile, name string, warn func(string, ...any)) (dw *dwarfInf
 		if err != nil {
 			return nil, fmt.Errorf("section %s: %w", s.Name, err)
 		}
+		if d.comp != compressNone {
+			inflated += d.size
+		}
 		secs[name] = d
+	}
+	if size, ok := fileSize(f.r); ok && inflated > dwarfBudget(size) {
+		return nil, fmt.Errorf("the compressed DWARF sections decompress to %d bytes, more than a file of %d bytes can honestly hold (%d)",
+			inflated, size, dwarfBudget(size))
 	}
 	if secs["info"] == nil || secs["abbrev"] == nil {
 		return nil, errors.New("no .debug_info or .debug_abbrev")

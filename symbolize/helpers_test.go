@@ -34,22 +34,8 @@ type workload struct {
 func run(t *testing.T, bin string) *workload {
 	t.Helper()
 	cmd := exec.Command(bin)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
 	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		stdin.Close()
-		cmd.Wait()
-	})
+	_, stdout := testutil.StartPiped(t, cmd)
 	w := &workload{pid: cmd.Process.Pid, syms: map[string]uint64{}}
 	sc := bufio.NewScanner(stdout)
 	ready := false
@@ -81,10 +67,11 @@ func run(t *testing.T, bin string) *workload {
 		t.Fatalf("%s ended before it was ready: %v", bin, sc.Err())
 	}
 	go io.Copy(io.Discard, stdout)
-	w.mods, err = proc.Modules(w.pid, 0)
+	mods, err := proc.Modules(w.pid, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
+	w.mods = mods
 	return w
 }
 

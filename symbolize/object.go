@@ -327,7 +327,8 @@ func debugLink(f *elf.File) (name string, crc uint32, ok bool) {
 		}
 	}()
 	sec := f.Section(".gnu_debuglink")
-	if sec == nil {
+	if sec == nil || sec.Flags&elf.SHF_COMPRESSED != 0 || sec.Size > 4096 {
+		// (A name and a CRC: never compressed, never large.)
 		return "", 0, false
 	}
 	b, err := sec.Data()
@@ -396,19 +397,28 @@ func newObject(name string, main, debug *elfFile, demangle bool, warn func(strin
 }
 
 // tablesInFile checks that f's symbol and string tables lie within the
-// file, before package elf reads them: their sizes come from the file.
+// file, before package elf reads them: their sizes come from the file; and
+// that those it would decompress (SHF_COMPRESSED) fit the file's budget
+// (dwarfBudget).
 func tablesInFile(f *elfFile) error {
 	n, ok := fileSize(f.r)
 	if !ok {
 		return nil
 	}
+	var inflated uint64
 	for _, s := range f.Sections {
 		switch s.Type {
 		case elf.SHT_SYMTAB, elf.SHT_DYNSYM, elf.SHT_STRTAB:
 			if s.Offset > n || s.FileSize > n-s.Offset {
 				return fmt.Errorf("section %s: %d bytes at offset %d: beyond the end of the file (%d bytes)", s.Name, s.FileSize, s.Offset, n)
 			}
+			if s.Flags&elf.SHF_COMPRESSED != 0 {
+				inflated += s.Size // decompressed whole by debug/elf
+			}
 		}
+	}
+	if inflated > dwarfBudget(n) {
+		return fmt.Errorf("compressed symbol tables of %d bytes, more than a file of %d bytes can honestly hold (%d)", inflated, n, dwarfBudget(n))
 	}
 	return nil
 }

@@ -27,6 +27,14 @@ const maxSection = 1 << 32
 // within a fixed multiple of the file's size.
 const maxRatio = 1032
 
+// dwarfBudget bounds what the DWARF sections of a file of size bytes may
+// decompress to, together. DWARF compresses 3 to 10 times (zlib, zstd),
+// and a table of repeats (abbreviations, strings) some 50: 32 times the
+// file, and at least 256 MiB for a small file, is room for any real one.
+// A bomb (deflate expands up to 1032 times: a 4 MB file declaring 4 GB)
+// is refused before anything is allocated.
+func dwarfBudget(size uint64) uint64 { return max(256<<20, 32*size) }
+
 // fileSize returns the size of the file r reads, when r can tell.
 func fileSize(r io.ReaderAt) (uint64, bool) {
 	switch r := r.(type) {

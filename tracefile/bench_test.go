@@ -183,6 +183,7 @@ type collector struct {
 func (c *collector) Process(p event.Process) error { c.procs = append(c.procs, p); return nil }
 func (c *collector) Stack(s event.Stack) error {
 	if len(c.events) < c.max {
+		s.Frames = append([]uint64(nil), s.Frames...) // the reader reuses them
 		c.stacks = append(c.stacks, s)
 	}
 	return nil

@@ -88,8 +88,10 @@ type defsHandler interface {
 	exitDef(event.Exit) error
 }
 
-// decodeDefs replays a definitions section into h.
+// decodeDefs replays a definitions section into h. The frames of each
+// Stack it passes are reused for the next (see event.Sink).
 func decodeDefs(raw []byte, h defsHandler) error {
+	var frames []uint64
 	bad := func(at int, what string) error {
 		return &decodeError{fmt.Sprintf("definitions byte %d", at), what}
 	}
@@ -153,7 +155,10 @@ func decodeDefs(raw []byte, h defsHandler) error {
 			}
 			s.ID = event.StackID(id)
 			if n > 0 {
-				s.Frames = make([]uint64, n)
+				if uint64(cap(frames)) < n {
+					frames = make([]uint64, n)
+				}
+				s.Frames = frames[:n]
 				var prev uint64
 				for k := range s.Frames {
 					var d int64

@@ -116,6 +116,35 @@ func fuzzSeeds(tb testing.TB) [][]byte {
 	}
 	check(tb, w.Close())
 	add(w.Files()[1])
+
+	// Hostile but valid shapes (issue 27): many processes, each with an
+	// event and an exit; many stack IDs of the same 127 frames, which
+	// compress to almost nothing.
+	p = filepath.Join(dir, "procs.hst")
+	w, err = Create(p, testHeader(Sequential, 0), Options{})
+	check(tb, err)
+	for i := uint32(0); i < 3000; i++ {
+		t := int64(1e9) + int64(i)*100
+		check(tb, w.Process(event.Process{PID: 100 + i, Time: t, Exe: "/bin/sh", Cmdline: []string{"sh", "-c", "true"}}))
+		check(tb, w.Events([]event.Event{{Time: t + 1, PID: 100 + i, TID: 100 + i, Kind: event.KindAlloc, Func: event.FuncMalloc, Addr: 0x1000, Size: 16}}))
+		check(tb, w.Exit(event.Exit{PID: 100 + i, Time: t + 2}))
+	}
+	check(tb, w.Close())
+	add(p)
+	p = filepath.Join(dir, "stacks.hst")
+	w, err = Create(p, testHeader(Sequential, 0), Options{})
+	check(tb, err)
+	check(tb, w.Process(event.Process{PID: 1, Time: 1e9, Exe: "/bin/true"}))
+	frames := make([]uint64, 127)
+	for i := range frames {
+		frames[i] = 0x400000 + uint64(i)*16
+	}
+	for i := 0; i < 3000; i++ {
+		check(tb, w.Stack(event.Stack{PID: 1, ID: event.StackID(i + 1), Frames: frames}))
+		check(tb, w.Events([]event.Event{{Time: 1e9 + int64(i), PID: 1, TID: 1, Kind: event.KindAlloc, Func: event.FuncMalloc, Stack: event.StackID(i + 1), Addr: 0x1000 + 16*uint64(i), Size: 16}}))
+	}
+	check(tb, w.Close())
+	add(p)
 	return seeds
 }
 

@@ -61,6 +61,7 @@ func (r *recorder) Process(p event.Process) error {
 func (r *recorder) Exit(x event.Exit) error     { r.exits = append(r.exits, x); return nil }
 func (r *recorder) Module(m event.Module) error { r.modules = append(r.modules, m); return nil }
 func (r *recorder) Stack(s event.Stack) error {
+	s.Frames = append([]uint64(nil), s.Frames...) // the reader reuses them
 	r.stacks = append(r.stacks, s)
 	r.knownStack[[2]uint32{s.PID, uint32(s.ID)}] = true
 	return nil

@@ -162,11 +162,36 @@ func (r *Reader) readAt(b []byte, off int64) error {
 
 // readErr describes a failed read: the file shorter than its size said is
 // a truncated file, anything else an I/O error.
+// defsRatio bounds how many times its size a file's definitions may
+// decompress to, together: a trace's compress 2 to 10 times (zstd of
+// delta-coded frames), and the heap model keeps what they hold; a file of
+// a million identical stacks that compress to nothing (67 times here) is
+// read, one whose definitions inflate beyond this is refused, whatever
+// each section's bound (maxSectionRaw). Variables, for the tests.
+var defsRatio, defsFloor int64 = 128, maxSectionRaw
+
+// defsBudget is what the definitions of a file of size bytes may
+// decompress to: defsRatio times its size, and at least defsFloor.
+func defsBudget(size int64) int64 { return max(defsFloor, defsRatio*size) }
+
 func (r *Reader) readErr(err error, off int64, where string) error {
 	if errors.Is(err, io.ErrUnexpectedEOF) {
 		return r.formatErr(off, where, "more bytes (the file ended)", ErrTruncated)
 	}
 	return fmt.Errorf("tracefile: reading %s: %w", r.path, err)
+}
+
+// notTrace is what readHeader expected of a file without the magic, and
+// what the file is when that is known (see foreign).
+func (r *Reader) notTrace() string {
+	// (A compressed block is up to 128 KiB: enough for the first.)
+	first := make([]byte, min(r.size, 256<<10))
+	if r.readAt(first, 0) == nil {
+		if what := foreign(first); what != "" {
+			return "the magic \"" + fileMagic + "\" (not a heapscope trace file: " + what + ")"
+		}
+	}
+	return "the magic \"" + fileMagic + "\" (not a heapscope trace file)"
 }
 
 func (r *Reader) readHeader() error {
@@ -179,10 +204,13 @@ func (r *Reader) readHeader() error {
 		if bytes.HasPrefix([]byte(fileMagic), fixed[:min(n, len(fileMagic))]) {
 			return r.formatErr(int64(n), "file header", fmt.Sprintf("%d bytes of header (the file has %d)", fileHeaderFixed, n), ErrTruncated)
 		}
-		return r.formatErr(0, "file header", "the magic \""+fileMagic+"\" (not a heapscope trace file)", ErrCorrupt)
+		return r.formatErr(0, "file header", r.notTrace(), ErrCorrupt)
 	}
 	body, bad := headerBodyLen(fixed[:])
 	if bad != "" {
+		if string(fixed[:len(fileMagic)]) != fileMagic {
+			bad = r.notTrace()
+		}
 		return r.formatErr(0, "file header", bad, ErrCorrupt)
 	}
 	end := int64(fileHeaderFixed + body + 4)
@@ -528,6 +556,9 @@ type replayState struct {
 	hold      bool
 	held      []event.Exit
 
+	// defsRaw sums the definitions decompressed (see defsBudget).
+	defsRaw int64
+
 	// After damage to definitions (see damage.go).
 	pids      map[uint32]bool
 	stackKeys []uint64            // stacks seen, until damage
@@ -692,6 +723,13 @@ func (r *Reader) replayChunk(e indexEntry, st *replayState, w Window, defs, tl b
 		return fmt.Errorf("tracefile: %w", err)
 	}
 	if defs {
+		// What the definitions decompress to is what their reader keeps
+		// (stacks, modules, processes): bounded by the file's size.
+		st.defsRaw += int64(h.defsRaw)
+		if limit := defsBudget(r.size); st.defsRaw > limit {
+			return r.formatErr(e.off, "definitions", fmt.Sprintf("definitions that decompress to at most %d bytes, %d times the file's size (they decompress to more: a decompression bomb?)",
+				limit, defsRatio), ErrCorrupt)
+		}
 		var raw []byte
 		var err error
 		if comp := buf[:h.defsLen]; crc(comp) != h.defsCRC {

@@ -16,10 +16,7 @@ import (
 // again and stores a good file; never a table with a wrong entry. Issue
 // 27 #12: corrupted unwind tables gave wrong stacks.
 func TestCacheBitFlips(t *testing.T) {
-	c, err := OpenCache(filepath.Join(t.TempDir(), "cache"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, _ := tempCache(t)
 	p := debianFile(t, "/usr/bin/sqlite3")
 	tab, err := c.Load(p)
 	if err != nil {
@@ -74,11 +71,7 @@ func TestCacheBitFlips(t *testing.T) {
 // writers left; it removes nothing else. Issue 27 #12: the unwind cache
 // grew without limit and kept .tmp-* files for ever.
 func TestCacheTrimmed(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "cache")
-	c, err := OpenCache(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, dir := tempCache(t)
 	table := func(i int) *Table {
 		return &Table{BuildID: []byte{0xb0, byte(i)}, Entries: []Entry{{Addr: 0, Kind: KindRSP, CFAOffset: 8}, {Addr: uint32(16 * (i + 1))}}}
 	}

@@ -125,12 +125,19 @@ func TestNoCFI(t *testing.T) {
 	}
 }
 
-func TestCache(t *testing.T) {
+// tempCache opens a cache in a new folder of the test's.
+func tempCache(t *testing.T) (*Cache, string) {
+	t.Helper()
 	dir := filepath.Join(t.TempDir(), "cache")
 	c, err := OpenCache(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return c, dir
+}
+
+func TestCache(t *testing.T) {
+	c, dir := tempCache(t)
 	p := debianFile(t, "/usr/bin/sqlite3")
 	tab, err := c.Load(p)
 	if err != nil {

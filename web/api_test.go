@@ -278,3 +278,25 @@ func TestAPIDiff(t *testing.T) {
 		t.Errorf("diff without a base: %d", c)
 	}
 }
+
+// /api/histogram's lifetimes have no row a lifetime cannot fall in: none
+// between the same timestamp and the trace's time resolution (10 µs by
+// default: 13 empty rows), and it says the resolution.
+func TestAPILifetimesResolution(t *testing.T) {
+	_, srv := serveTrace(t, trace(t, "serve_phases"))
+	var h Histogram
+	getJSON(t, srv.URL+"/api/histogram", &h)
+	if h.TimeResolutionNs != int64(10*time.Microsecond) {
+		t.Errorf("time resolution %d ns", h.TimeResolutionNs)
+	}
+	var n uint64
+	for _, b := range h.Lifetimes {
+		if b.LtNs > 1 && int64(b.LtNs) <= h.TimeResolutionNs {
+			t.Errorf("a lifetime row under the resolution: %+v", b)
+		}
+		n += b.Count
+	}
+	if len(h.Lifetimes) == 0 || n == 0 {
+		t.Errorf("lifetimes %+v", h.Lifetimes)
+	}
+}

@@ -14,8 +14,12 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/heapscope/heapscope/analyze"
+	"github.com/heapscope/heapscope/internal/testutil"
+	"github.com/heapscope/heapscope/internal/tracetest"
 	"github.com/heapscope/heapscope/query"
 	"github.com/heapscope/heapscope/report"
+	"github.com/heapscope/heapscope/suppress"
 )
 
 // browser starts headless Chromium for a test, with the extra options. Without Chromium the test is
@@ -414,5 +418,245 @@ func TestPageCallers(t *testing.T) {
 	}
 	if callers := eval[string](t, ctx, `document.querySelector("#callers-table tr[data-name]").getAttribute("data-name")`); callers != "main" {
 		t.Errorf("early_leak's first caller %q, want main", callers)
+	}
+}
+
+// TestPageSampled: every view of a sampled trace (sqlite3 recorded with
+// --sample 64KiB) is the report's estimate, scaled the same way, and says
+// so: the timeline's peak (API and page) is the summary's, the flame graph
+// of the peak adds up to it, the answers carry the estimate's words, the
+// page says "estimated" and "not available" for temporaries and failed
+// allocations (never 0), and the self-contained report of the report's
+// pass alone has its flame graphs.
+func TestPageSampled(t *testing.T) {
+	sqlite := testutil.Tool(t, "sqlite3")
+	path := filepath.Join(t.TempDir(), "sampled.hst")
+	tracetest.RecordSampled(t, path, 64<<10, sqlite, ":memory:",
+		"create table t(x text); insert into t select hex(randomblob(64)) from generate_series(1,100000); create index i on t(x);")
+	_, srv := serveTrace(t, path)
+	var sum Summary
+	getJSON(t, srv.URL+"/api/summary", &sum)
+	peak := sum.Summary.PeakBytes
+	if sum.Trace.Estimated == "" || peak == 0 {
+		t.Fatalf("summary of a sampled trace: estimated %q, peak %d", sum.Trace.Estimated, peak)
+	}
+	var tl Timeline
+	getJSON(t, srv.URL+"/api/timeline?points=800", &tl)
+	var top uint64
+	for _, p := range tl.Points {
+		top = max(top, p.MaxBytes)
+	}
+	if tl.Peak.Bytes != peak || top != peak || tl.Estimated == "" {
+		t.Errorf("timeline: peak %d, largest point %d, estimated %q; the summary's peak %d", tl.Peak.Bytes, top, tl.Estimated, peak)
+	}
+	var fl query.Flame
+	getJSON(t, srv.URL+"/api/flame?cost=peak", &fl)
+	if fl.Total != peak || fl.Estimated == "" {
+		t.Errorf("flame graph of the peak: total %d, estimated %q; the summary's peak %d", fl.Total, fl.Estimated, peak)
+	}
+	var win Window
+	getJSON(t, srv.URL+"/api/window", &win)
+	if win.Peak.Bytes != peak || win.Estimated == "" {
+		t.Errorf("window of the whole trace: peak %d, estimated %q; the summary's %d", win.Peak.Bytes, win.Estimated, peak)
+	}
+	// The first screen's lists, the trees and the consumed chart are the
+	// same estimates: what was live at the peak adds up to the peak.
+	var tops Top
+	getJSON(t, srv.URL+"/api/top", &tops)
+	if tops.Peak.Total != peak || tops.PeakAt.Bytes != peak || tops.Estimated == "" || !tops.NoTemporary || len(tops.Temporary.Sites) != 0 {
+		t.Errorf("top: peak list total %d at %d, estimated %q, no temporaries %v (%d listed); the summary's peak %d",
+			tops.Peak.Total, tops.PeakAt.Bytes, tops.Estimated, tops.NoTemporary, len(tops.Temporary.Sites), peak)
+	}
+	var tr TreeAnswer
+	getJSON(t, srv.URL+"/api/tree?max_nodes=50", &tr)
+	if len(tr.Nodes) == 0 || tr.Nodes[0].Values[0] != peak || tr.Estimated == "" {
+		t.Errorf("tree: root %+v, estimated %q; the summary's peak %d", tr.Nodes[:min(len(tr.Nodes), 1)], tr.Estimated, peak)
+	}
+	var cs ConsumedAnswer
+	getJSON(t, srv.URL+"/api/consumed?points=800", &cs)
+	var most uint64
+	for _, v := range cs.Total {
+		most = max(most, v)
+	}
+	if most != peak || cs.Estimated == "" {
+		t.Errorf("consumed: largest %d, estimated %q; the summary's peak %d", most, cs.Estimated, peak)
+	}
+
+	ctx := browser(t)
+	settle(t, ctx, visit(srv, "/?cost=peak"))
+	screenshot(t, ctx, artefacts(t), "sampled")
+	onPage := eval[string](t, ctx, `document.getElementById("timeline").getAttribute("data-peak") + " " +
+		document.getElementById("timeline").getAttribute("data-top") + " " +
+		document.querySelector('#summary-table td[data-k="peak_bytes"]').getAttribute("data-v")`)
+	if want := fmt.Sprintf("%d %d %d", peak, peak, peak); onPage != want {
+		t.Errorf("the page's timeline peak, largest point and summary peak %q, want %q", onPage, want)
+	}
+	for k, want := range map[string]string{"exact": "estimated", "temporary": "not available when sampled", "failed": "not available when sampled", "peak_bytes": "±"} {
+		if got := eval[string](t, ctx, fmt.Sprintf(`document.querySelector('#summary-table td[data-k="%s"]').textContent`, k)); !strings.Contains(got, want) {
+			t.Errorf("summary row %s: %q, want %q in it", k, got, want)
+		}
+	}
+	// The flame graph's total (its tab's crumbs) says it is an estimate.
+	settle(t, ctx, visit(srv, "/?tab=flame&cost=peak"))
+	if m := eval[string](t, ctx, `document.getElementById("flame-total").textContent`); !strings.Contains(m, "estimated") {
+		t.Errorf("the flame graph's total %q does not say it is an estimate", m)
+	}
+
+	// report --format html: the report's pass alone.
+	y, err := query.Open(path, query.Options{NoIndex: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := WriteHTML(&buf, y); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "sampled.html")
+	if err := os.WriteFile(file, buf.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	settle(t, ctx, chromedp.Navigate("file://"+file+"?tab=flame&cost=peak"))
+	screenshot(t, ctx, artefacts(t), "sampled-static")
+	if n := eval[int](t, ctx, `Object.keys(window.HEAPSCOPE_DATA).filter((k) => k.startsWith("/api/flame")).length`); n != 10 {
+		t.Errorf("the self-contained report of a sampled trace holds %d flame graphs, want 10", n)
+	}
+	if got := eval[string](t, ctx, `document.getElementById("flame-total").getAttribute("data-v") + " " + document.getElementById("flame-total").getAttribute("data-estimated")`); got != fmt.Sprintf("%d %s", peak, sum.Trace.Estimated) {
+		t.Errorf("the self-contained report's flame graph of the peak: total and estimate %q, want %d %s", got, peak, sum.Trace.Estimated)
+	}
+}
+
+// TestPageSuppressed: the page says what the default rules suppressed, as
+// the report counts it: "Leaked X (Y suppressed by RULES)", the flame graph
+// of the leaks and of the net growth leave the suppressed sites out and say
+// how much they hold, and the window classes name the rule of each
+// suppressed site.
+func TestPageSuppressed(t *testing.T) {
+	bin := testutil.MustBuild(t, "report_runtime", testutil.Options{CXX: true})
+	path := filepath.Join(t.TempDir(), "runtime.hst")
+	tracetest.Record(t, path, bin)
+	x, err := query.Build(path, query.Options{Suppressions: suppress.Defaults()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := newTestServer(t, New(x))
+	leaked, _ := x.Report.Leaked()
+	sb, _, _ := x.Report.SuppressedTotal()
+	if sb == 0 {
+		t.Fatal("report_runtime: nothing suppressed")
+	}
+	var win Window
+	getJSON(t, srv.URL+"/api/window?top=0", &win)
+	named := 0
+	for _, s := range win.Sites {
+		if s.SuppressedBy != "" {
+			named++
+		}
+	}
+	if named == 0 || win.Suppressed.AIFO.Bytes+win.Suppressed.AIFI.Bytes == 0 {
+		t.Errorf("window: %d sites name their rule, suppressed classes %+v", named, win.Suppressed)
+	}
+	var fl query.Flame
+	getJSON(t, srv.URL+"/api/flame?cost=leaks", &fl)
+	if fl.Total != leaked || fl.Suppressed != sb {
+		t.Errorf("flame of the leaks: %d, %d suppressed; the report's %d, %d", fl.Total, fl.Suppressed, leaked, sb)
+	}
+
+	ctx := browser(t)
+	settle(t, ctx, visit(srv, "/"))
+	screenshot(t, ctx, artefacts(t), "suppressed")
+	row := strings.ReplaceAll(eval[string](t, ctx, `document.querySelector('#summary-table td[data-k="leaked_bytes"]').textContent`), "\u202f", "")
+	if !strings.Contains(row, fmt.Sprintf("(%d B)", leaked)) && !strings.HasPrefix(row, fmt.Sprintf("%d B", leaked)) || !strings.Contains(row, "suppressed by default:libstdc++-pool") {
+		t.Errorf("the Leaked row %q: want %d bytes, and what default:libstdc++-pool suppressed", row, leaked)
+	}
+	settle(t, ctx, visit(srv, "/?tab=flame&cost=leaks"))
+	if m := eval[string](t, ctx, `document.getElementById("flame-total").textContent`); !strings.Contains(m, "suppressed, not counted") ||
+		eval[string](t, ctx, `document.getElementById("flame-total").getAttribute("data-v")`) != fmt.Sprint(leaked) {
+		t.Errorf("the flame graph of the leaks says %q, want its total %d and what was suppressed", m, leaked)
+	}
+	settle(t, ctx, visit(srv, "/?tab=classes"))
+	if n := eval[int](t, ctx, `document.querySelectorAll("#classes-sites .suppressed").length`); n == 0 {
+		t.Error("the classes name no site's rule")
+	}
+}
+
+// TestPageProcessFilter: choosing a process filters every view, the
+// timeline and the summary too: on a shim that runs report_known, the
+// page of the inner process shows its peak (timeline, API and page) and
+// its leaks, those of `report --pid`, under a title that names it.
+func TestPageProcessFilter(t *testing.T) {
+	known := testutil.MustBuild(t, "report_known", testutil.Options{})
+	path := filepath.Join(t.TempDir(), "shim.hst")
+	tracetest.Record(t, path, testutil.MustBuild(t, "report_shim", testutil.Options{}), known)
+	x, srv := serveTrace(t, path)
+	inner := uint32(0)
+	for _, p := range x.Report.Profile.Processes {
+		if p.Exe == known {
+			inner = p.PID
+		}
+	}
+	if inner == 0 || len(x.Report.Profile.Processes) < 2 {
+		t.Fatalf("the shim's trace has processes %+v", x.Report.Profile.Processes)
+	}
+	alone, err := report.Load(path, report.LoadOptions{Processes: analyze.Processes{PIDs: []uint32{inner}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := alone.Document(0).Summary
+	var tl Timeline
+	getJSON(t, fmt.Sprintf("%s/api/timeline?pid=%d", srv.URL, inner), &tl)
+	if tl.Peak.Bytes != want.PeakBytes || tl.PID != inner {
+		t.Errorf("timeline of pid %d: peak %d (pid %d), report --pid %d", inner, tl.Peak.Bytes, tl.PID, want.PeakBytes)
+	}
+	var sum Summary
+	getJSON(t, fmt.Sprintf("%s/api/summary?pid=%d", srv.URL, inner), &sum)
+	if sum.Summary.PeakBytes != want.PeakBytes || sum.Summary.LeakedBytes != want.LeakedBytes || sum.Summary.Allocations != want.Allocations {
+		t.Errorf("summary of pid %d: %+v, report --pid %+v", inner, sum.Summary, want)
+	}
+	// The page's views of the process: its peak and its leaks, those of
+	// its exited blocks included, and its blocks leave the consumed chart
+	// at its exit.
+	var tops Top
+	getJSON(t, fmt.Sprintf("%s/api/top?pid=%d", srv.URL, inner), &tops)
+	if tops.PeakAt.Bytes != want.PeakBytes || tops.Peak.Total != want.PeakBytes || tops.Leaks.Total != want.LeakedBytes {
+		t.Errorf("top of pid %d: peak %d (list %d), leaks %d; report --pid %d, %d", inner, tops.PeakAt.Bytes, tops.Peak.Total, tops.Leaks.Total,
+			want.PeakBytes, want.LeakedBytes)
+	}
+	if n := len(tl.Points); n == 0 || tl.Points[n-1].EndBytes != 0 {
+		t.Errorf("timeline of pid %d: its heap at the end %+v, want 0 once it exited", inner, tl.Points[max(n-1, 0):])
+	}
+	var tl2 Timeline
+	getJSON(t, fmt.Sprintf("%s/api/timeline?pid=%d&points=500", srv.URL, inner), &tl2)
+	var cs ConsumedAnswer
+	getJSON(t, fmt.Sprintf("%s/api/consumed?pid=%d&points=500", srv.URL, inner), &cs)
+	var most uint64
+	for i, v := range cs.Total {
+		most = max(most, v)
+		if i >= len(tl2.Points) || tl2.Points[i].MaxBytes != v {
+			t.Fatalf("consumed of pid %d, bucket %d: %d, its timeline's %+v", inner, i, v, tl2.Points[min(i, len(tl2.Points)-1)])
+		}
+	}
+	if most != want.PeakBytes || len(cs.Total) != len(tl2.Points) {
+		t.Errorf("consumed of pid %d: largest %d in %d buckets; report --pid's peak %d, the timeline's %d buckets", inner, most, len(cs.Total), want.PeakBytes, len(tl2.Points))
+	}
+
+	ctx := browser(t)
+	settle(t, ctx, visit(srv, fmt.Sprintf("/?pid=%d", inner)))
+	screenshot(t, ctx, artefacts(t), "process")
+	got := eval[string](t, ctx, `document.getElementById("timeline").getAttribute("data-peak") + " " +
+		document.querySelector('#summary-table td[data-k="peak_bytes"]').getAttribute("data-v") + " " +
+		document.querySelector('#summary-table td[data-k="leaked_bytes"]').getAttribute("data-v") + " " +
+		document.getElementById("summary-title").textContent`)
+	if w := fmt.Sprintf("%d %d %d Summary of process %d", want.PeakBytes, want.PeakBytes, want.LeakedBytes, inner); got != w {
+		t.Errorf("the page of pid %d: %q, want %q", inner, got, w)
+	}
+	// The inner process is not heapscope's child: its status is not known,
+	// not -1.
+	if pt := eval[string](t, ctx, `document.getElementById("processes").textContent`); strings.Contains(pt, "status -1") || !strings.Contains(pt, "status unknown (not heapscope's child)") {
+		t.Errorf("the processes table says %q", pt)
+	}
+	// Back to every process: the whole trace's again.
+	settle(t, ctx, chromedp.SetValue(chromedp.ID("pid"), "0"), chromedp.Evaluate[chromedp.Void](`document.getElementById("pid").dispatchEvent(new Event("change"))`))
+	if got := eval[string](t, ctx, `document.getElementById("summary-title").textContent + " " + document.getElementById("timeline").getAttribute("data-peak")`); got != fmt.Sprintf("Summary of the whole trace %d", x.Report.Profile.Peak.Bytes) {
+		t.Errorf("back to every process: %q", got)
 	}
 }

@@ -113,10 +113,20 @@ func (tokenTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 type events struct {
 	start int64 // the header's start
 	evs   []event.Event
+	exits []exitAt
 }
 
-func (e *events) Process(event.Process) error   { return nil }
-func (e *events) Exit(event.Exit) error         { return nil }
+// exitAt is a process's exit, after the first n events.
+type exitAt struct {
+	n int
+	x event.Exit
+}
+
+func (e *events) Process(event.Process) error { return nil }
+func (e *events) Exit(x event.Exit) error {
+	e.exits = append(e.exits, exitAt{len(e.evs), x})
+	return nil
+}
 func (e *events) Module(event.Module) error     { return nil }
 func (e *events) Stack(event.Stack) error       { return nil }
 func (e *events) Snapshot(event.Snapshot) error { return nil }
@@ -163,7 +173,7 @@ func (e *events) gaps() (int64, int64) {
 
 // classes computes the four classes of [from, to) (ns from the trace's
 // start) with a map of live blocks: bytes and blocks of AIFI, AIFO, AOFI,
-// AOFO.
+// AOFO. A process's exit ends its blocks.
 func (e *events) classes(from, to int64) [4][2]uint64 {
 	type blk struct {
 		t    int64
@@ -196,7 +206,16 @@ func (e *events) classes(from, to int64) [4][2]uint64 {
 			delete(live, key{pid, addr})
 		}
 	}
-	for _, ev := range e.evs {
+	exits := e.exits
+	for i, ev := range e.evs {
+		for ; len(exits) > 0 && exits[0].n <= i; exits = exits[1:] {
+			for k, b := range live {
+				if k.pid == exits[0].x.PID {
+					classify(b, exits[0].x.Time)
+					delete(live, k)
+				}
+			}
+		}
 		switch ev.Kind {
 		case event.KindAlloc:
 			if ev.Addr != 0 {
@@ -214,6 +233,14 @@ func (e *events) classes(from, to int64) [4][2]uint64 {
 			}
 			if ev.Addr != 0 {
 				live[key{ev.PID, ev.Addr}] = blk{ev.Time, ev.Size}
+			}
+		}
+	}
+	for _, x := range exits {
+		for k, b := range live {
+			if k.pid == x.x.PID {
+				classify(b, x.x.Time)
+				delete(live, k)
 			}
 		}
 	}

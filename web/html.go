@@ -28,6 +28,8 @@ func staticPaths() []string {
 		"/api/sites?top=50",
 		"/api/histogram",
 		"/api/consumed?points=1000&top=10",
+		"/api/leaks?top=10", // leaks.ts's leaksPath
+		"/api/rss",
 	}
 	for _, inv := range []string{"0", "1"} {
 		paths = append(paths, fmt.Sprintf("/api/tree?cost=peak&invert=%s&min_share=0.001&max_nodes=%d", inv, staticMaxNodes))

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -45,7 +46,7 @@ type LiveState struct {
 func NewLive(name string, o query.Options, every time.Duration) (*Live, error) {
 	st, err := heapscope.Control(name, heapscope.ControlFlush)
 	if err != nil {
-		return nil, fmt.Errorf("session %q: %w", name, err)
+		return nil, err // it names the session
 	}
 	if len(st.Files) == 0 {
 		return nil, fmt.Errorf("session %q writes no trace file (real-time mode): serve needs one", name)
@@ -55,6 +56,7 @@ func NewLive(name string, o query.Options, every time.Duration) (*Live, error) {
 	if err != nil {
 		return nil, err
 	}
+	runningIndex(x)
 	g := newGate()
 	l := &Live{name: name, o: o, every: every, gate: g, srv: newServer(x, nil, g),
 		state: LiveState{Session: name, File: file, Running: true, Version: 1, Updated: time.Now()}}
@@ -101,10 +103,34 @@ func (l *Live) update(running bool) {
 		l.state.Error = err.Error()
 		return
 	}
+	if running {
+		runningIndex(x)
+	}
 	l.srv = newServer(x, nil, l.gate)
 	l.state.Version++
 	l.state.Updated = time.Now()
 	l.state.Error = ""
+}
+
+// unclosed begins the reader's warning about a file whose writer has not
+// closed it (tracefile): of a session still tracing, that is its state,
+// not damage, and the page does not say "killed, or out of disk space".
+const unclosed = "the file has no index (its writer has not closed it"
+
+// runningIndex drops from x's warnings the one about a file not closed: x
+// is of a session that is running.
+func runningIndex(x *query.Index) {
+	keep := func(ws []string) []string {
+		out := ws[:0:0]
+		for _, w := range ws {
+			if !strings.HasPrefix(w, unclosed) {
+				out = append(out, w)
+			}
+		}
+		return out
+	}
+	x.Warnings = keep(x.Warnings)
+	x.Report.Trace.Warnings = keep(x.Report.Trace.Warnings)
 }
 
 // State returns what /api/live says.
@@ -119,8 +145,8 @@ func (l *Live) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, l.State())
 		return
 	}
-	if r.URL.Path == "/api/leaks" {
-		l.leaks(w, r) // leaks.go
+	if r.URL.Path == "/api/leaks" && r.Method != http.MethodGet && r.Method != http.MethodHead {
+		l.leaks(w, r) // leaks.go; a GET is the trace's verdict, the index's
 		return
 	}
 	l.mu.Lock()

@@ -37,7 +37,7 @@ func (s *stepper) do(t *testing.T, cmd string) {
 // An unknown session is a clear error.
 func TestLiveUnknownSession(t *testing.T) {
 	_, err := NewLive("no-such-session-heapscope-web", query.Options{}, time.Second)
-	if !errors.Is(err, heapscope.ErrNotRunning) || !strings.Contains(err.Error(), "no-such-session-heapscope-web") {
+	if !errors.Is(err, heapscope.ErrNotRunning) || strings.Count(err.Error(), "no-such-session-heapscope-web") != 1 {
 		t.Errorf("unknown session: %v", err)
 	}
 }
@@ -85,6 +85,15 @@ func TestPageLive(t *testing.T) {
 		t.Helper()
 		if _, err := chromedp.Run(ctx, chromedp.Poll[bool](js, chromedp.WithPollingTimeout(20*time.Second))); err != nil {
 			t.Fatalf("waiting for %s: %v (leaked on the page: %s)", what, err, eval[string](t, ctx, leaked()))
+		}
+	}
+	// A healthy session's file is not closed yet: no warning says it was
+	// killed or ran out of disk.
+	var sum Summary
+	getJSON(t, srv.URL+"/api/summary", &sum)
+	for _, w := range sum.Warnings {
+		if strings.Contains(w, "killed") {
+			t.Errorf("a running session's page warns %q", w)
 		}
 	}
 	settle(t, ctx, visit(srv, "/"))

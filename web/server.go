@@ -135,7 +135,8 @@ func newServer(x, base *query.Index, g *gate) *Server {
 	s.mux.HandleFunc("GET /api/export", s.export)
 	s.mux.HandleFunc("GET /api/diff", s.diff)
 	s.views()
-	s.mux.HandleFunc("GET /api/rss", s.rss) // memory_census.go
+	s.mux.HandleFunc("GET /api/rss", s.rss)          // memory_census.go
+	s.mux.HandleFunc("GET /api/leaks", s.traceLeaks) // leaks.go
 	return s
 }
 
@@ -384,7 +385,31 @@ type BaseSummary struct {
 }
 
 func (s *Server) summary(w http.ResponseWriter, r *http.Request) {
+	p, err := s.parse(r)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
 	d := s.x.Report.Document(1)
+	if f := (query.Filter{PID: p.f.PID, TID: p.f.TID, Match: p.f.Match}); f != (query.Filter{}) {
+		// The summary of one process, thread or the sites a filter
+		// keeps: the report of their blocks, as `report --pid` gives
+		// a process's.
+		if err := s.needEvents(); err != nil {
+			writeErr(w, err)
+			return
+		}
+		if err := s.x.Wait(r.Context()); err != nil {
+			writeErr(w, err)
+			return
+		}
+		leave, ok := s.heavy(w, r)
+		if !ok {
+			return
+		}
+		defer leave()
+		d = s.x.WindowReport(s.windowOf(f)).Document(1)
+	}
 	d.Leaks, d.Peak, d.Allocations, d.Timeline = nil, nil, nil, nil
 	out := Summary{JSON: d, StartNs: s.rel(s.x.Start()), EndNs: s.rel(s.x.End()), Costs: query.CostNames(), Indexing: !s.x.Ready()}
 	out.Index.Events, out.Index.Blocks, out.Index.Sites = s.x.Events(), s.x.Blocks(), len(s.x.Sites())
@@ -406,6 +431,12 @@ type Timeline struct {
 	// (max_*), and end_*, allocs and frees are 0.
 	Coarse bool    `json:"coarse,omitempty"`
 	Capped *Capped `json:"capped,omitempty"` // more points were asked for than maxPoints
+	// Estimated says, for a sampled trace, that the numbers are
+	// estimates, scaled up as the report's; "" when exact.
+	Estimated string `json:"estimated,omitempty"`
+	// PID and TID are the process and thread whose heap this is (0: all).
+	PID uint32 `json:"pid,omitempty"`
+	TID uint32 `json:"tid,omitempty"`
 }
 
 // Point is an instant and the heap then.
@@ -437,7 +468,9 @@ func (s *Server) timeline(w http.ResponseWriter, r *http.Request) {
 		capped = &Capped{Points: maxPoints}
 	}
 	n = min(max(n, 1), maxPoints)
-	quick := !s.x.Ready() && p.f.From == 0 && p.f.To == 0 && p.f.Match == ""
+	// The heap model's coarse timeline answers the whole trace's, of
+	// every process and site, while the index is built.
+	quick := !s.x.Ready() && p.f.From == 0 && p.f.To == 0 && p.f.PID == 0 && p.f.TID == 0 && p.f.Match == ""
 	if !quick {
 		if err := s.x.Wait(r.Context()); err != nil {
 			writeErr(w, err)
@@ -455,8 +488,11 @@ func (s *Server) timeline(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, out)
 		return
 	}
+	// The heap of the process, thread and sites asked (pid, tid, include,
+	// exclude), or of all.
 	sp := s.x.Span(p.f)
-	out := Timeline{FromNs: s.rel(sp.From), ToNs: s.rel(sp.To), Points: []TimelinePoint{}, Capped: capped}
+	out := Timeline{FromNs: s.rel(sp.From), ToNs: s.rel(sp.To), Points: []TimelinePoint{}, Capped: capped,
+		Estimated: s.x.Report.Estimate(), PID: p.f.PID, TID: p.f.TID}
 	buckets, pk, ok := s.x.TimelinePeakOf(p.f, sp, int(n))
 	if ok {
 		out.Peak = Point{TNs: s.rel(pk.Time), Bytes: pk.Bytes, Blocks: pk.Blocks}
@@ -490,6 +526,14 @@ type Window struct {
 	More    int           `json:"more"`  // sites left out
 	Capped  *Capped       `json:"capped,omitempty"`
 	Unmatch uint64        `json:"unmatched_frees"`
+	// ExitedAIFI is what of AIFI its process's exit ended, not a free
+	// (leaks that left the heap in the window).
+	ExitedAIFI query.Amount `json:"exited_aifi"`
+	Estimated  string       `json:"estimated,omitempty"` // see Timeline
+	// Suppressed is what of each class the sites a suppression rule
+	// matches hold (their rows say which rule): their leaks are left
+	// out of every leak cost, and stated apart, as the report does.
+	Suppressed Classes `json:"suppressed"`
 }
 
 // Classes are the four classes.
@@ -510,6 +554,9 @@ type SiteClasses struct {
 	Name  string             `json:"name"` // symbolize.SiteName: as the JSON report names sites
 	PIDs  []uint32           `json:"pids"`
 	Stack []report.JSONFrame `json:"stack"`
+	// SuppressedBy is the rule that suppresses the site's leaks ("" when
+	// none does): "leak:PATTERN" or "default:NAME".
+	SuppressedBy string `json:"suppressed_by,omitempty"`
 	Classes
 }
 
@@ -525,7 +572,8 @@ func (s *Server) window(w http.ResponseWriter, r *http.Request) {
 	defer leave()
 	res := s.windowOf(p.f)
 	out := Window{FromNs: s.rel(res.Span.From), ToNs: s.rel(res.Span.To), Total: classes(res.Total.Classes),
-		Start: res.Total.Start, End: res.Total.End, Unmatch: res.Unmatch, Sites: []SiteClasses{}}
+		Start: res.Total.Start, End: res.Total.End, Unmatch: res.Unmatch, ExitedAIFI: res.Total.ExitedAIFI, Sites: []SiteClasses{},
+		Estimated: s.x.Report.Estimate()}
 	if res.PeakSeq >= 0 {
 		out.Peak = Point{TNs: s.rel(res.Peak.Time), Bytes: res.Peak.Bytes, Blocks: res.Peak.Blocks}
 	}
@@ -534,10 +582,15 @@ func (s *Server) window(w http.ResponseWriter, r *http.Request) {
 		sum uint64
 	}
 	var rs []ranked
+	var sup [4]query.Amount
 	for i := range res.Sites {
 		var sum uint64
-		for _, c := range res.Sites[i].Classes {
+		for k, c := range res.Sites[i].Classes {
 			sum += c.Bytes
+			if s.x.Suppressed(i) {
+				sup[k].Bytes += c.Bytes
+				sup[k].Blocks += c.Blocks
+			}
 		}
 		if sum > 0 {
 			rs = append(rs, ranked{i, sum})
@@ -553,12 +606,17 @@ func (s *Server) window(w http.ResponseWriter, r *http.Request) {
 		out.More = len(rs) - p.top
 		rs = rs[:p.top]
 	}
+	out.Suppressed = classes(sup)
 	out.Capped = p.capTop(out.More)
 	sites := s.x.Sites()
 	for _, k := range rs {
 		st := sites[k.id]
-		out.Sites = append(out.Sites, SiteClasses{Site: k.id, Name: symbolize.SiteName(st.Frames), PIDs: st.PIDs, Stack: jsonStack(st.Frames),
-			Classes: classes(res.Sites[k.id].Classes)})
+		sc := SiteClasses{Site: k.id, Name: symbolize.SiteName(st.Frames), PIDs: st.PIDs, Stack: jsonStack(st.Frames),
+			Classes: classes(res.Sites[k.id].Classes)}
+		if r := s.x.SuppressedBy(k.id); r != nil {
+			sc.SuppressedBy = r.Text
+		}
+		out.Sites = append(out.Sites, sc)
 	}
 	writeJSON(w, out)
 }
@@ -629,6 +687,7 @@ type Functions struct {
 	Functions []query.Function `json:"functions"` // at most top
 	More      int              `json:"more"`      // functions left out
 	Capped    *Capped          `json:"capped,omitempty"`
+	Estimated string           `json:"estimated,omitempty"` // see Timeline
 }
 
 func (s *Server) functions(w http.ResponseWriter, r *http.Request) {
@@ -650,7 +709,7 @@ func (s *Server) functions(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	out := Functions{Cost: p.cost.String(), Functions: s.x.Functions(res, p.cost, 0)}
+	out := Functions{Cost: p.cost.String(), Functions: s.x.Functions(res, p.cost, 0), Estimated: s.x.Report.Estimate()}
 	if len(out.Functions) > p.top {
 		out.More = len(out.Functions) - p.top
 		out.Functions = out.Functions[:p.top]
@@ -764,7 +823,12 @@ func (s *Server) document(p *params) *report.JSON {
 type Histogram struct {
 	Sizes     []report.JSONBucket `json:"sizes"`
 	Lifetimes []LifetimeBucket    `json:"lifetimes"`
-	Live      uint64              `json:"live"` // blocks of the window never freed
+	Live      uint64              `json:"live"`                // blocks of the window never freed
+	Estimated string              `json:"estimated,omitempty"` // see Timeline
+	// TimeResolutionNs is the trace's time resolution: lifetimes are
+	// multiples of it, the first bucket (lt_ns 1) holds those under it,
+	// and the buckets between cannot hold any (they are left out).
+	TimeResolutionNs int64 `json:"time_resolution_ns"`
 }
 
 // LifetimeBucket counts blocks that lived less than LtNs (and at least the
@@ -785,7 +849,9 @@ func (s *Server) histogram(w http.ResponseWriter, r *http.Request) {
 	}
 	defer leave()
 	res := s.windowOf(p.f)
-	out := Histogram{Sizes: []report.JSONBucket{}, Lifetimes: []LifetimeBucket{}, Live: res.Lifetime.Live}
+	tres := max(int64(s.x.Header.TimeResolution), 1)
+	out := Histogram{Sizes: []report.JSONBucket{}, Lifetimes: []LifetimeBucket{}, Live: res.Lifetime.Live, Estimated: s.x.Report.Estimate(),
+		TimeResolutionNs: tres}
 	for _, b := range analyze.SizeBuckets(&res.Hist) {
 		out.Sizes = append(out.Sizes, report.JSONBucket{Le: b.Le, Count: b.Count})
 	}
@@ -796,6 +862,9 @@ func (s *Server) histogram(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	for i := 0; i < last; i++ {
+		if i > 0 && int64(1)<<i <= tres && res.Lifetime.Buckets[i] == 0 {
+			continue // shorter than the resolution, and not the same timestamp: none
+		}
 		out.Lifetimes = append(out.Lifetimes, LifetimeBucket{LtNs: 1 << i, Count: res.Lifetime.Buckets[i]})
 	}
 	writeJSON(w, out)
@@ -874,6 +943,8 @@ type Diff struct {
 	Sites  []DiffSite `json:"sites"` // by the size of the difference, at most top
 	More   int        `json:"more"`
 	Capped *Capped    `json:"capped,omitempty"`
+	// Suppressed is present for a leak cost when a rule suppressed some.
+	Suppressed *DiffSuppressed `json:"suppressed,omitempty"`
 }
 
 // DiffTotal is the cost over every site.
@@ -881,6 +952,13 @@ type DiffTotal struct {
 	Value uint64 `json:"value"`
 	Base  uint64 `json:"base"`
 	Delta int64  `json:"delta"`
+}
+
+// DiffSuppressed is what suppressed sites hold in each trace, left out of
+// a leak cost's values (see query.Index.SiteCost).
+type DiffSuppressed struct {
+	Value uint64 `json:"value"`
+	Base  uint64 `json:"base"`
 }
 
 // DiffSite is one site's cost in both traces.
@@ -932,8 +1010,13 @@ func (s *Server) diff(w http.ResponseWriter, r *http.Request) {
 	}
 	rows := query.Diff(s.x, res, s.base, baseRes, p.cost)
 	out := Diff{Cost: p.cost.String(), Base: s.base.File, Sites: []DiffSite{}}
-	out.Total.Value, out.Total.Base = p.cost.Of(&res.Total), p.cost.Of(&baseRes.Total)
+	var sv, sb uint64
+	out.Total.Value, sv = s.x.Total(res, p.cost)
+	out.Total.Base, sb = s.base.Total(baseRes, p.cost)
 	out.Total.Delta = int64(out.Total.Value) - int64(out.Total.Base)
+	if sv != 0 || sb != 0 {
+		out.Suppressed = &DiffSuppressed{Value: sv, Base: sb}
+	}
 	if len(rows) > p.top {
 		out.More = len(rows) - p.top
 		rows = rows[:p.top]
@@ -961,7 +1044,7 @@ func (s *Server) baseWindow(match string) *query.Result {
 func (s *Server) quickTimeline(points int) Timeline {
 	pr := s.x.Report.Profile
 	from, to := s.x.Start(), s.x.End()+1
-	out := Timeline{FromNs: s.rel(from), ToNs: s.rel(to), Points: []TimelinePoint{}, Coarse: true}
+	out := Timeline{FromNs: s.rel(from), ToNs: s.rel(to), Points: []TimelinePoint{}, Coarse: true, Estimated: s.x.Report.Estimate()}
 	if pr.Peak.Bytes > 0 {
 		out.Peak = Point{TNs: s.rel(pr.Peak.Time), Bytes: pr.Peak.Bytes, Blocks: pr.Peak.Blocks}
 	}

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/heapscope/heapscope/analyze"
 	"github.com/heapscope/heapscope/query"
 	"github.com/heapscope/heapscope/report"
 )
@@ -16,7 +17,10 @@ import (
 // trees with a column per cost (/api/tree), the heap over time by function
 // (/api/consumed), the resident memory beside the heap (/api/memory) and
 // the search's share (/api/search). Every question takes the shared
-// parameters, the filters include= and exclude= among them.
+// parameters, the filters include= and exclude= among them. Their numbers
+// are the window's (query.Result): a sampled trace's estimates, scaled by
+// the rule of every view (analyze.SampledBlock), and a process's blocks
+// leave the heap at its exit while they stay its leaks.
 
 // Limits of these answers.
 const (
@@ -79,7 +83,7 @@ type TopSite struct {
 	PIDs      []uint32           `json:"pids"`
 	Stack     []report.JSONFrame `json:"stack"`
 	Peak      uint64             `json:"peak"`      // bytes live at the window's peak
-	Leaks     uint64             `json:"leaks"`     // bytes live at its end (0 when suppressed)
+	Leaks     uint64             `json:"leaks"`     // bytes not freed by its end, exited processes' too (0 when suppressed)
 	Calls     uint64             `json:"calls"`     // allocation and reallocation calls
 	Temporary uint64             `json:"temporary"` // temporary allocations
 	Bytes     uint64             `json:"bytes"`     // bytes allocated
@@ -105,6 +109,10 @@ type Top struct {
 	Suppressed query.Amount `json:"suppressed"` // the leaks of the sites suppressed
 	PeakAt     Point        `json:"peak_at"`    // the window's peak
 	Capped     *Capped      `json:"capped,omitempty"`
+	Estimated  string       `json:"estimated,omitempty"` // see Timeline
+	// NoTemporary is true when the trace cannot count temporaries (a
+	// sampled one): the temporary list is empty for that reason.
+	NoTemporary bool `json:"no_temporary,omitempty"`
 }
 
 func (s *Server) top(w http.ResponseWriter, r *http.Request) {
@@ -133,21 +141,22 @@ func (s *Server) top(w http.ResponseWriter, r *http.Request) {
 	sites := s.x.Sites()
 	row := func(id int) TopSite {
 		c := &res.Sites[id]
-		t := TopSite{Site: id, PIDs: sites[id].PIDs, Stack: jsonStack(sites[id].Frames), Peak: c.Peak.Bytes, Leaks: c.End.Bytes,
+		t := TopSite{Site: id, PIDs: sites[id].PIDs, Stack: jsonStack(sites[id].Frames), Peak: c.Peak.Bytes,
 			Calls: c.Allocations + c.Reallocations, Temporary: c.Temporary, Bytes: c.Bytes}
-		if s.x.Suppressed(id) && t.Leaks > 0 {
-			t.Leaks, t.Suppressed = 0, true
+		t.Leaks, t.Suppressed = s.x.SiteCost(res, query.CostLeaks, id)
+		if t.Suppressed {
+			t.Leaks = 0
 		}
 		return t
 	}
-	out := Top{}
+	out := Top{Estimated: s.x.Report.Estimate(), NoTemporary: s.x.Report.Profile.Missing.Has(analyze.NoTemporaries)}
 	if res.PeakSeq >= 0 {
 		out.PeakAt = Point{TNs: s.rel(res.Peak.Time), Bytes: res.Peak.Bytes, Blocks: res.Peak.Blocks}
 	}
 	for id := range res.Sites {
-		if s.x.Suppressed(id) {
-			out.Suppressed.Bytes += res.Sites[id].End.Bytes
-			out.Suppressed.Blocks += res.Sites[id].End.Blocks
+		if _, sup := s.x.SiteCost(res, query.CostLeaks, id); sup {
+			out.Suppressed.Bytes += res.Sites[id].Leaked.Bytes
+			out.Suppressed.Blocks += res.Sites[id].Leaked.Blocks
 		}
 	}
 	for _, l := range []struct {
@@ -166,11 +175,8 @@ func (s *Server) top(w http.ResponseWriter, r *http.Request) {
 		}
 		var rs []ranked
 		for id := range res.Sites {
-			v := l.cost.Of(&res.Sites[id])
-			if l.cost == query.CostLeaks && s.x.Suppressed(id) {
-				v = 0
-			}
-			if v > 0 {
+			v, sup := s.x.SiteCost(res, l.cost, id)
+			if v > 0 && !sup {
 				rs = append(rs, ranked{id, v})
 				l.list.Total += v
 			}
@@ -200,7 +206,8 @@ func (s *Server) top(w http.ResponseWriter, r *http.Request) {
 // TreeAnswer is /api/tree.
 type TreeAnswer struct {
 	*query.Tree
-	Capped *Capped `json:"capped,omitempty"`
+	Capped    *Capped `json:"capped,omitempty"`
+	Estimated string  `json:"estimated,omitempty"` // see Timeline
 }
 
 // tree answers the call tree of the window: from the callers down
@@ -232,7 +239,7 @@ func (s *Server) tree(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	out := TreeAnswer{Tree: s.x.Tree(res, p.cost, inv, share, nodes)}
+	out := TreeAnswer{Tree: s.x.Tree(res, p.cost, inv, share, nodes), Estimated: s.x.Report.Estimate()}
 	if asked > maxMaxNodes && len(out.Nodes) >= maxMaxNodes {
 		out.Capped = &Capped{MaxNodes: maxMaxNodes}
 	}
@@ -272,6 +279,9 @@ type ConsumedAnswer struct {
 	Total   []uint64               `json:"total"` // the heap of the sites kept, at each bucket's largest
 	Series  []query.ConsumedSeries `json:"series"`
 	Capped  *Capped                `json:"capped,omitempty"`
+	// Estimated: see Timeline. A process's blocks leave the chart at
+	// its exit, as they leave the heap.
+	Estimated string `json:"estimated,omitempty"`
 }
 
 // consumed answers the heap over the window by function (heaptrack's
@@ -304,7 +314,7 @@ func (s *Server) consumed(w http.ResponseWriter, r *http.Request) {
 	res := s.windowOf(p.f)
 	c := s.x.Consumed(res, k, int(n))
 	out := ConsumedAnswer{FromNs: s.rel(res.Span.From), ToNs: s.rel(res.Span.To), WidthNs: c.Width, TNs: []int64{},
-		Total: c.Total, Series: c.Series, Capped: capped}
+		Total: c.Total, Series: c.Series, Capped: capped, Estimated: s.x.Report.Estimate()}
 	for _, t := range c.Times {
 		out.TNs = append(out.TNs, s.rel(t))
 	}
@@ -379,6 +389,7 @@ type Search struct {
 	Functions []query.Function `json:"functions"`
 	More      int              `json:"more"`
 	Capped    *Capped          `json:"capped,omitempty"`
+	Estimated string           `json:"estimated,omitempty"` // see Timeline
 }
 
 func (s *Server) search(w http.ResponseWriter, r *http.Request) {
@@ -411,7 +422,7 @@ func (s *Server) search(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	out := Search{Cost: p.cost.String(), Query: q, Functions: []query.Function{}}
+	out := Search{Cost: p.cost.String(), Query: q, Functions: []query.Function{}, Estimated: s.x.Report.Estimate()}
 	out.Value, out.Total = s.x.MatchCost(res, p.cost, query.Match{Include: []query.Term{term}}.String())
 	lq := strings.ToLower(q)
 	for _, f := range s.x.Functions(res, p.cost, 0) {

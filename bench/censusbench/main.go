@@ -28,7 +28,6 @@ import (
 	"log"
 	"os"
 	"os/exec"
-	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -49,21 +48,9 @@ func main() {
 	rss := flag.Bool("rss", false, "also read smaps and pagemap (TakeOptions.RSS)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the censuses to this file")
 	flag.Parse()
-	if *cpuprofile != "" {
-		f, err := os.Create(*cpuprofile)
-		if err != nil {
-			log.Fatal(err)
-		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			log.Fatal(err)
-		}
-		defer pprof.StopCPUProfile()
-	}
+	defer benchutil.CPUProfile(*cpuprofile)()
 	defer testutil.Cleanup()
-	bin, err := testutil.Build("census_bench", testutil.Options{})
-	if err != nil {
-		log.Fatal(err)
-	}
+	bin := benchutil.MustBuild("census_bench", testutil.Options{})
 	fmt.Printf("machine: %s\n\n", benchutil.Machine())
 	fmt.Printf("| heap | chunks | read: median (min) | pause: median (min) | finish: median | CPU: median | per M chunks: pause (min), read + finish, CPU | read |\n|---|---|---|---|---|---|---|---|\n")
 	for _, mix := range strings.Split(*mixes, ",") {
@@ -82,17 +69,7 @@ func main() {
 // row runs cmd until it says "ready", takes its census reps times, and
 // prints a line of the table.
 func row(name string, reps int, rss bool, cmd *exec.Cmd) {
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		log.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		log.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		log.Fatal(err)
-	}
+	stdin, out := benchutil.StartPiped(cmd)
 	defer func() {
 		stdin.Close()
 		cmd.Wait()

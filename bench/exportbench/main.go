@@ -33,7 +33,6 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -44,7 +43,6 @@ import (
 	"github.com/heapscope/heapscope/internal/testutil"
 	"github.com/heapscope/heapscope/report"
 	"github.com/heapscope/heapscope/symbolize"
-	"github.com/heapscope/heapscope/tracefile"
 )
 
 func main() {
@@ -200,43 +198,5 @@ func cpu() int64 {
 
 // record runs bin under the preload provider into a trace file at path.
 func record(path, bin string, args ...string) error {
-	var ts unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
-		return err
-	}
-	host, _ := os.Hostname()
-	tw, err := tracefile.Create(path, tracefile.Header{Session: "exportbench", Provider: "preload", Hostname: host,
-		Clock: "CLOCK_MONOTONIC", MonoStart: ts.Nano(), WallStart: time.Now()}, tracefile.Options{})
-	if err != nil {
-		return err
-	}
-	c, err := preload.New(preload.Config{}, tw)
-	if err != nil {
-		tw.Close()
-		return err
-	}
-	cmd := exec.Command(bin, args...)
-	if err := c.Prepare(cmd); err != nil {
-		return err
-	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	runErr := cmd.Run()
-	if cmd.ProcessState != nil {
-		ws := cmd.ProcessState.Sys().(syscall.WaitStatus)
-		sig := 0
-		if ws.Signaled() {
-			sig = int(ws.Signal())
-		}
-		c.Exited(cmd.Process.Pid, ws.ExitStatus(), sig)
-	}
-	cerr := c.Close()
-	werr := tw.Close()
-	if runErr != nil {
-		return fmt.Errorf("%s: %v\n%s", bin, runErr, stderr.Bytes())
-	}
-	if cerr != nil {
-		return cerr
-	}
-	return werr
+	return benchutil.Record(path, "exportbench", preload.Config{}, exec.Command(bin, args...))
 }

@@ -57,21 +57,12 @@ func main() {
 	}
 	defer os.RemoveAll(dir)
 	hs := filepath.Join(dir, "heapscope")
-	if b, err := exec.Command("go", "build", "-o", hs, "./cmd/heapscope").CombinedOutput(); err != nil {
-		log.Fatalf("building heapscope: %v\n%s", err, b)
-	}
-	heap, err := testutil.Build("scan_heap", testutil.Options{})
-	if err != nil {
+	if err := benchutil.BuildHeapscope(hs); err != nil {
 		log.Fatal(err)
 	}
-	lsanHeap, err := testutil.Build("scan_heap", testutil.Options{Flags: []string{"-fsanitize=leak"}})
-	if err != nil {
-		log.Fatal(err)
-	}
-	cost, err := testutil.Build("watch_cost", testutil.Options{})
-	if err != nil {
-		log.Fatal(err)
-	}
+	heap := benchutil.MustBuild("scan_heap", testutil.Options{})
+	lsanHeap := benchutil.MustBuild("scan_heap", testutil.Options{Flags: []string{"-fsanitize=leak"}})
+	cost := benchutil.MustBuild("watch_cost", testutil.Options{})
 	env := append(os.Environ(), registry.DirEnv+"="+dir)
 	b := &bench{hs: hs, dir: dir, env: env, mib: *mib}
 
@@ -163,17 +154,7 @@ func (b *bench) started(heap string, args ...string) (*exec.Cmd, io.WriteCloser,
 	cmd := exec.Command(b.hs, append(args, "--", heap, strconv.Itoa(b.mib), "5")...)
 	cmd.Env = b.env
 	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		log.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		log.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		log.Fatal(err)
-	}
+	in, out := benchutil.StartPiped(cmd)
 	sc := bufio.NewScanner(out)
 	for sc.Scan() {
 		if p, ok := strings.CutPrefix(sc.Text(), "ready "); ok {
@@ -238,31 +219,19 @@ func (b *bench) atExit(heap, prov string, check bool, v *event.Verdict) float64 
 		if err != nil {
 			log.Fatal(err)
 		}
-		s := &verdicts{Sink: event.Discard}
+		s := testutil.NewNoteSink()
 		if err := r.Replay(s, tracefile.Window{}); err != nil {
 			log.Fatal(err)
 		}
 		r.Close()
-		if len(s.v) == 0 {
+		vs := testutil.NotesOf[event.Verdict](s)
+		if len(vs) == 0 {
 			log.Fatal("no verdict at exit in the trace")
 		}
-		*v = s.v[len(s.v)-1]
+		*v = vs[len(vs)-1]
 	}
 	os.Remove(trace)
 	return float64(d) / 1e6
-}
-
-type verdicts struct {
-	event.Sink
-	v []event.Verdict
-}
-
-func (s *verdicts) Note(n event.Note) error {
-	if v, ok := n.(event.Verdict); ok {
-		v.Blocks = nil
-		s.v = append(s.v, v)
-	}
-	return nil
 }
 
 // lsanCheck runs scan_heap built with LeakSanitizer: its own check, ms.

@@ -23,7 +23,6 @@ import (
 	"github.com/heapscope/heapscope/bench/internal/benchutil"
 
 	"github.com/heapscope/heapscope/event"
-	"github.com/heapscope/heapscope/internal/testutil"
 	"github.com/heapscope/heapscope/tracefile"
 )
 
@@ -94,15 +93,9 @@ func run(reps int, outFile string) error {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	root, err := testutil.Root()
-	if err != nil {
-		return err
-	}
 	e := &env{tmp: tmp, heapscope: filepath.Join(tmp, "heapscope")}
-	build := exec.Command("go", "build", "-o", e.heapscope, "./cmd/heapscope")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		return fmt.Errorf("building heapscope: %v\n%s", err, out)
+	if err := benchutil.BuildHeapscope(e.heapscope); err != nil {
+		return err
 	}
 
 	results := map[string]map[string]*result{}

@@ -36,11 +36,8 @@ import (
 	"github.com/heapscope/heapscope/bench/internal/benchutil"
 	"github.com/heapscope/heapscope/event"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/heapscope/heapscope/internal/preload"
 	"github.com/heapscope/heapscope/internal/testutil"
-	"github.com/heapscope/heapscope/tracefile"
 )
 
 func main() {
@@ -96,15 +93,9 @@ func run(n, pyN, reps int, names []string, outFile, keep string) error {
 			return err
 		}
 	}
-	root, err := testutil.Root()
-	if err != nil {
-		return err
-	}
 	hs := filepath.Join(tmp, "heapscope")
-	build := exec.Command("go", "build", "-o", hs, "./cmd/heapscope")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		return fmt.Errorf("building heapscope: %v\n%s", err, out)
+	if err := benchutil.BuildHeapscope(hs); err != nil {
+		return err
 	}
 	churn, err := testutil.Build("churn", testutil.Options{})
 	if err != nil {
@@ -265,46 +256,9 @@ func measure(hs string, w workload, dir string, reps int) (*result, error) {
 // record runs the workload under the preload provider into a trace file,
 // as `heapscope run` does.
 func record(path string, w workload) error {
-	var ts unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
-		return err
-	}
-	host, _ := os.Hostname()
-	tw, err := tracefile.Create(path, tracefile.Header{Session: "reportbench-" + w.name, Provider: "preload",
-		Hostname: host, Clock: "CLOCK_MONOTONIC", MonoStart: ts.Nano(), WallStart: time.Now()}, tracefile.Options{})
-	if err != nil {
-		return err
-	}
-	c, err := preload.New(preload.Config{Unwind: w.unwind}, tw)
-	if err != nil {
-		tw.Close()
-		return err
-	}
 	cmd := exec.Command(w.cmd[0], w.cmd[1:]...)
 	cmd.Env = append(os.Environ(), w.env...)
-	if err := c.Prepare(cmd); err != nil {
-		return err
-	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	runErr := cmd.Run()
-	if cmd.ProcessState != nil {
-		ws := cmd.ProcessState.Sys().(syscall.WaitStatus)
-		sig := 0
-		if ws.Signaled() {
-			sig = int(ws.Signal())
-		}
-		c.Exited(cmd.Process.Pid, ws.ExitStatus(), sig)
-	}
-	cerr := c.Close()
-	werr := tw.Close()
-	if runErr != nil {
-		return fmt.Errorf("%v: %v\n%s", w.cmd[0], runErr, stderr.Bytes())
-	}
-	if cerr != nil {
-		return cerr
-	}
-	return werr
+	return benchutil.Record(path, "reportbench-"+w.name, preload.Config{Unwind: w.unwind}, cmd)
 }
 
 func num(v any) float64 {

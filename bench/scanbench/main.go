@@ -24,7 +24,6 @@ import (
 	"log"
 	"os"
 	"os/exec"
-	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -46,25 +45,12 @@ func main() {
 	out := flag.String("o", "", "append the table to this file")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the scans to this file")
 	flag.Parse()
-	if *cpuprofile != "" {
-		f, err := os.Create(*cpuprofile)
-		if err != nil {
-			log.Fatal(err)
-		}
-		pprof.StartCPUProfile(f)
-		defer pprof.StopCPUProfile()
-	}
+	defer benchutil.CPUProfile(*cpuprofile)()
 	log.SetFlags(0)
 	defer testutil.Cleanup()
 
-	native, err := testutil.Build("scan_heap", testutil.Options{})
-	if err != nil {
-		log.Fatal(err)
-	}
-	lsan, err := testutil.Build("scan_heap", testutil.Options{Flags: []string{"-fsanitize=leak"}})
-	if err != nil {
-		log.Fatal(err)
-	}
+	native := benchutil.MustBuild("scan_heap", testutil.Options{})
+	lsan := benchutil.MustBuild("scan_heap", testutil.Options{Flags: []string{"-fsanitize=leak"}})
 
 	var b strings.Builder
 	fmt.Fprintf(&b, "\n## %s: `go run ./bench/scanbench -mib %d -ptr %s -reps %d`\n\n", time.Now().Format("2006-01-02"), *mib, *ptrs, *reps)
@@ -143,17 +129,7 @@ func start(bin string, env []string, args ...string) (*exec.Cmd, io.WriteCloser,
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stderr = io.Discard
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		log.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		log.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		log.Fatal(err)
-	}
+	in, out := benchutil.StartPiped(cmd)
 	return cmd, in, bufio.NewReaderSize(out, 1<<20)
 }
 

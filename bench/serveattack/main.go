@@ -32,6 +32,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/heapscope/heapscope/bench/internal/benchutil"
 	"github.com/heapscope/heapscope/event"
 	"github.com/heapscope/heapscope/tracefile"
 )
@@ -66,8 +67,8 @@ func run(sites, frames int, bin, label, out string) error {
 	defer os.RemoveAll(dir)
 	if bin == "" {
 		bin = filepath.Join(dir, "heapscope")
-		if b, err := exec.Command("go", "build", "-o", bin, "./cmd/heapscope").CombinedOutput(); err != nil {
-			return fmt.Errorf("build: %v\n%s", err, b)
+		if err := benchutil.BuildHeapscope(bin); err != nil {
+			return err
 		}
 	}
 	trace := filepath.Join(dir, "many.hst")

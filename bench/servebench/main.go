@@ -82,8 +82,8 @@ func run(trace string, reps, clicks int, bin string, warm bool, outFile string) 
 	hs := bin
 	if hs == "" {
 		hs = filepath.Join(tmp, "heapscope")
-		if b, err := exec.Command("go", "build", "-o", hs, "./cmd/heapscope").CombinedOutput(); err != nil {
-			return fmt.Errorf("building heapscope: %v\n%s", err, b)
+		if err := benchutil.BuildHeapscope(hs); err != nil {
+			return err
 		}
 	}
 	var reportWall, reportRSS, reportCPU, indexT, pageT, indexedT, pageCPU, clickCPU, rss, anon []float64

@@ -27,7 +27,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"runtime/pprof"
 	"sort"
 	"strings"
 	"syscall"
@@ -46,16 +45,7 @@ func main() {
 	only := flag.String("variants", "off,on,polled,late", "the variants to run, in this order")
 	cpuprofile := flag.String("cpuprofile", "", "write the session process's CPU profile over all runs to this file")
 	flag.Parse()
-	if *cpuprofile != "" {
-		f, err := os.Create(*cpuprofile)
-		if err != nil {
-			log.Fatal(err)
-		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			log.Fatal(err)
-		}
-		defer pprof.StopCPUProfile()
-	}
+	defer benchutil.CPUProfile(*cpuprofile)()
 	dir, err := os.MkdirTemp("", "topbench-")
 	if err != nil {
 		log.Fatal(err)

@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -15,25 +14,6 @@ import (
 	"github.com/heapscope/heapscope/internal/ebpf"
 	"github.com/heapscope/heapscope/internal/testutil"
 )
-
-// stoppedThreads counts the threads of pid in a stop (t or T).
-func stoppedThreads(t *testing.T, pid int) int {
-	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for _, e := range ents {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, e.Name()))
-		if err != nil {
-			continue
-		}
-		if i := strings.LastIndexByte(string(b), ')'); i > 0 && i+2 < len(b) && (b[i+2] == 't' || b[i+2] == 'T') {
-			n++
-		}
-	}
-	return n
-}
 
 // TestAttachKilledMidCensus kills heapscope attach while its census has the
 // process stopped, at several moments: every thread runs again, and the
@@ -57,20 +37,20 @@ func TestAttachKilledMidCensus(t *testing.T) {
 		}
 		// Wait for the census's stop, then kill heapscope inside it.
 		deadline := time.Now().Add(30 * time.Second)
-		for stoppedThreads(t, pid) == 0 && time.Now().Before(deadline) {
+		for testutil.StoppedThreads(t, pid) == 0 && time.Now().Before(deadline) {
 			time.Sleep(200 * time.Microsecond)
 		}
 		time.Sleep(delay)
-		inStop := stoppedThreads(t, pid) > 0
+		inStop := testutil.StoppedThreads(t, pid) > 0
 		a.Process.Kill()
 		a.Wait()
 		if inStop {
 			killed++
 		}
 		deadline = time.Now().Add(10 * time.Second)
-		for stoppedThreads(t, pid) > 0 {
+		for testutil.StoppedThreads(t, pid) > 0 {
 			if time.Now().After(deadline) {
-				t.Fatalf("kill %d (%v into the stop): %d threads of the program still stopped", i, delay, stoppedThreads(t, pid))
+				t.Fatalf("kill %d (%v into the stop): %d threads of the program still stopped", i, delay, testutil.StoppedThreads(t, pid))
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
@@ -92,19 +72,7 @@ func TestAttachKilledMidCensus(t *testing.T) {
 // one line that it has no census.
 func TestAttachWarnsJemalloc(t *testing.T) {
 	testutil.SkipWithoutEBPF(t, ebpf.Available())
-	redis := exec.Command(testutil.Tool(t, "redis-server"), "--port", "0", "--unixsocket", filepath.Join(t.TempDir(), "r.sock"),
-		"--save", "", "--appendonly", "no")
-	_, out := testutil.StartPiped(t, redis)
-	rd := bufio.NewReader(out)
-	for {
-		line, err := rd.ReadString('\n')
-		if err != nil {
-			t.Fatalf("redis-server: %v", err)
-		}
-		if strings.Contains(line, "ready to accept connections") {
-			break
-		}
-	}
+	redis := testutil.StartRedis(t)
 	trace := filepath.Join(t.TempDir(), "redis.hst")
 	a := cli(t, "attach", "-q", "--duration", "500ms", "-p", strconv.Itoa(redis.Process.Pid), "-o", trace)
 	b, err := a.CombinedOutput()
@@ -129,16 +97,7 @@ func TestInfoAndSnapshotPID(t *testing.T) {
 	w := exec.Command(bin)
 	stdin, stdout := testutil.StartPiped(t, w)
 	defer stdin.Close()
-	rd := bufio.NewReader(stdout)
-	for {
-		line, err := rd.ReadString('\n')
-		if err != nil {
-			t.Fatalf("census_known: %v", err)
-		}
-		if strings.TrimSpace(line) == "ready" {
-			break
-		}
-	}
+	testutil.ReadUntil(t, bufio.NewReader(stdout), "census_known", func(l string) bool { return strings.TrimSpace(l) == "ready" })
 	pid := strconv.Itoa(w.Process.Pid)
 	b, err := cli(t, "info", pid).CombinedOutput()
 	if err != nil {

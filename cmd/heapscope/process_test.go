@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -9,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/heapscope/heapscope/internal/testutil"
+	"github.com/heapscope/heapscope/query"
 	"github.com/heapscope/heapscope/report"
 )
 
@@ -115,5 +118,92 @@ func TestReportExecShim(t *testing.T) {
 	all := reportJSON(t, trace)
 	if all.Summary.Allocations <= alone.Summary.Allocations {
 		t.Errorf("the shell allocated nothing? %+v", all.Summary)
+	}
+}
+
+// TestMultiProcessPeak: in a g++ compile, cc1plus exits with megabytes
+// still live before as starts. A process's blocks leave the heap when it
+// exits (they stay its leaks), so the trace's peak is the largest heap the
+// processes had at one time, computed here from each process's timeline
+// (`report --pid P --format json`), and not cc1plus's leaks plus as's peak;
+// the index serve answers from has the same peak.
+func TestMultiProcessPeak(t *testing.T) {
+	gxx := testutil.Tool(t, "g++")
+	dir := t.TempDir()
+	src := filepath.Join(dir, "x.cpp")
+	// Many symbols: as holds more than cc1plus leaves behind.
+	var b strings.Builder
+	b.WriteString("#include <map>\n#include <string>\nint f() { std::map<std::string, int> m; m[\"x\"] = 1; return m.size(); }\n")
+	for i := 0; i < 30000; i++ {
+		fmt.Fprintf(&b, "int variable_with_a_long_name_%d = %d;\n", i, i)
+	}
+	if err := os.WriteFile(src, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	trace := traceRun(t, dir, "gxx.hst", gxx, "-O1", "-c", "-o", filepath.Join(dir, "x.o"), src)
+	all := reportJSON(t, trace)
+	type step struct {
+		t     int64
+		bytes uint64
+	}
+	var steps [][]step
+	var times []int64
+	var sumPeaks, leaked, maxLeak uint64
+	for _, p := range all.Processes {
+		d := reportJSON(t, trace, "--pid", strconv.Itoa(int(p.PID)))
+		var s []step
+		for _, pt := range d.Timeline {
+			s = append(s, step{pt.TNs, pt.LiveBytes})
+			times = append(times, pt.TNs)
+		}
+		steps = append(steps, s)
+		sumPeaks += d.Summary.PeakBytes
+		leaked += d.Summary.LeakedBytes
+		maxLeak = max(maxLeak, d.Summary.LeakedBytes+d.Summary.SuppressedBytes)
+		if last := s[len(s)-1]; p.Exited && last.bytes != 0 {
+			t.Errorf("process %d (%s) exited, but its timeline ends with %d bytes in the heap", p.PID, p.Exe, last.bytes)
+		}
+	}
+	if len(steps) < 3 {
+		t.Fatalf("g++'s trace has processes %+v, want the driver, cc1plus and as", all.Processes)
+	}
+	// The largest sum, at one time, of what each process had in the heap
+	// at its latest timeline point; nothing once it exited (the last
+	// point of an exited process's timeline is its end).
+	var simultaneous uint64
+	for _, tm := range times {
+		var sum uint64
+		for k, s := range steps {
+			if all.Processes[k].Exited && tm >= s[len(s)-1].t {
+				continue
+			}
+			for i := len(s) - 1; i >= 0; i-- {
+				if s[i].t <= tm {
+					sum += s[i].bytes
+					break
+				}
+			}
+		}
+		simultaneous = max(simultaneous, sum)
+	}
+	peak := all.Summary.PeakBytes
+	t.Logf("peak %d bytes; largest simultaneous heap %d; per-process peaks sum to %d", peak, simultaneous, sumPeaks)
+	// Each timeline point is the largest heap of its bucket (about 1/512 of
+	// the trace): the sum at one point is within a few percent.
+	if math.Abs(float64(peak)-float64(simultaneous)) > 0.03*float64(simultaneous) {
+		t.Errorf("peak %d bytes, but the processes' heaps at one time sum to at most %d", peak, simultaneous)
+	}
+	if all.Summary.LeakedBytes != leaked {
+		t.Errorf("leaks %d, the processes' own sum to %d: an exit must not change leaks", all.Summary.LeakedBytes, leaked)
+	}
+	if simultaneous+maxLeak/2 > sumPeaks {
+		t.Errorf("the processes' heaps overlap (%d at once, peaks sum to %d): this compile does not try the rule", simultaneous, sumPeaks)
+	}
+	x, err := query.Build(trace, query.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, ok := x.Peak(x.Span(query.Filter{})); !ok || p.Bytes != peak {
+		t.Errorf("the index's peak %+v, the report's %d bytes", p, peak)
 	}
 }

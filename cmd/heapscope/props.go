@@ -12,6 +12,7 @@ import (
 
 	"github.com/heapscope/heapscope"
 	"github.com/heapscope/heapscope/event"
+	"github.com/heapscope/heapscope/export"
 	"github.com/heapscope/heapscope/tracefile"
 )
 
@@ -43,6 +44,20 @@ type sessionFlags struct {
 	sample        heapscope.Size
 	maxStacks     int
 	unwindSize    heapscope.Size
+	export        exportList
+	exportEvery   time.Duration
+	exportAddrs   bool
+	emitUSDT      bool
+	source        heapscope.Source
+}
+
+// exportList is the repeatable --export flag.
+type exportList []string
+
+func (l *exportList) String() string { return strings.Join(*l, " ") }
+func (l *exportList) Set(v string) error {
+	*l = append(*l, v)
+	return nil
 }
 
 // The flags of launching a program and of attaching to processes.
@@ -61,7 +76,22 @@ func (f *sessionFlags) register(fs *flag.FlagSet, which int) {
 		fs.TextVar(&f.provider, "provider", f.provider, "`PROVIDER` of a launched program: "+choices(heapscope.ProviderPreload, heapscope.ProviderEBPF)+" (the LD_PRELOAD interposer or uprobes)")
 	}
 	fs.TextVar(&f.onFull, "on-full", f.onFull, "`POLICY` when the collector falls behind: "+choices(heapscope.OnFullDefault, heapscope.Block, heapscope.Drop)+". With preload (and attach --inject), block\n(exact, slows the program) or drop (count losses); with ebpf, drop only (a uprobe cannot wait).\n(default: the provider's own, block for preload, drop for ebpf)")
+	fs.BoolVar(&f.emitUSDT, "emit-usdt", false, "with --sample (preload, and attach --inject): fire OpenTelemetry's otel_memory USDT probes, alloc(ptr, size, weight)\n"+
+		"and free(ptr), for the sampled blocks, so that a profiler that reads them (the OpenTelemetry eBPF\n"+
+		"profiler) sees the program's heap too; they fire only while a tracer has raised their semaphores")
 	if f.attach {
+		f.source = heapscope.SourceUprobes
+		fs.Func("source", "`SOURCE` of the events (ebpf): uprobes (the allocator's functions), usdt (OpenTelemetry's\n"+
+			"otel_memory USDT probes, which a target that samples its own allocations fires: its sampler decides and\n"+
+			"its weights are the estimates; needs --sample, the samplers' rate) or auto (the probes where a process\n"+
+			"has them, uprobes elsewhere, sampled at --sample) (default uprobes)", func(s string) error {
+			switch v := heapscope.Source(s); v {
+			case heapscope.SourceUprobes, heapscope.SourceUSDT, heapscope.SourceAuto:
+				f.source = v
+				return nil
+			}
+			return fmt.Errorf("%q: want uprobes, usdt or auto", s)
+		})
 		fs.BoolVar(&f.noFollowFork, "no-follow-fork", false, "eBPF: trace only the given processes, not the children they fork (an exec goes on as the same process)")
 		fs.BoolVar(&f.inject, "inject", false, "load heapscope's interposer into the processes (ptrace, no gdb) instead of placing uprobes:\nrun's cost per call, run's stack walkers; the children they fork are not traced")
 	}
@@ -85,6 +115,14 @@ func (f *sessionFlags) register(fs *flag.FlagSet, which int) {
 	fs.TextVar(&f.sample, "sample", heapscope.Size(0), "record one allocation per `SIZE` bytes allocated on average (e.g. 512KiB, 1MiB, 65536) and\nestimate the rest; 0 records every event. Not with --events mmap")
 	fs.IntVar(&f.maxStacks, "max-stacks", heapscope.DefaultMaxStacks, fmt.Sprintf("ebpf: distinct stacks the kernel side remembers, 1 to %d (a few dozen bytes each, taken as they come);\nan event whose stack finds no room is recorded without it, and counted", heapscope.MaxMaxStacks))
 	fs.TextVar(&f.unwindSize, "unwind-tables-size", heapscope.Size(heapscope.DefaultUnwindTablesSize), "ebpf: most kernel `SIZE` for unwind tables, up to 1GiB, taken 2MiB at a time as mapped files need it and\ngiven back when no traced process maps them; one user's processes take at most half.\nStacks through a file whose table finds no room are cut, and counted")
+	fs.Var(&f.export, "export", "send interval heap profiles to `FORMAT=URL` every --export-interval and at the end (repeat for several):\n"+
+		"otlp=http://HOST:4318 (OTLP profiles over HTTP/protobuf to /v1development/profiles), otlp=grpc://HOST:4317,\n"+
+		"or pprof=http://HOST:4040 (pprof to Pyroscope's /ingest). OTLP profiles are an alpha signal: encoded with the\n"+
+		"pdata of OpenTelemetry Collector "+export.CollectorRelease+" (a collector of another release may not read them; it needs\n"+
+		"--feature-gates=service.profilesSupport). Needs no trace file (--log-mode realtime). Exports that a collector\n"+
+		"cannot take are queued, retried, then dropped and counted (query, the summary); they never slow the tracing")
+	fs.DurationVar(&f.exportEvery, "export-interval", heapscope.DefaultExportInterval, "length of an exported interval, at least 1s")
+	fs.BoolVar(&f.exportAddrs, "export-addresses", false, "export frames as addresses and mappings with build-ids only, unsymbolized (for backends that symbolize)")
 }
 
 // validate checks what is not a property: the session's name.
@@ -121,6 +159,11 @@ var propertyFlags = map[string]struct {
 	"Sample":           {"--sample", 0},
 	"MaxStacks":        {"--max-stacks", 0},
 	"UnwindTablesSize": {"--unwind-tables-size", heapscope.MiB},
+	"Export":           {"--export", 0},
+	"ExportInterval":   {"--export-interval", 0},
+	"ExportAddresses":  {"--export-addresses", 0},
+	"EmitUSDT":         {"--emit-usdt", 0},
+	"Source":           {"--source", 0},
 }
 
 // flagError writes an error of Properties.Validate in terms of flags, a
@@ -206,6 +249,11 @@ func (f *sessionFlags) properties(program string, pid int, attach bool) (heapsco
 	p.TimeResolution = f.timeRes
 	p.Overwrite = f.overwrite
 	p.Sample = f.sample
+	p.Export, p.ExportInterval, p.ExportAddresses = f.export, f.exportEvery, f.exportAddrs
+	p.EmitUSDT = f.emitUSDT
+	if f.source != heapscope.SourceUprobes {
+		p.Source = f.source
+	}
 	p.Unwind, p.Provider, p.OnFull = f.unwind, f.provider, f.onFull
 	if attach {
 		p.Provider, p.NoFollowFork = heapscope.ProviderEBPF, f.noFollowFork
@@ -213,6 +261,8 @@ func (f *sessionFlags) properties(program string, pid int, attach bool) (heapsco
 			p.Provider = heapscope.ProviderPreload
 		} else if p.OnFull == heapscope.Block {
 			return p, usagef("--on-full block: eBPF uprobes can only drop and count; --inject can block")
+		} else if p.EmitUSDT {
+			return p, usagef("--emit-usdt: only heapscope's interposer fires the probes: attach --inject --sample R --emit-usdt")
 		}
 	}
 	p.MaxStacks, p.UnwindTablesSize = f.maxStacks, f.unwindSize

@@ -127,6 +127,9 @@ func printStatus(w io.Writer, st heapscope.Status) {
 	fmt.Fprintf(w, "stacks    %s\n", st.Stacks)
 	fmt.Fprintf(w, "events    %s\n", st.Properties.Families)
 	fmt.Fprintf(w, "started   %s\n", st.Started.Local().Format(time.DateTime))
+	if len(st.Exports) > 0 {
+		fmt.Fprintf(w, "export    every %s\n", st.Properties.ExportInterval)
+	}
 	if len(st.Files) > 0 {
 		fmt.Fprintf(w, "files     %s (%s mode)\n", strings.Join(st.Files, ", "), st.Properties.FileMode)
 	} else {
@@ -173,5 +176,22 @@ func printStats(w io.Writer, st heapscope.Status) {
 	fmt.Fprintln(w)
 	for _, l := range append(lossWarnings(st.Stats, string(st.Provider)), st.Warnings...) {
 		fmt.Fprintf(w, "warning   %s\n", l)
+	}
+	for _, e := range st.Exports {
+		fmt.Fprintf(w, "exports to %s: %d sent, %d retried, %d dropped", e.Target, e.Sent, e.Retried, e.Dropped)
+		if e.Rejected > 0 {
+			fmt.Fprintf(w, " (%d rejected)", e.Rejected)
+		}
+		if e.Queued > 0 {
+			fmt.Fprintf(w, ", %d queued", e.Queued)
+		}
+		fmt.Fprintln(w)
+		if e.LastError != "" && (e.Dropped > 0 || e.Retried > 0 || e.Queued > 0) {
+			msg := strings.Join(strings.Fields(e.LastError), " ")
+			if len(msg) > 300 {
+				msg = msg[:300] + "…"
+			}
+			fmt.Fprintf(w, "          last error: %s\n", msg)
+		}
 	}
 }

@@ -165,3 +165,50 @@ func TestSuppressionFile(t *testing.T) {
 		t.Errorf("bad suppression file: exit %d, %q", code, stderr)
 	}
 }
+
+// TestDiffCountsSuppressionsAsReport: `heapscope diff` counts leaks as
+// `report` does: the leaks a rule suppresses are not leaked but
+// suppressed, in its totals and per site, and it names the rules.
+func TestDiffCountsSuppressionsAsReport(t *testing.T) {
+	dir := t.TempDir()
+	trace := runtimeTrace(t, dir)
+	base := traceRun(t, dir, "known.hst", testutil.MustBuild(t, "report_known", testutil.Options{}))
+	d, _ := diffJSON(t, base, trace)
+	for _, side := range []struct {
+		what string
+		j    report.DiffJSONTrace
+		file string
+	}{{"base", d.Base, base}, {"new", d.New, trace}} {
+		r := reportJSON(t, side.file)
+		tot := side.j.Totals
+		if tot.LeakedBytes != r.Summary.LeakedBytes || tot.LeakedBlocks != r.Summary.LeakedBlocks ||
+			tot.SuppressedBytes != r.Summary.SuppressedBytes || tot.SuppressedBlocks != r.Summary.SuppressedBlocks {
+			t.Errorf("%s: diff totals %+v; report leaked %d in %d, suppressed %d in %d", side.what, tot,
+				r.Summary.LeakedBytes, r.Summary.LeakedBlocks, r.Summary.SuppressedBytes, r.Summary.SuppressedBlocks)
+		}
+		if len(side.j.Suppressed) != len(r.Suppressed) {
+			t.Errorf("%s: diff names rules %+v, report %+v", side.what, side.j.Suppressed, r.Suppressed)
+		}
+	}
+	if d.New.Totals.SuppressedBytes == 0 {
+		t.Fatal("report_runtime: nothing suppressed")
+	}
+	var siteSup uint64
+	for _, s := range d.Sites {
+		siteSup += s.New.SuppressedBytes
+		if s.New.SuppressedBytes > 0 && s.New.LeakedBytes > 0 {
+			t.Errorf("a site both leaked and suppressed: %+v", s.New)
+		}
+	}
+	if siteSup != d.New.Totals.SuppressedBytes {
+		t.Errorf("sites' suppressed bytes %d, totals %d", siteSup, d.New.Totals.SuppressedBytes)
+	}
+	out := filepath.Join(dir, "d.txt")
+	if code, stderr := runCLI(t, "diff", "-o", out, base, trace); code != 0 {
+		t.Fatalf("diff: %d %s", code, stderr)
+	}
+	txt, _ := os.ReadFile(out)
+	if !strings.Contains(string(txt), "suppressed bytes") || !strings.Contains(string(txt), "suppressed (not counted as leaked) by default:libstdc++-pool") {
+		t.Errorf("diff text:\n%s", txt)
+	}
+}

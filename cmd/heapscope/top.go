@@ -302,12 +302,12 @@ func writePlainFrame(w io.Writer, name, state string, f, readFrom *topframe.Fram
 	fmt.Fprintln(w)
 }
 
-// sampledNote says that a sampled session's counts are of its samples.
+// sampledNote says that a sampled session's counts are estimates.
 func sampledNote(f *topframe.Frame) string {
 	if f.SampleRate <= 0 {
 		return ""
 	}
-	return fmt.Sprintf("sampled every %s on average: the counts are of the samples, not estimates", fmtSize(uint64(f.SampleRate)))
+	return fmt.Sprintf("estimated (sampled every %s on average)", fmtSize(uint64(f.SampleRate)))
 }
 
 func lostWord(f *topframe.Frame) string {

@@ -432,6 +432,17 @@ func (c *Collector) String() string {
 // how the tests compare what a collector received with a workload's
 // known totals.
 func Totals(ps pprofile.Profiles) (map[int64]map[string]map[string]int64, error) {
+	return TotalsIn(ps)
+}
+
+// TotalsIn is Totals with each sample counted for the innermost of its
+// stack's functions (inlined ones included) that is one of names, "" when
+// none is; with no names, Totals'.
+func TotalsIn(ps pprofile.Profiles, names ...string) (map[int64]map[string]map[string]int64, error) {
+	want := map[string]bool{}
+	for _, n := range names {
+		want[n] = true
+	}
 	d := ps.Dictionary()
 	strs := d.StringTable()
 	str := func(i int32) string {
@@ -463,7 +474,7 @@ func Totals(ps pprofile.Profiles) (map[int64]map[string]map[string]int64, error)
 				}
 				for s := 0; s < prof.Samples().Len(); s++ {
 					smp := prof.Samples().At(s)
-					fn, err := leaf(d, smp.StackIndex())
+					fn, err := leaf(d, smp.StackIndex(), want)
 					if err != nil {
 						return nil, err
 					}
@@ -479,7 +490,9 @@ func Totals(ps pprofile.Profiles) (map[int64]map[string]map[string]int64, error)
 	return out, nil
 }
 
-func leaf(d pprofile.ProfilesDictionary, stack int32) (string, error) {
+// leaf returns the innermost function of a stack, or, with want, the
+// innermost one in want.
+func leaf(d pprofile.ProfilesDictionary, stack int32, want map[string]bool) (string, error) {
 	if stack <= 0 || int(stack) >= d.StackTable().Len() {
 		return "", fmt.Errorf("stack index %d of %d", stack, d.StackTable().Len())
 	}
@@ -490,18 +503,19 @@ func leaf(d pprofile.ProfilesDictionary, stack int32) (string, error) {
 			return "", fmt.Errorf("location index %d of %d", li, d.LocationTable().Len())
 		}
 		lines := d.LocationTable().At(int(li)).Lines()
-		if lines.Len() == 0 {
-			continue
+		for j := 0; j < lines.Len(); j++ {
+			fi := lines.At(j).FunctionIndex()
+			if fi <= 0 || int(fi) >= d.FunctionTable().Len() {
+				return "", fmt.Errorf("function index %d of %d", fi, d.FunctionTable().Len())
+			}
+			ni := d.FunctionTable().At(int(fi)).NameStrindex()
+			if ni < 0 || int(ni) >= d.StringTable().Len() {
+				return "", fmt.Errorf("string index %d of %d", ni, d.StringTable().Len())
+			}
+			if name := d.StringTable().At(int(ni)); len(want) == 0 || want[name] {
+				return name, nil
+			}
 		}
-		fi := lines.At(0).FunctionIndex()
-		if fi <= 0 || int(fi) >= d.FunctionTable().Len() {
-			return "", fmt.Errorf("function index %d of %d", fi, d.FunctionTable().Len())
-		}
-		ni := d.FunctionTable().At(int(fi)).NameStrindex()
-		if ni < 0 || int(ni) >= d.StringTable().Len() {
-			return "", fmt.Errorf("string index %d of %d", ni, d.StringTable().Len())
-		}
-		return d.StringTable().At(int(ni)), nil
 	}
 	return "", nil
 }

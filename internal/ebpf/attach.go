@@ -174,12 +174,18 @@ func (t *Tracer) attach(p *tracee) error {
 	}
 	exe, _ := proc.Exe(pid)
 	cmdline, _ := proc.Cmdline(pid)
-	targets, err := findTargets(pid)
+	var targets []target
+	usdts, err := t.usdtTargets(pid, exe)
 	if err != nil {
-		return fmt.Errorf("ebpf: %w", err)
+		return err
 	}
-	if len(targets) == 0 && t.cfg.Families&event.FamilyMmap == 0 {
-		return fmt.Errorf("ebpf: pid %d (%s) maps no allocator heapscope can probe: %w", pid, exe, errs.ErrUnavailable)
+	if usdts == nil {
+		if targets, err = findTargets(pid); err != nil {
+			return fmt.Errorf("ebpf: %w", err)
+		}
+		if len(targets) == 0 && t.cfg.Families&event.FamilyMmap == 0 {
+			return fmt.Errorf("ebpf: pid %d (%s) maps no allocator heapscope can probe: %w", pid, exe, errs.ErrUnavailable)
+		}
 	}
 	ld, err := findLoader(pid)
 	if err != nil {
@@ -200,6 +206,23 @@ func (t *Tracer) attach(p *tracee) error {
 	defer t.out.Unlock()
 	for _, tg := range targets {
 		ls, err := t.attachTarget(pid, p.pidx, tg)
+		p.links = append(p.links, ls...)
+		if err != nil {
+			closeLinks(p.links)
+			p.links = nil
+			return err
+		}
+	}
+	if usdts != nil {
+		p.lmu.Lock()
+		p.usdt, p.usdtFiles, p.usdtNames = true, map[fileKey]bool{}, map[string]bool{}
+		for _, tg := range usdts {
+			p.usdtFiles[tg.key] = true
+		}
+		p.lmu.Unlock()
+	}
+	for _, tg := range usdts {
+		ls, err := t.attachUSDT(pid, tg)
 		p.links = append(p.links, ls...)
 		if err != nil {
 			closeLinks(p.links)
@@ -513,7 +536,10 @@ func (t *Tracer) end(p *tracee, exited bool) {
 		}
 		close(p.ended)
 		t.watch.remove(p)
+		p.lmu.Lock()
+		p.linksClosed = true
 		closeLinks(p.links)
+		p.lmu.Unlock()
 		if t.cfg.Families&event.FamilyMmap != 0 {
 			t.objs.traced.Delete(uint32(p.pid))
 		}

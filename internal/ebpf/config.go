@@ -117,6 +117,15 @@ type Config struct {
 	// event.FamilyMmap. 0 sends every call.
 	Sample int64
 
+	// Source is what is probed in each process: the allocator's functions
+	// (SourceUprobes, the default), OpenTelemetry's otel_memory USDT
+	// probes (SourceUSDT), or the probes where a process has them and the
+	// functions elsewhere (SourceAuto). Through the probes, the target's
+	// own sampler decides what is recorded, and each allocation event
+	// carries the bytes it stands for in OldSize (the probe's weight).
+	// Stream mode only.
+	Source Source
+
 	// noMulti forces classic uprobes even where uprobe_multi links work
 	// (tests of the fallback).
 	noMulti bool
@@ -144,6 +153,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Sample > 0 && c.Families&event.FamilyMmap != 0 {
 		return c, fmt.Errorf("mmap tracing is not sampled: %w", errs.ErrInvalidFlags)
+	}
+	if c.Source > SourceAuto {
+		return c, fmt.Errorf("source %d: %w", c.Source, errs.ErrInvalidFlags)
+	}
+	if c.Source != SourceUprobes && c.Mode == event.Aggregate {
+		return c, fmt.Errorf("tracing through otel_memory probes is stream-only (their weights are not in the aggregate tables): %w", errs.ErrInvalidFlags)
 	}
 	if c.Stacks == 0 {
 		c.Stacks = event.DefaultStacks

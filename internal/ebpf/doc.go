@@ -101,6 +101,28 @@
 // block keeps them, and its free takes them away. Per-stack sums of sizes
 // could not be unbiased afterwards: the weight is not linear in S.
 //
+// # otel_memory probes
+//
+// With Config.Source SourceUSDT (or SourceAuto, for the processes that have
+// them), a process is traced through OpenTelemetry's otel_memory USDT
+// probes instead of its allocator's functions: alloc(ptr, size, weight)
+// and free(ptr), which a target that samples its own allocations fires
+// (OpenTelemetry eBPF profiler design document 00003). The probes are
+// found in the .note.stapsdt notes (package usdt) of the files the
+// process maps executable, each file read once; one uprobe per probe
+// site, at its file offset, with its semaphore as the reference counter,
+// which the kernel raises while attached: that turns the target's sampler
+// on. The arguments are read where each site's note says (registers,
+// memory, constants: usdt_sites, by cookie; bpf/usdt.bpf.h). An
+// allocation's event carries the probe's weight in OldSize, which an
+// allocation has no other use for (analyze.EventWeights). A library the
+// process loads after the attach is looked at when the loader lists it
+// (the dl_state probe), and its probes attached then, which raises its
+// semaphores: until then its sampler samples nothing. A process SourceAuto
+// traces through its allocator's functions is not probed through a
+// library's probes later (its allocations would be counted twice). Stream
+// mode only.
+//
 // # Cost
 //
 // A traced malloc and free cost three traps (malloc's entry and return,

@@ -114,6 +114,21 @@ type heapscopeTotalVal struct {
 	Pad        uint32
 }
 
+type heapscopeUsdtSite struct {
+	_   structs.HostLayout
+	Arg [3]struct {
+		_     structs.HostLayout
+		Val   uint64
+		Off   int64
+		Kind  uint8
+		Shift uint8
+		Sign  uint8
+		Pad   [5]uint8
+	}
+	Heap uint8
+	Pad  [7]uint8
+}
+
 type heapscopeUwProc struct {
 	_   structs.HostLayout
 	N   uint32
@@ -157,6 +172,7 @@ const (
 	heapscopeMapTotalsKeys       = "totals_keys"
 	heapscopeMapTotalsVals       = "totals_vals"
 	heapscopeMapTraced           = "traced"
+	heapscopeMapUsdtSites        = "usdt_sites"
 	heapscopeMapUwChunks         = "uw_chunks"
 	heapscopeMapUwProcs          = "uw_procs"
 	heapscopeProgAllocEnter      = "alloc_enter"
@@ -176,6 +192,8 @@ const (
 	heapscopeProgOnExec          = "on_exec"
 	heapscopeProgOnFork          = "on_fork"
 	heapscopeProgSmpWeightsTest  = "smp_weights_test"
+	heapscopeProgUsdtAlloc       = "usdt_alloc"
+	heapscopeProgUsdtFree        = "usdt_free"
 	heapscopeProgWrapEnter       = "wrap_enter"
 	heapscopeProgWrapEnterMulti  = "wrap_enter_multi"
 	heapscopeVarAggregate        = "aggregate"
@@ -187,6 +205,7 @@ const (
 	heapscopeVarUnusedEvent      = "unused_event"
 	heapscopeVarUnusedLib        = "unused_lib"
 	heapscopeVarUnusedNote       = "unused_note"
+	heapscopeVarUnusedUsdtSite   = "unused_usdt_site"
 	heapscopeVarUw               = "uw"
 	heapscopeVarWakeBlock        = "wake_block"
 	heapscopeVarWakeupMask       = "wakeup_mask"
@@ -251,6 +270,8 @@ type heapscopeProgramSpecs struct {
 	OnExec          *ebpf.ProgramSpec `ebpf:"on_exec"`
 	OnFork          *ebpf.ProgramSpec `ebpf:"on_fork"`
 	SmpWeightsTest  *ebpf.ProgramSpec `ebpf:"smp_weights_test"`
+	UsdtAlloc       *ebpf.ProgramSpec `ebpf:"usdt_alloc"`
+	UsdtFree        *ebpf.ProgramSpec `ebpf:"usdt_free"`
 	WrapEnter       *ebpf.ProgramSpec `ebpf:"wrap_enter"`
 	WrapEnterMulti  *ebpf.ProgramSpec `ebpf:"wrap_enter_multi"`
 }
@@ -274,6 +295,7 @@ type heapscopeMapSpecs struct {
 	TotalsKeys    *ebpf.MapSpec `ebpf:"totals_keys"`
 	TotalsVals    *ebpf.MapSpec `ebpf:"totals_vals"`
 	Traced        *ebpf.MapSpec `ebpf:"traced"`
+	UsdtSites     *ebpf.MapSpec `ebpf:"usdt_sites"`
 	UwChunks      *ebpf.MapSpec `ebpf:"uw_chunks"`
 	UwProcs       *ebpf.MapSpec `ebpf:"uw_procs"`
 }
@@ -282,18 +304,19 @@ type heapscopeMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type heapscopeVariableSpecs struct {
-	Aggregate   *ebpf.VariableSpec `ebpf:"aggregate"`
-	Families    *ebpf.VariableSpec `ebpf:"families"`
-	LiveMask    *ebpf.VariableSpec `ebpf:"live_mask"`
-	SampleRate  *ebpf.VariableSpec `ebpf:"sample_rate"`
-	StackKinds  *ebpf.VariableSpec `ebpf:"stack_kinds"`
-	TotalsMask  *ebpf.VariableSpec `ebpf:"totals_mask"`
-	UnusedEvent *ebpf.VariableSpec `ebpf:"unused_event"`
-	UnusedLib   *ebpf.VariableSpec `ebpf:"unused_lib"`
-	UnusedNote  *ebpf.VariableSpec `ebpf:"unused_note"`
-	Uw          *ebpf.VariableSpec `ebpf:"uw"`
-	WakeBlock   *ebpf.VariableSpec `ebpf:"wake_block"`
-	WakeupMask  *ebpf.VariableSpec `ebpf:"wakeup_mask"`
+	Aggregate      *ebpf.VariableSpec `ebpf:"aggregate"`
+	Families       *ebpf.VariableSpec `ebpf:"families"`
+	LiveMask       *ebpf.VariableSpec `ebpf:"live_mask"`
+	SampleRate     *ebpf.VariableSpec `ebpf:"sample_rate"`
+	StackKinds     *ebpf.VariableSpec `ebpf:"stack_kinds"`
+	TotalsMask     *ebpf.VariableSpec `ebpf:"totals_mask"`
+	UnusedEvent    *ebpf.VariableSpec `ebpf:"unused_event"`
+	UnusedLib      *ebpf.VariableSpec `ebpf:"unused_lib"`
+	UnusedNote     *ebpf.VariableSpec `ebpf:"unused_note"`
+	UnusedUsdtSite *ebpf.VariableSpec `ebpf:"unused_usdt_site"`
+	Uw             *ebpf.VariableSpec `ebpf:"uw"`
+	WakeBlock      *ebpf.VariableSpec `ebpf:"wake_block"`
+	WakeupMask     *ebpf.VariableSpec `ebpf:"wakeup_mask"`
 }
 
 // heapscopeObjects contains all objects after they have been loaded into the kernel.
@@ -331,6 +354,7 @@ type heapscopeMaps struct {
 	TotalsKeys    *ebpf.Map `ebpf:"totals_keys"`
 	TotalsVals    *ebpf.Map `ebpf:"totals_vals"`
 	Traced        *ebpf.Map `ebpf:"traced"`
+	UsdtSites     *ebpf.Map `ebpf:"usdt_sites"`
 	UwChunks      *ebpf.Map `ebpf:"uw_chunks"`
 	UwProcs       *ebpf.Map `ebpf:"uw_procs"`
 }
@@ -352,6 +376,7 @@ func (m *heapscopeMaps) Close() error {
 		m.TotalsKeys,
 		m.TotalsVals,
 		m.Traced,
+		m.UsdtSites,
 		m.UwChunks,
 		m.UwProcs,
 	)
@@ -361,18 +386,19 @@ func (m *heapscopeMaps) Close() error {
 //
 // It can be passed to loadHeapscopeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type heapscopeVariables struct {
-	Aggregate   *ebpf.Variable `ebpf:"aggregate"`
-	Families    *ebpf.Variable `ebpf:"families"`
-	LiveMask    *ebpf.Variable `ebpf:"live_mask"`
-	SampleRate  *ebpf.Variable `ebpf:"sample_rate"`
-	StackKinds  *ebpf.Variable `ebpf:"stack_kinds"`
-	TotalsMask  *ebpf.Variable `ebpf:"totals_mask"`
-	UnusedEvent *ebpf.Variable `ebpf:"unused_event"`
-	UnusedLib   *ebpf.Variable `ebpf:"unused_lib"`
-	UnusedNote  *ebpf.Variable `ebpf:"unused_note"`
-	Uw          *ebpf.Variable `ebpf:"uw"`
-	WakeBlock   *ebpf.Variable `ebpf:"wake_block"`
-	WakeupMask  *ebpf.Variable `ebpf:"wakeup_mask"`
+	Aggregate      *ebpf.Variable `ebpf:"aggregate"`
+	Families       *ebpf.Variable `ebpf:"families"`
+	LiveMask       *ebpf.Variable `ebpf:"live_mask"`
+	SampleRate     *ebpf.Variable `ebpf:"sample_rate"`
+	StackKinds     *ebpf.Variable `ebpf:"stack_kinds"`
+	TotalsMask     *ebpf.Variable `ebpf:"totals_mask"`
+	UnusedEvent    *ebpf.Variable `ebpf:"unused_event"`
+	UnusedLib      *ebpf.Variable `ebpf:"unused_lib"`
+	UnusedNote     *ebpf.Variable `ebpf:"unused_note"`
+	UnusedUsdtSite *ebpf.Variable `ebpf:"unused_usdt_site"`
+	Uw             *ebpf.Variable `ebpf:"uw"`
+	WakeBlock      *ebpf.Variable `ebpf:"wake_block"`
+	WakeupMask     *ebpf.Variable `ebpf:"wakeup_mask"`
 }
 
 // heapscopePrograms contains all programs after they have been loaded into the kernel.
@@ -396,6 +422,8 @@ type heapscopePrograms struct {
 	OnExec          *ebpf.Program `ebpf:"on_exec"`
 	OnFork          *ebpf.Program `ebpf:"on_fork"`
 	SmpWeightsTest  *ebpf.Program `ebpf:"smp_weights_test"`
+	UsdtAlloc       *ebpf.Program `ebpf:"usdt_alloc"`
+	UsdtFree        *ebpf.Program `ebpf:"usdt_free"`
 	WrapEnter       *ebpf.Program `ebpf:"wrap_enter"`
 	WrapEnterMulti  *ebpf.Program `ebpf:"wrap_enter_multi"`
 }
@@ -419,6 +447,8 @@ func (p *heapscopePrograms) Close() error {
 		p.OnExec,
 		p.OnFork,
 		p.SmpWeightsTest,
+		p.UsdtAlloc,
+		p.UsdtFree,
 		p.WrapEnter,
 		p.WrapEnterMulti,
 	)

@@ -117,10 +117,14 @@ func (t *Tracer) library(l *heapscopeLib) {
 	pid, base := l.Pid, l.Base
 	var root *os.File
 	t.mu.Lock()
-	if p := t.procs[int(pid)]; p != nil {
+	p := t.procs[int(pid)]
+	if p != nil {
 		root = p.root
 	}
 	t.mu.Unlock()
+	if p != nil {
+		t.usdtLibrary(p, name)
+	}
 	if mods, ok := t.readModules(pid, ms, func() ([]event.Module, error) { return objectModules(pid, name, base, root) }); ok {
 		t.out.Lock()
 		if t.modules[pid] == ms {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/heapscope/heapscope/event"
 	"github.com/heapscope/heapscope/internal/errs"
+	"github.com/heapscope/heapscope/internal/usdt"
 )
 
 // Tracer traces the heap of a set of processes. Its methods may be called
@@ -53,6 +54,11 @@ type Tracer struct {
 	doneOnce       sync.Once
 	closing        chan struct{} // closed when Close begins
 	finished       chan struct{} // closed when Close ends
+
+	// Under mu too: the otel_memory probes of the files seen, and the
+	// sites of theirs in usdt_sites (usdt.go).
+	usdtFiles map[fileKey][]usdt.Probe
+	usdtSites map[usdtSiteKey]uint32
 
 	// out serializes what is sent to the sink, and guards the tables that
 	// decide what has been sent.
@@ -120,6 +126,16 @@ type tracee struct {
 	ended     chan struct{} // closed when end begins
 	execd     bool          // ended by an exec (its command line is the new image's)
 	finishing bool          // its final snapshot is being taken (under mu)
+
+	// Traced through its otel_memory probes (usdt.go): the files whose
+	// probes are attached, and the loader's names of libraries looked at
+	// since; links made after the attach are added under lmu, and none
+	// once linksClosed.
+	lmu         sync.Mutex
+	usdt        bool
+	usdtFiles   map[fileKey]bool
+	usdtNames   map[string]bool
+	linksClosed bool
 }
 
 type exitStatus struct{ status, signal int32 }
@@ -273,6 +289,11 @@ func (t *Tracer) load() error {
 			continue
 		case "smp_weights_test": // TestSampleWeightsBPF's
 			delete(spec.Programs, name)
+			continue
+		case "usdt_alloc", "usdt_free": // classic uprobes, a few sites
+			if t.cfg.Source == SourceUprobes {
+				delete(spec.Programs, name)
+			}
 			continue
 		}
 		if multi != t.multi {

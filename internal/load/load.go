@@ -110,7 +110,7 @@ func Trace(path string, o Options) (*Result, error) {
 	if workers > 1 {
 		// The definitions first (a window after every chunk), for the
 		// model, the observer, and the end of the trace to cut at.
-		defs := &defsPass{Sink: sink, obs: o.Observer}
+		defs := &defsPass{Sink: sink, obs: o.Observer, frames: &interner{}}
 		err = r.Replay(defs, tracefile.Window{From: math.MaxInt64})
 		if o.Observer != nil {
 			o.Observer.EventsStarted() // every stack is passed on
@@ -126,7 +126,7 @@ func Trace(path string, o Options) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading %s: %w", path, err)
 	}
-	ws, sawSnapshots, err := replayPieces(path, open, pieces, sink, workers, o.Observer)
+	ws, sawSnapshots, err := replayPieces(path, open, pieces, sink, workers, o.Observer, &interner{})
 	warnings = append(warnings, ws...)
 	if err == nil && sawSnapshots && win.From != 0 {
 		// An aggregate trace's totals in a window are differences from
@@ -151,8 +151,51 @@ func Trace(path string, o Options) (*Result, error) {
 type defsPass struct {
 	event.Sink
 	obs      Observer
+	frames   *interner
 	stats    event.Stats
 	hasStats bool
+}
+
+// interner keeps one copy of each distinct list of frames: the reader
+// reuses a Stack's frames once it returns (event.Sink), so what is handed
+// on (to the observer, through a piece's queue) is a copy, and stacks of
+// the same frames, which a trace can hold by the million in a few bytes,
+// share it. Used by one goroutine at a time: the one that carries the
+// definitions.
+type interner struct {
+	seen map[uint64][]uint64 // by analyze.FrameHash: the first list with it
+}
+
+func same(a, b []uint64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// keep returns a copy of f that is never written: f's own, when one was
+// kept before.
+func (n *interner) keep(f []uint64) []uint64 {
+	if len(f) == 0 {
+		return nil
+	}
+	h := analyze.FrameHash(f)
+	if s, ok := n.seen[h]; ok && same(s, f) {
+		return s
+	}
+	s := append([]uint64(nil), f...)
+	if n.seen == nil {
+		n.seen = map[uint64][]uint64{}
+	}
+	if _, ok := n.seen[h]; !ok {
+		n.seen[h] = s
+	}
+	return s
 }
 
 func (d *defsPass) Module(mod event.Module) error {
@@ -164,7 +207,7 @@ func (d *defsPass) Module(mod event.Module) error {
 
 func (d *defsPass) Stack(st event.Stack) error {
 	if d.obs != nil {
-		st.Frames = append([]uint64(nil), st.Frames...)
+		st.Frames = d.frames.keep(st.Frames)
 		d.obs.Stack(st)
 	}
 	return d.Sink.Stack(st)
@@ -229,7 +272,7 @@ const batchEvents = 4096
 // snapshots to m in order. A single piece carries the definitions and stats
 // too (to m, and the definitions to w); several do not: a first pass gave
 // them. It returns the readers' warnings and whether there were snapshots.
-func replayPieces(path string, open func(string) (*tracefile.Reader, error), pieces []tracefile.Window, m event.Sink, workers int, obs Observer) ([]string, bool, error) {
+func replayPieces(path string, open func(string) (*tracefile.Reader, error), pieces []tracefile.Window, m event.Sink, workers int, obs Observer, frames *interner) ([]string, bool, error) {
 	workers = max(1, min(workers, len(pieces)))
 	defs := len(pieces) == 1
 	ps := make([]*piece, len(pieces))
@@ -264,7 +307,7 @@ func replayPieces(path string, open func(string) (*tracefile.Reader, error), pie
 				if r == nil {
 					p.err = err
 				} else {
-					ps := &pieceSink{p: p, pool: pool, stop: stop, defs: defs, obs: obs}
+					ps := &pieceSink{p: p, pool: pool, stop: stop, defs: defs, obs: obs, frames: frames}
 					if p.err = r.Replay(ps, p.w); p.err == nil {
 						p.err = ps.flush()
 					}
@@ -335,6 +378,7 @@ type pieceSink struct {
 	stop    chan struct{}
 	defs    bool
 	obs     Observer
+	frames  *interner // with defs: the only piece, so used by one goroutine
 	started bool
 	buf     []event.Event // events gathered, not sent yet
 }
@@ -416,9 +460,7 @@ func (s *pieceSink) sendDef(def any) error {
 }
 
 func (s *pieceSink) Process(p event.Process) error {
-	if s.defs {
-		p.Cmdline = append([]string(nil), p.Cmdline...)
-	}
+	// (The reader does not reuse a Process's command line: no copy.)
 	return s.sendDef(p)
 }
 
@@ -431,7 +473,7 @@ func (s *pieceSink) Module(m event.Module) error {
 
 func (s *pieceSink) Stack(st event.Stack) error {
 	if s.defs {
-		st.Frames = append([]uint64(nil), st.Frames...)
+		st.Frames = s.frames.keep(st.Frames)
 		if s.obs != nil {
 			s.obs.Stack(st)
 		}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"testing"
 
 	"github.com/heapscope/heapscope/analyze"
@@ -118,3 +119,58 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// TestSameFramesOnce: a trace of many stack IDs of the same frames (which
+// compress to almost nothing) is read with one copy of the frames, not one
+// per stack per stage (the decoder, the queue, the model): the profile's
+// stacks share them, and reading them allocates a fraction of what copies
+// per stack would.
+func TestSameFramesOnce(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "stacks.hst")
+	w, err := tracefile.Create(path, tracefile.Header{Session: "same", Provider: "preload", MonoStart: 1e9}, tracefile.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	frames := make([]uint64, 127)
+	for i := range frames {
+		frames[i] = 0x400000 + uint64(i)*16
+	}
+	const n = 50000
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(w.Process(event.Process{PID: 1, Time: 1e9, Exe: "/bin/true"}))
+	for i := 0; i < n; i++ {
+		must(w.Stack(event.Stack{PID: 1, ID: event.StackID(i + 1), Frames: frames}))
+		must(w.Events([]event.Event{{Time: 1e9 + int64(i), PID: 1, TID: 1, Kind: event.KindAlloc, Func: event.FuncMalloc,
+			Stack: event.StackID(i + 1), Addr: 0x1000 + 16*uint64(i), Size: 16}}))
+	}
+	must(w.Close())
+	for _, workers := range []int{1, 2} {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		res, err := Trace(path, Options{Workers: workers, Observer: nopObserver{}})
+		runtime.ReadMemStats(&after)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := res.Profile.Stacks
+		if len(st) != n || &st[0].Frames[0] != &st[n-1].Frames[0] {
+			t.Errorf("workers %d: %d stacks, their frames not shared", workers, len(st))
+		}
+		// A copy per stack per stage would be 3 × n × 127 × 8 bytes, and
+		// the rest (sites, the profile, the decoder) is less than one.
+		if a, perCopy := after.TotalAlloc-before.TotalAlloc, uint64(n*127*8); a > 2*perCopy {
+			t.Errorf("workers %d: reading allocated %d bytes, more than two copies of the frames per stack (%d)", workers, a, 2*perCopy)
+		}
+	}
+}
+
+type nopObserver struct{}
+
+func (nopObserver) Module(event.Module) {}
+func (nopObserver) Stack(event.Stack)   {}
+func (nopObserver) EventsStarted()      {}

@@ -178,6 +178,9 @@ func (c *Collector) setup() error {
 	le.PutUint32(c.ctl[ctlClock:], c.clk.mode)
 	le.PutUint64(c.ctl[ctlSampleRate:], uint64(c.cfg.SampleRate))
 	le.PutUint64(c.ctl[ctlSampleSeed:], c.cfg.SampleSeed)
+	if c.cfg.EmitUSDT {
+		le.PutUint32(c.ctl[ctlEmitUsdt:], 1)
+	}
 	atomic.StoreUint32(c.state, stackBits(c.cfg.Stacks))
 	return nil
 }

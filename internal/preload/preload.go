@@ -75,6 +75,11 @@ type Config struct {
 	// SampleSeed seeds the sampling of every thread, for repeatable tests;
 	// 0 seeds each thread from its clock.
 	SampleSeed uint64
+	// EmitUSDT makes the interposer fire OpenTelemetry's otel_memory USDT
+	// probes (alloc(ptr, size, weight), free(ptr)) for the blocks it
+	// samples, while a tracer has raised their semaphores (csrc/usdt.h).
+	// It needs SampleRate.
+	EmitUSDT bool
 	// OnWarning, when set, is called with each warning the collector
 	// has for the user about a traced process (event.Warning; its Code is
 	// one of the Warn constants), from the collector's goroutine, as it
@@ -100,6 +105,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.SampleRate < 0 {
 		return bad("negative sampling rate %d", c.SampleRate)
+	}
+	if c.EmitUSDT && c.SampleRate == 0 {
+		return bad("the otel_memory probes fire for sampled blocks: EmitUSDT needs a SampleRate")
 	}
 	if err := checkStacks(c.Stacks); err != nil {
 		return Config{}, err

@@ -140,20 +140,30 @@ func ReadMaps(pid int) ([]Mapping, error) {
 // ParseMaps parses the text of a maps file.
 func ParseMaps(b []byte) ([]Mapping, error) {
 	var maps []Mapping
+	err := eachLine(b, func(line string) error {
+		m, err := parseMapsLine(line)
+		maps = append(maps, m)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return maps, nil
+}
+
+// eachLine calls fn with each line of b that is not empty (of up to 1 MiB:
+// a path may be long), up to the first error.
+func eachLine(b []byte, fn func(line string) error) error {
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
 	for sc.Scan() {
-		line := sc.Text()
-		if line == "" {
-			continue
+		if line := sc.Text(); line != "" {
+			if err := fn(line); err != nil {
+				return err
+			}
 		}
-		m, err := parseMapsLine(line)
-		if err != nil {
-			return nil, err
-		}
-		maps = append(maps, m)
 	}
-	return maps, sc.Err()
+	return sc.Err()
 }
 
 func parseMapsLine(line string) (Mapping, error) {

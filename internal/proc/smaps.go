@@ -1,8 +1,6 @@
 package proc
 
 import (
-	"bufio"
-	"bytes"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -42,42 +40,37 @@ func ReadSmapsRollup(pid int) (Smaps, error) {
 		return Smaps{}, wrap(pid, err)
 	}
 	var s Smaps
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		if _, err := s.counter(sc.Text()); err != nil {
-			return Smaps{}, err
-		}
+	err = eachLine(b, func(line string) error {
+		_, err := s.counter(line)
+		return err
+	})
+	if err != nil {
+		return Smaps{}, err
 	}
-	return s, sc.Err()
+	return s, nil
 }
 
 // ParseSmaps parses the text of an smaps file: a maps line, then one
 // "Name: value kB" line per counter, for each mapping.
 func ParseSmaps(b []byte) ([]Smaps, error) {
 	var out []Smaps
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" {
-			continue
-		}
+	err := eachLine(b, func(line string) error {
 		if len(out) > 0 {
-			ok, err := out[len(out)-1].counter(line)
-			if err != nil {
-				return nil, err
-			}
-			if ok {
-				continue
+			if ok, err := out[len(out)-1].counter(line); ok || err != nil {
+				return err
 			}
 		}
 		m, err := parseMapsLine(line)
 		if err != nil {
-			return nil, fmt.Errorf("smaps: %w", err)
+			return fmt.Errorf("smaps: %w", err)
 		}
 		out = append(out, Smaps{Mapping: m})
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	return out, sc.Err()
+	return out, nil
 }
 
 // counter reads one counter line into s. It reports false for a line that

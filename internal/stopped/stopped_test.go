@@ -71,12 +71,10 @@ func helper(h string) int {
 
 // target is a running scan_threads.
 type target struct {
+	testutil.ThreadsProgram
 	t        testing.TB
 	cmd      *exec.Cmd
-	in       io.Writer
-	out      *bufio.Reader
 	pid      int
-	nthreads int
 	counters uint64 // address of its counters
 	noaccess uint64 // a PROT_NONE page
 	hole     uint64 // an unmapped page
@@ -88,8 +86,8 @@ func startTarget(t testing.TB, nthreads int) *target {
 	cmd := exec.Command(bin, strconv.Itoa(nthreads))
 	cmd.Stderr = os.Stderr
 	in, out := testutil.StartPiped(t, cmd)
-	tg := &target{t: t, cmd: cmd, in: in, out: bufio.NewReader(out), nthreads: nthreads}
-	line := tg.line()
+	tg := &target{ThreadsProgram: testutil.ThreadsProgram{TB: t, In: in, Out: bufio.NewReader(out), NThreads: nthreads}, t: t, cmd: cmd}
+	line := tg.Line()
 	var page int
 	if _, err := fmt.Sscanf(line, "ready %d counters=0x%x noaccess=0x%x hole=0x%x page=%d",
 		&tg.pid, &tg.counters, &tg.noaccess, &tg.hole, &page); err != nil {
@@ -99,57 +97,10 @@ func startTarget(t testing.TB, nthreads int) *target {
 	return tg
 }
 
-func (tg *target) line() string {
-	tg.t.Helper()
-	l, err := tg.out.ReadString('\n')
-	if err != nil {
-		tg.t.Fatalf("reading scan_threads: %v (got %q)", err, l)
-	}
-	l = strings.TrimSpace(l)
-	if strings.HasPrefix(l, "CORRUPT") || strings.HasPrefix(l, "EINTR") {
-		tg.t.Fatalf("scan_threads: %s", l)
-	}
-	return l
-}
-
 func (tg *target) send(cmd string) {
 	tg.t.Helper()
-	if _, err := io.WriteString(tg.in, cmd+"\n"); err != nil {
+	if _, err := io.WriteString(tg.In, cmd+"\n"); err != nil {
 		tg.t.Fatal(err)
-	}
-}
-
-// counts asks the target for its threads' iteration counts.
-func (tg *target) counts() []int64 {
-	tg.t.Helper()
-	tg.send("p")
-	f := strings.Fields(tg.line())
-	if len(f) != tg.nthreads+1 || f[0] != "counts" {
-		tg.t.Fatalf("bad counts line %q", f)
-	}
-	var c []int64
-	for _, s := range f[1:] {
-		n, _ := strconv.ParseInt(s, 10, 64)
-		c = append(c, n)
-	}
-	return c
-}
-
-// waitProgress waits until every thread counted past before.
-func (tg *target) waitProgress(before []int64) {
-	tg.t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(2 * time.Millisecond) {
-		c := tg.counts()
-		all := true
-		for i := range c {
-			all = all && c[i] > before[i]
-		}
-		if all {
-			return
-		}
-		if time.Now().After(deadline) {
-			tg.t.Fatalf("threads did not run again: counts %v, before %v", c, before)
-		}
 	}
 }
 
@@ -170,7 +121,7 @@ func (tg *target) waitThreads(n int) {
 func (tg *target) quit() {
 	tg.t.Helper()
 	tg.send("q")
-	if l := tg.line(); l != "done" {
+	if l := tg.Line(); l != "done" {
 		tg.t.Fatalf("scan_threads ended with %q", l)
 	}
 	if err := tg.cmd.Wait(); err != nil {
@@ -233,11 +184,11 @@ func checkAllStopped(t *testing.T, pid, want int) {
 
 func (tg *target) readCounters(t *testing.T, p *Process) []int64 {
 	t.Helper()
-	b := make([]byte, 8*tg.nthreads)
+	b := make([]byte, 8*tg.NThreads)
 	if n, err := p.ReadAt(b, int64(tg.counters)); err != nil || n != len(b) {
 		t.Fatalf("ReadAt counters: %d, %v", n, err)
 	}
-	c := make([]int64, tg.nthreads)
+	c := make([]int64, tg.NThreads)
 	for i := range c {
 		c[i] = int64(binary.LittleEndian.Uint64(b[8*i:]))
 	}
@@ -251,7 +202,7 @@ func TestStopResume(t *testing.T) {
 	tg := startTarget(t, 8)
 	var pauses []time.Duration
 	for i := 0; i < 20; i++ {
-		before := tg.counts()
+		before := tg.Counts()
 		p, err := Stop(tg.pid, Options{})
 		if err != nil {
 			t.Fatalf("stop %d: %v", i, err)
@@ -290,7 +241,7 @@ func TestStopResume(t *testing.T) {
 		if _, err := p.ReadAt(make([]byte, 8), int64(tg.counters)); !errors.Is(err, ErrResumed) {
 			t.Errorf("ReadAt after Resume: %v, want ErrResumed", err)
 		}
-		tg.waitProgress(c1)
+		tg.Progressing(c1)
 	}
 	tg.quit()
 	slices.Sort(pauses)
@@ -304,7 +255,7 @@ func TestTracerKilled(t *testing.T) {
 	for _, sig := range []unix.Signal{unix.SIGKILL, unix.SIGTERM, unix.SIGINT} {
 		t.Run(unix.SignalName(sig), func(t *testing.T) {
 			tg := startTarget(t, 8)
-			before := tg.counts()
+			before := tg.Counts()
 			h := exec.Command(os.Args[0], "-test.run=^$")
 			h.Env = append(os.Environ(), helperEnv+"=stop:"+strconv.Itoa(tg.pid))
 			h.Stderr = os.Stderr
@@ -322,7 +273,7 @@ func TestTracerKilled(t *testing.T) {
 			// The helper is reaped: every thread of it has exited, and
 			// with them the tracer.
 			checkRunning(t, tg.pid)
-			tg.waitProgress(before)
+			tg.Progressing(before)
 			tg.quit()
 		})
 	}
@@ -340,7 +291,7 @@ func TestAlreadyTraced(t *testing.T) {
 	if l, _ := bufio.NewReader(hout).ReadString('\n'); l != "traced\n" {
 		t.Fatalf("helper said %q", l)
 	}
-	before := tg.counts()
+	before := tg.Counts()
 	_, err := Stop(tg.pid, Options{})
 	if !errors.Is(err, errs.ErrCannotStop) || !strings.Contains(err.Error(), fmt.Sprintf("traced by pid %d", h.Process.Pid)) {
 		t.Fatalf("Stop: %v, want ErrCannotStop naming pid %d", err, h.Process.Pid)
@@ -357,7 +308,7 @@ func TestAlreadyTraced(t *testing.T) {
 			t.Errorf("thread %d left in state %c, traced by %d", tid, st.state, st.tracer)
 		}
 	}
-	tg.waitProgress(before)
+	tg.Progressing(before)
 	h.Process.Kill()
 	h.Wait()
 	checkRunning(t, tg.pid)
@@ -412,7 +363,7 @@ func TestExitWhileStopping(t *testing.T) {
 		stops++
 		p.Resume()
 	}
-	if l := tg.line(); l != "done" {
+	if l := tg.Line(); l != "done" {
 		t.Fatalf("scan_threads ended with %q", l)
 	}
 	if err := tg.cmd.Wait(); err != nil {
@@ -454,7 +405,7 @@ func TestUnreadable(t *testing.T) {
 		break
 	}
 	p.Resume()
-	tg.waitProgress(tg.counts())
+	tg.Progressing(tg.Counts())
 	tg.quit()
 }
 
@@ -462,7 +413,7 @@ func TestUnreadable(t *testing.T) {
 // after a stop and resume, and runs on SIGCONT.
 func TestGroupStopKept(t *testing.T) {
 	tg := startTarget(t, 8)
-	before := tg.counts()
+	before := tg.Counts()
 	unix.Kill(tg.pid, unix.SIGSTOP)
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
 		all := true
@@ -491,7 +442,7 @@ func TestGroupStopKept(t *testing.T) {
 		}
 	}
 	unix.Kill(tg.pid, unix.SIGCONT)
-	tg.waitProgress(before)
+	tg.Progressing(before)
 	tg.quit()
 }
 
@@ -500,7 +451,7 @@ func TestGroupStopKept(t *testing.T) {
 // other thread go.
 func TestCannotStop(t *testing.T) {
 	tg := startTarget(t, 8)
-	before := tg.counts()
+	before := tg.Counts()
 	tg.send("v")
 	// Wait for the main thread to be in vfork.
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
@@ -518,10 +469,10 @@ func TestCannotStop(t *testing.T) {
 	}
 	t.Logf("after %v: %v", time.Since(start).Round(time.Millisecond), err)
 	checkRunning(t, tg.pid)
-	if l := tg.line(); l != "vforked" {
+	if l := tg.Line(); l != "vforked" {
 		t.Fatalf("got %q, want vforked", l)
 	}
-	tg.waitProgress(before)
+	tg.Progressing(before)
 	checkRunning(t, tg.pid)
 	tg.quit()
 }
@@ -539,7 +490,7 @@ func TestMaxPause(t *testing.T) {
 		t.Errorf("ReadAt after MaxPause: %v, want ErrResumed", err)
 	}
 	checkRunning(t, tg.pid)
-	tg.waitProgress(c)
+	tg.Progressing(c)
 	if err := p.Resume(); err != nil {
 		t.Errorf("Resume after MaxPause: %v", err)
 	}

@@ -48,7 +48,7 @@ type Frame struct {
 	Scanned bool
 	Ended   bool // the session has ended
 	// SampleRate is the session's sampling rate, 0 when exact: the counts
-	// are of the samples, not estimates.
+	// are then estimates.
 	SampleRate int64
 	// Reading: the session is reading back its trace file (a top that
 	// joined a running session), ReadBytes of ReadSize so far; the frame

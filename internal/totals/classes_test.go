@@ -76,3 +76,42 @@ func TestLiveBlocksAndClasses(t *testing.T) {
 	a.Events(frees)
 	check("after frees")
 }
+
+// TestClassesThenExit: a process checked at its exit keeps its rows'
+// classes once it exited (its leaks, classified), its blocks leave the
+// heap (the sum's live bytes, LiveBlocks) and the program an exec starts
+// under the PID meets none of them.
+func TestClassesThenExit(t *testing.T) {
+	a := New()
+	a.Events([]event.Event{
+		{Time: 1, PID: 1, TID: 1, Kind: event.KindAlloc, Stack: 1, Addr: 0x1000, Size: 100},
+		{Time: 2, PID: 1, TID: 1, Kind: event.KindAlloc, Stack: 2, Addr: 0x2000, Size: 30},
+		{Time: 3, PID: 2, TID: 2, Kind: event.KindAlloc, Stack: 1, Addr: 0x1000, Size: 5},
+	})
+	a.Note(event.Verdict{PID: 1, Time: 4, Blocks: []event.BlockClass{{Addr: 0x1000, Class: event.ClassDefinite}, {Addr: 0x2000, Class: event.ClassReachable}}})
+	a.Exit(event.Exit{PID: 1, Time: 5})
+	rows, sum, _ := a.View(0, 0, 0).Rows(&Client{}, ByLive, 100, 0)
+	var lost, reach, live uint64
+	for _, r := range rows {
+		if r.PID == 1 {
+			lost += r.LostBytes
+			reach += r.ReachableBytes
+			live += r.LiveBytes
+		}
+	}
+	if lost != 100 || reach != 30 || live != 130 {
+		t.Errorf("pid 1's rows after its exit: lost %d, reachable %d, leaked %d; want 100, 30, 130", lost, reach, live)
+	}
+	if sum.LiveBytes != 5 || sum.LostBytes != 100 || sum.ReachableBytes != 30 {
+		t.Errorf("sum: live %d (want 5, the heap), lost %d, reachable %d", sum.LiveBytes, sum.LostBytes, sum.ReachableBytes)
+	}
+	if n := len(a.LiveBlocks(1)); n != 0 {
+		t.Errorf("pid 1 exited: %d live blocks to check", n)
+	}
+	// The next program frees at an old block's address: no block of the
+	// exited one, so the classes stand.
+	a.Events([]event.Event{{Time: 6, PID: 1, TID: 1, Kind: event.KindFree, Addr: 0x1000}})
+	if _, sum, _ := a.View(1, 0, 0).Rows(&Client{}, ByLive, 100, 0); sum.LostBytes != 100 {
+		t.Errorf("after the next program's free: lost %d, want 100", sum.LostBytes)
+	}
+}

@@ -6,12 +6,20 @@
 // a View of them, whose Rows are the sites by stack. The cost is a few ns
 // per event: a block table insert and delete per allocation freed later,
 // less for a temporary, which never reaches the table (bench/topbench,
-// bench/RESULTS-top.md).
+// bench/RESULTS-top.md). A session that exports interval profiles
+// (Properties.Export) keeps them from its start to its end, and top shares
+// them.
+//
+// The totals of a sampled session (NewSampled) are estimates: each recorded
+// block counts what it stands for (analyze.SampledBlock) in its site's
+// calls, bytes and live set, and its free takes that away again, as the
+// heap model counts a sampled trace. They have no temporaries.
 package totals
 
 import (
 	"sort"
 
+	"github.com/heapscope/heapscope/analyze"
 	"github.com/heapscope/heapscope/event"
 	"github.com/heapscope/heapscope/internal/blocks"
 )
@@ -28,6 +36,7 @@ type Totals struct {
 	known     map[event.Module]bool
 	unmatched uint64
 	lastTime  int64 // of the latest events or snapshot: how far the totals go
+	rate      int64 // the session's sampling rate; 0: every event is recorded
 
 	// While a seed is read from the trace file, the totals of the live
 	// events keep the frees they cannot match: their blocks may be in the
@@ -39,8 +48,11 @@ type Totals struct {
 // proc is one process's part of the totals.
 type proc struct {
 	pid      uint32
+	ppid     uint32
 	exe      string
+	cmdline  []string
 	ended    bool
+	exits    int  // exits counted (see Exit)
 	snap     bool // reported by snapshots (eBPF aggregate mode): no events, no threads
 	scanned  bool // a heap scan's verdict classified its blocks
 	censused bool // a census added its blocks from before the trace
@@ -79,8 +91,11 @@ type site struct {
 	allocs, allocBytes    uint64 // allocation and reallocation calls that returned a block
 	frees, freedBytes     uint64
 	temporary             uint64
+	// gone is what of liveBytes and liveBlocks the exit of the site's
+	// process left: leaks, no longer in the heap (see Exit).
+	goneBytes, goneBlocks uint64
 	// classes are the live bytes a heap scan classified, by event.Class
-	// (see Note).
+	// (see Note): the leaks an exit left keep theirs.
 	classes  [event.NumClasses]uint64
 	pid, tid uint32
 	stack    event.StackID
@@ -92,10 +107,23 @@ type miss struct {
 	addr     uint64
 }
 
-// New returns empty totals.
+// New returns empty totals of a session that records every event.
 func New() *Totals {
 	return &Totals{procs: map[uint32]*proc{}}
 }
+
+// NewSampled returns empty totals of a session sampled at rate bytes
+// (Properties.Sample): their counts are estimates (see the package
+// documentation). A rate of 0 is New's.
+func NewSampled(rate int64) *Totals {
+	a := New()
+	a.rate = max(rate, 0)
+	return a
+}
+
+// SampleRate is the sampling rate the totals weigh blocks by, 0 when they
+// count every event as it is.
+func (a *Totals) SampleRate() int64 { return a.rate }
 
 func (a *Totals) proc(pid uint32) *proc {
 	p := a.procs[pid]
@@ -154,6 +182,10 @@ func (a *Totals) newSite(p *proc, t *thread, id event.StackID) int32 {
 
 // events counts evs. mmap and munmap are left out: top shows the heap.
 func (a *Totals) events(evs []event.Event) {
+	if a.rate > 0 {
+		a.sampledEvents(evs)
+		return
+	}
 	last := a.lastTime
 	calm := 0 // no run of temporaries is looked for before this event
 	for i := 0; i < len(evs); i++ {
@@ -344,7 +376,7 @@ func (a *Totals) settle(p *proc, t *thread) {
 	s := &a.sites[t.pendSite]
 	s.liveBytes += t.pendSize
 	s.liveBlocks++
-	if old, ok := p.blocks.Put(t.pend, blockVal{size: t.pendSize, site: t.pendSite}); ok {
+	if old, ok := p.blocks.Put(t.pend, blockVal{size: t.pendSize, site: t.pendSite, objects: 1}); ok {
 		// A block at the same address was never seen freed.
 		a.release(old, false)
 	}
@@ -389,7 +421,9 @@ func (a *Totals) free(p *proc, t *thread, addr uint64) {
 		}
 	}
 	a.unmatched++
-	if a.keepMisses {
+	// After an exit the seed's blocks of p are out of the heap: no Merge
+	// matches this free with one.
+	if a.keepMisses && p.exits == 0 {
 		a.misses = append(a.misses, miss{pid: p.pid, tid: t.tid, addr: addr})
 	}
 }
@@ -397,14 +431,71 @@ func (a *Totals) free(p *proc, t *thread, addr uint64) {
 // release takes block v out of its site's live set; counted: as a free.
 func (a *Totals) release(v blockVal, counted bool) {
 	s := &a.sites[v.site]
+	n := uint64(v.objects)
 	s.liveBytes -= v.size
-	s.liveBlocks--
+	s.liveBlocks -= n
 	if v.class != 0 {
 		s.classes[v.class-1] -= v.size
 	}
 	if counted {
-		s.frees++
+		s.frees += n
 		s.freedBytes += v.size
+	}
+}
+
+// sampledEvents counts the events of a sampled session: every recorded
+// block at its weight. Nothing is held back as a possible temporary:
+// temporaries need every event.
+func (a *Totals) sampledEvents(evs []event.Event) {
+	for i := range evs {
+		e := &evs[i]
+		a.lastTime = max(a.lastTime, e.Time)
+		p := a.last
+		if p == nil || p.pid != e.PID {
+			p = a.proc(e.PID)
+		}
+		t := p.hot[e.TID&15]
+		if t == nil || t.tid != e.TID {
+			t = p.thread(e.TID)
+		}
+		switch e.Kind {
+		case event.KindAlloc:
+			if e.Addr != 0 {
+				a.sampledAlloc(p, t, e)
+			}
+		case event.KindFree:
+			if e.Addr != 0 {
+				a.free(p, t, e.Addr)
+			}
+		case event.KindRealloc:
+			if e.Addr == 0 && (e.Size != 0 || e.OldAddr == 0) {
+				continue // failed: the old block stays
+			}
+			if e.OldAddr != 0 {
+				a.free(p, t, e.OldAddr)
+			}
+			if e.Addr != 0 {
+				a.sampledAlloc(p, t, e)
+			}
+		}
+	}
+}
+
+// sampledAlloc counts a recorded block at what it stands for.
+func (a *Totals) sampledAlloc(p *proc, t *thread, e *event.Event) {
+	si := t.lastSite
+	if e.Stack != t.lastStack || si < 0 {
+		si = a.site(p, t, e.Stack)
+		t.lastStack, t.lastSite = e.Stack, si
+	}
+	bytes, n := analyze.EventWeights(e, a.rate)
+	s := &a.sites[si]
+	s.allocs += uint64(n)
+	s.allocBytes += bytes
+	s.liveBytes += bytes
+	s.liveBlocks += uint64(n)
+	if old, ok := p.blocks.Put(e.Addr, blockVal{size: bytes, site: si, objects: n}); ok {
+		a.release(old, false)
 	}
 }
 
@@ -458,8 +549,14 @@ func (a *Totals) snapshot(sn *event.Snapshot) {
 	for i := range sn.Live {
 		b := &sn.Live[i]
 		s := &a.sites[a.site(p, t, b.Stack)]
-		s.liveBytes += b.Size
-		s.liveBlocks++
+		// The kernel weighs its totals; its live blocks are counted here,
+		// as the model counts them.
+		bytes, n := b.Size, uint32(1)
+		if a.rate > 0 {
+			bytes, n = analyze.SampledBlock(b.Size, b.Addr, b.Time, a.rate)
+		}
+		s.liveBytes += bytes
+		s.liveBlocks += uint64(n)
 	}
 }
 
@@ -482,6 +579,12 @@ func (a *Totals) Merge(b *Totals) {
 		}
 	}
 	a.unmatched += b.unmatched - uint64(len(b.misses))
+	for _, bp := range b.procList {
+		if ap := a.procs[bp.pid]; ap != nil && bp.exits > 0 {
+			// It exited after the seed: the seed's blocks left the heap.
+			a.retire(ap)
+		}
+	}
 	a.lastTime = max(a.lastTime, b.lastTime)
 	for _, m := range b.modules {
 		a.Module(m)
@@ -492,7 +595,7 @@ func (a *Totals) Merge(b *Totals) {
 			ap = a.proc(bp.pid)
 		}
 		if bp.exe != "" {
-			ap.exe = bp.exe
+			ap.exe, ap.ppid, ap.cmdline = bp.exe, bp.ppid, bp.cmdline
 		}
 		ap.ended = bp.ended
 		ap.snap = ap.snap || bp.snap
@@ -516,6 +619,8 @@ func (a *Totals) Merge(b *Totals) {
 				s.frees += o.frees
 				s.freedBytes += o.freedBytes
 				s.temporary += o.temporary
+				s.goneBytes += o.goneBytes
+				s.goneBlocks += o.goneBlocks
 				for c := range s.classes {
 					s.classes[c] += o.classes[c]
 				}
@@ -543,16 +648,47 @@ func (a *Totals) Merge(b *Totals) {
 
 // Process records a process.
 func (a *Totals) Process(pr event.Process) error {
-	a.proc(pr.PID).exe = pr.Exe
+	p := a.proc(pr.PID)
+	p.exe, p.ppid, p.cmdline = pr.Exe, pr.PPID, append([]string(nil), pr.Cmdline...)
+	p.ended = false // a new image of the PID (an exec) runs
 	return nil
 }
 
-// Exit marks a process ended.
+// Exit marks a process ended. Its blocks stay its sites' live bytes (its
+// leaks), but leave the heap: the sum of a View's rows counts them no
+// more, as the heap model does (analyze.Model.Exit), and the events after
+// (of a program an exec starts under the PID) find none of them.
 func (a *Totals) Exit(x event.Exit) error {
-	if p := a.procs[x.PID]; p != nil {
-		p.ended = true
-	}
+	// (Made when unknown: after a seed, its blocks are in the seed's.)
+	p := a.proc(x.PID)
+	p.ended = true
+	p.exits++
+	a.retire(p)
 	return nil
+}
+
+// retire takes p's live blocks out of the heap (see Exit).
+func (a *Totals) retire(p *proc) {
+	for _, t := range p.thrList {
+		if t.pend != 0 {
+			a.settle(p, t)
+		}
+	}
+	gone := func(si int32) {
+		s := &a.sites[si]
+		s.goneBytes, s.goneBlocks = s.liveBytes, s.liveBlocks
+	}
+	for _, t := range p.thrList {
+		for _, si := range t.small {
+			if si != 0 {
+				gone(si - 1)
+			}
+		}
+		for _, si := range t.big {
+			gone(si)
+		}
+	}
+	p.blocks = blocks.Table[blockVal]{}
 }
 
 // Module records a module, once.
@@ -647,7 +783,7 @@ func (a *Totals) census(c *event.Census) {
 		s := &a.sites[si]
 		s.liveBytes += b.Size
 		s.liveBlocks++
-		p.blocks.Put(b.Addr, blockVal{size: b.Size, site: si})
+		p.blocks.Put(b.Addr, blockVal{size: b.Size, site: si, objects: 1})
 	}
 	p.censused = true
 }
@@ -709,7 +845,7 @@ func (a *Totals) Modules(pid uint32) []event.Module {
 func (a *Totals) processes() []Process {
 	var out []Process
 	for _, p := range a.procList {
-		tp := Process{PID: p.pid, Exe: p.exe, Ended: p.ended}
+		tp := Process{PID: p.pid, PPID: p.ppid, Exe: p.exe, Cmdline: p.cmdline, Ended: p.ended}
 		if !p.snap {
 			for _, t := range p.thrList {
 				tp.Threads = append(tp.Threads, t.tid)
@@ -732,10 +868,12 @@ func (a *Totals) KeepMisses(keep bool) {
 	}
 }
 
-// blockVal is a live block: its size, site and reachability class plus
-// one (0: none; see Note).
+// blockVal is a live block: its size and site, the objects it counts for
+// (1, or in sampled totals what it stands for; its bytes are then the bytes
+// it stands for), and its reachability class plus one (0: none; see Note).
 type blockVal struct {
-	size  uint64
-	site  int32
-	class uint8
+	size    uint64
+	site    int32
+	objects uint32
+	class   uint8
 }

@@ -2,6 +2,7 @@ package totals
 
 import (
 	"math/rand"
+	"reflect"
 	"testing"
 
 	"github.com/heapscope/heapscope/analyze"
@@ -484,5 +485,194 @@ func TestAggregateShapes(t *testing.T) {
 			t.Errorf("seed %d, cut %d: merged: %d unmatched, last time %d; want %d, %d", seed, cut,
 				seedAgg.unmatched, seedAgg.lastTime, a.unmatched, a.lastTime)
 		}
+	}
+}
+
+// TestExitAgreesWithModel: a process that exits with blocks live keeps them
+// as its sites' live bytes (leaks), but the heap (the sum of a View's
+// rows) counts them no more, as the heap model's final timeline point
+// does; the program an exec starts under the same PID finds none of them,
+// as the model does not. Also when the exit comes after a seed (Merge).
+func TestExitAgreesWithModel(t *testing.T) {
+	for seed := int64(1); seed <= 3; seed++ {
+		evs := randomEvents(6000, seed)
+		cut := len(evs) / 2
+		exit := event.Exit{PID: 2, Time: evs[cut].Time}
+		// After the exit, process 2 (an exec's new program) allocates at
+		// the addresses the old one had live.
+		var after []event.Event
+		for i := 0; i < 50; i++ {
+			after = append(after, event.Event{Time: exit.Time + int64(i), PID: 2, TID: 10, Kind: event.KindAlloc,
+				Func: event.FuncMalloc, Addr: 0x1000 + 16*uint64(i), Size: 8, Stack: 7})
+		}
+		for _, merge := range []bool{false, true} {
+			a := New()
+			m := analyze.New(analyze.Options{})
+			m.Events(evs[:cut])
+			b := a
+			if merge {
+				a.events(evs[:cut])
+				b = New()
+				b.KeepMisses(true)
+			} else {
+				b.events(evs[:cut])
+			}
+			b.Exit(exit)
+			m.Exit(exit)
+			b.events(after)
+			m.Events(after)
+			b.events(evs[cut:])
+			m.Events(evs[cut:])
+			if merge {
+				a.Merge(b)
+			}
+			p := m.Profile()
+			got := byStack(a)
+			for _, st := range p.Stacks {
+				want := siteTotals{st.LiveBytes, st.LiveBlocks, st.Allocations + st.Reallocations, st.Frees, st.Temporary}
+				if g := got[[2]uint32{st.PID, uint32(st.ID)}]; g != want {
+					t.Errorf("seed %d merge %v: pid %d stack %d: %+v, want (model) %+v", seed, merge, st.PID, st.ID, g, want)
+				}
+			}
+			_, sum, _ := a.View(0, 0, 0).Rows(&Client{}, ByLive, 0, 0)
+			end := p.Timeline[len(p.Timeline)-1]
+			if sum.LiveBytes != end.Bytes || sum.LiveBlocks != end.Blocks || sum.LiveBytes == p.Summary.LiveBytes {
+				t.Errorf("seed %d merge %v: the heap %d bytes in %d blocks, want the model's %+v (leaks %d)", seed, merge,
+					sum.LiveBytes, sum.LiveBlocks, end, p.Summary.LiveBytes)
+			}
+		}
+	}
+}
+
+// TestSampledAgreesWithModel: the totals of a sampled session are the heap
+// model's estimates of the same sampled stream, per process and stack, to
+// the byte and object: calls, bytes allocated, live bytes and objects,
+// frees (each block weighed as analyze.SampledBlock weighs it). A seed of
+// the stream up to a cut merged with the rest is the whole, exactly: the
+// sampled totals hold nothing back as a temporary.
+func TestSampledAgreesWithModel(t *testing.T) {
+	type totals struct{ live, blocks, calls, bytes, frees uint64 }
+	sum := func(a *Totals) map[[2]uint32]totals {
+		out := map[[2]uint32]totals{}
+		for _, s := range a.sites {
+			k := [2]uint32{s.pid, uint32(s.stack)}
+			t := out[k]
+			t.live += s.liveBytes
+			t.blocks += s.liveBlocks
+			t.calls += s.allocs
+			t.bytes += s.allocBytes
+			t.frees += s.frees
+			out[k] = t
+			if s.temporary != 0 || s.liveBytes != s.allocBytes-s.freedBytes {
+				panic("sampled totals with temporaries, or bytes that do not add up")
+			}
+		}
+		return out
+	}
+	for _, rate := range []int64{64, 4096} {
+		for seed := int64(1); seed <= 4; seed++ {
+			evs := randomEvents(20000, seed)
+			if seed%2 == 0 {
+				// Failed calls and reallocs to 0: not calls of the totals.
+				evs = shapedEvents(20000, seed)
+			}
+			a := NewSampled(rate)
+			m := analyze.New(analyze.Options{SampleRate: rate})
+			for i := 0; i < len(evs); i += 333 {
+				a.events(evs[i:min(i+333, len(evs))])
+			}
+			m.Events(evs)
+			p := m.Profile()
+			got := sum(a)
+			var live uint64
+			for _, st := range p.Stacks {
+				want := totals{st.LiveBytes, st.LiveBlocks, st.Allocations + st.Reallocations - st.Failed, st.Bytes, st.Frees}
+				g := got[[2]uint32{st.PID, uint32(st.ID)}]
+				if seed%2 == 0 {
+					g.calls, want.calls = 0, 0
+				}
+				if g != want {
+					t.Errorf("rate %d seed %d: pid %d stack %d: %+v, want (model) %+v", rate, seed, st.PID, st.ID, g, want)
+				}
+				live += st.LiveBytes
+			}
+			if live == 0 || a.unmatched != p.Summary.UnmatchedFrees {
+				t.Errorf("rate %d seed %d: live %d; %d unmatched frees, want %d", rate, seed, live, a.unmatched, p.Summary.UnmatchedFrees)
+			}
+
+			cut := len(evs) / 3
+			head, rest := NewSampled(rate), NewSampled(rate)
+			rest.KeepMisses(true)
+			head.events(evs[:cut])
+			rest.events(evs[cut:])
+			head.Merge(rest)
+			if g, w := sum(head), got; !reflect.DeepEqual(g, w) {
+				t.Errorf("rate %d seed %d: merged at %d: %v, want %v", rate, seed, cut, g, w)
+			}
+			if head.unmatched != a.unmatched {
+				t.Errorf("rate %d seed %d: merged: %d unmatched, want %d", rate, seed, head.unmatched, a.unmatched)
+			}
+		}
+	}
+}
+
+// TestSampledSnapshot: a sampled eBPF aggregate snapshot's live blocks
+// are weighed as the model weighs them; its totals, weighed in BPF, are
+// taken as they are.
+func TestSampledSnapshot(t *testing.T) {
+	const rate = 1000
+	sn := event.Snapshot{PID: 7, Time: 100,
+		Live: []event.LiveBlock{{Addr: 0x1000, Size: 10, Stack: 1, Time: 5}, {Addr: 0x2000, Size: 10, Stack: 1, Time: 6},
+			{Addr: 0x3000, Size: 5000, Stack: 2, Time: 7}},
+		Totals: []event.StackTotal{{Stack: 1, Allocs: 300, AllocBytes: 3000, Frees: 100, FreeBytes: 1000},
+			{Stack: 2, Allocs: 1, AllocBytes: 5034}}}
+	a := NewSampled(rate)
+	a.Snapshot(sn)
+	m := analyze.New(analyze.Options{SampleRate: rate})
+	m.Process(event.Process{PID: 7})
+	m.Snapshot(sn)
+	v := a.View(0, 0, 0)
+	stacks := map[event.StackID]Stack{}
+	for _, st := range v.Stacks() {
+		stacks[st.ID] = st
+	}
+	n := 0
+	for _, st := range m.Profile().Stacks {
+		g := stacks[st.ID]
+		if g.LiveBytes != st.LiveBytes || g.LiveBlocks != st.LiveBlocks || g.AllocBytes != st.Bytes {
+			t.Errorf("stack %d: %+v, want (model) live %d in %d, %d allocated", st.ID, g, st.LiveBytes, st.LiveBlocks, st.Bytes)
+		}
+		n++
+	}
+	if n != 2 || stacks[1].Allocs != 300 || stacks[1].LiveBytes != 2010 { // 10/(1-exp(-10/1000)) = 1005 bytes each
+		t.Errorf("%d stacks; %+v", n, stacks)
+	}
+}
+
+// TestViewStacks: Stacks sums a stack's threads, and gives its frames and
+// the processes' records.
+func TestViewStacks(t *testing.T) {
+	a := New()
+	a.Process(event.Process{PID: 1, PPID: 9, Exe: "/bin/x", Cmdline: []string{"x", "-y"}})
+	a.Stack(event.Stack{PID: 1, ID: 3, Frames: []uint64{0x10, 0x20}})
+	var evs []event.Event
+	for i, tid := range []uint32{1, 2, 2, 3} {
+		evs = append(evs, event.Event{Kind: event.KindAlloc, PID: 1, TID: tid, Stack: 3, Addr: uint64(0x1000 + 16*i), Size: 100, Time: int64(i)})
+	}
+	evs = append(evs, event.Event{Kind: event.KindFree, PID: 1, TID: 3, Addr: 0x1000, Time: 9})
+	a.Events(evs)
+	v := a.View(0, 0, 0)
+	st := v.Stacks()
+	want := []Stack{{PID: 1, ID: 3, Frames: []uint64{0x10, 0x20}, Allocs: 4, AllocBytes: 400, LiveBlocks: 3, LiveBytes: 300}}
+	if !reflect.DeepEqual(st, want) {
+		t.Errorf("Stacks = %+v, want %+v", st, want)
+	}
+	if p := v.Processes; len(p) != 1 || p[0].PPID != 9 || !reflect.DeepEqual(p[0].Cmdline, []string{"x", "-y"}) || p[0].Ended {
+		t.Errorf("processes %+v", p)
+	}
+	a.Exit(event.Exit{PID: 1})
+	a.Process(event.Process{PID: 1, Exe: "/bin/z"})
+	if p := a.View(0, 0, 0).Processes; p[0].Ended || p[0].Exe != "/bin/z" {
+		t.Errorf("after an exec: %+v", p)
 	}
 }

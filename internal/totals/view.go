@@ -9,7 +9,9 @@ import (
 // Process is a traced process and its threads.
 type Process struct {
 	PID     uint32
+	PPID    uint32
 	Exe     string
+	Cmdline []string // argv
 	Threads []uint32 // the threads that allocated or freed; none for a process counted by snapshots
 	Ended   bool
 }
@@ -150,6 +152,11 @@ func (v *View) Rows(c *Client, o Order, n int, minElapsed int64) (rows []Row, su
 		pid, tid uint32
 		stack    event.StackID
 	}
+	// The sum is of the heap: the blocks of exited processes, leaks in
+	// their rows, are not in its live bytes and blocks; its lost, possibly
+	// lost and reachable bytes are the rows', theirs included (a program
+	// checked at its exit keeps what it lost).
+	var gone Row
 	byKey := map[rowKey]*Row{}
 	var list []*Row
 	for i := range v.sites {
@@ -166,6 +173,8 @@ func (v *View) Rows(c *Client, o Order, n int, minElapsed int64) (rows []Row, su
 		}
 		row.LiveBytes += st.liveBytes
 		row.LiveBlocks += st.liveBlocks
+		gone.LiveBytes += st.goneBytes
+		gone.LiveBlocks += st.goneBlocks
 		row.Allocs += st.allocs
 		row.AllocBytes += st.allocBytes
 		row.Frees += st.frees
@@ -197,6 +206,8 @@ func (v *View) Rows(c *Client, o Order, n int, minElapsed int64) (rows []Row, su
 		sum.PossibleBytes += row.PossibleBytes
 		sum.ReachableBytes += row.ReachableBytes
 	}
+	sum.LiveBytes -= gone.LiveBytes
+	sum.LiveBlocks -= gone.LiveBlocks
 	key := func(t *Row) int64 {
 		switch o {
 		case ByGrowth:
@@ -222,4 +233,44 @@ func (v *View) Rows(c *Client, o Order, n int, minElapsed int64) (rows []Row, su
 		rows = append(rows, *row)
 	}
 	return rows, sum, elapsed
+}
+
+// Stack is one stack's totals in one process, its threads summed: what an
+// interval profile is made of (package export).
+type Stack struct {
+	PID    uint32
+	ID     event.StackID
+	Frames []uint64 // return addresses, innermost first
+	// Allocs and AllocBytes are the allocation and reallocation calls that
+	// returned a block, and their bytes, since the totals began; LiveBlocks
+	// and LiveBytes what the stack holds now. Estimates in sampled totals.
+	Allocs, AllocBytes    uint64
+	LiveBlocks, LiveBytes uint64
+}
+
+// Stacks returns the view's totals by process and stack, threads summed,
+// in no order. Its cost is one pass over the view's sites.
+func (v *View) Stacks() []Stack {
+	type key struct {
+		pid   uint32
+		stack event.StackID
+	}
+	idx := make(map[key]int, len(v.sites))
+	out := make([]Stack, 0, len(v.sites))
+	for i := range v.sites {
+		st := &v.sites[i]
+		k := key{st.pid, st.stack}
+		j, ok := idx[k]
+		if !ok {
+			j = len(out)
+			idx[k] = j
+			out = append(out, Stack{PID: st.pid, ID: st.stack, Frames: v.frames[[2]uint64{uint64(st.pid), uint64(st.stack)}]})
+		}
+		o := &out[j]
+		o.Allocs += st.allocs
+		o.AllocBytes += st.allocBytes
+		o.LiveBlocks += st.liveBlocks
+		o.LiveBytes += st.liveBytes
+	}
+	return out
 }

@@ -20,12 +20,19 @@ import (
 // to path, and fails the test if the program does not exit 0.
 func Record(tb testing.TB, path, bin string, args ...string) {
 	tb.Helper()
+	RecordSampled(tb, path, 0, bin, args...)
+}
+
+// RecordSampled is Record sampling one allocation per rate bytes on
+// average (0: every event), as `heapscope run --sample` does.
+func RecordSampled(tb testing.TB, path string, rate int64, bin string, args ...string) {
+	tb.Helper()
 	var ts unix.Timespec
 	must(tb, unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts))
 	w, err := tracefile.Create(path, tracefile.Header{Session: "test", Provider: "preload", Clock: "CLOCK_MONOTONIC",
-		MonoStart: ts.Nano(), WallStart: time.Now()}, tracefile.Options{})
+		MonoStart: ts.Nano(), WallStart: time.Now(), SampleRate: rate}, tracefile.Options{})
 	must(tb, err)
-	c, err := preload.New(preload.Config{}, w)
+	c, err := preload.New(preload.Config{SampleRate: rate}, w)
 	must(tb, err)
 	cmd := exec.Command(bin, args...)
 	must(tb, c.Prepare(cmd))

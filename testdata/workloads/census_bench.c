@@ -12,13 +12,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "parked.h"
+
 static long n = 1000000;
 static const char *mix = "small";
 static int nthreads = 1;
-static pthread_barrier_t done;
-static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
-static int quit;
 
 static uint64_t next(uint64_t *s)
 {
@@ -52,11 +50,7 @@ static void *worker(void *arg)
 	}
 	for (long i = 0; i < share; i += 4)
 		free(ps[(i * 7) % share]);
-	pthread_barrier_wait(&done);
-	pthread_mutex_lock(&mu);
-	while (!quit)
-		pthread_cond_wait(&cond, &mu);
-	pthread_mutex_unlock(&mu);
+	park();
 	return ps;
 }
 
@@ -68,21 +62,15 @@ int main(int argc, char **argv)
 		mix = argv[2];
 	if (argc > 3)
 		nthreads = atoi(argv[3]);
-	pthread_barrier_init(&done, 0, nthreads + 1);
+	if (nthreads > 64) // th holds 64
+		return 2;
 	pthread_t th[64];
-	for (long i = 0; i < nthreads && i < 64; i++)
-		pthread_create(&th[i], 0, worker, (void *)i);
-	pthread_barrier_wait(&done);
+	start_parked(th, nthreads, worker);
 	printf("ready\n");
 	fflush(stdout);
 	char line[16];
 	if (!fgets(line, sizeof line, stdin))
 		line[0] = 0;
-	pthread_mutex_lock(&mu);
-	quit = 1;
-	pthread_cond_broadcast(&cond);
-	pthread_mutex_unlock(&mu);
-	for (int i = 0; i < nthreads; i++)
-		pthread_join(th[i], 0);
+	unpark_all(th, nthreads);
 	return 0;
 }

@@ -27,6 +27,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "parked.h"
 #include "rawout.h"
 
 namespace __gnu_cxx {
@@ -109,9 +110,6 @@ struct Holder {
 	size_t n;
 };
 
-static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
-static int started, quit;
 static bool small; // "small": no thread grows past a heap
 static pid_t tids[nThreads];
 
@@ -142,12 +140,7 @@ static void *worker(void *arg)
 		for (int i = 10; i < big; i += 50)
 			drop(bs[i]); // free chunks in both heaps, in bins
 	}
-	pthread_mutex_lock(&mu);
-	started++;
-	pthread_cond_broadcast(&cond);
-	while (!quit)
-		pthread_cond_wait(&cond, &mu);
-	pthread_mutex_unlock(&mu);
+	park();
 	return 0;
 }
 
@@ -238,13 +231,7 @@ int main(int argc, char **argv)
 	}
 
 	pthread_t th[nThreads];
-	for (long i = 0; i < nThreads; i++)
-		if (pthread_create(&th[i], 0, worker, (void *)i) != 0)
-			_exit(7);
-	pthread_mutex_lock(&mu);
-	while (started < nThreads)
-		pthread_cond_wait(&cond, &mu);
-	pthread_mutex_unlock(&mu);
+	start_parked(th, nThreads, worker);
 
 	for (int i = 0; i < nrecs; i++) {
 		puts_("b");
@@ -277,12 +264,7 @@ int main(int argc, char **argv)
 	flush();
 	wait_line();
 
-	pthread_mutex_lock(&mu);
-	quit = 1;
-	pthread_cond_broadcast(&cond);
-	pthread_mutex_unlock(&mu);
-	for (int i = 0; i < nThreads; i++)
-		pthread_join(th[i], 0);
+	unpark_all(th, nThreads);
 	sink = (char *)h;
 	return 0;
 }

@@ -16,15 +16,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "parked.h"
 #include "rawout.h"
 
 enum { maxRecs = 1 << 14, nThreads = 2, nNodes = 100 };
 
 static void *recs[maxRecs];
 static int nrecs;
-static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
-static int started, quit;
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER; // guards recs
 
 static void keep(void *p)
 {
@@ -50,12 +49,7 @@ static void *worker(void *arg)
 		else
 			keep(ps[i]);
 	}
-	pthread_mutex_lock(&mu);
-	started++;
-	pthread_cond_broadcast(&cond);
-	while (!quit)
-		pthread_cond_wait(&cond, &mu);
-	pthread_mutex_unlock(&mu);
+	park();
 	return 0;
 }
 
@@ -85,13 +79,7 @@ int main(void)
 	}
 
 	pthread_t th[nThreads];
-	for (long i = 0; i < nThreads; i++)
-		if (pthread_create(&th[i], 0, worker, (void *)i) != 0)
-			_exit(7);
-	pthread_mutex_lock(&mu);
-	while (started < nThreads)
-		pthread_cond_wait(&cond, &mu);
-	pthread_mutex_unlock(&mu);
+	start_parked(th, nThreads, worker);
 
 	for (int i = 0; i < nrecs; i++) {
 		puts_("b");
@@ -121,12 +109,7 @@ int main(void)
 	}
 	for (int i = 0; i < nrecs; i++)
 		free(recs[i]);
-	pthread_mutex_lock(&mu);
-	quit = 1;
-	pthread_cond_broadcast(&cond);
-	pthread_mutex_unlock(&mu);
-	for (int i = 0; i < nThreads; i++)
-		pthread_join(th[i], 0);
+	unpark_all(th, nThreads);
 	puts_("freed\n");
 	flush();
 	wait_line();

@@ -1765,6 +1765,9 @@ int BPF_PROG(on_exec, struct task_struct *p, int old_pid, void *bprm)
 	return 0;
 }
 
+// Tracing through otel_memory USDT probes (Config.Source).
+#include "usdt.bpf.h"
+
 // Keep the record types in BTF for bpf2go.
 const struct event *unused_event __attribute__((unused));
 const struct lib *unused_lib __attribute__((unused));

@@ -30,6 +30,7 @@
  * the single file emitted.
  *   thread.h    the real functions, thread state, reentrancy, signals held
  *   tls.h       the blocks that hold each thread's state
+ *   usdt.h      the otel_memory USDT probes of sampled blocks (--emit-usdt)
  *   sample.h    sampling mode (--sample)
  *   boot.h      the bootstrap arena, resolving the real functions
  *   session.h   session state, clock, raw system calls
@@ -87,6 +88,7 @@ extern void *__libc_stack_end;
 
 #include "thread.h"
 #include "tls.h"
+#include "usdt.h"
 #include "sample.h"
 #include "boot.h"
 #include "session.h"

@@ -52,7 +52,8 @@ static void sample_configure(const uint8_t *ctl)
 {
 	uint64_t r = *(const uint64_t *)(ctl + HS_CTL_SAMPLE_RATE);
 	g_smp_seed = *(const uint64_t *)(ctl + HS_CTL_SAMPLE_SEED);
-	static int atfork; /* an injected process has one session after another: once */
+	usdt_configure(ctl); /* each session anew: one without --emit-usdt turns the probes off */
+	static int atfork;   /* an injected process has one session after another: once */
 	if (r != 0 && !atfork) {
 		atfork = 1;
 		IN_LIB(pthread_atfork(sset_lock, sset_unlock, sset_unlock)); /* may allocate; a child never inherits a held lock */
@@ -284,6 +285,7 @@ static HS_INLINE int sample_alloc(void *p, uint64_t n)
 	if (!p || HS_LIKELY(!smp_draw(n, r)))
 		return 0; /* a failed allocation is not drawn nor recorded: it makes no block */
 	sset_insert((uint64_t)(uintptr_t)p);
+	usdt_alloc(p, n, r);
 	return 1;
 }
 
@@ -295,7 +297,7 @@ static HS_INLINE int sample_free(void *p)
 		return 1;
 	if (HS_LIKELY(!sset_maybe((uint64_t)(uintptr_t)p)))
 		return 0;
-	return sset_remove((uint64_t)(uintptr_t)p);
+	return usdt_freed(p, sset_remove((uint64_t)(uintptr_t)p));
 }
 
 /*
@@ -334,7 +336,7 @@ static HS_INLINE int sample_realloc_begin(void *p)
 		return SMP_EXACT;
 	if (!p || HS_LIKELY(!sset_maybe((uint64_t)(uintptr_t)p)))
 		return SMP_NEW;
-	return sset_remove((uint64_t)(uintptr_t)p) ? SMP_WAS : SMP_NEW;
+	return usdt_freed(p, sset_remove((uint64_t)(uintptr_t)p)) ? SMP_WAS : SMP_NEW;
 }
 
 /* realloc(*old, n) returned q: what is recorded (SMP_REC_*). A new draw
@@ -353,6 +355,7 @@ static HS_INLINE int sample_realloc_end(int how, void **old, void *q, uint64_t n
 	}
 	if (q && n != 0 && smp_draw(n, r)) {
 		sset_insert((uint64_t)(uintptr_t)q);
+		usdt_alloc(q, n, r);
 		if (how != SMP_WAS)
 			*old = NULL;
 		return SMP_REC_REALLOC;

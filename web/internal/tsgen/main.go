@@ -46,6 +46,9 @@ var roots = []struct {
 	{"ConsumedAnswer", web.ConsumedAnswer{}},
 	{"MemoryAnswer", web.Memory{}},
 	{"SearchAnswer", web.Search{}},
+	{"RSSAnswer", web.RSS{}},
+	{"TraceLeaksAnswer", web.TraceLeaks{}},
+	{"LeaksCheckAnswer", web.LeaksJSON{}},
 }
 
 // names are the TypeScript names of Go types that would otherwise clash
@@ -64,6 +67,12 @@ var names = map[string]string{
 	"report.JSONPoint":   "ReportPoint",
 	"report.JSONWindow":  "ReportWindow",
 	"query.Bucket":       "TimelineBucket",
+	// The leak check of a live session (POST /api/leaks), beside the
+	// trace's (report.JSONClasses).
+	"heapscope.LeakClasses": "CheckClasses",
+	"heapscope.LeakAmount":  "CheckAmount",
+	"web.LeaksProcessJSON":  "CheckProcess",
+	"web.LeaksSiteJSON":     "CheckSite",
 }
 
 func main() {

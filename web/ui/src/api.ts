@@ -25,9 +25,10 @@ export function embedded(path: string): boolean {
 
 export class APIError extends Error {}
 
-// get fetches an API path ("/api/flame?cost=leaks"). In a static report
-// only the embedded answers exist.
-export async function get<T>(path: string): Promise<T> {
+// get fetches an API path ("/api/flame?cost=leaks"); init, for another
+// method (POST /api/leaks). In a static report only the embedded answers
+// exist.
+export async function get<T>(path: string, init?: RequestInit): Promise<T> {
   const data = window.HEAPSCOPE_DATA;
   if (data !== undefined) {
     if (path in data) {
@@ -35,7 +36,7 @@ export async function get<T>(path: string): Promise<T> {
     }
     throw new APIError("not in this static report: run `heapscope serve` on the trace for every view");
   }
-  const r = await fetch(path);
+  const r = await fetch(path, init);
   if (!r.ok) {
     let msg = r.statusText;
     try {

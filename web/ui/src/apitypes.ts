@@ -73,6 +73,12 @@ export interface Timeline {
   coarse?: boolean;
   // more points were asked for than maxPoints
   capped?: Capped | null;
+  // Estimated says, for a sampled trace, that the numbers are
+  // estimates, scaled up as the report's; "" when exact.
+  estimated?: string;
+  // PID and TID are the process and thread whose heap this is (0: all).
+  pid?: number;
+  tid?: number;
 }
 
 // Window is /api/window: the four classes of the window, in total and by
@@ -92,6 +98,15 @@ export interface WindowAnswer {
   more: number;
   capped?: Capped | null;
   unmatched_frees: number;
+  // ExitedAIFI is what of AIFI its process's exit ended, not a free
+  // (leaks that left the heap in the window).
+  exited_aifi: Amount;
+  // see Timeline
+  estimated?: string;
+  // Suppressed is what of each class the sites a suppression rule
+  // matches hold (their rows say which rule): their leaks are left
+  // out of every leak cost, and stated apart, as the report does.
+  suppressed: Classes;
 }
 
 // FlameAnswer is /api/flame: the flame graph, and whether the server's
@@ -104,10 +119,13 @@ export interface FlameAnswer {
   // Hidden counts the nodes left out: below the share asked for, or
   // beyond the node limit.
   hidden: number;
-  // Suppressed is what the leaks of suppressed sites (Options.
-  // Suppressions) would have added to Total: the leaks cost leaves them
+  // Suppressed is what the suppressed sites (Options.Suppressions) would
+  // have added to Total: the leak costs (Cost.Suppressible) leave them
   // out, as the report does.
   suppressed?: number;
+  // Estimated says, for a sampled trace, that the values are estimates
+  // (report.Report.Estimate); "" when exact.
+  estimated?: string;
   capped?: Capped | null;
 }
 
@@ -119,6 +137,8 @@ export interface Functions {
   // functions left out
   more: number;
   capped?: Capped | null;
+  // see Timeline
+  estimated?: string;
 }
 
 // CallersAnswer is /api/callers: the caller/callee view of one function,
@@ -130,6 +150,8 @@ export interface CallersAnswer {
   total: number;
   callers: Neighbour[] | null;
   callees: Neighbour[] | null;
+  // Suppressed is what suppressed sites left out (see Flame).
+  suppressed?: number;
   more_callers: number;
   more_callees: number;
   capped?: Capped | null;
@@ -175,6 +197,12 @@ export interface Histogram {
   lifetimes: LifetimeBucket[] | null;
   // blocks of the window never freed
   live: number;
+  // see Timeline
+  estimated?: string;
+  // TimeResolutionNs is the trace's time resolution: lifetimes are
+  // multiples of it, the first bucket (lt_ns 1) holds those under it,
+  // and the buckets between cannot hold any (they are left out).
+  time_resolution_ns: number;
 }
 
 // Diff is /api/diff: each site's cost in the window of this trace and in
@@ -188,6 +216,8 @@ export interface Diff {
   sites: DiffSite[] | null;
   more: number;
   capped?: Capped | null;
+  // Suppressed is present for a leak cost when a rule suppressed some.
+  suppressed?: DiffSuppressed | null;
 }
 
 // LiveState is /api/live.
@@ -213,6 +243,11 @@ export interface TopAnswer {
   // the window's peak
   peak_at: Point;
   capped?: Capped | null;
+  // see Timeline
+  estimated?: string;
+  // NoTemporary is true when the trace cannot count temporaries (a
+  // sampled one): the temporary list is empty for that reason.
+  no_temporary?: boolean;
 }
 
 // TreeAnswer is /api/tree.
@@ -229,6 +264,8 @@ export interface TreeAnswer {
   // to the root's leaks (as Flame's).
   suppressed?: number;
   capped?: Capped | null;
+  // see Timeline
+  estimated?: string;
 }
 
 // ConsumedAnswer is /api/consumed.
@@ -242,6 +279,9 @@ export interface ConsumedAnswer {
   total: number[] | null;
   series: ConsumedSeries[] | null;
   capped?: Capped | null;
+  // Estimated: see Timeline. A process's blocks leave the chart at
+  // its exit, as they leave the heap.
+  estimated?: string;
 }
 
 // Memory is /api/memory.
@@ -267,6 +307,55 @@ export interface SearchAnswer {
   functions: FunctionRow[] | null;
   more: number;
   capped?: Capped | null;
+  // see Timeline
+  estimated?: string;
+}
+
+// RSS is /api/rss: the traced processes' resident memory explained, as the
+// censuses at attach (or a snapshot) found it, and what those censuses
+// found live before the trace. Both lists are empty for a trace without a
+// census (a launched program's, or an attach with --no-census).
+export interface RSSAnswer {
+  // Resident has one entry per census: the process's RSS and PSS from
+  // /proc/PID/smaps, split into parts that add up to them (heap in use,
+  // allocator overhead, free in bins, fastbins, tcaches and top chunks,
+  // mmapped chunks, other anonymous memory, file-backed pages), each
+  // saying whether it was measured or estimated.
+  resident: Resident[] | null;
+  // Rundowns say, per census, what was live before the trace: how much
+  // is left at the end, and in which kinds of block (the largest
+  // maxTop of them: Capped then says so).
+  rundowns: Rundown[] | null;
+  capped?: Capped | null;
+}
+
+// TraceLeaks is GET /api/leaks: the trace's leak check as its report gives
+// it (report/JSON.md's leak_check), with the sites of each class, largest
+// first: the page's LEAKS, POSSIBLY LOST and STILL REACHABLE. A scan
+// classifies the blocks live when it ran and the report applies it to those
+// still live at the end, so this is of the whole trace: a window or a
+// filter has no classes.
+export interface TraceLeaksAnswer {
+  // LeakCheck is null when the trace holds no scan: its leaks are then
+  // every block live at the end (Live), with no verdict.
+  leak_check: LeakCheck | null;
+  // Live is every block live at the end, suppressed sites left out (the
+  // summary's leaked_bytes and leaked_blocks); Suppressed is what the
+  // suppression rules took out of it.
+  live: LeakAmount;
+  suppressed: LeakAmount;
+  // Lists are, in a leak-checked trace, the sites of "lost" (definitely
+  // and indirectly lost: the leaks), "possibly_lost", "still_reachable"
+  // and "unclassified" (no class, or not scanned), in that order, each
+  // with its total; none without a check.
+  lists: LeakList[] | null;
+  capped?: Capped | null;
+}
+
+// LeaksJSON is POST /api/leaks's answer: a leak check of the followed
+// session's processes (heapscope.LeaksResult), its sites symbolized.
+export interface LeaksCheckAnswer {
+  processes: CheckProcess[] | null;
 }
 
 // JSONTrace describes the trace.
@@ -288,6 +377,10 @@ export interface Trace {
   sample_rate: number;
   estimated?: string;
   sampled_allocations: number;
+  // StandardErrors are, for a sampled trace, the standard errors in
+  // bytes of the main estimates (absent when exact, or not known: a
+  // window of serve's index, an aggregate trace).
+  standard_errors?: Errors | null;
 }
 
 // JSONSummary holds the totals.
@@ -304,6 +397,9 @@ export interface ReportSummary {
   suppressed_bytes: number;
   suppressed_blocks: number;
   temporary_allocations: number;
+  // HeaptrackTemporary is the temporaries by heaptrack's definition
+  // (definitions.temporary), for a comparison with heaptrack.
+  heaptrack_temporary_allocations: number;
   unmatched_frees: number;
   failed_allocations: number;
   missed_frees: number;
@@ -525,6 +621,9 @@ export interface SiteClasses {
   name: string;
   pids: number[] | null;
   stack: Frame[] | null;
+  // SuppressedBy is the rule that suppresses the site's leaks ("" when
+  // none does): "leak:PATTERN" or "default:NAME".
+  suppressed_by?: string;
   aifi: Amount;
   aifo: Amount;
   aofi: Amount;
@@ -588,6 +687,13 @@ export interface DiffSite {
   delta: number;
 }
 
+// DiffSuppressed is what suppressed sites hold in each trace, left out of
+// a leak cost's values (see query.Index.SiteCost).
+export interface DiffSuppressed {
+  value: number;
+  base: number;
+}
+
 // TopList is the sites of most cost, at most n.
 export interface TopList {
   cost: string;
@@ -646,6 +752,47 @@ export interface ProcessMemory {
   pid: number;
   samples: number;
   peak: ResidentPoint;
+}
+
+// JSONAmount is a number of blocks and their bytes.
+export interface LeakAmount {
+  bytes: number;
+  blocks: number;
+}
+
+// LeakList is the sites of one class (or two: lost), by their bytes in it.
+export interface LeakList {
+  class: string;
+  // over every site
+  total: LeakAmount;
+  sites: LeakListSite[] | null;
+  // sites of the class left out
+  more: number;
+}
+
+// LeaksProcessJSON is one process's check.
+export interface CheckProcess {
+  pid: number;
+  // when it was stopped, from the trace's start
+  time_ns: number;
+  rules: string;
+  paused_ns: number;
+  elapsed_ns: number;
+  blocks: number;
+  classes: CheckClasses;
+  complete: boolean;
+  partial: boolean;
+  sites: CheckSite[] | null;
+  notes: string[] | null;
+  error?: string;
+}
+
+// JSONErrors are the standard errors of a sampled trace's estimates, in
+// bytes: about two in three estimates are within one of the truth.
+export interface Errors {
+  bytes_allocated: number;
+  peak_bytes: number;
+  leaked_bytes: number;
 }
 
 // JSONClasses splits live blocks by reachability class (see JSON.md).
@@ -718,12 +865,6 @@ export interface ResidentPart {
   how: string;
 }
 
-// JSONAmount is a number of blocks and their bytes.
-export interface LeakAmount {
-  bytes: number;
-  blocks: number;
-}
-
 // JSONScan is one heap scan of a process.
 export interface Scan {
   pid: number;
@@ -750,7 +891,7 @@ export interface TopSite {
   stack: Frame[] | null;
   // bytes live at the window's peak
   peak: number;
-  // bytes live at its end (0 when suppressed)
+  // bytes not freed by its end, exited processes' too (0 when suppressed)
   leaks: number;
   // allocation and reallocation calls
   calls: number;
@@ -761,5 +902,38 @@ export interface TopSite {
   // Suppressed is true when a suppression rule matched the site's
   // leaks: they count in Suppressed of the answer instead.
   suppressed?: boolean;
+}
+
+// LeakListSite is a site's blocks of a list's class, and every class of
+// its blocks live at the end.
+export interface LeakListSite {
+  name: string;
+  pids: number[] | null;
+  stack: Frame[] | null;
+  bytes: number;
+  blocks: number;
+  classes: LeakClasses;
+}
+
+export interface CheckClasses {
+  definitely_lost: CheckAmount;
+  indirectly_lost: CheckAmount;
+  possibly_lost: CheckAmount;
+  still_reachable: CheckAmount;
+  unclassified: CheckAmount;
+}
+
+// LeaksSiteJSON is a site's blocks of one class.
+export interface CheckSite {
+  // "definite", "indirect", "possible", "reachable", "unknown"
+  class: string;
+  bytes: number;
+  blocks: number;
+  stack: Frame[] | null;
+}
+
+export interface CheckAmount {
+  bytes: number;
+  blocks: number;
 }
 

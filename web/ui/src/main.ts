@@ -18,6 +18,7 @@ import {
   SearchAnswer,
   Sites,
   Summary,
+  Suppressed,
   Timeline,
   TopAnswer,
   TopList,
@@ -25,6 +26,8 @@ import {
   TreeAnswer,
   WindowAnswer,
   Amount,
+  RSSAnswer,
+  TraceLeaksAnswer,
   embedded,
   get,
   isStatic,
@@ -34,6 +37,8 @@ import { TimelineView } from "./timeline";
 import { FlameView } from "./flame";
 import { TreeView } from "./tree";
 import { ConsumedView } from "./consumed";
+import { LiveCheck, classesText, fillTopLeaks, leakHeadline, leakRows, leaksPath, renderVerdict } from "./leaks";
+import { renderRSS, rssPath } from "./rss";
 
 interface State {
   from: number; // the window, ns from the trace's start; 0/0: the whole trace
@@ -188,6 +193,7 @@ let flame: FlameView;
 let treeDown: TreeView;
 let treeUp: TreeView;
 let consumed: ConsumedView;
+let liveCheck: LiveCheck;
 let seq = 0; // the latest refresh; older answers are dropped
 
 function setState(change: Partial<State>) {
@@ -227,8 +233,16 @@ function renderSummary(s: Summary) {
   pt.textContent = "";
   pt.append(el("tr", {}, el("th", {}, "PID"), el("th", {}, "parent"), el("th", {}, "command line"), el("th", {}, "exit")));
   for (const p of s.processes ?? []) {
-    // A status of -1 is unknown: not heapscope's child, or detached.
-    const exit = !p.exited ? "running or unknown" : p.signal ? `signal ${p.signal}` : p.exit_status < 0 ? "ended, status unknown" : `status ${p.exit_status}`;
+    // A status below 0 is not known: only heapscope's own child's is.
+    const exit = !p.exited
+      ? "running or unknown"
+      : p.signal
+        ? `signal ${p.signal}`
+        : p.exit_status >= 0
+          ? `status ${p.exit_status}`
+          : s.trace.provider === "preload"
+            ? "ended, status unknown (not heapscope's child)"
+            : "detached";
     pt.append(el("tr", {}, el("td", {}, String(p.pid)), el("td", {}, String(p.ppid)), el("td", { class: "mono" }, (p.cmdline ?? []).join(" ") || p.exe), el("td", {}, exit)));
   }
   $("about").querySelector("summary")!.textContent = `Processes (${(s.processes ?? []).length})`;
@@ -245,6 +259,9 @@ function renderSummary(s: Summary) {
   sel.value = String(state.pid);
   $("tab-diff").hidden = !s.base;
   if (s.base) $("base-file").textContent = s.base.file;
+  // With a leak check, the leaks cost is every class live at the end: the
+  // lost ones are the Overview's (leaks.ts).
+  costText.leaks = s.leak_check ? "live at the end (every class, lost or not)" : "live at the end (leaks)";
   const cs = $("cost") as HTMLSelectElement;
   cs.textContent = "";
   for (const c of s.costs ?? []) {
@@ -252,17 +269,56 @@ function renderSummary(s: Summary) {
   }
 }
 
+// suppressedText says, as heaptrack does ("5.7kB (3.2kB suppressed)"), what
+// the suppression rules took out of the leaks, and which rules.
+function suppressedText(s: { summary: ReportSummary; suppressed: Suppressed[] | null }): string {
+  const sm = s.summary;
+  if (!sm.suppressed_blocks) return "";
+  const rules = (s.suppressed ?? []).map((r) => r.rule).join(", ");
+  return ` (${bytes(sm.suppressed_bytes)} in ${count(sm.suppressed_blocks)} blocks suppressed${rules ? ` by ${rules}` : ""}: not counted as leaked)`;
+}
+
+// scopeText names what the summary is of: the whole trace, or the process,
+// thread, window and filter chosen.
+function scopeText(s: State): string {
+  const parts: string[] = [];
+  if (s.pid) parts.push(`process ${s.pid}`);
+  if (s.tid) parts.push(`thread ${s.tid}`);
+  if (s.from || s.to) parts.push(`the window ${dur(s.from)} – ${dur(s.to || summary.end_ns)}`);
+  if (s.inc.length || s.exc.length) parts.push("the sites the filter keeps");
+  return parts.length ? parts.join(", ") : "the whole trace";
+}
+
 // renderFigures is the compact summary of the overview: of the whole trace
-// (the report's), or of the window and filter (the window's report), with
-// the resident memory beside it.
-function renderFigures(sm: ReportSummary, top: TopAnswer | null, mem: MemoryAnswer | null, scope: string) {
+// (the report's, doc null), or of the window and filter (the window's
+// report, doc), with the resident memory beside it. A sampled trace's
+// figures are estimates (± its standard errors, where the report knows
+// them); a count the trace cannot give says so, never 0.
+function renderFigures(doc: Sites | null, top: TopAnswer | null, mem: MemoryAnswer | null, scope: string) {
   const s = summary;
+  const d = doc ?? s;
+  const sm = d.summary;
   const calls = sm.allocations + sm.reallocations;
   const supp = top ? top.suppressed : { bytes: sm.suppressed_bytes, blocks: sm.suppressed_blocks };
-  const est = s.trace.estimated ? `estimated: ${s.trace.estimated}` : s.trace.aggregate ? "estimated from snapshots (aggregate mode)" : "exact: every event";
+  const se = d.trace.standard_errors;
+  const pm = (k: "bytes_allocated" | "peak_bytes" | "leaked_bytes") => (se ? ` ±${bytes(se[k])}` : "");
+  const why = s.trace.estimated ? "not available when sampled" : "not available (aggregate trace)";
+  const known = (field: string, text: string) => ((d.unknown ?? []).includes(field) ? why : text);
+  const est = s.trace.estimated
+    ? `estimated: ${s.trace.estimated}: ${count(d.trace.sampled_allocations)} allocations recorded, each scaled up${se ? "; ± is a standard error" : ""}`
+    : s.trace.aggregate
+      ? "estimated from snapshots (aggregate mode)"
+      : "exact: every event";
+  $("summary-title").textContent = `Summary of ${scope}`;
   const h = $("headline");
-  if (sm.leaked_bytes > 0) {
-    h.textContent = `Leaked ${bytes(sm.leaked_bytes)} in ${count(sm.leaked_blocks)} blocks` + (supp.bytes > 0 ? ` (${bytes(supp.bytes)} more suppressed)` : "");
+  // A leak check's classes are of the whole trace's end (leaks.ts).
+  const lc = filtered(state) ? null : s.leak_check;
+  const lh = leakHeadline(lc, supp);
+  if (lh) {
+    h.textContent = lh.text;
+    h.setAttribute("data-kind", lh.kind);
+  } else if (sm.leaked_bytes > 0) {
+    h.textContent = `Leaked ${bytes(sm.leaked_bytes)}${pm("leaked_bytes")} in ${count(sm.leaked_blocks)} blocks` + (supp.bytes > 0 ? ` (${bytes(supp.bytes)} more suppressed)` : "");
     h.setAttribute("data-kind", "leaks");
   } else {
     h.textContent = `No leaks${supp.bytes > 0 ? ` — ${bytes(supp.bytes)} suppressed` : ""}; peak ${bytes(sm.peak_bytes)} at ${dur(sm.peak_time_ns)}`;
@@ -271,10 +327,11 @@ function renderFigures(sm: ReportSummary, top: TopAnswer | null, mem: MemoryAnsw
   const rows: [string, string, string, number?][] = [
     ["Scope", scope, "scope"],
     ["Duration", dur(s.trace.duration_ns), "duration_ns"],
-    ["Events", `${count(s.trace.events)}${s.trace.lost_events ? `, ${count(s.trace.lost_events)} lost` : ""}`, "events", s.trace.events],
+    ["Session", `${s.trace.session} (${s.trace.provider})`, "session"],
+    ["Events", `${count(d.trace.events)}${d.trace.lost_events ? `, ${count(d.trace.lost_events)} lost` : ""}`, "events", d.trace.events],
     ["Allocation calls", count(calls), "calls", calls],
-    ["Bytes allocated", bytesExact(sm.bytes_allocated), "bytes_allocated", sm.bytes_allocated],
-    ["Peak heap", `${bytesExact(sm.peak_bytes)} in ${count(sm.peak_blocks)} blocks at ${dur(sm.peak_time_ns)}`, "peak_bytes", sm.peak_bytes],
+    ["Bytes allocated", bytesExact(sm.bytes_allocated) + pm("bytes_allocated"), "bytes_allocated", sm.bytes_allocated],
+    ["Peak heap", `${bytesExact(sm.peak_bytes)}${pm("peak_bytes")} in ${count(sm.peak_blocks)} blocks at ${dur(sm.peak_time_ns)}`, "peak_bytes", sm.peak_bytes],
   ];
   if (mem && mem.samples > 0) {
     rows.push(["Peak resident (RSS)", `${bytesExact(mem.peak.rss)} at ${dur(mem.peak.t_ns)} (${count(mem.samples)} samples)`, "peak_rss", mem.peak.rss]);
@@ -282,10 +339,10 @@ function renderFigures(sm: ReportSummary, top: TopAnswer | null, mem: MemoryAnsw
     rows.push(["Peak resident (RSS)", "not sampled in this trace", "peak_rss", 0]);
   }
   rows.push(
-    ["Leaked", `${bytesExact(sm.leaked_bytes)} in ${count(sm.leaked_blocks)} blocks` + (supp.bytes ? `; suppressed ${bytes(supp.bytes)} in ${count(supp.blocks)}` : ""), "leaked_bytes", sm.leaked_bytes],
-    ["Temporary allocations", `${count(sm.temporary_allocations)} (${pct(sm.temporary_allocations, calls)})`, "temporary", sm.temporary_allocations],
+    ...leakRows(sm, lc, `${bytesExact(sm.leaked_bytes)}${pm("leaked_bytes")} in ${count(sm.leaked_blocks)} blocks`, suppressedText(d)),
+    ["Temporary allocations", known("summary.temporary_allocations", `${count(sm.temporary_allocations)} (${pct(sm.temporary_allocations, calls)})`), "temporary", sm.temporary_allocations],
     ["Unmatched frees", count(sm.unmatched_frees), "unmatched_frees", sm.unmatched_frees],
-    ["Failed allocations", count(sm.failed_allocations), "failed", sm.failed_allocations],
+    ["Failed allocations", known("summary.failed_allocations", count(sm.failed_allocations)), "failed", sm.failed_allocations],
     ["Data", est, "exact"],
   );
   const t = $("summary-table");
@@ -320,7 +377,14 @@ function renderTop(top: TopAnswer) {
       t.append(tr);
     }
     if (sites.length === 0) {
-      const none = id === "top-leaks" && top.suppressed.bytes > 0 ? `no leaks — ${bytes(top.suppressed.bytes)} suppressed` : id === "top-leaks" ? "no leaks" : "none";
+      const none =
+        id === "top-leaks" && top.suppressed.bytes > 0
+          ? `no leaks — ${bytes(top.suppressed.bytes)} suppressed`
+          : id === "top-leaks"
+            ? "no leaks"
+            : id === "top-temporary" && top.no_temporary
+              ? "not available when sampled"
+              : "none";
       t.append(el("tr", {}, el("td", { colspan: "4", class: "dim" }, none)));
     }
     if (l.more) t.append(el("tr", {}, el("td", { colspan: "4", class: "dim" }, `${count(l.more)} more sites`)));
@@ -344,8 +408,12 @@ function renderWindow(w: WindowAnswer) {
     ["aofi", "allocated before, freed inside"],
     ["aofo", "allocated before, live at the end"],
   ];
-  for (const [k, text] of names) {
+  for (const [k, what] of names) {
     const a = w.total[k];
+    const x = w.exited_aifi;
+    let text = k === "aifi" && x.blocks ? `${what}, or left at their process's exit: ${amount(x)} (leaks)` : what;
+    const sup = w.suppressed?.[k];
+    if (sup && sup.blocks) text += `; ${amount(sup)} of it at sites whose leaks are suppressed`;
     body.append(
       el(
         "tr",
@@ -353,7 +421,7 @@ function renderWindow(w: WindowAnswer) {
         el("th", {}, k.toUpperCase()),
         el("td", { class: "num", "data-v": String(a.bytes) }, bytesExact(a.bytes)),
         el("td", { class: "num", "data-v": String(a.blocks) }, count(a.blocks)),
-        el("td", { class: "dim" }, text),
+        el("td", { class: "dim", "data-exited": k === "aifi" ? String(x.bytes) : "", "data-suppressed": String(sup?.bytes ?? 0) }, text),
       ),
     );
   }
@@ -364,11 +432,13 @@ function renderWindow(w: WindowAnswer) {
   t.textContent = "";
   t.append(el("tr", {}, ...["site", "AIFI", "AIFO", "AOFI", "AOFO"].map((h) => el("th", {}, h))));
   for (const s of w.sites ?? []) {
+    const cell = stackCell(s.stack, siteName(s));
+    if (s.suppressed_by) cell.append(el("div", { class: "dim suppressed" }, `leaks suppressed by ${s.suppressed_by}`));
     t.append(
       el(
         "tr",
         {},
-        stackCell(s.stack, siteName(s)),
+        cell,
         ...[s.aifi, s.aifo, s.aofi, s.aofo].map((a) => el("td", { class: "num" }, a.blocks ? `${bytes(a.bytes)} / ${count(a.blocks)}` : "")),
       ),
     );
@@ -428,7 +498,13 @@ function renderFlame(f: FlameAnswer) {
     });
     bc.append(a);
   });
-  bc.append(el("span", { id: "flame-total", class: "dim", "data-v": String(f.total) }, `  total ${valueFmt(c)(f.total)}${f.suppressed ? `, ${bytes(f.suppressed)} suppressed` : ""}`));
+  bc.append(
+    el(
+      "span",
+      { id: "flame-total", class: "dim", "data-v": String(f.total), "data-estimated": f.estimated ?? "" },
+      `  total ${valueFmt(c)(f.total)}${f.suppressed ? `, ${bytes(f.suppressed)} suppressed, not counted` : ""}${f.estimated ? ` (${f.estimated})` : ""}`,
+    ),
+  );
   $("hidden").textContent = f.hidden ? `${count(f.hidden)} nodes under the threshold are not drawn (a search finds them)` : "";
 }
 
@@ -506,8 +582,8 @@ function renderCallers(c: CallersAnswer | null) {
 
 function renderSites(d: Sites) {
   const allocs = d.allocations ?? [];
-  const lists: [string, string, { v: number; b?: number; name: string; stack: Frame[] | null }[], (v: number) => string][] = [
-    ["sites-leaks", "Leaks (live at the end of the window)", (d.leaks ?? []).map((l) => ({ v: l.bytes, b: l.blocks, name: siteName(l), stack: l.stack })), bytesExact],
+  const lists: [string, string, { v: number; b?: number; name: string; stack: Frame[] | null; note?: string }[], (v: number) => string][] = [
+    ["sites-leaks", d.leak_check ? "Live at the end, by class (the Overview has the leak check)" : "Leaks (live at the end of the window)", (d.leaks ?? []).map((l) => ({ v: l.bytes, b: l.blocks, name: siteName(l), stack: l.stack, note: classesText(l.classes) })), bytesExact],
     ["sites-peak", "Live at the peak", (d.peak ?? []).map((l) => ({ v: l.bytes, b: l.blocks, name: siteName(l), stack: l.stack })), bytesExact],
     ["sites-calls", "Allocation calls", allocs.filter((s) => s.allocations + s.reallocations > 0).map((s) => ({ v: s.allocations + s.reallocations, b: s.bytes, name: siteName(s), stack: s.stack })), count],
   ];
@@ -518,10 +594,13 @@ function renderSites(d: Sites) {
     t.append(el("tr", {}, el("th", {}, "value"), el("th", {}, id === "sites-calls" ? "bytes" : "blocks"), el("th", {}, "site")));
     for (const r of rows.slice(0, 50)) {
       const second = r.b === undefined ? "" : id === "sites-calls" ? bytes(r.b) : count(r.b);
-      t.append(el("tr", {}, el("td", { class: "num" }, fmt(r.v)), el("td", { class: "num" }, second), stackCell(r.stack, r.name)));
+      const cell = stackCell(r.stack, r.name);
+      if (r.note) cell.append(el("div", { class: "dim" }, r.note));
+      t.append(el("tr", {}, el("td", { class: "num" }, fmt(r.v)), el("td", { class: "num" }, second), cell));
     }
     if (rows.length === 0) t.append(el("tr", {}, el("td", { colspan: "3", class: "dim" }, "none")));
     box.append(el("h3", {}, title), t);
+    if (id === "sites-leaks" && d.summary.suppressed_blocks) box.append(el("p", { id: "sites-suppressed", class: "dim" }, `Not listed:${suppressedText(d)}.`));
   }
   box.append(el("p", { class: "dim" }, "Temporary allocations by site: the Overview's list, or cost “temporary allocations” in the flame graph."));
 }
@@ -563,9 +642,10 @@ function renderSizes(h: Histogram | null) {
   // Bucket 0 holds the blocks freed at the same timestamp as they were
   // made: shorter than the trace's time resolution (10 µs by default), so
   // the empty buckets after it, up to the first used, are below it and say
-  // nothing.
+  // nothing (the server leaves those out).
   const lts = h.lifetimes ?? [];
-  const label = (b: { lt_ns: number }) => (b.lt_ns <= 1 ? "same timestamp" : `< ${dur(b.lt_ns)}`);
+  const under = h.time_resolution_ns > 1 ? ` (under ${dur(h.time_resolution_ns)}, the trace's resolution)` : "";
+  const label = (b: { lt_ns: number }) => (b.lt_ns <= 1 ? `same timestamp${under}` : `< ${dur(b.lt_ns)}`);
   const lifetimes = lts.length && lts[0].count > 0 ? [{ label: label(lts[0]), v: lts[0].count }] : [];
   const first = lts.findIndex((b, i) => i > 0 && b.count > 0);
   if (first > 0) for (const b of lts.slice(first)) lifetimes.push({ label: label(b), v: b.count });
@@ -578,7 +658,9 @@ function signed(fmt: (v: number) => string, v: number): string {
 
 function renderDiff(d: Diff) {
   const fmt = valueFmt(d.cost);
-  $("diff-total").textContent = `${costText[d.cost] ?? d.cost}: this trace ${fmt(d.total.value)}, base ${fmt(d.total.base)}, difference ${signed(fmt, d.total.delta)}`;
+  $("diff-total").textContent =
+    `${costText[d.cost] ?? d.cost}: this trace ${fmt(d.total.value)}, base ${fmt(d.total.base)}, difference ${signed(fmt, d.total.delta)}` +
+    (d.suppressed ? ` (suppressed, not counted: this trace ${fmt(d.suppressed.value)}, base ${fmt(d.suppressed.base)})` : "");
   $("diff-total").setAttribute("data-delta", String(d.total.delta));
   const t = $("diff-table");
   t.textContent = "";
@@ -670,7 +752,11 @@ async function refresh(partial = false) {
   if (s.vto) view.push(["to_ns", s.vto]);
   const points = stat ? 1000 : Math.min(2000, Math.max(100, Math.round($("timeline").getBoundingClientRect().width)));
   view.push(["points", points]);
-  const terms: [string, string][] = [];
+  // The heap of the process, thread and sites the filter keeps, as every
+  // other view is (the timeline of a process is its heap alone).
+  const terms: [string, string | number][] = [];
+  if (s.pid) terms.push(["pid", s.pid]);
+  if (s.tid) terms.push(["tid", s.tid]);
   for (const v of s.inc) terms.push(["include", v]);
   for (const v of s.exc) terms.push(["exclude", v]);
   const sel: [number, number] | null = s.from || s.to ? [s.from || summary.start_ns, s.to || summary.end_ns] : null;
@@ -705,12 +791,19 @@ async function refresh(partial = false) {
           get<TopAnswer>(topPath),
           embedded(mp) ? get<MemoryAnswer>(mp) : Promise.resolve(null),
           filtered(s) ? get<Sites>(docPath) : Promise.resolve(null),
-        ]).then(([top, mem, doc]) => {
+          embedded(leaksPath) ? get<TraceLeaksAnswer>(leaksPath) : Promise.resolve(null),
+        ]).then(([top, mem, doc, lv]) => {
           if (my !== seq) return;
           renderTop(top);
-          renderFigures(doc ? doc.summary : summary.summary, top, mem, filtered(s) ? "this window and filter" : "the whole trace");
+          // The leak check's classes: the "Leaks" list, the verdict (leaks.ts).
+          const title = $("top-leaks-title");
+          if (lv && !filtered(s)) fillTopLeaks($("top-leaks"), title, lv, stackCell, stat ? undefined : (name) => setState({ tab: "functions", fn: name }));
+          else title.textContent = lv?.leak_check ? "Leaks (live at the end of the window)" : "Leaks (live at the end)";
+          if (lv) renderVerdict($("leak-verdict"), lv, filtered(s), stackCell);
+          renderFigures(doc, top, mem, scopeText(s));
         }),
       );
+      if (embedded(rssPath)) then(get<RSSAnswer>(rssPath), (r) => renderRSS($("rss-panel"), r));
       break;
     }
     case "flame":
@@ -791,6 +884,7 @@ function wire() {
   const pick = { pick: (name: string) => (stat ? undefined : setState({ fn: name })) };
   treeDown = new TreeView($("tree-down") as HTMLTableElement, pick);
   treeUp = new TreeView($("tree-up") as HTMLTableElement, pick);
+  liveCheck = new LiveCheck($("check-leaks") as HTMLButtonElement, $("leak-check-result"), stackCell);
   consumed = new ConsumedView($("consumed") as HTMLCanvasElement, $("consumed-legend") as HTMLTableElement, $("consumed-readout"));
   for (const t of tabs) $(`tab-${t}`).addEventListener("click", () => setState({ tab: t }));
   $("cost").addEventListener("change", (e) => setState({ cost: (e.target as HTMLSelectElement).value, focus: [] }));
@@ -850,6 +944,7 @@ async function follow(first: LiveState) {
     b.textContent =
       `${l.running ? "live" : "ended"}: session ${l.session} (${l.file}), updated ${new Date(l.updated).toLocaleTimeString()}` +
       (l.error ? ` — ${l.error}` : "");
+    liveCheck.running(l.running);
   };
   show(first);
   for (;;) {

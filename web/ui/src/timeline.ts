@@ -81,7 +81,10 @@ export class TimelineView {
     this.data = data;
     this.sel = sel;
     this.at = at;
+    // What the drawing says, for the tests: the peak, and its largest point.
     this.canvas.setAttribute("data-peak", String(data.peak.bytes));
+    this.canvas.setAttribute("data-top", String((data.points ?? []).reduce((a, p) => Math.max(a, p.max_bytes), 0)));
+    this.canvas.setAttribute("data-estimated", data.estimated ?? "");
     this.draw();
   }
 
