@@ -701,8 +701,8 @@ func cyclesAfter(w io.Writer, e *env, n, cycles int) error {
 	sort.Float64s(took)
 	fmt.Fprintf(w, "## Cost per pair after %d attach/stop cycles, %d threads\n\n", cycles, threads)
 	fmt.Fprintf(w, "Two `inject_target %d`, timed in turn (%d pairs per thread, %d times each, CPU ns per pair) before and after; between, both threads' loops run %.1f s, "+
-		"while the first is attached and stopped %d times (`heapscope attach --inject --on-full block %s`, 50 ms traced, SIGINT); the second, the control, is never attached.\n\n",
-		threads, per, runs, spent.Seconds(), cycles, cycleFlags)
+		"while the first is attached and stopped %d times (`%s`, 50 ms traced, SIGINT); the second, the control, is never attached.\n\n",
+		threads, per, runs, spent.Seconds(), cycles, strings.TrimSpace("heapscope attach --inject --on-full block "+cycleFlags))
 	fmt.Fprintf(w, "| target | before: CPU ns/pair (runs) | median | after (runs) | median | after/before |\n|---|---|---|---|---|---|\n")
 	fmtRuns := func(xs []float64) string {
 		var s []string
