@@ -225,6 +225,7 @@ HS_EXPORT int heapscope_inject_start(uint8_t *args)
 	}
 	if ((g_unwind == HS_UNWIND_DWARF || g_unwind == HS_UNWIND_TABLES) && !p_unw_backtrace)
 		load_libunwind();
+	__atomic_store_n(&g_unw_prewarm, (g_unwind == HS_UNWIND_DWARF || g_unwind == HS_UNWIND_TABLES) && p_unw_backtrace, __ATOMIC_RELAXED);
 	pthread_mutex_lock(&g_got_lock);
 	got_scan();
 	inj_publish();
