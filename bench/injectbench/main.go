@@ -15,16 +15,20 @@
 //     heaptrack -p's time to "injection finished" on the same program;
 //
 //   - an 8-thread target attached and stopped 20 times: its cost per pair
-//     after the last stop against before the first.
+//     after the last stop against before the first, beside a target
+//     stopped and resumed as often with ptrace and one never touched; and
+//     what the process holds of heapscope after the last stop (threads,
+//     mappings, words of its memory that point into the interposer).
 //
-//     go run ./bench/injectbench [-n 1000000] [-reps 5] [-threads 1,2] [-modules 100] [-cycles 20] [-o bench/RESULTS-inject.md]
+//     go run ./bench/injectbench [-n 1000000] [-reps 5] [-threads 1,2] [-modules 100] [-cycles 20] [-cycle-runs 9] [-pin 0] [-o bench/RESULTS-inject.md]
 //
-// It needs root (ptrace), gcc, heaptrack and gdb.
+// It needs root (ptrace), gcc, heaptrack, gdb and taskset.
 package main
 
 import (
 	"bufio"
 	"bytes"
+	"encoding/binary"
 	"flag"
 	"fmt"
 	"io"
@@ -41,6 +45,8 @@ import (
 
 	"github.com/heapscope/heapscope/bench/internal/benchutil"
 	"github.com/heapscope/heapscope/event"
+	"github.com/heapscope/heapscope/internal/proc"
+	"github.com/heapscope/heapscope/internal/stopped"
 	"github.com/heapscope/heapscope/internal/testutil"
 	"github.com/heapscope/heapscope/tracefile"
 )
@@ -54,6 +60,8 @@ func main() {
 	outFile := flag.String("o", "bench/RESULTS-inject.md", "results file ('' for none)")
 	flag.StringVar(&cycleFlags, "cycle-flags", "", "more flags of the cycles' attaches (space-separated)")
 	flag.StringVar(&parts, "parts", "overhead,first,cycles", "the parts to run")
+	flag.IntVar(&cycleRuns, "cycle-runs", 9, "timed runs of each target before and after the cycles")
+	flag.StringVar(&cyclePin, "pin", "0", "the CPU the cycles' targets run on ('' for any)")
 	flag.Parse()
 	if err := run(*n, *reps, *threadList, *modules, *cycles, *outFile); err != nil {
 		fmt.Fprintln(os.Stderr, "injectbench:", err)
@@ -97,7 +105,7 @@ func run(n, reps int, threadList string, modules, cycles int, outFile string) er
 	w := io.MultiWriter(&out, os.Stdout)
 	fmt.Fprintf(w, "# attach --inject: cost per pair, time to the first event\n\n")
 	fmt.Fprintf(w, "%s, %s\n\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"), benchutil.Machine())
-	fmt.Fprintf(w, "Command: `go run ./bench/injectbench -n %d -reps %d -threads %s -modules %d -cycles %d -parts %s`\n\n", n, reps, threadList, modules, cycles, parts)
+	fmt.Fprintf(w, "Command: `go run ./bench/injectbench -n %d -reps %d -threads %s -modules %d -cycles %d -cycle-runs %d -pin '%s' -parts %s`\n\n", n, reps, threadList, modules, cycles, cycleRuns, cyclePin, parts)
 
 	if part("overhead") {
 		if err := overhead(w, e, n, reps, threads); err != nil {
@@ -628,24 +636,35 @@ func firstEvent(w io.Writer, e *env, reps, count int) error {
 
 // cyclesAfter attaches to an 8-thread target and stops, cycles times,
 // while its threads allocate, then compares its cost per pair with before.
-// A control target runs beside it, never attached, its threads allocating
-// as long; the two are timed in turn, so that what the machine's load
-// does to one it does to the other.
+// Two controls run beside it, their threads allocating as long: one is
+// stopped and resumed with ptrace (internal/stopped) as often and nothing
+// else, the other is never touched. The three are timed in turn, so that
+// what the machine's load does to one it does to the others; with -pin
+// all three run on one CPU, so that a pair's cost does not depend on
+// whether the scheduler ran two of a target's threads at once (their
+// shared counter's cache line then moves between the CPUs: 35 against
+// 75 ns here).
 func cyclesAfter(w io.Writer, e *env, n, cycles int) error {
-	const threads, runs = 8, 7
+	const threads = 8
 	per := n / 4
-	var tgs [2]*target // the attached one, the control
+	names := []string{fmt.Sprintf("attached and stopped %d times", cycles), fmt.Sprintf("stopped and resumed %d times (ptrace, no injection)", cycles), "control (never touched)"}
+	var tgs [3]*target
 	for i := range tgs {
-		tg, err := startTarget(e.target, strconv.Itoa(threads))
+		args := []string{strconv.Itoa(threads)}
+		bin := e.target
+		if cyclePin != "" {
+			bin, args = "taskset", append([]string{"-c", cyclePin, e.target}, args...)
+		}
+		tg, err := startTarget(bin, args...)
 		if err != nil {
 			return err
 		}
 		defer tg.kill()
 		tgs[i] = tg
 	}
-	timed := func() ([2][]float64, error) {
-		var xs [2][]float64
-		for r := 0; r < runs; r++ {
+	timed := func() ([3][]float64, error) {
+		var xs [3][]float64
+		for r := 0; r < cycleRuns; r++ {
 			for i, tg := range tgs {
 				c, _, err := tg.timed(per)
 				if err != nil {
@@ -671,11 +690,12 @@ func cyclesAfter(w io.Writer, e *env, n, cycles int) error {
 	if err != nil {
 		return err
 	}
+	res0 := readResidue(tgs[0].pid())
 	if err := say("run", "running"); err != nil {
 		return err
 	}
 	start := time.Now()
-	var took []float64
+	var took, paused []float64
 	for i := 0; i < cycles; i++ {
 		t0 := time.Now()
 		tr, err := e.inject(tgs[0].pid(), filepath.Join(e.tmp, "c.hst"), append([]string{"--on-full", "block"}, strings.Fields(cycleFlags)...)...)
@@ -688,21 +708,36 @@ func cyclesAfter(w io.Writer, e *env, n, cycles int) error {
 			return fmt.Errorf("cycle %d: %w", i, err)
 		}
 		took = append(took, float64(time.Since(t0))/1e6)
+		// the no-op control: one stop and resume of every thread
+		p, err := stopped.Stop(tgs[1].pid(), stopped.Options{})
+		if err != nil {
+			return fmt.Errorf("cycle %d: stopping the control: %w", i, err)
+		}
+		time.Sleep(2 * time.Millisecond)
+		if err := p.Resume(); err != nil {
+			return fmt.Errorf("cycle %d: resuming the control: %w", i, err)
+		}
+		paused = append(paused, float64(p.Paused())/1e6)
 	}
 	spent := time.Since(start)
 	if err := say("pause", "paused"); err != nil {
 		return err
 	}
-	left, leftKiB := leftMaps(tgs[0].pid())
+	res1 := readResidue(tgs[0].pid())
 	after, err := timed()
 	if err != nil {
 		return err
 	}
 	sort.Float64s(took)
+	pin := "unpinned"
+	if cyclePin != "" {
+		pin = "all three pinned to CPU " + cyclePin + " (`taskset -c " + cyclePin + "`)"
+	}
 	fmt.Fprintf(w, "## Cost per pair after %d attach/stop cycles, %d threads\n\n", cycles, threads)
-	fmt.Fprintf(w, "Two `inject_target %d`, timed in turn (%d pairs per thread, %d times each, CPU ns per pair) before and after; between, both threads' loops run %.1f s, "+
-		"while the first is attached and stopped %d times (`%s`, 50 ms traced, SIGINT); the second, the control, is never attached.\n\n",
-		threads, per, runs, spent.Seconds(), cycles, strings.TrimSpace("heapscope attach --inject --on-full block "+cycleFlags))
+	fmt.Fprintf(w, "Three `inject_target %d`, %s, timed in turn (%d pairs per thread, %d times each, CPU ns per pair) before and after; between, the three's loops run %.1f s, "+
+		"while the first is attached and stopped %d times (`heapscope attach --inject --on-full block %s`, 50 ms traced, SIGINT), the second is stopped and resumed with ptrace as often "+
+		"(internal/stopped, %.1f ms stopped median), and the third is never touched.\n\n",
+		threads, pin, per, cycleRuns, spent.Seconds(), cycles, cycleFlags, benchutil.Median(paused))
 	fmt.Fprintf(w, "| target | before: CPU ns/pair (runs) | median | after (runs) | median | after/before |\n|---|---|---|---|---|---|\n")
 	fmtRuns := func(xs []float64) string {
 		var s []string
@@ -712,28 +747,111 @@ func cyclesAfter(w io.Writer, e *env, n, cycles int) error {
 		return strings.Join(s, ", ")
 	}
 	ratio := func(i int) float64 { return benchutil.Median(after[i]) / benchutil.Median(before[i]) }
-	for i, name := range []string{fmt.Sprintf("attached and stopped %d times", cycles), "control (never attached)"} {
+	for i, name := range names {
 		fmt.Fprintf(w, "| %s | %s | %.1f | %s | %.1f | %.3f |\n", name, fmtRuns(before[i]), benchutil.Median(before[i]), fmtRuns(after[i]), benchutil.Median(after[i]), ratio(i))
 	}
-	fmt.Fprintf(w, "\nAttached against control: %.3f (goal: after the last stop within 10%% of untraced). "+
-		"A cycle (command to heapscope's exit) took %.0f ms median, %.0f ms at most. "+
-		"What the sessions left mapped in the attached process: %d mappings, %d KiB (the interposer's own, its control pages and unwind tables).\n\n",
-		ratio(0)/ratio(1), benchutil.Median(took), took[len(took)-1], left, leftKiB)
+	fmt.Fprintf(w, "\nAttached against the untouched control: %.3f; against the ptrace control: %.3f (goal: after the last stop within 10%% of untraced). "+
+		"A cycle (command to heapscope's exit) took %.0f ms median, %.0f ms at most.\n\n",
+		ratio(0)/ratio(2), ratio(0)/ratio(1), benchutil.Median(took), took[len(took)-1])
+	fmt.Fprintf(w, "What the attached process holds of heapscope, before the first attach and after the last stop:\n\n")
+	fmt.Fprintf(w, "| | threads | threads named heapscope | interposer mappings | their KiB | other heapscope mappings (control blocks, unwind tables) | their KiB | words pointing into the interposer: in other files' writable mappings | in the heap and anonymous mappings |\n|---|---|---|---|---|---|---|---|---|\n")
+	for i, r := range []residue{res0, res1} {
+		fmt.Fprintf(w, "| %s | %d | %d | %d | %d | %d | %d | %d | %d |\n", []string{"before", "after"}[i], r.threads, r.named, r.maps, r.kib, r.others, r.otherKiB, r.fileWords, r.anonWords)
+	}
+	fmt.Fprintln(w)
+	if len(res1.where) > 0 {
+		var ws []string
+		for k, v := range res1.where {
+			ws = append(ws, fmt.Sprintf("%s: %d", k, v))
+		}
+		sort.Strings(ws)
+		fmt.Fprintf(w, "Where those words are after: %s.\n\n", strings.Join(ws, "; "))
+	}
 	return nil
 }
 
-// leftMaps counts the mappings of heapscope's in process pid, and their KiB.
-func leftMaps(pid int) (n, kib int) {
-	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
-	for _, l := range strings.Split(string(b), "\n") {
-		f := strings.Fields(l)
-		if len(f) < 6 || !strings.Contains(f[5], "heapscope") {
+// cycleRuns, cyclePin are -cycle-runs and -pin.
+var (
+	cycleRuns int
+	cyclePin  string
+)
+
+// residue is what process pid holds of heapscope's interposer: its
+// threads, the interposer's mappings, and the 8-byte words elsewhere in
+// its writable memory whose value is an address inside the interposer (a
+// GOT entry left redirected would be one; so would a function pointer the
+// program took while traced, or stale bytes).
+type residue struct {
+	threads, named, maps, kib int
+	others, otherKiB          int // heapscope's other mappings: control blocks, unwind tables
+	fileWords, anonWords      int
+	where                     map[string]int // mapping path (or "[heap]", "anonymous"): words
+}
+
+func isOurs(path string) bool {
+	return strings.Contains(filepath.Base(path), "heapscope_preload") || strings.HasPrefix(path, "/memfd:heapscope-preload")
+}
+
+func readResidue(pid int) residue {
+	r := residue{where: map[string]int{}}
+	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	r.threads = len(tasks)
+	for _, t := range tasks {
+		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/comm", pid, t.Name())); err == nil && strings.TrimSpace(string(b)) == "heapscope" {
+			r.named++
+		}
+	}
+	maps, err := proc.ReadMaps(pid)
+	if err != nil {
+		return r
+	}
+	var lo, hi uint64 // the interposer's span
+	for _, m := range maps {
+		if isOurs(m.Path) {
+			r.maps++
+			r.kib += int((m.End - m.Start) / 1024)
+			if lo == 0 || m.Start < lo {
+				lo = m.Start
+			}
+			hi = max(hi, m.End)
+		} else if strings.HasPrefix(m.Path, "/memfd:heapscope-") {
+			r.others++
+			r.otherKiB += int((m.End - m.Start) / 1024)
+		}
+	}
+	if lo == 0 {
+		return r
+	}
+	mem, err := os.Open(fmt.Sprintf("/proc/%d/mem", pid))
+	if err != nil {
+		return r
+	}
+	defer mem.Close()
+	for _, m := range maps {
+		if isOurs(m.Path) || !strings.HasPrefix(m.Perms, "rw") || m.End-m.Start > 256<<20 || strings.HasPrefix(m.Path, "[v") || m.Path == "[stack]" {
 			continue
 		}
-		var lo, hi uint64
-		fmt.Sscanf(f[0], "%x-%x", &lo, &hi)
-		n++
-		kib += int((hi - lo) / 1024)
+		b := make([]byte, m.End-m.Start)
+		k, _ := mem.ReadAt(b, int64(m.Start))
+		words := 0
+		for i := 0; i+8 <= k; i += 8 {
+			if v := binary.LittleEndian.Uint64(b[i:]); v >= lo && v < hi {
+				words++
+			}
+		}
+		if words == 0 {
+			continue
+		}
+		name := m.Path
+		if strings.HasPrefix(m.Path, "/") {
+			r.fileWords += words
+		} else {
+			if name == "" {
+				name = "anonymous"
+			}
+			r.anonWords += words
+		}
+		r.where[name] += words
 	}
-	return n, kib
+	return r
 }
