@@ -7,6 +7,8 @@
 //   run           the threads allocate and free in a loop until "pause"
 //   pause         stop them; answers "paused PAIRS" (pairs made since start)
 //   burst N       each thread makes N malloc+free pairs; answers "done"
+//   size N        from now on every allocation of the loops is N bytes
+//                 (0: back to the sizes below); answers "sized"
 //   time N        as burst, timed; answers "cpu_ns_per_pair C wall_ns_per_pair
 //                 W" (process CPU time over N*THREADS pairs, wall time over N)
 //   leak K        leak_small() leaks K blocks of 24 bytes, leak_big() K of
@@ -54,7 +56,9 @@ static int finished;
 static atomic_long pairs;
 static atomic_int stop;
 
-static size_t size_of(int t, long k) { return 16 + (size_t)t * 4096 + (size_t)((k * 7) % 4093); }
+static long fixed_size; // "size N"; read by a worker as it takes a job, under mu
+
+static size_t size_of(int t, long k, long f) { return f ? (size_t)f : 16 + (size_t)t * 4096 + (size_t)((k * 7) % 4093); }
 
 static void *worker(void *arg) {
 	int t = (int)(intptr_t)arg;
@@ -64,10 +68,10 @@ static void *worker(void *arg) {
 		while (gen == seen)
 			pthread_cond_wait(&cv, &mu);
 		seen = gen;
-		long n = want;
+		long n = want, f = fixed_size;
 		pthread_mutex_unlock(&mu);
 		for (long i = 0; n < 0 ? !atomic_load_explicit(&stop, memory_order_relaxed) : i < n; i++) {
-			void *p = malloc(size_of(t, k++));
+			void *p = malloc(size_of(t, k++, f));
 			sink = p;
 			free(p);
 			atomic_fetch_add_explicit(&pairs, 1, memory_order_relaxed);
@@ -166,6 +170,11 @@ static int commands(int holding) {
 			start(n);
 			wait_all();
 			printf("done\n");
+		} else if (sscanf(line, "size %ld", &n) == 1) {
+			pthread_mutex_lock(&mu);
+			fixed_size = n;
+			pthread_mutex_unlock(&mu);
+			printf("sized\n");
 		} else if (sscanf(line, "time %ld", &n) == 1) {
 			double c0 = cpu_ns(), w0 = wall_ns();
 			start(n);
