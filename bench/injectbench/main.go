@@ -735,9 +735,9 @@ func cyclesAfter(w io.Writer, e *env, n, cycles int) error {
 	}
 	fmt.Fprintf(w, "## Cost per pair after %d attach/stop cycles, %d threads\n\n", cycles, threads)
 	fmt.Fprintf(w, "Three `inject_target %d`, %s, timed in turn (%d pairs per thread, %d times each, CPU ns per pair) before and after; between, the three's loops run %.1f s, "+
-		"while the first is attached and stopped %d times (`heapscope attach --inject --on-full block %s`, 50 ms traced, SIGINT), the second is stopped and resumed with ptrace as often "+
+		"while the first is attached and stopped %d times (`%s`, 50 ms traced, SIGINT), the second is stopped and resumed with ptrace as often "+
 		"(internal/stopped, %.1f ms stopped median), and the third is never touched.\n\n",
-		threads, pin, per, cycleRuns, spent.Seconds(), cycles, cycleFlags, benchutil.Median(paused))
+		threads, pin, per, cycleRuns, spent.Seconds(), cycles, strings.TrimSpace("heapscope attach --inject --on-full block "+cycleFlags), benchutil.Median(paused))
 	fmt.Fprintf(w, "| target | before: CPU ns/pair (runs) | median | after (runs) | median | after/before |\n|---|---|---|---|---|---|\n")
 	fmtRuns := func(xs []float64) string {
 		var s []string
