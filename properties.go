@@ -171,7 +171,8 @@ type Properties struct {
 	// on a running session.
 	StackEvents event.KindSet `json:"stack_events"`
 	// Provider captures the events. Start defaults to ProviderEBPF (it
-	// attaches to running processes); Launch defaults to ProviderPreload.
+	// attaches to running processes); with ProviderPreload, Start injects
+	// the interposer into them. Launch defaults to ProviderPreload.
 	Provider Provider `json:"provider,omitempty"`
 	// Mode is Stream (the zero value) or Aggregate (eBPF only).
 	Mode CaptureMode `json:"mode"`

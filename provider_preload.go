@@ -1,27 +1,37 @@
 package heapscope
 
 import (
+	"errors"
 	"fmt"
 	"os/exec"
+	"slices"
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/heapscope/heapscope/event"
 	"github.com/heapscope/heapscope/internal/errs"
+	"github.com/heapscope/heapscope/internal/inject"
 	"github.com/heapscope/heapscope/internal/launch"
 	"github.com/heapscope/heapscope/internal/preload"
 )
 
-// preloadBackend drives the preload provider. It can only trace programs it
-// launches: it has nothing to attach to a running process with.
+// preloadBackend drives the preload provider: for a program it launches
+// (LD_PRELOAD), or for running processes it injects the interposer into
+// (heapscope attach --inject, internal/inject).
 type preloadBackend struct {
 	c    *preload.Collector
 	hold bool // a launched program starts stopped, for a leak check at its exit
 
-	mu     sync.Mutex
-	child  int
-	doneCh chan struct{}
-	once   sync.Once
+	mu       sync.Mutex
+	child    int
+	injected map[int]int // attached pid → its pidfd
+	closing  bool
+	attached bool // attach sessions end when no injected process is left
+	doneCh   chan struct{}
+	once     sync.Once
+	watchers sync.WaitGroup
 }
 
 func newPreload(s *Session) (backend, error) {
@@ -41,15 +51,85 @@ func newPreload(s *Session) (backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &preloadBackend{c: c, doneCh: make(chan struct{}), hold: s.props.checksAtExit()}, nil
+	return &preloadBackend{c: c, doneCh: make(chan struct{}), hold: s.props.checksAtExit(), injected: map[int]int{}, attached: !s.launched}, nil
 }
 
+// attach injects the interposer into the running process pid and starts
+// its tracing (see internal/inject): GOT entries redirected, events as for
+// a launched program. The processes it forks are not traced.
 func (b *preloadBackend) attach(pid int) error {
-	return fmt.Errorf("pid %d: the preload provider traces only programs it launches; attach with the ebpf provider: %w", pid, errs.ErrInvalidFlags)
+	b.mu.Lock()
+	closing, have := b.closing, b.injected[pid] != 0
+	b.mu.Unlock()
+	if closing {
+		return fmt.Errorf("pid %d: the session is ending: %w", pid, errs.ErrNotRunning)
+	}
+	if have {
+		return nil
+	}
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return fmt.Errorf("pid %d: %w", pid, errs.ErrNoSuchProcess)
+	}
+	if _, err := inject.Inject(pid, inject.Options{Serve: b.c.Serve}); err != nil {
+		unix.Close(fd)
+		return fmt.Errorf("attach --inject: %w", err)
+	}
+	b.mu.Lock()
+	b.injected[pid] = fd
+	b.mu.Unlock()
+	b.watchers.Add(1)
+	go b.watch(pid, fd)
+	return nil
 }
 
+// watch waits for an injected process to exit (or be detached); the
+// session of an attach ends with its last process.
+func (b *preloadBackend) watch(pid, fd int) {
+	defer b.watchers.Done()
+	for {
+		b.mu.Lock()
+		cur := b.injected[pid]
+		b.mu.Unlock()
+		if cur != fd {
+			return // detached; its descriptor is closed
+		}
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		if n, err := unix.Poll(fds, 100); err == nil && n > 0 {
+			break
+		}
+	}
+	b.mu.Lock()
+	if b.injected[pid] == fd {
+		delete(b.injected, pid)
+		unix.Close(fd)
+	}
+	last := len(b.injected) == 0 && b.attached && !b.closing
+	b.mu.Unlock()
+	if last {
+		b.once.Do(func() { close(b.doneCh) })
+	}
+}
+
+// detach ends the tracing of one injected process: its entries go back,
+// and its stream ends while it runs on.
 func (b *preloadBackend) detach(pid int) error {
-	return fmt.Errorf("pid %d: the preload provider cannot stop tracing one process of its session: %w", pid, errs.ErrInvalidFlags)
+	b.mu.Lock()
+	fd := b.injected[pid]
+	if fd != 0 {
+		delete(b.injected, pid)
+		unix.Close(fd)
+	}
+	b.mu.Unlock()
+	if fd == 0 {
+		return fmt.Errorf("pid %d is not traced by this session: %w", pid, errs.ErrInvalidFlags)
+	}
+	_, err := inject.Eject(pid, inject.Options{})
+	b.c.Detached(pid)
+	if err != nil && !errors.Is(err, errs.ErrNoSuchProcess) {
+		return fmt.Errorf("pid %d: stopping its tracing: %w", pid, err)
+	}
+	return nil
 }
 
 func (b *preloadBackend) launch(cmd *exec.Cmd) error {
@@ -99,14 +179,19 @@ const (
 func (b *preloadBackend) pids() []int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	var out []int
+	for pid := range b.injected {
+		out = append(out, pid)
+	}
+	slices.Sort(out)
 	if b.child == 0 {
-		return nil
+		return out
 	}
 	select {
 	case <-b.doneCh:
-		return nil
+		return out
 	default:
-		return []int{b.child}
+		return append(out, b.child)
 	}
 }
 
@@ -118,6 +203,36 @@ func (b *preloadBackend) flush() error { return b.c.Flush() }
 func (b *preloadBackend) flushProcess(pid int) error {
 	return b.c.FlushProcess(pid)
 }
-func (b *preloadBackend) stats() event.Stats    { return b.c.Stats() }
-func (b *preloadBackend) close() error          { return b.c.Close() }
+func (b *preloadBackend) stats() event.Stats { return b.c.Stats() }
+
+// close ends the session: every injected process has its entries put back
+// (the collector still draining meanwhile: a thread that waits for room in
+// its ring gets it), then the collector delivers the rest.
+func (b *preloadBackend) close() error {
+	b.mu.Lock()
+	b.closing = true
+	pids := make([]int, 0, len(b.injected))
+	for pid, fd := range b.injected {
+		pids = append(pids, pid)
+		unix.Close(fd)
+	}
+	b.injected = map[int]int{}
+	b.mu.Unlock()
+	var wg sync.WaitGroup
+	errList := make([]error, len(pids))
+	for i, pid := range pids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := inject.Eject(pid, inject.Options{}); err != nil && !errors.Is(err, errs.ErrNoSuchProcess) {
+				errList[i] = fmt.Errorf("pid %d: stopping its tracing: %w", pid, err)
+			}
+			b.c.Detached(pid)
+		}()
+	}
+	wg.Wait()
+	b.watchers.Wait()
+	errList = append(errList, b.c.Close())
+	return errors.Join(errList...)
+}
 func (b *preloadBackend) done() <-chan struct{} { return b.doneCh }

@@ -85,10 +85,16 @@ type Session struct {
 const MaxNameLen = registry.MaxNameLen
 
 // Start starts a session named name that traces the running processes pids.
-// The provider defaults to ProviderEBPF. Once a process's probes are in,
-// Start takes a census of its heap and writes it into the trace as the
-// blocks live before the trace (see census.go, Properties.NoCensus,
-// Censuses).
+// The provider defaults to ProviderEBPF. With ProviderPreload the
+// interposer that Launch preloads is injected into each process instead
+// (heapscope attach --inject): its threads are stopped with ptrace at a safe
+// point, the library is loaded with dlopen and the GOT entries of the
+// allocation functions are pointed at it; Stop (or heapscope's death) puts
+// them back. The processes they fork are not traced. With eBPF, once a
+// process's probes are in, Start takes a census of its heap and writes it
+// into the trace as the blocks live before the trace (see census.go,
+// Properties.NoCensus, Censuses); an injected process has none yet, and
+// the frees of its blocks from before the attach count as unmatched.
 func Start(name string, props Properties, pids []int) (*Session, error) {
 	if len(pids) == 0 {
 		return nil, fmt.Errorf("no process to trace: %w", errs.ErrInvalidFlags)

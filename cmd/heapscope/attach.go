@@ -17,7 +17,7 @@ func init() {
 	register(&command{
 		name:    "attach",
 		args:    "-p PID[,PID...] [flags]",
-		summary: "trace the heap of running processes (eBPF; needs root or CAP_BPF+CAP_PERFMON)",
+		summary: "trace the heap of running processes (eBPF, or --inject; needs root or CAP_BPF+CAP_PERFMON)",
 		help: `
 Places uprobes on the allocator of each process; nothing in the process
 changes and nothing restarts. The processes they fork are traced too, each
@@ -35,7 +35,16 @@ are (size class, C++ class, strings), and what the process's RSS is made
 of. --no-census skips it; --census-scan also scans the heap in the same
 stop for who holds each kind of block and for leaks (a longer pause, about
 as long as copying the live heap). A process whose allocator is not glibc's
-(jemalloc, tcmalloc, mimalloc) is traced without a census, with a warning.`,
+(jemalloc, tcmalloc, mimalloc) is traced without a census, with a warning.
+
+With --inject, heapscope instead stops each process's threads (ptrace) at a
+safe point, makes it load the interposer 'heapscope run' uses, and lets it
+run: its allocation functions are redirected (their GOT entries) to the
+interposer, at run's cost per call (a few ns with --sample). When the
+session ends (heapscope killed included) the entries go back and the
+process runs on untraced. Needs the right to ptrace the process (root, or
+its user without Yama's restrictions); not for static or non-glibc
+programs, nor under seccomp.`,
 		setup: func(fs *flag.FlagSet) func([]string) error {
 			var sf sessionFlags
 			sf.register(fs, attachFlags)

@@ -24,6 +24,7 @@ type sessionFlags struct {
 	unwind         event.Unwind
 	onFull         event.OnFull
 	noFollowFork   bool
+	inject         bool
 
 	name          setString
 	output        string
@@ -73,13 +74,11 @@ func (f *sessionFlags) register(fs *flag.FlagSet, which int) {
 	fs.TextVar(&f.unwind, "unwind", f.unwind, "stack walker `UNWINDER`: "+choices(heapscope.Tables, heapscope.FramePointers, heapscope.DWARF)+". tables (unwind tables built from each file's .eh_frame;\ncomplete stacks on code without frame pointers; with eBPF walked in BPF), fp (frame pointers only:\nfastest, short stacks on code built without them) or dwarf (preload: libunwind at every frame; eBPF: the same as tables)")
 	if f.launch {
 		fs.TextVar(&f.provider, "provider", f.provider, "`PROVIDER` of a launched program: "+choices(heapscope.ProviderPreload, heapscope.ProviderEBPF)+" (the LD_PRELOAD interposer or uprobes)")
-		fs.TextVar(&f.onFull, "on-full", f.onFull, "`POLICY` when the collector falls behind: "+choices(heapscope.OnFullDefault, heapscope.Block, heapscope.Drop)+". With preload, block\n(exact, slows the program) or drop (count losses); with ebpf, drop only (a uprobe cannot wait).\n(default: the provider's own, block for preload, drop for ebpf)")
 	}
-	if f.launch {
-		fs.BoolVar(&f.emitUSDT, "emit-usdt", false, "with --sample (preload): fire OpenTelemetry's otel_memory USDT probes, alloc(ptr, size, weight)\n"+
-			"and free(ptr), for the sampled blocks, so that a profiler that reads them (the OpenTelemetry eBPF\n"+
-			"profiler) sees the program's heap too; they fire only while a tracer has raised their semaphores")
-	}
+	fs.TextVar(&f.onFull, "on-full", f.onFull, "`POLICY` when the collector falls behind: "+choices(heapscope.OnFullDefault, heapscope.Block, heapscope.Drop)+". With preload (and attach --inject), block\n(exact, slows the program) or drop (count losses); with ebpf, drop only (a uprobe cannot wait).\n(default: the provider's own, block for preload, drop for ebpf)")
+	fs.BoolVar(&f.emitUSDT, "emit-usdt", false, "with --sample (preload, and attach --inject): fire OpenTelemetry's otel_memory USDT probes, alloc(ptr, size, weight)\n"+
+		"and free(ptr), for the sampled blocks, so that a profiler that reads them (the OpenTelemetry eBPF\n"+
+		"profiler) sees the program's heap too; they fire only while a tracer has raised their semaphores")
 	if f.attach {
 		f.source = heapscope.SourceUprobes
 		fs.Func("source", "`SOURCE` of the events (ebpf): uprobes (the allocator's functions), usdt (OpenTelemetry's\n"+
@@ -94,6 +93,7 @@ func (f *sessionFlags) register(fs *flag.FlagSet, which int) {
 			return fmt.Errorf("%q: want uprobes, usdt or auto", s)
 		})
 		fs.BoolVar(&f.noFollowFork, "no-follow-fork", false, "eBPF: trace only the given processes, not the children they fork (an exec goes on as the same process)")
+		fs.BoolVar(&f.inject, "inject", false, "load heapscope's interposer into the processes (ptrace, no gdb) instead of placing uprobes:\nrun's cost per call, run's stack walkers; the children they fork are not traced")
 	}
 	fs.Var(&f.name, "name", fmt.Sprintf("session `NAME`, unique on the machine, 1 to %d characters (default heapscope-PROGRAM-PID)", heapscope.MaxNameLen))
 	fs.StringVar(&f.output, "o", "", "trace file (default heapscope.PROGRAM.PID.hst; needs %d with --log-mode newfile)")
@@ -257,6 +257,13 @@ func (f *sessionFlags) properties(program string, pid int, attach bool) (heapsco
 	p.Unwind, p.Provider, p.OnFull = f.unwind, f.provider, f.onFull
 	if attach {
 		p.Provider, p.NoFollowFork = heapscope.ProviderEBPF, f.noFollowFork
+		if f.inject {
+			p.Provider = heapscope.ProviderPreload
+		} else if p.OnFull == heapscope.Block {
+			return p, usagef("--on-full block: eBPF uprobes can only drop and count; --inject can block")
+		} else if p.EmitUSDT {
+			return p, usagef("--emit-usdt: only heapscope's interposer fires the probes: attach --inject --sample R --emit-usdt")
+		}
 	}
 	p.MaxStacks, p.UnwindTablesSize = f.maxStacks, f.unwindSize
 	if p.FileMode != heapscope.RealTime {

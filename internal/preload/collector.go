@@ -368,6 +368,7 @@ const (
 	reqClose
 	reqChildren
 	reqNote
+	reqDetached
 	reqFlushProcess // FlushProcess (flushpid.go)
 )
 

@@ -142,6 +142,39 @@ const (
 
 	modulePathMax = 4096
 	buildIDMax    = 64
+
+	injectOpen  = "heapscope_inject_open"
+	injectStart = "heapscope_inject_start"
+	injectStop  = "heapscope_inject_stop"
+	injectState = "heapscope_inject_state"
+
+	injArgMagic   = 0  // u32: HS_MAGIC
+	injArgVersion = 4  // u32: HS_VERSION
+	injArgPeer    = 8  // i32: start: the descriptor heapscope_inject_open returned
+	injArgFlags   = 12 // u32: stop: HS_INJ_STOP_*
+	injArgEntries = 16 // u32, out: GOT entries redirected (start) or put back (stop)
+	injArgModules = 20 // u32, out: modules looked at
+	injArgErrno   = 24 // i32, out: the errno of what failed
+	injArgsSize   = 32
+
+	injStopRestore = 1
+	injStopRelease = 2
+
+	injBusy      = 1 // another session (a live collector) traces the process
+	injPreloaded = 2 // this copy was preloaded by heapscope run, not injected
+	injSocket    = 3 // the socketpair could not be made (errno)
+	injArgs      = 4 // the arguments are not this version's
+	injHandshake = 5 // the collector did not answer
+	injThread    = 6 // the watcher thread could not start (errno)
+	injNotOpen   = 7 // start without open
+
+	injStateMagic    = 0  // u32: HS_MAGIC
+	injStateVersion  = 4  // u32: HS_VERSION
+	injStateActive   = 8  // u32: 1 while a session traces the process
+	injStateWatcher  = 12 // i32: the watcher thread's ID, 0 when none runs
+	injStateEntries  = 16 // u32: GOT entries redirected now
+	injStateSessions = 20 // u32: sessions started in the process
+	injStateSize     = 24
 )
 
 // csrc/protocol.h repeats these values of package event for C: this does not

@@ -95,6 +95,13 @@ func (c *Collector) handle(r *request) {
 				p.execNote = ""
 			}
 		}
+	case reqDetached:
+		for i := len(c.procs) - 1; i >= 0; i-- {
+			if p := c.procs[i]; p.pid == r.pid {
+				p.markDead()
+				break
+			}
+		}
 	case reqExited:
 		// the latest image of the PID is the one that exited
 		for i := len(c.procs) - 1; i >= 0; i-- {

@@ -42,6 +42,9 @@ type Options struct {
 type Thread struct {
 	TID  int
 	Regs unix.PtraceRegs // its general registers
+	// Signal is the signal the thread was about to take when it stopped
+	// (0 if none), which it takes when it runs again.
+	Signal int
 }
 
 // Process is a process whose every thread is stopped, until Resume.
@@ -65,6 +68,7 @@ type Process struct {
 
 	mu       sync.RWMutex // readers hold it shared; resuming takes it whole
 	resumed  bool
+	released bool   // Run let the threads other than its own go
 	why      string // what resumed it, when it was not Resume
 	end      time.Time
 	watchdog *time.Timer
@@ -572,7 +576,7 @@ func (p *Process) Threads() []Thread {
 	var out []Thread
 	for _, t := range p.ts {
 		if t.stopped && !t.gone {
-			out = append(out, Thread{TID: t.tid, Regs: t.regs})
+			out = append(out, Thread{TID: t.tid, Regs: t.regs, Signal: t.sig})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].TID < out[j].TID })

@@ -39,6 +39,16 @@ static void *boot_alloc(size_t n, size_t align)
 	return p;
 }
 
+/*
+ * Loaded into a running process by heapscope attach --inject (dlopen, not
+ * LD_PRELOAD): set by the constructor, before anything is resolved. The
+ * real functions are then the program's, the definitions its own modules
+ * are bound to (the first in the global scope), not the next after us: we
+ * are in no scope but our own.
+ */
+static int g_injected;
+static inline void *hs_next(void) { return g_injected ? RTLD_DEFAULT : RTLD_NEXT; }
+
 static int reals_state; /* 0: unresolved, 1: resolving, 2: resolved */
 static inline void ensure_reals(void);
 
@@ -48,30 +58,30 @@ static void resolve_reals(void)
 	if (__atomic_compare_exchange_n(&reals_state, &expect, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
 		tls.resolving = 1;
 		/* free first: dlsym may free what it allocated while resolving the rest. */
-		real.free = dlsym(RTLD_NEXT, "free");
-		real.malloc = dlsym(RTLD_NEXT, "malloc");
-		real.calloc = dlsym(RTLD_NEXT, "calloc");
-		real.realloc = dlsym(RTLD_NEXT, "realloc");
-		real.reallocarray = dlsym(RTLD_NEXT, "reallocarray");
-		real.posix_memalign = dlsym(RTLD_NEXT, "posix_memalign");
-		real.aligned_alloc = dlsym(RTLD_NEXT, "aligned_alloc");
-		real.memalign = dlsym(RTLD_NEXT, "memalign");
-		real.valloc = dlsym(RTLD_NEXT, "valloc");
-		real.pvalloc = dlsym(RTLD_NEXT, "pvalloc");
-		real.mmap = dlsym(RTLD_NEXT, "mmap");
-		real.mmap64 = dlsym(RTLD_NEXT, "mmap64");
-		real.munmap = dlsym(RTLD_NEXT, "munmap");
-		real.mremap = dlsym(RTLD_NEXT, "mremap");
-		real.dlclose = dlsym(RTLD_NEXT, "dlclose");
-		real.dlopen = dlsym(RTLD_NEXT, "dlopen");
-		real.dl_iterate_phdr = dlsym(RTLD_NEXT, "dl_iterate_phdr");
-		real.malloc_usable_size = dlsym(RTLD_NEXT, "malloc_usable_size");
-		real.execve = dlsym(RTLD_NEXT, "execve");
-		real.execv = dlsym(RTLD_NEXT, "execv");
-		real.execvp = dlsym(RTLD_NEXT, "execvp");
-		real.execvpe = dlsym(RTLD_NEXT, "execvpe");
-		real.posix_spawn = dlsym(RTLD_NEXT, "posix_spawn");
-		real.posix_spawnp = dlsym(RTLD_NEXT, "posix_spawnp");
+		real.free = dlsym(hs_next(), "free");
+		real.malloc = dlsym(hs_next(), "malloc");
+		real.calloc = dlsym(hs_next(), "calloc");
+		real.realloc = dlsym(hs_next(), "realloc");
+		real.reallocarray = dlsym(hs_next(), "reallocarray");
+		real.posix_memalign = dlsym(hs_next(), "posix_memalign");
+		real.aligned_alloc = dlsym(hs_next(), "aligned_alloc");
+		real.memalign = dlsym(hs_next(), "memalign");
+		real.valloc = dlsym(hs_next(), "valloc");
+		real.pvalloc = dlsym(hs_next(), "pvalloc");
+		real.mmap = dlsym(hs_next(), "mmap");
+		real.mmap64 = dlsym(hs_next(), "mmap64");
+		real.munmap = dlsym(hs_next(), "munmap");
+		real.mremap = dlsym(hs_next(), "mremap");
+		real.dlclose = dlsym(hs_next(), "dlclose");
+		real.dlopen = dlsym(hs_next(), "dlopen");
+		real.dl_iterate_phdr = dlsym(hs_next(), "dl_iterate_phdr");
+		real.malloc_usable_size = dlsym(hs_next(), "malloc_usable_size");
+		real.execve = dlsym(hs_next(), "execve");
+		real.execv = dlsym(hs_next(), "execv");
+		real.execvp = dlsym(hs_next(), "execvp");
+		real.execvpe = dlsym(hs_next(), "execvpe");
+		real.posix_spawn = dlsym(hs_next(), "posix_spawn");
+		real.posix_spawnp = dlsym(hs_next(), "posix_spawnp");
 		tls.resolving = 0;
 		__atomic_store_n(&reals_state, 2, __ATOMIC_RELEASE);
 		return;
@@ -128,7 +138,7 @@ static uint32_t malloc_heap(void)
 		return heap;
 	for (size_t i = 0; i < sizeof allocs / sizeof allocs[0]; i++) {
 		Dl_info si;
-		void *s = dlsym(RTLD_NEXT, allocs[i].mark);
+		void *s = dlsym(hs_next(), allocs[i].mark);
 		if (s && dladdr(s, &si) && si.dli_fbase == mi.dli_fbase)
 			return heap = allocs[i].heap;
 	}

@@ -88,12 +88,17 @@ static void scrub_env(void)
 	env[j] = NULL;
 }
 
+static void inj_kick(void);
+
 static void turn_off(void)
 {
 	if (__atomic_exchange_n(&g_mode, MODE_OFF, __ATOMIC_ACQ_REL) == MODE_OFF)
 		return;
 	__atomic_store_n(&g_families, 0, __ATOMIC_RELEASE);
-	scrub_env();
+	if (g_injected)
+		inj_kick(); /* nothing in the environment is ours; the watcher puts the GOT back */
+	else
+		scrub_env();
 }
 
 /* ---- connection --------------------------------------------------------- */
@@ -244,8 +249,12 @@ static long env_uid(void)
  * traced (the program closed our socket). Called with g_lock held and
  * in_hook set. Returns 1 when tracing.
  */
+static int hello_locked(int fd, int cont);
+
 static int connect_locked(int cont)
 {
+	if (g_injected)
+		return 0; /* no socket to connect to: the injector gave us ours (inject.h) */
 	const char *path = getenv(HS_ENV_SOCKET);
 	long uid = env_uid();
 	if (!path || !*path || uid < 0 || !socket_path_ok(path, (uid_t)uid))
@@ -286,6 +295,17 @@ static int connect_locked(int cont)
 			fd = hi;
 		}
 	}
+	return hello_locked(fd, cont);
+}
+
+/*
+ * Say hello on the connected socket fd, which this takes (closed on
+ * failure): HELLO, then WELCOME with the control block, mapped and read
+ * when this image has none. Called with g_lock held and in_hook set.
+ * Returns 1 when tracing.
+ */
+static int hello_locked(int fd, int cont)
+{
 	/* bounds the handshake with a collector that does not answer */
 	struct timeval tv = {5, 0};
 	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
@@ -458,6 +478,8 @@ static int ensure_connected_locked(void)
  * the socket, when its heartbeat stopped for five seconds. */
 static int collector_gone(void)
 {
+	if (g_injected && g_sock < 0)
+		return 1; /* closed once the collector was found gone: an injected process cannot reconnect */
 	if (sock_ok()) {
 		char b;
 		int cancel;

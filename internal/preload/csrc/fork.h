@@ -73,10 +73,13 @@ static void atfork_parent(void)
  * modules, and connects again on its next call. Runs once per fork: from
  * our atfork handler or from the child's first call, whichever comes first.
  */
+static void inj_fork_child(void);
+
 static HS_NOINLINE void fork_reset(void)
 {
 	/* Guarded: nothing it calls may record into the parent's ring, which
 	 * this thread's slot still names until the end. */
+	tls_fork_child();
 	uint32_t saved = tls.in_hook;
 	tls.in_hook = HOOK_BUSY;
 	tls.slot = NULL; /* the parent's ring: no signal handler's call goes there */
@@ -87,10 +90,13 @@ static HS_NOINLINE void fork_reset(void)
 	own_unlock(); /* held by the atfork handler, or by a thread the child does not have */
 	for (struct hs_slot *s = g_slots, *next; s; s = next) {
 		next = s->next;
-		sys_munmap(s->map, HS_RING_DATA + (size_t)s->size);
-		sys_munmap(s, sizeof *s);
+		slot_unmap(s);
 	}
-	g_slots = NULL;
+	for (struct hs_slot *s = g_stale, *next; s; s = next) {
+		next = s->next;
+		slot_unmap(s);
+	}
+	g_slots = g_stale = NULL;
 	g_nslots = 0;
 	stab_reset();
 	if (g_mods)
@@ -106,6 +112,8 @@ static HS_NOINLINE void fork_reset(void)
 	tls.slot = NULL;
 	if (g_mode == MODE_ON)
 		g_mode = MODE_UNKNOWN;
+	if (g_injected)
+		inj_fork_child();
 	tls.in_hook = saved;
 }
 

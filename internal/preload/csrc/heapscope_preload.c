@@ -29,6 +29,7 @@
  * and without exporting state between objects: the code it emits is what
  * the single file emitted.
  *   thread.h    the real functions, thread state, reentrancy, signals held
+ *   tls.h       the blocks that hold each thread's state
  *   usdt.h      the otel_memory USDT probes of sampled blocks (--emit-usdt)
  *   sample.h    sampling mode (--sample)
  *   boot.h      the bootstrap arena, resolving the real functions
@@ -42,6 +43,8 @@
  *   hooks.h     the exported entry points
  *   fork.h      fork handlers and the forked child's reset
  *   exec.h      the exec family: a set-ID program is announced
+ *   got.h       attach --inject: GOT entries redirected and put back
+ *   inject.h    attach --inject: the entry points and the watcher thread
  * and, below, start-up.
  */
 #define _GNU_SOURCE
@@ -84,6 +87,7 @@ extern char **environ;
 extern void *__libc_stack_end;
 
 #include "thread.h"
+#include "tls.h"
 #include "usdt.h"
 #include "sample.h"
 #include "boot.h"
@@ -97,6 +101,8 @@ extern void *__libc_stack_end;
 #include "hooks.h"
 #include "fork.h"
 #include "exec.h"
+#include "got.h"
+#include "inject.h"
 
 /* ---- start-up ----------------------------------------------------------- */
 
@@ -142,10 +148,19 @@ static void load_libunwind(void)
 
 __attribute__((constructor(101))) static void hs_init(void)
 {
+	/* Loaded by dlopen into a running process (attach --inject), this copy
+	 * is not the program's malloc (RTLD_DEFAULT looks in the global scope
+	 * first, where a preloaded copy comes before the C library), and no
+	 * session's environment names it: the injector's calls start the
+	 * session. */
+	if (!getenv(HS_ENV_SOCKET) && dlsym(RTLD_DEFAULT, "malloc") != (void *)got_self_malloc)
+		g_injected = 1;
 	ensure_reals();
 	/* What takes the loader's lock is done here, once, before any lock of
 	 * ours is held and (as a rule) before the program has threads. */
 	IN_LIB(find_self_file(); malloc_heap());
+	if (g_injected)
+		return;
 	if (!getenv(HS_ENV_SOCKET)) {
 		/* preloaded without a session (an environment that leaked): run
 		 * untraced, and stop the leak here */

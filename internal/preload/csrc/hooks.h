@@ -35,6 +35,36 @@ static HS_NOINLINE void *lib_alloc(size_t n, size_t align)
 
 #define IN_LIB_CALL() HS_UNLIKELY(tls.in_hook == HOOK_LIB)
 
+/*
+ * libunwind's first walk on a thread allocates its thread-local data with
+ * the C library's malloc. In an injected process the loader's malloc is
+ * libc's, not ours, so the block is the program's, for good: taken from
+ * inside a wrapper, after the real call, it lands just above the block the
+ * program was given and stays there after the session, between that
+ * block's place and the top of the thread's arena, so that every later
+ * allocation of that size misses the top (an 8-thread loop paid about 15%
+ * per pair after the sessions). g_unw_prewarm (set by an injected session
+ * that may walk with libunwind) makes that first walk before the real
+ * call, where the block lands below what the call then takes.
+ */
+static int g_unw_prewarm;
+
+static HS_NOINLINE void unw_prewarm(uint32_t fam)
+{
+	struct hs_tls *t = &tls;
+	if (t->unw_warm || t->in_hook || t->in_phdr || !TRACED(fam) || !__atomic_load_n(&p_unw_backtrace, __ATOMIC_ACQUIRE))
+		return;
+	void *buf[2];
+	IN_LIB(p_unw_backtrace(buf, 1));
+	t->unw_warm = 1;
+}
+
+#define UNW_PREWARM(fam)                                                                                               \
+	do {                                                                                                           \
+		if (HS_UNLIKELY(__atomic_load_n(&g_unw_prewarm, __ATOMIC_RELAXED)) && !tls.unw_warm)                   \
+			unw_prewarm(fam);                                                                              \
+	} while (0)
+
 HS_EXPORT void *malloc(size_t n)
 {
 	uintptr_t fp = HS_FRAME();
@@ -43,6 +73,7 @@ HS_EXPORT void *malloc(size_t n)
 		return boot_alloc(n, 16);
 	if (IN_LIB_CALL())
 		return lib_alloc(n, 16);
+	UNW_PREWARM(HS_FAM_MALLOC);
 	void *p = real.malloc(n);
 	rec_alloc(HS_FUNC_MALLOC, HS_FAM_MALLOC, p, n, fp);
 	return p;
@@ -67,6 +98,7 @@ HS_EXPORT void *calloc(size_t n, size_t size)
 			memset(q, 0, total); /* a reused block is not */
 		return q;
 	}
+	UNW_PREWARM(HS_FAM_CALLOC);
 	void *p = real.calloc(n, size);
 	rec_alloc(HS_FUNC_CALLOC, HS_FAM_CALLOC, p, total, fp);
 	return p;
@@ -142,6 +174,7 @@ HS_EXPORT void *realloc(void *p, size_t n)
 	if (HS_UNLIKELY(IN_LIB_CALL() || is_own(p)))
 		return lib_realloc(p, n);
 	int smp = sample_realloc_begin(p);
+	UNW_PREWARM(HS_FAM_REALLOC);
 	void *q = real.realloc(p, n);
 	if (TRACED(HS_FAM_REALLOC)) {
 		int what = sample_realloc_end(smp, &p, q, n); /* may set p to NULL: before p is read */
@@ -173,6 +206,7 @@ HS_EXPORT void *reallocarray(void *p, size_t n, size_t size)
 	}
 	/* glibc's reallocarray calls realloc: that one is not the program's call */
 	int smp = sample_realloc_begin(p);
+	UNW_PREWARM(HS_FAM_REALLOC);
 	void *q = UNTRACED(real.reallocarray(p, n, size));
 	if (TRACED(HS_FAM_REALLOC)) {
 		int what = sample_realloc_end(smp, &p, q, total); /* may set p to NULL: before p is read */
@@ -194,6 +228,7 @@ HS_EXPORT int posix_memalign(void **out, size_t align, size_t n)
 		*out = p;
 		return 0;
 	}
+	UNW_PREWARM(HS_FAM_ALIGNED);
 	int r = UNTRACED(real.posix_memalign(out, align, n));
 	rec_alloc(HS_FUNC_POSIX_MEMALIGN, HS_FAM_ALIGNED, r == 0 ? *out : NULL, n, fp);
 	return r;
@@ -208,6 +243,7 @@ HS_EXPORT int posix_memalign(void **out, size_t align, size_t n)
 			return bootexpr;                                                                               \
 		if (IN_LIB_CALL())                                                                                     \
 			return libexpr;                                                                                \
+		UNW_PREWARM(HS_FAM_ALIGNED);                                                                           \
 		void *p = UNTRACED(real.name args);                                                                    \
 		rec_alloc(FUNC, HS_FAM_ALIGNED, p, n, fp);                                                             \
 		return p;                                                                                              \
@@ -285,8 +321,11 @@ HS_EXPORT int dlclose(void *h)
 {
 	ensure_reals();
 	int r = real.dlclose(h);
-	if (r == 0)
+	if (r == 0) {
 		__atomic_add_fetch(&g_dl_epoch, 1, __ATOMIC_RELEASE);
+		if (g_injected)
+			inj_kick(); /* the watcher forgets its entries */
+	}
 	return r;
 }
 
@@ -338,6 +377,8 @@ HS_EXPORT void *dlopen(const char *file, int flags)
 		flags &= ~RTLD_DEEPBIND;
 		deepbind_note();
 	}
+	if (g_injected)
+		inj_kick(); /* the watcher redirects the new modules' entries once they are relocated */
 	return real.dlopen(file, flags);
 }
 
@@ -357,7 +398,7 @@ static cxx_fn cxx_real(cxx_fn *slot, const char *name)
 {
 	cxx_fn f = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
 	if (!f) {
-		IN_LIB(f = (cxx_fn)dlsym(RTLD_NEXT, name));
+		IN_LIB(f = (cxx_fn)dlsym(hs_next(), name));
 		__atomic_store_n(slot, f, __ATOMIC_RELEASE);
 	}
 	return f;
@@ -382,18 +423,21 @@ static void cxx_end(struct cxx_call *c)
  * lacks). */
 #define CXX_PROLOGUE(sym)                                                                                              \
 	uintptr_t fp = HS_FRAME();                                                                                     \
-	static cxx_fn fn;                                                                                              \
 	ensure_reals();                                                                                                \
-	cxx_fn f = cxx_real(&fn, #sym);                                                                                \
+	cxx_fn f = cxx_real(&cxx_fn_##sym, #sym);                                                                      \
 	if (!f)                                                                                                        \
 		abort()
 
+/* The real operator sym: found at its first call (an injected library's
+ * are set by got.h before any call can come). */
 #define CXX_NEW(sym, FUNC)                                                                                             \
+	static cxx_fn cxx_fn_##sym;                                                                                    \
 	HS_EXPORT uintptr_t sym(uintptr_t a, uintptr_t b, uintptr_t c)                                                 \
 	{                                                                                                              \
 		CXX_PROLOGUE(sym);                                                                                     \
 		if (!TRACED(HS_FAM_CXX) || tls.in_hook || tls.swallow)                                                 \
 			return f(a, b, c);                                                                             \
+		UNW_PREWARM(HS_FAM_CXX);                                                                               \
 		struct cxx_call call __attribute__((cleanup(cxx_end))) = {0, FUNC, a, fp};                             \
 		tls.swallow = 1;                                                                                       \
 		uintptr_t p = f(a, b, c);                                                                              \
@@ -404,6 +448,7 @@ static void cxx_end(struct cxx_call *c)
 	}
 
 #define CXX_DELETE(sym, FUNC)                                                                                          \
+	static cxx_fn cxx_fn_##sym;                                                                                    \
 	HS_EXPORT void sym(uintptr_t a, uintptr_t b, uintptr_t c)                                                      \
 	{                                                                                                              \
 		CXX_PROLOGUE(sym);                                                                                     \

@@ -273,4 +273,57 @@ struct hs_children { /* followed by count uint32_t PIDs */
 #define HS_MODULE_PATH_MAX 4096
 #define HS_BUILD_ID_MAX 64
 
+/*
+ * heapscope attach --inject (internal/inject and inject.h): the injector
+ * loads this library into a running process with dlopen and then calls its
+ * entry points, by name, in a thread it stopped:
+ *   HS_INJECT_OPEN() makes a socketpair and returns the injector's end (a
+ *     descriptor of the process, which the injector takes with
+ *     pidfd_getfd), or -HS_INJ_*;
+ *   HS_INJECT_START(args) closes that end, says HELLO on the other as a
+ *     launched process does, redirects the allocation functions' GOT
+ *     entries and starts the watcher thread; 0 or -HS_INJ_*;
+ *   HS_INJECT_STOP(args) puts the entries back and closes the socket
+ *     (HS_INJ_STOP_RESTORE), and, called again with every other thread
+ *     stopped outside the library, unmaps the rings (HS_INJ_STOP_RELEASE).
+ * The args are HS_INJ_ARGS_SIZE bytes at the offsets HS_INJ_ARG_*.
+ * HS_INJECT_STATE names the library's state (HS_INJ_STATE_*), for the
+ * injector to read.
+ */
+#define HS_INJECT_OPEN "heapscope_inject_open"
+#define HS_INJECT_START "heapscope_inject_start"
+#define HS_INJECT_STOP "heapscope_inject_stop"
+#define HS_INJECT_STATE "heapscope_inject_state"
+
+#define HS_INJ_ARG_MAGIC 0    /* u32: HS_MAGIC */
+#define HS_INJ_ARG_VERSION 4  /* u32: HS_VERSION */
+#define HS_INJ_ARG_PEER 8     /* i32: start: the descriptor heapscope_inject_open returned */
+#define HS_INJ_ARG_FLAGS 12   /* u32: stop: HS_INJ_STOP_* */
+#define HS_INJ_ARG_ENTRIES 16 /* u32, out: GOT entries redirected (start) or put back (stop) */
+#define HS_INJ_ARG_MODULES 20 /* u32, out: modules looked at */
+#define HS_INJ_ARG_ERRNO 24   /* i32, out: the errno of what failed */
+#define HS_INJ_ARGS_SIZE 32
+
+/* stop's two steps: first the entries go back (any thread may be inside a
+ * wrapper, finishing its call), then, with no thread inside the library,
+ * the rings go */
+#define HS_INJ_STOP_RESTORE 1
+#define HS_INJ_STOP_RELEASE 2
+
+#define HS_INJ_BUSY 1      /* another session (a live collector) traces the process */
+#define HS_INJ_PRELOADED 2 /* this copy was preloaded by heapscope run, not injected */
+#define HS_INJ_SOCKET 3    /* the socketpair could not be made (errno) */
+#define HS_INJ_ARGS 4      /* the arguments are not this version's */
+#define HS_INJ_HANDSHAKE 5 /* the collector did not answer */
+#define HS_INJ_THREAD 6    /* the watcher thread could not start (errno) */
+#define HS_INJ_NOT_OPEN 7  /* start without open */
+
+#define HS_INJ_STATE_MAGIC 0    /* u32: HS_MAGIC */
+#define HS_INJ_STATE_VERSION 4  /* u32: HS_VERSION */
+#define HS_INJ_STATE_ACTIVE 8   /* u32: 1 while a session traces the process */
+#define HS_INJ_STATE_WATCHER 12 /* i32: the watcher thread's ID, 0 when none runs */
+#define HS_INJ_STATE_ENTRIES 16 /* u32: GOT entries redirected now */
+#define HS_INJ_STATE_SESSIONS 20 /* u32: sessions started in the process */
+#define HS_INJ_STATE_SIZE 24
+
 #endif

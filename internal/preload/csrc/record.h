@@ -26,7 +26,7 @@ static inline struct hs_slot *enter(struct hs_tls *t)
 	struct hs_slot *s = t->slot;
 	if (HS_UNLIKELY(!s || t->gen != g_gen)) {
 		t->slot = NULL;
-		s = attach(t);
+		s = attach(t, s);
 		if (!s) {
 			t->in_hook = 0;
 			return NULL;

@@ -41,6 +41,31 @@ struct hs_slot {
 
 static struct hs_slot *g_slots;
 static uint32_t g_nslots;
+/* The rings of an injected process's earlier sessions (inject.h), until
+ * their threads come back or are gone, or heapscope_inject_stop. */
+static struct hs_slot *g_stale;
+
+static void slot_unmap(struct hs_slot *s)
+{
+	sys_munmap(s->map, HS_RING_DATA + (size_t)s->size);
+	sys_munmap(s, sizeof *s);
+}
+
+/* Unmap the stale ring old (this thread's, of an earlier session) and the
+ * stale rings of threads that are gone. g_lock held. */
+static void stale_sweep(struct hs_slot *old)
+{
+	int looked = 0;
+	for (struct hs_slot **pp = &g_stale; *pp && looked < 64; looked++) {
+		struct hs_slot *c = *pp;
+		if (c == old || (c->tid && syscall(SYS_tgkill, g_pid, c->tid, 0) < 0 && errno == ESRCH)) {
+			*pp = c->next;
+			slot_unmap(c);
+			continue;
+		}
+		pp = &c->next;
+	}
+}
 
 static void ring_doorbell(void)
 {
@@ -86,8 +111,13 @@ static HS_NOINLINE int make_room(struct hs_slot *s, uint64_t need, int must)
 		if (s->head + need - s->cached_tail <= s->size)
 			return 1;
 		ring_doorbell();
-		if (g_on_full == HS_ON_FULL_DROP && !must)
+		if (g_on_full == HS_ON_FULL_DROP && !must) {
+			/* nobody drains a ring whose collector died: look now and
+			 * then (the losses are counted after we return) */
+			if ((s->lost & 4095) == 4095 && collector_gone())
+				turn_off();
 			return 0;
+		}
 		if (closed()) {
 			turn_off();
 			return 0;
@@ -430,7 +460,7 @@ static HS_NOINLINE int wait_merged(struct hs_slot *s)
 /* Give this thread a ring: a dead thread's, or a new one. in_hook set.
  * Cancellation is off meanwhile: sendmsg and recv are cancellation points,
  * and a thread cancelled there would leave g_lock held. */
-static HS_NOINLINE struct hs_slot *attach(struct hs_tls *t)
+static HS_NOINLINE struct hs_slot *attach(struct hs_tls *t, struct hs_slot *old)
 {
 	if (__atomic_load_n(&g_mode, __ATOMIC_ACQUIRE) == MODE_OFF)
 		return NULL;
@@ -439,6 +469,8 @@ static HS_NOINLINE struct hs_slot *attach(struct hs_tls *t)
 	pthread_mutex_lock(&g_lock);
 	struct hs_slot *s = NULL;
 	int fresh = 0;
+	if (g_stale)
+		stale_sweep(old);
 	if (ensure_connected_locked()) {
 		for (struct hs_slot *c = g_slots; c; c = c->next) {
 			if (__atomic_load_n(&c->exiting, __ATOMIC_ACQUIRE) && syscall(SYS_tgkill, g_pid, c->tid, 0) < 0 &&

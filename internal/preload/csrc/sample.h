@@ -46,14 +46,18 @@ static pthread_mutex_t g_sset_lock __attribute__((aligned(64))) = PTHREAD_MUTEX_
 static void sset_lock(void) { pthread_mutex_lock(&g_sset_lock); }
 static void sset_unlock(void) { pthread_mutex_unlock(&g_sset_lock); }
 
-/* Called once, with the control block, when the process first connects. */
+/* Called with the control block when the process first connects (an
+ * injected process: at each session's start). */
 static void sample_configure(const uint8_t *ctl)
 {
 	uint64_t r = *(const uint64_t *)(ctl + HS_CTL_SAMPLE_RATE);
 	g_smp_seed = *(const uint64_t *)(ctl + HS_CTL_SAMPLE_SEED);
-	usdt_configure(ctl);
-	if (r != 0)
+	usdt_configure(ctl); /* each session anew: one without --emit-usdt turns the probes off */
+	static int atfork;   /* an injected process has one session after another: once */
+	if (r != 0 && !atfork) {
+		atfork = 1;
 		IN_LIB(pthread_atfork(sset_lock, sset_unlock, sset_unlock)); /* may allocate; a child never inherits a held lock */
+	}
 	__atomic_store_n(&g_smp_rate, r, __ATOMIC_RELEASE);
 }
 

@@ -82,8 +82,27 @@ struct hs_tls {
 	uint32_t pdone;     /* of which written */
 	uint32_t pend_lost; /* queued calls that did not fit */
 	struct hs_pend pend[HS_PEND];
+	/* the block's own bookkeeping (tls.h); kept last: a reused block is
+	 * zeroed up to here */
+	pid_t owner_pid, owner_tid;
+	struct hs_tls *all_next;
 };
-static __thread struct hs_tls tls __attribute__((tls_model("initial-exec")));
+
+/*
+ * The state lives in a block of its own (tls.h), named by one word of
+ * initial-exec TLS: a library loaded by dlopen into a running process
+ * (heapscope attach --inject) finds only a small surplus of static TLS
+ * (glibc's is about 1.5 KiB), and the state is over 4 KiB. `tls` reads as
+ * the struct, as it did when it was the TLS variable itself.
+ */
+static __thread struct hs_tls *tls_p __attribute__((tls_model("initial-exec")));
+static struct hs_tls *tls_new(void);
+static inline __attribute__((always_inline)) struct hs_tls *tls_self(void)
+{
+	struct hs_tls *t = tls_p;
+	return __builtin_expect(t != NULL, 1) ? t : tls_new();
+}
+#define tls (*tls_self())
 
 /*
  * Run a C library call that may allocate from inside our bookkeeping. Its
