@@ -10,7 +10,7 @@
 // and heapscope_inject_start, which says hello to the collector, points
 // the GOT entries of the allocation functions in every module at its
 // wrappers and starts its watcher thread (see the interposer's
-// csrc/got.h and csrc/inject.h). The calls run through a trampoline
+// csrc/got.inc and csrc/inject.inc). The calls run through a trampoline
 // (csrc/tramp.S) that gives the thread back its registers, extended state,
 // signal mask and errno by itself, so that a heapscope killed at any point
 // leaves the thread running on as it was. Eject, at the session's end,

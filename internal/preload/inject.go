@@ -19,7 +19,7 @@ import (
 
 // What internal/inject needs of the interposer to load it into a running
 // process (heapscope attach --inject): the library, its entry points and
-// the layout of their arguments (csrc/protocol.h's HS_INJ_*, csrc/inject.h).
+// the layout of their arguments (csrc/protocol.h's HS_INJ_*, csrc/inject.inc).
 
 // Injectable describes the embedded interposer for an injector.
 type Injectable struct {

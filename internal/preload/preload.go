@@ -77,7 +77,7 @@ type Config struct {
 	SampleSeed uint64
 	// EmitUSDT makes the interposer fire OpenTelemetry's otel_memory USDT
 	// probes (alloc(ptr, size, weight), free(ptr)) for the blocks it
-	// samples, while a tracer has raised their semaphores (csrc/usdt.h).
+	// samples, while a tracer has raised their semaphores (csrc/usdt.inc).
 	// It needs SampleRate.
 	EmitUSDT bool
 	// OnWarning, when set, is called with each warning the collector

@@ -62,7 +62,7 @@ const (
 	ctlClock      = 28  // u32: HS_CLOCK_*
 	ctlSampleRate = 32  // u64: sample one allocation per this many bytes on average; 0 = every event
 	ctlSampleSeed = 40  // u64: seeds the sampling PRNG of every thread (tests); 0 = from the clock
-	ctlEmitUsdt   = 56  // u32: 1 = fire the otel_memory USDT probes for sampled blocks (usdt.h)
+	ctlEmitUsdt   = 56  // u32: 1 = fire the otel_memory USDT probes for sampled blocks (usdt.inc)
 	ctlState      = 64  // u32, own cache line: read on every event
 	ctlDoorbell   = 128 // u32 futex: bumped to wake a sleeping collector
 	ctlSleeping   = 132 // u32: the collector is (about to be) waiting on the doorbell

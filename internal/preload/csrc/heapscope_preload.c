@@ -11,7 +11,7 @@
  *  - Nothing here allocates with malloc. Memory comes from mmap; the few libc
  *    calls that may allocate (dlsym, realpath, dlopen, libunwind's first
  *    walk) run in HOOK_LIB, and what they allocate comes from our own heap
- *    (own.h), untraced, never from the program's.
+ *    (own.inc), untraced, never from the program's.
  *  - A hook never calls a C library function that may wait for a lock the
  *    program's thread can hold when it calls malloc (a thread's own lock in
  *    pthread_getattr_np, the loader's lock in dl_iterate_phdr's callbacks),
@@ -28,23 +28,23 @@
  * countdown, reserve/publish, the stack cache) across parts without LTO
  * and without exporting state between objects: the code it emits is what
  * the single file emitted.
- *   thread.h    the real functions, thread state, reentrancy, signals held
- *   tls.h       the blocks that hold each thread's state
- *   usdt.h      the otel_memory USDT probes of sampled blocks (--emit-usdt)
- *   sample.h    sampling mode (--sample)
- *   boot.h      the bootstrap arena, resolving the real functions
- *   session.h   session state, clock, raw system calls
- *   own.h       the interposer's own heap, for what the C library allocates for it
- *   connect.h   environment, connection and handshake with the collector
- *   ring.h      per-thread rings: reserve, publish, wait for room, attach
- *   stack.h     frame-pointer and libunwind walks, stack table, modules
- *   uwtables.h  table-driven unwinding (--unwind tables)
- *   record.h    recording a call, and calls made by signal handlers
- *   hooks.h     the exported entry points
- *   fork.h      fork handlers and the forked child's reset
- *   exec.h      the exec family: a set-ID program is announced
- *   got.h       attach --inject: GOT entries redirected and put back
- *   inject.h    attach --inject: the entry points and the watcher thread
+ *   thread.inc    the real functions, thread state, reentrancy, signals held
+ *   tls.inc       the blocks that hold each thread's state
+ *   usdt.inc      the otel_memory USDT probes of sampled blocks (--emit-usdt)
+ *   sample.inc    sampling mode (--sample)
+ *   boot.inc      the bootstrap arena, resolving the real functions
+ *   session.inc   session state, clock, raw system calls
+ *   own.inc       the interposer's own heap, for what the C library allocates for it
+ *   connect.inc   environment, connection and handshake with the collector
+ *   ring.inc      per-thread rings: reserve, publish, wait for room, attach
+ *   stack.inc     frame-pointer and libunwind walks, stack table, modules
+ *   uwtables.inc  table-driven unwinding (--unwind tables)
+ *   record.inc    recording a call, and calls made by signal handlers
+ *   hooks.inc     the exported entry points
+ *   fork.inc      fork handlers and the forked child's reset
+ *   exec.inc      the exec family: a set-ID program is announced
+ *   got.inc       attach --inject: GOT entries redirected and put back
+ *   inject.inc    attach --inject: the entry points and the watcher thread
  * and, below, start-up.
  */
 #define _GNU_SOURCE
@@ -76,33 +76,38 @@
 
 #include "protocol.h"
 
-#define HS_EXPORT __attribute__((visibility("default")))
-#define HS_LIKELY(x) __builtin_expect(!!(x), 1)
+#define HS_EXPORT      __attribute__((visibility("default")))
+#define HS_LIKELY(x)   __builtin_expect(!!(x), 1)
 #define HS_UNLIKELY(x) __builtin_expect(!!(x), 0)
-#define HS_NOINLINE __attribute__((noinline))
-#define HS_INLINE inline __attribute__((always_inline))
-#define HS_FRAME() ((uintptr_t)__builtin_frame_address(0))
+#define HS_NOINLINE    __attribute__((noinline))
+#define HS_INLINE      inline __attribute__((always_inline))
+#define HS_FRAME()     ((uintptr_t)__builtin_frame_address(0))
 
 extern char **environ;
 extern void *__libc_stack_end;
 
-#include "thread.h"
-#include "tls.h"
-#include "usdt.h"
-#include "sample.h"
-#include "boot.h"
-#include "session.h"
-#include "own.h"
-#include "connect.h"
-#include "ring.h"
-#include "stack.h"
-#include "uwtables.h"
-#include "record.h"
-#include "hooks.h"
-#include "fork.h"
-#include "exec.h"
-#include "got.h"
-#include "inject.h"
+/*
+ * The parts of this one translation unit (.inc: each is included here once,
+ * in this order, and uses what the parts before it define; protocol.h is the
+ * only header, shared with the Go side).
+ */
+#include "thread.inc"
+#include "tls.inc"
+#include "usdt.inc"
+#include "sample.inc"
+#include "boot.inc"
+#include "session.inc"
+#include "own.inc"
+#include "connect.inc"
+#include "ring.inc"
+#include "stack.inc"
+#include "uwtables.inc"
+#include "record.inc"
+#include "hooks.inc"
+#include "fork.inc"
+#include "exec.inc"
+#include "got.inc"
+#include "inject.inc"
 
 /* ---- start-up ----------------------------------------------------------- */
 

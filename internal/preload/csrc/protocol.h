@@ -162,7 +162,7 @@ struct hs_children { /* followed by count uint32_t PIDs */
 #define HS_CTL_CLOCK 28     /* u32: HS_CLOCK_* */
 #define HS_CTL_SAMPLE_RATE 32 /* u64: sample one allocation per this many bytes on average; 0 = every event */
 #define HS_CTL_SAMPLE_SEED 40 /* u64: seeds the sampling PRNG of every thread (tests); 0 = from the clock */
-#define HS_CTL_EMIT_USDT 56 /* u32: 1 = fire the otel_memory USDT probes for sampled blocks (usdt.h) */
+#define HS_CTL_EMIT_USDT 56 /* u32: 1 = fire the otel_memory USDT probes for sampled blocks (usdt.inc) */
 #define HS_CTL_STATE 64     /* u32, own cache line: read on every event */
 #define HS_CTL_DOORBELL 128 /* u32 futex: bumped to wake a sleeping collector */
 #define HS_CTL_SLEEPING 132 /* u32: the collector is (about to be) waiting on the doorbell */
@@ -274,7 +274,7 @@ struct hs_children { /* followed by count uint32_t PIDs */
 #define HS_BUILD_ID_MAX 64
 
 /*
- * heapscope attach --inject (internal/inject and inject.h): the injector
+ * heapscope attach --inject (internal/inject and inject.inc): the injector
  * loads this library into a running process with dlopen and then calls its
  * entry points, by name, in a thread it stopped:
  *   HS_INJECT_OPEN() makes a socketpair and returns the injector's end (a
