@@ -22,6 +22,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -47,8 +48,6 @@ func main() {
 	}
 }
 
-type build struct{ label, path string }
-
 func run(reps int, cold, phases bool, binList, out string) error {
 	tmp, err := os.MkdirTemp("", "attachstart-")
 	if err != nil {
@@ -56,23 +55,9 @@ func run(reps int, cold, phases bool, binList, out string) error {
 	}
 	defer os.RemoveAll(tmp)
 	defer testutil.Cleanup()
-	var bins []build
-	for _, b := range strings.Split(binList, ",") {
-		if b == "" {
-			continue
-		}
-		label, path, ok := strings.Cut(b, "=")
-		if !ok {
-			label, path = filepath.Base(b), b
-		}
-		bins = append(bins, build{label, path})
-	}
-	if len(bins) == 0 {
-		bin := filepath.Join(tmp, "heapscope")
-		if err := benchutil.BuildHeapscope(bin); err != nil {
-			return err
-		}
-		bins = []build{{"this tree", bin}}
+	bins, err := benchutil.Builds(binList, tmp)
+	if err != nil {
+		return err
 	}
 	target, err := testutil.Build("attach_start", testutil.Options{})
 	if err != nil {
@@ -85,7 +70,7 @@ func run(reps int, cold, phases bool, binList, out string) error {
 		mode = "cold (page cache dropped before each run)"
 	}
 	fmt.Fprintf(w, "\n## %s, %s\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"), mode)
-	fmt.Fprintf(w, "Machine: %s; load average %s\n\n", benchutil.Machine(), loadavg())
+	fmt.Fprintf(w, "Machine: %s; load average %s\n\n", benchutil.Machine(), benchutil.LoadAvg())
 	fmt.Fprintf(w, "Command: `go run ./bench/attachstart -reps %d%s%s -heapscope %s`\n\n", reps, flagIf(cold, " -cold"), flagIf(phases, " -phases"), labels(bins))
 
 	if phases {
@@ -98,9 +83,9 @@ func run(reps int, cold, phases bool, binList, out string) error {
 	line := make([][]float64, len(bins))
 	for i := 0; i < reps; i++ {
 		for j, b := range bins {
-			f, l, err := oneAttach(b.path, target, tmp, 5, 300*time.Millisecond, cold)
+			f, l, err := oneAttach(b.Path, target, tmp, 5, 300*time.Millisecond, cold)
 			if err != nil {
-				return fmt.Errorf("%s: %w", b.label, err)
+				return fmt.Errorf("%s: %w", b.Label, err)
 			}
 			first[j], line[j] = append(first[j], f), append(line[j], l)
 		}
@@ -108,22 +93,22 @@ func run(reps int, cold, phases bool, binList, out string) error {
 	fmt.Fprintf(w, "`heapscope attach -p PID -o T --duration 1s -q` to a running `attach_start 5`, %d runs of each build, in turn (ms):\n\n", reps)
 	fmt.Fprintf(w, "| build | command → first event traced: median | min | max | command → \"tracing pid\" (after the census): median | min | max |\n|---|---|---|---|---|---|---|\n")
 	for j, b := range bins {
-		fmt.Fprintf(w, "| %s | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f |\n", b.label,
-			benchutil.Median(first[j]), minOf(first[j]), maxOf(first[j]), benchutil.Median(line[j]), minOf(line[j]), maxOf(line[j]))
+		fmt.Fprintf(w, "| %s | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f |\n", b.Label,
+			benchutil.Median(first[j]), slices.Min(first[j]), slices.Max(first[j]), benchutil.Median(line[j]), slices.Min(line[j]), slices.Max(line[j]))
 	}
 	fmt.Fprintln(w)
 
 	for _, b := range bins {
 		traced := 0
 		for i := 0; i < reps; i++ {
-			f, _, err := oneAttach(b.path, target, tmp, 1, 100*time.Millisecond, cold)
+			f, _, err := oneAttach(b.Path, target, tmp, 1, 100*time.Millisecond, cold)
 			if err == nil && f > 0 {
 				traced++
 			} else if err != nil {
-				fmt.Fprintf(w, "%s, run %d: %v\n", b.label, i, err)
+				fmt.Fprintf(w, "%s, run %d: %v\n", b.Label, i, err)
 			}
 		}
-		fmt.Fprintf(w, "%s: a program of one second attached 0.1 s after its start traced in %d of %d runs.\n\n", b.label, traced, reps)
+		fmt.Fprintf(w, "%s: a program of one second attached 0.1 s after its start traced in %d of %d runs.\n\n", b.Label, traced, reps)
 	}
 
 	if out != "" {
@@ -138,10 +123,10 @@ func run(reps int, cold, phases bool, binList, out string) error {
 	return nil
 }
 
-func labels(bins []build) string {
+func labels(bins []benchutil.Build) string {
 	var s []string
 	for _, b := range bins {
-		s = append(s, b.label+"=BIN")
+		s = append(s, b.Label+"=BIN")
 	}
 	return strings.Join(s, ",")
 }
@@ -300,29 +285,4 @@ func monotonic() int64 {
 	var ts unix.Timespec
 	unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
 	return ts.Nano()
-}
-
-func loadavg() string {
-	b, _ := os.ReadFile("/proc/loadavg")
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "?"
-	}
-	return strings.Join(f[:3], " ")
-}
-
-func minOf(xs []float64) float64 {
-	m := xs[0]
-	for _, x := range xs {
-		m = min(m, x)
-	}
-	return m
-}
-
-func maxOf(xs []float64) float64 {
-	m := xs[0]
-	for _, x := range xs {
-		m = max(m, x)
-	}
-	return m
 }

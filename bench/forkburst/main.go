@@ -47,25 +47,11 @@ func run(n, ms, reps int, binList, out string) error {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	type build struct{ label, path string }
-	builds := []build{{"untraced", ""}}
-	for _, b := range strings.Split(binList, ",") {
-		if b == "" {
-			continue
-		}
-		label, path, ok := strings.Cut(b, "=")
-		if !ok {
-			label, path = filepath.Base(b), b
-		}
-		builds = append(builds, build{label, path})
+	bins, err := benchutil.Builds(binList, tmp)
+	if err != nil {
+		return err
 	}
-	if len(builds) == 1 {
-		bin := filepath.Join(tmp, "heapscope")
-		if err := benchutil.BuildHeapscope(bin); err != nil {
-			return err
-		}
-		builds = append(builds, build{"this tree", bin})
-	}
+	builds := append([]benchutil.Build{{Label: "untraced"}}, bins...)
 	work, err := testutil.Build("fork_burst", testutil.Options{})
 	if err != nil {
 		return err
@@ -73,16 +59,16 @@ func run(n, ms, reps int, binList, out string) error {
 	res := make([][]result, len(builds))
 	for r := 0; r < reps; r++ {
 		for i, b := range builds {
-			x, err := once(work, b.path, tmp, n, ms)
+			x, err := once(work, b.Path, tmp, n, ms)
 			if err != nil {
-				return fmt.Errorf("%s: %w", b.label, err)
+				return fmt.Errorf("%s: %w", b.Label, err)
 			}
 			res[i] = append(res[i], x)
 		}
 	}
 	var rep bytes.Buffer
 	w := io.MultiWriter(os.Stdout, &rep)
-	fmt.Fprintf(w, "\n## %s\n\nMachine: %s; load average %s\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"), benchutil.Machine(), loadavg())
+	fmt.Fprintf(w, "\n## %s\n\nMachine: %s; load average %s\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"), benchutil.Machine(), benchutil.LoadAvg())
 	fmt.Fprintf(w, "Command: `go run ./bench/forkburst -n %d -ms %d -reps %d`; B forks every 10 ms for %d ms while A forks %d children at once, both traced by one `heapscope attach -p B,A --no-census` (children followed); medians of %d runs (each run's figure: B's median and worst fork+wait, A's burst from its first fork to its last child reaped):\n\n",
 		n, ms, reps, ms, n, reps)
 	fmt.Fprintf(w, "| build | B's median fork+wait (ms) | B's worst fork+wait (ms) | worst of all runs (ms) | A's burst (ms) |\n|---|---|---|---|---|\n")
@@ -93,7 +79,7 @@ func run(n, ms, reps int, binList, out string) error {
 			med, mx, burst = append(med, x.median), append(mx, x.max), append(burst, x.burst)
 			worst = max(worst, x.max)
 		}
-		fmt.Fprintf(w, "| %s | %.2f | %.0f | %.0f | %.0f |\n", b.label, benchutil.Median(med), benchutil.Median(mx), worst, benchutil.Median(burst))
+		fmt.Fprintf(w, "| %s | %.2f | %.0f | %.0f | %.0f |\n", b.Label, benchutil.Median(med), benchutil.Median(mx), worst, benchutil.Median(burst))
 	}
 	if out != "" {
 		f, err := os.OpenFile(out, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
@@ -188,13 +174,4 @@ func once(work, bin, tmp string, n, ms int) (result, error) {
 		return r, fmt.Errorf("the bursting process said %q", l)
 	}
 	return r, nil
-}
-
-func loadavg() string {
-	b, _ := os.ReadFile("/proc/loadavg")
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "?"
-	}
-	return strings.Join(f[:3], " ")
 }

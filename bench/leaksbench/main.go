@@ -30,6 +30,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -68,7 +69,7 @@ func main() {
 
 	var md strings.Builder
 	fmt.Fprintf(&md, "\n## %s: `go run ./bench/leaksbench -mib %d -reps %d`\n\n", time.Now().Format("2006-01-02"), *mib, *reps)
-	fmt.Fprintf(&md, "Machine: %s. Load before: %s.\n\n", benchutil.Machine(), loadavg())
+	fmt.Fprintf(&md, "Machine: %s. Load before: %s.\n\n", benchutil.Machine(), benchutil.LoadAvg())
 
 	providers := []string{"preload"}
 	if ebpf.Available() == nil {
@@ -94,7 +95,7 @@ func main() {
 			exitPause, exitCheck = append(exitPause, float64(v.Pause)/1e6), append(exitCheck, float64(v.Elapsed)/1e6)
 		}
 		fmt.Fprintf(&md, "| %s | %d | %.1f (%.1f–%.1f) | %.1f | %.0f / %.0f | %.1f / %.1f | %.1f | %.2f× |\n", prov, blocks,
-			benchutil.Median(pause), minOf(pause), maxOf(pause), benchutil.Median(check), benchutil.Median(off), benchutil.Median(on),
+			benchutil.Median(pause), slices.Min(pause), slices.Max(pause), benchutil.Median(check), benchutil.Median(off), benchutil.Median(on),
 			benchutil.Median(exitPause), benchutil.Median(exitCheck), benchutil.Median(lsan), benchutil.Median(check)/benchutil.Median(lsan))
 	}
 	fmt.Fprintf(&md, "\nMedians of %d. pause: what `heapscope leaks` reports (the process stopped: the threads interrupted, its events delivered, the live set taken, the roots gathered, its memory read); check: the whole check, the classification after the process went on included. exit: from the line that lets scan_heap return from main to heapscope's own exit (`run -q`), without and with the check at exit; exit check: the verdict's pause and time (the process held at its end).\n\n", *reps)
@@ -129,7 +130,7 @@ func main() {
 		}
 		fmt.Fprintf(&md, "| %s | %.0f | %.1f | %.1f | %.0f |\n", c.name, benchutil.Median(pair), benchutil.Median(sig), benchutil.Median(thr), benchutil.Median(frk))
 	}
-	fmt.Fprintf(&md, "\nMedians of %d, preload provider; load after: %s.\n", *reps, loadavg())
+	fmt.Fprintf(&md, "\nMedians of %d, preload provider; load after: %s.\n", *reps, benchutil.LoadAvg())
 	fmt.Print(md.String())
 	if *out != "" {
 		f, err := os.OpenFile(*out, os.O_APPEND|os.O_WRONLY|os.O_CREATE, 0o644)
@@ -251,29 +252,4 @@ func (b *bench) lsanCheck(bin string) float64 {
 	}
 	log.Fatal("scan_heap (LeakSanitizer) printed no lsan_check_ns")
 	return 0
-}
-
-func loadavg() string {
-	b, _ := os.ReadFile("/proc/loadavg")
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "?"
-	}
-	return strings.Join(f[:3], " ")
-}
-
-func minOf(xs []float64) float64 {
-	m := xs[0]
-	for _, x := range xs {
-		m = min(m, x)
-	}
-	return m
-}
-
-func maxOf(xs []float64) float64 {
-	m := xs[0]
-	for _, x := range xs {
-		m = max(m, x)
-	}
-	return m
 }
