@@ -98,8 +98,15 @@ func (r *Report) Gate(o GateOptions) []Check {
 		for _, k := range ks {
 			a.Add(c[k])
 		}
+		// Blocks live at the end that no scan classified could be lost:
+		// the gate counts them rather than pass on what it cannot tell.
+		u := r.Unscanned()
+		a.Add(u)
 		ch := Check{Name: name, Value: int64(a.Bytes), Limit: int64(o.MaxLeaked)}
 		ch.Summary = fmt.Sprintf("%s %s in %s", fmtBytes(a.Bytes), what, plural(a.Blocks, "block"))
+		if u.Blocks > 0 {
+			ch.Summary += fmt.Sprintf(" (%s in %s of them not scanned, counted as lost)", fmtBytes(u.Bytes), plural(u.Blocks, "block"))
+		}
 		if !checked {
 			key = byLeaked
 			ch.Value = int64(liveBytes)
