@@ -318,9 +318,11 @@ func newSession(name string, props Properties, defaultProvider Provider, launche
 }
 
 // exitedDuring reports whether err, from attaching pid, is pid's having
-// exited meanwhile (it was alive when Start was called).
+// exited meanwhile (it was alive when Start was called). Whatever the
+// attach was reading when it went (its maps, a file through its root: an
+// ENOENT, an ESRCH), a pid no longer alive is a pid that exited.
 func exitedDuring(pid int, err error) bool {
-	return errors.Is(err, errs.ErrNoSuchProcess) && !proc.Alive(pid)
+	return err != nil && !proc.Alive(pid)
 }
 
 type backendOrErr struct {
