@@ -32,7 +32,6 @@ import (
 	"github.com/heapscope/heapscope/event"
 	"github.com/heapscope/heapscope/internal/ebpf"
 	"github.com/heapscope/heapscope/internal/testutil"
-	"github.com/heapscope/heapscope/tracefile"
 )
 
 func main() {
@@ -185,7 +184,7 @@ func oneAttach(bin, target, tmp string, secs int, wait time.Duration, cold bool)
 			return 0, 0, fmt.Errorf("heapscope attach: %v: %s", err, stderr.String())
 		}
 	}
-	t0, err := firstEvent(trace)
+	t0, err := benchutil.FirstEvent(trace)
 	if err != nil || t0 == 0 {
 		if secs == 1 {
 			return 0, line, fmt.Errorf("no event traced (%v): %s", err, strings.TrimSpace(stderr.String()))
@@ -193,36 +192,6 @@ func oneAttach(bin, target, tmp string, secs int, wait time.Duration, cold bool)
 		return 0, line, fmt.Errorf("%s: %v", trace, err)
 	}
 	return float64(t0-start) / 1e6, line, nil
-}
-
-// firstEvent returns the time of the first event in the trace.
-func firstEvent(path string) (int64, error) {
-	r, err := tracefile.Open(path)
-	if err != nil {
-		return 0, err
-	}
-	defer r.Close()
-	s := &firstSink{}
-	err = r.Replay(s, tracefile.Window{})
-	return s.first, err
-}
-
-type firstSink struct{ first int64 }
-
-func (s *firstSink) Process(event.Process) error   { return nil }
-func (s *firstSink) Exit(event.Exit) error         { return nil }
-func (s *firstSink) Module(event.Module) error     { return nil }
-func (s *firstSink) Stack(event.Stack) error       { return nil }
-func (s *firstSink) Snapshot(event.Snapshot) error { return nil }
-func (s *firstSink) Stats(event.Stats) error       { return nil }
-func (s *firstSink) Note(event.Note) error         { return nil }
-func (s *firstSink) Events(evs []event.Event) error {
-	for _, e := range evs {
-		if s.first == 0 || e.Time < s.first {
-			s.first = e.Time
-		}
-	}
-	return nil
 }
 
 // inProcess starts the eBPF tracer here, attaches it to the target, and
@@ -241,7 +210,7 @@ func inProcess(w io.Writer, target string, reps int, cold bool) error {
 		}
 		time.Sleep(100 * time.Millisecond)
 		start := time.Now()
-		t, err := ebpf.New(ebpf.Config{UnwindTables: true}, &firstSink{})
+		t, err := ebpf.New(ebpf.Config{UnwindTables: true}, event.Discard)
 		if err != nil {
 			tg.Process.Kill()
 			tg.Wait()

@@ -101,11 +101,7 @@ type proc struct {
 
 func start(bin string, args ...string) (*proc, error) {
 	cmd := exec.Command(bin, args...)
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		return nil, err
-	}
-	out, err := cmd.StdoutPipe()
+	in, out, err := testutil.OpenPipes(cmd)
 	if err != nil {
 		return nil, err
 	}

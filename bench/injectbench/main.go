@@ -44,11 +44,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/heapscope/heapscope/bench/internal/benchutil"
-	"github.com/heapscope/heapscope/event"
 	"github.com/heapscope/heapscope/internal/proc"
 	"github.com/heapscope/heapscope/internal/stopped"
 	"github.com/heapscope/heapscope/internal/testutil"
-	"github.com/heapscope/heapscope/tracefile"
 )
 
 func main() {
@@ -137,11 +135,7 @@ type target struct {
 
 func startTarget(bin string, args ...string) (*target, error) {
 	cmd := exec.Command(bin, args...)
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		return nil, err
-	}
-	out, err := cmd.StdoutPipe()
+	in, out, err := testutil.OpenPipes(cmd)
 	if err != nil {
 		return nil, err
 	}
@@ -489,41 +483,6 @@ int main(int argc, char **argv) {
 	return bin, nil
 }
 
-// firstSink finds the earliest event of a trace.
-type firstSink struct{ first int64 }
-
-func (s *firstSink) Process(event.Process) error   { return nil }
-func (s *firstSink) Exit(event.Exit) error         { return nil }
-func (s *firstSink) Module(event.Module) error     { return nil }
-func (s *firstSink) Stack(event.Stack) error       { return nil }
-func (s *firstSink) Snapshot(event.Snapshot) error { return nil }
-func (s *firstSink) Note(event.Note) error         { return nil }
-func (s *firstSink) Stats(event.Stats) error       { return nil }
-func (s *firstSink) Events(evs []event.Event) error {
-	for _, e := range evs {
-		if s.first == 0 || e.Time < s.first {
-			s.first = e.Time
-		}
-	}
-	return nil
-}
-
-func firstEventTime(path string) (int64, error) {
-	r, err := tracefile.Open(path)
-	if err != nil {
-		return 0, err
-	}
-	defer r.Close()
-	var s firstSink
-	if err := r.Replay(&s, tracefile.Window{}); err != nil {
-		return 0, err
-	}
-	if s.first == 0 {
-		return 0, fmt.Errorf("%s: no event", path)
-	}
-	return s.first, nil
-}
-
 // fileModules counts the distinct files process pid maps.
 func fileModules(pid int) int {
 	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
@@ -586,7 +545,7 @@ func firstEvent(w io.Writer, e *env, reps, count int) error {
 		if err != nil {
 			return err
 		}
-		ft, err := firstEventTime(trace)
+		ft, err := benchutil.FirstEvent(trace)
 		if err != nil {
 			return err
 		}
