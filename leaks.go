@@ -636,21 +636,40 @@ func (s *Session) launchedPID() int {
 }
 
 // watchExit seizes the program Launch started so that its exit is held for
-// a leak check (LeakCheckExit), and lets it run. A program that cannot be
-// seized runs on without one; the trace says why.
+// a leak check (LeakCheckExit), and so that the children it forks are held
+// unseen (a backend that holds them, see ebpfBackend.holdsChildren); then
+// it lets the program run. A program that cannot be seized runs on without
+// them; the trace says why.
 func (s *Session) watchExit(pid int) {
+	var opt stopped.WatchOptions
+	if h, ok := s.b.(interface{ watchOptions() stopped.WatchOptions }); ok {
+		opt = h.watchOptions()
+	}
+	exitCheck := s.props.checksAtExit()
+	if exitCheck {
+		opt.OnExit = func(p *stopped.Process) {
+			s.check(pid, p, LeaksQuery{Rules: s.props.LeakRules, Sites: 10})
+		}
+	}
 	// The backend started it stopped (SIGSTOP) before its first
 	// instruction: seized, it goes on.
-	w, err := stopped.Seize(pid, stopped.WatchOptions{OnExit: func(p *stopped.Process) {
-		s.check(pid, p, LeaksQuery{Rules: s.props.LeakRules, Sites: 10})
-	}})
+	w, err := stopped.Seize(pid, opt)
 	unix.Kill(pid, unix.SIGCONT)
 	if err != nil {
-		text := "no leak check at exit: " + err.Error()
+		var text string
+		if exitCheck {
+			text = "no leak check at exit: " + err.Error()
+		} else {
+			text = "its children are held with SIGSTOP until traced, which a shell waiting for them sees as \"Stopped\": " + err.Error()
+		}
 		if errors.Is(err, errs.ErrCannotStop) {
 			text += " (another debugger traces the program)"
 		}
-		s.sink.Note(event.Warning{PID: uint32(pid), Time: monoNow(), Code: "leak-check-failed", Text: text})
+		code := "children-stopped"
+		if exitCheck {
+			code = "leak-check-failed"
+		}
+		s.sink.Note(event.Warning{PID: uint32(pid), Time: monoNow(), Code: code, Text: text})
 		return
 	}
 	s.leaks.mu.Lock()

@@ -1,12 +1,16 @@
 package heapscope
 
 import (
+	"errors"
+	"fmt"
 	"os/exec"
 	"sync"
 
 	"github.com/heapscope/heapscope/event"
 	"github.com/heapscope/heapscope/internal/ebpf"
+	"github.com/heapscope/heapscope/internal/errs"
 	"github.com/heapscope/heapscope/internal/launch"
+	"github.com/heapscope/heapscope/internal/stopped"
 )
 
 func ebpfAvailable() error { return ebpf.Available() }
@@ -21,10 +25,14 @@ type ebpfBackend struct {
 	// For a launched program, the session ends once the program's status is
 	// known, not merely once the tracer saw it exit.
 	launched   bool
-	hold       bool // a launched program starts stopped, for a leak check at its exit
+	hold       bool // a launched program starts stopped, for the session's watch (Session.watchExit)
 	exitedOnce sync.Once
 	statusIn   chan struct{}
 	doneCh     chan struct{}
+
+	sink    *sessionSink
+	wmu     sync.Mutex
+	watches map[int]*stopped.Watch // of the processes attached, which hold their children unseen
 }
 
 func newEBPF(s *Session) (backend, error) {
@@ -44,16 +52,88 @@ func newEBPF(s *Session) (backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &ebpfBackend{t: t, statusIn: make(chan struct{}), doneCh: make(chan struct{}), hold: s.props.checksAtExit()}, nil
+	b := &ebpfBackend{t: t, statusIn: make(chan struct{}), doneCh: make(chan struct{}), sink: s.sink, watches: map[int]*stopped.Watch{}}
+	b.hold = s.props.checksAtExit() || b.holdsChildren()
+	return b, nil
 }
 
-func (b *ebpfBackend) attach(pid int) error { return b.t.Attach(pid) }
-func (b *ebpfBackend) detach(pid int) error { return b.t.Detach(pid) }
+// holdsChildren reports whether the tracer holds the children it follows
+// (with a SIGSTOP, until their probes are placed): a watch of package
+// stopped then keeps each in a stop its parent cannot see (the BPF side's
+// SIGSTOP, a group stop, would show a shell that waits with WUNTRACED its
+// command "Stopped").
+func (b *ebpfBackend) holdsChildren() bool { return b.t.FollowsChildren() == nil }
+
+// watchOptions are what a watch of a traced process needs for the
+// tracer's holds.
+func (b *ebpfBackend) watchOptions() stopped.WatchOptions {
+	return stopped.WatchOptions{Follow: b.holdsChildren(), Held: b.t.Holding}
+}
+
+func (b *ebpfBackend) attach(pid int) error {
+	b.watch(pid)
+	if err := b.t.Attach(pid); err != nil {
+		b.unwatch(pid)
+		return err
+	}
+	return nil
+}
+
+func (b *ebpfBackend) detach(pid int) error {
+	err := b.t.Detach(pid)
+	b.unwatch(pid)
+	return err
+}
+
+// watch seizes process pid, attached, before the tracer follows its
+// children, so that it holds them unseen. A process another debugger traces
+// cannot be: its children are held with the SIGSTOP, and the trace says so.
+func (b *ebpfBackend) watch(pid int) {
+	if !b.holdsChildren() {
+		return
+	}
+	w, err := stopped.Seize(pid, b.watchOptions())
+	switch {
+	case err == nil:
+		b.wmu.Lock()
+		b.watches[pid] = w
+		b.wmu.Unlock()
+	case errors.Is(err, errs.ErrNoSuchProcess):
+		// Attach says so.
+	default:
+		b.sink.Note(event.Warning{PID: uint32(pid), Time: monotonicNow(), Code: "children-stopped",
+			Text: fmt.Sprintf("pid %d: its children are held with SIGSTOP until traced, which a shell waiting for them sees as \"Stopped\": %v", pid, err)})
+	}
+}
+
+// unwatch ends the watch of process pid, if any.
+func (b *ebpfBackend) unwatch(pid int) {
+	b.wmu.Lock()
+	w := b.watches[pid]
+	delete(b.watches, pid)
+	b.wmu.Unlock()
+	if w != nil {
+		w.Close()
+	}
+}
 func (b *ebpfBackend) pids() []int          { return b.t.PIDs() }
 func (b *ebpfBackend) flush() error         { return b.t.Flush() }
 func (b *ebpfBackend) flushPeriodic() error { return b.t.FlushPeriodic() }
 func (b *ebpfBackend) stats() event.Stats   { return b.t.Stats() }
-func (b *ebpfBackend) close() error         { return b.t.Close() }
+
+// close ends the tracer, which ends its holds through the watches, then
+// the watches.
+func (b *ebpfBackend) close() error {
+	err := b.t.Close()
+	b.wmu.Lock()
+	ws := b.watches
+	b.watches = map[int]*stopped.Watch{}
+	b.wmu.Unlock()
+	for _, w := range ws {
+		w.Close()
+	}
+	return err
+}
 
 func (b *ebpfBackend) warnings() []string {
 	var w []string
@@ -76,7 +156,7 @@ func (b *ebpfBackend) launch(cmd *exec.Cmd) error {
 	}()
 	start := launch.StartHeld
 	if b.hold {
-		start = launch.StartStopped // for a leak check's watch to seize (see Session.watchExit)
+		start = launch.StartStopped // for the session's watch to seize (see Session.watchExit)
 	}
 	return start(cmd, func(pid int) error { return b.t.Attach(pid, ebpf.Launched()) })
 }

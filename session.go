@@ -183,7 +183,7 @@ func Launch(name string, props Properties, cmd *exec.Cmd) (*Session, error) {
 	s.child = cmd
 	s.exited = make(chan struct{})
 	s.mu.Unlock()
-	if s.props.checksAtExit() {
+	if h, ok := s.b.(interface{ holdsChildren() bool }); s.props.checksAtExit() || ok && h.holdsChildren() {
 		s.watchExit(cmd.Process.Pid)
 	}
 	w := s.exitWatch()

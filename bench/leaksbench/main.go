@@ -12,12 +12,14 @@
 //     trace's verdict records;
 //   - LeakSanitizer's check of the same program (scan_heap built with
 //     -fsanitize=leak times its __lsan_do_leak_check), the anchor;
-//   - what the watch for the exit's check costs a program while it runs:
-//     watch_cost's malloc+free pair, signal, thread and fork, untraced, under
-//     `heapscope run --no-leak-check` and under `heapscope run`.
+//   - what a watch (ptrace) costs a program while it runs: watch_cost's
+//     malloc+free pair, signal, thread and fork, untraced, under `heapscope
+//     run --no-leak-check` and under `heapscope run` (the exit's watch); with
+//     eBPF, under `run --provider ebpf --no-leak-check`, whose watch holds
+//     the children it follows unseen, and with --no-follow-fork (no watch).
 //
 // Usage (repo root, as root for ebpf): go run ./bench/leaksbench [-mib 100]
-// [-reps 5] [-o bench/RESULTS-leaks.md].
+// [-reps 5] [-cost-only] [-o bench/RESULTS-leaks.md].
 package main
 
 import (
@@ -48,6 +50,7 @@ func main() {
 	mib := flag.Int("mib", 100, "live heap to build, MiB")
 	reps := flag.Int("reps", 5, "repetitions")
 	out := flag.String("o", "", "append the tables to this file")
+	costOnly := flag.Bool("cost-only", false, "measure only what a watch costs a program (the watch_cost table)")
 	flag.Parse()
 	log.SetFlags(0)
 	defer testutil.Cleanup()
@@ -68,55 +71,94 @@ func main() {
 	b := &bench{hs: hs, dir: dir, env: env, mib: *mib}
 
 	var md strings.Builder
-	fmt.Fprintf(&md, "\n## %s: `go run ./bench/leaksbench -mib %d -reps %d`\n\n", time.Now().Format("2006-01-02"), *mib, *reps)
+	if *costOnly {
+		fmt.Fprintf(&md, "\n## %s: `go run ./bench/leaksbench -cost-only -reps %d`\n\n", time.Now().Format("2006-01-02"), *reps)
+	} else {
+		fmt.Fprintf(&md, "\n## %s: `go run ./bench/leaksbench -mib %d -reps %d`\n\n", time.Now().Format("2006-01-02"), *mib, *reps)
+	}
 	fmt.Fprintf(&md, "Machine: %s. Load before: %s.\n\n", benchutil.Machine(), benchutil.LoadAvg())
 
 	providers := []string{"preload"}
 	if ebpf.Available() == nil {
 		providers = append(providers, "ebpf")
 	}
-	fmt.Fprintf(&md, "| provider | blocks known | pause ms (median, min–max) | check ms (median) | exit: run's end after the line, no check / check ms | exit check: pause / whole ms | LSan check ms | check / LSan |\n|---|---|---|---|---|---|---|---|\n")
+	if !*costOnly {
+		b.checks(&md, providers, heap, lsanHeap, *reps)
+	}
+	b.costs(&md, providers, cost, *reps)
+	fmt.Print(md.String())
+	if *out != "" {
+		f, err := os.OpenFile(*out, os.O_APPEND|os.O_WRONLY|os.O_CREATE, 0o644)
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer f.Close()
+		io.WriteString(f, md.String())
+	}
+}
+
+// checks measures the leak checks of a running process and at its exit,
+// with each provider, and LeakSanitizer's.
+func (b *bench) checks(md *strings.Builder, providers []string, heap, lsanHeap string, reps int) {
+	fmt.Fprintf(md, "| provider | blocks known | pause ms (median, min–max) | check ms (median) | exit: run's end after the line, no check / check ms | exit check: pause / whole ms | LSan check ms | check / LSan |\n|---|---|---|---|---|---|---|---|\n")
 	var lsan []float64
-	for i := 0; i < *reps; i++ {
+	for i := 0; i < reps; i++ {
 		lsan = append(lsan, b.lsanCheck(lsanHeap))
 	}
 	for _, prov := range providers {
 		var pause, check []float64
 		var blocks uint64
-		for i := 0; i < *reps; i++ {
+		for i := 0; i < reps; i++ {
 			p, c, n := b.running(heap, prov)
 			pause, check, blocks = append(pause, p), append(check, c...), n
 		}
 		var off, on, exitPause, exitCheck []float64
-		for i := 0; i < *reps; i++ {
+		for i := 0; i < reps; i++ {
 			off = append(off, b.atExit(heap, prov, false, nil))
 			var v event.Verdict
 			on = append(on, b.atExit(heap, prov, true, &v))
 			exitPause, exitCheck = append(exitPause, float64(v.Pause)/1e6), append(exitCheck, float64(v.Elapsed)/1e6)
 		}
-		fmt.Fprintf(&md, "| %s | %d | %.1f (%.1f–%.1f) | %.1f | %.0f / %.0f | %.1f / %.1f | %.1f | %.2f× |\n", prov, blocks,
+		fmt.Fprintf(md, "| %s | %d | %.1f (%.1f–%.1f) | %.1f | %.0f / %.0f | %.1f / %.1f | %.1f | %.2f× |\n", prov, blocks,
 			benchutil.Median(pause), slices.Min(pause), slices.Max(pause), benchutil.Median(check), benchutil.Median(off), benchutil.Median(on),
 			benchutil.Median(exitPause), benchutil.Median(exitCheck), benchutil.Median(lsan), benchutil.Median(check)/benchutil.Median(lsan))
 	}
-	fmt.Fprintf(&md, "\nMedians of %d. pause: what `heapscope leaks` reports (the process stopped: the threads interrupted, its events delivered, the live set taken, the roots gathered, its memory read); check: the whole check, the classification after the process went on included. exit: from the line that lets scan_heap return from main to heapscope's own exit (`run -q`), without and with the check at exit; exit check: the verdict's pause and time (the process held at its end).\n\n", *reps)
+	fmt.Fprintf(md, "\nMedians of %d. pause: what `heapscope leaks` reports (the process stopped: the threads interrupted, its events delivered, the live set taken, the roots gathered, its memory read); check: the whole check, the classification after the process went on included. exit: from the line that lets scan_heap return from main to heapscope's own exit (`run -q`), without and with the check at exit; exit check: the verdict's pause and time (the process held at its end).\n\n", reps)
+}
 
-	fmt.Fprintf(&md, "| watch_cost | malloc+free pair ns | signal µs | thread create+join µs | fork+exit+wait µs |\n|---|---|---|---|---|\n")
-	for _, c := range []struct {
+// costs measures what watch_cost pays per operation, untraced and traced,
+// watched or not.
+func (b *bench) costs(md *strings.Builder, providers []string, cost string, reps int) {
+	fmt.Fprintf(md, "| watch_cost | N | malloc+free pair ns | signal µs | thread create+join µs | fork+exit+wait µs |\n|---|---|---|---|---|---|\n")
+	trace := filepath.Join(b.dir, "c.hst")
+	type row struct {
 		name string
+		n    string
 		args []string
-	}{
-		{"untraced", nil},
-		{"run --no-leak-check", []string{"run", "-q", "--no-leak-check", "-o", filepath.Join(dir, "c.hst"), "--overwrite", "--"}},
-		{"run (leak check at exit: watched)", []string{"run", "-q", "-o", filepath.Join(dir, "c.hst"), "--overwrite", "--"}},
-	} {
+	}
+	rows := []row{
+		{"untraced", "200000", nil},
+		{"run --no-leak-check", "200000", []string{"run", "-q", "--no-leak-check", "-o", trace, "--overwrite", "--"}},
+		{"run (leak check at exit: watched)", "200000", []string{"run", "-q", "-o", trace, "--overwrite", "--"}},
+	}
+	if slices.Contains(providers, "ebpf") {
+		// Fewer: each fork's child is held until its probes are in.
+		rows = append(rows,
+			row{"untraced", "20000", nil},
+			row{"run --provider ebpf --no-leak-check --no-follow-fork (not watched)", "20000",
+				[]string{"run", "-q", "--provider", "ebpf", "--no-leak-check", "--no-follow-fork", "-o", trace, "--overwrite", "--"}},
+			row{"run --provider ebpf --no-leak-check (children followed: watched)", "20000",
+				[]string{"run", "-q", "--provider", "ebpf", "--no-leak-check", "-o", trace, "--overwrite", "--"}})
+	}
+	for _, c := range rows {
 		var pair, sig, thr, frk []float64
-		for i := 0; i < *reps; i++ {
+		for i := 0; i < reps; i++ {
 			var cmd *exec.Cmd
 			if c.args == nil {
-				cmd = exec.Command(cost, "200000")
+				cmd = exec.Command(cost, c.n)
 			} else {
-				cmd = exec.Command(hs, append(c.args, cost, "200000")...)
-				cmd.Env = env
+				cmd = exec.Command(b.hs, append(c.args, cost, c.n)...)
+				cmd.Env = b.env
 			}
 			o, err := cmd.Output()
 			if err != nil {
@@ -128,18 +170,9 @@ func main() {
 			}
 			pair, sig, thr, frk = append(pair, p), append(sig, s/1e3), append(thr, t/1e3), append(frk, f/1e3)
 		}
-		fmt.Fprintf(&md, "| %s | %.0f | %.1f | %.1f | %.0f |\n", c.name, benchutil.Median(pair), benchutil.Median(sig), benchutil.Median(thr), benchutil.Median(frk))
+		fmt.Fprintf(md, "| %s | %s | %.0f | %.1f | %.1f | %.0f |\n", c.name, c.n, benchutil.Median(pair), benchutil.Median(sig), benchutil.Median(thr), benchutil.Median(frk))
 	}
-	fmt.Fprintf(&md, "\nMedians of %d, preload provider; load after: %s.\n", *reps, benchutil.LoadAvg())
-	fmt.Print(md.String())
-	if *out != "" {
-		f, err := os.OpenFile(*out, os.O_APPEND|os.O_WRONLY|os.O_CREATE, 0o644)
-		if err != nil {
-			log.Fatal(err)
-		}
-		defer f.Close()
-		io.WriteString(f, md.String())
-	}
+	fmt.Fprintf(md, "\nMedians of %d (watch_cost N: N malloc+free pairs, N/10 signals, N/100 threads, N/1000 forks); load after: %s.\n", reps, benchutil.LoadAvg())
 }
 
 type bench struct {

@@ -21,8 +21,10 @@ func init() {
 		help: `
 Places uprobes on the allocator of each process; nothing in the process
 changes and nothing restarts. The processes they fork are traced too, each
-from its first instruction (held, with SIGSTOP, until its probes are in;
---no-follow-fork leaves them alone). The session ends when the last process exits,
+from its first instruction: held until its probes are in, in a ptrace
+stop its parent cannot see (heapscope traces the processes it follows with
+ptrace, so no debugger can trace them meanwhile; --no-follow-fork leaves
+children alone and uses no ptrace). The session ends when the last process exits,
 after --duration, on Ctrl-C or SIGTERM, or on 'heapscope stop NAME'. Use
 'heapscope update NAME' to add or remove processes while it runs.
 

@@ -75,6 +75,7 @@ func (f *sessionFlags) register(fs *flag.FlagSet, which int) {
 	if f.launch {
 		fs.TextVar(&f.provider, "provider", f.provider, "`PROVIDER` of a launched program: "+choices(heapscope.ProviderPreload, heapscope.ProviderEBPF)+" (the LD_PRELOAD interposer or uprobes)")
 	}
+	fs.BoolVar(&f.noFollowFork, "no-follow-fork", false, "eBPF: trace only the given processes (or the launched program), not the children they fork\n(an exec goes on as the same process); no ptrace is used to hold the children unseen")
 	fs.TextVar(&f.onFull, "on-full", f.onFull, "`POLICY` when the collector falls behind: "+choices(heapscope.OnFullDefault, heapscope.Block, heapscope.Drop)+". With preload (and attach --inject), block\n(exact, slows the program) or drop (count losses); with ebpf, drop only (a uprobe cannot wait).\n(default: the provider's own, block for preload, drop for ebpf)")
 	fs.BoolVar(&f.emitUSDT, "emit-usdt", false, "with --sample (preload, and attach --inject): fire OpenTelemetry's otel_memory USDT probes, alloc(ptr, size, weight)\n"+
 		"and free(ptr), for the sampled blocks, so that a profiler that reads them (the OpenTelemetry eBPF\n"+
@@ -92,7 +93,6 @@ func (f *sessionFlags) register(fs *flag.FlagSet, which int) {
 			}
 			return fmt.Errorf("%q: want uprobes, usdt or auto", s)
 		})
-		fs.BoolVar(&f.noFollowFork, "no-follow-fork", false, "eBPF: trace only the given processes, not the children they fork (an exec goes on as the same process)")
 		fs.BoolVar(&f.inject, "inject", false, "load heapscope's interposer into the processes (ptrace, no gdb) instead of placing uprobes:\nrun's cost per call, run's stack walkers; the children they fork are not traced")
 	}
 	fs.Var(&f.name, "name", fmt.Sprintf("session `NAME`, unique on the machine, 1 to %d characters (default heapscope-PROGRAM-PID)", heapscope.MaxNameLen))
@@ -255,6 +255,12 @@ func (f *sessionFlags) properties(program string, pid int, attach bool) (heapsco
 		p.Source = f.source
 	}
 	p.Unwind, p.Provider, p.OnFull = f.unwind, f.provider, f.onFull
+	if !attach && f.noFollowFork {
+		if p.Provider != heapscope.ProviderEBPF {
+			return p, usagef("--no-follow-fork: with --provider ebpf (the interposer follows children through LD_PRELOAD, with no hold)")
+		}
+		p.NoFollowFork = true
+	}
 	if attach {
 		p.Provider, p.NoFollowFork = heapscope.ProviderEBPF, f.noFollowFork
 		if f.inject {

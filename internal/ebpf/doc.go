@@ -43,7 +43,11 @@
 // continues it (SIGCONT). An exec of a followed process is held the same
 // way: the old image ends (its Exit, status -1) and the new one is
 // attached from scratch, with a Process record of its own under the same
-// pid. A parent that waits with WUNTRACED sees the stop and the continue.
+// pid. A parent that waits with WUNTRACED sees the stop and the continue,
+// unless the process is traced by a watch of package stopped that follows
+// children (WatchOptions.Follow, with Tracer.Holding as its Held), as the
+// heapscope session's are: then the stop is a ptrace stop only heapscope
+// sees, and stopped.Release ends it.
 // Every stop is recorded in a BPF map before it is made, and a watchdog
 // process the tracer starts (this program again, see watchdog.go) holds the
 // map: when the tracer dies without continuing a process, even by SIGKILL,
@@ -189,7 +193,8 @@
 // loader's list has become consistent with more objects than before, and
 // the tracer loads the new files' tables and continues it (SIGCONT), also
 // when building fails, and at Close. A parent that waits with WUNTRACED
-// sees that stop too; it costs nothing per allocation. Stacks stop at 127
+// sees that stop too, unless a watch traces the process (as above); it
+// costs nothing per allocation. Stacks stop at 127
 // frames; a stack cut there is counted (event.Stats.StacksCutDepth), but
 // the event model has no mark on the stack itself. An allocator other than glibc, jemalloc, tcmalloc
 // and mimalloc is probed only when the executable defines the standard

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/heapscope/heapscope/internal/errs"
+	"github.com/heapscope/heapscope/internal/stopped"
 )
 
 // Children. Probes are attached per process (a PID-filtered uprobe runs its
@@ -18,8 +19,11 @@ import (
 // stops a followed process's child at its fork, and a followed process at
 // its exec, before either runs an instruction, and sends a note; the
 // follower attaches the probes and then continues the process. The stop is
-// a SIGSTOP, which a parent that waits with WUNTRACED (a job-control shell)
-// can see, and a SIGCONT ends it; NoFollowFork avoids both.
+// a SIGSTOP: a group stop, which a parent that waits with WUNTRACED (a
+// job-control shell) can see and a SIGCONT ends, unless a watch of package
+// stopped traces the process (WatchOptions.Follow, with Holding as its
+// Held): then it is a ptrace stop the parent cannot see, which
+// stopped.Release ends. NoFollowFork avoids both.
 
 // noteSize is sizeof(struct note).
 const noteSize = 24
@@ -200,9 +204,32 @@ func (t *Tracer) resume(pid int, held bool) {
 	defer t.heldMu.Unlock()
 	if t.held[pid] {
 		delete(t.held, pid)
-		unix.Kill(pid, unix.SIGCONT)
-		t.unheld(pid)
+		t.cont(pid)
 	}
+}
+
+// cont ends a hold of pid, through the watch that traces it or with
+// SIGCONT, and takes it off the watchdog's list first: once continued, the
+// process may be held again at once (its exec, its loader), and that hold,
+// listed anew before its stop, must stay listed (the watch asks Holding).
+// Called with heldMu held.
+func (t *Tracer) cont(pid int) {
+	if !stopped.Release(pid, func() { t.unheld(pid) }) {
+		t.unheld(pid)
+		unix.Kill(pid, unix.SIGCONT)
+	}
+}
+
+// Holding reports whether the BPF side holds process pid (a stop it made
+// and the tracer has not ended): a watch's WatchOptions.Held.
+func (t *Tracer) Holding(pid int) bool {
+	t.life.RLock()
+	defer t.life.RUnlock()
+	if t.gone {
+		return false
+	}
+	var v uint8
+	return t.objs.held.Lookup(uint32(pid), &v) == nil
 }
 
 // resumeAll continues the processes still held, whose followers wait for
@@ -212,14 +239,12 @@ func (t *Tracer) resumeAll() {
 	t.heldMu.Lock()
 	defer t.heldMu.Unlock()
 	for pid := range t.held {
-		unix.Kill(pid, unix.SIGCONT)
-		t.unheld(pid)
+		t.cont(pid)
 	}
 	clear(t.held)
 }
 
-// unheld takes a process continued off the watchdog's list. Called with
-// heldMu held.
+// unheld takes a process continued off the watchdog's list.
 func (t *Tracer) unheld(pid int) {
 	t.life.RLock()
 	defer t.life.RUnlock()

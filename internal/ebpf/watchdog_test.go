@@ -125,10 +125,10 @@ func killAtHold(t *testing.T, pid int, child bool) bool {
 		if child {
 			kids, _ := proc.Children(pid)
 			for _, k := range kids {
-				held = held || stopped(k)
+				held = held || isStopped(k)
 			}
 		} else {
-			held = stopped(pid)
+			held = isStopped(pid)
 		}
 		if held {
 			cmd.Process.Signal(syscall.SIGKILL)
@@ -140,19 +140,19 @@ func killAtHold(t *testing.T, pid int, child bool) bool {
 	return false
 }
 
-func stopped(pid int) bool {
+func isStopped(pid int) bool {
 	st, err := proc.ReadStat(pid)
 	return err == nil && st.State == 'T'
 }
 
 // stoppedIn names pid or a child of it that is stopped, or returns "".
 func stoppedIn(pid int) string {
-	if stopped(pid) {
+	if isStopped(pid) {
 		return fmt.Sprintf("pid %d", pid)
 	}
 	kids, _ := proc.Children(pid)
 	for _, k := range kids {
-		if stopped(k) {
+		if isStopped(k) {
 			return fmt.Sprintf("child %d of %d", k, pid)
 		}
 	}

@@ -93,7 +93,8 @@ type thread struct {
 // Errors wrap errs.ErrNoSuchProcess (no such process, or it exited during
 // the stop), errs.ErrAccessDenied (no permission to trace it), or
 // errs.ErrCannotStop (already traced by another process, a thread that does
-// not stop within Options.Timeout, an exec during the stop).
+// not stop within Options.Timeout, an exec during the stop). A process that
+// a Watch of this program traces, or follows, is stopped through it.
 func Stop(pid int, opt Options) (p *Process, err error) {
 	if opt.Timeout <= 0 {
 		opt.Timeout = DefaultTimeout
@@ -110,6 +111,10 @@ func Stop(pid int, opt Options) (p *Process, err error) {
 	}
 	if tgid == os.Getpid() {
 		return nil, fmt.Errorf("pid %d is this process: %w", pid, errs.ErrCannotStop)
+	}
+	if w := tracing(tgid); w != nil {
+		// A process has one tracer: its watch stops it.
+		return w.stop(tgid, opt)
 	}
 	p = &Process{pid: tgid, timeout: opt.Timeout, image: imageID(tgid), tr: startTracer()}
 	defer func() {
@@ -638,6 +643,7 @@ func taskState(pid, tid int) (byte, error) {
 type status struct {
 	state  byte
 	tgid   int
+	ppid   int
 	tracer int
 }
 
@@ -659,6 +665,8 @@ func parseStatus(b []byte) status {
 			st.tgid, _ = strconv.Atoi(v)
 		case "TracerPid":
 			st.tracer, _ = strconv.Atoi(v)
+		case "PPid":
+			st.ppid, _ = strconv.Atoi(v)
 		}
 	}
 	return st

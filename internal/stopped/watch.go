@@ -36,9 +36,13 @@ import (
 // and polls at most every 50 ms besides.
 //
 // Watch.Stop stops the running process for a scan, as Stop does for a
-// process not watched (a process can have one tracer only). When heapscope
-// dies, the kernel detaches every thread, which runs on untraced; the
-// process is also released if Close is called.
+// process not watched (a process can have one tracer only; the package's
+// Stop of a watched process goes through its watch). When heapscope dies,
+// the kernel detaches every thread, which runs on untraced; the process is
+// also released if Close is called.
+//
+// With WatchOptions.Follow, the processes it forks are watched too, from
+// before their first instruction, and theirs in turn (see follow.go).
 type Watch struct {
 	pid int
 	opt WatchOptions
@@ -47,10 +51,13 @@ type Watch struct {
 	// The tracer's thread alone touches what follows.
 	ts       map[int]*wthread
 	nap      time.Duration
-	stopping bool      // a Stop is stopping or holds the threads
+	stopping int       // the process a Stop is stopping or holds, 0 for none
 	exitAt   time.Time // the first thread of a group exit stopped then
 	held     *Process  // the stop that holds the threads, if any
 	ended    bool
+	// due counts, per process, the releases of holds (Release) that came
+	// before the hold's stop did.
+	due map[int]int
 
 	done      chan struct{}
 	closeOnce sync.Once
@@ -71,6 +78,18 @@ type WatchOptions struct {
 	// ExitMaxPause bounds how long the end is held (DefaultExitMaxPause
 	// when 0): OnExit's Process is resumed by itself after it.
 	ExitMaxPause time.Duration
+	// Follow watches the processes a watched process forks (fork, vfork,
+	// or a clone that makes a process), each from before its first
+	// instruction, as the watched process is; Stop of one of them goes
+	// through the watch. The watch ends with the process Seize named.
+	Follow bool
+	// Held, with Follow, is asked about each SIGSTOP a watched thread
+	// takes that no process sent (si_code SI_KERNEL: one the BPF side
+	// sent to hold it): true keeps the thread in that stop, the signal
+	// dropped, until Release. A parent waiting with WUNTRACED (a shell
+	// with job control) does not see such a stop, which a group stop
+	// would show it.
+	Held func(pid int) bool
 }
 
 // DefaultExitMaxPause is WatchOptions.ExitMaxPause's default: a process
@@ -81,6 +100,7 @@ const DefaultExitMaxPause = 5 * time.Minute
 // wthread is a watched thread.
 type wthread struct {
 	tid int
+	pid int // its process (thread group)
 	// held: the thread is in a ptrace stop the watch has not ended.
 	held bool
 	// How to let a held thread go on: its signal to hand back (a
@@ -88,6 +108,8 @@ type wthread struct {
 	// keeps it stopped until SIGCONT).
 	sig    int
 	listen bool
+	// hold: a stop WatchOptions.Held asked to keep, until Release.
+	hold bool
 	// exiting: it stopped on its way out (PTRACE_EVENT_EXIT).
 	exiting bool
 	gone    bool
@@ -97,7 +119,10 @@ type wthread struct {
 	hasRegs bool
 }
 
-const watchOptions = unix.PTRACE_O_TRACECLONE | unix.PTRACE_O_TRACEEXIT | unix.PTRACE_O_TRACEEXEC
+const (
+	watchOptions  = unix.PTRACE_O_TRACECLONE | unix.PTRACE_O_TRACEEXIT | unix.PTRACE_O_TRACEEXEC
+	followOptions = watchOptions | unix.PTRACE_O_TRACEFORK | unix.PTRACE_O_TRACEVFORK
+)
 
 // Seize watches process pid (see Watch). It fails with
 // errs.ErrNoSuchProcess when the process is gone, errs.ErrAccessDenied
@@ -117,7 +142,10 @@ func Seize(pid int, opt WatchOptions) (*Watch, error) {
 	if tgid == os.Getpid() {
 		return nil, fmt.Errorf("pid %d is this process: %w", pid, errs.ErrCannotStop)
 	}
-	w := &Watch{pid: tgid, opt: opt, ts: map[int]*wthread{}, done: make(chan struct{}), nap: minNap}
+	w := &Watch{pid: tgid, opt: opt, ts: map[int]*wthread{}, done: make(chan struct{}), nap: minNap, due: map[int]int{}}
+	if !register(tgid, w) {
+		return nil, fmt.Errorf("pid %d is watched already: %w", pid, errs.ErrCannotStop)
+	}
 	// Every ptrace stop of a tracee sends this process SIGCHLD: it wakes
 	// the tracer's loop, which would otherwise find the stop only at its
 	// next poll (a signal or a thread of the program would wait for it).
@@ -134,6 +162,14 @@ func Seize(pid int, opt WatchOptions) (*Watch, error) {
 		return nil, err
 	}
 	return w, nil
+}
+
+// options are the ptrace options of the watch's threads.
+func (w *Watch) options() uintptr {
+	if w.opt.Follow {
+		return followOptions
+	}
+	return watchOptions
 }
 
 // PID is the process watched.
@@ -155,7 +191,7 @@ func (w *Watch) seizeAll() error {
 			if w.ts[tid] != nil {
 				continue
 			}
-			err := ptrace(unix.PTRACE_SEIZE, tid, 0, watchOptions)
+			err := ptrace(unix.PTRACE_SEIZE, tid, 0, w.options())
 			switch {
 			case errors.Is(err, unix.ESRCH):
 				continue // gone meanwhile
@@ -172,7 +208,7 @@ func (w *Watch) seizeAll() error {
 			case err != nil:
 				return fmt.Errorf("pid %d: PTRACE_SEIZE of thread %d: %w", w.pid, tid, err)
 			}
-			w.ts[tid] = &wthread{tid: tid}
+			w.ts[tid] = &wthread{tid: tid, pid: w.pid}
 			added = true
 		}
 		if !added {
@@ -239,8 +275,20 @@ func (w *Watch) reap() bool {
 				w.end()
 				return busy
 			}
+			// (A followed process's leader, reaped here, goes on to its
+			// parent as a zombie: the watch is its tracer, not its
+			// parent.)
 			unix.Waitid(unix.P_PID, tid, &si, unix.WEXITED|unix.WALL|unix.WNOTHREAD, nil)
-			if t := w.ts[tid]; t != nil {
+			t := w.ts[tid]
+			switch {
+			case t == nil:
+				w.forget(tid) // a followed process that ended unseen
+			case t.pid != w.pid:
+				delete(w.ts, tid)
+				if tid == t.pid {
+					w.forget(tid)
+				}
+			default:
 				// The kernel skips the exit stop of a thread that has a
 				// fatal signal pending then (ptrace_stop): one killed
 				// twice in a group exit ends unseen, its registers and
@@ -269,42 +317,58 @@ func (w *Watch) reap() bool {
 func (w *Watch) stopped(tid, status int) {
 	t := w.ts[tid]
 	if t == nil {
-		// A new thread (its parent's clone event may come later).
-		t = &wthread{tid: tid}
-		w.ts[tid] = t
+		// A new thread (its parent's clone event may come later), or
+		// the first of a followed process.
+		t = w.add(tid, w.processOf(tid))
 	}
 	t.held, t.sig, t.listen = true, 0, false
 	switch event, sig := status>>8, status&0xff; event {
 	case unix.PTRACE_EVENT_CLONE:
 		if msg, err := unix.PtraceGetEventMsg(tid); err == nil && w.ts[int(msg)] == nil {
-			w.ts[int(msg)] = &wthread{tid: int(msg)}
+			w.add(int(msg), t.pid)
+		}
+		w.goOn(t)
+	case unix.PTRACE_EVENT_FORK, unix.PTRACE_EVENT_VFORK:
+		// A followed process, traced from its start: its first stop
+		// may come before this one or after.
+		if msg, err := unix.PtraceGetEventMsg(tid); err == nil && w.ts[int(msg)] == nil {
+			w.add(int(msg), int(msg))
 		}
 		w.goOn(t)
 	case unix.PTRACE_EVENT_EXEC:
-		// A new program: the other threads are gone, and the one that
-		// executed it has the leader's ID.
-		for id := range w.ts {
-			if id != tid {
+		// A new program: the process's other threads are gone, and the
+		// one that executed it has the leader's ID.
+		for id, o := range w.ts {
+			if id != tid && o.pid == t.pid {
 				delete(w.ts, id) // ended by the exec (their reports, if any, are reaped unknown)
 			}
 		}
-		w.exitAt = time.Time{}
+		if t.pid == w.pid {
+			w.exitAt = time.Time{}
+		}
 		w.goOn(t)
 	case unix.PTRACE_EVENT_EXIT:
 		t.exiting = true
+		if t.pid != w.pid {
+			w.goOn(t) // a followed process's end is not held
+			return
+		}
 		t.hasRegs = unix.PtraceGetRegs(tid, &t.regs) == nil
 		w.exiting(t)
 	case unix.PTRACE_EVENT_STOP:
 		if isStopSignal(sig) {
 			t.listen = true // a group stop
 		}
-		if !w.stopping {
+		if w.stopping != t.pid {
 			w.goOn(t)
 		}
 	case 0:
+		if sig == int(unix.SIGSTOP) && w.holds(t) {
+			return
+		}
 		// A signal-delivery stop: the signal goes back with it.
 		t.sig = sig
-		if !w.stopping {
+		if w.stopping != t.pid {
 			w.goOn(t)
 		}
 	default:
@@ -323,7 +387,7 @@ func isStopSignal(sig int) bool {
 // goOn lets a held thread go on as it was going: in its group stop, with
 // the signal it was taking, or running.
 func (w *Watch) goOn(t *wthread) {
-	if !t.held {
+	if !t.held || t.hold {
 		return
 	}
 	t.held = false
@@ -360,11 +424,12 @@ func (w *Watch) exiting(t *wthread) {
 	}
 }
 
-// running returns the threads neither on their way out nor gone.
+// running returns the threads of the watched process neither on their way
+// out nor gone.
 func (w *Watch) running() []int {
 	var out []int
 	for _, t := range w.ts {
-		if !t.exiting && !t.gone {
+		if t.pid == w.pid && !t.exiting && !t.gone {
 			out = append(out, t.tid)
 		}
 	}
@@ -407,6 +472,7 @@ func (w *Watch) exited() {
 	memTID := 0
 	for _, t := range w.ts {
 		switch {
+		case t.pid != w.pid:
 		case t.exiting && t.held && t.hasRegs:
 			p.ts = append(p.ts, &thread{tid: t.tid, seized: true, stopped: true, regs: t.regs})
 			if memTID == 0 || t.tid == w.pid {
@@ -443,7 +509,10 @@ func (w *Watch) exited() {
 // Stop stops every thread of the watched process, as the package's Stop
 // does, for a process this Watch traces. Resume lets them go on, watched.
 // It fails with errs.ErrNoSuchProcess when the process is ending or gone.
-func (w *Watch) Stop(opt Options) (p *Process, err error) {
+func (w *Watch) Stop(opt Options) (p *Process, err error) { return w.stop(w.pid, opt) }
+
+// stop is Stop of process pid, the watched process or one it follows.
+func (w *Watch) stop(pid int, opt Options) (p *Process, err error) {
 	if opt.Timeout <= 0 {
 		opt.Timeout = DefaultTimeout
 	}
@@ -455,7 +524,7 @@ func (w *Watch) Stop(opt Options) (p *Process, err error) {
 		return nil, fmt.Errorf("pid %d has ended: %w", w.pid, errs.ErrNoSuchProcess)
 	default:
 	}
-	if !w.tr.try(func() { p, err = w.stopAll(time.Now().Add(opt.Timeout)) }) {
+	if !w.tr.try(func() { p, err = w.stopAll(pid, time.Now().Add(opt.Timeout)) }) {
 		return nil, fmt.Errorf("pid %d has ended: %w", w.pid, errs.ErrNoSuchProcess)
 	}
 	if err != nil {
@@ -468,23 +537,36 @@ func (w *Watch) Stop(opt Options) (p *Process, err error) {
 	return p, nil
 }
 
-// stopAll interrupts every running thread and waits for each to stop, on
-// the tracer's thread.
-func (w *Watch) stopAll(deadline time.Time) (*Process, error) {
+// stopAll interrupts every running thread of process pid and waits for
+// each to stop, on the tracer's thread.
+func (w *Watch) stopAll(pid int, deadline time.Time) (*Process, error) {
 	if w.ended || w.held != nil || !w.exitAt.IsZero() {
 		return nil, fmt.Errorf("pid %d is ending: %w", w.pid, errs.ErrNoSuchProcess)
 	}
-	w.stopping = true
+	if pid != w.pid {
+		// A followed process's threads, those whose first stop has not
+		// been seen among them.
+		tids, err := listTasks(pid)
+		if err != nil {
+			return nil, err
+		}
+		for _, tid := range tids {
+			if w.ts[tid] == nil {
+				w.add(tid, pid)
+			}
+		}
+	}
+	w.stopping = pid
 	fail := func(err error) (*Process, error) {
-		w.stopping = false
+		w.stopping = 0
 		for _, t := range w.ts {
-			if !t.exiting {
+			if t.pid == pid && !t.exiting {
 				w.goOn(t)
 			}
 		}
 		return nil, err
 	}
-	p := &Process{pid: w.pid, tr: w.tr, watch: w}
+	p := &Process{pid: pid, tr: w.tr, watch: w}
 	interrupted := map[int]bool{}
 	for nap := 5 * time.Microsecond; ; {
 		pending := 0
@@ -492,24 +574,27 @@ func (w *Watch) stopAll(deadline time.Time) (*Process, error) {
 			// Once each: every interrupt is a stop to come, and one
 			// that came after the thread had stopped otherwise (at a
 			// signal) would stop it again after the Resume.
-			if t.gone || t.held || interrupted[t.tid] {
+			if t.pid != pid || t.gone || t.held || interrupted[t.tid] {
 				continue
 			}
 			interrupted[t.tid] = true
 			if err := unix.PtraceInterrupt(t.tid); err != nil && !errors.Is(err, unix.ESRCH) {
-				return fail(fmt.Errorf("pid %d: PTRACE_INTERRUPT of thread %d: %w", w.pid, t.tid, err))
+				return fail(fmt.Errorf("pid %d: PTRACE_INTERRUPT of thread %d: %w", pid, t.tid, err))
 			}
 			if p.start.IsZero() {
 				p.start = time.Now()
 			}
 		}
 		w.reap()
-		if w.ended {
-			return nil, fmt.Errorf("pid %d exited during the stop: %w", w.pid, errs.ErrNoSuchProcess)
+		if w.ended || pid != w.pid && watchOf(pid) != w {
+			return nil, fmt.Errorf("pid %d exited during the stop: %w", pid, errs.ErrNoSuchProcess)
 		}
 		for _, t := range w.ts {
+			if t.pid != pid {
+				continue
+			}
 			if t.exiting && t.held {
-				return fail(fmt.Errorf("pid %d is exiting: %w", w.pid, errs.ErrNoSuchProcess))
+				return fail(fmt.Errorf("pid %d is exiting: %w", pid, errs.ErrNoSuchProcess))
 			}
 			if !t.gone && !t.held {
 				pending++
@@ -519,26 +604,29 @@ func (w *Watch) stopAll(deadline time.Time) (*Process, error) {
 			break
 		}
 		if time.Now().After(deadline) {
-			return fail(fmt.Errorf("pid %d: %d threads did not stop within the deadline: %w", w.pid, pending, errs.ErrCannotStop))
+			return fail(fmt.Errorf("pid %d: %d threads did not stop within the deadline: %w", pid, pending, errs.ErrCannotStop))
 		}
 		time.Sleep(nap)
 		nap = min(2*nap, time.Millisecond)
 	}
 	for _, t := range w.ts {
-		if t.gone {
+		if t.pid != pid || t.gone {
 			continue
 		}
 		var regs unix.PtraceRegs
 		if err := unix.PtraceGetRegs(t.tid, &regs); err != nil {
-			return fail(fmt.Errorf("pid %d: registers of thread %d: %v: %w", w.pid, t.tid, err, errs.ErrCannotStop))
+			return fail(fmt.Errorf("pid %d: registers of thread %d: %v: %w", pid, t.tid, err, errs.ErrCannotStop))
 		}
 		p.ts = append(p.ts, &thread{tid: t.tid, seized: true, stopped: true, regs: regs})
 	}
+	if len(p.ts) == 0 {
+		return fail(fmt.Errorf("pid %d has no thread left: %w", pid, errs.ErrNoSuchProcess))
+	}
 	var err error
-	if p.maps, err = proc.ReadMaps(w.pid); err != nil {
+	if p.maps, err = proc.ReadMaps(pid); err != nil {
 		return fail(err)
 	}
-	p.mem.pid = w.pid
+	p.mem.pid = pid
 	w.held = p
 	return p, nil
 }
@@ -550,7 +638,7 @@ func (w *Watch) release(p *Process) {
 		if w.held != p {
 			return
 		}
-		w.held, w.stopping = nil, false
+		w.held, w.stopping = nil, 0
 		for _, t := range w.ts {
 			w.goOn(t)
 		}
@@ -562,10 +650,12 @@ func (w *Watch) release(p *Process) {
 // then learns of its end).
 func (w *Watch) end() {
 	w.ended = true
+	w.unregisterAll()
 	w.closeOnce.Do(func() { close(w.done) })
 }
 
-// Close stops watching: threads held by a stop of the watch go on, and the
+// Close stops watching: threads held by a stop of the watch go on, so do
+// those WatchOptions.Held holds (the SIGSTOP dropped), and the
 // tracer's thread exits, which detaches every thread (the process runs on
 // untraced, its job-control state kept). It waits for that.
 func (w *Watch) Close() error {
@@ -574,6 +664,7 @@ func (w *Watch) Close() error {
 	if held != nil {
 		held.Resume()
 	}
+	w.tr.try(w.endHolds)
 	w.tr.try(w.end)
 	<-w.tr.done
 	w.tr.waitGone()
