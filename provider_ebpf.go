@@ -102,7 +102,7 @@ func (b *ebpfBackend) watch(pid int) {
 		// Attach says so.
 	default:
 		b.sink.Note(event.Warning{PID: uint32(pid), Time: monotonicNow(), Code: "children-stopped",
-			Text: fmt.Sprintf("pid %d: its children are held with SIGSTOP until traced, which a shell waiting for them sees as \"Stopped\": %v", pid, err)})
+			Text: fmt.Sprintf("its children are held with SIGSTOP until traced, which a shell waiting for them sees as \"Stopped\": %v", err)})
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/heapscope/heapscope"
+	"github.com/heapscope/heapscope/event"
 	"github.com/heapscope/heapscope/internal/proc"
 )
 
@@ -124,6 +125,14 @@ func attach(sf sessionFlags, props heapscope.Properties, pids []int, duration ti
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
+	// The session's warnings are printed as they come (and kept in the
+	// trace), but the census's, which printCensuses says, and the leak
+	// checks' verdicts, which are 'heapscope leaks''s answer.
+	props.Hooks.OnWarning = func(w event.Warning) {
+		if w.Code != "census" && w.Code != "leak-check" {
+			fmt.Fprintf(os.Stderr, "heapscope: warning: pid %d: %s\n", w.PID, w.Text)
+		}
+	}
 	s, err := heapscope.Start(name, props, pids)
 	if err != nil {
 		return sf.startError(err)

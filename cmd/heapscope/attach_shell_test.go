@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/heapscope/heapscope/internal/ebpf"
 	"github.com/heapscope/heapscope/internal/proc"
+	"github.com/heapscope/heapscope/internal/stopped"
 	"github.com/heapscope/heapscope/internal/testutil"
 )
 
@@ -167,5 +169,32 @@ func continueAndKill(st proc.Stat) {
 	}
 	for _, p := range all {
 		syscall.Kill(p, syscall.SIGKILL)
+	}
+}
+
+// TestAttachTracedElsewhere: a process another debugger traces already
+// (this test, with ptrace) cannot be watched: attach traces it all the
+// same, says at once that its children are held with a SIGSTOP a shell
+// sees, and the trace keeps the warning.
+func TestAttachTracedElsewhere(t *testing.T) {
+	testutil.SkipWithoutEBPF(t, ebpf.Available())
+	prog := exec.Command("/bin/sleep", "30")
+	rmust(t, prog.Start())
+	t.Cleanup(func() { prog.Process.Kill(); prog.Wait() })
+	w, err := stopped.Seize(prog.Process.Pid, stopped.WatchOptions{})
+	rmust(t, err)
+	defer w.Close()
+	trace := filepath.Join(t.TempDir(), "t.hst")
+	out, err := cli(t, "attach", "-q", "--no-census", "-p", strconv.Itoa(prog.Process.Pid), "--duration", "500ms", "-o", trace).CombinedOutput()
+	if err != nil {
+		t.Fatalf("attach: %v\n%s", err, out)
+	}
+	const want = "its children are held with SIGSTOP until traced"
+	if !strings.Contains(string(out), "warning: pid "+strconv.Itoa(prog.Process.Pid)+": "+want) {
+		t.Errorf("attach said %q, want a warning that %s", out, want)
+	}
+	info, err := cli(t, "info", trace).CombinedOutput()
+	if err != nil || !strings.Contains(string(info), want) {
+		t.Errorf("info (%v) has no warning that %s:\n%s", err, want, info)
 	}
 }
