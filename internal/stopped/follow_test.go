@@ -19,10 +19,10 @@ import (
 // forker is a watch_fork process: a parent that waits for its children
 // with WUNTRACED, as a shell with job control does.
 type forker struct {
-	t   *testing.T
-	in  io.Writer
-	out *bufio.Reader
-	pid int
+	t     *testing.T
+	in    io.Writer
+	lines chan string
+	pid   int
 }
 
 func startForker(t *testing.T) *forker {
@@ -31,7 +31,14 @@ func startForker(t *testing.T) *forker {
 	cmd := exec.Command(bin)
 	cmd.Stderr = os.Stderr
 	in, out := testutil.StartPiped(t, cmd)
-	f := &forker{t: t, in: in, out: bufio.NewReader(out)}
+	f := &forker{t: t, in: in, lines: make(chan string, 16)}
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			f.lines <- strings.TrimSpace(sc.Text())
+		}
+		close(f.lines)
+	}()
 	if _, err := fmt.Sscanf(f.line(), "ready %d", &f.pid); err != nil {
 		t.Fatal(err)
 	}
@@ -45,13 +52,20 @@ func startForker(t *testing.T) *forker {
 	return f
 }
 
+// line returns watch_fork's next line; none within 30 s (a child left
+// held) fails the test.
 func (f *forker) line() string {
 	f.t.Helper()
-	l, err := f.out.ReadString('\n')
-	if err != nil {
-		f.t.Fatalf("reading watch_fork: %v (got %q)", err, l)
+	select {
+	case l, ok := <-f.lines:
+		if !ok {
+			f.t.Fatal("watch_fork ended")
+		}
+		return l
+	case <-time.After(30 * time.Second):
+		f.t.Fatal("watch_fork said nothing in 30 s: a child is held still")
 	}
-	return strings.TrimSpace(l)
+	return ""
 }
 
 func (f *forker) send(cmd string) {
@@ -123,6 +137,35 @@ func TestFollowHoldsUnseen(t *testing.T) {
 	}
 	if Release(f.pid+1_000_000, nil) {
 		t.Error("Release of a process no watch traces = true")
+	}
+}
+
+// TestFollowReleaseBeforeHold: a release that comes before its hold's
+// stop (the BPF side's hold is released by a tracer that was quick) ends
+// the hold as it comes: the child runs on, unseen.
+func TestFollowReleaseBeforeHold(t *testing.T) {
+	f := startForker(t)
+	w, err := Seize(f.pid, WatchOptions{Follow: true, Held: func(pid int) bool { return pid != f.pid }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	f.send("d")
+	var kid int
+	for deadline := time.Now().Add(30 * time.Second); kid == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("watch_fork forked no child")
+		}
+		if kids, _ := proc.Children(f.pid); len(kids) > 0 {
+			kid = kids[0]
+		}
+	}
+	if !Release(kid, nil) {
+		t.Fatalf("Release(%d) = false, want the watch to trace it", kid)
+	}
+	got := f.line() + " / " + f.line()
+	if !strings.Contains(got, fmt.Sprintf("exited %d 0", kid)) || strings.Contains(got, "stopped") {
+		t.Fatalf("the parent and child said %q, want the child to have run and exited, unseen", got)
 	}
 }
 

@@ -5,7 +5,8 @@
 // "child PID" and exits 0 once it runs again. The parent waits for it with
 // WUNTRACED, as an interactive shell does, and prints "stopped PID" if it
 // saw it stop (what the Follow watch must prevent) or "exited PID STATUS".
-// "t" makes a thread fork the child instead of the main thread.
+// "t" makes a thread fork the child instead of the main thread; "d" makes
+// the child wait 300 ms before it holds itself.
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <signal.h>
@@ -15,10 +16,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static pid_t spawn(void)
+static pid_t spawn(int delay)
 {
 	pid_t pid = fork();
 	if (pid == 0) {
+		if (delay)
+			usleep(300000);
 		siginfo_t si;
 		memset(&si, 0, sizeof si);
 		si.si_signo = SIGSTOP;
@@ -33,7 +36,7 @@ static pid_t spawn(void)
 
 static void *spawner(void *arg)
 {
-	*(pid_t *)arg = spawn();
+	*(pid_t *)arg = spawn(0);
 	return NULL;
 }
 
@@ -44,8 +47,8 @@ int main(void)
 	char line[16];
 	while (fgets(line, sizeof line, stdin)) {
 		pid_t pid = -1;
-		if (line[0] == 'f') {
-			pid = spawn();
+		if (line[0] == 'f' || line[0] == 'd') {
+			pid = spawn(line[0] == 'd');
 		} else if (line[0] == 't') {
 			pthread_t t;
 			pthread_create(&t, NULL, spawner, &pid);
