@@ -192,14 +192,26 @@ func (w *Watch) release1(pid int, unlist func()) bool {
 }
 
 // endHolds lets every held thread go on, the SIGSTOP dropped, on the
-// tracer's thread: the watch ends (a thread still in its signal-delivery
-// stop when the tracer's thread exits would take the SIGSTOP, a group stop).
-func (w *Watch) endHolds() {
+// tracer's thread, as the watch ends (a thread still in its
+// signal-delivery stop when the tracer's thread exits would take the
+// SIGSTOP, a group stop). It first takes in the stops reported already: a
+// hold whose stop the kernel has reported is one it ends. It returns the
+// processes whose hold was released before its stop came, which the
+// caller continues once they are untraced.
+func (w *Watch) endHolds() []int {
+	w.reap()
 	for _, t := range w.ts {
 		if t.hold {
 			t.hold = false
 			w.goOn(t)
 		}
 	}
+	var due []int
+	for pid, n := range w.due {
+		if n > 0 {
+			due = append(due, pid)
+		}
+	}
 	clear(w.due)
+	return due
 }

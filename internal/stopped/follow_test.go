@@ -75,19 +75,32 @@ func (f *forker) send(cmd string) {
 	}
 }
 
-// heldChild waits for a child of the forker in a ptrace stop ('t') and
-// returns it.
-func (f *forker) heldChild() int {
-	f.t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-		kids, _ := proc.Children(f.pid)
-		for _, k := range kids {
-			if st, err := proc.ReadStat(k); err == nil && st.State == 't' {
-				return k
-			}
+// holder returns WatchOptions.Held for the forker's watch: every child's
+// SIGSTOP is a hold, and each is told on the channel.
+func (f *forker) holder() (func(int) bool, chan int) {
+	held := make(chan int, 16)
+	return func(pid int) bool {
+		if pid == f.pid {
+			return false
 		}
+		held <- pid
+		return true
+	}, held
+}
+
+// heldChild waits until the watch holds a child of the forker, and returns
+// it.
+func (f *forker) heldChild(held chan int) int {
+	f.t.Helper()
+	select {
+	case pid := <-held:
+		if st, err := proc.ReadStat(pid); err != nil || st.State != 't' {
+			f.t.Fatalf("the held child %d is in state %c (%v), want a ptrace stop", pid, st.State, err)
+		}
+		return pid
+	case <-time.After(30 * time.Second):
+		f.t.Fatal("no child of watch_fork held")
 	}
-	f.t.Fatal("no child of watch_fork held in a ptrace stop")
 	return 0
 }
 
@@ -105,14 +118,15 @@ func TestFollowHoldsUnseen(t *testing.T) {
 	}
 	f.line() // the child's own line, once continued
 
-	w, err := Seize(f.pid, WatchOptions{Follow: true, Held: func(pid int) bool { return pid != f.pid }})
+	isHeld, held := f.holder()
+	w, err := Seize(f.pid, WatchOptions{Follow: true, Held: isHeld})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer w.Close()
 	for _, cmd := range []string{"f", "t", "f"} {
 		f.send(cmd)
-		kid := f.heldChild()
+		kid := f.heldChild(held)
 		p, err := Stop(kid, Options{})
 		if err != nil {
 			t.Fatalf("Stop of a held child: %v", err)
@@ -173,12 +187,13 @@ func TestFollowReleaseBeforeHold(t *testing.T) {
 // unseen, with its SIGSTOP dropped.
 func TestFollowCloseEndsHolds(t *testing.T) {
 	f := startForker(t)
-	w, err := Seize(f.pid, WatchOptions{Follow: true, Held: func(pid int) bool { return pid != f.pid }})
+	isHeld, held := f.holder()
+	w, err := Seize(f.pid, WatchOptions{Follow: true, Held: isHeld})
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.send("f")
-	kid := f.heldChild()
+	kid := f.heldChild(held)
 	w.Close()
 	got := f.line() + " / " + f.line()
 	if !strings.Contains(got, fmt.Sprintf("exited %d 0", kid)) {

@@ -664,11 +664,17 @@ func (w *Watch) Close() error {
 	if held != nil {
 		held.Resume()
 	}
-	w.tr.try(w.endHolds)
+	var due []int
+	w.tr.try(func() { due = w.endHolds() })
 	w.tr.try(w.end)
 	<-w.tr.done
 	w.tr.waitGone()
 	w.closeOnce.Do(func() { close(w.done) })
+	// A hold released before its stop came, now untraced: its SIGSTOP,
+	// pending still or taken as a group stop once detached, goes.
+	for _, pid := range due {
+		unix.Kill(pid, unix.SIGCONT)
+	}
 	return nil
 }
 
