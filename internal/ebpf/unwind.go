@@ -162,7 +162,16 @@ func (u *uwState) fileFor(pid uint32, m proc.Mapping) *uwFile {
 		return f
 	}
 	f := &uwFile{key: key, path: m.Path, users: map[uint32]int{}}
-	u.files[key], u.seen[key] = f, f
+	u.files[key] = f
+	defer func() {
+		// A file seen again (its table was freed once no process
+		// mapped it) keeps a good record over a failure of this load,
+		// which is of the process (gone, its /proc entries with it),
+		// not of the file.
+		if old := u.seen[key]; old == nil || old.err != nil || f.err == nil {
+			u.seen[key] = f
+		}
+	}()
 	fd, err := proc.OpenMapped(int(pid), m)
 	if err != nil {
 		f.err = err
