@@ -11,6 +11,13 @@
 // thread of its own (the kernel's tracer is a thread), and that thread exits
 // at Resume.
 //
+// A Watch keeps a process seized while it runs: to hold its end for a leak
+// check (WatchOptions.OnExit), and, with WatchOptions.Follow, to trace the
+// children it forks from their first instruction and keep the eBPF
+// provider's holds of them in ptrace stops their parent cannot see
+// (WatchOptions.Held, Release). A process has one tracer: Stop of a watched
+// process goes through its watch.
+//
 // A stopped process always runs again:
 //   - Resume detaches every thread; it is idempotent, and Stop resumes what
 //     it stopped when it fails, panics included.
