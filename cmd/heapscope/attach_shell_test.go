@@ -198,3 +198,46 @@ func TestAttachTracedElsewhere(t *testing.T) {
 		t.Errorf("info (%v) has no warning that %s:\n%s", err, want, info)
 	}
 }
+
+// TestEBPFChildrenExitStatus: the children an eBPF session follows end with
+// their status in the trace, though their parent reaps them (the watch
+// that holds them sees their end): an exit code, a signal, and an attached
+// process's own end. (Before, each was "detached ..., or ended with a
+// status only its parent sees".)
+func TestEBPFChildrenExitStatus(t *testing.T) {
+	testutil.SkipWithoutEBPF(t, ebpf.Available())
+	dir := t.TempDir()
+	trace := filepath.Join(dir, "t.hst")
+	out, err := cli(t, "run", "-q", "--provider", "ebpf", "-o", trace, "--",
+		"/bin/sh", "-c", `(exit 3); /bin/sh -c 'kill -9 $$'; exit 0`).CombinedOutput()
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, out)
+	}
+	info, err := cli(t, "info", trace).CombinedOutput()
+	rmust(t, err)
+	for _, want := range []string{"status 3", "killed by signal 9"} {
+		if !strings.Contains(string(info), want) {
+			t.Errorf("info has no child %s:\n%s", want, info)
+		}
+	}
+
+	// An attached process (not heapscope's child) that exits with 7.
+	prog := exec.Command("/bin/sh", "-c", "read x; exit 7")
+	in, err := prog.StdinPipe()
+	rmust(t, err)
+	rmust(t, prog.Start())
+	t.Cleanup(func() { prog.Process.Kill(); prog.Wait() })
+	trace2 := filepath.Join(dir, "a.hst")
+	h := cli(t, "attach", "-q", "--no-census", "-p", strconv.Itoa(prog.Process.Pid), "-o", trace2)
+	startTracing(t, h)
+	in.Write([]byte("\n"))
+	prog.Wait()
+	if err := h.Wait(); err != nil {
+		t.Fatalf("attach: %v", err)
+	}
+	info, err = cli(t, "info", trace2).CombinedOutput()
+	rmust(t, err)
+	if !strings.Contains(string(info), "status 7") {
+		t.Errorf("info of the attached process has no status 7:\n%s", info)
+	}
+}

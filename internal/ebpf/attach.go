@@ -17,6 +17,7 @@ import (
 	"github.com/heapscope/heapscope/internal/ebpf/sites"
 	"github.com/heapscope/heapscope/internal/errs"
 	"github.com/heapscope/heapscope/internal/proc"
+	"github.com/heapscope/heapscope/internal/stopped"
 )
 
 // AttachOption modifies how Attach traces a process.
@@ -582,6 +583,10 @@ func (t *Tracer) sinkError() error {
 	return t.sinkErr
 }
 
+// endedWait bounds the wait, at the end of a process a watch traces, for
+// the watch to take its end in (stopped.Ended).
+const endedWait = 250 * time.Millisecond
+
 // ReportExit gives the exit status of a process attached with Launched,
 // which the caller reaped: status is the exit code, or 128+signal when
 // signal killed it. The process's Exit record carries them.
@@ -649,6 +654,9 @@ func (t *Tracer) end(p *tracee, exited bool) {
 				}
 			} else if s, ok := childStatus(p.pidfd); ok {
 				ex = s
+			} else if status, sig, ok := stopped.Ended(p.pid, endedWait); ok {
+				// Another's child, followed by a watch, which saw it end.
+				ex = exitStatus{int32(status), int32(sig)}
 			}
 		}
 		t.out.Lock()

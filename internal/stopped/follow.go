@@ -4,6 +4,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -214,4 +215,67 @@ func (w *Watch) endHolds() []int {
 	}
 	clear(w.due)
 	return due
+}
+
+// ends keeps how the processes watches saw end ended, the most recent
+// maxEnds: the parent of a followed process reaps it, not the watch, and
+// the tracer that asks (the eBPF provider, for its Exit record) would
+// otherwise never know.
+var ends struct {
+	mu    sync.Mutex
+	m     map[int]ending
+	order []int
+}
+
+type ending struct{ status, signal int }
+
+const maxEnds = 4096
+
+// recordEnd keeps the end of process pid that si (a waitid report) says.
+func recordEnd(pid int, si *unix.Siginfo) {
+	_, code := childInfo(si)
+	e := ending{status: code}
+	if si.Code != cldExited {
+		e = ending{status: 128 + code, signal: code}
+	}
+	ends.mu.Lock()
+	defer ends.mu.Unlock()
+	if ends.m == nil {
+		ends.m = map[int]ending{}
+	}
+	if _, ok := ends.m[pid]; !ok {
+		ends.order = append(ends.order, pid)
+	}
+	ends.m[pid] = e
+	if len(ends.order) > maxEnds {
+		delete(ends.m, ends.order[0])
+		ends.order = ends.order[1:]
+	}
+}
+
+// Ended returns how process pid ended, as a watch of this program saw it
+// end, once: status is its exit code, or 128+signal with signal the one
+// that killed it. A process a watch traces still (its end not yet taken
+// in) is waited for, up to wait. ok is false for a process no watch saw
+// end (or one asked about already: its pid may be another process's now).
+func Ended(pid int, wait time.Duration) (status, signal int, ok bool) {
+	take := func() (ending, bool) {
+		ends.mu.Lock()
+		defer ends.mu.Unlock()
+		e, ok := ends.m[pid]
+		delete(ends.m, pid)
+		return e, ok
+	}
+	for deadline := time.Now().Add(wait); ; time.Sleep(time.Millisecond) {
+		if e, ok := take(); ok {
+			return e.status, e.signal, true
+		}
+		if watchOf(pid) == nil || time.Now().After(deadline) {
+			// (A watch records an end before it forgets the process.)
+			if e, ok := take(); ok {
+				return e.status, e.signal, true
+			}
+			return 0, 0, false
+		}
+	}
 }

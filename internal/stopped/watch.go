@@ -268,6 +268,9 @@ func (w *Watch) reap() bool {
 		busy = true
 		switch {
 		case si.Code >= cldExited && si.Code <= cldDumped:
+			if tid == w.pid || watchOf(tid) == w {
+				recordEnd(tid, &si)
+			}
 			if tid == w.pid {
 				// The leader's exit comes once every thread is gone:
 				// the process has ended. Let the tracer's thread go
