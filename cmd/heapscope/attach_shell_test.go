@@ -241,3 +241,55 @@ func TestEBPFChildrenExitStatus(t *testing.T) {
 		t.Errorf("info of the attached process has no status 7:\n%s", info)
 	}
 }
+
+// TestAttachKilledWhileHolding: heapscope killed (SIGKILL) while its watch
+// holds a followed child in a ptrace stop never leaves a process stopped:
+// the kernel lets the child go as its tracer dies, and the SIGSTOP it was
+// held with then is undone by the tracer's watchdog. 20 kills, each as soon
+// as a child of a forking shell is in a ptrace stop.
+func TestAttachKilledWhileHolding(t *testing.T) {
+	testutil.SkipWithoutEBPF(t, ebpf.Available())
+	loop := exec.Command("/bin/sh", "-c", "while :; do /bin/true; done")
+	rmust(t, loop.Start())
+	st, err := proc.ReadStat(loop.Process.Pid)
+	rmust(t, err)
+	t.Cleanup(func() { continueAndKill(st); loop.Wait() })
+	trace := filepath.Join(t.TempDir(), "t.hst")
+	kills := 0
+	for round := 0; round < 20; round++ {
+		h := cli(t, "attach", "-q", "--no-census", "-p", strconv.Itoa(loop.Process.Pid), "-o", trace, "--overwrite")
+		startTracing(t, h)
+		held := 0
+		for deadline := time.Now().Add(30 * time.Second); held == 0 && time.Now().Before(deadline); {
+			kids, _ := proc.Children(loop.Process.Pid)
+			for _, k := range kids {
+				if s, err := proc.ReadStat(k); err == nil && s.State == 't' {
+					held = k
+				}
+			}
+		}
+		h.Process.Kill()
+		h.Wait()
+		if held != 0 {
+			kills++
+		}
+		// Two seconds for the watchdog's last look (one second after
+		// the tracer's end), then nothing under the loop is stopped.
+		time.Sleep(2 * time.Second)
+		for _, p := range append([]int{loop.Process.Pid}, childrenOf(loop.Process.Pid)...) {
+			if s, err := proc.ReadStat(p); err == nil && (s.State == 't' || s.State == 'T') {
+				t.Fatalf("round %d (a child held: %v): pid %d left in state %c", round, held != 0, p, s.State)
+			}
+		}
+	}
+	t.Logf("%d of 20 kills came while a child was in a ptrace stop", kills)
+	if kills < 10 {
+		t.Errorf("only %d of 20 kills came while a child was held", kills)
+	}
+}
+
+// childrenOf returns pid's children.
+func childrenOf(pid int) []int {
+	kids, _ := proc.Children(pid)
+	return kids
+}
