@@ -656,20 +656,15 @@ func (s *Session) watchExit(pid int) {
 	w, err := stopped.Seize(pid, opt)
 	unix.Kill(pid, unix.SIGCONT)
 	if err != nil {
-		var text string
-		if exitCheck {
-			text = "no leak check at exit: " + err.Error()
-		} else {
-			text = "its children are held with SIGSTOP until traced, which a shell waiting for them sees as \"Stopped\": " + err.Error()
+		if !exitCheck {
+			s.sink.Note(childrenStopped(pid, err))
+			return
 		}
+		text := "no leak check at exit: " + err.Error()
 		if errors.Is(err, errs.ErrCannotStop) {
 			text += " (another debugger traces the program)"
 		}
-		code := "children-stopped"
-		if exitCheck {
-			code = "leak-check-failed"
-		}
-		s.sink.Note(event.Warning{PID: uint32(pid), Time: monoNow(), Code: code, Text: text})
+		s.sink.Note(event.Warning{PID: uint32(pid), Time: monoNow(), Code: "leak-check-failed", Text: text})
 		return
 	}
 	s.leaks.mu.Lock()

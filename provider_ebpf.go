@@ -101,9 +101,16 @@ func (b *ebpfBackend) watch(pid int) {
 	case errors.Is(err, errs.ErrNoSuchProcess):
 		// Attach says so.
 	default:
-		b.sink.Note(event.Warning{PID: uint32(pid), Time: monotonicNow(), Code: "children-stopped",
-			Text: fmt.Sprintf("its children are held with SIGSTOP until traced, which a shell waiting for them sees as \"Stopped\": %v", err)})
+		b.sink.Note(childrenStopped(pid, err))
 	}
+}
+
+// childrenStopped is the warning of a process that no watch could seize
+// (another debugger traces it): the children the tracer follows are held
+// with the visible SIGSTOP.
+func childrenStopped(pid int, err error) event.Warning {
+	text := fmt.Sprintf("its children are held with SIGSTOP until traced, which a shell waiting for them sees as \"Stopped\": %v", err)
+	return event.Warning{PID: uint32(pid), Time: monotonicNow(), Code: "children-stopped", Text: text}
 }
 
 // unwatch ends the watch of process pid, if any.

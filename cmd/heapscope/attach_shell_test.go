@@ -276,7 +276,8 @@ func TestAttachKilledWhileHolding(t *testing.T) {
 		// Two seconds for the watchdog's last look (one second after
 		// the tracer's end), then nothing under the loop is stopped.
 		time.Sleep(2 * time.Second)
-		for _, p := range append([]int{loop.Process.Pid}, childrenOf(loop.Process.Pid)...) {
+		kids, _ := proc.Children(loop.Process.Pid)
+		for _, p := range append([]int{loop.Process.Pid}, kids...) {
 			if s, err := proc.ReadStat(p); err == nil && (s.State == 't' || s.State == 'T') {
 				t.Fatalf("round %d (a child held: %v): pid %d left in state %c", round, held != 0, p, s.State)
 			}
@@ -286,10 +287,4 @@ func TestAttachKilledWhileHolding(t *testing.T) {
 	if kills < 10 {
 		t.Errorf("only %d of 20 kills came while a child was held", kills)
 	}
-}
-
-// childrenOf returns pid's children.
-func childrenOf(pid int) []int {
-	kids, _ := proc.Children(pid)
-	return kids
 }

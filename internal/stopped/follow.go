@@ -217,14 +217,12 @@ func (w *Watch) endHolds() []int {
 	return due
 }
 
-// ends keeps how the processes watches saw end ended, the most recent
-// maxEnds: the parent of a followed process reaps it, not the watch, and
-// the tracer that asks (the eBPF provider, for its Exit record) would
-// otherwise never know.
+// ends keeps how the processes watches saw end ended, at most maxEnds: the
+// parent of a followed process reaps it, not the watch, and the tracer that
+// asks (the eBPF provider, for its Exit record) would otherwise never know.
 var ends struct {
-	mu    sync.Mutex
-	m     map[int]ending
-	order []int
+	mu sync.Mutex
+	m  map[int]ending
 }
 
 type ending struct{ status, signal int }
@@ -243,14 +241,13 @@ func recordEnd(pid int, si *unix.Siginfo) {
 	if ends.m == nil {
 		ends.m = map[int]ending{}
 	}
-	if _, ok := ends.m[pid]; !ok {
-		ends.order = append(ends.order, pid)
+	for k := range ends.m {
+		if len(ends.m) < maxEnds {
+			break
+		}
+		delete(ends.m, k) // one nobody asked about (Ended takes each)
 	}
 	ends.m[pid] = e
-	if len(ends.order) > maxEnds {
-		delete(ends.m, ends.order[0])
-		ends.order = ends.order[1:]
-	}
 }
 
 // Ended returns how process pid ended, as a watch of this program saw it
