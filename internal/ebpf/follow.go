@@ -209,14 +209,17 @@ func (t *Tracer) resume(pid int, held bool) {
 }
 
 // cont ends a hold of pid, through the watch that traces it or with
-// SIGCONT, and takes it off the watchdog's list first: once continued, the
-// process may be held again at once (its exec, its loader), and that hold,
+// SIGCONT, and takes it off the watchdog's list. Through a watch, off the
+// list first (on the watch's thread, before the process runs): once it
+// runs it may be held again at once (its exec, its loader), and that hold,
 // listed anew before its stop, must stay listed (the watch asks Holding).
-// Called with heldMu held.
+// With SIGCONT, off the list after: a heapscope killed between the two
+// leaves the stopped process listed for the watchdog. Called with heldMu
+// held.
 func (t *Tracer) cont(pid int) {
 	if !stopped.Release(pid, func() { t.unheld(pid) }) {
-		t.unheld(pid)
 		unix.Kill(pid, unix.SIGCONT)
+		t.unheld(pid)
 	}
 }
 
