@@ -55,6 +55,9 @@ func watchOf(pid int) *Watch {
 
 // forget ends what the watch knows of process pid, which has ended.
 func (w *Watch) forget(pid int) {
+	for _, unlist := range w.due[pid] {
+		unlist() // ended: its holds with it
+	}
 	delete(w.due, pid)
 	registry.mu.Lock()
 	defer registry.mu.Unlock()
@@ -111,8 +114,9 @@ func (w *Watch) holds(t *wthread) bool {
 	if ptrace(unix.PTRACE_GETSIGINFO, t.tid, 0, uintptr(unsafe.Pointer(&si))) != nil || si.Code != siKernel {
 		return false
 	}
-	if w.due[t.pid] > 0 {
-		w.due[t.pid]--
+	if d := w.due[t.pid]; len(d) > 0 {
+		w.due[t.pid] = d[1:]
+		d[0]() // unlisted only now, the process about to run
 		t.sig = 0
 		if w.stopping != t.pid {
 			w.goOn(t)
@@ -129,7 +133,8 @@ func (w *Watch) holds(t *wthread) bool {
 // Release ends the holds (WatchOptions.Held) of process pid: its threads
 // held go on, the SIGSTOP dropped, and a hold whose stop has not come yet
 // ends when it comes. unlist, if not nil, runs on the watch's thread before
-// any thread goes on: a caller that lists its holds for Held unlists pid
+// the held thread goes on (when its stop comes, for a hold to come; at
+// once if the process ends or the watch closes): a caller that lists its holds for Held unlists pid
 // there, so that a hold that comes once the process runs again, listed
 // anew, is one Held sees. Release reports whether a watch of this program
 // traces pid (if not, unlist did not run, and a hold of pid is a group
@@ -171,22 +176,29 @@ func (w *Watch) release1(pid int, unlist func()) bool {
 	if w.ended {
 		return false
 	}
-	if unlist != nil {
-		unlist()
+	if unlist == nil {
+		unlist = func() {}
 	}
-	found := false
+	var held []*wthread
 	for _, t := range w.ts {
 		if t.pid == pid && t.hold {
-			t.hold, found = false, true
-			if w.stopping != pid {
-				w.goOn(t)
-			}
+			held = append(held, t)
 		}
 	}
-	if !found {
-		w.due[pid]++
+	if len(held) == 0 {
+		// Unlisted when the stop comes and is ended: until then a
+		// heapscope killed leaves the SIGSTOP to come to the watchdog.
+		w.due[pid] = append(w.due[pid], unlist)
 		if pid != w.pid {
 			register(pid, w)
+		}
+		return true
+	}
+	unlist()
+	for _, t := range held {
+		t.hold = false
+		if w.stopping != pid {
+			w.goOn(t)
 		}
 	}
 	return true
@@ -199,7 +211,7 @@ func (w *Watch) release1(pid int, unlist func()) bool {
 // hold whose stop the kernel has reported is one it ends. It returns the
 // processes whose hold was released before its stop came, which the
 // caller continues once they are untraced.
-func (w *Watch) endHolds() []int {
+func (w *Watch) endHolds() map[int][]func() {
 	w.reap()
 	for _, t := range w.ts {
 		if t.hold {
@@ -207,13 +219,8 @@ func (w *Watch) endHolds() []int {
 			w.goOn(t)
 		}
 	}
-	var due []int
-	for pid, n := range w.due {
-		if n > 0 {
-			due = append(due, pid)
-		}
-	}
-	clear(w.due)
+	due := w.due
+	w.due = map[int][]func(){}
 	return due
 }
 

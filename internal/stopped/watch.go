@@ -55,9 +55,9 @@ type Watch struct {
 	exitAt   time.Time // the first thread of a group exit stopped then
 	held     *Process  // the stop that holds the threads, if any
 	ended    bool
-	// due counts, per process, the releases of holds (Release) that came
-	// before the hold's stop did.
-	due map[int]int
+	// due lists, per process, the releases of holds (Release) that came
+	// before the hold's stop did, each with its unlist.
+	due map[int][]func()
 
 	done      chan struct{}
 	closeOnce sync.Once
@@ -142,7 +142,7 @@ func Seize(pid int, opt WatchOptions) (*Watch, error) {
 	if tgid == os.Getpid() {
 		return nil, fmt.Errorf("pid %d is this process: %w", pid, errs.ErrCannotStop)
 	}
-	w := &Watch{pid: tgid, opt: opt, ts: map[int]*wthread{}, done: make(chan struct{}), nap: minNap, due: map[int]int{}}
+	w := &Watch{pid: tgid, opt: opt, ts: map[int]*wthread{}, done: make(chan struct{}), nap: minNap, due: map[int][]func(){}}
 	if !register(tgid, w) {
 		return nil, fmt.Errorf("pid %d is watched already: %w", pid, errs.ErrCannotStop)
 	}
@@ -667,7 +667,7 @@ func (w *Watch) Close() error {
 	if held != nil {
 		held.Resume()
 	}
-	var due []int
+	var due map[int][]func()
 	w.tr.try(func() { due = w.endHolds() })
 	w.tr.try(w.end)
 	<-w.tr.done
@@ -675,8 +675,11 @@ func (w *Watch) Close() error {
 	w.closeOnce.Do(func() { close(w.done) })
 	// A hold released before its stop came, now untraced: its SIGSTOP,
 	// pending still or taken as a group stop once detached, goes.
-	for _, pid := range due {
+	for pid, unlists := range due {
 		unix.Kill(pid, unix.SIGCONT)
+		for _, unlist := range unlists {
+			unlist()
+		}
 	}
 	return nil
 }
