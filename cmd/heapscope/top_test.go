@@ -58,8 +58,15 @@ func (p *tmuxPane) keys(k ...string) { p.tmux(append([]string{"send-keys", "-t",
 // waitFor returns the first screen for which ok holds, or fails after 20s.
 func (p *tmuxPane) waitFor(what string, ok func(string) bool) string {
 	p.t.Helper()
+	return p.waitWithin(20*time.Second, what, ok)
+}
+
+// waitWithin is waitFor with its own deadline, for work whose length
+// depends on the machine's load (a whole index built under CI's tests).
+func (p *tmuxPane) waitWithin(d time.Duration, what string, ok func(string) bool) string {
+	p.t.Helper()
 	var s string
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 		if s = p.screen(); ok(s) {
 			return s
 		}
