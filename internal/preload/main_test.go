@@ -79,6 +79,6 @@ func helper(args []string) {
 	for c.Stats().Delivered == 0 {
 		time.Sleep(time.Millisecond)
 	}
-	fmt.Fprintf(os.Stderr, "pid %d\n", cmd.Process.Pid)
+	fmt.Fprintf(os.Stderr, "pid %d sock %s\n", cmd.Process.Pid, c.sock)
 	select {}
 }

@@ -177,20 +177,6 @@ func TestSocketHijack(t *testing.T) {
 	}
 }
 
-// sockDirs returns the socket directories in the temporary directory.
-func sockDirs(t *testing.T) map[string]bool {
-	t.Helper()
-	names, err := filepath.Glob(filepath.Join(os.TempDir(), sockDirPrefix+"*"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := map[string]bool{}
-	for _, n := range names {
-		m[n] = true
-	}
-	return m
-}
-
 // TestStaleSocketDirs kills a collector's process with SIGKILL, which
 // leaves its socket directory behind; the next collector removes it, and
 // leaves alone that of a collector still running.
@@ -202,7 +188,6 @@ func TestStaleSocketDirs(t *testing.T) {
 	}
 	defer live.Close()
 
-	before := sockDirs(t)
 	helper := exec.Command(os.Args[0], "-test.run=^$")
 	helper.Env = append(os.Environ(), helperEnv+"="+churn+" 300000000 1")
 	errs, err := helper.StderrPipe()
@@ -212,23 +197,21 @@ func TestStaleSocketDirs(t *testing.T) {
 	if err := helper.Start(); err != nil {
 		t.Fatal(err)
 	}
+	// The helper names its socket: other packages' tests, run meanwhile,
+	// make directories of their own.
 	var pid int
+	var sock string
 	line, err := bufio.NewReader(errs).ReadString('\n')
-	if _, err2 := fmt.Sscanf(line, "pid %d", &pid); err != nil || err2 != nil {
+	if _, err2 := fmt.Sscanf(line, "pid %d sock %s", &pid, &sock); err != nil || err2 != nil {
 		helper.Process.Kill()
 		t.Fatalf("helper said %q: %v %v", line, err, err2)
-	}
-	var stale string
-	for d := range sockDirs(t) {
-		if !before[d] {
-			stale = d
-		}
 	}
 	helper.Process.Signal(syscall.SIGKILL)
 	helper.Wait()
 	syscall.Kill(pid, syscall.SIGKILL)
-	if stale == "" {
-		t.Fatal("the helper's socket directory was not found")
+	stale := filepath.Dir(sock)
+	if !strings.HasPrefix(filepath.Base(stale), sockDirPrefix) {
+		t.Fatalf("the helper's socket %s is not in a directory of its own", sock)
 	}
 	if _, err := os.Lstat(filepath.Join(stale, "sock")); err != nil {
 		t.Fatalf("the killed collector's socket: %v", err)
