@@ -2,6 +2,7 @@ package stopped
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -12,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/heapscope/heapscope/internal/errs"
 	"github.com/heapscope/heapscope/internal/proc"
 	"github.com/heapscope/heapscope/internal/testutil"
 )
@@ -27,8 +29,12 @@ type forker struct {
 
 func startForker(t *testing.T) *forker {
 	t.Helper()
-	bin := testutil.MustBuild(t, "watch_fork", testutil.Options{})
-	cmd := exec.Command(bin)
+	return startForkerCmd(t, exec.Command(testutil.MustBuild(t, "watch_fork", testutil.Options{})))
+}
+
+// startForkerCmd starts cmd, which runs watch_fork.
+func startForkerCmd(t *testing.T, cmd *exec.Cmd) *forker {
+	t.Helper()
 	cmd.Stderr = os.Stderr
 	in, out := testutil.StartPiped(t, cmd)
 	f := &forker{t: t, in: in, lines: make(chan string, 16)}
@@ -198,5 +204,60 @@ func TestFollowCloseEndsHolds(t *testing.T) {
 	got := f.line() + " / " + f.line()
 	if !strings.Contains(got, fmt.Sprintf("exited %d 0", kid)) {
 		t.Fatalf("after Close the parent and child said %q, want the child to have run and exited", got)
+	}
+}
+
+// TestFollowOutlivesRoot: the watched process forks itself and ends, as a
+// daemon does (its parent, a shell, reaps it); the watch goes on with the
+// process it followed, whose children's holds its parent still does not
+// see, and ends once that process has ended too. (Before, the watch ended
+// with the process Seize named, and the next child's hold was a group stop
+// its parent saw.)
+func TestFollowOutlivesRoot(t *testing.T) {
+	bin := testutil.MustBuild(t, "watch_fork", testutil.Options{})
+	f := startForkerCmd(t, exec.Command("sh", "-c", bin+"; echo root-ended $?"))
+	isHeld, held := f.holder()
+	w, err := Seize(f.pid, WatchOptions{Follow: true, Held: isHeld})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	root := f.pid
+	f.send("x")
+	if _, err := fmt.Sscanf(f.line(), "forked %d", &f.pid); err != nil {
+		t.Fatal(err)
+	}
+	if l := f.line(); l != "root-ended 0" {
+		t.Fatalf("the shell said %q, want its wait for the watched process to report it ended with status 0", l)
+	}
+	select {
+	case <-w.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatalf("Done not closed 10 s after pid %d ended", root)
+	}
+	if _, err := w.Stop(Options{}); !errors.Is(err, errs.ErrNoSuchProcess) {
+		t.Errorf("Stop of the ended process: %v, want ErrNoSuchProcess", err)
+	}
+	for range 2 {
+		f.send("f")
+		kid := f.heldChild(held)
+		if !Release(kid, nil) {
+			t.Fatalf("Release(%d) = false, want the watch to hold it", kid)
+		}
+		got := f.line() + " / " + f.line()
+		if !strings.Contains(got, fmt.Sprintf("exited %d 0", kid)) || strings.Contains(got, "stopped") {
+			t.Fatalf("the parent and child said %q, want the child to have run and exited, unseen", got)
+		}
+	}
+	p, err := Stop(f.pid, Options{})
+	if err != nil {
+		t.Fatalf("Stop of the followed process after the watched one ended: %v", err)
+	}
+	p.Resume()
+	f.in.(io.Closer).Close() // the followed process reads its end and exits
+	select {
+	case <-w.tr.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the watch still runs 10 s after the last process it followed ended")
 	}
 }

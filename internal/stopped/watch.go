@@ -55,6 +55,11 @@ type Watch struct {
 	exitAt   time.Time // the first thread of a group exit stopped then
 	held     *Process  // the stop that holds the threads, if any
 	ended    bool
+	// rootGone: the process Seize named has ended while processes it
+	// followed live on, still watched (see outlives).
+	rootGone bool
+	// ours: the watched process is this program's child (see outlives).
+	ours bool
 	// due lists, per process, the releases of holds (Release) that came
 	// before the hold's stop did, each with its unlist.
 	due map[int][]func()
@@ -81,7 +86,10 @@ type WatchOptions struct {
 	// Follow watches the processes a watched process forks (fork, vfork,
 	// or a clone that makes a process), each from before its first
 	// instruction, as the watched process is; Stop of one of them goes
-	// through the watch. The watch ends with the process Seize named.
+	// through the watch. The watch outlives the process Seize named while
+	// processes it followed live (a daemon's double fork, a shell's job
+	// left running), unless that process is this program's child: then
+	// it ends with it.
 	Follow bool
 	// Held, with Follow, is asked about each SIGSTOP a watched thread
 	// takes that no process sent (si_code SI_KERNEL: one the BPF side
@@ -143,6 +151,9 @@ func Seize(pid int, opt WatchOptions) (*Watch, error) {
 		return nil, fmt.Errorf("pid %d is this process: %w", pid, errs.ErrCannotStop)
 	}
 	w := &Watch{pid: tgid, opt: opt, ts: map[int]*wthread{}, done: make(chan struct{}), nap: minNap, due: map[int][]func(){}}
+	if st, err := proc.ReadStat(tgid); err == nil && st.PPID == os.Getpid() {
+		w.ours = true
+	}
 	if !register(tgid, w) {
 		return nil, fmt.Errorf("pid %d is watched already: %w", pid, errs.ErrCannotStop)
 	}
@@ -176,6 +187,8 @@ func (w *Watch) options() uintptr {
 func (w *Watch) PID() int { return w.pid }
 
 // Done is closed when the watched process has ended, or Close was called.
+// (With WatchOptions.Follow, the processes it followed may be watched on
+// after it: Close ends that.)
 func (w *Watch) Done() <-chan struct{} { return w.done }
 
 // seizeAll seizes every thread, listing them again until none is new:
@@ -273,8 +286,16 @@ func (w *Watch) reap() bool {
 			}
 			if tid == w.pid {
 				// The leader's exit comes once every thread is gone:
-				// the process has ended. Let the tracer's thread go
-				// (detaching the zombie), so that the parent learns it.
+				// the process has ended.
+				if w.outlives() {
+					// Reaped by its tracer, the zombie goes on to its
+					// parent, as a followed process's does.
+					unix.Waitid(unix.P_PID, tid, &si, unix.WEXITED|unix.WALL|unix.WNOTHREAD, nil)
+					w.endRoot()
+					continue
+				}
+				// Let the tracer's thread go (detaching the zombie), so
+				// that the parent learns it.
 				w.end()
 				return busy
 			}
@@ -290,6 +311,10 @@ func (w *Watch) reap() bool {
 				delete(w.ts, tid)
 				if tid == t.pid {
 					w.forget(tid)
+				}
+				if w.rootGone && len(w.ts) == 0 {
+					w.end() // the last process it followed
+					return busy
 				}
 			default:
 				// The kernel skips the exit stop of a thread that has a
@@ -522,13 +547,8 @@ func (w *Watch) stop(pid int, opt Options) (p *Process, err error) {
 	if opt.MaxPause == 0 {
 		opt.MaxPause = DefaultMaxPause
 	}
-	select {
-	case <-w.done:
-		return nil, fmt.Errorf("pid %d has ended: %w", w.pid, errs.ErrNoSuchProcess)
-	default:
-	}
 	if !w.tr.try(func() { p, err = w.stopAll(pid, time.Now().Add(opt.Timeout)) }) {
-		return nil, fmt.Errorf("pid %d has ended: %w", w.pid, errs.ErrNoSuchProcess)
+		return nil, fmt.Errorf("pid %d has ended: %w", pid, errs.ErrNoSuchProcess)
 	}
 	if err != nil {
 		return nil, err
@@ -543,7 +563,10 @@ func (w *Watch) stop(pid int, opt Options) (p *Process, err error) {
 // stopAll interrupts every running thread of process pid and waits for
 // each to stop, on the tracer's thread.
 func (w *Watch) stopAll(pid int, deadline time.Time) (*Process, error) {
-	if w.ended || w.held != nil || !w.exitAt.IsZero() {
+	if w.ended || watchOf(pid) != w {
+		return nil, fmt.Errorf("pid %d has ended: %w", pid, errs.ErrNoSuchProcess)
+	}
+	if w.held != nil || !w.exitAt.IsZero() {
 		return nil, fmt.Errorf("pid %d is ending: %w", w.pid, errs.ErrNoSuchProcess)
 	}
 	if pid != w.pid {
@@ -589,7 +612,7 @@ func (w *Watch) stopAll(pid int, deadline time.Time) (*Process, error) {
 			}
 		}
 		w.reap()
-		if w.ended || pid != w.pid && watchOf(pid) != w {
+		if w.ended || watchOf(pid) != w {
 			return nil, fmt.Errorf("pid %d exited during the stop: %w", pid, errs.ErrNoSuchProcess)
 		}
 		for _, t := range w.ts {
@@ -646,6 +669,37 @@ func (w *Watch) release(p *Process) {
 			w.goOn(t)
 		}
 	})
+}
+
+// outlives reports, as the watched process ends, whether the watch goes on
+// without it: it follows processes still there, and the process is not this
+// program's child (whose zombie its tracer's wait would reap for good, its
+// status lost to this program's own wait: a program heapscope launched ends
+// its session anyway).
+func (w *Watch) outlives() bool {
+	if !w.opt.Follow || w.ours {
+		return false
+	}
+	for _, t := range w.ts {
+		if t.pid != w.pid {
+			return true
+		}
+	}
+	return false
+}
+
+// endRoot marks the watched process ended, on the tracer's thread, while
+// the processes it followed are watched on.
+func (w *Watch) endRoot() {
+	w.rootGone = true
+	w.exitAt = time.Time{}
+	for id, t := range w.ts {
+		if t.pid == w.pid {
+			delete(w.ts, id)
+		}
+	}
+	w.forget(w.pid)
+	w.closeOnce.Do(func() { close(w.done) })
 }
 
 // end marks the process ended, on the tracer's thread, whose loop then

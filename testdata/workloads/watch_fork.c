@@ -6,11 +6,14 @@
 // WUNTRACED, as an interactive shell does, and prints "stopped PID" if it
 // saw it stop (what the Follow watch must prevent) or "exited PID STATUS".
 // "t" makes a thread fork the child instead of the main thread; "d" makes
-// the child wait 300 ms before it holds itself.
+// the child wait 300 ms before it holds itself. "x" forks the parent itself,
+// as a daemon does: the parent prints "forked PID" and exits 0, and the new
+// process goes on reading commands.
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -49,6 +52,13 @@ int main(void)
 		pid_t pid = -1;
 		if (line[0] == 'f' || line[0] == 'd') {
 			pid = spawn(line[0] == 'd');
+		} else if (line[0] == 'x') {
+			pid_t kid = fork();
+			if (kid > 0) {
+				printf("forked %d\n", kid);
+				exit(0);
+			}
+			continue;
 		} else if (line[0] == 't') {
 			pthread_t t;
 			pthread_create(&t, NULL, spawner, &pid);
