@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -49,6 +50,7 @@ type Collector struct {
 	closing bool // Close was called: no new processes
 	stopped bool // the pump is done: no requests at all
 	conns   map[*net.UnixConn]struct{}
+	serving map[*conn]struct{} // the processes' connections past their hello (see settle)
 	stacks  event.KindSet
 
 	tables tableServer // unwind tables for --unwind tables
@@ -106,6 +108,7 @@ func New(cfg Config, sink event.Sink) (*Collector, error) {
 		ctlFD:    -1,
 		lock:     -1,
 		conns:    map[*net.UnixConn]struct{}{},
+		serving:  map[*conn]struct{}{},
 		done:     make(chan struct{}),
 		byConn:   map[*conn]*proc{},
 		nextID:   map[uint32]uint32{},
@@ -429,7 +432,14 @@ func (c *Collector) hasRequests() bool {
 // ---- connections ----
 
 // A conn is one connection of a traced process image.
-type conn struct{ uc *net.UnixConn }
+type conn struct {
+	uc  *net.UnixConn
+	pid uint32
+	// mu is held from a message's read until the pump has it queued (see
+	// settle): whoever takes it and finds nothing unread knows that every
+	// message sent before is in the pump's queue.
+	mu sync.Mutex
+}
 
 // hello is a parsed HELLO message.
 type hello struct {
@@ -557,7 +567,16 @@ func (c *Collector) serve(uc *net.UnixConn) {
 	if err != nil {
 		return
 	}
-	cn := &conn{uc: uc}
+	cn := &conn{uc: uc, pid: h.pid}
+	// Listed before the process learns it may go on (settle).
+	c.mu.Lock()
+	c.serving[cn] = struct{}{}
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		delete(c.serving, cn)
+		c.mu.Unlock()
+	}()
 	status := uint32(0)
 	if h.flags&helloContinue == 0 {
 		// before the process goes on: said before its own output
@@ -578,45 +597,138 @@ func (c *Collector) serve(uc *net.UnixConn) {
 		}
 		return
 	}
+	rc, err := uc.SyscallConn()
+	if err != nil {
+		c.enqueue(request{kind: reqEOF, conn: cn})
+		return
+	}
 	for {
-		n, oobn, _, _, err := uc.ReadMsgUnix(buf, oob)
-		fds := rights(oob[:oobn])
-		if err != nil || n == 0 {
-			closeAll(fds)
-			c.enqueue(request{kind: reqEOF, conn: cn})
+		n, oobn, err := cn.recv(rc, buf, oob)
+		more := c.take(cn, buf[:n], rights(oob[:oobn]), err)
+		cn.mu.Unlock()
+		if !more {
 			return
 		}
-		b := buf[:n]
-		if len(b) >= childrenSize && le.Uint32(b) == magic && le.Uint32(b[4:]) == version &&
-			le.Uint32(b[8:]) == msgChildren {
-			closeAll(fds)
-			if pids := parseChildren(b); len(pids) > 0 {
-				c.enqueue(request{kind: reqChildren, conn: cn, pids: pids})
-			}
-			continue
-		}
-		if len(b) >= noteSize && le.Uint32(b) == magic && le.Uint32(b[4:]) == version && le.Uint32(b[8:]) == msgNote {
-			closeAll(fds)
-			if n := uint64(le.Uint32(b[20:])); n <= notePathMax && noteSize+n == uint64(len(b)) {
-				c.enqueue(request{kind: reqNote, conn: cn, code: le.Uint32(b[12:]), pid: le.Uint32(b[16:]), text: string(b[noteSize:])})
-			}
-			continue
-		}
-		if len(b) == ringMsgSize && le.Uint32(b) == magic && le.Uint32(b[4:]) == version &&
-			le.Uint32(b[8:]) == msgTables && len(fds) == 1 && c.cfg.Unwind >= event.UnwindTables {
-			c.startTables(fds[0])
-			continue
-		}
-		if len(b) != ringMsgSize || le.Uint32(b) != magic || le.Uint32(b[4:]) != version ||
-			le.Uint32(b[8:]) != msgRing || len(fds) != 1 {
-			closeAll(fds)
-			continue
-		}
-		r, err := mapRing(fds[0], uint32(c.cfg.BufferSize))
-		closeAll(fds)
-		if err != nil {
-			continue
-		}
-		c.enqueue(request{kind: reqRing, conn: cn, ring: r})
 	}
 }
+
+// recv reads the next message of cn into buf and oob, and returns with
+// cn.mu held (the socket is non-blocking: the lock is not held while it
+// waits for a message).
+func (cn *conn) recv(rc syscall.RawConn, buf, oob []byte) (n, oobn int, err error) {
+	locked := false
+	rerr := rc.Read(func(fd uintptr) bool {
+		cn.mu.Lock()
+		n, oobn, _, _, err = unix.Recvmsg(int(fd), buf, oob, unix.MSG_CMSG_CLOEXEC)
+		if errors.Is(err, unix.EAGAIN) {
+			cn.mu.Unlock()
+			return false
+		}
+		locked = true
+		return true
+	})
+	if !locked {
+		cn.mu.Lock()
+	}
+	if err == nil {
+		err = rerr
+	}
+	if err != nil {
+		n, oobn = 0, 0
+	}
+	return n, oobn, err
+}
+
+// unread is how many bytes of messages cn's socket holds that serve has
+// not read; -1 if it cannot tell.
+func (cn *conn) unread() int {
+	rc, err := cn.uc.SyscallConn()
+	if err != nil {
+		return -1
+	}
+	n := -1
+	rc.Control(func(fd uintptr) {
+		if v, err := unix.IoctlGetInt(int(fd), unix.SIOCINQ); err == nil {
+			n = v
+		}
+	})
+	return n
+}
+
+// settle waits until the pump has in its queue every message that process
+// pid sent before, at most d: a process stopped (for a leak check, or at
+// its exit) sends nothing more, but a ring it announced may still be in
+// its socket, or read and not yet queued, if serve ran late (the
+// interposer writes into a new ring the pump has not merged after 2 s).
+// A flush of the process then drains that ring too.
+func (c *Collector) settle(pid uint32, d time.Duration) {
+	c.mu.Lock()
+	var cns []*conn
+	for cn := range c.serving {
+		if cn.pid == pid {
+			cns = append(cns, cn)
+		}
+	}
+	c.mu.Unlock()
+	deadline := time.Now().Add(d)
+	for _, cn := range cns {
+		for {
+			cn.mu.Lock()
+			n := cn.unread()
+			cn.mu.Unlock()
+			if n <= 0 || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+	}
+}
+
+// take handles a message serve read (err its read's error), with cn.mu
+// held; it returns whether more may come.
+func (c *Collector) take(cn *conn, b []byte, fds []int, err error) bool {
+	le := binary.LittleEndian
+	if err != nil || len(b) == 0 {
+		closeAll(fds)
+		c.enqueue(request{kind: reqEOF, conn: cn})
+		return false
+	}
+	if len(b) >= childrenSize && le.Uint32(b) == magic && le.Uint32(b[4:]) == version &&
+		le.Uint32(b[8:]) == msgChildren {
+		closeAll(fds)
+		if pids := parseChildren(b); len(pids) > 0 {
+			c.enqueue(request{kind: reqChildren, conn: cn, pids: pids})
+		}
+		return true
+	}
+	if len(b) >= noteSize && le.Uint32(b) == magic && le.Uint32(b[4:]) == version && le.Uint32(b[8:]) == msgNote {
+		closeAll(fds)
+		if n := uint64(le.Uint32(b[20:])); n <= notePathMax && noteSize+n == uint64(len(b)) {
+			c.enqueue(request{kind: reqNote, conn: cn, code: le.Uint32(b[12:]), pid: le.Uint32(b[16:]), text: string(b[noteSize:])})
+		}
+		return true
+	}
+	if len(b) == ringMsgSize && le.Uint32(b) == magic && le.Uint32(b[4:]) == version &&
+		le.Uint32(b[8:]) == msgTables && len(fds) == 1 && c.cfg.Unwind >= event.UnwindTables {
+		c.startTables(fds[0])
+		return true
+	}
+	if len(b) != ringMsgSize || le.Uint32(b) != magic || le.Uint32(b[4:]) != version ||
+		le.Uint32(b[8:]) != msgRing || len(fds) != 1 {
+		closeAll(fds)
+		return true
+	}
+	if testHookRing != nil {
+		testHookRing()
+	}
+	r, err := mapRing(fds[0], uint32(c.cfg.BufferSize))
+	closeAll(fds)
+	if err == nil {
+		c.enqueue(request{kind: reqRing, conn: cn, ring: r})
+	}
+	return true
+}
+
+// testHookRing, if set by a test, runs as serve takes in a new ring,
+// before the pump has it: a collector that runs late.
+var testHookRing func()

@@ -4,6 +4,7 @@ package preload
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/heapscope/heapscope/internal/errs"
 )
@@ -16,12 +17,17 @@ import (
 // process runs again, behind records of its other threads with later
 // times.
 func (c *Collector) FlushProcess(pid int) error {
+	c.settle(uint32(pid), settleMax)
 	done := make(chan error, 1)
 	if !c.enqueue(request{kind: reqFlushProcess, pid: uint32(pid), done: done}) {
 		return fmt.Errorf("preload: collector closed: %w", errs.ErrNotRunning)
 	}
 	return <-done
 }
+
+// settleMax bounds FlushProcess's wait for the messages the process sent
+// before it stopped (see settle).
+const settleMax = 5 * time.Second
 
 // flushProcess drains every image of the request's process, older ones
 // first, up to what they published.
