@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/heapscope/heapscope/event"
+	procfs "github.com/heapscope/heapscope/internal/proc"
 	"github.com/heapscope/heapscope/internal/testutil"
 )
 
@@ -91,6 +92,30 @@ func TestCollectorKilled(t *testing.T) {
 	}
 }
 
+// waitStopped waits until every thread of process pid is in a group stop.
+func waitStopped(t *testing.T, pid int) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		stopped := 0
+		for _, e := range ents {
+			tid, _ := strconv.Atoi(e.Name())
+			if st, err := procfs.ReadStat(tid); err == nil && st.State == 'T' {
+				stopped++
+			}
+		}
+		if stopped == len(ents) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pid %d: %d of %d threads stopped 10 s after SIGSTOP", pid, stopped, len(ents))
+		}
+	}
+}
+
 // frozenRun runs preload_wait N under a collector process in block mode
 // with the smallest buffer; if freeze, it stops (SIGSTOP) that process
 // after the workload's first phase, and resumes it once the workload
@@ -139,6 +164,10 @@ func frozenRun(t *testing.T, bin string, n int, freeze bool) (delivered, lost ui
 	next("phase 1")
 	if freeze {
 		helper.Process.Signal(syscall.SIGSTOP)
+		// A collector thread draining a ring on another CPU goes on
+		// until it enters the kernel: under load long enough for the
+		// second phase to go through (CI once saw nothing lost).
+		waitStopped(t, helper.Process.Pid)
 	}
 	fmt.Fprintln(in)
 	// With the collector stopped the ring fills; the workload must give
