@@ -563,7 +563,9 @@ func (w *Watch) stop(pid int, opt Options) (p *Process, err error) {
 // stopAll interrupts every running thread of process pid and waits for
 // each to stop, on the tracer's thread.
 func (w *Watch) stopAll(pid int, deadline time.Time) (*Process, error) {
-	if w.ended || watchOf(pid) != w {
+	// (A followed process may not be registered yet: its first stop
+	// has not come.)
+	if w.ended || pid == w.pid && w.rootGone {
 		return nil, fmt.Errorf("pid %d has ended: %w", pid, errs.ErrNoSuchProcess)
 	}
 	if w.held != nil || !w.exitAt.IsZero() {
