@@ -619,7 +619,12 @@ func (cn *conn) recv(rc syscall.RawConn, buf, oob []byte) (n, oobn int, err erro
 	locked := false
 	rerr := rc.Read(func(fd uintptr) bool {
 		cn.mu.Lock()
-		n, oobn, _, _, err = unix.Recvmsg(int(fd), buf, oob, unix.MSG_CMSG_CLOEXEC)
+		for {
+			n, oobn, _, _, err = unix.Recvmsg(int(fd), buf, oob, unix.MSG_CMSG_CLOEXEC)
+			if !errors.Is(err, unix.EINTR) {
+				break
+			}
+		}
 		if errors.Is(err, unix.EAGAIN) {
 			cn.mu.Unlock()
 			return false
