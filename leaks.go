@@ -301,6 +301,10 @@ func (s *Session) flushProcess(pid int) error {
 	return s.b.flush()
 }
 
+// testHookResumed, if set by a test, runs once a check has let its process
+// go, before it classifies: a slow classification.
+var testHookResumed func(pid int)
+
 // check runs one process's leak check: held, when it is already stopped
 // (at its exit), or stopped here.
 func (s *Session) check(pid int, held *stopped.Process, q LeaksQuery) (r LeakCheckResult) {
@@ -313,6 +317,10 @@ func (s *Session) check(pid int, held *stopped.Process, q LeaksQuery) (r LeakChe
 	defer s.cen.mu.Unlock()
 	r = LeakCheckResult{PID: pid, Rules: q.Rules, AtExit: held != nil, Sites: []LeakSite{}}
 	start := time.Now()
+	// The scan lets the process go once it has read its memory: if it
+	// ends then, its Exit comes after the verdict all the same.
+	s.sink.holdExits(uint32(pid))
+	defer s.sink.releaseExits(uint32(pid))
 	fail := func(err error) LeakCheckResult {
 		r.Error = err.Error()
 		s.sink.Note(event.Warning{PID: uint32(pid), Time: monoNow(), Code: "leak-check-failed", Text: "leak check of pid " + fmt.Sprint(pid) + ": " + err.Error()})
@@ -378,7 +386,12 @@ func (s *Session) check(pid int, held *stopped.Process, q LeaksQuery) (r LeakChe
 	}
 	base := len(rts.Ranges)
 	rts.Ranges = append(rts.Ranges, otherMemory(p.Maps(), rts, live, p.Threads(), r.Partial)...)
-	opt := scan.Options{Rules: scan.Rules(q.Rules), AfterRead: func() { p.Resume() }}
+	opt := scan.Options{Rules: scan.Rules(q.Rules), AfterRead: func() {
+		p.Resume()
+		if testHookResumed != nil {
+			testHookResumed(pid)
+		}
+	}}
 	res, err := scan.Scan(blocks, p, rts, opt)
 	if errors.Is(err, scan.ErrOverlap) {
 		// A free the session did not see leaves a block it thinks live

@@ -8,9 +8,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/heapscope/heapscope/analyze"
 	"github.com/heapscope/heapscope/event"
 	"github.com/heapscope/heapscope/internal/testutil"
 	"github.com/heapscope/heapscope/internal/testutil/tracetest"
@@ -92,5 +94,41 @@ func TestLeaksRefused(t *testing.T) {
 	defer end2()
 	if _, err := s2.Leaks(LeaksQuery{PID: 1}); !errors.Is(err, ErrNoSuchProcess) {
 		t.Errorf("pid 1: %v", err)
+	}
+}
+
+// TestLeaksExitBeforeVerdict: a program that ends as soon as the check at
+// its exit lets it go (here the check waits, before it classifies, until the
+// program's end has reached the session) still has its blocks classified in
+// the trace: its Exit record waits for the verdict. Before, the Exit came
+// first, the reader took the process's blocks out of the heap there, and the
+// verdict that followed applied to none of them (seen under load: a gate
+// that classified none of a program's blocks).
+func TestLeaksExitBeforeVerdict(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "s.hst")
+	var sess atomic.Pointer[Session]
+	testHookResumed = func(pid int) {
+		// Until the session's sink has the program's Exit (kept, or
+		// written).
+		for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+			sk := sess.Load().sink
+			sk.mu.Lock()
+			in := !sk.running[uint32(pid)] || len(sk.heldExits[uint32(pid)]) > 0
+			sk.mu.Unlock()
+			if in {
+				return
+			}
+		}
+		t.Error("the program's Exit did not reach the session in 20 s")
+	}
+	t.Cleanup(func() { testHookResumed = nil })
+	s, end := launchPlanted(t, Properties{File: file})
+	sess.Store(s)
+	end()
+	m := analyze.New(analyze.Options{})
+	tracetest.Replay(t, file, m)
+	vs := m.Profile().Verdicts
+	if len(vs) != 1 || !vs[0].AtExit || vs[0].Listed == 0 || vs[0].Applied != vs[0].Listed {
+		t.Fatalf("verdicts %+v: want the one at exit, applied to every block it lists", vs)
 	}
 }

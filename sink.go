@@ -1,6 +1,7 @@
 package heapscope
 
 import (
+	"errors"
 	"sync"
 	"sync/atomic"
 
@@ -42,6 +43,38 @@ type sessionSink struct {
 	keepAgg   bool            // agg is kept for the whole session (Properties.Export): top never drops it
 	running   map[uint32]bool // processes with a record and no exit: their memory is sampled (memory.go)
 	images    map[uint32]int  // Process records by PID: more than one, it executed new programs (leaks.go)
+	// heldExits keeps the Exit records of the processes a leak check is
+	// checking until its verdict is written (holdExits).
+	heldExits map[uint32][]event.Exit
+}
+
+// holdExits keeps the Exit records of process pid from the file and the
+// totals until releaseExits: a leak check lets the process go once its
+// memory is read, and one that then ends at once had its Exit written
+// before the verdict, whose blocks the reader (and the totals) had then
+// taken out of the heap: the check classified none of them.
+func (s *sessionSink) holdExits(pid uint32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.heldExits == nil {
+		s.heldExits = map[uint32][]event.Exit{}
+	}
+	if _, ok := s.heldExits[pid]; !ok {
+		s.heldExits[pid] = nil
+	}
+}
+
+// releaseExits writes the Exit records of pid that holdExits kept.
+func (s *sessionSink) releaseExits(pid uint32) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	held := s.heldExits[pid]
+	delete(s.heldExits, pid)
+	var errs []error
+	for _, e := range held {
+		errs = append(errs, s.exitLocked(e))
+	}
+	return errors.Join(errs...)
 }
 
 func (s *sessionSink) setHooks(h Hooks) {
@@ -102,6 +135,14 @@ func (s *sessionSink) Process(p event.Process) error {
 func (s *sessionSink) Exit(e event.Exit) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if held, ok := s.heldExits[e.PID]; ok {
+		s.heldExits[e.PID] = append(held, e)
+		return nil
+	}
+	return s.exitLocked(e)
+}
+
+func (s *sessionSink) exitLocked(e event.Exit) error {
 	delete(s.running, e.PID)
 	if s.agg != nil {
 		s.agg.Exit(e)
