@@ -317,8 +317,17 @@ func (s *sessionSink) close() error {
 	if s.w == nil || s.closed {
 		return nil
 	}
+	// A check under way holds Session.Stop back (leakState.mu), so none
+	// should be kept here; if one is, its Exit still reaches the file.
+	var errList []error
+	for pid, held := range s.heldExits {
+		for _, e := range held {
+			errList = append(errList, s.exitLocked(e))
+		}
+		delete(s.heldExits, pid)
+	}
 	s.closed = true
-	err := s.w.Close()
+	err := errors.Join(append(errList, s.w.Close())...)
 	s.written.Store(s.w.Written())
 	return err
 }
