@@ -68,6 +68,10 @@ func (s *sessionSink) holdExits(pid uint32) {
 func (s *sessionSink) releaseExits(pid uint32) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.releaseExitsLocked(pid)
+}
+
+func (s *sessionSink) releaseExitsLocked(pid uint32) error {
 	held := s.heldExits[pid]
 	delete(s.heldExits, pid)
 	var errs []error
@@ -320,11 +324,8 @@ func (s *sessionSink) close() error {
 	// A check under way holds Session.Stop back (leakState.mu), so none
 	// should be kept here; if one is, its Exit still reaches the file.
 	var errList []error
-	for pid, held := range s.heldExits {
-		for _, e := range held {
-			errList = append(errList, s.exitLocked(e))
-		}
-		delete(s.heldExits, pid)
+	for pid := range s.heldExits {
+		errList = append(errList, s.releaseExitsLocked(pid))
 	}
 	s.closed = true
 	err := errors.Join(append(errList, s.w.Close())...)
