@@ -207,6 +207,11 @@ func (p *Process) stopAll(deadline time.Time) error {
 				t.gone = true
 				continue
 			}
+			if errors.Is(err, unix.ESRCH) && p.execedMeanwhile() {
+				// Another thread's exec took the leader's ID: the ID
+				// names the thread running the new program, not ours.
+				return fmt.Errorf("pid %d executed a new program during the stop: %w", p.pid, errs.ErrCannotStop)
+			}
 			return fmt.Errorf("pid %d: registers of thread %d: %v: %w", p.pid, t.tid, err, errs.ErrCannotStop)
 		}
 		n++
@@ -228,12 +233,27 @@ func (p *Process) stopAll(deadline time.Time) error {
 // thread listed now must be one stopped.
 func (p *Process) verify() error {
 	if err := p.verifyThreads(); err != nil {
-		if p.execed != 0 || imageID(p.pid) != p.image {
+		if p.execed != 0 || p.execedMeanwhile() {
 			return fmt.Errorf("pid %d executed a new program during the stop: %w", p.pid, errs.ErrCannotStop)
 		}
 		return err
 	}
 	return nil
+}
+
+// execedMeanwhile reports whether process p, seen alive, has executed a
+// new program since the stop began, or is executing one: waited for a
+// moment, as an exec's end comes soon after the thread takes the leader's
+// ID.
+func (p *Process) execedMeanwhile() bool {
+	for deadline := time.Now().Add(100 * time.Millisecond); ; time.Sleep(time.Millisecond) {
+		if imageID(p.pid) != p.image {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
 }
 
 // imageID identifies the program a process runs: where its code, stack and
